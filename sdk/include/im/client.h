@@ -1,0 +1,198 @@
+// im::Client: the public entry point of the SDK.
+#pragma once
+
+#include <im/global.h>
+#include <im/types.h>
+
+#include <QtCore/QDateTime>
+#include <QtCore/QList>
+#include <QtCore/QObject>
+#include <QtCore/QString>
+#include <QtCore/QUrl>
+
+#include <memory>
+
+namespace im {
+
+class ClientPrivate;
+
+/**
+ * A chat client bound to one local database and one device token.
+ *
+ * Typical use:
+ * \code
+ *   im::Client client;
+ *   client.setServers({QUrl("ws://chat.example:8080/v1/ws")});
+ *   client.setCredentials(token);
+ *   if (!client.open(dataDir + "/chat.db")) qFatal("%s", qPrintable(client.lastError()));
+ *   client.connectToServer();
+ *   const QString cmid = client.send("team", "hello"); // durable before it returns
+ * \endcode
+ *
+ * Guarantees (see docs/sdk.md):
+ *  - send() and recall() commit the request to a durable outbox (SQLite WAL,
+ *    synchronous=FULL) before any byte goes on the wire, and return its cmid.
+ *    Anything still in the outbox is resent, with the same cmid, after every
+ *    connect + hello (also after a process restart), in creation order.
+ *  - Only UNAVAILABLE and "no reply" are retried; any other error is final and
+ *    shows as MessageState::Failed (or Expired for ORIGINAL_EXPIRED).
+ *  - A sync page, its markers and the new cursor are written in one
+ *    transaction: a crash mid-page loses nothing and duplicates nothing.
+ *
+ * Threading: a Client lives in the thread that created it. It never blocks
+ * that thread on the network; SQLite writes are short transactions on that
+ * thread. Do not call it from other threads.
+ *
+ * Errors: every failed local database write is reported through
+ * errorOccurred("STORAGE_ERROR", ...) and the return value of the call that
+ * caused it; none is ignored.
+ */
+class IM_SDK_EXPORT Client : public QObject {
+    Q_OBJECT
+    /// Disconnected / Connecting / Connected / Reconnecting.
+    Q_PROPERTY(im::ConnectionState connectionState READ connectionState NOTIFY connectionStateChanged)
+    /// The `gateway` the server named in `welcome` (empty when not connected).
+    Q_PROPERTY(QString gatewayId READ gatewayId NOTIFY connectionStateChanged)
+    /// The server URL currently used or tried.
+    Q_PROPERTY(QUrl currentServer READ currentServer NOTIFY connectionStateChanged)
+    /// When the next reconnect attempt happens (invalid unless Reconnecting).
+    Q_PROPERTY(QDateTime nextReconnectAt READ nextReconnectAt NOTIFY connectionStateChanged)
+    /// User and device as confirmed by the server (remembered in the database).
+    Q_PROPERTY(QString userId READ userId NOTIFY identityChanged)
+    Q_PROPERTY(QString deviceId READ deviceId NOTIFY identityChanged)
+    /// The install id (UUID) generated once per database and sent in `hello`.
+    Q_PROPERTY(QString installId READ installId NOTIFY installIdChanged)
+    /// True once the server answered STALE_INSTALL: a newer install of this
+    /// device exists. The client stops using this install; see resetInstall().
+    Q_PROPERTY(bool installStale READ isInstallStale NOTIFY installStaleChanged)
+    /// Number of entries in the durable outbox (queue depth).
+    Q_PROPERTY(int pendingCount READ pendingCount NOTIFY outboxChanged)
+    /// QA hook: when true the client stays disconnected (simulated offline).
+    Q_PROPERTY(bool offline READ isOffline WRITE setOffline NOTIFY offlineChanged)
+    /// How long a request may stay unanswered before it counts as "no reply".
+    Q_PROPERTY(int requestTimeout READ requestTimeout WRITE setRequestTimeout NOTIFY requestTimeoutChanged)
+
+public:
+    explicit Client(QObject *parent = nullptr);
+    ~Client() override;
+
+    // --- configuration ---------------------------------------------------
+    /// Server URLs (ws://HOST:PORT/v1/ws). Reconnects rotate through them;
+    /// `goaway` moves to the next one.
+    void setServers(const QList<QUrl> &servers);
+    QList<QUrl> servers() const;
+    /// The device token issued by the server's admin CLI.
+    void setCredentials(const QString &token);
+    void setRequestTimeout(int ms);
+    int requestTimeout() const;
+    /// Retry backoff for unanswered/UNAVAILABLE requests while connected:
+    /// min(maxMs, initialMs * 2^(attempt-1)), jittered into [d/2, d].
+    void setRetryBackoff(int initialMs, int maxMs);
+    /// Backoff between reconnect attempts (same shape as above).
+    void setReconnectBackoff(int initialMs, int maxMs);
+    /// Page size for `sync` (1..200).
+    void setSyncPageSize(int limit);
+    /// How many outbox requests may be unanswered at once (default 64).
+    void setSendWindow(int requests);
+
+    // --- local database --------------------------------------------------
+    /// Opens (creating or migrating) the local database. Loads the outbox and
+    /// the install id. Returns false and sets lastError() on failure.
+    bool open(const QString &databasePath);
+    bool isOpen() const;
+    /// Closes the database (and disconnects).
+    void close();
+    QString databasePath() const;
+    /// Human-readable reason of the last failed call.
+    QString lastError() const;
+
+    // --- state -------------------------------------------------------------
+    ConnectionState connectionState() const;
+    QString gatewayId() const;
+    QUrl currentServer() const;
+    QDateTime nextReconnectAt() const;
+    QString userId() const;
+    QString deviceId() const;
+    QString installId() const;
+    bool isInstallStale() const;
+    int pendingCount() const;
+    bool isOffline() const;
+    /// The durable outbox in creation order, with attempts, last error and
+    /// next retry time of each entry.
+    QList<OutboxEntry> outbox() const;
+    /// Local state of a message or recall request by cmid (Pending if unknown).
+    MessageState messageState(const QString &cmid) const;
+    /// Conversation ids known locally.
+    QStringList conversationIds() const;
+
+public Q_SLOTS:
+    /// Connects (asynchronously) and keeps reconnecting until
+    /// disconnectFromServer(). Needs open() and credentials.
+    void connectToServer();
+    void disconnectFromServer();
+
+    /// Queues a message. The outbox row is committed before this returns; the
+    /// returned cmid (UUID v4) identifies it in messageStateChanged() and the
+    /// models. Returns an empty string (and emits errorOccurred) if the local
+    /// write failed or the arguments are invalid; nothing is sent then.
+    QString send(const QString &conv, const QString &body);
+    /// Queues a recall of one of our messages at `seq`, through the same
+    /// durable outbox (own cmid). The target shows Recalled once the recall
+    /// event is applied. Returns the recall request's cmid, or empty on error.
+    QString recall(const QString &conv, qint64 seq);
+    /// Marks everything up to `seq` read (sent now if connected, else after
+    /// the next hello). Returns false on a local database error.
+    bool markRead(const QString &conv, qint64 seq);
+    /// Pulls a conversation from its cursor until has_more is false.
+    void sync(const QString &conv);
+    /// sync() for every conversation known locally.
+    void syncAll();
+    /// Resends the whole outbox now, in creation order, same cmids.
+    /// Called automatically after every connect + hello.
+    void resendPending();
+    /// After STALE_INSTALL: drops the local events, conversations and cursors,
+    /// generates a new install id, and keeps the outbox (resending it is safe:
+    /// the request key is (conv, user, cmid)). Returns false on a database error.
+    bool resetInstall();
+
+    // --- QA hooks (fault panel) -------------------------------------------------
+    /// Go offline (close the socket, no reconnect) or back online.
+    void setOffline(bool offline);
+    /// Ignore the next reply frame that answers a request (it times out).
+    void dropNextReply();
+    /// Drop the socket right now without a close handshake; reconnect applies.
+    void closeSocketNow();
+
+Q_SIGNALS:
+    void connectionStateChanged(im::ConnectionState state);
+    void identityChanged();
+    void installIdChanged();
+    void installStaleChanged(bool stale);
+    void offlineChanged(bool offline);
+    void requestTimeoutChanged(int ms);
+    /// A message or recall request changed state. `seq` is 0 until known;
+    /// `errorCode` is set for Failed / Expired.
+    void messageStateChanged(const QString &conv, const QString &cmid, qint64 seq,
+                             im::MessageState state, const QString &errorCode);
+    /// Events [fromSeq, toSeq] of `conv` were applied to the local database
+    /// (from a sync page or a push).
+    void eventsApplied(const QString &conv, qint64 fromSeq, qint64 toSeq);
+    /// A conversation's local events were dropped (EPOCH_CHANGED, install reset).
+    void conversationReset(const QString &conv);
+    /// A sync of `conv` reached the server's head (has_more false).
+    void conversationSynced(const QString &conv);
+    /// The conversation list or its markers (head, unread, read, delivered) changed.
+    void conversationsChanged();
+    /// The outbox changed (entry added, removed, attempt recorded).
+    void outboxChanged();
+    /// Something failed that the app should know about: a server error code
+    /// (e.g. UNAUTHENTICATED, NOT_MEMBER, STALE_INSTALL), "STORAGE_ERROR",
+    /// "PROTOCOL_ERROR" or "INVALID_ARGUMENT" (bad call).
+    void errorOccurred(const QString &code, const QString &message);
+
+private:
+    friend class ClientPrivate;
+    std::unique_ptr<ClientPrivate> d;
+};
+
+} // namespace im

@@ -1,0 +1,55 @@
+// im::OutboxModel: the durable outbox, for QA panels and "sending..." badges.
+#pragma once
+
+#include <im/global.h>
+#include <im/types.h>
+
+#include <QtCore/QAbstractListModel>
+
+#include <memory>
+
+namespace im {
+
+class Client;
+class OutboxModelPrivate;
+
+/// The entries still in the durable outbox, in creation order, live.
+class IM_SDK_EXPORT OutboxModel : public QAbstractListModel {
+    Q_OBJECT
+    /// Queue depth (same as Client::pendingCount).
+    Q_PROPERTY(int depth READ depth NOTIFY depthChanged)
+public:
+    enum Roles {
+        CmidRole = Qt::UserRole + 1, ///< QString (also Qt::DisplayRole)
+        ConvRole,        ///< QString
+        KindRole,        ///< QString "send" / "recall"
+        BodyRole,        ///< QString
+        TargetRole,      ///< qint64 recalled seq
+        AttemptsRole,    ///< int times put on the wire
+        LastErrorRole,   ///< QString UNAVAILABLE / TIMEOUT / DISCONNECTED
+        NextRetryAtRole, ///< QDateTime
+        CreatedAtRole,   ///< QDateTime
+        InFlightRole,    ///< bool
+    };
+    Q_ENUM(Roles)
+
+    explicit OutboxModel(Client *client, QObject *parent = nullptr);
+    ~OutboxModel() override;
+
+    int depth() const;
+    int rowCount(const QModelIndex &parent = QModelIndex()) const override;
+    QVariant data(const QModelIndex &index, int role = Qt::DisplayRole) const override;
+    QHash<int, QByteArray> roleNames() const override;
+    Q_INVOKABLE QVariant get(int row, int role) const;
+
+public Q_SLOTS:
+    void refresh();
+
+Q_SIGNALS:
+    void depthChanged();
+
+private:
+    std::unique_ptr<OutboxModelPrivate> d;
+};
+
+} // namespace im

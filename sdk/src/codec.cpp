@@ -1,0 +1,305 @@
+#include "codec_p.h"
+
+#include <QtCore/QJsonArray>
+#include <QtCore/QJsonDocument>
+#include <QtCore/QJsonObject>
+
+#include <cmath>
+
+namespace im::proto {
+namespace {
+
+// A small reader that records the first problem and keeps going, so one
+// decode function per frame type stays linear.
+class Reader {
+public:
+    explicit Reader(const QJsonObject &o) : o_(o) {}
+
+    QString str(const char *key) {
+        const QJsonValue v = o_.value(QLatin1String(key));
+        if (!v.isString()) { fail(key, "string"); return {}; }
+        return v.toString();
+    }
+    QString optStr(const char *key) {
+        const QJsonValue v = o_.value(QLatin1String(key));
+        if (v.isUndefined() || v.isNull()) return {};
+        if (!v.isString()) { fail(key, "string"); return {}; }
+        return v.toString();
+    }
+    qint64 num(const char *key) {
+        const QJsonValue v = o_.value(QLatin1String(key));
+        return toInt(v, key);
+    }
+    std::optional<qint64> optNum(const char *key) {
+        const QJsonValue v = o_.value(QLatin1String(key));
+        if (v.isUndefined() || v.isNull()) return std::nullopt;
+        return toInt(v, key);
+    }
+    bool boolean(const char *key) {
+        const QJsonValue v = o_.value(QLatin1String(key));
+        if (!v.isBool()) { fail(key, "bool"); return false; }
+        return v.toBool();
+    }
+    bool optBool(const char *key) {
+        const QJsonValue v = o_.value(QLatin1String(key));
+        if (v.isUndefined() || v.isNull()) return false;
+        if (!v.isBool()) { fail(key, "bool"); return false; }
+        return v.toBool();
+    }
+    QJsonArray array(const char *key) {
+        const QJsonValue v = o_.value(QLatin1String(key));
+        if (!v.isArray()) { fail(key, "array"); return {}; }
+        return v.toArray();
+    }
+    QJsonObject object(const char *key) {
+        const QJsonValue v = o_.value(QLatin1String(key));
+        if (!v.isObject()) { fail(key, "object"); return {}; }
+        return v.toObject();
+    }
+    void fail(const QString &what) { if (error_.isEmpty()) error_ = what; }
+    const QString &error() const { return error_; }
+
+private:
+    qint64 toInt(const QJsonValue &v, const char *key) {
+        if (!v.isDouble()) { fail(key, "integer"); return 0; }
+        const double d = v.toDouble();
+        if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9007199254740992.0) {
+            fail(key, "integer");
+            return 0;
+        }
+        return static_cast<qint64>(d);
+    }
+    void fail(const char *key, const char *type) {
+        fail(QStringLiteral("field '%1' missing or not a %2")
+                 .arg(QLatin1String(key), QLatin1String(type)));
+    }
+    QJsonObject o_;
+    QString error_;
+};
+
+Event readEvent(const QJsonObject &o, Reader &outer) {
+    Reader r(o);
+    Event e;
+    e.conv = r.str("conv");
+    e.seq = r.num("seq");
+    e.mid = r.optStr("mid");
+    e.kind = r.str("kind");
+    e.sender = r.optStr("sender");
+    e.body = r.optStr("body");
+    e.ts = r.optNum("ts").value_or(0);
+    e.epoch = r.optNum("epoch").value_or(0);
+    if (e.kind == u"recall")
+        e.target = r.num("target");
+    e.user = r.optStr("user");
+    if (e.seq < 1)
+        r.fail(QStringLiteral("event seq must be >= 1"));
+    if (!r.error().isEmpty())
+        outer.fail(QStringLiteral("event: ") + r.error());
+    return e;
+}
+
+QByteArray toFrame(const QJsonObject &o) {
+    return QJsonDocument(o).toJson(QJsonDocument::Compact);
+}
+
+QJsonObject request(const char *type, const QString &rid) {
+    QJsonObject o{{QStringLiteral("t"), QLatin1String(type)}};
+    if (!rid.isEmpty())
+        o.insert(QStringLiteral("rid"), rid);
+    return o;
+}
+
+} // namespace
+
+std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString *ridOut) {
+    QJsonParseError pe{};
+    const QJsonDocument doc = QJsonDocument::fromJson(frame, &pe);
+    if (pe.error != QJsonParseError::NoError || !doc.isObject()) {
+        if (error) *error = QStringLiteral("frame is not a JSON object");
+        return std::nullopt;
+    }
+    const QJsonObject o = doc.object();
+    Reader r(o);
+    Incoming in;
+    in.rid = r.optStr("rid");
+    if (ridOut) *ridOut = in.rid;
+    const QString t = r.str("t");
+    if (!r.error().isEmpty()) {
+        if (error) *error = r.error();
+        return std::nullopt;
+    }
+
+    if (t == u"welcome") {
+        Welcome w;
+        w.user = r.str("user");
+        w.device = r.str("device");
+        w.gateway = r.optStr("gateway");
+        w.serverTime = r.optNum("server_time").value_or(0);
+        in.body = w;
+    } else if (t == u"sent") {
+        Sent s;
+        s.conv = r.str("conv");
+        s.seq = r.num("seq");
+        s.mid = r.optStr("mid");
+        s.dup = r.optBool("dup");
+        s.epoch = r.optNum("epoch").value_or(0);
+        in.body = s;
+    } else if (t == u"page") {
+        Page p;
+        p.conv = r.str("conv");
+        for (const QJsonValue &v : r.array("events")) {
+            if (!v.isObject()) { r.fail(QStringLiteral("events: element is not an object")); break; }
+            Event e = readEvent(v.toObject(), r);
+            if (e.conv != p.conv) r.fail(QStringLiteral("events: event of another conversation"));
+            p.events.append(std::move(e));
+        }
+        p.nextAfter = r.num("next_after");
+        p.hasMore = r.boolean("has_more");
+        p.head = r.num("head");
+        p.minSeq = r.optNum("min_seq").value_or(1);
+        p.trimmed = r.optBool("trimmed");
+        p.epoch = r.num("epoch");
+        for (qsizetype i = 1; i < p.events.size(); ++i)
+            if (p.events[i].seq <= p.events[i - 1].seq)
+                r.fail(QStringLiteral("events: not in ascending seq order"));
+        if (!p.events.isEmpty() && p.nextAfter < p.events.last().seq)
+            r.fail(QStringLiteral("next_after below the last event"));
+        in.body = std::move(p);
+    } else if (t == u"acked") {
+        in.body = Acked{r.str("conv"), r.num("delivered")};
+    } else if (t == u"read_ok") {
+        in.body = ReadOk{r.str("conv"), r.num("read")};
+    } else if (t == u"recalled") {
+        Recalled rc;
+        rc.conv = r.str("conv");
+        rc.seq = r.num("seq");
+        rc.dup = r.optBool("dup");
+        in.body = rc;
+    } else if (t == u"convs") {
+        Convs cs;
+        for (const QJsonValue &v : r.array("convs")) {
+            if (!v.isObject()) { r.fail(QStringLiteral("convs: element is not an object")); break; }
+            Reader c(v.toObject());
+            ConvInfo ci;
+            ci.conv = c.str("conv");
+            ci.kind = c.optStr("kind");
+            ci.head = c.num("head");
+            ci.delivered = c.optNum("delivered").value_or(0);
+            ci.read = c.optNum("read").value_or(0);
+            ci.unread = c.optNum("unread").value_or(0);
+            ci.epoch = c.num("epoch");
+            ci.minSeq = c.optNum("min_seq").value_or(1);
+            if (!c.error().isEmpty()) r.fail(QStringLiteral("convs: ") + c.error());
+            cs.convs.append(ci);
+        }
+        in.body = std::move(cs);
+    } else if (t == u"fetched") {
+        in.body = Fetched{readEvent(r.object("ev"), r)};
+    } else if (t == u"subscribed") {
+        in.body = Subscribed{};
+    } else if (t == u"event") {
+        in.body = EventPush{readEvent(r.object("ev"), r)};
+    } else if (t == u"hint") {
+        Hint h;
+        h.conv = r.str("conv");
+        h.head = r.num("head");
+        h.epoch = r.optNum("epoch").value_or(0);
+        h.read = r.optNum("read");
+        in.body = h;
+    } else if (t == u"resync") {
+        in.body = Resync{};
+    } else if (t == u"goaway") {
+        Goaway g;
+        g.reason = r.optStr("reason");
+        g.retryMs = r.optNum("retry_ms");
+        in.body = g;
+    } else if (t == u"error") {
+        Error e;
+        e.code = r.str("code");
+        e.msg = r.optStr("msg");
+        in.body = e;
+    } else {
+        r.fail(QStringLiteral("unknown frame type '%1'").arg(t));
+    }
+
+    if (!r.error().isEmpty()) {
+        if (error) *error = QStringLiteral("%1: %2").arg(t, r.error());
+        return std::nullopt;
+    }
+    return in;
+}
+
+QByteArray encodeHello(const QString &rid, const QString &token, const QString &install) {
+    QJsonObject o = request("hello", rid);
+    o.insert(QStringLiteral("token"), token);
+    o.insert(QStringLiteral("install"), install);
+    return toFrame(o);
+}
+
+QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body) {
+    QJsonObject o = request("send", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("cmid"), cmid);
+    o.insert(QStringLiteral("body"), body);
+    return toFrame(o);
+}
+
+QByteArray encodeSync(const QString &rid, const QString &conv, qint64 after, int limit,
+                      std::optional<qint64> epoch) {
+    QJsonObject o = request("sync", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("after"), after);
+    if (limit > 0)
+        o.insert(QStringLiteral("limit"), limit);
+    if (epoch)
+        o.insert(QStringLiteral("epoch"), *epoch);
+    return toFrame(o);
+}
+
+QByteArray encodeAck(const QString &rid, const QString &conv, qint64 seq) {
+    QJsonObject o = request("ack", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("seq"), seq);
+    return toFrame(o);
+}
+
+QByteArray encodeRead(const QString &rid, const QString &conv, qint64 seq) {
+    QJsonObject o = request("read", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("seq"), seq);
+    return toFrame(o);
+}
+
+QByteArray encodeRecall(const QString &rid, const QString &conv, qint64 target, const QString &cmid) {
+    QJsonObject o = request("recall", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("target"), target);
+    o.insert(QStringLiteral("cmid"), cmid);
+    return toFrame(o);
+}
+
+QByteArray encodeConvs(const QString &rid) { return toFrame(request("convs", rid)); }
+
+QByteArray encodeFetch(const QString &rid, const QString &conv, qint64 seq) {
+    QJsonObject o = request("fetch", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("seq"), seq);
+    return toFrame(o);
+}
+
+QByteArray encodeSub(const QString &rid) { return toFrame(request("sub", rid)); }
+
+Disposition classify(const std::optional<Incoming> &reply) {
+    if (!reply)
+        return Disposition::Retry; // no reply: outcome unknown, the key makes a resend safe
+    if (const auto *err = std::get_if<Error>(&reply->body)) {
+        // Contract C6: UNAVAILABLE is the only retryable code. Everything
+        // else, including codes this SDK version does not know, is terminal.
+        if (err->code == u"UNAVAILABLE")
+            return Disposition::Retry;
+        return Disposition::Terminal;
+    }
+    return Disposition::Success;
+}
+
+} // namespace im::proto

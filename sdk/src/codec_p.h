@@ -1,0 +1,104 @@
+// The wire codec: pure functions between JSON text frames and typed values.
+// No sockets, no database, no clock: tested with tables of frames.
+#pragma once
+
+#include <QtCore/QByteArray>
+#include <QtCore/QList>
+#include <QtCore/QString>
+
+#include <optional>
+#include <variant>
+
+namespace im::proto {
+
+/// An event as it appears in page.events, fetched.ev and the `event` push.
+struct Event {
+    QString conv;
+    qint64 seq = 0;
+    QString mid;
+    QString kind;   // msg | recall | join | leave
+    QString sender;
+    QString body;   // msg only
+    qint64 ts = 0;
+    qint64 epoch = 0;
+    qint64 target = 0; // recall only
+    QString user;      // join/leave only
+    bool operator==(const Event &) const = default;
+};
+
+struct Welcome { QString user, device, gateway; qint64 serverTime = 0; };
+struct Sent { QString conv; qint64 seq = 0; QString mid; bool dup = false; qint64 epoch = 0; };
+struct Page {
+    QString conv;
+    QList<Event> events;
+    qint64 nextAfter = 0;
+    bool hasMore = false;
+    qint64 head = 0;
+    qint64 minSeq = 1;
+    bool trimmed = false;
+    qint64 epoch = 0;
+};
+struct Acked { QString conv; qint64 delivered = 0; };
+struct ReadOk { QString conv; qint64 read = 0; };
+struct Recalled { QString conv; qint64 seq = 0; bool dup = false; };
+struct ConvInfo {
+    QString conv, kind;
+    qint64 head = 0, delivered = 0, read = 0, unread = 0, epoch = 0, minSeq = 1;
+    bool operator==(const ConvInfo &) const = default;
+};
+struct Convs { QList<ConvInfo> convs; };
+struct Fetched { Event ev; };
+struct Subscribed {};
+struct EventPush { Event ev; };
+struct Hint { QString conv; qint64 head = 0; qint64 epoch = 0; std::optional<qint64> read; };
+struct Resync {};
+struct Goaway { QString reason; std::optional<qint64> retryMs; };
+struct Error { QString code, msg; };
+
+using Body = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, Convs, Fetched,
+                          Subscribed, EventPush, Hint, Resync, Goaway, Error>;
+
+/// A decoded server frame. `rid` is empty for server-initiated frames.
+struct Incoming {
+    QString rid;
+    Body body;
+};
+
+/// Decodes one text frame. On failure returns nullopt and sets *error to a
+/// human-readable reason; *rid receives the frame's rid when one could be read.
+std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString *rid = nullptr);
+
+// Request encoders: each returns one compact JSON text frame.
+QByteArray encodeHello(const QString &rid, const QString &token, const QString &install);
+QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body);
+QByteArray encodeSync(const QString &rid, const QString &conv, qint64 after, int limit,
+                      std::optional<qint64> epoch);
+QByteArray encodeAck(const QString &rid, const QString &conv, qint64 seq);
+QByteArray encodeRead(const QString &rid, const QString &conv, qint64 seq);
+QByteArray encodeRecall(const QString &rid, const QString &conv, qint64 target, const QString &cmid);
+QByteArray encodeConvs(const QString &rid);
+QByteArray encodeFetch(const QString &rid, const QString &conv, qint64 seq);
+QByteArray encodeSub(const QString &rid);
+
+/// What a caller does with the outcome of one request (contract section 1).
+enum class Disposition {
+    Success,   ///< took effect: drop from the outbox, record the ids
+    Terminal,  ///< never will take effect: drop from the outbox, tell the user
+    Retry,     ///< unknown or not applied: keep, resend later with the same key
+};
+
+/// THE classification function, and the only place in the SDK that knows
+/// which error codes are retryable. `reply` is the reply frame for a request,
+/// or nullopt when there was no reply (timeout, socket closed).
+Disposition classify(const std::optional<Incoming> &reply);
+
+/// Well-known error code strings (contract section 8).
+namespace code {
+inline constexpr char16_t OriginalExpired[] = u"ORIGINAL_EXPIRED";
+inline constexpr char16_t EpochChanged[] = u"EPOCH_CHANGED";
+inline constexpr char16_t CursorAhead[] = u"CURSOR_AHEAD";
+inline constexpr char16_t StaleInstall[] = u"STALE_INSTALL";
+inline constexpr char16_t Unauthenticated[] = u"UNAUTHENTICATED";
+} // namespace code
+
+} // namespace im::proto

@@ -1,0 +1,121 @@
+#include <im/conversationlistmodel.h>
+
+#include <im/client.h>
+
+#include "client_p.h"
+#include "rowdiff_p.h"
+
+#include <QtCore/QPointer>
+#include <QtCore/QTimer>
+
+namespace im {
+
+namespace {
+struct ConvItem {
+    detail::ConvRow row;
+    bool operator==(const ConvItem &o) const {
+        const auto &a = row;
+        const auto &b = o.row;
+        return a.conv == b.conv && a.kind == b.kind && a.epoch == b.epoch && a.after == b.after && a.head == b.head
+               && a.delivered == b.delivered && a.read == b.read && a.unread == b.unread && a.gapTo == b.gapTo
+               && a.lastTs == b.lastTs;
+    }
+};
+} // namespace
+
+class ConversationListModelPrivate {
+public:
+    QPointer<Client> client;
+    QList<ConvItem> rows;
+    QTimer reload;
+};
+
+ConversationListModel::ConversationListModel(Client *client, QObject *parent)
+    : QAbstractListModel(parent), d(std::make_unique<ConversationListModelPrivate>()) {
+    d->client = client;
+    d->reload.setSingleShot(true);
+    d->reload.setInterval(20);
+    connect(&d->reload, &QTimer::timeout, this, &ConversationListModel::refresh);
+    if (client) {
+        connect(client, &Client::conversationsChanged, this, [this] {
+            if (!d->reload.isActive())
+                d->reload.start();
+        });
+    }
+    refresh();
+}
+
+ConversationListModel::~ConversationListModel() = default;
+
+int ConversationListModel::count() const { return int(d->rows.size()); }
+
+void ConversationListModel::refresh() {
+    d->reload.stop();
+    QList<ConvItem> fresh;
+    if (d->client) {
+        ClientPrivate *cp = ClientPrivate::get(d->client.data());
+        if (cp->storage.isOpen()) {
+            std::optional<QList<detail::ConvRow>> rows = cp->storage.conversations();
+            if (!rows) {
+                cp->storageFailed(QStringLiteral("cannot read conversations"));
+                return;
+            }
+            for (const detail::ConvRow &r : *rows)
+                fresh.append(ConvItem{r});
+        }
+    }
+    const int before = int(d->rows.size());
+    detail::RowDiffOps ops;
+    ops.beginRemove = [this](int a, int b) { beginRemoveRows({}, a, b); };
+    ops.endRemove = [this] { endRemoveRows(); };
+    ops.beginInsert = [this](int a, int b) { beginInsertRows({}, a, b); };
+    ops.endInsert = [this] { endInsertRows(); };
+    ops.beginReset = [this] { beginResetModel(); };
+    ops.endReset = [this] { endResetModel(); };
+    ops.changed = [this](int r) { emit dataChanged(index(r), index(r)); };
+    detail::applyRowDiff(d->rows, fresh, [](const ConvItem &r) { return r.row.conv; }, ops);
+    if (before != int(d->rows.size()))
+        emit countChanged();
+}
+
+int ConversationListModel::rowCount(const QModelIndex &parent) const {
+    return parent.isValid() ? 0 : int(d->rows.size());
+}
+
+QVariant ConversationListModel::data(const QModelIndex &index, int role) const {
+    if (!index.isValid() || index.row() < 0 || index.row() >= d->rows.size())
+        return {};
+    const detail::ConvRow &r = d->rows.at(index.row()).row;
+    switch (role) {
+    case Qt::DisplayRole:
+    case ConvRole: return r.conv;
+    case KindRole: return r.kind;
+    case HeadRole: return r.head;
+    case UnreadRole: return r.unread;
+    case ReadRole: return r.read;
+    case DeliveredRole: return r.delivered;
+    case EpochRole: return r.epoch;
+    case HasGapRole: return r.gapTo > 0;
+    case CursorRole: return r.after;
+    case LastTimestampRole: return r.lastTs > 0 ? QDateTime::fromMSecsSinceEpoch(r.lastTs) : QDateTime();
+    default: return {};
+    }
+}
+
+QVariant ConversationListModel::get(int row, int role) const { return data(index(row), role); }
+
+int ConversationListModel::indexOf(const QString &conv) const {
+    for (int i = 0; i < d->rows.size(); ++i)
+        if (d->rows[i].row.conv == conv)
+            return i;
+    return -1;
+}
+
+QHash<int, QByteArray> ConversationListModel::roleNames() const {
+    return {{ConvRole, "conv"},       {KindRole, "kind"},         {HeadRole, "head"},
+            {UnreadRole, "unread"},   {ReadRole, "read"},         {DeliveredRole, "delivered"},
+            {EpochRole, "epoch"},     {HasGapRole, "hasGap"},     {CursorRole, "cursor"},
+            {LastTimestampRole, "lastTimestamp"}};
+}
+
+} // namespace im

@@ -1,0 +1,705 @@
+#include "storage_p.h"
+
+#include <im/types.h>
+
+#include <QtCore/QDateTime>
+#include <QtCore/QUuid>
+#include <QtCore/QVariant>
+#include <QtSql/QSqlError>
+#include <QtSql/QSqlQuery>
+
+#include <atomic>
+
+namespace im::detail {
+namespace {
+
+std::atomic<int> connectionCounter{0};
+
+// Forward migrations. Index i upgrades the schema from version i to i + 1.
+// Released entries are never edited; add a new one instead.
+const QList<QStringList> &migrations() {
+    static const QList<QStringList> steps = {
+        // 0 -> 1
+        {
+            QStringLiteral("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)"),
+            QStringLiteral(
+                "CREATE TABLE outbox("
+                " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                " cmid TEXT NOT NULL UNIQUE,"
+                " kind TEXT NOT NULL CHECK(kind IN ('send','recall')),"
+                " conv TEXT NOT NULL,"
+                " body TEXT,"
+                " target INTEGER,"
+                " created_at INTEGER NOT NULL,"
+                " attempts INTEGER NOT NULL DEFAULT 0,"
+                " last_error TEXT,"
+                " next_retry_at INTEGER)"),
+            QStringLiteral(
+                "CREATE TABLE local_messages("
+                " cmid TEXT PRIMARY KEY,"
+                " kind TEXT NOT NULL,"
+                " conv TEXT NOT NULL,"
+                " body TEXT,"
+                " target INTEGER,"
+                " created_at INTEGER NOT NULL,"
+                " state INTEGER NOT NULL,"
+                " error_code TEXT,"
+                " seq INTEGER,"
+                " epoch INTEGER,"
+                " dup INTEGER NOT NULL DEFAULT 0)"),
+            QStringLiteral("CREATE INDEX local_messages_conv ON local_messages(conv, seq)"),
+            QStringLiteral(
+                "CREATE TABLE events("
+                " conv TEXT NOT NULL,"
+                " seq INTEGER NOT NULL,"
+                " mid TEXT,"
+                " kind TEXT NOT NULL,"
+                " sender TEXT,"
+                " body TEXT,"
+                " ts INTEGER,"
+                " epoch INTEGER,"
+                " target INTEGER,"
+                " user TEXT,"
+                " PRIMARY KEY(conv, seq)) WITHOUT ROWID"),
+            QStringLiteral("CREATE INDEX events_recall ON events(conv, target) WHERE kind = 'recall'"),
+            QStringLiteral(
+                "CREATE TABLE conversations("
+                " conv TEXT PRIMARY KEY,"
+                " kind TEXT,"
+                " epoch INTEGER NOT NULL DEFAULT 0,"
+                " after INTEGER NOT NULL DEFAULT 0,"
+                " head INTEGER NOT NULL DEFAULT 0,"
+                " delivered INTEGER NOT NULL DEFAULT 0,"
+                " read INTEGER NOT NULL DEFAULT 0,"
+                " unread INTEGER NOT NULL DEFAULT 0,"
+                " min_seq INTEGER NOT NULL DEFAULT 1,"
+                " gap_to INTEGER NOT NULL DEFAULT 0,"
+                " read_pending INTEGER NOT NULL DEFAULT 0)"),
+        },
+    };
+    return steps;
+}
+
+const QString unreadSql = QStringLiteral(
+    "UPDATE conversations SET unread = (SELECT COUNT(*) FROM events e"
+    " WHERE e.conv = conversations.conv AND e.kind = 'msg' AND e.seq > conversations.read"
+    " AND e.sender IS NOT :self"
+    " AND NOT EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq))"
+    " WHERE conv = :conv");
+
+QVariant nullIfEmpty(const QString &s) { return s.isNull() ? QVariant(QMetaType(QMetaType::QString)) : QVariant(s); }
+
+} // namespace
+
+Storage::Storage()
+    : connection_(QStringLiteral("imsdk-%1").arg(connectionCounter.fetch_add(1))) {}
+
+Storage::~Storage() { close(); }
+
+bool Storage::fail(const QString &what) {
+    error_ = what;
+    return false;
+}
+
+bool Storage::open(const QString &path) {
+    close();
+    path_ = path;
+    {
+        QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), connection_);
+        db.setDatabaseName(path);
+        db.setConnectOptions(QStringLiteral("QSQLITE_BUSY_TIMEOUT=5000"));
+        if (!db.open())
+            return fail(QStringLiteral("cannot open %1: %2").arg(path, db.lastError().text()));
+    }
+    open_ = true;
+    // WAL + synchronous=FULL: a committed outbox row survives power loss.
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    if (!q.exec(QStringLiteral("PRAGMA journal_mode=WAL")) || !q.next()
+        || q.value(0).toString().compare(QLatin1String("wal"), Qt::CaseInsensitive) != 0) {
+        const QString e = QStringLiteral("cannot enable WAL: %1").arg(q.lastError().text());
+        q = QSqlQuery();
+        close();
+        return fail(e);
+    }
+    if (!execSql(QStringLiteral("PRAGMA synchronous=FULL")) || !execSql(QStringLiteral("PRAGMA foreign_keys=ON"))
+        || !migrate()) {
+        const QString e = error_;
+        q = QSqlQuery();
+        close();
+        return fail(e);
+    }
+    return true;
+}
+
+void Storage::close() {
+    if (QSqlDatabase::contains(connection_)) {
+        {
+            QSqlDatabase db = QSqlDatabase::database(connection_, false);
+            db.close();
+        }
+        QSqlDatabase::removeDatabase(connection_);
+    }
+    open_ = false;
+}
+
+bool Storage::exec(QSqlQuery &q) {
+    if (faultCountdown_ > 0 && --faultCountdown_ == 0)
+        return fail(QStringLiteral("injected storage fault"));
+    if (!q.exec())
+        return fail(QStringLiteral("SQLite: %1 (%2)").arg(q.lastError().text(), q.lastQuery()));
+    return true;
+}
+
+bool Storage::execSql(const QString &sql) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    if (!q.prepare(sql))
+        return fail(QStringLiteral("SQLite prepare: %1 (%2)").arg(q.lastError().text(), sql));
+    return exec(q);
+}
+
+bool Storage::begin() {
+    if (!open_)
+        return fail(QStringLiteral("database not open"));
+    // IMMEDIATE: take the write lock up front so a busy database fails here,
+    // not half way through a page.
+    return execSql(QStringLiteral("BEGIN IMMEDIATE"));
+}
+
+bool Storage::commit() {
+    if (execSql(QStringLiteral("COMMIT")))
+        return true;
+    const QString e = error_;
+    rollback();
+    return fail(e);
+}
+
+void Storage::rollback() {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.exec(QStringLiteral("ROLLBACK")); // no-op if no transaction is active
+}
+
+bool Storage::migrate() {
+    if (!execSql(QStringLiteral(
+            "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)")))
+        return false;
+    const int current = schemaVersion();
+    if (current < 0)
+        return false;
+    if (current > SchemaVersion)
+        return fail(QStringLiteral("database schema version %1 is newer than this SDK (%2)")
+                        .arg(current)
+                        .arg(SchemaVersion));
+    const auto &steps = migrations();
+    for (int v = current; v < SchemaVersion; ++v) {
+        if (!begin())
+            return false;
+        for (const QString &sql : steps[v]) {
+            if (!execSql(sql)) {
+                const QString e = error_;
+                rollback();
+                return fail(QStringLiteral("migration %1 -> %2: %3").arg(v).arg(v + 1).arg(e));
+            }
+        }
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("INSERT INTO schema_version(version, applied_at) VALUES(?, ?)"));
+        q.addBindValue(v + 1);
+        q.addBindValue(QDateTime::currentMSecsSinceEpoch());
+        if (!exec(q)) {
+            const QString e = error_;
+            q = QSqlQuery();
+            rollback();
+            return fail(e);
+        }
+        if (!commit())
+            return false;
+    }
+    return true;
+}
+
+int Storage::schemaVersion() {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT COALESCE(MAX(version), 0) FROM schema_version"));
+    if (!exec(q) || !q.next())
+        return -1;
+    return q.value(0).toInt();
+}
+
+std::optional<QString> Storage::meta(const QString &key) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT value FROM meta WHERE key = ?"));
+    q.addBindValue(key);
+    if (!exec(q))
+        return std::nullopt;
+    if (!q.next())
+        return QString();
+    return q.value(0).toString();
+}
+
+bool Storage::setMeta(const QString &key, const QString &value) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("INSERT INTO meta(key, value) VALUES(?, ?)"
+                             " ON CONFLICT(key) DO UPDATE SET value = excluded.value"));
+    q.addBindValue(key);
+    q.addBindValue(value);
+    return exec(q);
+}
+
+qint64 Storage::enqueue(const OutboxRow &row) {
+    if (!begin())
+        return 0;
+    qint64 id = 0;
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, target, created_at)"
+                                 " VALUES(?, ?, ?, ?, ?, ?)"));
+        q.addBindValue(row.cmid);
+        q.addBindValue(row.kind);
+        q.addBindValue(row.conv);
+        q.addBindValue(nullIfEmpty(row.body));
+        q.addBindValue(row.kind == u"recall" ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
+        q.addBindValue(row.createdAt);
+        if (!exec(q)) { q = QSqlQuery(); rollback(); return 0; }
+        id = q.lastInsertId().toLongLong();
+        QSqlQuery m(QSqlDatabase::database(connection_, false));
+        m.prepare(QStringLiteral("INSERT INTO local_messages(cmid, kind, conv, body, target, created_at, state)"
+                                 " VALUES(?, ?, ?, ?, ?, ?, ?)"));
+        m.addBindValue(row.cmid);
+        m.addBindValue(row.kind);
+        m.addBindValue(row.conv);
+        m.addBindValue(nullIfEmpty(row.body));
+        m.addBindValue(row.kind == u"recall" ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
+        m.addBindValue(row.createdAt);
+        m.addBindValue(int(MessageState::Pending));
+        if (!exec(m)) { q = QSqlQuery(); m = QSqlQuery(); rollback(); return 0; }
+    }
+    if (!commit())
+        return 0;
+    return id;
+}
+
+std::optional<QList<OutboxRow>> Storage::loadOutbox() {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT id, cmid, kind, conv, body, target, created_at, attempts, last_error,"
+                             " next_retry_at FROM outbox ORDER BY id"));
+    if (!exec(q))
+        return std::nullopt;
+    QList<OutboxRow> rows;
+    while (q.next()) {
+        OutboxRow r;
+        r.id = q.value(0).toLongLong();
+        r.cmid = q.value(1).toString();
+        r.kind = q.value(2).toString();
+        r.conv = q.value(3).toString();
+        r.body = q.value(4).toString();
+        r.target = q.value(5).toLongLong();
+        r.createdAt = q.value(6).toLongLong();
+        r.attempts = q.value(7).toInt();
+        r.lastError = q.value(8).toString();
+        r.nextRetryAt = q.value(9).toLongLong();
+        rows.append(r);
+    }
+    return rows;
+}
+
+bool Storage::finishOutbox(const QString &cmid, int state, const QString &errorCode, qint64 seq, bool dup,
+                           qint64 epoch) {
+    if (!begin())
+        return false;
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("DELETE FROM outbox WHERE cmid = ?"));
+        q.addBindValue(cmid);
+        if (!exec(q)) { q = QSqlQuery(); rollback(); return false; }
+        QSqlQuery m(QSqlDatabase::database(connection_, false));
+        m.prepare(QStringLiteral("UPDATE local_messages SET state = ?, error_code = ?, seq = ?, dup = ?, epoch = ?"
+                                 " WHERE cmid = ?"));
+        m.addBindValue(state);
+        m.addBindValue(nullIfEmpty(errorCode));
+        m.addBindValue(seq > 0 ? QVariant(seq) : QVariant(QMetaType(QMetaType::LongLong)));
+        m.addBindValue(dup ? 1 : 0);
+        m.addBindValue(epoch > 0 ? QVariant(epoch) : QVariant(QMetaType(QMetaType::LongLong)));
+        m.addBindValue(cmid);
+        if (!exec(m)) { q = QSqlQuery(); m = QSqlQuery(); rollback(); return false; }
+    }
+    return commit();
+}
+
+bool Storage::recordRetry(const QString &cmid, int attempts, const QString &lastError, qint64 nextRetryAt) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE outbox SET attempts = ?, last_error = ?, next_retry_at = ? WHERE cmid = ?"));
+    q.addBindValue(attempts);
+    q.addBindValue(lastError);
+    q.addBindValue(nextRetryAt);
+    q.addBindValue(cmid);
+    return exec(q);
+}
+
+std::optional<LocalMessage> Storage::localMessage(const QString &cmid) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT cmid, kind, conv, body, target, state, error_code, seq, dup"
+                             " FROM local_messages WHERE cmid = ?"));
+    q.addBindValue(cmid);
+    if (!exec(q) || !q.next())
+        return std::nullopt;
+    LocalMessage m;
+    m.cmid = q.value(0).toString();
+    m.kind = q.value(1).toString();
+    m.conv = q.value(2).toString();
+    m.body = q.value(3).toString();
+    m.target = q.value(4).toLongLong();
+    m.state = q.value(5).toInt();
+    m.errorCode = q.value(6).toString();
+    m.seq = q.value(7).toLongLong();
+    m.dup = q.value(8).toBool();
+    return m;
+}
+
+static ConvRow readConv(const QSqlQuery &q) {
+    ConvRow c;
+    c.conv = q.value(0).toString();
+    c.kind = q.value(1).toString();
+    c.epoch = q.value(2).toLongLong();
+    c.after = q.value(3).toLongLong();
+    c.head = q.value(4).toLongLong();
+    c.delivered = q.value(5).toLongLong();
+    c.read = q.value(6).toLongLong();
+    c.unread = q.value(7).toLongLong();
+    c.minSeq = q.value(8).toLongLong();
+    c.gapTo = q.value(9).toLongLong();
+    c.readPending = q.value(10).toLongLong();
+    c.lastTs = q.value(11).toLongLong();
+    return c;
+}
+
+static const QString convColumns = QStringLiteral(
+    "c.conv, c.kind, c.epoch, c.after, c.head, c.delivered, c.read, c.unread, c.min_seq, c.gap_to,"
+    " c.read_pending, (SELECT e.ts FROM events e WHERE e.conv = c.conv ORDER BY e.seq DESC LIMIT 1)");
+
+std::optional<ConvRow> Storage::conversation(const QString &conv) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT %1 FROM conversations c WHERE c.conv = ?").arg(convColumns));
+    q.addBindValue(conv);
+    if (!exec(q) || !q.next())
+        return std::nullopt;
+    return readConv(q);
+}
+
+std::optional<QList<ConvRow>> Storage::conversations() {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT %1 FROM conversations c ORDER BY 12 DESC, c.conv").arg(convColumns));
+    if (!exec(q))
+        return std::nullopt;
+    QList<ConvRow> rows;
+    while (q.next())
+        rows.append(readConv(q));
+    return rows;
+}
+
+bool Storage::upsertConversations(const QList<proto::ConvInfo> &convs) {
+    if (!begin())
+        return false;
+    for (const proto::ConvInfo &c : convs) {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        // The server's markers never go down; neither do ours.
+        q.prepare(QStringLiteral(
+            "INSERT INTO conversations(conv, kind, head, delivered, read, unread, min_seq)"
+            " VALUES(:conv, :kind, :head, :delivered, :read, :unread, :min_seq)"
+            " ON CONFLICT(conv) DO UPDATE SET kind = excluded.kind, head = MAX(head, excluded.head),"
+            " delivered = MAX(delivered, excluded.delivered), read = MAX(read, excluded.read),"
+            " unread = excluded.unread, min_seq = MAX(min_seq, excluded.min_seq)"));
+        q.bindValue(QStringLiteral(":conv"), c.conv);
+        q.bindValue(QStringLiteral(":kind"), c.kind);
+        q.bindValue(QStringLiteral(":head"), c.head);
+        q.bindValue(QStringLiteral(":delivered"), c.delivered);
+        q.bindValue(QStringLiteral(":read"), c.read);
+        q.bindValue(QStringLiteral(":unread"), c.unread);
+        q.bindValue(QStringLiteral(":min_seq"), c.minSeq);
+        if (!exec(q)) { q = QSqlQuery(); rollback(); return false; }
+    }
+    return commit();
+}
+
+bool Storage::ensureConversation(const QString &conv) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
+    q.addBindValue(conv);
+    return exec(q);
+}
+
+bool Storage::applyPage(const proto::Page &page) {
+    if (!begin())
+        return false;
+    auto abort = [this]() {
+        const QString e = error_;
+        rollback();
+        return fail(e);
+    };
+    {
+        QSqlQuery ensure(QSqlDatabase::database(connection_, false));
+        ensure.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
+        ensure.addBindValue(page.conv);
+        if (!exec(ensure)) { ensure = QSqlQuery(); return abort(); }
+    }
+    for (const proto::Event &e : page.events) {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        // Keyed by (conv, seq): re-applying a page is harmless (events are
+        // immutable on the server; REPLACE also heals a rebuild after CURSOR_AHEAD).
+        q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user)"
+                                 " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+        q.addBindValue(e.conv);
+        q.addBindValue(e.seq);
+        q.addBindValue(e.mid);
+        q.addBindValue(e.kind);
+        q.addBindValue(nullIfEmpty(e.sender));
+        q.addBindValue(nullIfEmpty(e.body));
+        q.addBindValue(e.ts);
+        q.addBindValue(e.epoch > 0 ? e.epoch : page.epoch);
+        q.addBindValue(e.kind == u"recall" ? QVariant(e.target) : QVariant(QMetaType(QMetaType::LongLong)));
+        q.addBindValue(nullIfEmpty(e.user));
+        if (!exec(q)) { q = QSqlQuery(); return abort(); }
+    }
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral(
+            "UPDATE conversations SET after = MAX(after, :after), epoch = :epoch, head = MAX(head, :head),"
+            " min_seq = :min_seq, gap_to = CASE WHEN :trimmed THEN MAX(gap_to, :min_seq - 1) ELSE gap_to END"
+            " WHERE conv = :conv"));
+        q.bindValue(QStringLiteral(":after"), page.nextAfter);
+        q.bindValue(QStringLiteral(":epoch"), page.epoch);
+        q.bindValue(QStringLiteral(":head"), page.head);
+        q.bindValue(QStringLiteral(":min_seq"), page.minSeq);
+        q.bindValue(QStringLiteral(":trimmed"), page.trimmed ? 1 : 0);
+        q.bindValue(QStringLiteral(":conv"), page.conv);
+        if (!exec(q)) { q = QSqlQuery(); return abort(); }
+    }
+    {
+        std::optional<QString> self = meta(QStringLiteral("user"));
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(unreadSql);
+        q.bindValue(QStringLiteral(":self"), self.value_or(QString()));
+        q.bindValue(QStringLiteral(":conv"), page.conv);
+        if (!exec(q)) { q = QSqlQuery(); return abort(); }
+    }
+    return commit();
+}
+
+bool Storage::applyPushedEvent(const proto::Event &ev, bool *applied) {
+    *applied = false;
+    if (!begin())
+        return false;
+    auto abort = [this]() {
+        const QString e = error_;
+        rollback();
+        return fail(e);
+    };
+    {
+        QSqlQuery c(QSqlDatabase::database(connection_, false));
+        c.prepare(QStringLiteral("SELECT after, epoch FROM conversations WHERE conv = ?"));
+        c.addBindValue(ev.conv);
+        if (!exec(c)) { c = QSqlQuery(); return abort(); }
+        if (!c.next() || c.value(1).toLongLong() == 0 || c.value(1).toLongLong() != ev.epoch
+            || ev.seq != c.value(0).toLongLong() + 1) {
+            c = QSqlQuery();
+            rollback();
+            return true; // not the next one: the caller syncs instead
+        }
+    }
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user)"
+                                 " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+        q.addBindValue(ev.conv);
+        q.addBindValue(ev.seq);
+        q.addBindValue(ev.mid);
+        q.addBindValue(ev.kind);
+        q.addBindValue(nullIfEmpty(ev.sender));
+        q.addBindValue(nullIfEmpty(ev.body));
+        q.addBindValue(ev.ts);
+        q.addBindValue(ev.epoch);
+        q.addBindValue(ev.kind == u"recall" ? QVariant(ev.target) : QVariant(QMetaType(QMetaType::LongLong)));
+        q.addBindValue(nullIfEmpty(ev.user));
+        if (!exec(q)) { q = QSqlQuery(); return abort(); }
+        QSqlQuery u(QSqlDatabase::database(connection_, false));
+        u.prepare(QStringLiteral("UPDATE conversations SET after = :seq, head = MAX(head, :seq) WHERE conv = :conv"));
+        u.bindValue(QStringLiteral(":seq"), ev.seq);
+        u.bindValue(QStringLiteral(":conv"), ev.conv);
+        if (!exec(u)) { q = QSqlQuery(); u = QSqlQuery(); return abort(); }
+        std::optional<QString> self = meta(QStringLiteral("user"));
+        QSqlQuery n(QSqlDatabase::database(connection_, false));
+        n.prepare(unreadSql);
+        n.bindValue(QStringLiteral(":self"), self.value_or(QString()));
+        n.bindValue(QStringLiteral(":conv"), ev.conv);
+        if (!exec(n)) { q = QSqlQuery(); u = QSqlQuery(); n = QSqlQuery(); return abort(); }
+    }
+    if (!commit())
+        return false;
+    *applied = true;
+    return true;
+}
+
+bool Storage::resetConversation(const QString &conv, bool dropEvents) {
+    if (!begin())
+        return false;
+    {
+        if (dropEvents) {
+            QSqlQuery d(QSqlDatabase::database(connection_, false));
+            d.prepare(QStringLiteral("DELETE FROM events WHERE conv = ?"));
+            d.addBindValue(conv);
+            if (!exec(d)) { d = QSqlQuery(); rollback(); return false; }
+        }
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(dropEvents
+                      ? QStringLiteral("UPDATE conversations SET after = 0, epoch = 0, head = 0, gap_to = 0 WHERE conv = ?")
+                      : QStringLiteral("UPDATE conversations SET after = 0, epoch = 0 WHERE conv = ?"));
+        q.addBindValue(conv);
+        if (!exec(q)) { q = QSqlQuery(); rollback(); return false; }
+    }
+    return commit();
+}
+
+bool Storage::setDelivered(const QString &conv, qint64 delivered) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE conversations SET delivered = MAX(delivered, ?) WHERE conv = ?"));
+    q.addBindValue(delivered);
+    q.addBindValue(conv);
+    return exec(q);
+}
+
+bool Storage::setRead(const QString &conv, qint64 read) {
+    if (!begin())
+        return false;
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("UPDATE conversations SET read = MAX(read, ?),"
+                                 " read_pending = CASE WHEN read_pending <= ? THEN 0 ELSE read_pending END"
+                                 " WHERE conv = ?"));
+        q.addBindValue(read);
+        q.addBindValue(read);
+        q.addBindValue(conv);
+        if (!exec(q)) { q = QSqlQuery(); rollback(); return false; }
+        std::optional<QString> self = meta(QStringLiteral("user"));
+        QSqlQuery n(QSqlDatabase::database(connection_, false));
+        n.prepare(unreadSql);
+        n.bindValue(QStringLiteral(":self"), self.value_or(QString()));
+        n.bindValue(QStringLiteral(":conv"), conv);
+        if (!exec(n)) { q = QSqlQuery(); n = QSqlQuery(); rollback(); return false; }
+    }
+    return commit();
+}
+
+bool Storage::setReadPending(const QString &conv, qint64 seq) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE conversations SET read_pending = MAX(read_pending, ?) WHERE conv = ?"));
+    q.addBindValue(seq);
+    q.addBindValue(conv);
+    return exec(q);
+}
+
+bool Storage::updateHead(const QString &conv, qint64 head) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE conversations SET head = MAX(head, ?) WHERE conv = ?"));
+    q.addBindValue(head);
+    q.addBindValue(conv);
+    return exec(q);
+}
+
+bool Storage::resetInstallState(const QString &newInstallId) {
+    if (!begin())
+        return false;
+    for (const QString &sql : {QStringLiteral("DELETE FROM events"), QStringLiteral("DELETE FROM conversations"),
+                               QStringLiteral("DELETE FROM meta WHERE key = 'install_stale'")}) {
+        if (!execSql(sql)) { rollback(); return false; }
+    }
+    if (!setMeta(QStringLiteral("install_id"), newInstallId)) {
+        rollback();
+        return false;
+    }
+    return commit();
+}
+
+std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QString &self) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral(
+        "SELECT * FROM ("
+        " SELECT e.seq AS seq, e.kind AS kind, e.sender AS sender, e.body AS body, e.ts AS ts, lm.cmid AS cmid,"
+        "  lm.state AS state, lm.error_code AS error_code, COALESCE(lm.dup, 0) AS dup,"
+        "  EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq) AS recalled,"
+        "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own"
+        " FROM events e LEFT JOIN local_messages lm"
+        "  ON lm.conv = e.conv AND lm.kind = 'send' AND lm.seq = e.seq AND lm.epoch = e.epoch"
+        " WHERE e.conv = :conv AND e.kind <> 'recall'"
+        " UNION ALL"
+        " SELECT lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
+        " FROM local_messages lm LEFT JOIN conversations c ON c.conv = lm.conv"
+        " WHERE lm.conv = :conv AND lm.kind = 'send' AND (lm.seq IS NULL OR ("
+        "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
+        "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.seq = lm.seq)))"
+        ") ORDER BY seq IS NULL, seq, ts"));
+    q.bindValue(QStringLiteral(":conv"), conv);
+    q.bindValue(QStringLiteral(":self"), self);
+    if (!exec(q))
+        return std::nullopt;
+    QList<MessageRow> rows;
+    while (q.next()) {
+        MessageRow r;
+        r.seq = q.value(0).toLongLong();
+        r.kind = q.value(1).toString();
+        r.sender = q.value(2).toString();
+        r.body = q.value(3).toString();
+        r.ts = q.value(4).toLongLong();
+        r.cmid = q.value(5).toString();
+        r.state = q.value(6).isNull() ? int(MessageState::Sent) : q.value(6).toInt();
+        r.errorCode = q.value(7).toString();
+        r.dup = q.value(8).toBool();
+        if (q.value(9).toBool())
+            r.state = int(MessageState::Recalled);
+        r.user = q.value(10).toString();
+        r.own = q.value(11).toBool();
+        rows.append(r);
+    }
+    return rows;
+}
+
+std::optional<QList<proto::Event>> Storage::events(const QString &conv) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT conv, seq, mid, kind, sender, body, ts, epoch, target, user FROM events"
+                             " WHERE conv = ? ORDER BY seq"));
+    q.addBindValue(conv);
+    if (!exec(q))
+        return std::nullopt;
+    QList<proto::Event> out;
+    while (q.next()) {
+        proto::Event e;
+        e.conv = q.value(0).toString();
+        e.seq = q.value(1).toLongLong();
+        e.mid = q.value(2).toString();
+        e.kind = q.value(3).toString();
+        e.sender = q.value(4).toString();
+        e.body = q.value(5).toString();
+        e.ts = q.value(6).toLongLong();
+        e.epoch = q.value(7).toLongLong();
+        e.target = q.value(8).toLongLong();
+        e.user = q.value(9).toString();
+        out.append(e);
+    }
+    return out;
+}
+
+QString Storage::cmidAt(const QString &conv, qint64 seq) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT cmid FROM local_messages WHERE conv = ? AND seq = ? AND kind = 'send'"));
+    q.addBindValue(conv);
+    q.addBindValue(seq);
+    if (!exec(q) || !q.next())
+        return {};
+    return q.value(0).toString();
+}
+
+bool Storage::clearReadPending(const QString &conv) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE conversations SET read_pending = 0 WHERE conv = ?"));
+    q.addBindValue(conv);
+    return exec(q);
+}
+
+} // namespace im::detail

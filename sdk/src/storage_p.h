@@ -1,0 +1,144 @@
+// The local database: SQLite (WAL, synchronous=FULL), schema version table and
+// forward migrations. All SQL of the SDK lives here; every write is one short
+// transaction and every failure is returned to the caller (never swallowed).
+#pragma once
+
+#include "codec_p.h"
+
+#include <QtCore/QList>
+#include <QtCore/QString>
+#include <QtSql/QSqlDatabase>
+
+#include <optional>
+
+class QSqlQuery;
+
+namespace im::detail {
+
+struct OutboxRow {
+    qint64 id = 0;
+    QString cmid;
+    QString kind; // "send" | "recall"
+    QString conv;
+    QString body;
+    qint64 target = 0;
+    qint64 createdAt = 0;   // ms since epoch
+    int attempts = 0;
+    QString lastError;
+    qint64 nextRetryAt = 0; // ms since epoch, 0 = none
+};
+
+struct ConvRow {
+    QString conv;
+    QString kind;
+    qint64 epoch = 0; // 0 = unknown (no cursor)
+    qint64 after = 0; // cursor: last applied seq
+    qint64 head = 0;
+    qint64 delivered = 0;
+    qint64 read = 0;
+    qint64 unread = 0;
+    qint64 minSeq = 1;
+    qint64 gapTo = 0;       // > 0: events up to this seq were purged before we saw them
+    qint64 readPending = 0; // a `read` the server has not confirmed yet
+    qint64 lastTs = 0;
+};
+
+struct MessageRow {
+    qint64 seq = 0; // 0 = not known yet
+    QString kind;
+    QString sender;
+    QString body;
+    qint64 ts = 0;
+    QString cmid;
+    int state = 0;  // im::MessageState
+    QString errorCode;
+    bool dup = false;
+    bool own = false;
+    QString user;   // join/leave
+    QString key() const { return cmid.isEmpty() ? QStringLiteral("#%1").arg(seq) : cmid; }
+    bool operator==(const MessageRow &) const = default;
+};
+
+struct LocalMessage {
+    QString cmid, kind, conv, body;
+    qint64 target = 0;
+    int state = 0;
+    QString errorCode;
+    qint64 seq = 0;
+    bool dup = false;
+};
+
+class Storage {
+public:
+    static constexpr int SchemaVersion = 1;
+
+    Storage();
+    ~Storage();
+    Storage(const Storage &) = delete;
+    Storage &operator=(const Storage &) = delete;
+
+    bool open(const QString &path);
+    void close();
+    bool isOpen() const { return open_; }
+    QString path() const { return path_; }
+    const QString &lastError() const { return error_; }
+
+    int schemaVersion();
+    std::optional<QString> meta(const QString &key);
+    bool setMeta(const QString &key, const QString &value);
+
+    // Outbox. enqueue() writes the outbox row and the timeline row in one
+    // committed transaction; it returns the outbox row id, or 0 on failure.
+    qint64 enqueue(const OutboxRow &row);
+    std::optional<QList<OutboxRow>> loadOutbox();
+    // Final answer: outbox row deleted and timeline row updated, one transaction.
+    bool finishOutbox(const QString &cmid, int state, const QString &errorCode, qint64 seq,
+                      bool dup, qint64 epoch);
+    bool recordRetry(const QString &cmid, int attempts, const QString &lastError, qint64 nextRetryAt);
+    std::optional<LocalMessage> localMessage(const QString &cmid);
+
+    // Conversations and cursors.
+    std::optional<ConvRow> conversation(const QString &conv);
+    std::optional<QList<ConvRow>> conversations();
+    bool upsertConversations(const QList<proto::ConvInfo> &convs);
+    bool ensureConversation(const QString &conv);
+    // One transaction: events (idempotent on (conv, seq)), markers, cursor.
+    bool applyPage(const proto::Page &page);
+    // One transaction: the pushed event and cursor = seq, only if seq == after + 1.
+    // *applied says whether it was the next one.
+    bool applyPushedEvent(const proto::Event &ev, bool *applied);
+    // Drops the cursor (and with dropEvents the local events) of one conversation.
+    bool resetConversation(const QString &conv, bool dropEvents);
+    bool setDelivered(const QString &conv, qint64 delivered);
+    bool setRead(const QString &conv, qint64 read);
+    bool setReadPending(const QString &conv, qint64 seq);
+    bool updateHead(const QString &conv, qint64 head);
+    // Drops events, conversations and cursors (install reset). Outbox is kept.
+    bool resetInstallState(const QString &newInstallId);
+
+    std::optional<QList<MessageRow>> messages(const QString &conv, const QString &self);
+    std::optional<QList<proto::Event>> events(const QString &conv);
+    // cmid of our own message at (conv, seq), empty if none.
+    QString cmidAt(const QString &conv, qint64 seq);
+    bool clearReadPending(const QString &conv);
+
+    // Test hook: the n-th write statement from now fails (0 disables).
+    void injectFaultAfter(int statements) { faultCountdown_ = statements; }
+
+private:
+    bool exec(QSqlQuery &q);
+    bool execSql(const QString &sql);
+    bool begin();
+    bool commit();
+    void rollback();
+    bool migrate();
+    bool fail(const QString &what);
+
+    QString connection_;
+    QString path_;
+    QString error_;
+    bool open_ = false;
+    int faultCountdown_ = 0;
+};
+
+} // namespace im::detail

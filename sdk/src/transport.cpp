@@ -1,0 +1,176 @@
+#include "transport_p.h"
+
+#include <QtCore/QRandomGenerator>
+#include <QtWebSockets/QWebSocket>
+
+#include <algorithm>
+
+namespace im::detail {
+
+Transport::Transport(QObject *parent) : QObject(parent) {
+    reconnectTimer_.setSingleShot(true);
+    connect(&reconnectTimer_, &QTimer::timeout, this, &Transport::attempt);
+    openTimer_.setSingleShot(true);
+    connect(&openTimer_, &QTimer::timeout, this, [this] {
+        // The handshake did not finish in time: count it as a lost attempt.
+        if (state_ == State::Connecting)
+            onLost();
+    });
+}
+
+Transport::~Transport() {
+    running_ = false;
+    dropSocket();
+}
+
+void Transport::setUrls(const QList<QUrl> &urls) {
+    urls_ = urls;
+    urlIndex_ = 0;
+}
+
+void Transport::setBackoff(int initialMs, int maxMs) {
+    initialMs_ = std::max(1, initialMs);
+    maxMs_ = std::max(initialMs_, maxMs);
+}
+
+QUrl Transport::currentUrl() const {
+    if (urls_.isEmpty())
+        return {};
+    return urls_.at(urlIndex_ % urls_.size());
+}
+
+void Transport::setState(State s) {
+    if (state_ == s)
+        return;
+    state_ = s;
+    emit stateChanged(s);
+}
+
+void Transport::start() {
+    if (running_)
+        return;
+    running_ = true;
+    failures_ = 0;
+    attempt();
+}
+
+void Transport::stop() {
+    running_ = false;
+    reconnectTimer_.stop();
+    openTimer_.stop();
+    nextAttemptAt_ = {};
+    const bool wasOpen = state_ == State::Open;
+    dropSocket();
+    setState(State::Idle);
+    if (wasOpen)
+        emit closed();
+}
+
+void Transport::dropSocket() {
+    if (!socket_)
+        return;
+    QWebSocket *s = socket_;
+    socket_ = nullptr;
+    s->disconnect(this);
+    s->abort();
+    s->deleteLater();
+}
+
+void Transport::attempt() {
+    reconnectTimer_.stop();
+    nextAttemptAt_ = {};
+    if (!running_)
+        return;
+    dropSocket();
+    if (urls_.isEmpty()) {
+        scheduleReconnect(-1);
+        return;
+    }
+    auto *s = new QWebSocket(QString(), QWebSocketProtocol::VersionLatest, this);
+    socket_ = s;
+    s->setMaxAllowedIncomingFrameSize(64 * 1024);
+    s->setMaxAllowedIncomingMessageSize(64 * 1024);
+    connect(s, &QWebSocket::connected, this, [this, s] {
+        if (s != socket_)
+            return;
+        openTimer_.stop();
+        setState(State::Open);
+        emit opened();
+    });
+    connect(s, &QWebSocket::disconnected, this, [this, s] {
+        if (s == socket_)
+            onLost();
+    });
+    connect(s, qOverload<QAbstractSocket::SocketError>(&QWebSocket::error), this, [this, s](QAbstractSocket::SocketError) {
+        // Some failures (refused, host not found) report only an error.
+        if (s == socket_ && s->state() == QAbstractSocket::UnconnectedState)
+            onLost();
+    });
+    connect(s, &QWebSocket::textMessageReceived, this, [this, s](const QString &text) {
+        if (s == socket_)
+            emit textReceived(text.toUtf8());
+    });
+    connect(s, &QWebSocket::binaryMessageReceived, this, [this, s](const QByteArray &) {
+        // The contract has text frames only; a binary one means a broken peer.
+        if (s == socket_)
+            s->abort();
+    });
+    setState(State::Connecting);
+    openTimer_.start(openTimeoutMs_);
+    s->open(currentUrl());
+}
+
+void Transport::onLost() {
+    openTimer_.stop();
+    const bool wasOpen = state_ == State::Open;
+    dropSocket();
+    if (wasOpen)
+        emit closed();
+    if (!running_) {
+        setState(State::Idle);
+        return;
+    }
+    // Rotate through the configured URLs on every lost attempt.
+    if (!urls_.isEmpty())
+        urlIndex_ = (urlIndex_ + 1) % urls_.size();
+    ++failures_;
+    scheduleReconnect(-1);
+}
+
+void Transport::scheduleReconnect(int delayMs) {
+    if (delayMs < 0) {
+        // Capped exponential backoff with "equal jitter": [d/2, d].
+        const int exp = std::min(failures_ > 0 ? failures_ - 1 : 0, 20);
+        const qint64 d = std::min<qint64>(maxMs_, qint64(initialMs_) << exp);
+        delayMs = int(d / 2 + QRandomGenerator::global()->bounded(d / 2 + 1));
+    }
+    nextAttemptAt_ = QDateTime::currentDateTimeUtc().addMSecs(delayMs);
+    setState(State::Waiting);
+    reconnectTimer_.start(delayMs);
+}
+
+void Transport::moveToNextServer(int delayMs) {
+    if (!running_)
+        return;
+    openTimer_.stop();
+    const bool wasOpen = state_ == State::Open;
+    dropSocket();
+    if (wasOpen)
+        emit closed();
+    if (!urls_.isEmpty())
+        urlIndex_ = (urlIndex_ + 1) % urls_.size();
+    scheduleReconnect(std::max(0, delayMs));
+}
+
+void Transport::abortNow() {
+    if (socket_)
+        onLost();
+}
+
+bool Transport::sendText(const QByteArray &frame) {
+    if (!socket_ || state_ != State::Open)
+        return false;
+    return socket_->sendTextMessage(QString::fromUtf8(frame)) >= 0;
+}
+
+} // namespace im::detail

@@ -1,0 +1,77 @@
+// The transport: the only code in the SDK that touches QWebSocket. It owns
+// the socket, the reconnect timer (capped exponential backoff with jitter)
+// and the rotation through the configured server URLs.
+#pragma once
+
+#include <QtCore/QDateTime>
+#include <QtCore/QList>
+#include <QtCore/QObject>
+#include <QtCore/QPointer>
+#include <QtCore/QTimer>
+#include <QtCore/QUrl>
+
+class QWebSocket;
+
+namespace im::detail {
+
+class Transport : public QObject {
+    Q_OBJECT
+public:
+    enum class State { Idle, Connecting, Open, Waiting };
+    Q_ENUM(State)
+
+    explicit Transport(QObject *parent = nullptr);
+    ~Transport() override;
+
+    void setUrls(const QList<QUrl> &urls);
+    void setBackoff(int initialMs, int maxMs);
+    void setOpenTimeout(int ms) { openTimeoutMs_ = ms; }
+
+    /// Starts connecting to the current URL and keeps reconnecting on loss.
+    void start();
+    /// Closes the socket and stops reconnecting.
+    void stop();
+    /// Server asked us to go (goaway): move to the next URL and reconnect
+    /// after `delayMs`.
+    void moveToNextServer(int delayMs);
+    /// Drops the socket now (no close handshake); reconnect logic applies.
+    void abortNow();
+    /// Call once the session is established (hello answered): the next loss
+    /// starts the backoff from the beginning again.
+    void resetBackoff() { failures_ = 0; }
+
+    bool sendText(const QByteArray &frame);
+
+    State state() const { return state_; }
+    QUrl currentUrl() const;
+    QDateTime nextAttemptAt() const { return nextAttemptAt_; }
+    bool isRunning() const { return running_; }
+
+signals:
+    void opened();
+    void closed();
+    void textReceived(const QByteArray &frame);
+    void stateChanged(im::detail::Transport::State state);
+
+private:
+    void attempt();
+    void onLost();
+    void scheduleReconnect(int delayMs);
+    void setState(State s);
+    void dropSocket();
+
+    QList<QUrl> urls_;
+    int urlIndex_ = 0;
+    int initialMs_ = 500;
+    int maxMs_ = 30000;
+    int openTimeoutMs_ = 10000;
+    int failures_ = 0;
+    bool running_ = false;
+    State state_ = State::Idle;
+    QDateTime nextAttemptAt_;
+    QPointer<QWebSocket> socket_;
+    QTimer reconnectTimer_;
+    QTimer openTimer_;
+};
+
+} // namespace im::detail
