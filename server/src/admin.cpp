@@ -1,0 +1,268 @@
+#include "admin.hpp"
+
+#include "database.hpp"
+#include "db_pool.hpp"
+#include "log.hpp"
+#include "store.hpp"
+
+#include <boost/json.hpp>
+#include <pqxx/pqxx>
+
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace im {
+
+namespace {
+
+struct Usage : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+constexpr const char* admin_help =
+    "usage: imserver admin [--db URL | --state-dir DIR] COMMAND ...\n"
+    "  user add USER                                   create a user\n"
+    "  device add USER DEVICE                          create a device; prints its token\n"
+    "  device revoke DEVICE                            revoke the device's token\n"
+    "  conv create CONV --kind group|direct --members U1,U2,...\n"
+    "                                                  create a conversation (join events)\n"
+    "  conv set CONV [--recall-window-ms N] [--push-full-max N]\n"
+    "  member add CONV USER | member remove CONV USER  open/close a period; prints the event's seq\n"
+    "  epoch bump CONV                                 start a new epoch; prints it\n"
+    "  purge (CONV | --all) (--before-seq N | --older-than DURATION)\n"
+    "                                                  retention purge with tombstones; prints rows purged\n"
+    "                                                  (DURATION: 30d, 12h, 15m, 45s, 500ms)\n"
+    "  demo [--out FILE] [--server URL]                demo users ana, ben, cy; conversations ana-ben, team;\n"
+    "                                                  writes their tokens to FILE (default STATE/demo-tokens.json)\n"
+    "Options: --db URL [IM_DB], --state-dir DIR [IM_STATE_DIR, default ./var],\n"
+    "         --enable-faults --lab-purge-without-tombstones (lab negative control)\n"
+    "Exit status: 0 success, 2 bad usage, 1 failure.\n";
+
+std::int64_t to_i64(const std::string& s, const char* what) {
+    std::int64_t v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size() || v < 0) throw Usage(std::string(what) + " must be a non-negative integer");
+    return v;
+}
+
+std::int64_t duration_ms(const std::string& s) {
+    std::size_t i = 0;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    if (i == 0) throw Usage("bad duration '" + s + "' (e.g. 30d, 12h, 15m, 45s, 500ms)");
+    std::int64_t n = to_i64(s.substr(0, i), "duration");
+    std::string unit = s.substr(i);
+    if (unit == "ms") return n;
+    if (unit == "s") return n * 1000;
+    if (unit == "m") return n * 60 * 1000;
+    if (unit == "h") return n * 3600 * 1000;
+    if (unit == "d") return n * 24 * 3600 * 1000;
+    throw Usage("bad duration unit in '" + s + "'");
+}
+
+// Arguments after the command words: positionals and --flag VALUE pairs.
+struct Args {
+    std::vector<std::string> pos;
+    std::map<std::string, std::string> flags;
+    std::string flag(const std::string& k) const {
+        auto it = flags.find(k);
+        return it == flags.end() ? std::string() : it->second;
+    }
+    bool has(const std::string& k) const { return flags.count(k) > 0; }
+};
+
+void need(const Args& a, std::size_t n, const char* usage) {
+    if (a.pos.size() != n) throw Usage(std::string("usage: imserver admin ") + usage);
+}
+
+std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
+bool token_valid(pqxx::connection_base& c, const std::string& device, const std::string& token) {
+    pqxx::work tx(c);
+    return !tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1 AND revoked_at IS NULL "
+                           "AND token_sha256 = sha256(convert_to($2, 'UTF8'))",
+                           device, token)
+                .empty();
+}
+
+// Makes sure USER and DEVICE exist and returns a fresh token for DEVICE.
+std::string issue_token(pqxx::connection_base& c, Store& store, const std::string& user, const std::string& device) {
+    bool user_exists, device_exists;
+    {
+        pqxx::work tx(c);
+        user_exists = !tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", user).empty();
+        device_exists = !tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1", device).empty();
+    }
+    if (!user_exists) store.add_user(c, user);
+    return device_exists ? store.reissue_token(c, device) : store.add_device(c, user, device);
+}
+
+std::string demo(pqxx::connection_base& c, Store& store, const std::string& out, const std::string& server) {
+    struct U { const char* user; const char* device; };
+    const U users[] = {{"ana", "ana-d1"}, {"ben", "ben-d1"}, {"cy", "cy-d1"}};
+    // Keep tokens of an earlier run that still work.
+    std::map<std::string, std::string> known;
+    if (std::ifstream in(out); in) {
+        std::stringstream ss;
+        ss << in.rdbuf();
+        boost::json::error_code ec;
+        auto v = boost::json::parse(ss.str(), ec);
+        if (!ec && v.is_object() && v.as_object().contains("users") && v.at("users").is_array())
+            for (const auto& u : v.at("users").as_array())
+                if (u.is_object() && u.as_object().contains("device") && u.as_object().contains("token") &&
+                    u.at("device").is_string() && u.at("token").is_string())
+                    known[std::string(u.at("device").as_string())] = std::string(u.at("token").as_string());
+    }
+    boost::json::array list;
+    for (const auto& u : users) {
+        std::string token = known[u.device];
+        if (token.empty() || !token_valid(c, u.device, token)) token = issue_token(c, store, u.user, u.device);
+        list.push_back(boost::json::object{{"user", u.user}, {"device", u.device}, {"token", token}});
+    }
+    auto all = store.all_convs(c);
+    auto have = [&](const std::string& conv) { return std::find(all.begin(), all.end(), conv) != all.end(); };
+    if (!have("ana-ben")) store.create_conv(c, "ana-ben", "direct", {"ana", "ben"});
+    if (!have("team")) store.create_conv(c, "team", "group", {"ana", "ben", "cy"});
+    boost::json::object doc{{"server", server}, {"users", std::move(list)},
+                            {"conversations", boost::json::array{"ana-ben", "team"}}};
+    std::filesystem::path p(out);
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+    std::string tmp = out + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::trunc);
+        f << boost::json::serialize(doc) << '\n';
+        if (!f) throw std::runtime_error("cannot write " + out);
+    }
+    std::filesystem::rename(tmp, out);
+    return std::filesystem::absolute(out).string();
+}
+
+int run(int argc, char** argv) {
+    std::optional<std::string> db;
+    std::string state_dir = "./var";
+    LabSwitches lab;
+    bool enable_faults = false;
+    if (const char* v = std::getenv("IM_DB"); v && *v) db = v;
+    if (const char* v = std::getenv("IM_STATE_DIR"); v && *v) state_dir = v;
+    std::vector<std::string> words;
+    Args args;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--help" || a == "-h") {
+            std::cout << admin_help;
+            return 0;
+        }
+        auto value = [&](const std::string& name) -> std::string {
+            if (i + 1 >= argc) throw Usage(name + " needs a value");
+            return argv[++i];
+        };
+        if (a == "--db") db = value(a);
+        else if (a == "--state-dir") state_dir = value(a);
+        else if (a == "--enable-faults") enable_faults = true;
+        else if (a == "--lab-purge-without-tombstones") lab.purge_without_tombstones = true;
+        else if (a == "--all") args.flags[a] = "1";
+        else if (a.rfind("--", 0) == 0) args.flags[a] = value(a);
+        else if (words.size() < 2 && args.pos.empty() && !(words.size() == 1 && (words[0] == "demo" || words[0] == "purge")))
+            words.push_back(a);
+        else args.pos.push_back(a);
+    }
+    if (lab.purge_without_tombstones && !enable_faults) throw Usage("--lab-* needs --enable-faults");
+    if (words.empty()) throw Usage("missing command (imserver admin --help)");
+    const std::string cmd = words[0] + (words.size() > 1 ? " " + words[1] : "");
+    static const std::set<std::string> known = {"user add",     "device add",   "device revoke", "conv create",
+                                                "conv set",     "member add",   "member remove", "epoch bump",
+                                                "purge",        "demo"};
+    if (!known.count(cmd)) throw Usage("unknown command '" + cmd + "' (imserver admin --help)");
+
+    Database d = open_database(db, state_dir);
+    struct StopCluster {
+        Database& d;
+        ~StopCluster() {
+            if (d.started_cluster) d.cluster->stop();
+        }
+    } stopper{d};
+    prepare_schema(d.url, 5000);
+    auto conn = open_connection(d.url, "imserver-admin");
+    FaultRegistry faults(false);
+    Store store(faults, lab);
+    auto& c = *conn;
+
+    if (cmd == "user add") {
+        need(args, 1, "user add USER");
+        store.add_user(c, args.pos[0]);
+    } else if (cmd == "device add") {
+        need(args, 2, "device add USER DEVICE");
+        std::cout << store.add_device(c, args.pos[0], args.pos[1]) << '\n';
+    } else if (cmd == "device revoke") {
+        need(args, 1, "device revoke DEVICE");
+        store.revoke_device(c, args.pos[0]);
+    } else if (cmd == "conv create") {
+        need(args, 1, "conv create CONV --kind group|direct --members U1,U2,...");
+        if (!args.has("--kind")) throw Usage("conv create needs --kind group|direct");
+        store.create_conv(c, args.pos[0], args.flag("--kind"), split(args.flag("--members")));
+    } else if (cmd == "conv set") {
+        need(args, 1, "conv set CONV [--recall-window-ms N] [--push-full-max N]");
+        std::optional<std::int64_t> rw, pf;
+        if (args.has("--recall-window-ms")) rw = to_i64(args.flag("--recall-window-ms"), "--recall-window-ms");
+        if (args.has("--push-full-max")) pf = to_i64(args.flag("--push-full-max"), "--push-full-max");
+        if (!rw && !pf) throw Usage("conv set needs --recall-window-ms and/or --push-full-max");
+        store.set_conv(c, args.pos[0], rw, pf);
+    } else if (cmd == "member add") {
+        need(args, 2, "member add CONV USER");
+        std::cout << store.add_member(c, args.pos[0], args.pos[1]) << '\n';
+    } else if (cmd == "member remove") {
+        need(args, 2, "member remove CONV USER");
+        std::cout << store.remove_member(c, args.pos[0], args.pos[1]) << '\n';
+    } else if (cmd == "epoch bump") {
+        need(args, 1, "epoch bump CONV");
+        std::cout << store.bump_epoch(c, args.pos[0]) << '\n';
+    } else if (cmd == "purge") {
+        bool all = args.has("--all");
+        if (all ? !args.pos.empty() : args.pos.size() != 1)
+            throw Usage("usage: imserver admin purge (CONV | --all) (--before-seq N | --older-than DURATION)");
+        bool by_seq = args.has("--before-seq"), by_age = args.has("--older-than");
+        if (by_seq == by_age) throw Usage("purge needs exactly one of --before-seq N, --older-than DURATION");
+        if (all && by_seq) throw Usage("--all goes with --older-than");
+        std::optional<std::int64_t> before, older;
+        if (by_seq) before = to_i64(args.flag("--before-seq"), "--before-seq");
+        else older = duration_ms(args.flag("--older-than"));
+        std::int64_t n = 0;
+        for (const auto& conv : all ? store.all_convs(c) : args.pos) n += store.purge(c, conv, before, older);
+        std::cout << n << '\n';
+    } else if (cmd == "demo") {
+        if (!args.pos.empty()) throw Usage("usage: imserver admin demo [--out FILE] [--server URL]");
+        std::string out = args.has("--out") ? args.flag("--out") : state_dir + "/demo-tokens.json";
+        std::string server = args.has("--server") ? args.flag("--server") : "ws://127.0.0.1:8080/v1/ws";
+        std::cout << demo(c, store, out, server) << '\n';
+    }
+    return 0;
+}
+
+} // namespace
+
+int admin_main(int argc, char** argv) {
+    set_log_quiet(true);
+    try {
+        return run(argc, argv);
+    } catch (const Usage& e) {
+        std::cerr << "imserver admin: " << e.what() << '\n';
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "imserver admin: " << e.what() << '\n';
+        return 1;
+    }
+}
+
+} // namespace im

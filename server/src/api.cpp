@@ -1,0 +1,77 @@
+#include "api.hpp"
+
+#include <chrono>
+
+namespace im {
+
+Handled error_reply(const Error& e, const std::optional<std::string>& rid) {
+    Handled h;
+    h.frame = encode_error(e, rid);
+    h.code = std::string(code_name(e.code));
+    h.close_after = e.code == Code::unauthenticated || e.code == Code::stale_install;
+    return h;
+}
+
+namespace {
+
+template <class T>
+Handled reply(const Outcome<T>& o, const std::optional<std::string>& rid) {
+    if (!o) return error_reply(o.error(), rid);
+    Handled h;
+    h.frame = encode_reply(Reply{o.value()}, rid);
+    return h;
+}
+
+std::int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+} // namespace
+
+Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
+                       const Request& req, const std::optional<std::string>& rid) {
+    if (!conn) return error_reply(unavailable("database unreachable, retry with the same request"), rid);
+    auto& c = *conn;
+    return std::visit(
+        [&](const auto& r) -> Handled {
+            using T = std::decay_t<decltype(r)>;
+            if constexpr (std::is_same_v<T, req::Hello>) {
+                auto o = ctx.store.hello(c, r);
+                if (!o) return error_reply(o.error(), rid);
+                Handled h;
+                h.frame = encode_reply(Welcome{o->user, o->device, ctx.gateway_id, now_ms()}, rid);
+                h.identity = o.value();
+                return h;
+            } else if constexpr (std::is_same_v<T, req::Send>) {
+                auto o = ctx.store.send(c, *who, r);
+                if (!o) return error_reply(o.error(), rid);
+                // The commit is durable now; this point tests replies lost after it.
+                auto f = ctx.faults.hit("api.after_send_commit");
+                if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
+                Handled h;
+                if (o->drop_reply || f == FaultKind::drop_reply) h.code = "DROPPED";
+                else h.frame = encode_reply(o->sent, rid);
+                return h;
+            } else if constexpr (std::is_same_v<T, req::Sync>) {
+                return reply(ctx.store.sync(c, *who, r), rid);
+            } else if constexpr (std::is_same_v<T, req::Ack>) {
+                return reply(ctx.store.ack(c, *who, r), rid);
+            } else if constexpr (std::is_same_v<T, req::Read>) {
+                return reply(ctx.store.read(c, *who, r), rid);
+            } else if constexpr (std::is_same_v<T, req::Recall>) {
+                return reply(ctx.store.recall(c, *who, r), rid);
+            } else if constexpr (std::is_same_v<T, req::Convs>) {
+                return reply(ctx.store.convs(c, *who), rid);
+            } else if constexpr (std::is_same_v<T, req::Fetch>) {
+                return reply(ctx.store.fetch(c, *who, r), rid);
+            } else {
+                // sub is answered on the I/O thread; nothing else reaches here.
+                return error_reply(invalid("unexpected request"), rid);
+            }
+        },
+        req);
+}
+
+} // namespace im

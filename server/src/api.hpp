@@ -1,0 +1,33 @@
+// The request handlers: one request in, one reply frame out. Runs on a
+// database worker thread; knows the store and the codec, never the socket.
+#pragma once
+
+#include "protocol.hpp"
+#include "store.hpp"
+
+#include <optional>
+#include <string>
+
+namespace im {
+
+struct Handled {
+    std::string frame;                  // the reply (empty when dropped)
+    std::string code = "OK";            // for metrics
+    bool close_after = false;           // UNAUTHENTICATED / STALE_INSTALL
+    std::optional<Identity> identity;   // set by a successful hello
+};
+
+struct ApiContext {
+    Store& store;
+    FaultRegistry& faults;
+    std::string gateway_id;
+};
+
+/// `conn` is nullptr when the database is unreachable.
+Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
+                       const Request& req, const std::optional<std::string>& rid);
+
+/// Replies that need no database (errors found on the I/O thread).
+Handled error_reply(const Error& e, const std::optional<std::string>& rid);
+
+} // namespace im

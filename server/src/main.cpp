@@ -1,0 +1,115 @@
+// imserver: a gateway of the chat contract, or (`imserver admin ...`) the
+// operator CLI. Thin: parsing options and wiring the layers together.
+#include "admin.hpp"
+#include "config.hpp"
+#include "database.hpp"
+#include "db_pool.hpp"
+#include "log.hpp"
+#include "metrics.hpp"
+#include "net.hpp"
+#include "notifier.hpp"
+#include "store.hpp"
+
+#include <pqxx/pqxx>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+namespace {
+
+void write_ready_file(const std::string& path, unsigned short port) {
+    std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::trunc);
+        f << port << '\n';
+    }
+    std::filesystem::rename(tmp, path);
+}
+
+int serve(const im::Config& cfg) {
+    im::set_log_gateway(cfg.gateway_id);
+    im::set_log_quiet(cfg.quiet);
+    im::Database db = im::open_database(cfg.db_url, cfg.state_dir);
+    struct StopCluster {
+        im::Database& d;
+        ~StopCluster() {
+            // The embedded cluster lives and dies with the gateway.
+            if (d.cluster) {
+                d.cluster->stop();
+                im::log_info("embedded_pg_stopped");
+            }
+        }
+    } stopper{db};
+    im::prepare_schema(db.url, 30000);
+
+    if (cfg.lab.no_unique_index) {
+        auto c = im::open_connection(db.url, "imserver-lab");
+        pqxx::nontransaction(*c).exec("DROP INDEX IF EXISTS events_idempotency");
+        im::log_warn("lab_control_no_unique_index");
+    }
+    if (cfg.lab.purge_without_tombstones) im::log_warn("lab_control_purge_without_tombstones");
+
+    im::FaultRegistry faults(cfg.enable_faults);
+    for (const auto& f : cfg.faults) {
+        if (auto e = faults.arm(f)) {
+            std::cerr << "imserver: --fault " << f << ": " << *e << '\n';
+            return 2;
+        }
+    }
+    if (cfg.enable_faults) im::log_warn("faults_enabled");
+
+    im::Store store(faults, cfg.lab);
+    im::Metrics metrics;
+    im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), cfg.db_queue);
+    boost::asio::io_context ioc(cfg.io_threads);
+    auto gw = std::make_shared<im::Gateway>(ioc, cfg, pool, store, metrics, faults);
+    unsigned short port = gw->listen();
+    im::Notifier notifier(db.url, gw, store, metrics);
+    notifier.start();
+
+    boost::asio::signal_set signals(ioc, SIGTERM, SIGINT);
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        im::log_info("signal", {{"signal", sig}});
+        gw->drain([&ioc] { ioc.stop(); });
+    });
+
+    im::log_info("listening", {{"host", cfg.listen_host}, {"port", static_cast<int>(port)}});
+    if (!cfg.ready_file.empty()) write_ready_file(cfg.ready_file, port);
+
+    std::vector<std::thread> threads;
+    for (int i = 1; i < cfg.io_threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
+    ioc.run();
+    for (auto& t : threads) t.join();
+
+    notifier.stop();
+    pool.stop();
+    im::log_info("stopped");
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc > 1 && std::strcmp(argv[1], "admin") == 0) return im::admin_main(argc - 1, argv + 1);
+    im::Config cfg;
+    bool help = false;
+    if (auto e = im::parse_config(argc, argv, cfg, help)) {
+        std::cerr << "imserver: " << *e << '\n';
+        return 2;
+    }
+    if (help) {
+        std::cout << im::config_help();
+        return 0;
+    }
+    try {
+        return serve(cfg);
+    } catch (const std::exception& e) {
+        im::log_error("fatal", {{"err", e.what()}});
+        std::cerr << "imserver: " << e.what() << '\n';
+        return 1;
+    }
+}

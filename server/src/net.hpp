@@ -1,0 +1,74 @@
+// The network layer: Beast listener, HTTP sessions (health, metrics, lab
+// endpoint) and WebSocket sessions, plus the gateway's shared state for
+// pushes. No SQL here: database work goes through DbPool + handle_request.
+#pragma once
+
+#include "api.hpp"
+#include "config.hpp"
+#include "db_pool.hpp"
+#include "metrics.hpp"
+
+#include <boost/asio.hpp>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace im {
+
+namespace net = boost::asio;
+
+class WsSession;
+
+class Gateway : public std::enable_shared_from_this<Gateway> {
+public:
+    Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& store, Metrics& metrics,
+            FaultRegistry& faults);
+
+    /// Binds and starts accepting; returns the bound port.
+    unsigned short listen();
+    /// SIGTERM: stop accepting, goaway to all, finish in-flight, close;
+    /// calls done once every connection is gone or the drain timeout passed.
+    void drain(std::function<void()> done);
+    bool draining() const { return draining_.load(); }
+
+    // Used by sessions.
+    const Config& config() const { return cfg_; }
+    DbPool& pool() { return pool_; }
+    Metrics& metrics() { return metrics_; }
+    FaultRegistry& faults() { return faults_; }
+    ApiContext& api() { return api_; }
+    void session_opened(const std::shared_ptr<WsSession>& s);
+    void session_closed(WsSession* s);
+    void subscribe(const std::string& user, const std::shared_ptr<WsSession>& s);
+
+    // Used by the notifier thread (push fan-out). Frames go to each
+    // session's strand; these never block on a socket.
+    void push_to_user(const std::string& user, const std::string& frame, const std::string& skip_device = {});
+    bool has_subscribers(const std::string& user) const;
+    bool has_any_subscriber() const;
+    void resync_all();
+
+private:
+    void do_accept();
+
+    net::io_context& ioc_;
+    const Config& cfg_;
+    DbPool& pool_;
+    Metrics& metrics_;
+    FaultRegistry& faults_;
+    ApiContext api_;
+    net::ip::tcp::acceptor acceptor_;
+    std::atomic<bool> draining_{false};
+
+    mutable std::mutex mu_;
+    std::map<WsSession*, std::weak_ptr<WsSession>> sessions_;
+    std::map<std::string, std::map<WsSession*, std::weak_ptr<WsSession>>> subscribers_;
+};
+
+} // namespace im

@@ -1,0 +1,105 @@
+// The wire codec: JSON text frame <-> typed requests and replies.
+// Pure (no sockets, no database), so it is tested with tables of frames.
+// Every limit of contract section 9 is enforced here and only here.
+#pragma once
+
+#include "errors.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace im {
+
+inline constexpr std::size_t max_frame_bytes = 64 * 1024;
+inline constexpr std::size_t max_rid_chars = 64;
+inline constexpr std::size_t max_cmid_chars = 64;
+inline constexpr std::size_t max_body_code_points = 4000;
+inline constexpr std::size_t max_id_chars = 64; // conv ids, install ids
+inline constexpr std::int64_t default_sync_limit = 50;
+inline constexpr std::int64_t max_sync_limit = 200;
+
+namespace req {
+struct Hello { std::string token, install; };
+struct Send { std::string conv, cmid, body; };
+struct Sync { std::string conv; std::int64_t after = 0; std::int64_t limit = default_sync_limit; std::optional<std::int64_t> epoch; };
+struct Ack { std::string conv; std::int64_t seq = 0; };
+struct Read { std::string conv; std::int64_t seq = 0; };
+struct Recall { std::string conv; std::int64_t target = 0; std::string cmid; };
+struct Convs {};
+struct Fetch { std::string conv; std::int64_t seq = 0; };
+struct Sub {};
+} // namespace req
+
+using Request = std::variant<req::Hello, req::Send, req::Sync, req::Ack, req::Read,
+                             req::Recall, req::Convs, req::Fetch, req::Sub>;
+
+/// The request type name as it appears in `t` (for metrics and logs).
+std::string_view request_name(const Request& r);
+
+struct Parsed {
+    std::optional<std::string> rid;       // echoed on the reply when readable
+    std::string type;                     // `t` when readable, for metrics
+    std::variant<Request, Error> body;
+};
+
+/// Parses and validates one text frame.
+Parsed parse_request(std::string_view frame);
+
+/// Validation helpers, exposed for the admin CLI and tests.
+bool valid_id(std::string_view id);                       // [A-Za-z0-9._:-]{1,64}
+std::optional<std::size_t> utf8_code_points(std::string_view s); // nullopt if invalid
+
+// ---- replies and pushes -------------------------------------------------
+
+struct Event {
+    std::string conv;
+    std::int64_t seq = 0;
+    std::string mid;
+    std::string kind;                      // msg | recall | join | leave
+    std::string sender;
+    std::optional<std::string> body;       // msg
+    std::optional<std::int64_t> target;    // recall
+    std::optional<std::string> user;       // join | leave
+    std::int64_t ts = 0;                   // database commit clock, ms
+    std::int64_t epoch = 1;
+};
+
+struct Welcome { std::string user, device, gateway; std::int64_t server_time = 0; };
+struct Sent { std::string conv; std::int64_t seq = 0; std::string mid; bool dup = false; std::int64_t epoch = 1; };
+struct Page {
+    std::string conv;
+    std::vector<Event> events;
+    std::int64_t next_after = 0;
+    bool has_more = false;
+    std::int64_t head = 0;
+    std::int64_t min_seq = 1;
+    bool trimmed = false;
+    std::int64_t epoch = 1;
+};
+struct Acked { std::string conv; std::int64_t delivered = 0; };
+struct ReadOk { std::string conv; std::int64_t read = 0; };
+struct Recalled { std::string conv; std::int64_t seq = 0; bool dup = false; };
+struct ConvInfo {
+    std::string conv, kind;
+    std::int64_t head = 0, delivered = 0, read = 0, unread = 0, epoch = 1, min_seq = 1;
+};
+struct ConvList { std::vector<ConvInfo> convs; };
+struct Fetched { Event ev; };
+struct Subscribed {};
+
+using Reply = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, ConvList, Fetched, Subscribed>;
+
+std::string encode_reply(const Reply& r, const std::optional<std::string>& rid);
+std::string encode_error(const Error& e, const std::optional<std::string>& rid);
+
+std::string encode_event_push(const Event& ev);
+std::string encode_hint(std::string_view conv, std::int64_t head, std::int64_t epoch,
+                        std::optional<std::int64_t> read);
+std::string encode_resync();
+std::string encode_goaway(std::string_view reason, std::optional<std::int64_t> retry_ms);
+
+} // namespace im

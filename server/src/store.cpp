@@ -1,0 +1,734 @@
+#include "store.hpp"
+
+#include "log.hpp"
+
+#include <pqxx/pqxx>
+
+#include <fstream>
+#include <stdexcept>
+
+namespace im {
+
+namespace {
+
+// SQL fragments shared by the statements below.
+constexpr const char* ts_ms = "floor(extract(epoch from created_at) * 1000)::bigint";
+// Fingerprints (contract section 6): sha256(conv || '\0' || body) and
+// sha256(conv || '\0recall:' || target), computed by the database.
+constexpr const char* send_fp = "sha256(convert_to($1, 'UTF8') || '\\x00'::bytea || convert_to($4, 'UTF8'))";
+constexpr const char* recall_fp =
+    "sha256(convert_to($1, 'UTF8') || '\\x00'::bytea || convert_to('recall:' || $4::text, 'UTF8'))";
+
+struct ConvRow {
+    std::string kind;
+    std::int64_t next_seq = 1, epoch = 1, min_seq = 1, recall_window_ms = 0, push_full_max = 0;
+};
+
+std::optional<ConvRow> load_conv(pqxx::transaction_base& tx, const std::string& conv, bool lock) {
+    auto r = tx.exec_params(std::string("SELECT kind, next_seq, epoch, min_seq, recall_window_ms, push_full_max "
+                                        "FROM conversations WHERE conv_id = $1") +
+                                (lock ? " FOR UPDATE" : ""),
+                            conv);
+    if (r.empty()) return std::nullopt;
+    ConvRow c;
+    c.kind = r[0][0].c_str();
+    c.next_seq = r[0][1].as<std::int64_t>();
+    c.epoch = r[0][2].as<std::int64_t>();
+    c.min_seq = r[0][3].as<std::int64_t>();
+    c.recall_window_ms = r[0][4].as<std::int64_t>();
+    c.push_full_max = r[0][5].as<std::int64_t>();
+    return c;
+}
+
+// A user's membership periods in one conversation: read access is by seq.
+struct Access {
+    struct Period { std::int64_t from, to; }; // to = INT64_MAX when open
+    std::vector<Period> periods;
+    bool open = false;
+    std::int64_t head = 0; // the highest seq this user may know of
+
+    bool any() const { return !periods.empty(); }
+    bool can_read(std::int64_t seq) const {
+        for (auto& p : periods)
+            if (seq >= p.from && seq <= p.to) return true;
+        return false;
+    }
+};
+
+Access load_access(pqxx::transaction_base& tx, const std::string& conv, const std::string& user,
+                   std::int64_t next_seq) {
+    Access a;
+    auto r = tx.exec_params("SELECT from_seq, to_seq FROM membership_periods "
+                            "WHERE conv_id = $1 AND user_id = $2 ORDER BY from_seq",
+                            conv, user);
+    std::int64_t last_to = 0;
+    for (const auto& row : r) {
+        Access::Period p{row[0].as<std::int64_t>(), INT64_MAX};
+        if (row[1].is_null()) a.open = true;
+        else {
+            p.to = row[1].as<std::int64_t>();
+            last_to = std::max(last_to, p.to);
+        }
+        a.periods.push_back(p);
+    }
+    // A former member learns nothing of traffic after their last period.
+    a.head = a.open ? next_seq - 1 : last_to;
+    return a;
+}
+
+Event read_event(const pqxx::row& row) {
+    // Columns: conv_id, seq, mid, kind, sender_user, body, target_seq, subject_user, ts, epoch
+    Event ev;
+    ev.conv = row[0].c_str();
+    ev.seq = row[1].as<std::int64_t>();
+    ev.mid = row[2].c_str();
+    ev.kind = row[3].c_str();
+    if (!row[4].is_null()) ev.sender = row[4].c_str();
+    if (!row[5].is_null()) ev.body = std::string(row[5].c_str());
+    if (!row[6].is_null()) ev.target = row[6].as<std::int64_t>();
+    if (!row[7].is_null()) {
+        ev.user = std::string(row[7].c_str());
+        if (ev.sender.empty()) ev.sender = *ev.user;
+    }
+    ev.ts = row[8].as<std::int64_t>();
+    ev.epoch = row[9].as<std::int64_t>();
+    return ev;
+}
+
+std::string event_columns() {
+    return std::string("conv_id, seq, mid::text, kind, sender_user, body, target_seq, subject_user, ") + ts_ms +
+           ", epoch";
+}
+
+// Maps database failures to UNAVAILABLE: the request key makes a resend safe.
+// With Rethrow, a unique violation escapes to the caller (send retries once).
+template <class T, bool Rethrow = false, class F>
+Outcome<T> guarded(const char* what, F&& f) {
+    try {
+        return f();
+    } catch (const pqxx::unique_violation& e) {
+        if constexpr (Rethrow) throw;
+        log_warn("db_conflict", {{"op", what}, {"err", e.what()}});
+        return unavailable();
+    } catch (const pqxx::in_doubt_error& e) {
+        log_warn("db_in_doubt", {{"op", what}, {"err", e.what()}});
+        return unavailable("commit outcome unknown; retry with the same request");
+    } catch (const pqxx::broken_connection& e) {
+        log_warn("db_broken", {{"op", what}, {"err", e.what()}});
+        return unavailable();
+    } catch (const std::exception& e) {
+        log_warn("db_error", {{"op", what}, {"err", e.what()}});
+        return unavailable();
+    }
+}
+
+void notify(pqxx::transaction_base& tx, const std::string& payload) {
+    tx.exec_params("SELECT pg_notify($1, $2)", std::string(notify_channel), payload);
+}
+
+// Appends an event at the conversation's next seq. The caller holds the
+// conversation row lock, so commit order equals seq order.
+struct Appended { std::int64_t seq; std::string mid; std::int64_t ts; };
+
+Appended append_event(pqxx::transaction_base& tx, const std::string& conv, const ConvRow& row,
+                      const std::string& kind, const std::optional<std::string>& sender,
+                      const std::optional<std::string>& cmid, const std::optional<std::string>& body,
+                      std::optional<std::int64_t> target, const std::optional<std::string>& subject,
+                      const std::string& fingerprint_sql, const std::string& fp_arg) {
+    const std::int64_t seq = row.next_seq;
+    const bool is_msg = kind == "msg";
+    // Running counts for `unread` (see unread_in()).
+    std::optional<std::int64_t> sender_ord;
+    if (is_msg) {
+        auto r = tx.exec_params("SELECT sender_ordinal FROM events WHERE conv_id = $1 AND sender_user = $2 "
+                                "AND kind = 'msg' ORDER BY seq DESC LIMIT 1",
+                                conv, *sender);
+        sender_ord = (r.empty() ? 0 : r[0][0].as<std::int64_t>()) + 1;
+    }
+    auto upd = tx.exec_params("UPDATE conversations SET next_seq = next_seq + 1, msg_count = msg_count + $2 "
+                              "WHERE conv_id = $1 RETURNING msg_count",
+                              conv, is_msg ? 1 : 0);
+    const std::int64_t msg_ordinal = upd[0][0].as<std::int64_t>();
+
+    // Optional columns are passed as text and NULLIF'd, so one statement serves every kind.
+    std::string sql = "INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, request_hash, body, "
+                      "target_seq, subject_user, epoch, msg_ordinal, sender_ordinal) VALUES ($1, $2, $3, "
+                      "NULLIF($5, ''), NULLIF($6, ''), " +
+                      (fingerprint_sql.empty() ? std::string("(CASE WHEN $4::text IS NULL THEN NULL END)::bytea")
+                                               : fingerprint_sql) +
+                      ", CASE WHEN $7 THEN $8 END, NULLIF($9, '')::bigint, NULLIF($10, ''), $11, $12, "
+                      "NULLIF($13, '')::bigint) RETURNING mid::text, " + ts_ms;
+    auto r = tx.exec_params(sql, conv, seq, kind, fp_arg, sender.value_or(""), cmid.value_or(""),
+                            body.has_value(), body.value_or(""), target ? std::to_string(*target) : "",
+                            subject.value_or(""), row.epoch, msg_ordinal,
+                            sender_ord ? std::to_string(*sender_ord) : "");
+    notify(tx, "e " + conv + " " + std::to_string(seq));
+    return {seq, r[0][0].c_str(), r[0][1].as<std::int64_t>()};
+}
+
+// ---- unread -------------------------------------------------------------
+// unread = msg events from others in (read, head] the user may read and that
+// are not recalled. Computed from running ordinals with index lookups, so the
+// cost does not grow with the length of the unread range.
+
+// Count of msg events in the conversation with seq <= x (among the events
+// still stored; purged ones never count).
+std::int64_t msgs_upto(pqxx::transaction_base& tx, const std::string& conv, std::int64_t x) {
+    auto r = tx.exec_params("SELECT msg_ordinal FROM events WHERE conv_id = $1 AND seq <= $2 "
+                            "ORDER BY seq DESC LIMIT 1",
+                            conv, x);
+    if (!r.empty()) return r[0][0].as<std::int64_t>();
+    // Nothing stored at or below x: count as the base just before the first stored event.
+    auto f = tx.exec_params("SELECT msg_ordinal - (kind = 'msg')::int FROM events WHERE conv_id = $1 "
+                            "ORDER BY seq LIMIT 1",
+                            conv);
+    return f.empty() ? 0 : f[0][0].as<std::int64_t>();
+}
+
+std::int64_t own_upto(pqxx::transaction_base& tx, const std::string& conv, const std::string& user, std::int64_t x) {
+    auto r = tx.exec_params("SELECT sender_ordinal FROM events WHERE conv_id = $1 AND sender_user = $2 "
+                            "AND kind = 'msg' AND seq <= $3 ORDER BY seq DESC LIMIT 1",
+                            conv, user, x);
+    if (!r.empty()) return r[0][0].as<std::int64_t>();
+    auto f = tx.exec_params("SELECT sender_ordinal - 1 FROM events WHERE conv_id = $1 AND sender_user = $2 "
+                            "AND kind = 'msg' ORDER BY seq LIMIT 1",
+                            conv, user);
+    return f.empty() ? 0 : f[0][0].as<std::int64_t>();
+}
+
+std::int64_t unread_in(pqxx::transaction_base& tx, const std::string& conv, const std::string& user,
+                       const Access& access, std::int64_t read, std::int64_t head, std::int64_t min_seq) {
+    std::int64_t total = 0;
+    for (const auto& p : access.periods) {
+        // (a, b]: the part of (read, head] inside this period, above the purge line.
+        std::int64_t a = std::max(read, std::max(p.from - 1, min_seq - 1));
+        std::int64_t b = std::min(head, p.to);
+        if (b <= a) continue;
+        std::int64_t all = msgs_upto(tx, conv, b) - msgs_upto(tx, conv, a);
+        std::int64_t own = own_upto(tx, conv, user, b) - own_upto(tx, conv, user, a);
+        auto rec = tx.exec_params("SELECT count(*) FROM events r JOIN events m "
+                                  "ON m.conv_id = r.conv_id AND m.seq = r.target_seq "
+                                  "WHERE r.conv_id = $1 AND r.kind = 'recall' AND r.target_seq > $2 "
+                                  "AND r.target_seq <= $3 AND m.sender_user <> $4",
+                                  conv, a, b, user);
+        total += all - own - rec[0][0].as<std::int64_t>();
+    }
+    return std::max<std::int64_t>(total, 0);
+}
+
+bool install_is_current(pqxx::transaction_base& tx, const Identity& who) {
+    auto r = tx.exec_params("SELECT current_install FROM devices WHERE device_id = $1 AND revoked_at IS NULL",
+                            who.device);
+    return !r.empty() && !r[0][0].is_null() && who.install == r[0][0].c_str();
+}
+
+Error stale_install() { return {Code::stale_install, "a newer install of this device exists"}; }
+
+} // namespace
+
+// ---------------------------------------------------------------- hello
+
+Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
+    return guarded<Identity>("hello", [&]() -> Outcome<Identity> {
+        pqxx::work tx(c);
+        auto d = tx.exec_params("SELECT device_id, user_id FROM devices "
+                                "WHERE token_sha256 = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL "
+                                "FOR UPDATE",
+                                h.token);
+        if (d.empty()) return Error{Code::unauthenticated, "unknown or revoked device token"};
+        Identity who{d[0][1].c_str(), d[0][0].c_str(), h.install};
+        auto i = tx.exec_params("SELECT superseded_at IS NOT NULL FROM device_installs "
+                                "WHERE device_id = $1 AND install_id = $2",
+                                who.device, h.install);
+        if (!i.empty()) {
+            if (i[0][0].as<bool>()) return stale_install();
+        } else {
+            // A new install supersedes every older one of this device.
+            tx.exec_params("UPDATE device_installs SET superseded_at = now() "
+                           "WHERE device_id = $1 AND superseded_at IS NULL",
+                           who.device);
+            tx.exec_params("INSERT INTO device_installs (device_id, install_id) VALUES ($1, $2)", who.device,
+                           h.install);
+            tx.exec_params("UPDATE devices SET current_install = $2 WHERE device_id = $1", who.device, h.install);
+        }
+        tx.commit();
+        return who;
+    });
+}
+
+// ---------------------------------------------------------------- send
+
+Outcome<Store::SendResult> Store::send(pqxx::connection_base& c, const Identity& who, const req::Send& s) {
+    for (int attempt = 0;; ++attempt) {
+        try {
+            return guarded<SendResult, true>("send", [&]() -> Outcome<SendResult> {
+                pqxx::work tx(c);
+                // 1. Lock the conversation row: per-conversation seq order = commit order.
+                //    (The lab's negative control skips the lock and the unique index.)
+                auto conv = load_conv(tx, s.conv, !lab_.no_unique_index);
+                if (!conv) return not_member();
+                // 2. The request key: same fingerprint -> the original; else mismatch.
+                auto k = tx.exec_params(std::string("SELECT seq, mid::text, epoch, request_hash = ") + send_fp +
+                                            " FROM events WHERE conv_id = $1 AND sender_user = $2 "
+                                            "AND client_msg_id = $3 ORDER BY seq LIMIT 1",
+                                        s.conv, who.user, s.cmid, s.body);
+                if (!k.empty()) {
+                    if (!k[0][3].as<bool>())
+                        return Error{Code::idempotency_mismatch, "cmid already used with different content"};
+                    return SendResult{Sent{s.conv, k[0][0].as<std::int64_t>(), k[0][1].c_str(), true,
+                                           k[0][2].as<std::int64_t>()}};
+                }
+                // 3. A tombstone: the original ran but retention purged it.
+                auto t = tx.exec_params("SELECT 1 FROM idem_tombstones WHERE conv_id = $1 AND sender_user = $2 "
+                                        "AND client_msg_id = $3",
+                                        s.conv, who.user, s.cmid);
+                if (!t.empty()) return Error{Code::original_expired, "the original was purged by retention"};
+                // 4. Write access needs an open period.
+                auto m = tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 "
+                                        "AND to_seq IS NULL",
+                                        s.conv, who.user);
+                if (m.empty()) return not_member();
+                // 5. Insert, bump next_seq, notify, commit; reply only after COMMIT.
+                auto fi = faults_.hit("store.before_insert");
+                if (fi == FaultKind::unavailable) return unavailable("injected fault");
+                if (lab_.no_unique_index) conv = load_conv(tx, s.conv, true); // seq under the lock, check was not
+                auto a = append_event(tx, s.conv, *conv, "msg", who.user, s.cmid, s.body, std::nullopt,
+                                      std::nullopt, send_fp, s.body);
+                auto f = faults_.hit("store.before_commit");
+                if (f == FaultKind::unavailable) return unavailable("injected fault");
+                tx.commit();
+                SendResult res{Sent{s.conv, a.seq, a.mid, false, conv->epoch}};
+                res.drop_reply = fi == FaultKind::drop_reply || f == FaultKind::drop_reply;
+                return res;
+            });
+        } catch (const pqxx::unique_violation&) {
+            // Not reachable while the row lock is held; if it ever is, the
+            // key now exists and a second pass returns it as a duplicate.
+            if (attempt > 0) return unavailable();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- sync
+
+Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const req::Sync& s) {
+    return guarded<Page>("sync", [&]() -> Outcome<Page> {
+        // One snapshot for head and events: commit order = seq order, so the
+        // snapshot holds a gap-free prefix of every conversation.
+        pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+        auto conv = load_conv(tx, s.conv, false);
+        if (!conv) return not_member();
+        auto access = load_access(tx, s.conv, who.user, conv->next_seq);
+        if (!access.any()) return not_member();
+        if (s.epoch && *s.epoch != conv->epoch)
+            return Error{Code::epoch_changed, "epoch is now " + std::to_string(conv->epoch)};
+        if (s.after > access.head) return Error{Code::cursor_ahead, "after is beyond head"};
+
+        Page p;
+        p.conv = s.conv;
+        p.head = access.head;
+        p.min_seq = conv->min_seq;
+        p.epoch = conv->epoch;
+        p.trimmed = s.after < conv->min_seq - 1;
+        auto r = tx.exec_params("SELECT " + event_columns() +
+                                    " FROM events e WHERE conv_id = $1 AND seq > $2 AND seq <= $3 AND EXISTS ("
+                                    "SELECT 1 FROM membership_periods p WHERE p.conv_id = e.conv_id "
+                                    "AND p.user_id = $4 AND e.seq >= p.from_seq "
+                                    "AND (p.to_seq IS NULL OR e.seq <= p.to_seq)) "
+                                    "ORDER BY seq LIMIT $5",
+                                s.conv, s.after, access.head, who.user, s.limit + 1);
+        for (const auto& row : r) {
+            if (static_cast<std::int64_t>(p.events.size()) == s.limit) break;
+            p.events.push_back(read_event(row));
+        }
+        p.has_more = static_cast<std::int64_t>(r.size()) > s.limit;
+        p.next_after = p.has_more ? p.events.back().seq : access.head;
+        return p;
+    });
+}
+
+// ---------------------------------------------------------------- fetch
+
+Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, const req::Fetch& f) {
+    return guarded<Fetched>("fetch", [&]() -> Outcome<Fetched> {
+        pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+        auto conv = load_conv(tx, f.conv, false);
+        if (!conv) return not_member();
+        auto access = load_access(tx, f.conv, who.user, conv->next_seq);
+        if (!access.any()) return not_member();
+        if (f.seq > access.head) return Error{Code::not_found, "no such event"};
+        if (!access.can_read(f.seq)) return not_member();
+        auto r = tx.exec_params("SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq = $2",
+                                f.conv, f.seq);
+        if (r.empty()) return Error{Code::not_found, "no such event"};
+        return Fetched{read_event(r[0])};
+    });
+}
+
+// ---------------------------------------------------------------- convs
+
+Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who) {
+    return guarded<ConvList>("convs", [&]() -> Outcome<ConvList> {
+        pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+        auto r = tx.exec_params(
+            "SELECT c.conv_id, c.kind, c.next_seq, c.epoch, c.min_seq, "
+            "COALESCE(dm.delivered, 0), COALESCE(rm.read, 0) "
+            "FROM conversations c "
+            "LEFT JOIN delivery_markers dm ON dm.conv_id = c.conv_id AND dm.device_id = $2 "
+            "LEFT JOIN read_markers rm ON rm.conv_id = c.conv_id AND rm.user_id = $1 "
+            "WHERE c.conv_id IN (SELECT conv_id FROM membership_periods WHERE user_id = $1) "
+            "ORDER BY c.conv_id",
+            who.user, who.device);
+        ConvList out;
+        for (const auto& row : r) {
+            ConvInfo ci;
+            ci.conv = row[0].c_str();
+            ci.kind = row[1].c_str();
+            auto access = load_access(tx, ci.conv, who.user, row[2].as<std::int64_t>());
+            ci.head = access.head;
+            ci.epoch = row[3].as<std::int64_t>();
+            ci.min_seq = row[4].as<std::int64_t>();
+            ci.delivered = row[5].as<std::int64_t>();
+            ci.read = row[6].as<std::int64_t>();
+            ci.unread = unread_in(tx, ci.conv, who.user, access, ci.read, ci.head, ci.min_seq);
+            out.convs.push_back(std::move(ci));
+        }
+        return out;
+    });
+}
+
+// ---------------------------------------------------------------- ack / read
+
+Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const req::Ack& a) {
+    return guarded<Acked>("ack", [&]() -> Outcome<Acked> {
+        pqxx::work tx(c);
+        if (!install_is_current(tx, who)) return stale_install();
+        auto conv = load_conv(tx, a.conv, false);
+        if (!conv) return not_member();
+        auto access = load_access(tx, a.conv, who.user, conv->next_seq);
+        if (!access.any()) return not_member();
+        if (a.seq > access.head) return Error{Code::cursor_ahead, "seq is beyond head"};
+        auto r = tx.exec_params("INSERT INTO delivery_markers (conv_id, device_id, delivered) VALUES ($1, $2, $3) "
+                                "ON CONFLICT (conv_id, device_id) DO UPDATE "
+                                "SET delivered = GREATEST(delivery_markers.delivered, EXCLUDED.delivered) "
+                                "RETURNING delivered",
+                                a.conv, who.device, a.seq);
+        tx.commit();
+        return Acked{a.conv, r[0][0].as<std::int64_t>()};
+    });
+}
+
+Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const req::Read& rd) {
+    return guarded<ReadOk>("read", [&]() -> Outcome<ReadOk> {
+        pqxx::work tx(c);
+        if (!install_is_current(tx, who)) return stale_install();
+        auto conv = load_conv(tx, rd.conv, false);
+        if (!conv) return not_member();
+        auto access = load_access(tx, rd.conv, who.user, conv->next_seq);
+        if (!access.any()) return not_member();
+        if (rd.seq > access.head) return Error{Code::cursor_ahead, "seq is beyond head"};
+        auto old = tx.exec_params("SELECT read FROM read_markers WHERE conv_id = $1 AND user_id = $2 FOR UPDATE",
+                                  rd.conv, who.user);
+        std::int64_t before = old.empty() ? 0 : old[0][0].as<std::int64_t>();
+        auto r = tx.exec_params("INSERT INTO read_markers (conv_id, user_id, read) VALUES ($1, $2, $3) "
+                                "ON CONFLICT (conv_id, user_id) DO UPDATE "
+                                "SET read = GREATEST(read_markers.read, EXCLUDED.read) RETURNING read",
+                                rd.conv, who.user, rd.seq);
+        std::int64_t now = r[0][0].as<std::int64_t>();
+        // The user's other devices learn of it through the gateways.
+        if (now > before)
+            notify(tx, "r " + rd.conv + " " + who.user + " " + who.device + " " + std::to_string(now));
+        tx.commit();
+        return ReadOk{rd.conv, now};
+    });
+}
+
+// ---------------------------------------------------------------- recall
+
+Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, const req::Recall& rc) {
+    return guarded<Recalled>("recall", [&]() -> Outcome<Recalled> {
+        pqxx::work tx(c);
+        auto conv = load_conv(tx, rc.conv, true);
+        if (!conv) return not_member();
+        auto access = load_access(tx, rc.conv, who.user, conv->next_seq);
+        if (!access.any()) return not_member(); // C4: nothing else is revealed
+        const std::string target = std::to_string(rc.target);
+        // The request key, as for send, with the recall fingerprint.
+        auto k = tx.exec_params(std::string("SELECT seq, request_hash = ") + recall_fp +
+                                    " FROM events WHERE conv_id = $1 AND sender_user = $2 AND client_msg_id = $3 "
+                                    "ORDER BY seq LIMIT 1",
+                                rc.conv, who.user, rc.cmid, target);
+        if (!k.empty()) {
+            if (!k[0][1].as<bool>())
+                return Error{Code::idempotency_mismatch, "cmid already used with different content"};
+            return Recalled{rc.conv, k[0][0].as<std::int64_t>(), true};
+        }
+        auto t = tx.exec_params("SELECT 1 FROM idem_tombstones WHERE conv_id = $1 AND sender_user = $2 "
+                                "AND client_msg_id = $3",
+                                rc.conv, who.user, rc.cmid);
+        if (!t.empty()) return Error{Code::original_expired, "the original was purged by retention"};
+        // The target: exists and not purged; readable; a msg; ours; not recalled; in the window.
+        if (rc.target > access.head || rc.target < conv->min_seq)
+            return Error{Code::not_found, "no such event"};
+        auto ev = tx.exec_params("SELECT kind, sender_user, "
+                                 "clock_timestamp() <= created_at + $3 * interval '1 millisecond' "
+                                 "FROM events WHERE conv_id = $1 AND seq = $2",
+                                 rc.conv, rc.target, conv->recall_window_ms);
+        if (ev.empty()) return Error{Code::not_found, "no such event"};
+        if (!access.can_read(rc.target)) return not_member();
+        if (std::string_view(ev[0][0].c_str()) != "msg") return invalid("only a msg event can be recalled");
+        if (ev[0][1].is_null() || who.user != ev[0][1].c_str())
+            return Error{Code::not_sender, "only the sender may recall"};
+        auto done = tx.exec_params("SELECT 1 FROM events WHERE conv_id = $1 AND kind = 'recall' AND target_seq = $2",
+                                   rc.conv, rc.target);
+        if (!done.empty()) return Error{Code::already_recalled, "already recalled"};
+        if (!ev[0][2].as<bool>()) return Error{Code::recall_window_expired, "past the recall window"};
+        if (!access.open) return not_member();
+        auto a = append_event(tx, rc.conv, *conv, "recall", who.user, rc.cmid, std::nullopt, rc.target,
+                              std::nullopt, recall_fp, target);
+        tx.commit();
+        return Recalled{rc.conv, a.seq, false};
+    });
+}
+
+// ---------------------------------------------------------------- push side
+
+bool Store::PushBatch::can_read(const std::string& user, std::int64_t seq) const {
+    for (const auto& p : periods)
+        if (p.user == user && seq >= p.from && seq <= p.to) return true;
+    return false;
+}
+
+std::int64_t Store::PushBatch::head_for(const std::string& user) const {
+    std::int64_t h = 0;
+    for (const auto& p : periods)
+        if (p.user == user) h = std::max(h, std::min(p.to, head));
+    return h;
+}
+
+std::optional<Store::PushBatch> Store::load_push(pqxx::connection_base& c, const std::string& conv,
+                                                 std::int64_t from, std::int64_t to) {
+    pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+    auto conv_row = load_conv(tx, conv, false);
+    if (!conv_row) return std::nullopt;
+    PushBatch b;
+    b.head = conv_row->next_seq - 1;
+    b.epoch = conv_row->epoch;
+    if (from <= to) {
+        auto r = tx.exec_params("SELECT " + event_columns() +
+                                    " FROM events WHERE conv_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
+                                conv, from, to);
+        for (const auto& row : r) b.events.push_back(read_event(row));
+    }
+    std::int64_t open = 0;
+    for (const auto& row : tx.exec_params("SELECT user_id, from_seq, to_seq FROM membership_periods "
+                                          "WHERE conv_id = $1",
+                                          conv)) {
+        PushBatch::Period p{row[0].c_str(), row[1].as<std::int64_t>(),
+                            row[2].is_null() ? INT64_MAX : row[2].as<std::int64_t>()};
+        if (row[2].is_null()) ++open;
+        b.periods.push_back(std::move(p));
+    }
+    b.full = open <= conv_row->push_full_max;
+    return b;
+}
+
+bool Store::ping(pqxx::connection_base& c) {
+    try {
+        pqxx::nontransaction tx(c);
+        tx.exec("SELECT 1");
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+// ---------------------------------------------------------------- admin
+
+namespace {
+std::string random_token() {
+    std::ifstream rnd("/dev/urandom", std::ios::binary);
+    unsigned char buf[32];
+    if (!rnd.read(reinterpret_cast<char*>(buf), sizeof buf)) throw std::runtime_error("cannot read /dev/urandom");
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (unsigned char b : buf) {
+        out += hex[b >> 4];
+        out += hex[b & 15];
+    }
+    return out;
+}
+
+void need_id(const std::string& what, const std::string& id) {
+    if (!valid_id(id)) throw std::runtime_error(what + " must be 1-64 characters of [A-Za-z0-9._:-]: '" + id + "'");
+}
+
+ConvRow need_conv(pqxx::transaction_base& tx, const std::string& conv) {
+    auto row = load_conv(tx, conv, true);
+    if (!row) throw std::runtime_error("no such conversation: " + conv);
+    return *row;
+}
+
+std::int64_t open_member(pqxx::transaction_base& tx, const std::string& conv, const ConvRow& row,
+                         const std::string& user) {
+    auto a = append_event(tx, conv, row, "join", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
+    tx.exec_params("INSERT INTO membership_periods (conv_id, user_id, from_seq) VALUES ($1, $2, $3)", conv, user,
+                   a.seq);
+    return a.seq;
+}
+} // namespace
+
+void Store::add_user(pqxx::connection_base& c, const std::string& user) {
+    need_id("user", user);
+    pqxx::work tx(c);
+    auto r = tx.exec_params("INSERT INTO users (user_id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING 1", user);
+    if (r.empty()) throw std::runtime_error("user exists: " + user);
+    tx.commit();
+}
+
+std::string Store::add_device(pqxx::connection_base& c, const std::string& user, const std::string& device) {
+    need_id("device", device);
+    pqxx::work tx(c);
+    if (tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", user).empty())
+        throw std::runtime_error("no such user: " + user);
+    if (!tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1", device).empty())
+        throw std::runtime_error("device exists: " + device);
+    std::string token = random_token();
+    tx.exec_params("INSERT INTO devices (device_id, user_id, token_sha256) VALUES ($1, $2, sha256(convert_to($3, "
+                   "'UTF8')))",
+                   device, user, token);
+    tx.commit();
+    return token;
+}
+
+std::string Store::reissue_token(pqxx::connection_base& c, const std::string& device) {
+    pqxx::work tx(c);
+    std::string token = random_token();
+    auto r = tx.exec_params("UPDATE devices SET token_sha256 = sha256(convert_to($2, 'UTF8')), revoked_at = NULL "
+                            "WHERE device_id = $1 RETURNING 1",
+                            device, token);
+    if (r.empty()) throw std::runtime_error("no such device: " + device);
+    tx.commit();
+    return token;
+}
+
+void Store::revoke_device(pqxx::connection_base& c, const std::string& device) {
+    pqxx::work tx(c);
+    auto r = tx.exec_params("UPDATE devices SET revoked_at = now() WHERE device_id = $1 RETURNING 1", device);
+    if (r.empty()) throw std::runtime_error("no such device: " + device);
+    tx.commit();
+}
+
+void Store::create_conv(pqxx::connection_base& c, const std::string& conv, const std::string& kind,
+                        const std::vector<std::string>& members) {
+    need_id("conversation", conv);
+    if (kind != "direct" && kind != "group") throw std::runtime_error("kind must be direct or group");
+    if (kind == "direct" && members.size() != 2) throw std::runtime_error("a direct conversation has 2 members");
+    pqxx::work tx(c);
+    auto r = tx.exec_params("INSERT INTO conversations (conv_id, kind) VALUES ($1, $2) ON CONFLICT DO NOTHING "
+                            "RETURNING 1",
+                            conv, kind);
+    if (r.empty()) throw std::runtime_error("conversation exists: " + conv);
+    for (const auto& u : members) {
+        if (tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", u).empty())
+            throw std::runtime_error("no such user: " + u);
+        auto row = need_conv(tx, conv);
+        if (!tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2", conv, u).empty())
+            throw std::runtime_error("member listed twice: " + u);
+        open_member(tx, conv, row, u);
+    }
+    tx.commit();
+}
+
+std::int64_t Store::add_member(pqxx::connection_base& c, const std::string& conv, const std::string& user) {
+    pqxx::work tx(c);
+    auto row = need_conv(tx, conv);
+    if (tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", user).empty())
+        throw std::runtime_error("no such user: " + user);
+    if (!tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
+                        conv, user)
+             .empty())
+        throw std::runtime_error(user + " is already a member of " + conv);
+    auto seq = open_member(tx, conv, row, user);
+    tx.commit();
+    return seq;
+}
+
+std::int64_t Store::remove_member(pqxx::connection_base& c, const std::string& conv, const std::string& user) {
+    pqxx::work tx(c);
+    auto row = need_conv(tx, conv);
+    if (tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
+                       conv, user)
+            .empty())
+        throw std::runtime_error(user + " is not a member of " + conv);
+    auto a = append_event(tx, conv, row, "leave", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
+    tx.exec_params("UPDATE membership_periods SET to_seq = $3 WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
+                   conv, user, a.seq);
+    tx.commit();
+    return a.seq;
+}
+
+void Store::set_conv(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> recall_window_ms,
+                     std::optional<std::int64_t> push_full_max) {
+    pqxx::work tx(c);
+    need_conv(tx, conv);
+    if (recall_window_ms)
+        tx.exec_params("UPDATE conversations SET recall_window_ms = $2 WHERE conv_id = $1", conv, *recall_window_ms);
+    if (push_full_max)
+        tx.exec_params("UPDATE conversations SET push_full_max = $2 WHERE conv_id = $1", conv, *push_full_max);
+    tx.commit();
+}
+
+std::int64_t Store::bump_epoch(pqxx::connection_base& c, const std::string& conv) {
+    pqxx::work tx(c);
+    need_conv(tx, conv);
+    auto r = tx.exec_params("UPDATE conversations SET epoch = epoch + 1 WHERE conv_id = $1 RETURNING epoch", conv);
+    notify(tx, "x " + conv);
+    tx.commit();
+    return r[0][0].as<std::int64_t>();
+}
+
+std::int64_t Store::purge(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> before_seq,
+                          std::optional<std::int64_t> older_than_ms, std::int64_t batch) {
+    std::int64_t cutoff = 0;
+    {
+        pqxx::work tx(c);
+        auto row = need_conv(tx, conv);
+        if (before_seq) cutoff = std::min(*before_seq, row.next_seq);
+        else {
+            auto r = tx.exec_params("SELECT COALESCE(min(seq), $2) FROM events WHERE conv_id = $1 "
+                                    "AND created_at > clock_timestamp() - $3 * interval '1 millisecond'",
+                                    conv, row.next_seq, *older_than_ms);
+            cutoff = r[0][0].as<std::int64_t>();
+        }
+        tx.commit();
+    }
+    std::int64_t purged = 0;
+    for (;;) {
+        // One batch, one transaction: tombstones, delete, raise min_seq together.
+        pqxx::work tx(c);
+        auto row = need_conv(tx, conv);
+        if (row.min_seq >= cutoff) break;
+        std::int64_t end = std::min(cutoff, row.min_seq + batch);
+        if (!lab_.purge_without_tombstones)
+            tx.exec_params("INSERT INTO idem_tombstones (conv_id, sender_user, client_msg_id, request_hash, seq) "
+                           "SELECT conv_id, sender_user, client_msg_id, request_hash, seq FROM events "
+                           "WHERE conv_id = $1 AND seq < $2 AND client_msg_id IS NOT NULL "
+                           "ON CONFLICT DO NOTHING",
+                           conv, end);
+        auto d = tx.exec_params("DELETE FROM events WHERE conv_id = $1 AND seq < $2", conv, end);
+        tx.exec_params("UPDATE conversations SET min_seq = $2 WHERE conv_id = $1", conv, end);
+        tx.commit();
+        purged += static_cast<std::int64_t>(d.affected_rows());
+    }
+    return purged;
+}
+
+std::vector<std::string> Store::all_convs(pqxx::connection_base& c) {
+    pqxx::work tx(c);
+    std::vector<std::string> out;
+    for (const auto& row : tx.exec("SELECT conv_id FROM conversations ORDER BY conv_id")) out.push_back(row[0].c_str());
+    return out;
+}
+
+} // namespace im

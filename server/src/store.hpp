@@ -1,0 +1,87 @@
+// The contract's storage layer: every SQL statement of the server lives here.
+// Each request is one transaction; each function returns a contract outcome
+// (a value or an error code), never JSON. Database failures whose outcome is
+// unknown become UNAVAILABLE here and nowhere else.
+#pragma once
+
+#include "errors.hpp"
+#include "faults.hpp"
+#include "protocol.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+namespace im {
+
+struct Identity {
+    std::string user, device, install;
+};
+
+/// Channel for commit notifications. Payloads carry ids only:
+///   "e CONV SEQ"          an event was committed
+///   "r CONV USER DEVICE READ"  a user's read marker moved (from DEVICE)
+///   "x CONV"              conversation settings/epoch changed
+inline constexpr const char* notify_channel = "im_events";
+
+class Store {
+public:
+    Store(FaultRegistry& faults, LabSwitches lab) : faults_(faults), lab_(lab) {}
+
+    Outcome<Identity> hello(pqxx::connection_base& c, const req::Hello& r);
+
+    struct SendResult { Sent sent; bool drop_reply = false; };
+    Outcome<SendResult> send(pqxx::connection_base& c, const Identity& who, const req::Send& r);
+
+    Outcome<Page> sync(pqxx::connection_base& c, const Identity& who, const req::Sync& r);
+    Outcome<Fetched> fetch(pqxx::connection_base& c, const Identity& who, const req::Fetch& r);
+    Outcome<ConvList> convs(pqxx::connection_base& c, const Identity& who);
+    Outcome<Acked> ack(pqxx::connection_base& c, const Identity& who, const req::Ack& r);
+    Outcome<ReadOk> read(pqxx::connection_base& c, const Identity& who, const req::Read& r);
+    Outcome<Recalled> recall(pqxx::connection_base& c, const Identity& who, const req::Recall& r);
+
+    /// What a gateway needs to fan out commits of one conversation: the
+    /// events in [from, to] (none when from > to), who may read which seq,
+    /// and whether the conversation is small enough for full `event` pushes.
+    struct PushBatch {
+        struct Period { std::string user; std::int64_t from, to; }; // to = INT64_MAX when open
+        std::vector<Event> events;
+        std::vector<Period> periods;
+        bool full = true;               // open members <= push_full_max
+        std::int64_t head = 0, epoch = 1;
+        bool can_read(const std::string& user, std::int64_t seq) const;
+        std::int64_t head_for(const std::string& user) const; // capped for former members
+    };
+    std::optional<PushBatch> load_push(pqxx::connection_base& c, const std::string& conv, std::int64_t from,
+                                       std::int64_t to);
+
+    bool ping(pqxx::connection_base& c);
+
+    // ---- operator commands (admin CLI); throw std::runtime_error on failure
+    void add_user(pqxx::connection_base& c, const std::string& user);
+    std::string add_device(pqxx::connection_base& c, const std::string& user, const std::string& device);
+    /// A new token for an existing device (the old one stops working).
+    std::string reissue_token(pqxx::connection_base& c, const std::string& device);
+    void revoke_device(pqxx::connection_base& c, const std::string& device);
+    void create_conv(pqxx::connection_base& c, const std::string& conv, const std::string& kind,
+                     const std::vector<std::string>& members);
+    std::int64_t add_member(pqxx::connection_base& c, const std::string& conv, const std::string& user);
+    std::int64_t remove_member(pqxx::connection_base& c, const std::string& conv, const std::string& user);
+    void set_conv(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> recall_window_ms,
+                  std::optional<std::int64_t> push_full_max);
+    std::int64_t bump_epoch(pqxx::connection_base& c, const std::string& conv);
+    /// Retention purge in batches (one transaction each). Exactly one of
+    /// before_seq / older_than_ms is set. Returns the events deleted.
+    std::int64_t purge(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> before_seq,
+                       std::optional<std::int64_t> older_than_ms, std::int64_t batch = 1000);
+    std::vector<std::string> all_convs(pqxx::connection_base& c);
+
+private:
+    FaultRegistry& faults_;
+    LabSwitches lab_;
+};
+
+} // namespace im

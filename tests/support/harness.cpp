@@ -1,0 +1,438 @@
+#include "harness.hpp"
+
+#include "pg_cluster.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <pqxx/pqxx>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace im::test {
+
+namespace fs = std::filesystem;
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+// ------------------------------------------------------------------ names
+
+std::string unique_name(const std::string& prefix) {
+    static std::atomic<int> counter{0};
+    static const std::string salt = [] {
+        std::random_device rd;
+        std::ostringstream o;
+        o << std::hex << (rd() & 0xffffff);
+        return o.str();
+    }();
+    return prefix + "-" + salt + "-" + std::to_string(++counter);
+}
+
+std::string uuid4() {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::uniform_int_distribution<int> d(0, 15);
+    const char* hex = "0123456789abcdef";
+    std::string s = "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx";
+    for (auto& c : s) {
+        if (c == 'x') c = hex[d(rng)];
+        else if (c == 'y') c = hex[8 + (d(rng) & 3)];
+    }
+    return s;
+}
+
+std::string str(const json::object& o, const char* key) {
+    auto* v = o.if_contains(key);
+    return v && v->is_string() ? std::string(v->get_string()) : std::string();
+}
+
+std::int64_t num(const json::object& o, const char* key) {
+    auto* v = o.if_contains(key);
+    return v && v->is_int64() ? v->get_int64() : -999;
+}
+
+// ------------------------------------------------------------------ TempDir
+
+TempDir::TempDir(const std::string& prefix) {
+    std::string tmpl = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = buf.data();
+    ::chmod(path_.c_str(), 0755); // the postgres account must reach a cluster inside
+}
+
+TempDir::~TempDir() {
+    std::error_code ec;
+    im::remove_cluster_for_state_dir(path_);
+    fs::remove_all(path_, ec);
+}
+
+// ------------------------------------------------------------------ Postgres
+
+TestPostgres::TestPostgres() : dir_("impg") {
+    root_ = im::cluster_root_for_state_dir(dir_.path());
+    im::PgCluster c(root_);
+    c.ensure_initialized(/*fast=*/true);
+    c.start();
+    c.ensure_database("im");
+}
+
+TestPostgres::~TestPostgres() {
+    try {
+        im::PgCluster(root_).stop("immediate");
+    } catch (...) {
+    }
+}
+
+std::string TestPostgres::url(const std::string& db) const { return im::PgCluster(root_).url(db); }
+
+void TestPostgres::stop_immediate() { im::PgCluster(root_).stop("immediate"); }
+
+void TestPostgres::start() { im::PgCluster(root_).start(); }
+
+std::string TestPostgres::create_database(const std::string& name) {
+    im::PgCluster(root_).ensure_database(name);
+    return url(name);
+}
+
+std::string TestPostgres::scalar(const std::string& sql, const std::string& db) const {
+    pqxx::connection c(url(db));
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec(sql);
+    if (r.empty() || r[0][0].is_null()) return {};
+    return r[0][0].c_str();
+}
+
+// ------------------------------------------------------------------ processes
+
+std::string imserver_bin() {
+    const char* p = std::getenv("IMSERVER_BIN");
+    if (!p || !*p) throw std::runtime_error("IMSERVER_BIN is not set");
+    return p;
+}
+
+namespace {
+
+// Runs argv, returns {exit code, stdout}; stderr goes to ours.
+std::pair<int, std::string> run_capture(const std::vector<std::string>& argv) {
+    int pipefd[2];
+    if (::pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+    pid_t pid = ::fork();
+    if (pid == 0) {
+        ::dup2(pipefd[1], 1);
+        ::close(pipefd[0]);
+        ::close(pipefd[1]);
+        std::vector<char*> a;
+        for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+        a.push_back(nullptr);
+        ::execv(a[0], a.data());
+        ::_exit(127);
+    }
+    ::close(pipefd[1]);
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+    ::close(pipefd[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+}
+
+std::string trim(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+}
+
+} // namespace
+
+std::pair<int, std::string> admin(const std::string& db_url, const std::vector<std::string>& args) {
+    std::vector<std::string> argv{imserver_bin(), "admin", "--db", db_url};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_capture(argv);
+}
+
+std::string admin_ok(const std::string& db_url, const std::vector<std::string>& args) {
+    auto [rc, out] = admin(db_url, args);
+    if (rc != 0) {
+        std::string cmd;
+        for (auto& a : args) cmd += " " + a;
+        throw std::runtime_error("imserver admin" + cmd + " exited " + std::to_string(rc));
+    }
+    return trim(out);
+}
+
+TestUser make_user(const std::string& db_url, const std::string& user) {
+    admin_ok(db_url, {"user", "add", user});
+    TestUser u{user, user + "-d1", ""};
+    u.token = admin_ok(db_url, {"device", "add", user, u.device});
+    return u;
+}
+
+ServerProcess::ServerProcess(const std::string& db_url, std::vector<std::string> extra, const std::string& gateway)
+    : dir_("imsrv") {
+    args_ = {imserver_bin(), "--db", db_url, "--listen", "127.0.0.1:0", "--gateway-id", gateway,
+             "--ready-file", dir_.path() + "/port"};
+    args_.insert(args_.end(), extra.begin(), extra.end());
+    spawn();
+}
+
+ServerProcess::~ServerProcess() {
+    if (pid_ > 0) kill();
+}
+
+void ServerProcess::spawn() {
+    fs::remove(dir_.path() + "/port");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+        int fd = ::open((dir_.path() + "/stderr.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) ::dup2(fd, 2);
+        std::vector<char*> a;
+        for (auto& s : args_) a.push_back(const_cast<char*>(s.c_str()));
+        a.push_back(nullptr);
+        ::execv(a[0], a.data());
+        ::_exit(127);
+    }
+    auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < deadline) {
+        std::ifstream f(dir_.path() + "/port");
+        int port = 0;
+        if (f >> port && port > 0) {
+            port_ = static_cast<unsigned short>(port);
+            return;
+        }
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+            pid_ = -1;
+            throw std::runtime_error("imserver exited at start:\n" + log());
+        }
+        std::this_thread::sleep_for(20ms);
+    }
+    throw std::runtime_error("imserver did not become ready:\n" + log());
+}
+
+void ServerProcess::restart() {
+    if (pid_ > 0) kill();
+    spawn();
+}
+
+std::string ServerProcess::url() const { return "ws://127.0.0.1:" + std::to_string(port_) + "/v1/ws"; }
+
+std::optional<int> ServerProcess::wait_exit(std::chrono::milliseconds wait) {
+    if (pid_ <= 0) return std::nullopt;
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (std::chrono::steady_clock::now() < deadline) {
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+            pid_ = -1;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        std::this_thread::sleep_for(10ms);
+    }
+    return std::nullopt;
+}
+
+int ServerProcess::terminate(std::chrono::milliseconds wait) {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, SIGTERM);
+    auto rc = wait_exit(wait);
+    if (!rc) {
+        kill();
+        return -1;
+    }
+    return *rc;
+}
+
+void ServerProcess::kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+}
+
+std::string ServerProcess::log() const {
+    std::ifstream f(dir_.path() + "/stderr.log");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+std::pair<int, std::string> ServerProcess::http(const std::string& method, const std::string& target,
+                                                const std::string& body) const {
+    net::io_context ioc;
+    beast::tcp_stream stream(ioc);
+    stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port_));
+    http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.body() = body;
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(stream, buf, res);
+    beast::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    return {static_cast<int>(res.result_int()), res.body()};
+}
+
+// ------------------------------------------------------------------ WsClient
+
+struct WsClient::Impl {
+    net::io_context ioc;
+    websocket::stream<beast::tcp_stream> ws{ioc};
+    beast::flat_buffer buf;
+    std::deque<std::pair<std::string, bool>> out; // (data, is_text)
+    std::thread thread;
+
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<json::object> frames;
+    bool is_closed = false;
+    int close_code = -1;
+
+    void do_read() {
+        ws.async_read(buf, [this](beast::error_code ec, std::size_t) {
+            if (ec) {
+                std::lock_guard lk(mu);
+                is_closed = true;
+                close_code = ws.reason().code;
+                cv.notify_all();
+                return;
+            }
+            std::string text = beast::buffers_to_string(buf.data());
+            buf.consume(buf.size());
+            json::error_code jec;
+            auto v = json::parse(text, jec);
+            {
+                std::lock_guard lk(mu);
+                frames.push_back(!jec && v.is_object() ? v.as_object() : json::object{{"t", "unparsable"}});
+                cv.notify_all();
+            }
+            do_read();
+        });
+    }
+
+    void do_write() {
+        ws.text(out.front().second);
+        ws.async_write(net::buffer(out.front().first), [this](beast::error_code ec, std::size_t) {
+            if (ec) return;
+            out.pop_front();
+            if (!out.empty()) do_write();
+        });
+    }
+};
+
+WsClient::WsClient(unsigned short port, const std::string& path) : impl_(std::make_unique<Impl>()) {
+    auto& ws = impl_->ws;
+    beast::get_lowest_layer(ws).connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+    ws.read_message_max(16 * 1024 * 1024);
+    ws.handshake("127.0.0.1:" + std::to_string(port), path);
+    impl_->do_read();
+    impl_->thread = std::thread([this] { impl_->ioc.run(); });
+}
+
+WsClient::~WsClient() {
+    net::post(impl_->ioc, [this] {
+        beast::error_code ec;
+        beast::get_lowest_layer(impl_->ws).socket().close(ec);
+    });
+    impl_->thread.join();
+}
+
+void WsClient::send_text(const std::string& text) {
+    net::post(impl_->ioc, [this, text] {
+        impl_->out.emplace_back(text, true);
+        if (impl_->out.size() == 1) impl_->do_write();
+    });
+}
+
+void WsClient::send_binary(const std::string& data) {
+    net::post(impl_->ioc, [this, data] {
+        impl_->out.emplace_back(data, false);
+        if (impl_->out.size() == 1) impl_->do_write();
+    });
+}
+
+json::object WsClient::request(json::object o, std::chrono::milliseconds timeout) {
+    std::string rid = "r" + std::to_string(++next_rid_);
+    o["rid"] = rid;
+    send_json(o);
+    std::unique_lock lk(impl_->mu);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        for (auto it = impl_->frames.begin(); it != impl_->frames.end(); ++it) {
+            if (str(*it, "rid") == rid) {
+                json::object f = *it;
+                impl_->frames.erase(it);
+                return f;
+            }
+        }
+        if (impl_->is_closed) return json::object{{"t", "closed"}, {"code", impl_->close_code}};
+        if (impl_->cv.wait_until(lk, deadline) == std::cv_status::timeout)
+            return json::object{{"t", "timeout"}};
+    }
+}
+
+std::optional<json::object> WsClient::next(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(impl_->mu);
+    if (!impl_->cv.wait_for(lk, timeout, [this] { return !impl_->frames.empty() || impl_->is_closed; }))
+        return std::nullopt;
+    if (impl_->frames.empty()) return std::nullopt;
+    json::object f = impl_->frames.front();
+    impl_->frames.pop_front();
+    return f;
+}
+
+std::optional<json::object> WsClient::next_push(std::chrono::milliseconds timeout) {
+    return wait_push([](const json::object&) { return true; }, timeout);
+}
+
+std::optional<json::object> WsClient::wait_push(const std::function<bool(const json::object&)>& pred,
+                                                std::chrono::milliseconds timeout) {
+    std::unique_lock lk(impl_->mu);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        for (auto it = impl_->frames.begin(); it != impl_->frames.end();) {
+            if (it->contains("rid")) { ++it; continue; }
+            json::object f = *it;
+            it = impl_->frames.erase(it);
+            if (pred(f)) return f;
+        }
+        if (impl_->is_closed) return std::nullopt;
+        if (impl_->cv.wait_until(lk, deadline) == std::cv_status::timeout) return std::nullopt;
+    }
+}
+
+bool WsClient::closed() const {
+    std::lock_guard lk(impl_->mu);
+    return impl_->is_closed;
+}
+
+int WsClient::wait_closed(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(impl_->mu);
+    impl_->cv.wait_for(lk, timeout, [this] { return impl_->is_closed; });
+    return impl_->is_closed ? impl_->close_code : -1;
+}
+
+json::object WsClient::hello(const std::string& token, const std::string& install) {
+    return request({{"t", "hello"}, {"token", token}, {"install", install.empty() ? uuid4() : install}});
+}
+
+} // namespace im::test

@@ -1,0 +1,138 @@
+// Real parts for tests: a throwaway PostgreSQL cluster, an imserver child
+// process, a WebSocket client, the admin CLI. Shared by tests/server and
+// tests/acceptance. Nothing here is a fake.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace im::test {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+/// A fresh temporary directory, removed (with any cluster) on destruction.
+class TempDir {
+public:
+    explicit TempDir(const std::string& prefix = "imtest");
+    ~TempDir();
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+/// A throwaway PostgreSQL cluster on a Unix socket in a temp dir.
+class TestPostgres {
+public:
+    TestPostgres();
+    ~TestPostgres();
+    std::string url(const std::string& db = "im") const;
+    void stop_immediate();  // like a crash: pg_ctl stop -m immediate
+    void start();
+    /// Creates (if needed) and returns the URL of another database.
+    std::string create_database(const std::string& name);
+    /// Runs one SQL statement and returns the first column of the first row
+    /// as text ("" when no row). For assertions on real rows.
+    std::string scalar(const std::string& sql, const std::string& db = "im") const;
+
+private:
+    TempDir dir_;
+    std::string root_;
+};
+
+/// Path of the imserver binary (from IMSERVER_BIN, set by CMake).
+std::string imserver_bin();
+
+/// Runs `imserver admin --db URL args...`; returns {exit code, stdout}.
+std::pair<int, std::string> admin(const std::string& db_url, const std::vector<std::string>& args);
+/// As admin(), but throws unless it exits 0; returns stdout trimmed.
+std::string admin_ok(const std::string& db_url, const std::vector<std::string>& args);
+
+/// An imserver child process on 127.0.0.1 with an OS-chosen port.
+class ServerProcess {
+public:
+    /// extra: more flags, e.g. {"--enable-faults", "--fault", "..."}.
+    ServerProcess(const std::string& db_url, std::vector<std::string> extra = {}, const std::string& gateway = "gw-1");
+    ~ServerProcess();
+    unsigned short port() const { return port_; }
+    std::string url() const; // ws://127.0.0.1:PORT/v1/ws
+    pid_t pid() const { return pid_; }
+    /// SIGTERM and wait; returns the exit status (or -1 on timeout).
+    int terminate(std::chrono::milliseconds wait = 15s);
+    /// SIGKILL and reap.
+    void kill();
+    /// Waits for the process to exit on its own (e.g. a crash fault).
+    std::optional<int> wait_exit(std::chrono::milliseconds wait);
+    std::string log() const; // its stderr so far
+    /// Starts again with the same arguments (after a crash or kill).
+    void restart();
+    /// Plain HTTP request to the gateway; returns {status, body}.
+    std::pair<int, std::string> http(const std::string& method, const std::string& target,
+                                     const std::string& body = {}) const;
+
+private:
+    void spawn();
+    std::vector<std::string> args_;
+    TempDir dir_;
+    pid_t pid_ = -1;
+    unsigned short port_ = 0;
+};
+
+/// A WebSocket client with its own I/O thread. Replies are matched by rid;
+/// frames without rid (pushes) are kept in order for the test to inspect.
+class WsClient {
+public:
+    explicit WsClient(unsigned short port, const std::string& path = "/v1/ws");
+    ~WsClient();
+    WsClient(const WsClient&) = delete;
+
+    void send_text(const std::string& text);
+    void send_binary(const std::string& data);
+    void send_json(const json::object& o) { send_text(json::serialize(o)); }
+    /// Sends o with a fresh rid and waits for the frame carrying that rid.
+    json::object request(json::object o, std::chrono::milliseconds timeout = 10s);
+    /// Next frame of any kind, in arrival order.
+    std::optional<json::object> next(std::chrono::milliseconds timeout = 5s);
+    /// Next server-initiated frame (no rid); replies are skipped.
+    std::optional<json::object> next_push(std::chrono::milliseconds timeout = 5s);
+    /// Waits for a push matching pred; others are dropped.
+    std::optional<json::object> wait_push(const std::function<bool(const json::object&)>& pred,
+                                          std::chrono::milliseconds timeout = 10s);
+    bool closed() const;
+    /// Waits until the server closes; returns its close code (or -1).
+    int wait_closed(std::chrono::milliseconds timeout = 10s);
+    /// hello with a fresh install id unless given; returns the reply.
+    json::object hello(const std::string& token, const std::string& install = {});
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    int next_rid_ = 0;
+};
+
+/// A user with one device and its token, created through the admin CLI.
+struct TestUser {
+    std::string user, device, token;
+};
+TestUser make_user(const std::string& db_url, const std::string& user);
+std::string unique_name(const std::string& prefix);
+std::string uuid4();
+
+/// Convenience accessors on frames.
+std::string str(const json::object& o, const char* key);
+std::int64_t num(const json::object& o, const char* key);
+
+} // namespace im::test
