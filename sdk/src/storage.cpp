@@ -113,18 +113,13 @@ bool Storage::open(const QString &path) {
     }
     open_ = true;
     // WAL + synchronous=FULL: a committed outbox row survives power loss.
-    QSqlQuery q(QSqlDatabase::database(connection_, false));
-    if (!q.exec(QStringLiteral("PRAGMA journal_mode=WAL")) || !q.next()
-        || q.value(0).toString().compare(QLatin1String("wal"), Qt::CaseInsensitive) != 0) {
-        const QString e = QStringLiteral("cannot enable WAL: %1").arg(q.lastError().text());
-        q = QSqlQuery();
+    if (pragma(QStringLiteral("journal_mode=WAL")).compare(QLatin1String("wal"), Qt::CaseInsensitive) != 0) {
         close();
-        return fail(e);
+        return fail(QStringLiteral("cannot enable WAL journal mode on %1").arg(path));
     }
     if (!execSql(QStringLiteral("PRAGMA synchronous=FULL")) || !execSql(QStringLiteral("PRAGMA foreign_keys=ON"))
         || !migrate()) {
         const QString e = error_;
-        q = QSqlQuery();
         close();
         return fail(e);
     }
@@ -200,15 +195,17 @@ bool Storage::migrate() {
                 return fail(QStringLiteral("migration %1 -> %2: %3").arg(v).arg(v + 1).arg(e));
             }
         }
-        QSqlQuery q(QSqlDatabase::database(connection_, false));
-        q.prepare(QStringLiteral("INSERT INTO schema_version(version, applied_at) VALUES(?, ?)"));
-        q.addBindValue(v + 1);
-        q.addBindValue(QDateTime::currentMSecsSinceEpoch());
-        if (!exec(q)) {
-            const QString e = error_;
-            q = QSqlQuery();
-            rollback();
-            return fail(e);
+        {
+            QSqlQuery q(QSqlDatabase::database(connection_, false));
+            q.prepare(QStringLiteral("INSERT INTO schema_version(version, applied_at) VALUES(?, ?)"));
+            q.addBindValue(v + 1);
+            q.addBindValue(QDateTime::currentMSecsSinceEpoch());
+            if (!exec(q)) {
+                const QString e = error_;
+                q = QSqlQuery();
+                rollback();
+                return fail(e);
+            }
         }
         if (!commit())
             return false;
@@ -456,7 +453,7 @@ bool Storage::applyPage(const proto::Page &page) {
         q.addBindValue(e.epoch > 0 ? e.epoch : page.epoch);
         q.addBindValue(e.kind == u"recall" ? QVariant(e.target) : QVariant(QMetaType(QMetaType::LongLong)));
         q.addBindValue(nullIfEmpty(e.user));
-        if (!exec(q)) { q = QSqlQuery(); return abort(); }
+        if (eventInsertFault() || !exec(q)) { q = QSqlQuery(); return abort(); }
     }
     {
         QSqlQuery q(QSqlDatabase::database(connection_, false));
@@ -518,7 +515,7 @@ bool Storage::applyPushedEvent(const proto::Event &ev, bool *applied) {
         q.addBindValue(ev.epoch);
         q.addBindValue(ev.kind == u"recall" ? QVariant(ev.target) : QVariant(QMetaType(QMetaType::LongLong)));
         q.addBindValue(nullIfEmpty(ev.user));
-        if (!exec(q)) { q = QSqlQuery(); return abort(); }
+        if (eventInsertFault() || !exec(q)) { q = QSqlQuery(); return abort(); }
         QSqlQuery u(QSqlDatabase::database(connection_, false));
         u.prepare(QStringLiteral("UPDATE conversations SET after = :seq, head = MAX(head, :seq) WHERE conv = :conv"));
         u.bindValue(QStringLiteral(":seq"), ev.seq);
@@ -683,6 +680,21 @@ std::optional<QList<proto::Event>> Storage::events(const QString &conv) {
         out.append(e);
     }
     return out;
+}
+
+bool Storage::eventInsertFault() {
+    if (eventFaultCountdown_ > 0 && --eventFaultCountdown_ == 0) {
+        fail(QStringLiteral("injected storage fault (event insert)"));
+        return true;
+    }
+    return false;
+}
+
+QString Storage::pragma(const QString &name) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    if (!q.exec(QStringLiteral("PRAGMA ") + name) || !q.next())
+        return {};
+    return q.value(0).toString();
 }
 
 QString Storage::cmidAt(const QString &conv, qint64 seq) {

@@ -124,6 +124,10 @@ public:
 
     // Test hook: the n-th write statement from now fails (0 disables).
     void injectFaultAfter(int statements) { faultCountdown_ = statements; }
+    // Test hook: the n-th event insert from now fails (0 disables).
+    void injectEventInsertFault(int n) { eventFaultCountdown_ = n; }
+    // Value of a PRAGMA on this connection (tests, diagnostics).
+    QString pragma(const QString &name);
 
 private:
     bool exec(QSqlQuery &q);
@@ -139,6 +143,8 @@ private:
     QString error_;
     bool open_ = false;
     int faultCountdown_ = 0;
+    int eventFaultCountdown_ = 0;
+    bool eventInsertFault();
 };
 
 } // namespace im::detail

@@ -1,0 +1,328 @@
+#include "fakeserver.h"
+
+#include <QtCore/QDateTime>
+#include <QtCore/QJsonArray>
+#include <QtCore/QJsonDocument>
+#include <QtCore/QUuid>
+#include <QtWebSockets/QWebSocket>
+#include <QtWebSockets/QWebSocketServer>
+
+FakeServer::FakeServer(QObject *parent) : QObject(parent) {}
+
+FakeServer::~FakeServer() { stop(); }
+
+bool FakeServer::listen() {
+    server_ = new QWebSocketServer(QStringLiteral("fake"), QWebSocketServer::NonSecureMode, this);
+    connect(server_, &QWebSocketServer::newConnection, this, &FakeServer::onConnection);
+    return server_->listen(QHostAddress::LocalHost, 0);
+}
+
+QUrl FakeServer::url() const {
+    return QUrl(QStringLiteral("ws://127.0.0.1:%1/v1/ws").arg(server_->serverPort()));
+}
+
+void FakeServer::stop() {
+    closeAll();
+    if (server_)
+        server_->close();
+}
+
+void FakeServer::closeAll() {
+    const auto sockets = sessions_.keys();
+    for (QWebSocket *s : sockets)
+        s->abort();
+}
+
+void FakeServer::onConnection() {
+    while (QWebSocket *s = server_->nextPendingConnection()) {
+        ++connections;
+        sessions_.insert(s, Session{});
+        connect(s, &QWebSocket::textMessageReceived, this, [this, s](const QString &text) {
+            const QJsonObject req = QJsonDocument::fromJson(text.toUtf8()).object();
+            received.append(req);
+            if (onFrame)
+                onFrame(req);
+            emit frameReceived(req);
+            if (sessions_.contains(s))
+                handle(s, req);
+        });
+        connect(s, &QWebSocket::disconnected, this, [this, s] {
+            sessions_.remove(s);
+            s->deleteLater();
+        });
+    }
+}
+
+QJsonObject FakeServer::demoEvent(const QString &conv, qint64 seq, const QString &sender, const QString &body,
+                                  qint64 epoch) {
+    return QJsonObject{{QStringLiteral("conv"), conv},
+                       {QStringLiteral("seq"), seq},
+                       {QStringLiteral("mid"), QUuid::createUuid().toString(QUuid::WithoutBraces)},
+                       {QStringLiteral("kind"), QStringLiteral("msg")},
+                       {QStringLiteral("sender"), sender},
+                       {QStringLiteral("body"), body},
+                       {QStringLiteral("ts"), QDateTime::currentMSecsSinceEpoch()},
+                       {QStringLiteral("epoch"), epoch}};
+}
+
+qint64 FakeServer::addEvent(const QString &conv, QJsonObject ev) {
+    Conv &c = convs[conv];
+    const qint64 seq = c.head() + 1;
+    ev.insert(QStringLiteral("conv"), conv);
+    ev.insert(QStringLiteral("seq"), seq);
+    ev.insert(QStringLiteral("mid"), QUuid::createUuid().toString(QUuid::WithoutBraces));
+    ev.insert(QStringLiteral("ts"), QDateTime::currentMSecsSinceEpoch());
+    ev.insert(QStringLiteral("epoch"), c.epoch);
+    c.events.append(ev);
+    if (pushEvents) {
+        const QJsonObject push{{QStringLiteral("t"), QStringLiteral("event")}, {QStringLiteral("ev"), ev}};
+        const QByteArray text = QJsonDocument(push).toJson(QJsonDocument::Compact);
+        for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
+            if (it->subscribed && c.members.contains(it->user))
+                it.key()->sendTextMessage(QString::fromUtf8(text));
+    }
+    return seq;
+}
+
+qint64 FakeServer::append(const QString &conv, const QString &sender, const QString &body) {
+    return addEvent(conv, QJsonObject{{QStringLiteral("kind"), QStringLiteral("msg")},
+                                      {QStringLiteral("sender"), sender},
+                                      {QStringLiteral("body"), body}});
+}
+
+qint64 FakeServer::appendRecall(const QString &conv, const QString &sender, qint64 target) {
+    return addEvent(conv, QJsonObject{{QStringLiteral("kind"), QStringLiteral("recall")},
+                                      {QStringLiteral("sender"), sender},
+                                      {QStringLiteral("target"), target}});
+}
+
+void FakeServer::pushToAll(const QJsonObject &frame) {
+    const QByteArray text = QJsonDocument(frame).toJson(QJsonDocument::Compact);
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
+        if (it->subscribed)
+            it.key()->sendTextMessage(QString::fromUtf8(text));
+}
+
+void FakeServer::bumpEpoch(const QString &conv) { ++convs[conv].epoch; }
+
+void FakeServer::releaseHeld() {
+    const auto held = held_;
+    held_.clear();
+    for (const auto &[s, text] : held)
+        if (sessions_.contains(s))
+            s->sendTextMessage(QString::fromUtf8(text));
+}
+
+QList<QJsonObject> FakeServer::requests(const QString &type) const {
+    QList<QJsonObject> out;
+    for (const QJsonObject &o : received)
+        if (o.value(QStringLiteral("t")).toString() == type)
+            out.append(o);
+    return out;
+}
+
+QStringList FakeServer::distinctCmids(const QString &conv) const {
+    QStringList out;
+    for (const QJsonObject &o : requests(QStringLiteral("send"))) {
+        if (!conv.isEmpty() && o.value(QStringLiteral("conv")).toString() != conv)
+            continue;
+        const QString c = o.value(QStringLiteral("cmid")).toString();
+        if (!out.contains(c))
+            out.append(c);
+    }
+    return out;
+}
+
+int FakeServer::subscribedCount() const {
+    int n = 0;
+    for (const Session &s : sessions_)
+        n += s.subscribed ? 1 : 0;
+    return n;
+}
+
+void FakeServer::reply(QWebSocket *s, const QJsonObject &req, QJsonObject body) {
+    if (req.contains(QStringLiteral("rid")))
+        body.insert(QStringLiteral("rid"), req.value(QStringLiteral("rid")));
+    const QByteArray text = QJsonDocument(body).toJson(QJsonDocument::Compact);
+    const QString t = req.value(QStringLiteral("t")).toString();
+    if (holdReplies.value(t) > 0) {
+        --holdReplies[t];
+        held_.append({s, text});
+        return;
+    }
+    s->sendTextMessage(QString::fromUtf8(text));
+}
+
+void FakeServer::error(QWebSocket *s, const QJsonObject &req, const QString &code) {
+    reply(s, req, QJsonObject{{QStringLiteral("t"), QStringLiteral("error")},
+                              {QStringLiteral("code"), code},
+                              {QStringLiteral("msg"), code.toLower()}});
+}
+
+void FakeServer::handle(QWebSocket *s, const QJsonObject &req) {
+    const QString t = req.value(QStringLiteral("t")).toString();
+    if (closeOn.value(t) > 0) {
+        --closeOn[t];
+        s->abort();
+        return;
+    }
+    if (unavailable.value(t) > 0) {
+        --unavailable[t];
+        error(s, req, QStringLiteral("UNAVAILABLE"));
+        return;
+    }
+    if (failWith.contains(t)) {
+        error(s, req, failWith.value(t));
+        return;
+    }
+    QJsonObject out = process(s, req);
+    if (out.isEmpty())
+        return;
+    if (dropReplies.value(t) > 0) {
+        --dropReplies[t];
+        return;
+    }
+    reply(s, req, out);
+}
+
+static QJsonObject err(const QString &code) {
+    return QJsonObject{{QStringLiteral("t"), QStringLiteral("error")},
+                       {QStringLiteral("code"), code},
+                       {QStringLiteral("msg"), code.toLower()}};
+}
+
+QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
+    Session &ses = sessions_[s];
+    const QString t = req.value(QStringLiteral("t")).toString();
+    const QString convId = req.value(QStringLiteral("conv")).toString();
+    if (t == u"hello") {
+        const QString token = req.value(QStringLiteral("token")).toString();
+        const QString install = req.value(QStringLiteral("install")).toString();
+        installsSeen.append(install);
+        if (!token.startsWith(QLatin1String("tok-")))
+            return err(QStringLiteral("UNAUTHENTICATED"));
+        if (staleInstalls.contains(install))
+            return err(QStringLiteral("STALE_INSTALL"));
+        ses.user = token.mid(4);
+        ses.device = ses.user + QStringLiteral("-d1");
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("welcome")},
+                           {QStringLiteral("user"), ses.user},
+                           {QStringLiteral("device"), ses.device},
+                           {QStringLiteral("gateway"), QStringLiteral("fake-gw")},
+                           {QStringLiteral("server_time"), QDateTime::currentMSecsSinceEpoch()}};
+    }
+    if (ses.user.isEmpty())
+        return err(QStringLiteral("UNAUTHENTICATED"));
+    if (t == u"sub") {
+        ses.subscribed = true;
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("subscribed")}};
+    }
+    if (t == u"convs") {
+        QJsonArray list;
+        for (auto it = convs.cbegin(); it != convs.cend(); ++it) {
+            if (!it->members.contains(ses.user))
+                continue;
+            const qint64 rd = it->read.value(ses.user);
+            qint64 unread = 0;
+            for (const QJsonObject &e : it->events)
+                if (e.value(QStringLiteral("kind")).toString() == u"msg"
+                    && e.value(QStringLiteral("sender")).toString() != ses.user
+                    && e.value(QStringLiteral("seq")).toInteger() > rd)
+                    ++unread;
+            list.append(QJsonObject{{QStringLiteral("conv"), it.key()},
+                                    {QStringLiteral("kind"), it->kind},
+                                    {QStringLiteral("head"), it->head()},
+                                    {QStringLiteral("delivered"), it->delivered.value(ses.device)},
+                                    {QStringLiteral("read"), rd},
+                                    {QStringLiteral("unread"), unread},
+                                    {QStringLiteral("epoch"), it->epoch},
+                                    {QStringLiteral("min_seq"), it->minSeq}});
+        }
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("convs")}, {QStringLiteral("convs"), list}};
+    }
+    if (!convs.contains(convId) || !convs[convId].members.contains(ses.user))
+        return err(QStringLiteral("NOT_MEMBER"));
+    Conv &c = convs[convId];
+    if (t == u"send" || t == u"recall") {
+        const QString cmid = req.value(QStringLiteral("cmid")).toString();
+        const QString key = ses.user + QLatin1Char('\n') + cmid;
+        if (c.keys.contains(key)) {
+            const qint64 seq = c.keys.value(key);
+            const QJsonObject &ev = c.events.at(seq - 1);
+            return QJsonObject{{QStringLiteral("t"), t == u"send" ? QStringLiteral("sent") : QStringLiteral("recalled")},
+                               {QStringLiteral("conv"), convId},
+                               {QStringLiteral("seq"), seq},
+                               {QStringLiteral("mid"), ev.value(QStringLiteral("mid"))},
+                               {QStringLiteral("dup"), true},
+                               {QStringLiteral("epoch"), c.epoch}};
+        }
+        qint64 seq = 0;
+        if (t == u"send") {
+            seq = append(convId, ses.user, req.value(QStringLiteral("body")).toString());
+        } else {
+            const qint64 target = req.value(QStringLiteral("target")).toInteger();
+            if (target < 1 || target > c.head())
+                return err(QStringLiteral("NOT_FOUND"));
+            if (c.events.at(target - 1).value(QStringLiteral("sender")).toString() != ses.user)
+                return err(QStringLiteral("NOT_SENDER"));
+            seq = appendRecall(convId, ses.user, target);
+        }
+        convs[convId].keys.insert(key, seq);
+        const QJsonObject &ev = convs[convId].events.at(seq - 1);
+        return QJsonObject{{QStringLiteral("t"), t == u"send" ? QStringLiteral("sent") : QStringLiteral("recalled")},
+                           {QStringLiteral("conv"), convId},
+                           {QStringLiteral("seq"), seq},
+                           {QStringLiteral("mid"), ev.value(QStringLiteral("mid"))},
+                           {QStringLiteral("dup"), false},
+                           {QStringLiteral("epoch"), convs[convId].epoch}};
+    }
+    if (t == u"sync") {
+        const qint64 after = req.value(QStringLiteral("after")).toInteger();
+        qint64 limit = req.contains(QStringLiteral("limit")) ? req.value(QStringLiteral("limit")).toInteger() : 50;
+        if (pageLimit > 0)
+            limit = std::min<qint64>(limit, pageLimit);
+        if (req.contains(QStringLiteral("epoch")) && req.value(QStringLiteral("epoch")).toInteger() != c.epoch)
+            return err(QStringLiteral("EPOCH_CHANGED"));
+        if (after > c.head())
+            return err(QStringLiteral("CURSOR_AHEAD"));
+        QJsonArray evs;
+        qint64 next = after;
+        for (qint64 seq = std::max(after + 1, c.minSeq); seq <= c.head() && evs.size() < limit; ++seq) {
+            evs.append(c.events.at(seq - 1));
+            next = seq;
+        }
+        if (evs.isEmpty())
+            next = std::max(after, c.minSeq - 1);
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("page")},
+                           {QStringLiteral("conv"), convId},
+                           {QStringLiteral("events"), evs},
+                           {QStringLiteral("next_after"), next},
+                           {QStringLiteral("has_more"), next < c.head()},
+                           {QStringLiteral("head"), c.head()},
+                           {QStringLiteral("min_seq"), c.minSeq},
+                           {QStringLiteral("trimmed"), after < c.minSeq - 1},
+                           {QStringLiteral("epoch"), c.epoch}};
+    }
+    if (t == u"ack" || t == u"read") {
+        const qint64 seq = req.value(QStringLiteral("seq")).toInteger();
+        if (seq > c.head())
+            return err(QStringLiteral("CURSOR_AHEAD"));
+        if (t == u"ack") {
+            c.delivered[ses.device] = std::max(c.delivered.value(ses.device), seq);
+            return QJsonObject{{QStringLiteral("t"), QStringLiteral("acked")},
+                               {QStringLiteral("conv"), convId},
+                               {QStringLiteral("delivered"), c.delivered.value(ses.device)}};
+        }
+        c.read[ses.user] = std::max(c.read.value(ses.user), seq);
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("read_ok")},
+                           {QStringLiteral("conv"), convId},
+                           {QStringLiteral("read"), c.read.value(ses.user)}};
+    }
+    if (t == u"fetch") {
+        const qint64 seq = req.value(QStringLiteral("seq")).toInteger();
+        if (seq < c.minSeq || seq > c.head())
+            return err(QStringLiteral("NOT_FOUND"));
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("fetched")}, {QStringLiteral("ev"), c.events.at(seq - 1)}};
+    }
+    return err(QStringLiteral("INVALID_ARGUMENT"));
+}

@@ -1,0 +1,91 @@
+// An in-process fake of the chat server for SDK tests: a QWebSocketServer on
+// 127.0.0.1 (port 0) that speaks the wire contract with a tiny in-memory
+// store, plus knobs to misbehave (drop replies, UNAVAILABLE, close mid-request,
+// reorder pushes, bump epochs, trim, goaway, STALE_INSTALL).
+#pragma once
+
+#include <QtCore/QHash>
+#include <QtCore/QJsonObject>
+#include <QtCore/QList>
+#include <QtCore/QObject>
+#include <QtCore/QSet>
+#include <QtCore/QUrl>
+
+#include <functional>
+
+class QWebSocket;
+class QWebSocketServer;
+
+class FakeServer : public QObject {
+    Q_OBJECT
+public:
+    struct Conv {
+        QString kind = QStringLiteral("group");
+        QStringList members;
+        qint64 epoch = 1;
+        qint64 minSeq = 1;
+        QList<QJsonObject> events;            // index i holds seq i + 1
+        QHash<QString, qint64> keys;          // "user\ncmid" -> seq
+        QHash<QString, qint64> delivered;     // device -> seq
+        QHash<QString, qint64> read;          // user -> seq
+        qint64 head() const { return events.size(); }
+    };
+
+    explicit FakeServer(QObject *parent = nullptr);
+    ~FakeServer() override;
+
+    bool listen();
+    QUrl url() const;
+    void stop();
+
+    // data
+    QHash<QString, Conv> convs;
+    QSet<QString> staleInstalls;       // hello with these installs gets STALE_INSTALL
+    QList<QJsonObject> received;       // every request frame, in arrival order
+    QStringList installsSeen;
+    int connections = 0;
+
+    // knobs (per request type "send", "sync", ...): how many to affect
+    QHash<QString, int> dropReplies;   // process, but do not reply
+    QHash<QString, int> unavailable;   // answer UNAVAILABLE without processing
+    QHash<QString, int> closeOn;       // close the socket on receipt, without processing
+    QHash<QString, QString> failWith;  // answer this terminal code (while set)
+    QHash<QString, int> holdReplies;   // process, keep the reply until releaseHeld()
+    bool pushEvents = true;            // push `event` to subscribed members
+    int pageLimit = 0;                 // > 0 caps sync pages
+    std::function<void(const QJsonObject &)> onFrame; // runs before any processing
+
+    // actions
+    qint64 append(const QString &conv, const QString &sender, const QString &body);
+    qint64 appendRecall(const QString &conv, const QString &sender, qint64 target);
+    void pushToAll(const QJsonObject &frame);
+    void bumpEpoch(const QString &conv);
+    void closeAll();
+    void releaseHeld();
+
+    QList<QJsonObject> requests(const QString &type) const;
+    QStringList distinctCmids(const QString &conv = {}) const;
+    int subscribedCount() const;
+
+    static QJsonObject demoEvent(const QString &conv, qint64 seq, const QString &sender, const QString &body,
+                                 qint64 epoch);
+
+signals:
+    void frameReceived(const QJsonObject &frame);
+
+private:
+    struct Session {
+        QString user, device;
+        bool subscribed = false;
+    };
+    void onConnection();
+    void handle(QWebSocket *s, const QJsonObject &req);
+    void reply(QWebSocket *s, const QJsonObject &req, QJsonObject body);
+    void error(QWebSocket *s, const QJsonObject &req, const QString &code);
+    QJsonObject process(QWebSocket *s, const QJsonObject &req);
+    qint64 addEvent(const QString &conv, QJsonObject ev);
+
+    QWebSocketServer *server_ = nullptr;
+    QHash<QWebSocket *, Session> sessions_;
+    QList<QPair<QWebSocket *, QByteArray>> held_;
+};

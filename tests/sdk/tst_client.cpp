@@ -1,0 +1,715 @@
+// im::Client against an in-process fake server: one test per obligation of
+// docs/sdk.md / spec sdk.md. Each test is written so that breaking the
+// obligation it names makes it fail.
+#include "client_p.h"
+#include "fakeserver.h"
+#include "sdktestutil.h"
+
+#include <im/client.h>
+#include <im/conversationlistmodel.h>
+#include <im/messagelistmodel.h>
+#include <im/outboxmodel.h>
+
+#include <QtCore/QElapsedTimer>
+#include <QtCore/QJsonArray>
+#include <QtCore/QTemporaryDir>
+#include <QtCore/QUuid>
+#include <QtNetwork/QTcpServer>
+#include <QtTest/QtTest>
+
+using im::Client;
+using im::ConnectionState;
+using im::MessageState;
+
+namespace {
+
+struct Fixture {
+    QTemporaryDir dir;
+    FakeServer server;
+    Client client;
+    QString db;
+
+    Fixture() {
+        server.listen();
+        server.convs[QStringLiteral("c1")].members = {QStringLiteral("ana"), QStringLiteral("ben")};
+        client.setServers({server.url()});
+        client.setCredentials(QStringLiteral("tok-ana"));
+        client.setRequestTimeout(400);
+        client.setRetryBackoff(40, 300);
+        client.setReconnectBackoff(40, 200);
+        db = dir.filePath(QStringLiteral("client.db"));
+    }
+    bool openAndConnect() {
+        if (!client.open(db))
+            return false;
+        client.connectToServer();
+        return QTest::qWaitFor([this] { return client.connectionState() == ConnectionState::Connected; }, 5000);
+    }
+    qint64 cursor(const QString &conv) {
+        return sqlScalar(db, QStringLiteral("SELECT after FROM conversations WHERE conv = ?"), {conv}).toLongLong();
+    }
+    qint64 eventCount(const QString &conv) {
+        return sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = ?"), {conv}).toLongLong();
+    }
+    qint64 outboxRows() { return sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox")).toLongLong(); }
+    qint64 state(const QString &cmid) {
+        return sqlScalar(db, QStringLiteral("SELECT state FROM local_messages WHERE cmid = ?"), {cmid}).toLongLong();
+    }
+    int requestsOf(const QString &t) { return int(server.requests(t).size()); }
+};
+
+} // namespace
+
+class TestClient : public QObject {
+    Q_OBJECT
+private slots:
+    void send_commits_the_outbox_row_before_the_first_frame_leaves();
+    void send_success_removes_the_outbox_entry_and_records_seq();
+    void terminal_errors_remove_the_entry_with_their_final_state_data();
+    void terminal_errors_remove_the_entry_with_their_final_state();
+    void retryable_outcomes_keep_the_entry_and_resend_the_same_cmid_data();
+    void retryable_outcomes_keep_the_entry_and_resend_the_same_cmid();
+    void resend_after_reconnect_is_in_creation_order_with_the_same_cmids();
+    void unanswered_requests_are_retried_with_capped_exponential_backoff();
+    void interrupted_page_apply_keeps_the_old_cursor_and_no_events();
+    void sync_loops_while_has_more_and_acks_the_highest_applied_seq();
+    void trimmed_page_records_a_permanent_gap();
+    void epoch_changed_drops_local_events_and_rebuilds_from_zero();
+    void cursor_ahead_drops_the_cursor_and_rebuilds();
+    void out_of_order_event_push_is_not_applied_but_triggers_sync();
+    void hint_triggers_sync_and_updates_the_read_marker();
+    void resync_syncs_every_conversation();
+    void goaway_reconnects_to_the_next_server_url();
+    void reconnect_rotates_through_urls_with_backoff();
+    void stale_install_on_hello_is_reported_and_stops_the_client();
+    void stale_install_on_ack_is_reported();
+    void install_id_is_generated_once_and_sent_in_hello();
+    void recall_goes_through_the_outbox_and_the_target_shows_recalled();
+    void mark_read_sends_read_and_records_the_marker();
+    void message_model_shows_pending_at_once_then_sent_and_others_messages();
+    void conversation_model_exposes_markers();
+    void failed_outbox_write_is_surfaced_and_nothing_is_sent();
+    void database_is_wal_synchronous_full_with_a_schema_version();
+    void newer_schema_version_is_refused();
+    void outbox_introspection_reports_attempts_last_error_and_depth();
+    void qa_hooks_go_offline_drop_a_reply_and_close_the_socket();
+};
+
+void TestClient::send_commits_the_outbox_row_before_the_first_frame_leaves() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    int checked = 0;
+    bool rowPresent = false;
+    f.server.onFrame = [&](const QJsonObject &req) {
+        if (req.value(QStringLiteral("t")).toString() != u"send")
+            return;
+        ++checked;
+        // What another process (a restarted client) would find in the file
+        // at the moment the server holds the frame.
+        rowPresent = sqlScalar(f.db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ? AND body = ?"),
+                               {req.value(QStringLiteral("cmid")).toString(),
+                                req.value(QStringLiteral("body")).toString()})
+                         .toInt() == 1;
+    };
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("hello"));
+    QVERIFY(!QUuid::fromString(cmid).isNull());
+    QCOMPARE(QUuid::fromString(cmid).version(), QUuid::Random);
+    // Committed before send() returned.
+    QCOMPARE(f.outboxRows(), 1);
+    QTRY_COMPARE(checked, 1);
+    QVERIFY(rowPresent);
+}
+
+void TestClient::send_success_removes_the_outbox_entry_and_records_seq() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    QSignalSpy states(&f.client, &Client::messageStateChanged);
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("hello"));
+    QTRY_COMPARE(f.client.messageState(cmid), MessageState::Sent);
+    QCOMPARE(f.outboxRows(), 0);
+    QCOMPARE(f.client.pendingCount(), 0);
+    QCOMPARE(states.size(), 2);
+    QCOMPARE(states.at(0).at(3).value<MessageState>(), MessageState::Pending);
+    QCOMPARE(states.at(1).at(1).toString(), cmid);
+    QCOMPARE(states.at(1).at(2).toLongLong(), 1);
+    QCOMPARE(states.at(1).at(3).value<MessageState>(), MessageState::Sent);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT seq FROM local_messages WHERE cmid = ?"), {cmid}).toLongLong(), 1);
+}
+
+void TestClient::terminal_errors_remove_the_entry_with_their_final_state_data() {
+    QTest::addColumn<QString>("code");
+    QTest::addColumn<int>("state");
+    QTest::newRow("NOT_MEMBER") << "NOT_MEMBER" << int(MessageState::Failed);
+    QTest::newRow("IDEMPOTENCY_MISMATCH") << "IDEMPOTENCY_MISMATCH" << int(MessageState::Failed);
+    QTest::newRow("INVALID_ARGUMENT") << "INVALID_ARGUMENT" << int(MessageState::Failed);
+    QTest::newRow("ORIGINAL_EXPIRED") << "ORIGINAL_EXPIRED" << int(MessageState::Expired);
+}
+
+void TestClient::terminal_errors_remove_the_entry_with_their_final_state() {
+    QFETCH(QString, code);
+    QFETCH(int, state);
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    f.server.failWith.insert(QStringLiteral("send"), code);
+    QSignalSpy states(&f.client, &Client::messageStateChanged);
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("doomed"));
+    QTRY_COMPARE(states.size(), 2);
+    QCOMPARE(states.at(1).at(3).value<MessageState>(), MessageState(state));
+    QCOMPARE(states.at(1).at(4).toString(), code);
+    QCOMPARE(f.outboxRows(), 0);
+    QCOMPARE(f.state(cmid), state);
+    // Never resent: not on the next retry tick, not after a reconnect.
+    f.server.failWith.clear();
+    const int hellos = f.requestsOf(QStringLiteral("hello"));
+    f.client.closeSocketNow();
+    QTRY_VERIFY(f.requestsOf(QStringLiteral("hello")) > hellos);
+    QTRY_COMPARE(f.client.connectionState(), ConnectionState::Connected);
+    QTest::qWait(600);
+    QCOMPARE(f.requestsOf(QStringLiteral("send")), 1);
+    QCOMPARE(f.client.messageState(cmid), MessageState(state));
+}
+
+void TestClient::retryable_outcomes_keep_the_entry_and_resend_the_same_cmid_data() {
+    QTest::addColumn<QString>("fault");
+    QTest::newRow("UNAVAILABLE twice") << "unavailable";
+    QTest::newRow("reply dropped (timeout)") << "drop";
+    QTest::newRow("socket closed mid-request") << "close";
+}
+
+void TestClient::retryable_outcomes_keep_the_entry_and_resend_the_same_cmid() {
+    QFETCH(QString, fault);
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    const QString send = QStringLiteral("send");
+    if (fault == u"unavailable")
+        f.server.unavailable.insert(send, 2);
+    else if (fault == u"drop")
+        f.server.dropReplies.insert(send, 1);
+    else
+        f.server.closeOn.insert(send, 1);
+    bool rowKeptOnRetry = true;
+    f.server.onFrame = [&](const QJsonObject &req) {
+        if (req.value(QStringLiteral("t")).toString() == send && f.requestsOf(send) > 1)
+            rowKeptOnRetry = rowKeptOnRetry && f.outboxRows() == 1;
+    };
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("persist"));
+    QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(cmid), MessageState::Sent, 10000);
+    QVERIFY(f.requestsOf(send) >= 2);
+    QVERIFY(rowKeptOnRetry);
+    QCOMPARE(f.server.distinctCmids(), QStringList{cmid});
+    QCOMPARE(f.server.convs[QStringLiteral("c1")].head(), 1); // exactly one event
+    QCOMPARE(f.outboxRows(), 0);
+}
+
+void TestClient::resend_after_reconnect_is_in_creation_order_with_the_same_cmids() {
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    // Queued while disconnected.
+    QStringList cmids;
+    for (int i = 0; i < 5; ++i)
+        cmids << f.client.send(QStringLiteral("c1"), QStringLiteral("m%1").arg(i));
+    f.client.setRequestTimeout(10000);
+    f.server.dropReplies.insert(QStringLiteral("send"), 5); // first round: no answers
+    f.client.connectToServer();
+    QTRY_COMPARE(f.requestsOf(QStringLiteral("send")), 5);
+    // Connection lost with everything unanswered: resent after the next hello.
+    f.client.closeSocketNow();
+    QTRY_COMPARE_WITH_TIMEOUT(f.client.pendingCount(), 0, 10000);
+    QStringList order;
+    for (const QJsonObject &o : f.server.requests(QStringLiteral("send")))
+        order << o.value(QStringLiteral("cmid")).toString();
+    QCOMPARE(order, cmids + cmids);
+    // The resends came after a second hello.
+    QCOMPARE(f.requestsOf(QStringLiteral("hello")), 2);
+    QCOMPARE(f.server.convs[QStringLiteral("c1")].head(), 5);
+}
+
+void TestClient::unanswered_requests_are_retried_with_capped_exponential_backoff() {
+    Fixture f;
+    const int timeout = 100, initial = 100, cap = 400;
+    f.client.setRequestTimeout(timeout);
+    f.client.setRetryBackoff(initial, cap);
+    QVERIFY(f.openAndConnect());
+    f.server.dropReplies.insert(QStringLiteral("send"), 6);
+    QList<qint64> at;
+    QElapsedTimer clock;
+    clock.start();
+    f.server.onFrame = [&](const QJsonObject &req) {
+        if (req.value(QStringLiteral("t")).toString() == u"send")
+            at << clock.elapsed();
+    };
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("retry me"));
+    QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(cmid), MessageState::Sent, 15000);
+    QCOMPARE(at.size(), 7);
+    for (int i = 1; i < at.size(); ++i) {
+        const qint64 d = std::min<qint64>(cap, qint64(initial) << (i - 1));
+        const qint64 gap = at[i] - at[i - 1];
+        // timeout + jittered backoff in [d/2, d]; the 50 ms tick and the
+        // event loop add a little.
+        QVERIFY2(gap >= timeout + d / 2 - 10 && gap <= timeout + d + 150,
+                 qPrintable(QStringLiteral("retry %1 after %2 ms, expected %3..%4").arg(i).arg(gap)
+                                .arg(timeout + d / 2).arg(timeout + d)));
+    }
+    QCOMPARE(f.server.distinctCmids(), QStringList{cmid});
+}
+
+void TestClient::interrupted_page_apply_keeps_the_old_cursor_and_no_events() {
+    Fixture f;
+    for (int i = 1; i <= 5; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 5);
+    // Five more arrive; the page that carries them fails on its 3rd insert.
+    f.server.pushEvents = false;
+    for (int i = 6; i <= 10; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    f.client.setRetryBackoff(1000, 1000);
+    im::ClientPrivate::get(&f.client)->storage.injectEventInsertFault(3);
+    QSignalSpy errors(&f.client, &Client::errorOccurred);
+    f.client.sync(QStringLiteral("c1"));
+    QTRY_COMPARE(errors.size(), 1);
+    QCOMPARE(errors.at(0).at(0).toString(), QStringLiteral("STORAGE_ERROR"));
+    // Nothing of the page is visible: old cursor, old events.
+    QCOMPARE(f.cursor(QStringLiteral("c1")), 5);
+    QCOMPARE(f.eventCount(QStringLiteral("c1")), 5);
+    // The retry applies the whole page.
+    QTRY_COMPARE_WITH_TIMEOUT(f.cursor(QStringLiteral("c1")), 10, 5000);
+    QCOMPARE(f.eventCount(QStringLiteral("c1")), 10);
+}
+
+void TestClient::sync_loops_while_has_more_and_acks_the_highest_applied_seq() {
+    Fixture f;
+    for (int i = 1; i <= 25; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    f.client.setSyncPageSize(10);
+    QSignalSpy synced(&f.client, &Client::conversationSynced);
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(synced.size(), 1);
+    QCOMPARE(f.cursor(QStringLiteral("c1")), 25);
+    QCOMPARE(f.eventCount(QStringLiteral("c1")), 25);
+    const auto syncs = f.server.requests(QStringLiteral("sync"));
+    QCOMPARE(syncs.size(), 3);
+    QCOMPARE(syncs[0].value(QStringLiteral("after")).toInteger(), 0);
+    QCOMPARE(syncs[1].value(QStringLiteral("after")).toInteger(), 10);
+    QCOMPARE(syncs[2].value(QStringLiteral("after")).toInteger(), 20);
+    QCOMPARE(syncs[1].value(QStringLiteral("epoch")).toInteger(), 1);
+    QTRY_COMPARE(f.server.convs[QStringLiteral("c1")].delivered.value(QStringLiteral("ana-d1")), 25);
+    const auto acks = f.server.requests(QStringLiteral("ack"));
+    QCOMPARE(acks.last().value(QStringLiteral("seq")).toInteger(), 25);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT delivered FROM conversations WHERE conv = 'c1'")).toLongLong(), 25);
+}
+
+void TestClient::trimmed_page_records_a_permanent_gap() {
+    Fixture f;
+    for (int i = 1; i <= 10; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    f.server.convs[QStringLiteral("c1")].minSeq = 6;
+    im::ConversationListModel convs(&f.client);
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 10);
+    QCOMPARE(f.eventCount(QStringLiteral("c1")), 5);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT gap_to FROM conversations WHERE conv = 'c1'")).toLongLong(), 5);
+    QTRY_COMPARE(convs.indexOf(QStringLiteral("c1")), 0);
+    QTRY_COMPARE(convs.get(0, im::ConversationListModel::HasGapRole).toBool(), true);
+}
+
+void TestClient::epoch_changed_drops_local_events_and_rebuilds_from_zero() {
+    Fixture f;
+    for (int i = 1; i <= 3; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("old%1").arg(i));
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 3);
+    // The server rebuilds the conversation under epoch 2 with other content.
+    f.server.pushEvents = false;
+    FakeServer::Conv &c = f.server.convs[QStringLiteral("c1")];
+    c.events.clear();
+    f.server.bumpEpoch(QStringLiteral("c1"));
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("new1"));
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("new2"));
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("new3"));
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("new4"));
+    QSignalSpy reset(&f.client, &Client::conversationReset);
+    const int before = f.requestsOf(QStringLiteral("sync"));
+    f.client.sync(QStringLiteral("c1"));
+    QTRY_COMPARE(reset.size(), 1);
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 4);
+    const auto syncs = f.server.requests(QStringLiteral("sync")).mid(before);
+    QCOMPARE(syncs.size(), 2);
+    QCOMPARE(syncs[0].value(QStringLiteral("epoch")).toInteger(), 1);
+    QCOMPARE(syncs[1].value(QStringLiteral("after")).toInteger(), 0);
+    QVERIFY(!syncs[1].contains(QStringLiteral("epoch")));
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT epoch FROM conversations WHERE conv = 'c1'")).toLongLong(), 2);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'c1' AND body LIKE 'old%'")).toInt(), 0);
+    QCOMPARE(f.eventCount(QStringLiteral("c1")), 4);
+}
+
+void TestClient::cursor_ahead_drops_the_cursor_and_rebuilds() {
+    Fixture f;
+    for (int i = 1; i <= 5; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 5);
+    // The server lost its tail (restored from a backup): head is now 3.
+    f.server.convs[QStringLiteral("c1")].events.resize(3);
+    const int before = f.requestsOf(QStringLiteral("sync"));
+    f.client.sync(QStringLiteral("c1"));
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 3);
+    const auto syncs = f.server.requests(QStringLiteral("sync")).mid(before);
+    QCOMPARE(syncs.size(), 2);
+    QCOMPARE(syncs[0].value(QStringLiteral("after")).toInteger(), 5);
+    QCOMPARE(syncs[1].value(QStringLiteral("after")).toInteger(), 0);
+}
+
+void TestClient::out_of_order_event_push_is_not_applied_but_triggers_sync() {
+    Fixture f;
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b1"));
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b2"));
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 2);
+    QTRY_COMPARE(f.server.subscribedCount(), 1);
+    f.server.pushEvents = false;
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b3"));
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b4"));
+    f.server.dropReplies.insert(QStringLiteral("sync"), 1); // hold the pull back for a moment
+    const int before = f.requestsOf(QStringLiteral("sync"));
+    const QJsonObject ev4 = f.server.convs[QStringLiteral("c1")].events.at(3);
+    f.server.pushToAll({{QStringLiteral("t"), QStringLiteral("event")}, {QStringLiteral("ev"), ev4}});
+    QTRY_COMPARE(f.requestsOf(QStringLiteral("sync")), before + 1);
+    // seq 4 was not applied on top of cursor 2.
+    QCOMPARE(f.cursor(QStringLiteral("c1")), 2);
+    QCOMPARE(f.eventCount(QStringLiteral("c1")), 2);
+    QCOMPARE(f.server.requests(QStringLiteral("sync")).last().value(QStringLiteral("after")).toInteger(), 2);
+    QTRY_COMPARE_WITH_TIMEOUT(f.cursor(QStringLiteral("c1")), 4, 5000);
+    QCOMPARE(f.eventCount(QStringLiteral("c1")), 4);
+    // The next one in order is applied directly, without a sync, and acked.
+    const int syncsNow = f.requestsOf(QStringLiteral("sync"));
+    f.server.pushEvents = true;
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b5"));
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 5);
+    QTRY_COMPARE(f.server.requests(QStringLiteral("ack")).last().value(QStringLiteral("seq")).toInteger(), 5);
+    QCOMPARE(f.requestsOf(QStringLiteral("sync")), syncsNow);
+}
+
+void TestClient::hint_triggers_sync_and_updates_the_read_marker() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.server.subscribedCount(), 1);
+    QTRY_VERIFY(f.client.conversationIds().contains(QStringLiteral("c1")));
+    f.server.pushEvents = false;
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b1"));
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b2"));
+    f.server.pushToAll({{QStringLiteral("t"), QStringLiteral("hint")},
+                        {QStringLiteral("conv"), QStringLiteral("c1")},
+                        {QStringLiteral("head"), 2},
+                        {QStringLiteral("epoch"), 1},
+                        {QStringLiteral("read"), 1}});
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 2);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT read FROM conversations WHERE conv = 'c1'")).toLongLong(), 1);
+}
+
+void TestClient::resync_syncs_every_conversation() {
+    Fixture f;
+    f.server.convs[QStringLiteral("c2")].members = {QStringLiteral("ana"), QStringLiteral("cy")};
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.server.subscribedCount(), 1);
+    QTRY_COMPARE(f.client.conversationIds().size(), 2);
+    f.server.pushEvents = false;
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("x"));
+    f.server.append(QStringLiteral("c2"), QStringLiteral("cy"), QStringLiteral("y"));
+    f.server.pushToAll({{QStringLiteral("t"), QStringLiteral("resync")}});
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 1);
+    QTRY_COMPARE(f.cursor(QStringLiteral("c2")), 1);
+}
+
+void TestClient::goaway_reconnects_to_the_next_server_url() {
+    Fixture f;
+    FakeServer second;
+    QVERIFY(second.listen());
+    second.convs = f.server.convs;
+    f.client.setServers({f.server.url(), second.url()});
+    QVERIFY(f.openAndConnect());
+    QCOMPARE(f.client.currentServer(), f.server.url());
+    QTRY_COMPARE(f.server.subscribedCount(), 1);
+    f.server.pushToAll({{QStringLiteral("t"), QStringLiteral("goaway")}, {QStringLiteral("reason"), QStringLiteral("shutdown")}});
+    QTRY_COMPARE(second.connections, 1);
+    QTRY_COMPARE(f.client.connectionState(), ConnectionState::Connected);
+    QCOMPARE(f.client.currentServer(), second.url());
+    QCOMPARE(f.server.connections, 1);
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("via second"));
+    QTRY_COMPARE(f.client.messageState(cmid), MessageState::Sent);
+    QCOMPARE(second.distinctCmids(), QStringList{cmid});
+}
+
+void TestClient::reconnect_rotates_through_urls_with_backoff() {
+    Fixture f;
+    // A port nobody listens on.
+    QTcpServer probe;
+    QVERIFY(probe.listen(QHostAddress::LocalHost, 0));
+    const QUrl dead(QStringLiteral("ws://127.0.0.1:%1/v1/ws").arg(probe.serverPort()));
+    probe.close();
+    f.client.setServers({dead, f.server.url()});
+    f.client.setReconnectBackoff(200, 400);
+    QVERIFY(f.client.open(f.db));
+    QSignalSpy states(&f.client, &Client::connectionStateChanged);
+    QDateTime nextAttempt;
+    connect(&f.client, &Client::connectionStateChanged, &f.client, [&](ConnectionState s) {
+        if (s == ConnectionState::Reconnecting && !nextAttempt.isValid())
+            nextAttempt = f.client.nextReconnectAt();
+    });
+    QElapsedTimer clock;
+    clock.start();
+    f.client.connectToServer();
+    QTRY_COMPARE(f.client.connectionState(), ConnectionState::Connected);
+    QVERIFY(clock.elapsed() >= 100); // waited at least the jittered first backoff
+    QVERIFY(nextAttempt.isValid());
+    QCOMPARE(states.first().at(0).value<ConnectionState>(), ConnectionState::Connecting);
+    bool sawReconnecting = false;
+    for (const auto &s : states)
+        sawReconnecting = sawReconnecting || s.at(0).value<ConnectionState>() == ConnectionState::Reconnecting;
+    QVERIFY(sawReconnecting);
+    QCOMPARE(f.client.currentServer(), f.server.url());
+}
+
+void TestClient::stale_install_on_hello_is_reported_and_stops_the_client() {
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    const QString draft = f.client.send(QStringLiteral("c1"), QStringLiteral("kept"));
+    f.server.staleInstalls.insert(f.client.installId());
+    QSignalSpy stale(&f.client, &Client::installStaleChanged);
+    QSignalSpy errors(&f.client, &Client::errorOccurred);
+    f.client.connectToServer();
+    QTRY_COMPARE(stale.size(), 1);
+    QVERIFY(f.client.isInstallStale());
+    QCOMPARE(errors.last().at(0).toString(), QStringLiteral("STALE_INSTALL"));
+    QCOMPARE(f.client.connectionState(), ConnectionState::Disconnected);
+    QTest::qWait(500);
+    QCOMPARE(f.server.connections, 1); // no reconnect loop on a stale install
+    QCOMPARE(f.client.pendingCount(), 1);
+    // Remembered across restarts.
+    {
+        Client again;
+        QVERIFY(again.open(f.dir.filePath(QStringLiteral("client.db"))));
+        QVERIFY(again.isInstallStale());
+    }
+    // The app decides to reset: new install id, outbox kept and delivered.
+    const QString oldId = f.client.installId();
+    QVERIFY(f.client.resetInstall());
+    QVERIFY(f.client.installId() != oldId);
+    QVERIFY(!f.client.isInstallStale());
+    f.client.connectToServer();
+    QTRY_COMPARE(f.client.messageState(draft), MessageState::Sent);
+}
+
+void TestClient::stale_install_on_ack_is_reported() {
+    Fixture f;
+    f.server.failWith.insert(QStringLiteral("ack"), QStringLiteral("STALE_INSTALL"));
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b1"));
+    QSignalSpy stale(&f.client, &Client::installStaleChanged);
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(stale.size(), 1);
+    QCOMPARE(f.client.connectionState(), ConnectionState::Disconnected);
+}
+
+void TestClient::install_id_is_generated_once_and_sent_in_hello() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    const QString id = f.client.installId();
+    QCOMPARE(QUuid::fromString(id).version(), QUuid::Random);
+    QCOMPARE(f.server.requests(QStringLiteral("hello")).first().value(QStringLiteral("install")).toString(), id);
+    f.client.close();
+    Client second;
+    QVERIFY(second.open(f.db));
+    QCOMPARE(second.installId(), id);
+    QTemporaryDir other;
+    Client third;
+    QVERIFY(third.open(other.filePath(QStringLiteral("x.db"))));
+    QVERIFY(third.installId() != id);
+}
+
+void TestClient::recall_goes_through_the_outbox_and_the_target_shows_recalled() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    im::MessageListModel model(&f.client, QStringLiteral("c1"));
+    const QString msg = f.client.send(QStringLiteral("c1"), QStringLiteral("oops"));
+    QTRY_COMPARE(f.client.messageState(msg), MessageState::Sent);
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 1);
+    bool durable = false;
+    f.server.onFrame = [&](const QJsonObject &req) {
+        if (req.value(QStringLiteral("t")).toString() == u"recall")
+            durable = sqlScalar(f.db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ? AND kind = 'recall'"
+                                                     " AND target = 1"),
+                                {req.value(QStringLiteral("cmid")).toString()})
+                          .toInt() == 1;
+    };
+    QSignalSpy states(&f.client, &Client::messageStateChanged);
+    const QString rc = f.client.recall(QStringLiteral("c1"), 1);
+    QVERIFY(!rc.isEmpty() && rc != msg);
+    QTRY_COMPARE(f.server.requests(QStringLiteral("recall")).size(), 1);
+    QVERIFY(durable);
+    QCOMPARE(f.server.requests(QStringLiteral("recall")).first().value(QStringLiteral("target")).toInteger(), 1);
+    QTRY_COMPARE(f.client.messageState(msg), MessageState::Recalled);
+    QTRY_COMPARE(model.count(), 1);
+    QTRY_COMPARE(model.get(0, im::MessageListModel::StateRole).toInt(), int(MessageState::Recalled));
+    bool sawRecalled = false;
+    for (const auto &s : states)
+        sawRecalled = sawRecalled || (s.at(1).toString() == msg && s.at(3).value<MessageState>() == MessageState::Recalled);
+    QVERIFY(sawRecalled);
+    QCOMPARE(f.client.messageState(rc), MessageState::Sent);
+}
+
+void TestClient::mark_read_sends_read_and_records_the_marker() {
+    Fixture f;
+    for (int i = 1; i <= 3; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 3);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c1'")).toLongLong(), 3);
+    QVERIFY(f.client.markRead(QStringLiteral("c1"), 2));
+    QTRY_COMPARE(f.server.requests(QStringLiteral("read")).size(), 1);
+    QCOMPARE(f.server.requests(QStringLiteral("read")).first().value(QStringLiteral("seq")).toInteger(), 2);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT read FROM conversations WHERE conv = 'c1'")).toLongLong(), 2);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c1'")).toLongLong(), 1);
+    // Offline: remembered and sent after the next hello.
+    f.client.setOffline(true);
+    QVERIFY(f.client.markRead(QStringLiteral("c1"), 3));
+    f.client.setOffline(false);
+    QTRY_COMPARE(f.server.requests(QStringLiteral("read")).size(), 2);
+    QTRY_COMPARE(f.server.convs[QStringLiteral("c1")].read.value(QStringLiteral("ana")), 3);
+}
+
+void TestClient::message_model_shows_pending_at_once_then_sent_and_others_messages() {
+    Fixture f;
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("from ben"));
+    QVERIFY(f.client.open(f.db));
+    im::MessageListModel model(&f.client, QStringLiteral("c1"));
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("mine"));
+    QTRY_COMPARE(model.count(), 1);
+    QCOMPARE(model.get(0, im::MessageListModel::StateRole).toInt(), int(MessageState::Pending));
+    QCOMPARE(model.get(0, im::MessageListModel::CmidRole).toString(), cmid);
+    QCOMPARE(model.get(0, im::MessageListModel::BodyRole).toString(), QStringLiteral("mine"));
+    QCOMPARE(model.get(0, im::MessageListModel::IsOwnRole).toBool(), true);
+    QCOMPARE(model.get(0, im::MessageListModel::SeqRole).toLongLong(), 0);
+    f.client.connectToServer();
+    QTRY_COMPARE(model.count(), 2);
+    QTRY_COMPARE(model.get(1, im::MessageListModel::StateRole).toInt(), int(MessageState::Sent));
+    QCOMPARE(model.get(0, im::MessageListModel::SenderRole).toString(), QStringLiteral("ben"));
+    QCOMPARE(model.get(0, im::MessageListModel::IsOwnRole).toBool(), false);
+    QCOMPARE(model.get(0, im::MessageListModel::SeqRole).toLongLong(), 1);
+    QCOMPARE(model.get(1, im::MessageListModel::CmidRole).toString(), cmid);
+    QTRY_COMPARE(model.get(1, im::MessageListModel::SeqRole).toLongLong(), 2);
+    QCOMPARE(model.get(1, im::MessageListModel::DupRole).toBool(), false);
+    QVERIFY(model.roleNames().values().contains("errorCode"));
+}
+
+void TestClient::conversation_model_exposes_markers() {
+    Fixture f;
+    f.server.convs[QStringLiteral("c1")].kind = QStringLiteral("direct");
+    for (int i = 1; i <= 4; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    f.server.convs[QStringLiteral("c1")].read[QStringLiteral("ana")] = 1;
+    im::ConversationListModel model(&f.client);
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(model.count(), 1);
+    QTRY_COMPARE(model.get(0, im::ConversationListModel::CursorRole).toLongLong(), 4);
+    QTRY_COMPARE(model.get(0, im::ConversationListModel::DeliveredRole).toLongLong(), 4);
+    QCOMPARE(model.get(0, im::ConversationListModel::ConvRole).toString(), QStringLiteral("c1"));
+    QCOMPARE(model.get(0, im::ConversationListModel::KindRole).toString(), QStringLiteral("direct"));
+    QCOMPARE(model.get(0, im::ConversationListModel::HeadRole).toLongLong(), 4);
+    QCOMPARE(model.get(0, im::ConversationListModel::ReadRole).toLongLong(), 1);
+    QCOMPARE(model.get(0, im::ConversationListModel::UnreadRole).toLongLong(), 3);
+    QCOMPARE(model.get(0, im::ConversationListModel::EpochRole).toLongLong(), 1);
+    QCOMPARE(model.get(0, im::ConversationListModel::HasGapRole).toBool(), false);
+}
+
+void TestClient::failed_outbox_write_is_surfaced_and_nothing_is_sent() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    QSignalSpy errors(&f.client, &Client::errorOccurred);
+    im::ClientPrivate::get(&f.client)->storage.injectFaultAfter(2); // the first INSERT
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("lost?"));
+    QVERIFY(cmid.isEmpty());
+    QCOMPARE(errors.size(), 1);
+    QCOMPARE(errors.at(0).at(0).toString(), QStringLiteral("STORAGE_ERROR"));
+    QVERIFY(!f.client.lastError().isEmpty());
+    QTest::qWait(200);
+    QCOMPARE(f.requestsOf(QStringLiteral("send")), 0);
+    QCOMPARE(f.outboxRows(), 0);
+    QCOMPARE(f.client.pendingCount(), 0);
+    // The database is usable afterwards (the transaction was rolled back).
+    const QString ok = f.client.send(QStringLiteral("c1"), QStringLiteral("fine"));
+    QTRY_COMPARE(f.client.messageState(ok), MessageState::Sent);
+}
+
+void TestClient::database_is_wal_synchronous_full_with_a_schema_version() {
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    auto &storage = im::ClientPrivate::get(&f.client)->storage;
+    QCOMPARE(storage.pragma(QStringLiteral("journal_mode")), QStringLiteral("wal"));
+    QCOMPARE(storage.pragma(QStringLiteral("synchronous")), QStringLiteral("2")); // FULL
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT MAX(version) FROM schema_version")).toInt(),
+             im::detail::Storage::SchemaVersion);
+    f.client.close();
+    QVERIFY(f.client.open(f.db)); // reopening an up-to-date database migrates nothing
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT COUNT(*) FROM schema_version")).toInt(),
+             im::detail::Storage::SchemaVersion);
+}
+
+void TestClient::newer_schema_version_is_refused() {
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    f.client.close();
+    sqlScalar(f.db, QStringLiteral("INSERT INTO schema_version(version, applied_at) VALUES(99, 0) RETURNING version"));
+    QVERIFY(!f.client.open(f.db));
+    QVERIFY(f.client.lastError().contains(QStringLiteral("newer")));
+}
+
+void TestClient::outbox_introspection_reports_attempts_last_error_and_depth() {
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    im::OutboxModel model(&f.client);
+    f.client.send(QStringLiteral("c1"), QStringLiteral("a"));
+    f.client.send(QStringLiteral("c1"), QStringLiteral("b"));
+    QTRY_COMPARE(model.depth(), 2);
+    QCOMPARE(f.client.pendingCount(), 2);
+    QCOMPARE(model.get(0, im::OutboxModel::BodyRole).toString(), QStringLiteral("a"));
+    QCOMPARE(model.get(0, im::OutboxModel::AttemptsRole).toInt(), 0);
+    f.client.setRetryBackoff(800, 800);
+    f.server.unavailable.insert(QStringLiteral("send"), 1);
+    f.client.connectToServer();
+    QTRY_VERIFY(!f.client.outbox().isEmpty() && f.client.outbox().first().lastError == u"UNAVAILABLE");
+    const im::OutboxEntry e = f.client.outbox().first();
+    QCOMPARE(e.attempts, 1);
+    QVERIFY(e.nextRetryAt > QDateTime::currentDateTime());
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT last_error FROM outbox WHERE cmid = ?"), {e.cmid}).toString(),
+             QStringLiteral("UNAVAILABLE"));
+    QTRY_COMPARE_WITH_TIMEOUT(model.depth(), 0, 5000);
+    QCOMPARE(f.client.pendingCount(), 0);
+}
+
+void TestClient::qa_hooks_go_offline_drop_a_reply_and_close_the_socket() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    f.client.setOffline(true);
+    QCOMPARE(f.client.connectionState(), ConnectionState::Disconnected);
+    const QString queued = f.client.send(QStringLiteral("c1"), QStringLiteral("while offline"));
+    QTest::qWait(300);
+    QCOMPARE(f.server.connections, 1);
+    QCOMPARE(f.requestsOf(QStringLiteral("send")), 0);
+    f.client.setOffline(false);
+    QTRY_COMPARE(f.client.messageState(queued), MessageState::Sent);
+    // dropNextReply: the reply is ignored, the request is retried (same cmid).
+    QTest::qWait(300); // let the acks of the first message settle
+    f.client.dropNextReply();
+    const QString dropped = f.client.send(QStringLiteral("c1"), QStringLiteral("reply dropped"));
+    QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(dropped), MessageState::Sent, 5000);
+    QCOMPARE(f.server.distinctCmids().count(dropped), 1);
+    QCOMPARE(f.requestsOf(QStringLiteral("send")), 3);
+    // closeSocketNow: reconnects by itself.
+    const int conns = f.server.connections;
+    f.client.closeSocketNow();
+    QTRY_COMPARE(f.server.connections, conns + 1);
+    QTRY_COMPARE(f.client.connectionState(), ConnectionState::Connected);
+}
+
+QTEST_GUILESS_MAIN(TestClient)
+#include "tst_client.moc"

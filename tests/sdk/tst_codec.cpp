@@ -1,0 +1,165 @@
+// The wire codec, tested from tables of frames (no sockets, no database).
+#include "codec_p.h"
+
+#include <QtCore/QJsonDocument>
+#include <QtCore/QJsonObject>
+#include <QtTest/QtTest>
+
+using namespace im::proto;
+
+class TestCodec : public QObject {
+    Q_OBJECT
+private slots:
+    void decodes_every_server_frame_type_data();
+    void decodes_every_server_frame_type();
+    void rejects_malformed_frames_data();
+    void rejects_malformed_frames();
+    void page_fields_are_decoded_exactly();
+    void encodes_requests_as_the_contract_spells_them_data();
+    void encodes_requests_as_the_contract_spells_them();
+    void only_unavailable_and_no_reply_are_retryable_data();
+    void only_unavailable_and_no_reply_are_retryable();
+};
+
+void TestCodec::decodes_every_server_frame_type_data() {
+    QTest::addColumn<QByteArray>("frame");
+    QTest::addColumn<int>("index"); // variant index in Body
+    QTest::addColumn<QString>("rid");
+    QTest::newRow("welcome") << QByteArray(R"({"t":"welcome","rid":"h1","user":"ana","device":"ana-d1","gateway":"gw-1","server_time":1732870000123})") << 0 << "h1";
+    QTest::newRow("sent") << QByteArray(R"({"t":"sent","rid":"r2","conv":"c","seq":3,"mid":"m","dup":false,"epoch":1})") << 1 << "r2";
+    QTest::newRow("page") << QByteArray(R"({"t":"page","rid":"r3","conv":"c","events":[],"next_after":0,"has_more":false,"head":0,"min_seq":1,"trimmed":false,"epoch":1})") << 2 << "r3";
+    QTest::newRow("acked") << QByteArray(R"({"t":"acked","rid":"r4","conv":"c","delivered":5})") << 3 << "r4";
+    QTest::newRow("read_ok") << QByteArray(R"({"t":"read_ok","rid":"r5","conv":"c","read":5})") << 4 << "r5";
+    QTest::newRow("recalled") << QByteArray(R"({"t":"recalled","rid":"r6","conv":"c","seq":9,"dup":true})") << 5 << "r6";
+    QTest::newRow("convs") << QByteArray(R"({"t":"convs","rid":"r7","convs":[{"conv":"c","kind":"group","head":4,"delivered":2,"read":1,"unread":3,"epoch":1,"min_seq":1}]})") << 6 << "r7";
+    QTest::newRow("fetched") << QByteArray(R"({"t":"fetched","rid":"r8","ev":{"conv":"c","seq":3,"mid":"m","kind":"msg","sender":"ana","body":"hi","ts":1,"epoch":1}})") << 7 << "r8";
+    QTest::newRow("subscribed") << QByteArray(R"({"t":"subscribed","rid":"r9"})") << 8 << "r9";
+    QTest::newRow("event push") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":3,"mid":"m","kind":"msg","sender":"ana","body":"hi","ts":1,"epoch":1}})") << 9 << "";
+    QTest::newRow("hint") << QByteArray(R"({"t":"hint","conv":"c","head":7,"epoch":1,"read":5})") << 10 << "";
+    QTest::newRow("resync") << QByteArray(R"({"t":"resync"})") << 11 << "";
+    QTest::newRow("goaway") << QByteArray(R"({"t":"goaway","reason":"shutdown","retry_ms":100})") << 12 << "";
+    QTest::newRow("error") << QByteArray(R"({"t":"error","code":"NOT_MEMBER","msg":"conversation not visible","rid":"r10"})") << 13 << "r10";
+    QTest::newRow("recall event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"mid":"m","kind":"recall","sender":"ana","target":3,"ts":1,"epoch":1}})") << 9 << "";
+    QTest::newRow("join event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":1,"mid":"m","kind":"join","user":"cy","ts":1,"epoch":1}})") << 9 << "";
+}
+
+void TestCodec::decodes_every_server_frame_type() {
+    QFETCH(QByteArray, frame);
+    QFETCH(int, index);
+    QFETCH(QString, rid);
+    QString error;
+    const std::optional<Incoming> in = decode(frame, &error);
+    QVERIFY2(in.has_value(), qPrintable(error));
+    QCOMPARE(int(in->body.index()), index);
+    QCOMPARE(in->rid, rid);
+}
+
+void TestCodec::rejects_malformed_frames_data() {
+    QTest::addColumn<QByteArray>("frame");
+    QTest::addColumn<QString>("rid");
+    QTest::newRow("not json") << QByteArray("hello") << "";
+    QTest::newRow("array") << QByteArray("[1,2]") << "";
+    QTest::newRow("no t") << QByteArray(R"({"rid":"x"})") << "x";
+    QTest::newRow("t not string") << QByteArray(R"({"t":5})") << "";
+    QTest::newRow("unknown type") << QByteArray(R"({"t":"bogus","rid":"r1"})") << "r1";
+    QTest::newRow("sent seq fractional") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":1.5,"mid":"m","dup":false})") << "r";
+    QTest::newRow("sent seq string") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":"1","mid":"m"})") << "r";
+    QTest::newRow("page missing next_after") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[],"has_more":false,"head":0,"epoch":1})") << "r";
+    QTest::newRow("page events out of order") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"c","seq":2,"kind":"msg"},{"conv":"c","seq":1,"kind":"msg"}],"next_after":2,"has_more":false,"head":2,"epoch":1})") << "r";
+    QTest::newRow("page event of other conv") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"d","seq":1,"kind":"msg"}],"next_after":1,"has_more":false,"head":1,"epoch":1})") << "r";
+    QTest::newRow("page next_after below events") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"c","seq":3,"kind":"msg"}],"next_after":2,"has_more":false,"head":3,"epoch":1})") << "r";
+    QTest::newRow("recall without target") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"recall","epoch":1}})") << "";
+    QTest::newRow("event seq zero") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":0,"kind":"msg","epoch":1}})") << "";
+    QTest::newRow("error without code") << QByteArray(R"({"t":"error","rid":"r"})") << "r";
+}
+
+void TestCodec::rejects_malformed_frames() {
+    QFETCH(QByteArray, frame);
+    QFETCH(QString, rid);
+    QString error, gotRid;
+    QVERIFY(!decode(frame, &error, &gotRid).has_value());
+    QVERIFY(!error.isEmpty());
+    QCOMPARE(gotRid, rid);
+}
+
+void TestCodec::page_fields_are_decoded_exactly() {
+    const QByteArray frame = R"({"t":"page","rid":"r1","conv":"team","events":[
+        {"conv":"team","seq":5,"mid":"m5","kind":"msg","sender":"ana","body":"hi","ts":100,"epoch":2},
+        {"conv":"team","seq":7,"mid":"m7","kind":"recall","sender":"ana","target":5,"ts":101,"epoch":2}],
+        "next_after":9,"has_more":true,"head":20,"min_seq":4,"trimmed":true,"epoch":2})";
+    QString error;
+    const auto in = decode(frame, &error);
+    QVERIFY2(in, qPrintable(error));
+    const Page &p = std::get<Page>(in->body);
+    QCOMPARE(p.conv, QStringLiteral("team"));
+    QCOMPARE(p.events.size(), 2);
+    QCOMPARE(p.events[0], (Event{QStringLiteral("team"), 5, QStringLiteral("m5"), QStringLiteral("msg"),
+                                 QStringLiteral("ana"), QStringLiteral("hi"), 100, 2, 0, QString()}));
+    QCOMPARE(p.events[1].target, 5);
+    QCOMPARE(p.nextAfter, 9);
+    QVERIFY(p.hasMore);
+    QCOMPARE(p.head, 20);
+    QCOMPARE(p.minSeq, 4);
+    QVERIFY(p.trimmed);
+    QCOMPARE(p.epoch, 2);
+}
+
+void TestCodec::encodes_requests_as_the_contract_spells_them_data() {
+    QTest::addColumn<QByteArray>("frame");
+    QTest::addColumn<QByteArray>("expected");
+    QTest::newRow("hello") << encodeHello(QStringLiteral("h1"), QStringLiteral("tok"), QStringLiteral("inst"))
+                           << QByteArray(R"({"install":"inst","rid":"h1","t":"hello","token":"tok"})");
+    QTest::newRow("send") << encodeSend(QStringLiteral("r1"), QStringLiteral("c"), QStringLiteral("u-1"), QStringLiteral("hé"))
+                          << QByteArray(R"({"body":"hé","cmid":"u-1","conv":"c","rid":"r1","t":"send"})");
+    QTest::newRow("sync first") << encodeSync(QStringLiteral("r2"), QStringLiteral("c"), 0, 50, std::nullopt)
+                                << QByteArray(R"({"after":0,"conv":"c","limit":50,"rid":"r2","t":"sync"})");
+    QTest::newRow("sync with epoch") << encodeSync(QStringLiteral("r3"), QStringLiteral("c"), 12, 100, 3)
+                                     << QByteArray(R"({"after":12,"conv":"c","epoch":3,"limit":100,"rid":"r3","t":"sync"})");
+    QTest::newRow("ack") << encodeAck(QStringLiteral("r4"), QStringLiteral("c"), 7)
+                         << QByteArray(R"({"conv":"c","rid":"r4","seq":7,"t":"ack"})");
+    QTest::newRow("read") << encodeRead(QStringLiteral("r5"), QStringLiteral("c"), 7)
+                          << QByteArray(R"({"conv":"c","rid":"r5","seq":7,"t":"read"})");
+    QTest::newRow("recall") << encodeRecall(QStringLiteral("r6"), QStringLiteral("c"), 3, QStringLiteral("u-2"))
+                            << QByteArray(R"({"cmid":"u-2","conv":"c","rid":"r6","t":"recall","target":3})");
+    QTest::newRow("convs") << encodeConvs(QStringLiteral("r7")) << QByteArray(R"({"rid":"r7","t":"convs"})");
+    QTest::newRow("fetch") << encodeFetch(QStringLiteral("r8"), QStringLiteral("c"), 2)
+                           << QByteArray(R"({"conv":"c","rid":"r8","seq":2,"t":"fetch"})");
+    QTest::newRow("sub") << encodeSub(QStringLiteral("r9")) << QByteArray(R"({"rid":"r9","t":"sub"})");
+}
+
+void TestCodec::encodes_requests_as_the_contract_spells_them() {
+    QFETCH(QByteArray, frame);
+    QFETCH(QByteArray, expected);
+    // Compare as JSON objects (key order is not part of the contract).
+    QCOMPARE(QJsonDocument::fromJson(frame).object(), QJsonDocument::fromJson(expected).object());
+    QVERIFY(frame.size() <= 64 * 1024);
+}
+
+void TestCodec::only_unavailable_and_no_reply_are_retryable_data() {
+    QTest::addColumn<QByteArray>("frame"); // empty = no reply
+    QTest::addColumn<int>("disposition");
+    const int S = int(Disposition::Success), T = int(Disposition::Terminal), R = int(Disposition::Retry);
+    QTest::newRow("no reply") << QByteArray() << R;
+    QTest::newRow("sent") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":1,"mid":"m","dup":false})") << S;
+    QTest::newRow("sent dup") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":1,"mid":"m","dup":true})") << S;
+    QTest::newRow("UNAVAILABLE") << QByteArray(R"({"t":"error","rid":"r","code":"UNAVAILABLE"})") << R;
+    for (const char *code : {"INVALID_ARGUMENT", "UNAUTHENTICATED", "NOT_MEMBER", "IDEMPOTENCY_MISMATCH",
+                             "ORIGINAL_EXPIRED", "NOT_SENDER", "ALREADY_RECALLED", "RECALL_WINDOW_EXPIRED",
+                             "NOT_FOUND", "CURSOR_AHEAD", "EPOCH_CHANGED", "STALE_INSTALL", "SOME_FUTURE_CODE"})
+        QTest::newRow(code) << (QByteArray(R"({"t":"error","rid":"r","code":")") + code + "\"}") << T;
+}
+
+void TestCodec::only_unavailable_and_no_reply_are_retryable() {
+    QFETCH(QByteArray, frame);
+    QFETCH(int, disposition);
+    std::optional<Incoming> in;
+    if (!frame.isEmpty()) {
+        QString error;
+        in = decode(frame, &error);
+        QVERIFY2(in, qPrintable(error));
+    }
+    QCOMPARE(int(classify(in)), disposition);
+}
+
+QTEST_GUILESS_MAIN(TestCodec)
+#include "tst_codec.moc"
