@@ -1,0 +1,196 @@
+// 09-*: markers across devices, installs; 10-*: two gateways on one database.
+#include "lab.hpp"
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+namespace im::lab {
+
+namespace {
+
+json::object conv_entry(WsClient& ws, const std::string& conv) {
+    auto r = ws.request({{"t", "convs"}});
+    expect(outcome(r) == "convs", "convs -> " + brief(r));
+    for (const auto& x : r.at("convs").as_array())
+        if (str(x.as_object(), "conv") == conv) return x.as_object();
+    throw CheckFailed("convs has no entry for " + conv);
+}
+
+Verdict read_across_devices(Lab& lab) {
+    auto u = lab.user("ana"), v = lab.user("ben");
+    auto token2 = admin_ok(lab.db(), {"device", "add", u.user, u.user + "-d2"});
+    auto c = lab.conv("c-read", "direct", {u, v});
+    auto wv = connect(lab.server().port(), v.token);
+    for (int i = 0; i < 3; ++i) expect(outcome(send(*wv, c, uuid4(), "unread " + std::to_string(i))) == "sent", "send");
+    auto d1 = connect(lab.server().port(), u.token);
+    auto d2 = connect(lab.server().port(), token2);
+    for (auto* w : {d1.get(), d2.get()}) expect(outcome(w->request({{"t", "sub"}})) == "subscribed", "sub");
+    auto before1 = conv_entry(*d1, c), before2 = conv_entry(*d2, c);
+    expect(num(before1, "unread") == 3 && num(before2, "unread") == 3,
+           "unread before: d1 " + std::to_string(num(before1, "unread")) + ", d2 " +
+               std::to_string(num(before2, "unread")));
+    auto r = d1->request({{"t", "read"}, {"conv", c}, {"seq", 5}});
+    expect(outcome(r) == "read_ok" && num(r, "read") == 5, "read on d1 -> " + brief(r));
+    auto hint = d2->wait_push([&](const json::object& f) { return str(f, "t") == "hint" && str(f, "conv") == c; }, 10s);
+    expect(hint.has_value(), "device 2 got no hint");
+    expect(num(*hint, "read") == 5, "hint on device 2: " + json::serialize(*hint));
+    auto after1 = conv_entry(*d1, c), after2 = conv_entry(*d2, c);
+    expect(num(after1, "unread") == 0 && num(after2, "unread") == 0 && num(after1, "read") == 5 &&
+               num(after2, "read") == 5,
+           "after read: d1 " + json::serialize(after1) + ", d2 " + json::serialize(after2));
+    auto back = d2->request({{"t", "read"}, {"conv", c}, {"seq", 3}});
+    expect(outcome(back) == "read_ok" && num(back, "read") == 5, "read below the marker -> " + brief(back));
+    return passed("unread 3 on both; d1 read 5 -> d2 hint read 5; convs unread 0, read 5 on both; read 3 keeps 5");
+}
+
+Verdict stale_install(Lab& lab) {
+    auto u = lab.user("ana"), v = lab.user("ben");
+    auto c = lab.conv("c-inst", "direct", {u, v});
+    std::string i1 = uuid4(), i2 = uuid4();
+    auto old_conn = connect(lab.server().port(), u.token, i1);
+    expect(outcome(old_conn->request({{"t", "ack"}, {"conv", c}, {"seq", 1}})) == "acked", "ack under install 1");
+    auto fresh = connect(lab.server().port(), u.token, i2); // a reinstall
+    auto r = old_conn->request({{"t", "ack"}, {"conv", c}, {"seq", 2}});
+    expect(outcome(r) == "STALE_INSTALL", "ack from the old install -> " + brief(r));
+    int code = old_conn->wait_closed(5s);
+    expect(code != -1, "the old install's connection stayed open");
+    auto again = std::make_unique<WsClient>(lab.server().port());
+    auto h = again->hello(u.token, i1);
+    expect(outcome(h) == "STALE_INSTALL", "hello with the superseded install -> " + brief(h));
+    auto ok = fresh->request({{"t", "ack"}, {"conv", c}, {"seq", 2}});
+    expect(outcome(ok) == "acked" && num(ok, "delivered") == 2, "ack from the new install -> " + brief(ok));
+    return passed("old install ack STALE_INSTALL, connection closed (" + std::to_string(code) +
+                  "), hello with it STALE_INSTALL, new install acks (delivered 2)");
+}
+
+Verdict goaway_reconnect(Lab& lab) {
+    const std::string id1 = unique_name("gw-one"), id2 = unique_name("gw-two");
+    Tracked<ServerProcess> gw1(lab, lab.db(), std::vector<std::string>{"--quiet"}, id1);
+    Tracked<ServerProcess> gw2(lab, lab.db(), std::vector<std::string>{"--quiet"}, id2);
+    const int writers = 3, drafts = 20;
+    std::vector<TestUser> users;
+    for (int i = 0; i < writers; ++i) users.push_back(lab.user("w" + std::to_string(i)));
+    auto g = lab.conv("g-drain", "group", users);
+    std::vector<std::vector<std::string>> cmids(writers);
+    for (auto& v : cmids)
+        for (int i = 0; i < drafts; ++i) v.push_back(uuid4());
+    std::atomic<int> progress{0}, goaways{0}, moved{0}, retries{0};
+    std::vector<std::string> errors(writers), gateways(writers);
+    auto deadline = std::chrono::steady_clock::now() + 60s;
+    std::vector<std::thread> threads;
+    for (int w = 0; w < writers; ++w) {
+        threads.emplace_back([&, w] {
+            try {
+                auto ws = connect(gw1->port(), users[w].token);
+                bool on_gw2 = false, saw_goaway = false;
+                for (int i = 0; i < drafts;) {
+                    if (std::chrono::steady_clock::now() > deadline) throw CheckFailed("writer ran out of time");
+                    auto r = send(*ws, g, cmids[w][i], "draft " + std::to_string(i), 3s);
+                    if (!saw_goaway &&
+                        ws->wait_push([](const json::object& f) { return str(f, "t") == "goaway"; }, 0ms)) {
+                        saw_goaway = true;
+                        ++goaways;
+                    }
+                    if (outcome(r) == "sent") {
+                        ++i;
+                        ++progress;
+                        std::this_thread::sleep_for(10ms);
+                        continue;
+                    }
+                    ++retries;
+                    if (!on_gw2 && (saw_goaway || ws->closed())) {
+                        ws.reset();
+                        auto next = std::make_unique<WsClient>(gw2->port());
+                        auto wel = next->hello(users[w].token);
+                        expect(outcome(wel) == "welcome", "hello on gateway 2 -> " + brief(wel));
+                        gateways[w] = str(wel, "gateway");
+                        ws = std::move(next);
+                        on_gw2 = true;
+                        ++moved;
+                    } else if (outcome(r) != "UNAVAILABLE" && outcome(r) != "timeout" && outcome(r) != "closed") {
+                        throw CheckFailed("terminal reply " + brief(r));
+                    }
+                }
+                if (!on_gw2) throw CheckFailed("writer never left gateway 1");
+            } catch (const std::exception& e) {
+                errors[w] = e.what();
+            }
+        });
+    }
+    while (progress < writers * 5 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    int rc = gw1->terminate(20s);
+    for (auto& t : threads) t.join();
+    for (auto& e : errors) expect(e.empty(), e);
+    expect(rc == 0, "gateway 1 exit status after SIGTERM " + std::to_string(rc));
+    expect(goaways == writers, "goaway seen by " + std::to_string(goaways) + "/" + std::to_string(writers));
+    for (auto& gname : gateways) expect(gname == id2, "reconnected to '" + gname + "'");
+    int exact = 0;
+    for (int w = 0; w < writers; ++w)
+        for (auto& k : cmids[w]) exact += lab.rows(g, users[w].user, k) == 1;
+    auto total = lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(g) + " AND kind = 'msg'");
+    expect(exact == writers * drafts && total == std::to_string(writers * drafts),
+           std::to_string(exact) + " drafts exactly once, " + total + " msg rows");
+    auto reader = connect(gw2->port(), users[0].token);
+    std::int64_t head = 0;
+    auto seqs = sync_all(*reader, g, 0, 200, &head);
+    bool contiguous = !seqs.empty() && seqs.front() == 1;
+    for (std::size_t i = 1; contiguous && i < seqs.size(); ++i) contiguous = seqs[i] == seqs[i - 1] + 1;
+    expect(contiguous && head == static_cast<std::int64_t>(seqs.size()), "gateway 2 sync not 1..head");
+    return passed("gw1 drained (exit 0), goaway to " + std::to_string(goaways.load()) + "/" + std::to_string(writers) +
+                  " writers, all moved to " + id2 + ", " + std::to_string(retries.load()) + " resends; " +
+                  std::to_string(exact) + "/" + std::to_string(writers * drafts) +
+                  " drafts exactly once, sync via gw2 1.." + std::to_string(head));
+}
+
+Verdict notify_loss_resync(Lab& lab) {
+    const std::string id = unique_name("gw-listen");
+    Tracked<ServerProcess> gw(lab, lab.db(), std::vector<std::string>{"--quiet"}, id);
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-resync", "direct", {a, b});
+    auto wa = connect(gw->port(), a.token);
+    expect(outcome(wa->request({{"t", "sub"}})) == "subscribed", "sub");
+    std::int64_t cursor = 0;
+    auto seqs = sync_all(*wa, c, 0, 50, &cursor);
+    auto wb = connect(lab.server().port(), b.token); // writes through the other gateway
+    auto killed = lab.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = " +
+                          quote("imserver-listen-" + id));
+    expect(killed == "1", "LISTEN backends terminated: " + killed);
+    for (int i = 0; i < 3; ++i) expect(outcome(send(*wb, c, uuid4(), "while deaf " + std::to_string(i))) == "sent", "send");
+    int events_before = 0;
+    auto rs = wa->wait_push([&](const json::object& f) {
+        if (str(f, "t") == "event") ++events_before;
+        return str(f, "t") == "resync";
+    }, 15s);
+    expect(rs.has_value(), "no resync push within 15 s after the LISTEN connection was killed");
+    std::int64_t head = 0;
+    auto more = sync_all(*wa, c, cursor, 50, &head);
+    seqs.insert(seqs.end(), more.begin(), more.end());
+    bool exact = static_cast<std::int64_t>(seqs.size()) == head;
+    for (std::size_t i = 0; exact && i < seqs.size(); ++i) exact = seqs[i] == static_cast<std::int64_t>(i) + 1;
+    expect(exact && head == lab.head(c), "after resync the client holds " + std::to_string(seqs.size()) +
+                                             " events, head " + std::to_string(head) + ", stored head " +
+                                             std::to_string(lab.head(c)));
+    // And the gateway listens again: a new event arrives by push.
+    auto s = send(*wb, c, uuid4(), "after the resync");
+    auto ev = wa->wait_push([&](const json::object& f) {
+        return str(f, "t") == "event" && num(f.at("ev").as_object(), "seq") == num(s, "seq");
+    }, 10s);
+    expect(ev.has_value(), "no push after the LISTEN connection came back");
+    return passed("LISTEN backend killed, resync pushed (" + std::to_string(events_before) +
+                  " events pushed before it), client converged on 1.." + std::to_string(head) +
+                  ", pushes flow again (seq " + std::to_string(num(s, "seq")) + ")");
+}
+
+} // namespace
+
+std::vector<Check> device_checks() {
+    return {
+        {"09-read-across-devices", read_across_devices},
+        {"09-stale-install", stale_install},
+        {"10-goaway-reconnect", goaway_reconnect},
+        {"10-notify-loss-resync", notify_loss_resync},
+    };
+}
+
+} // namespace im::lab

@@ -1,0 +1,135 @@
+// 11-*: recall rules and idempotency, retention purge with tombstones, and
+// the negative control that purges without them.
+#include "lab.hpp"
+
+#include <thread>
+
+namespace im::lab {
+
+namespace {
+
+json::object recall(WsClient& ws, const std::string& conv, std::int64_t target, const std::string& cmid) {
+    return ws.request({{"t", "recall"}, {"conv", conv}, {"target", target}, {"cmid", cmid}});
+}
+
+Verdict recall_rejections(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-recall", "direct", {a, b});
+    auto wa = connect(lab.server().port(), a.token);
+    auto wb = connect(lab.server().port(), b.token);
+    auto m = send(*wa, c, uuid4(), "oops");
+    expect(outcome(m) == "sent", "send -> " + brief(m));
+    const auto target = num(m, "seq");
+    auto r1 = recall(*wb, c, target, uuid4());
+    expect(outcome(r1) == "NOT_SENDER", "recall by the other member -> " + brief(r1));
+    auto r2 = recall(*wa, c, target, uuid4());
+    expect(outcome(r2) == "recalled" && !flag(r2, "dup"), "recall by the sender -> " + brief(r2));
+    auto r3 = recall(*wa, c, target, uuid4()); // another request, same target
+    expect(outcome(r3) == "ALREADY_RECALLED", "second recall by another request -> " + brief(r3));
+    // The window, judged by the database clock.
+    admin_ok(lab.db(), {"conv", "set", c, "--recall-window-ms", "300"});
+    auto m2 = send(*wa, c, uuid4(), "too late to take back");
+    std::this_thread::sleep_for(800ms);
+    auto r4 = recall(*wa, c, num(m2, "seq"), uuid4());
+    expect(outcome(r4) == "RECALL_WINDOW_EXPIRED", "recall after the 300 ms window -> " + brief(r4));
+    auto original = lab.sql("SELECT body FROM events WHERE conv_id = " + quote(c) + " AND seq = " +
+                            std::to_string(target));
+    expect(original == "oops", "the recalled original was modified: '" + original + "'");
+    auto recalls = lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(c) + " AND kind = 'recall'");
+    expect(recalls == "1", "recall events: " + recalls);
+    return passed("NOT_SENDER / ALREADY_RECALLED / RECALL_WINDOW_EXPIRED (window 300 ms, waited 800 ms); 1 recall "
+                  "event, original row untouched");
+}
+
+Verdict recall_idempotent(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-recall2", "direct", {a, b});
+    auto wa = connect(lab.server().port(), a.token);
+    auto m = send(*wa, c, uuid4(), "take it back");
+    auto key = uuid4();
+    auto r1 = recall(*wa, c, num(m, "seq"), key);
+    expect(outcome(r1) == "recalled" && !flag(r1, "dup"), "recall -> " + brief(r1));
+    auto r2 = recall(*wa, c, num(m, "seq"), key);
+    expect(outcome(r2) == "recalled" && flag(r2, "dup") && num(r2, "seq") == num(r1, "seq"),
+           "same recall again -> " + brief(r2) + " (first " + brief(r1) + ")");
+    auto rows = lab.rows(c, a.user, key);
+    expect(rows == 1, "recall rows for the key: " + std::to_string(rows));
+    return passed("first " + brief(r1) + ", again " + brief(r2) + ", rows 1");
+}
+
+struct Purged {
+    std::string conv, key, purged_out;
+    std::int64_t key_seq = 0, head_before = 0;
+    TestUser sender;
+};
+
+// Three messages; the first one's key is the late resend. Purges below the third.
+Purged purge_setup(Lab& lab, WsClient*& out_ws, std::unique_ptr<WsClient>& holder, bool tombstones) {
+    Purged p;
+    p.sender = lab.user("ana");
+    auto b = lab.user("ben");
+    p.conv = lab.conv("c-purge", "direct", {p.sender, b});
+    holder = connect(lab.server().port(), p.sender.token);
+    out_ws = holder.get();
+    p.key = uuid4();
+    auto m1 = send(*holder, p.conv, p.key, "old news");
+    expect(outcome(m1) == "sent", "send -> " + brief(m1));
+    p.key_seq = num(m1, "seq");
+    send(*holder, p.conv, uuid4(), "old news 2");
+    auto m3 = send(*holder, p.conv, uuid4(), "kept");
+    p.head_before = lab.head(p.conv);
+    std::vector<std::string> args;
+    if (!tombstones) args = {"--enable-faults", "--lab-purge-without-tombstones"};
+    for (auto s : {"purge", p.conv.c_str()}) args.push_back(s);
+    args.push_back("--before-seq");
+    args.push_back(std::to_string(num(m3, "seq")));
+    p.purged_out = admin_ok(lab.db(), args);
+    return p;
+}
+
+Verdict retention_purge(Lab& lab) {
+    WsClient* ws = nullptr;
+    std::unique_ptr<WsClient> holder;
+    auto p = purge_setup(lab, ws, holder, true);
+    auto tomb = lab.sql("SELECT count(*) FROM idem_tombstones WHERE conv_id = " + quote(p.conv));
+    auto r = send(*ws, p.conv, p.key, "old news"); // the late resend
+    expect(outcome(r) == "ORIGINAL_EXPIRED", "late resend of a purged key -> " + brief(r));
+    auto rows = lab.rows(p.conv, p.sender.user, p.key);
+    expect(rows == 0 && lab.head(p.conv) == p.head_before,
+           "rows for the key " + std::to_string(rows) + ", head " + std::to_string(lab.head(p.conv)) + " (was " +
+               std::to_string(p.head_before) + ")");
+    auto page = sync(*ws, p.conv, 0);
+    expect(outcome(page) == "page" && flag(page, "trimmed"), "sync from 0 after purge -> " + brief(page));
+    auto f = ws->request({{"t", "fetch"}, {"conv", p.conv}, {"seq", p.key_seq}});
+    expect(outcome(f) == "NOT_FOUND", "fetch of a purged seq -> " + brief(f));
+    return passed("purged " + p.purged_out + " rows, " + tomb + " tombstones; late resend ORIGINAL_EXPIRED, rows 0, "
+                  "head " + std::to_string(p.head_before) + " unchanged; sync trimmed:true (min_seq " +
+                  std::to_string(num(page, "min_seq")) + "); fetch NOT_FOUND");
+}
+
+Verdict control_no_tombstone(Lab& lab) {
+    WsClient* ws = nullptr;
+    std::unique_ptr<WsClient> holder;
+    auto p = purge_setup(lab, ws, holder, false);
+    auto tomb = lab.sql("SELECT count(*) FROM idem_tombstones WHERE conv_id = " + quote(p.conv));
+    auto r = send(*ws, p.conv, p.key, "old news");
+    auto rows = lab.rows(p.conv, p.sender.user, p.key);
+    expect(outcome(r) == "sent" && rows == 1,
+           "control did not show the defect: late resend -> " + brief(r) + ", rows " + std::to_string(rows) +
+               ", tombstones " + tomb);
+    return passed("purged " + p.purged_out + " rows, " + tomb + " tombstones; late resend created a new message: " +
+                  brief(r) + " (original was seq " + std::to_string(p.key_seq) + ")");
+}
+
+} // namespace
+
+std::vector<Check> retention_checks() {
+    return {
+        {"11-recall-rejections", recall_rejections},
+        {"11-recall-idempotent", recall_idempotent},
+        {"11-retention-purge", retention_purge},
+        {"11-control-no-tombstone", control_no_tombstone},
+    };
+}
+
+} // namespace im::lab

@@ -1,0 +1,199 @@
+// 04-*: the send contract (C1, C3, C4, limits).
+#include "lab.hpp"
+
+#include <set>
+#include <thread>
+
+namespace im::lab {
+
+namespace {
+
+Verdict normal_history(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-ab", "direct", {a, b}); // join events at seq 1, 2
+    expect(lab.head(c) == 2, "setup: head " + std::to_string(lab.head(c)) + ", wanted 2 earlier events");
+    auto ws = connect(lab.server().port(), a.token);
+    auto cmid = uuid4();
+    auto r = send(*ws, c, cmid, "hello");
+    expect(outcome(r) == "sent", "send -> " + brief(r));
+    expect(num(r, "seq") == 3 && !flag(r, "dup"), "wanted seq 3, dup:false; got " + brief(r));
+    auto rows = lab.rows(c, a.user, cmid);
+    expect(rows == 1, "rows for the key: " + std::to_string(rows));
+    auto body = lab.sql("SELECT body FROM events WHERE conv_id = " + quote(c) + " AND seq = 3");
+    expect(body == "hello", "stored body '" + body + "'");
+    return passed(brief(r) + ", rows 1, head " + std::to_string(lab.head(c)));
+}
+
+std::pair<std::string, std::string> non_member_error(Lab& lab, std::string* detail) {
+    auto a = lab.user("ana"), b = lab.user("ben"), x = lab.user("eve");
+    auto c = lab.conv("c-ab", "direct", {a, b});
+    auto before = lab.head(c);
+    auto ws = connect(lab.server().port(), x.token);
+    auto r = send(*ws, c, uuid4(), "let me in");
+    auto after = lab.head(c);
+    if (detail) *detail = "head " + std::to_string(before) + " -> " + std::to_string(after);
+    expect(after == before, "head moved: " + std::to_string(before) + " -> " + std::to_string(after));
+    return {outcome(r), str(r, "msg")};
+}
+
+Verdict non_member_rejected(Lab& lab) {
+    std::string d;
+    auto [code, msg] = non_member_error(lab, &d);
+    expect(code == "NOT_MEMBER", "wanted NOT_MEMBER, got " + code);
+    return passed("NOT_MEMBER \"" + msg + "\", " + d + " unchanged");
+}
+
+Verdict unknown_conv_same_error(Lab& lab) {
+    auto [code1, msg1] = non_member_error(lab, nullptr);
+    auto x = lab.user("eve");
+    auto ws = connect(lab.server().port(), x.token);
+    auto ghost = unique_name("never-existed");
+    auto r = send(*ws, ghost, uuid4(), "anyone?");
+    expect(outcome(r) == "NOT_MEMBER", "unknown conv -> " + brief(r));
+    expect(str(r, "msg") == msg1 && code1 == "NOT_MEMBER",
+           "messages differ: unknown \"" + str(r, "msg") + "\" vs non-member " + code1 + " \"" + msg1 + "\"");
+    auto exists = lab.sql("SELECT count(*) FROM conversations WHERE conv_id = " + quote(ghost));
+    expect(exists == "0", "a conversation row appeared");
+    return passed("NOT_MEMBER \"" + str(r, "msg") + "\" for both");
+}
+
+Verdict idempotency_mismatch(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-ab", "direct", {a, b});
+    auto ws = connect(lab.server().port(), a.token);
+    auto cmid = uuid4();
+    auto r1 = send(*ws, c, cmid, "original");
+    expect(outcome(r1) == "sent", "first send -> " + brief(r1));
+    auto r2 = send(*ws, c, cmid, "changed");
+    expect(outcome(r2) == "IDEMPOTENCY_MISMATCH", "same cmid, other body -> " + brief(r2));
+    auto body = lab.sql("SELECT body FROM events WHERE conv_id = " + quote(c) + " AND client_msg_id = " + quote(cmid));
+    expect(body == "original", "stored body now '" + body + "'");
+    expect(lab.rows(c, a.user, cmid) == 1, "rows for the key != 1");
+    return passed("IDEMPOTENCY_MISMATCH, stored body 'original', rows 1");
+}
+
+struct Replay {
+    std::int64_t rows = 0, mids = 0, fresh = 0, replies = 0;
+    std::set<std::int64_t> seqs;
+    std::vector<std::string> odd;
+};
+
+// Shared by 04-concurrent-replay-one-row and its negative control.
+Replay concurrent_replay(Lab& lab, unsigned short port, const std::string& db_url, const std::string& database,
+                         int n) {
+    std::string u1 = unique_name("ana"), u2 = unique_name("ben");
+    auto a = make_user(db_url, u1);
+    auto b = make_user(db_url, u2);
+    std::string c = unique_name("c-burst");
+    admin_ok(db_url, {"conv", "create", c, "--kind", "direct", "--members", u1 + "," + u2});
+    std::string install = uuid4(), cmid = uuid4();
+    std::vector<std::unique_ptr<WsClient>> conns;
+    for (int i = 0; i < n; ++i) conns.push_back(connect(port, a.token, install));
+    // Fire all frames first, then collect: the sends overlap on the server.
+    std::vector<std::thread> threads;
+    std::vector<json::object> replies(n);
+    for (int i = 0; i < n; ++i)
+        threads.emplace_back([&, i] { replies[i] = send(*conns[i], c, cmid, "burst"); });
+    for (auto& t : threads) t.join();
+    Replay r;
+    std::set<std::string> mids;
+    for (auto& rep : replies) {
+        if (outcome(rep) != "sent") {
+            r.odd.push_back(brief(rep));
+            continue;
+        }
+        ++r.replies;
+        mids.insert(str(rep, "mid"));
+        r.seqs.insert(num(rep, "seq"));
+        if (!flag(rep, "dup")) ++r.fresh;
+    }
+    r.rows = lab.rows(c, a.user, cmid, database);
+    r.mids = std::stoll(lab.sql("SELECT count(DISTINCT mid) FROM events WHERE conv_id = " + quote(c) +
+                                    " AND client_msg_id = " + quote(cmid),
+                                database));
+    return r;
+}
+
+Verdict concurrent_replay_one_row(Lab& lab) {
+    auto r = concurrent_replay(lab, lab.server().port(), lab.db(), "im", 32);
+    std::string d = "rows " + std::to_string(r.rows) + ", mids " + std::to_string(r.mids) + ", dup:false x" +
+                    std::to_string(r.fresh) + ", " + std::to_string(r.replies) + "/32 sent, seqs " +
+                    std::to_string(r.seqs.size());
+    expect(r.odd.empty(), d + "; unexpected replies: " + r.odd.front());
+    expect(r.rows == 1 && r.mids == 1 && r.fresh == 1 && r.replies == 32 && r.seqs.size() == 1, d);
+    return passed(d);
+}
+
+Verdict control_no_unique_index(Lab& lab) {
+    // A separate database: the switch drops events_idempotency there.
+    std::string name = "lab_nouniq";
+    auto url = lab.pg().create_database(name);
+    Tracked<ServerProcess> srv(lab, url,
+                               std::vector<std::string>{"--enable-faults", "--lab-no-unique-index", "--quiet",
+                                                        "--db-pool", "8"},
+                               unique_name("gw-nouniq"));
+    auto idx = lab.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'events_idempotency'", name);
+    Replay r;
+    int rounds = 0;
+    // The defect is a race: give it a few chances to show (it normally does at once).
+    for (rounds = 1; rounds <= 5; ++rounds) {
+        r = concurrent_replay(lab, srv->port(), url, name, 32);
+        if (r.rows > 1) break;
+    }
+    std::string d = "events_idempotency present: " + idx + ", rows " + std::to_string(r.rows) + ", mids " +
+                    std::to_string(r.mids) + ", dup:false x" + std::to_string(r.fresh);
+    expect(r.rows > 1, "control did not show the defect after 5 bursts: " + d);
+    return passed("duplicates appeared: " + d + " (round " + std::to_string(rounds) + ")");
+}
+
+Verdict limits(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-lim", "direct", {a, b});
+    auto ws = connect(lab.server().port(), a.token);
+    std::vector<std::string> seen;
+    auto want = [&](const char* what, const json::object& r, const std::string& code) {
+        expect(outcome(r) == code, std::string(what) + " -> " + brief(r) + ", wanted " + code);
+        seen.push_back(what);
+    };
+    std::string e4000, e4001;
+    for (int i = 0; i < 4000; ++i) e4000 += "\xC3\xA9"; // U+00E9, 2 bytes: code points, not bytes
+    e4001 = e4000 + "\xC3\xA9";
+    const auto head0 = lab.head(c);
+    want("cmid 0", send(*ws, c, "", "x"), "INVALID_ARGUMENT");
+    want("cmid 65", send(*ws, c, std::string(65, 'k'), "x"), "INVALID_ARGUMENT");
+    want("body 0", send(*ws, c, uuid4(), ""), "INVALID_ARGUMENT");
+    want("body 4001", send(*ws, c, uuid4(), e4001), "INVALID_ARGUMENT");
+    want("limit 0", sync(*ws, c, 0, 0), "INVALID_ARGUMENT");
+    want("after -1", sync(*ws, c, -1, 10), "INVALID_ARGUMENT");
+    expect(lab.head(c) == head0, "a rejected send wrote an event");
+    // The edges themselves are accepted.
+    want("cmid 64", send(*ws, c, std::string(64, 'k'), "x"), "sent");
+    want("body 4000", send(*ws, c, uuid4(), e4000), "sent");
+    // A frame over 64 KiB closes the connection with 1009.
+    auto big = connect(lab.server().port(), a.token);
+    std::string pad(65 * 1024, 'p');
+    big->send_text("{\"t\":\"send\",\"conv\":\"" + c + "\",\"cmid\":\"" + uuid4() + "\",\"body\":\"" + pad + "\"}");
+    int code = big->wait_closed(10s);
+    expect(code == 1009, "65 KiB frame: close code " + std::to_string(code) + ", wanted 1009");
+    // The server is still fine.
+    auto again = send(*ws, c, uuid4(), "still here");
+    expect(outcome(again) == "sent", "after the big frame: " + brief(again));
+    return passed("INVALID_ARGUMENT for cmid 0/65, body 0/4001 cp, limit 0, after -1; cmid 64 and body 4000 cp "
+                  "accepted; 65 KiB frame closed 1009");
+}
+
+} // namespace
+
+std::vector<Check> send_checks() {
+    return {
+        {"04-normal-history", normal_history},
+        {"04-non-member-rejected", non_member_rejected},
+        {"04-unknown-conv-same-error", unknown_conv_same_error},
+        {"04-idempotency-mismatch", idempotency_mismatch},
+        {"04-concurrent-replay-one-row", concurrent_replay_one_row},
+        {"04-control-no-unique-index", control_no_unique_index},
+        {"04-limits", limits},
+    };
+}
+
+} // namespace im::lab

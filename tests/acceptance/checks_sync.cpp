@@ -1,0 +1,227 @@
+// 07-*: sync paging, cursors, epochs; 08-*: fan-out and former members.
+#include "child.hpp"
+#include "lab.hpp"
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+namespace im::lab {
+
+namespace {
+
+std::string join(const std::vector<std::int64_t>& v) {
+    std::string s;
+    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+}
+
+Verdict paging_under_writes(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-page", "direct", {a, b});
+    auto reader = connect(lab.server().port(), a.token);
+    auto writer = connect(lab.server().port(), b.token);
+    const int n = 200;
+    std::atomic<bool> done{false};
+    std::string werr;
+    std::thread w([&] {
+        for (int i = 0; i < n; ++i) {
+            auto r = send(*writer, c, uuid4(), "m" + std::to_string(i));
+            if (outcome(r) != "sent") {
+                werr = brief(r);
+                break;
+            }
+        }
+        done = true;
+    });
+    std::vector<std::int64_t> got;
+    std::int64_t after = 0, pages = 0, pages_mid_write = 0, head = 0;
+    auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (;;) {
+        bool writer_done = done; // read before the page: a page after this sees every write
+        auto p = sync(*reader, c, after, 7);
+        expect(outcome(p) == "page", "sync after " + std::to_string(after) + " -> " + brief(p));
+        ++pages;
+        head = num(p, "head");
+        if (!writer_done) ++pages_mid_write;
+        for (const auto& e : p.at("events").as_array()) got.push_back(e.as_object().at("seq").as_int64());
+        after = num(p, "next_after"); // stored only after the whole page is applied
+        if (writer_done && !flag(p, "has_more")) break;
+        expect(std::chrono::steady_clock::now() < deadline, "reader did not finish in 60 s");
+    }
+    w.join();
+    expect(werr.empty(), "writer: " + werr);
+    const std::int64_t want = n + 2;
+    expect(head == want, "final head " + std::to_string(head) + ", wanted " + std::to_string(want));
+    bool exact = static_cast<std::int64_t>(got.size()) == want;
+    for (std::size_t i = 0; exact && i < got.size(); ++i) exact = got[i] == static_cast<std::int64_t>(i) + 1;
+    expect(exact, "seqs not exactly 1.." + std::to_string(want) + " in order: got " + std::to_string(got.size()) +
+                      " events");
+    expect(pages_mid_write > 1, "the reader never paged while the writer was writing");
+    return passed("seqs 1.." + std::to_string(want) + " exactly once in order, " + std::to_string(pages) +
+                  " pages of <=7 (" + std::to_string(pages_mid_write) + " during writes)");
+}
+
+Verdict cursor_ahead(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-ahead", "direct", {a, b});
+    auto ws = connect(lab.server().port(), a.token);
+    auto ok = sync(*ws, c, 2);
+    expect(outcome(ok) == "page" && num(ok, "head") == 2, "sync after head -> " + brief(ok));
+    auto r = sync(*ws, c, 3);
+    expect(outcome(r) == "CURSOR_AHEAD", "sync after 3 (head 2) -> " + brief(r));
+    return passed("after 2 = head: page; after 3: CURSOR_AHEAD");
+}
+
+Verdict epoch_changed(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-epoch", "direct", {a, b});
+    auto ws = connect(lab.server().port(), a.token);
+    auto wb = connect(lab.server().port(), b.token);
+    for (int i = 0; i < 3; ++i) expect(outcome(send(*wb, c, uuid4(), "before " + std::to_string(i))) == "sent", "send");
+    auto p1 = sync(*ws, c, 0, 50, 1);
+    expect(outcome(p1) == "page" && num(p1, "epoch") == 1, "sync epoch 1 -> " + brief(p1));
+
+    // The SDK, if built, watches the conversation across the bump.
+    std::unique_ptr<Child> watcher;
+    std::string sdk_detail = "SDK: not built";
+    std::int64_t before_rows = -1;
+    TempDir dir("imlab-epoch");
+    auto bin = sdk_child_bin();
+    if (!bin.empty() && std::filesystem::exists(bin)) {
+        watcher = std::make_unique<Child>(
+            std::vector<std::string>{bin, "watch", dir.path() + "/client.db", lab.server().url(), a.token, c});
+        auto l = watcher->until("SYNCED ", 20s);
+        expect(l.has_value(), "SDK child never synced: " + watcher->transcript() + watcher->stderr_text());
+        before_rows = std::stoll(l->substr(7));
+    }
+
+    auto bumped = admin_ok(lab.db(), {"epoch", "bump", c});
+    expect(bumped == "2", "epoch bump printed '" + bumped + "'");
+    auto r = sync(*ws, c, num(p1, "next_after"), 50, 1);
+    expect(outcome(r) == "EPOCH_CHANGED", "sync with epoch 1 after the bump -> " + brief(r));
+    auto p2 = sync(*ws, c, 0, 50, 2);
+    expect(outcome(p2) == "page" && num(p2, "epoch") == 2, "rebuild sync with epoch 2 -> " + brief(p2));
+
+    if (watcher) {
+        // New traffic after the bump: the SDK learns of it by push and must
+        // notice the epoch, drop the conversation and rebuild it.
+        expect(outcome(send(*wb, c, uuid4(), "after the bump")) == "sent", "send after bump");
+        auto reset = watcher->until("RESET", 15s);
+        expect(reset.has_value(), "SDK did not drop the conversation after the epoch bump: " + watcher->transcript() +
+                                      watcher->stderr_text());
+        auto l = watcher->until("SYNCED ", 15s);
+        expect(l.has_value(), "SDK did not rebuild after RESET: " + watcher->transcript());
+        auto rows = std::stoll(l->substr(7));
+        // A sync can finish between the reset and the last event; wait for the full count.
+        while (rows < before_rows + 1) {
+            auto more = watcher->until("SYNCED ", 5s);
+            if (!more) break;
+            rows = std::stoll(more->substr(7));
+        }
+        expect(rows == before_rows + 1, "SDK rebuilt " + std::to_string(rows) + " rows, wanted " +
+                                            std::to_string(before_rows + 1));
+        sdk_detail = "SDK: RESET then rebuilt " + std::to_string(before_rows) + "+1 rows";
+    } else {
+        expect(false, "EPOCH_CHANGED on the wire ok, but the SDK child was not built: cannot show the SDK rebuild");
+    }
+    return passed("epoch 1 -> 2, old-epoch sync EPOCH_CHANGED, epoch-2 sync from 0 ok (" +
+                  std::to_string(p2.at("events").as_array().size()) + " events); " + sdk_detail);
+}
+
+Verdict fanout_event_vs_hint(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben"), c = lab.user("cy");
+    auto small = lab.conv("g-small", "group", {a, b, c});
+    auto big = lab.conv("g-big", "group", {a, b, c});
+    admin_ok(lab.db(), {"conv", "set", big, "--push-full-max", "2"}); // 3 members > 2: hints only
+    auto wa = connect(lab.server().port(), a.token);
+    auto wb = connect(lab.server().port(), b.token);
+    auto wc = connect(lab.server().port(), c.token);
+    for (auto* w : {wb.get(), wc.get()}) expect(outcome(w->request({{"t", "sub"}})) == "subscribed", "sub");
+
+    auto s1 = send(*wa, small, uuid4(), "to the small group");
+    expect(outcome(s1) == "sent", "send small -> " + brief(s1));
+    for (auto* w : {wb.get(), wc.get()}) {
+        auto p = w->wait_push([&](const json::object& f) {
+            return str(f, "t") == "event" && str(f.at("ev").as_object(), "conv") == small;
+        }, 10s);
+        expect(p.has_value(), "a member got no event push for the small group");
+        expect(num(p->at("ev").as_object(), "seq") == num(s1, "seq") &&
+                   str(p->at("ev").as_object(), "body") == "to the small group",
+               "event push " + json::serialize(*p));
+    }
+    auto s2 = send(*wa, big, uuid4(), "to the big group");
+    expect(outcome(s2) == "sent", "send big -> " + brief(s2));
+    for (auto* w : {wb.get(), wc.get()}) {
+        bool event_for_big = false;
+        auto p = w->wait_push([&](const json::object& f) {
+            if (str(f, "t") == "event" && str(f.at("ev").as_object(), "conv") == big) event_for_big = true;
+            return str(f, "t") == "hint" && str(f, "conv") == big;
+        }, 10s);
+        expect(!event_for_big, "a full event was pushed for the group above push_full_max");
+        expect(p.has_value(), "a member got no hint for the big group");
+        expect(num(*p, "head") == num(s2, "seq") && !p->contains("ev"), "hint " + json::serialize(*p));
+    }
+    // Everyone converges by pulling.
+    std::vector<std::int64_t> ref_small, ref_big;
+    for (auto* w : {wa.get(), wb.get(), wc.get()}) {
+        auto ss = sync_all(*w, small), sb = sync_all(*w, big);
+        if (ref_small.empty()) ref_small = ss, ref_big = sb;
+        expect(ss == ref_small && sb == ref_big, "members disagree: " + join(ss) + " / " + join(sb));
+    }
+    expect(ref_small.back() == 4 && ref_big.back() == 4, "heads " + join(ref_small) + " / " + join(ref_big));
+    return passed("3-member group: event seq 4 to both others; push_full_max 2: hint head 4, no event; all 3 "
+                  "converge on seqs " + join(ref_big));
+}
+
+Verdict left_member_history(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben"), c = lab.user("cy");
+    auto g = lab.conv("g-leave", "group", {a, b, c}); // joins 1..3
+    auto wa = connect(lab.server().port(), a.token);
+    auto wc = connect(lab.server().port(), c.token);
+    expect(outcome(wc->request({{"t", "sub"}})) == "subscribed", "sub");
+    auto m1 = send(*wa, g, uuid4(), "while cy is here");
+    expect(num(m1, "seq") == 4, "m1 " + brief(m1));
+    auto leave = admin_ok(lab.db(), {"member", "remove", g, c.user});
+    expect(leave == "5", "leave event at seq " + leave);
+    for (int i = 0; i < 3; ++i) expect(outcome(send(*wa, g, uuid4(), "after cy left")) == "sent", "send after leave");
+    // Pushes for later events never reach the leaver.
+    auto late = wc->wait_push([&](const json::object& f) {
+        if (str(f, "t") == "event") return num(f.at("ev").as_object(), "seq") > 5;
+        return str(f, "t") == "hint" && num(f, "head") > 5;
+    }, 1500ms);
+    expect(!late, "the leaver got a push about later traffic: " + (late ? json::serialize(*late) : ""));
+    std::int64_t head = 0;
+    auto seqs = sync_all(*wc, g, 0, 50, &head);
+    expect(seqs == std::vector<std::int64_t>({1, 2, 3, 4, 5}) && head == 5,
+           "leaver's sync: seqs " + join(seqs) + ", head " + std::to_string(head));
+    auto f6 = wc->request({{"t", "fetch"}, {"conv", g}, {"seq", 6}});
+    expect(outcome(f6) == "NOT_FOUND" || outcome(f6) == "NOT_MEMBER", "fetch seq 6 -> " + brief(f6));
+    auto ahead = sync(*wc, g, 6);
+    expect(outcome(ahead) == "CURSOR_AHEAD", "sync after 6 -> " + brief(ahead));
+    auto cv = wc->request({{"t", "convs"}});
+    std::int64_t convs_head = -1;
+    for (const auto& x : cv.at("convs").as_array())
+        if (str(x.as_object(), "conv") == g) convs_head = num(x.as_object(), "head");
+    expect(convs_head == 5, "convs head for the leaver " + std::to_string(convs_head));
+    auto w = send(*wc, g, uuid4(), "can I still write?");
+    expect(outcome(w) == "NOT_MEMBER", "leaver's send -> " + brief(w));
+    auto full = lab.head(g);
+    return passed("leaver reads seqs 1..5 (own period incl. leave), head capped 5 (real head " +
+                  std::to_string(full) + "), fetch 6 " + outcome(f6) + ", convs head 5, no later pushes, send "
+                  "NOT_MEMBER");
+}
+
+} // namespace
+
+std::vector<Check> sync_checks() {
+    return {
+        {"07-paging-under-writes", paging_under_writes},
+        {"07-cursor-ahead", cursor_ahead},
+        {"07-epoch-changed", epoch_changed},
+        {"08-fanout-event-vs-hint", fanout_event_vs_hint},
+        {"08-left-member-history", left_member_history},
+    };
+}
+
+} // namespace im::lab

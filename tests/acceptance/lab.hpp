@@ -1,0 +1,131 @@
+// The acceptance lab: every check id of spec/acceptance.md, run against real
+// imserver processes, a real PostgreSQL and real WebSocket connections.
+// Each check returns a verdict with a detail; a check that throws FAILs with
+// the exception text. Nothing here fakes a part of the system.
+#pragma once
+
+#include "harness.hpp"
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace im::lab {
+
+using namespace im::test;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+/// A check's outcome: PASS or FAIL with a one-line detail.
+struct Verdict {
+    bool pass = false;
+    std::string detail;
+};
+inline Verdict passed(std::string detail) { return {true, std::move(detail)}; }
+inline Verdict failed(std::string detail) { return {false, std::move(detail)}; }
+
+/// Thrown by expect(): the check FAILs with this text.
+struct CheckFailed : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+inline void expect(bool ok, const std::string& what) {
+    if (!ok) throw CheckFailed(what);
+}
+
+/// Shared parts of one lab run: one PostgreSQL cluster, one gateway started
+/// with --enable-faults (faults are armed per check through POST /lab/fault),
+/// provisioning through the real admin CLI, assertions on real rows.
+class Lab {
+public:
+    Lab();
+    ~Lab();
+
+    TestPostgres& pg() { return *pg_; }
+    const std::string& db() const { return db_; }
+    /// The shared gateway (faults enabled, none armed).
+    ServerProcess& server() { return *server_; }
+
+    /// A new user with one device (unique name from prefix).
+    TestUser user(const std::string& prefix);
+    /// A new conversation (unique id from prefix) with these members, in order:
+    /// N members give join events at seq 1..N.
+    std::string conv(const std::string& prefix, const std::string& kind, const std::vector<TestUser>& members);
+
+    /// Rows of one request key in events.
+    std::int64_t rows(const std::string& conv, const std::string& sender, const std::string& cmid,
+                      const std::string& database = "im");
+    /// The conversation's head as stored (next_seq - 1).
+    std::int64_t head(const std::string& conv, const std::string& database = "im");
+    std::string sql(const std::string& q, const std::string& database = "im") { return pg_->scalar(q, database); }
+
+    /// Arms a fault on a gateway started with --enable-faults.
+    static void arm(ServerProcess& s, const std::string& spec);
+
+    /// Processes the watchdog must stop if a check hangs.
+    void track(ServerProcess* s);
+    void untrack(ServerProcess* s);
+    void track(TestPostgres* p);
+    void untrack(TestPostgres* p);
+    void kill_all_tracked();
+
+private:
+    std::unique_ptr<TestPostgres> pg_;
+    std::string db_;
+    std::unique_ptr<ServerProcess> server_;
+    std::mutex mu_;
+    std::vector<ServerProcess*> servers_;
+    std::vector<TestPostgres*> clusters_;
+};
+
+/// RAII: registers a server/cluster with the lab's watchdog.
+template <class T>
+struct Tracked {
+    Lab& lab;
+    std::unique_ptr<T> p;
+    template <class... A>
+    explicit Tracked(Lab& l, A&&... a) : lab(l), p(std::make_unique<T>(std::forward<A>(a)...)) { lab.track(p.get()); }
+    ~Tracked() { lab.untrack(p.get()); }
+    T* operator->() { return p.get(); }
+    T& operator*() { return *p; }
+};
+
+// ----------------------------------------------------------------- frames
+
+/// Reply type, or the error code for error frames ("sent", "NOT_MEMBER", "timeout", "closed").
+std::string outcome(const json::object& reply);
+bool flag(const json::object& o, const char* key);
+std::string quote(const std::string& s); // SQL literal
+
+/// Connects and says hello; throws unless the reply is `welcome`.
+std::unique_ptr<WsClient> connect(unsigned short port, const std::string& token, const std::string& install = {});
+json::object send(WsClient& ws, const std::string& conv, const std::string& cmid, const std::string& body,
+                  std::chrono::milliseconds timeout = 10s);
+json::object sync(WsClient& ws, const std::string& conv, std::int64_t after, std::int64_t limit = 50,
+                  std::optional<std::int64_t> epoch = std::nullopt);
+/// Syncs from `after` until has_more is false; returns the seqs applied in order.
+std::vector<std::int64_t> sync_all(WsClient& ws, const std::string& conv, std::int64_t after = 0,
+                                   std::int64_t limit = 50, std::int64_t* head = nullptr);
+/// "sent seq 3, dup:false" style summary of a reply.
+std::string brief(const json::object& reply);
+
+// ----------------------------------------------------------------- checks
+
+struct Check {
+    std::string id;
+    std::function<Verdict(Lab&)> run;
+};
+std::vector<Check> send_checks();      // 04-*
+std::vector<Check> fault_checks();     // lab-faults-off-by-default, 06-*
+std::vector<Check> sync_checks();      // 07-*, 08-*
+std::vector<Check> device_checks();    // 09-*, 10-*
+std::vector<Check> retention_checks(); // 11-*
+
+/// Path of the SDK child program, or empty when the SDK was not built.
+std::string sdk_child_bin();
+
+} // namespace im::lab

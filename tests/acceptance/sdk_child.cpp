@@ -1,0 +1,127 @@
+// The SDK side of the lab: a real im::Client in its own process, driven by
+// arguments, reporting on stdout one line per fact the lab waits for.
+//
+//   send DB URL TOKEN CONV BODY           connect, send(); print "CMID <cmid>" as
+//                                         soon as send() returned; then idle (the
+//                                         lab SIGKILLs us)
+//   send-inflight DB URL TOKEN CONV BODY  same, but print once the request is on
+//                                         the wire (attempts >= 1), before its reply
+//   drain DB URL TOKEN                    connect; print "DRAINED" when the outbox
+//                                         is empty, then exit 0
+//   watch DB URL TOKEN CONV               connect and sync CONV; print "SYNCED <rows>"
+//                                         after every completed sync and "RESET" when
+//                                         the SDK drops the conversation
+#include <im/client.h>
+#include <im/messagelistmodel.h>
+
+#include <QtCore/QCoreApplication>
+#include <QtCore/QTimer>
+#include <QtCore/QUrl>
+
+#include <cstdio>
+
+namespace {
+
+void say(const QString& line) {
+    std::printf("%s\n", qPrintable(line));
+    std::fflush(stdout);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    QCoreApplication app(argc, argv);
+    const QStringList a = app.arguments();
+    if (a.size() < 5) {
+        std::fprintf(stderr, "usage: %s MODE DB URL TOKEN [CONV [BODY]]\n", argv[0]);
+        return 2;
+    }
+    const QString mode = a[1];
+    im::Client client;
+    client.setServers({QUrl(a[3])});
+    client.setCredentials(a[4]);
+    client.setRequestTimeout(3000);
+    client.setRetryBackoff(100, 1000);
+    client.setReconnectBackoff(100, 1000);
+    if (!client.open(a[2])) {
+        std::fprintf(stderr, "open failed: %s\n", qPrintable(client.lastError()));
+        return 1;
+    }
+    QObject::connect(&client, &im::Client::errorOccurred, [](const QString& code, const QString& msg) {
+        std::fprintf(stderr, "error %s: %s\n", qPrintable(code), qPrintable(msg));
+    });
+    QObject::connect(&client, &im::Client::messageStateChanged,
+                     [](const QString& conv, const QString& cmid, qint64 seq, im::MessageState st, const QString& err) {
+                         say(QStringLiteral("STATE %1 %2 %3 %4 %5")
+                                 .arg(conv, cmid)
+                                 .arg(seq)
+                                 .arg(static_cast<int>(st))
+                                 .arg(err));
+                     });
+    QTimer::singleShot(60000, &app, [] {
+        std::fprintf(stderr, "child timed out\n");
+        QCoreApplication::exit(3);
+    });
+
+    if (mode == QLatin1String("send") || mode == QLatin1String("send-inflight")) {
+        if (a.size() < 7) return 2;
+        const QString conv = a[5], body = a[6];
+        const bool inflight = mode == QLatin1String("send-inflight");
+        auto sent = std::make_shared<bool>(false);
+        QObject::connect(&client, &im::Client::connectionStateChanged, &app, [&, sent, conv, body, inflight](im::ConnectionState s) {
+            if (s != im::ConnectionState::Connected || *sent) return;
+            *sent = true;
+            const QString cmid = client.send(conv, body);
+            if (cmid.isEmpty()) {
+                std::fprintf(stderr, "send failed: %s\n", qPrintable(client.lastError()));
+                QCoreApplication::exit(1);
+                return;
+            }
+            if (!inflight) {
+                say(QStringLiteral("CMID ") + cmid); // right after send() returned
+                return;
+            }
+            auto* poll = new QTimer(&app);
+            QObject::connect(poll, &QTimer::timeout, &app, [&client, poll, cmid] {
+                for (const auto& e : client.outbox())
+                    if (e.cmid == cmid && e.attempts >= 1 && e.inFlight) {
+                        poll->stop();
+                        // On the wire; give the frame a moment to reach the server.
+                        QTimer::singleShot(200, [cmid] { say(QStringLiteral("CMID ") + cmid); });
+                    }
+            });
+            poll->start(5);
+        });
+    } else if (mode == QLatin1String("drain")) {
+        auto check = [&client] {
+            if (client.connectionState() == im::ConnectionState::Connected && client.pendingCount() == 0) {
+                say(QStringLiteral("DRAINED"));
+                QCoreApplication::exit(0);
+            }
+        };
+        say(QStringLiteral("PENDING %1").arg(client.pendingCount()));
+        QObject::connect(&client, &im::Client::outboxChanged, &app, check);
+        QObject::connect(&client, &im::Client::connectionStateChanged, &app, check);
+    } else if (mode == QLatin1String("watch")) {
+        if (a.size() < 6) return 2;
+        const QString conv = a[5];
+        auto* model = new im::MessageListModel(&client, conv, &app);
+        QObject::connect(&client, &im::Client::conversationSynced, &app, [model, conv](const QString& c) {
+            if (c == conv) {
+                model->refresh();
+                say(QStringLiteral("SYNCED %1").arg(model->count()));
+            }
+        });
+        QObject::connect(&client, &im::Client::conversationReset, &app, [conv](const QString& c) {
+            if (c == conv) say(QStringLiteral("RESET"));
+        });
+        QObject::connect(&client, &im::Client::connectionStateChanged, &app, [&client, conv](im::ConnectionState s) {
+            if (s == im::ConnectionState::Connected) client.sync(conv);
+        });
+    } else {
+        std::fprintf(stderr, "unknown mode %s\n", argv[1]);
+        return 2;
+    }
+    client.connectToServer();
+    return app.exec();
+}
