@@ -1,0 +1,138 @@
+// Outbox benchmark (not a timed test; run by hand, figures go to docs/sdk.md).
+//
+//  1. durable enqueues/s of Client::send() against raw SQLite single-row
+//     transactions with the same pragmas (WAL, synchronous=FULL), same run,
+//     same file system; prints both and the ratio (goal: <= 1.5x).
+//  2. with the real server (built in the same tree): time to resend 10,000
+//     pending messages after connect.
+//
+// Usage: bench_outbox [--count N] [--resend N] [--dir DIR] [--no-server]
+#ifdef IM_SERVER_BIN
+#include "realserver.h"
+#endif
+
+#include <im/client.h>
+
+#include <QtCore/QCommandLineParser>
+#include <QtCore/QCoreApplication>
+#include <QtCore/QElapsedTimer>
+#include <QtCore/QTemporaryDir>
+#include <QtCore/QUuid>
+#include <QtSql/QSqlDatabase>
+#include <QtSql/QSqlError>
+#include <QtSql/QSqlQuery>
+#include <QtTest/QtTest>
+
+#include <cstdio>
+
+static double rawInserts(const QString &path, int n) {
+    double rate = 0;
+    {
+        QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("raw"));
+        db.setDatabaseName(path);
+        if (!db.open())
+            qFatal("raw open: %s", qPrintable(db.lastError().text()));
+        QSqlQuery q(db);
+        q.exec(QStringLiteral("PRAGMA journal_mode=WAL"));
+        q.finish();
+        q.exec(QStringLiteral("PRAGMA synchronous=FULL"));
+        q.exec(QStringLiteral("CREATE TABLE outbox(id INTEGER PRIMARY KEY AUTOINCREMENT, cmid TEXT NOT NULL UNIQUE,"
+                              " kind TEXT NOT NULL, conv TEXT NOT NULL, body TEXT, created_at INTEGER NOT NULL)"));
+        QSqlQuery ins(db);
+        ins.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, created_at) VALUES(?, 'send', ?, ?, ?)"));
+        QElapsedTimer t;
+        t.start();
+        for (int i = 0; i < n; ++i) {
+            if (!db.transaction())
+                qFatal("raw begin: %s", qPrintable(db.lastError().text()));
+            ins.addBindValue(QUuid::createUuid().toString(QUuid::WithoutBraces));
+            ins.addBindValue(QStringLiteral("team"));
+            ins.addBindValue(QStringLiteral("benchmark message %1").arg(i));
+            ins.addBindValue(QDateTime::currentMSecsSinceEpoch());
+            if (!ins.exec())
+                qFatal("raw insert: %s", qPrintable(ins.lastError().text()));
+            ins.finish();
+            if (!db.commit())
+                qFatal("raw commit: %s", qPrintable(db.lastError().text()));
+        }
+        rate = n * 1000.0 / std::max<qint64>(1, t.elapsed());
+        db.close();
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("raw"));
+    return rate;
+}
+
+static double clientSends(const QString &path, int n) {
+    im::Client client;
+    if (!client.open(path))
+        qFatal("open: %s", qPrintable(client.lastError()));
+    QElapsedTimer t;
+    t.start();
+    for (int i = 0; i < n; ++i)
+        if (client.send(QStringLiteral("team"), QStringLiteral("benchmark message %1").arg(i)).isEmpty())
+            qFatal("send failed: %s", qPrintable(client.lastError()));
+    return n * 1000.0 / std::max<qint64>(1, t.elapsed());
+}
+
+int main(int argc, char **argv) {
+    QCoreApplication app(argc, argv);
+    QCommandLineParser p;
+    p.addHelpOption();
+    p.addOption({QStringLiteral("count"), QStringLiteral("enqueues per side"), QStringLiteral("n"), QStringLiteral("2000")});
+    p.addOption({QStringLiteral("resend"), QStringLiteral("messages for the resend run"), QStringLiteral("n"), QStringLiteral("10000")});
+    p.addOption({QStringLiteral("dir"), QStringLiteral("directory for the databases"), QStringLiteral("dir")});
+    p.addOption({QStringLiteral("no-server"), QStringLiteral("skip the real-server resend run")});
+    p.process(app);
+    const int n = p.value(QStringLiteral("count")).toInt();
+
+    QTemporaryDir tmp(p.isSet(QStringLiteral("dir")) ? p.value(QStringLiteral("dir")) + QStringLiteral("/bench-XXXXXX")
+                                                     : QString());
+    // Warm-up, then raw / send / raw / send; report the medians of each pair.
+    rawInserts(tmp.filePath(QStringLiteral("warm.db")), 200);
+    const double raw1 = rawInserts(tmp.filePath(QStringLiteral("raw1.db")), n);
+    const double send1 = clientSends(tmp.filePath(QStringLiteral("sdk1.db")), n);
+    const double raw2 = rawInserts(tmp.filePath(QStringLiteral("raw2.db")), n);
+    const double send2 = clientSends(tmp.filePath(QStringLiteral("sdk2.db")), n);
+    const double raw = (raw1 + raw2) / 2, send = (send1 + send2) / 2;
+    std::printf("durable enqueue, %d each, WAL + synchronous=FULL, in %s\n", n, qPrintable(tmp.path()));
+    std::printf("  raw SQLite insert+commit : %8.0f /s  (runs: %.0f, %.0f)\n", raw, raw1, raw2);
+    std::printf("  im::Client::send()       : %8.0f /s  (runs: %.0f, %.0f)\n", send, send1, send2);
+    std::printf("  cost ratio send/raw      : %8.2fx (goal <= 1.5x)\n", raw / send);
+    std::fflush(stdout);
+
+#ifdef IM_SERVER_BIN
+    if (!p.isSet(QStringLiteral("no-server"))) {
+        const int m = p.value(QStringLiteral("resend")).toInt();
+        RealServer server(QStringLiteral(IM_SERVER_BIN));
+        const QString error = server.start();
+        if (!error.isEmpty()) {
+            std::printf("real server unavailable: %s\n", qPrintable(error));
+            return 1;
+        }
+        im::Client client;
+        client.setServers({server.url});
+        client.setCredentials(server.tokens.value(QStringLiteral("ana")));
+        client.setRequestTimeout(30000);
+        if (!client.open(tmp.filePath(QStringLiteral("resend.db"))))
+            qFatal("open: %s", qPrintable(client.lastError()));
+        for (int i = 0; i < m; ++i)
+            client.send(QStringLiteral("team"), QStringLiteral("resend benchmark %1").arg(i));
+        QElapsedTimer t;
+        t.start();
+        client.connectToServer();
+        qint64 connectedAt = -1;
+        QObject::connect(&client, &im::Client::connectionStateChanged, [&](im::ConnectionState s) {
+            if (s == im::ConnectionState::Connected && connectedAt < 0)
+                connectedAt = t.elapsed();
+        });
+        const bool done = QTest::qWaitFor([&] { return client.pendingCount() == 0; }, 600000);
+        const qint64 total = t.elapsed();
+        std::printf("resend after reconnect, real server: %d pending -> 0 in %lld ms (%.0f msg/s; hello after %lld ms)%s\n",
+                    m, static_cast<long long>(total - std::max<qint64>(0, connectedAt)),
+                    m * 1000.0 / std::max<qint64>(1, total - std::max<qint64>(0, connectedAt)),
+                    static_cast<long long>(connectedAt), done ? "" : " [DID NOT FINISH]");
+        return done ? 0 : 1;
+    }
+#endif
+    return 0;
+}

@@ -1,0 +1,113 @@
+// Child process for the kill tests: drives an im::Client on a database and
+// prints what it did on stdout, line by line, so the parent test can SIGKILL
+// it at a chosen point.
+//
+//   killhelper send   --db F --url U --token T --conv C --body B [--drop-reply]
+//       connects, sends one message, prints "CMID <cmid>", then keeps running
+//       (prints "SENT" when the reply was processed).
+//   killhelper resend --db F --url U --token T
+//       connects and prints "DONE" once the outbox is empty, then exits 0.
+//   killhelper sync   --db F --url U --token T --conv C [--page N]
+//       prints "PAGE <conv> <toSeq>" per applied page and "SYNCED <conv>"
+//       when the conversation reached head, then exits 0.
+#include <im/client.h>
+
+#include <QtCore/QCommandLineParser>
+#include <QtCore/QCoreApplication>
+#include <QtCore/QTimer>
+
+#include <cstdio>
+
+static void say(const QString &line) {
+    std::fputs(qPrintable(line + QLatin1Char('\n')), stdout);
+    std::fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    QCoreApplication app(argc, argv);
+    QCommandLineParser p;
+    p.addPositionalArgument(QStringLiteral("mode"), QStringLiteral("send | resend | sync"));
+    p.addOption({QStringLiteral("db"), QStringLiteral("database"), QStringLiteral("file")});
+    p.addOption({QStringLiteral("url"), QStringLiteral("server url"), QStringLiteral("url")});
+    p.addOption({QStringLiteral("token"), QStringLiteral("device token"), QStringLiteral("token")});
+    p.addOption({QStringLiteral("conv"), QStringLiteral("conversation"), QStringLiteral("conv")});
+    p.addOption({QStringLiteral("body"), QStringLiteral("message body"), QStringLiteral("body")});
+    p.addOption({QStringLiteral("page"), QStringLiteral("sync page size"), QStringLiteral("n"), QStringLiteral("50")});
+    p.addOption({QStringLiteral("drop-reply"), QStringLiteral("ignore the reply to the send")});
+    p.process(app);
+    const QString mode = p.positionalArguments().value(0);
+
+    im::Client client;
+    client.setServers({QUrl(p.value(QStringLiteral("url")))});
+    client.setCredentials(p.value(QStringLiteral("token")));
+    client.setRequestTimeout(2000);
+    client.setReconnectBackoff(100, 1000);
+    client.setSyncPageSize(p.value(QStringLiteral("page")).toInt());
+    QObject::connect(&client, &im::Client::errorOccurred, [](const QString &code, const QString &msg) {
+        say(QStringLiteral("ERROR %1 %2").arg(code, msg));
+    });
+    if (!client.open(p.value(QStringLiteral("db")))) {
+        say(QStringLiteral("OPEN FAILED ") + client.lastError());
+        return 2;
+    }
+    QTimer::singleShot(60000, &app, [] {
+        say(QStringLiteral("TIMEOUT"));
+        QCoreApplication::exit(3);
+    });
+
+    if (mode == u"send") {
+        const QString conv = p.value(QStringLiteral("conv"));
+        const QString body = p.value(QStringLiteral("body"));
+        const bool drop = p.isSet(QStringLiteral("drop-reply"));
+        QObject::connect(&client, &im::Client::connectionStateChanged, &client,
+                         [&client, conv, body, drop](im::ConnectionState s) {
+                             static bool sent = false;
+                             if (s != im::ConnectionState::Connected || sent)
+                                 return;
+                             sent = true;
+                             // Let the post-hello traffic (sub, convs, sync) settle so the
+                             // dropped reply is the send's.
+                             QTimer::singleShot(300, &client, [&client, conv, body, drop] {
+                                 if (drop)
+                                     client.dropNextReply();
+                                 const QString cmid = client.send(conv, body);
+                                 say(QStringLiteral("CMID ") + cmid);
+                             });
+                         });
+        QObject::connect(&client, &im::Client::messageStateChanged, &client,
+                         [](const QString &, const QString &, qint64 seq, im::MessageState st, const QString &) {
+                             if (st == im::MessageState::Sent)
+                                 say(QStringLiteral("SENT %1").arg(seq));
+                         });
+    } else if (mode == u"resend") {
+        QObject::connect(&client, &im::Client::outboxChanged, &client, [&client] {
+            if (client.pendingCount() == 0 && client.connectionState() == im::ConnectionState::Connected) {
+                say(QStringLiteral("DONE"));
+                QCoreApplication::exit(0);
+            }
+        });
+        QObject::connect(&client, &im::Client::connectionStateChanged, &client, [&client](im::ConnectionState s) {
+            if (s == im::ConnectionState::Connected && client.pendingCount() == 0) {
+                say(QStringLiteral("DONE"));
+                QCoreApplication::exit(0);
+            }
+        });
+    } else if (mode == u"sync") {
+        const QString conv = p.value(QStringLiteral("conv"));
+        QObject::connect(&client, &im::Client::eventsApplied, &client, [conv](const QString &c, qint64, qint64 to) {
+            if (c == conv)
+                say(QStringLiteral("PAGE %1 %2").arg(c).arg(to));
+        });
+        QObject::connect(&client, &im::Client::conversationSynced, &client, [conv](const QString &c) {
+            if (c == conv) {
+                say(QStringLiteral("SYNCED ") + c);
+                QCoreApplication::exit(0);
+            }
+        });
+    } else {
+        say(QStringLiteral("unknown mode ") + mode);
+        return 2;
+    }
+    client.connectToServer();
+    return app.exec();
+}

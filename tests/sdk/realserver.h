@@ -1,0 +1,92 @@
+// Test harness for the real server: provisions the demo data set into an
+// embedded PostgreSQL (imserver admin ... demo) and runs imserver on a free
+// port until destroyed (SIGTERM).
+#pragma once
+
+#include <QtCore/QDir>
+#include <QtCore/QFile>
+#include <QtCore/QHash>
+#include <QtCore/QJsonArray>
+#include <QtCore/QJsonDocument>
+#include <QtCore/QJsonObject>
+#include <QtCore/QProcess>
+#include <QtCore/QTemporaryDir>
+#include <QtCore/QUrl>
+#include <QtTest/QtTest>
+
+class RealServer {
+public:
+    explicit RealServer(QString binary) : bin_(std::move(binary)) {}
+    ~RealServer() { stop(); }
+
+    // Returns an empty string on success, else what went wrong.
+    QString start() {
+        if (!dir_.isValid())
+            return QStringLiteral("no temporary directory");
+        // The embedded PostgreSQL runs as the postgres user: let it in.
+        QFile::setPermissions(dir_.path(), QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ExeOwner
+                                               | QFileDevice::ReadOther | QFileDevice::WriteOther
+                                               | QFileDevice::ExeOther | QFileDevice::ReadGroup
+                                               | QFileDevice::WriteGroup | QFileDevice::ExeGroup);
+        const QString state = dir_.filePath(QStringLiteral("state"));
+        const QString demo = dir_.filePath(QStringLiteral("demo.json"));
+        QProcess admin;
+        admin.setProcessChannelMode(QProcess::MergedChannels);
+        admin.start(bin_, {QStringLiteral("admin"), QStringLiteral("--state-dir"), state, QStringLiteral("demo"),
+                           QStringLiteral("--out"), demo});
+        if (!admin.waitForFinished(240000) || admin.exitStatus() != QProcess::NormalExit || admin.exitCode() != 0)
+            return QStringLiteral("imserver admin demo failed (exit %1): %2")
+                .arg(admin.exitCode())
+                .arg(QString::fromUtf8(admin.readAll()).right(2000));
+        QFile f(demo);
+        if (!f.open(QIODevice::ReadOnly))
+            return QStringLiteral("demo output %1 missing").arg(demo);
+        const QJsonObject o = QJsonDocument::fromJson(f.readAll()).object();
+        for (const QJsonValue &u : o.value(QStringLiteral("users")).toArray())
+            tokens.insert(u.toObject().value(QStringLiteral("user")).toString(),
+                          u.toObject().value(QStringLiteral("token")).toString());
+        if (tokens.isEmpty())
+            return QStringLiteral("demo output has no users");
+        const QString ready = dir_.filePath(QStringLiteral("ready"));
+        proc_.setProcessChannelMode(QProcess::MergedChannels);
+        proc_.start(bin_, {QStringLiteral("--state-dir"), state, QStringLiteral("--listen"),
+                           QStringLiteral("127.0.0.1:0"), QStringLiteral("--ready-file"), ready});
+        if (!proc_.waitForStarted())
+            return QStringLiteral("imserver did not start");
+        int port = 0;
+        const bool up = QTest::qWaitFor([&] {
+            QFile r(ready);
+            if (r.open(QIODevice::ReadOnly)) {
+                const QByteArray text = r.readAll();
+                if (text.endsWith('\n'))
+                    port = text.trimmed().toInt();
+            }
+            return port > 0 || proc_.state() == QProcess::NotRunning;
+        }, 180000);
+        if (!up || port <= 0)
+            return QStringLiteral("imserver never became ready: %1")
+                .arg(QString::fromUtf8(proc_.readAll()).right(2000));
+        url = QUrl(QStringLiteral("ws://127.0.0.1:%1/v1/ws").arg(port));
+        return {};
+    }
+
+    void stop() {
+        if (proc_.state() == QProcess::NotRunning)
+            return;
+        proc_.terminate(); // SIGTERM: goaway, drain, stop PostgreSQL
+        if (!proc_.waitForFinished(60000)) {
+            proc_.kill();
+            proc_.waitForFinished();
+        }
+    }
+
+    QString output() { return QString::fromUtf8(proc_.readAll()); }
+
+    QUrl url;
+    QHash<QString, QString> tokens; // user -> device token
+
+private:
+    QString bin_;
+    QTemporaryDir dir_;
+    QProcess proc_;
+};

@@ -1,0 +1,241 @@
+// Integration tests against the real imserver (embedded PostgreSQL), started
+// by the harness in realserver.h. Demo data: users ana, ben, cy; direct conv
+// "ana-ben"; group conv "team" (ana, ben, cy).
+#include "realserver.h"
+#include "sdktestutil.h"
+
+#include <im/client.h>
+
+#include <QtCore/QProcess>
+#include <QtCore/QUuid>
+#include <QtTest/QtTest>
+
+#ifndef IM_SERVER_BIN
+#error "IM_SERVER_BIN must name the imserver executable"
+#endif
+#ifndef IM_KILLHELPER
+#error "IM_KILLHELPER must name the helper executable"
+#endif
+
+using im::Client;
+using im::ConnectionState;
+
+namespace {
+
+QStringList sqlRows(const QString &db, const QString &sql) {
+    QStringList out;
+    const QString name = QStringLiteral("rows-%1").arg(QUuid::createUuid().toString());
+    {
+        QSqlDatabase d = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), name);
+        d.setDatabaseName(db);
+        if (d.open()) {
+            QSqlQuery q(d);
+            if (q.exec(sql))
+                while (q.next())
+                    out << q.value(0).toString();
+        }
+        d.close();
+    }
+    QSqlDatabase::removeDatabase(name);
+    return out;
+}
+
+QString waitForLine(QProcess &proc, const QString &prefix, int timeoutMs = 60000) {
+    QString found;
+    QByteArray buffer;
+    const bool seen = QTest::qWaitFor([&] {
+        buffer += proc.readAllStandardOutput();
+        for (const QByteArray &raw : buffer.split('\n')) {
+            const QString line = QString::fromUtf8(raw).trimmed();
+            if (line.startsWith(prefix)) {
+                found = line.mid(prefix.size()).trimmed();
+                return true;
+            }
+        }
+        return proc.state() == QProcess::NotRunning;
+    }, timeoutMs);
+    if (!seen)
+        return {};
+    return found;
+}
+
+} // namespace
+
+class TestIntegration : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void cleanupTestCase();
+    void two_clients_chat_one_goes_offline_both_converge();
+    void killed_sender_leaves_exactly_one_row_per_draft_on_the_server_data();
+    void killed_sender_leaves_exactly_one_row_per_draft_on_the_server();
+    void sync_killed_mid_page_run_resumes_without_loss_or_duplicates();
+
+private:
+    std::unique_ptr<Client> makeClient(const QString &user, const QString &db);
+    int serverCount(const QString &conv, const QString &bodyLike);
+    QStringList helperArgs(const QString &mode, const QString &user, const QString &db, const QStringList &extra = {});
+
+    std::unique_ptr<RealServer> server_;
+    QTemporaryDir dir_;
+};
+
+void TestIntegration::initTestCase() {
+    server_ = std::make_unique<RealServer>(QStringLiteral(IM_SERVER_BIN));
+    const QString error = server_->start();
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+}
+
+void TestIntegration::cleanupTestCase() { server_.reset(); }
+
+std::unique_ptr<Client> TestIntegration::makeClient(const QString &user, const QString &db) {
+    auto c = std::make_unique<Client>();
+    c->setServers({server_->url});
+    c->setCredentials(server_->tokens.value(user));
+    c->setRequestTimeout(5000);
+    c->setReconnectBackoff(100, 1000);
+    if (!c->open(db))
+        qWarning("open failed: %s", qPrintable(c->lastError()));
+    return c;
+}
+
+QStringList TestIntegration::helperArgs(const QString &mode, const QString &user, const QString &db,
+                                        const QStringList &extra) {
+    return QStringList{mode, QStringLiteral("--db"), db, QStringLiteral("--url"), server_->url.toString(),
+                       QStringLiteral("--token"), server_->tokens.value(user)} + extra;
+}
+
+// Counts, as seen by the server, the msg events of `conv` whose body matches:
+// a fresh reader (ben) syncs the whole conversation into a new database.
+int TestIntegration::serverCount(const QString &conv, const QString &bodyLike) {
+    const QString db = dir_.filePath(QStringLiteral("reader-%1.db").arg(QUuid::createUuid().toString(QUuid::Id128)));
+    QProcess reader;
+    reader.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("ben"), db,
+                                                            {QStringLiteral("--conv"), conv, QStringLiteral("--page"),
+                                                             QStringLiteral("200")}));
+    if (!reader.waitForStarted() || waitForLine(reader, QStringLiteral("SYNCED ")) != conv)
+        return -1;
+    reader.waitForFinished();
+    return sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = ? AND kind = 'msg' AND body LIKE ?"),
+                     {conv, bodyLike})
+        .toInt();
+}
+
+void TestIntegration::two_clients_chat_one_goes_offline_both_converge() {
+    const QString anaDb = dir_.filePath(QStringLiteral("ana.db")), benDb = dir_.filePath(QStringLiteral("ben.db"));
+    auto ana = makeClient(QStringLiteral("ana"), anaDb);
+    auto ben = makeClient(QStringLiteral("ben"), benDb);
+    ana->connectToServer();
+    ben->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->connectionState(), ConnectionState::Connected, 20000);
+    QTRY_COMPARE_WITH_TIMEOUT(ben->connectionState(), ConnectionState::Connected, 20000);
+    QCOMPARE(ana->userId(), QStringLiteral("ana"));
+    const QString conv = QStringLiteral("ana-ben");
+    for (int i = 1; i <= 3; ++i)
+        QVERIFY(!ana->send(conv, QStringLiteral("chat-a%1").arg(i)).isEmpty());
+    const QString countSql = QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'ana-ben' AND body LIKE 'chat-%'");
+    QTRY_COMPARE_WITH_TIMEOUT(sqlScalar(benDb, countSql).toInt(), 3, 20000);
+
+    ben->setOffline(true);
+    QCOMPARE(ben->connectionState(), ConnectionState::Disconnected);
+    ana->send(conv, QStringLiteral("chat-a4"));
+    ana->send(conv, QStringLiteral("chat-a5"));
+    ben->send(conv, QStringLiteral("chat-b1"));
+    ben->send(conv, QStringLiteral("chat-b2"));
+    QCOMPARE(ben->pendingCount(), 2);
+    QTRY_COMPARE_WITH_TIMEOUT(ana->pendingCount(), 0, 20000);
+    ben->setOffline(false);
+    QTRY_COMPARE_WITH_TIMEOUT(ben->pendingCount(), 0, 20000);
+    QTRY_COMPARE_WITH_TIMEOUT(sqlScalar(benDb, countSql).toInt(), 7, 20000);
+    QTRY_COMPARE_WITH_TIMEOUT(sqlScalar(anaDb, countSql).toInt(), 7, 20000);
+    const QString listSql = QStringLiteral(
+        "SELECT seq || '|' || sender || '|' || body FROM events WHERE conv = 'ana-ben' ORDER BY seq");
+    QTRY_COMPARE_WITH_TIMEOUT(sqlRows(anaDb, listSql), sqlRows(benDb, listSql), 20000);
+    // Own messages are Sent on both sides, nothing left pending.
+    QCOMPARE(sqlScalar(anaDb, QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE state <> 1")).toInt(), 0);
+    QCOMPARE(sqlScalar(benDb, QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE state <> 1")).toInt(), 0);
+}
+
+void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_server_data() {
+    QTest::addColumn<bool>("dropReply");
+    QTest::newRow("killed right after send() returned") << false;
+    QTest::newRow("killed before the reply is processed") << true;
+}
+
+void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_server() {
+    QFETCH(bool, dropReply);
+    const QString db = dir_.filePath(QStringLiteral("kill-%1.db").arg(dropReply));
+    const QString body = QStringLiteral("kill-%1").arg(QUuid::createUuid().toString(QUuid::Id128));
+    QStringList extra{QStringLiteral("--conv"), QStringLiteral("team"), QStringLiteral("--body"), body};
+    if (dropReply)
+        extra << QStringLiteral("--drop-reply");
+    QProcess first;
+    first.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("send"), QStringLiteral("ana"), db, extra));
+    QVERIFY(first.waitForStarted());
+    const QString cmid = waitForLine(first, QStringLiteral("CMID "));
+    QVERIFY(!cmid.isEmpty());
+    if (dropReply)
+        QTest::qWait(1000); // the server has answered; the answer was ignored
+    first.kill();
+    QVERIFY(first.waitForFinished());
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {cmid}).toInt(), 1);
+    if (dropReply)
+        QCOMPARE(serverCount(QStringLiteral("team"), body), 1); // it did land before the kill
+
+    QProcess second;
+    second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), QStringLiteral("ana"), db));
+    QVERIFY(second.waitForStarted());
+    QCOMPARE(waitForLine(second, QStringLiteral("DONE")), QString());
+    QVERIFY(second.waitForFinished());
+    QCOMPARE(second.exitCode(), 0);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox")).toInt(), 0);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT state FROM local_messages WHERE cmid = ?"), {cmid}).toInt(), 1);
+    if (dropReply) // the resend hit the original
+        QCOMPARE(sqlScalar(db, QStringLiteral("SELECT dup FROM local_messages WHERE cmid = ?"), {cmid}).toInt(), 1);
+    QCOMPARE(serverCount(QStringLiteral("team"), body), 1);
+}
+
+void TestIntegration::sync_killed_mid_page_run_resumes_without_loss_or_duplicates() {
+    const int total = 300;
+    const QString prefix = QStringLiteral("bulk-%1-").arg(QUuid::createUuid().toString(QUuid::Id128));
+    auto ana = makeClient(QStringLiteral("ana"), dir_.filePath(QStringLiteral("bulk-ana.db")));
+    for (int i = 0; i < total; ++i)
+        QVERIFY(!ana->send(QStringLiteral("team"), prefix + QString::number(i)).isEmpty());
+    ana->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->pendingCount(), 0, 60000);
+
+    const QString db = dir_.filePath(QStringLiteral("cy.db"));
+    const QStringList extra{QStringLiteral("--conv"), QStringLiteral("team"), QStringLiteral("--page"), QStringLiteral("20")};
+    QProcess first;
+    first.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("cy"), db, extra));
+    QVERIFY(first.waitForStarted());
+    QVERIFY(!waitForLine(first, QStringLiteral("PAGE team ")).isEmpty());
+    first.kill();
+    QVERIFY(first.waitForFinished());
+    const qint64 cursor = sqlScalar(db, QStringLiteral("SELECT after FROM conversations WHERE conv = 'team'")).toLongLong();
+    const qint64 stored = sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'team'")).toLongLong();
+    const qint64 head = sqlScalar(db, QStringLiteral("SELECT head FROM conversations WHERE conv = 'team'")).toLongLong();
+    QVERIFY2(cursor > 0 && cursor < head, qPrintable(QStringLiteral("cursor %1 head %2").arg(cursor).arg(head)));
+    QVERIFY(stored <= cursor); // nothing beyond the committed cursor
+
+    QProcess second;
+    second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("cy"), db, extra));
+    QVERIFY(second.waitForStarted());
+    QCOMPARE(waitForLine(second, QStringLiteral("SYNCED ")), QStringLiteral("team"));
+    QVERIFY(second.waitForFinished());
+    const QString like = prefix + QLatin1Char('%');
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'team' AND body LIKE ?"), {like}).toInt(),
+             total);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(DISTINCT body) FROM events WHERE conv = 'team' AND body LIKE ?"),
+                       {like})
+                 .toInt(),
+             total);
+    // Gap-free from the first visible seq to the cursor.
+    const qint64 finalCursor = sqlScalar(db, QStringLiteral("SELECT after FROM conversations WHERE conv = 'team'")).toLongLong();
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT MAX(seq) FROM events WHERE conv = 'team'")).toLongLong(), finalCursor);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'team'")).toLongLong(),
+             finalCursor - sqlScalar(db, QStringLiteral("SELECT MIN(seq) FROM events WHERE conv = 'team'")).toLongLong() + 1);
+}
+
+QTEST_GUILESS_MAIN(TestIntegration)
+#include "tst_integration.moc"

@@ -1,0 +1,147 @@
+// Kill tests against the fake server: a child process calls send() and is
+// SIGKILLed (QProcess::kill) at a chosen point; a fresh process on the same
+// database resends that message with the same cmid, exactly once.
+#include "fakeserver.h"
+#include "sdktestutil.h"
+
+#include <QtCore/QProcess>
+#include <QtCore/QTemporaryDir>
+#include <QtTest/QtTest>
+
+#ifndef IM_KILLHELPER
+#error "IM_KILLHELPER must name the helper executable"
+#endif
+
+namespace {
+
+// Waits (spinning the event loop, so the in-process fake server runs) for a
+// line starting with `prefix`; returns the rest of it.
+QString waitForLine(QProcess &proc, const QString &prefix, int timeoutMs = 20000) {
+    QString found;
+    QByteArray buffer;
+    const bool seen = QTest::qWaitFor([&] {
+        buffer += proc.readAllStandardOutput();
+        for (const QByteArray &raw : buffer.split('\n')) {
+            const QString line = QString::fromUtf8(raw).trimmed();
+            if (line.startsWith(prefix)) {
+                found = line.mid(prefix.size()).trimmed();
+                return true;
+            }
+        }
+        return proc.state() == QProcess::NotRunning;
+    }, timeoutMs);
+    if (!seen)
+        return {};
+    return found;
+}
+
+QStringList helperArgs(const QString &mode, const QString &db, const QUrl &url, const QStringList &extra = {}) {
+    return QStringList{mode, QStringLiteral("--db"), db, QStringLiteral("--url"), url.toString(),
+                       QStringLiteral("--token"), QStringLiteral("tok-ana")} + extra;
+}
+
+} // namespace
+
+class TestKill : public QObject {
+    Q_OBJECT
+private slots:
+    void killed_sender_is_resent_once_with_the_same_cmid_data();
+    void killed_sender_is_resent_once_with_the_same_cmid();
+    void sync_killed_mid_conversation_resumes_without_loss_or_duplicates();
+};
+
+void TestKill::killed_sender_is_resent_once_with_the_same_cmid_data() {
+    QTest::addColumn<bool>("holdReply");
+    QTest::newRow("killed right after send() returned") << false;
+    QTest::newRow("killed before the reply is processed") << true;
+}
+
+void TestKill::killed_sender_is_resent_once_with_the_same_cmid() {
+    QFETCH(bool, holdReply);
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("kill.db"));
+    FakeServer server;
+    QVERIFY(server.listen());
+    server.convs[QStringLiteral("c1")].members = {QStringLiteral("ana"), QStringLiteral("ben")};
+    if (holdReply)
+        server.holdReplies.insert(QStringLiteral("send"), 1); // processed, answer never leaves
+
+    QProcess first;
+    first.start(QStringLiteral(IM_KILLHELPER),
+                helperArgs(QStringLiteral("send"), db, server.url(),
+                           {QStringLiteral("--conv"), QStringLiteral("c1"), QStringLiteral("--body"),
+                            QStringLiteral("draft")}));
+    QVERIFY(first.waitForStarted());
+    const QString cmid = waitForLine(first, QStringLiteral("CMID "));
+    QVERIFY2(!cmid.isEmpty(), qPrintable(QString::fromUtf8(first.readAllStandardError())));
+    if (holdReply)
+        QTRY_COMPARE(server.requests(QStringLiteral("send")).size(), 1);
+    first.kill(); // SIGKILL
+    QVERIFY(first.waitForFinished());
+    QCOMPARE(first.exitStatus(), QProcess::CrashExit);
+
+    // Still in the durable outbox of the dead process.
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {cmid}).toInt(), 1);
+
+    QProcess second;
+    second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), db, server.url()));
+    QVERIFY(second.waitForStarted());
+    QCOMPARE(waitForLine(second, QStringLiteral("DONE")), QString());
+    QVERIFY(QTest::qWaitFor([&] { return second.state() == QProcess::NotRunning; }, 10000));
+    QCOMPARE(second.exitCode(), 0);
+
+    QCOMPARE(server.distinctCmids(), QStringList{cmid});           // one key on the wire
+    QCOMPARE(server.convs[QStringLiteral("c1")].head(), 1);         // one event on the server
+    QVERIFY(server.requests(QStringLiteral("send")).size() >= (holdReply ? 2 : 1));
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox")).toInt(), 0);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT state FROM local_messages WHERE cmid = ?"), {cmid}).toInt(), 1);
+}
+
+void TestKill::sync_killed_mid_conversation_resumes_without_loss_or_duplicates() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("sync.db"));
+    FakeServer server;
+    QVERIFY(server.listen());
+    server.convs[QStringLiteral("c1")].members = {QStringLiteral("ana"), QStringLiteral("ben")};
+    const int total = 400;
+    for (int i = 1; i <= total; ++i)
+        server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("m%1").arg(i));
+
+    QProcess first;
+    first.start(QStringLiteral(IM_KILLHELPER),
+                helperArgs(QStringLiteral("sync"), db, server.url(),
+                           {QStringLiteral("--conv"), QStringLiteral("c1"), QStringLiteral("--page"),
+                            QStringLiteral("10")}));
+    QVERIFY(first.waitForStarted());
+    QVERIFY(!waitForLine(first, QStringLiteral("PAGE c1 ")).isEmpty());
+    first.kill();
+    QVERIFY(first.waitForFinished());
+
+    const qint64 cursor =
+        sqlScalar(db, QStringLiteral("SELECT after FROM conversations WHERE conv = 'c1'")).toLongLong();
+    const qint64 stored = sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'c1'")).toLongLong();
+    QVERIFY2(cursor >= 10 && cursor < total, qPrintable(QString::number(cursor)));
+    // The cursor only covers whole applied pages: exactly the events below it.
+    QCOMPARE(stored, cursor);
+
+    QProcess second;
+    second.start(QStringLiteral(IM_KILLHELPER),
+                 helperArgs(QStringLiteral("sync"), db, server.url(),
+                            {QStringLiteral("--conv"), QStringLiteral("c1"), QStringLiteral("--page"),
+                             QStringLiteral("50")}));
+    QVERIFY(second.waitForStarted());
+    QCOMPARE(waitForLine(second, QStringLiteral("SYNCED ")), QStringLiteral("c1"));
+    QVERIFY(second.waitForFinished());
+    // The resumed sync started where the dead one had committed.
+    bool resumedAtCursor = false;
+    for (const QJsonObject &o : server.requests(QStringLiteral("sync")))
+        resumedAtCursor = resumedAtCursor || o.value(QStringLiteral("after")).toInteger() == cursor;
+    QVERIFY(resumedAtCursor);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'c1'")).toInt(), total);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(DISTINCT body) FROM events WHERE conv = 'c1'")).toInt(), total);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT MAX(seq) - MIN(seq) + 1 FROM events WHERE conv = 'c1'")).toInt(), total);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT after FROM conversations WHERE conv = 'c1'")).toInt(), total);
+}
+
+QTEST_GUILESS_MAIN(TestKill)
+#include "tst_kill.moc"
