@@ -137,7 +137,9 @@ private:
         if (std::holds_alternative<req::Hello>(item.req)) {
             if (who_) return finish(item, error_reply(invalid("already authenticated"), item.rid));
         } else if (!who_) {
-            return finish(item, error_reply({Code::unauthenticated, "send hello first"}, item.rid));
+            Handled h = error_reply({Code::unauthenticated, "send hello first"}, item.rid);
+            h.close_after = false; // only a failed hello closes the connection
+            return finish(item, std::move(h));
         }
         if (std::holds_alternative<req::Sub>(item.req)) {
             gw_->subscribe(who_->user, shared_from_this());

@@ -187,9 +187,9 @@ TestUser make_user(const std::string& db_url, const std::string& user) {
 
 ServerProcess::ServerProcess(const std::string& db_url, std::vector<std::string> extra, const std::string& gateway)
     : dir_("imsrv") {
-    args_ = {imserver_bin(), "--db", db_url, "--listen", "127.0.0.1:0", "--gateway-id", gateway,
+    base_ = {imserver_bin(), "--db", db_url, "--listen", "127.0.0.1:0", "--gateway-id", gateway,
              "--ready-file", dir_.path() + "/port"};
-    args_.insert(args_.end(), extra.begin(), extra.end());
+    extra_ = std::move(extra);
     spawn();
 }
 
@@ -204,7 +204,8 @@ void ServerProcess::spawn() {
         int fd = ::open((dir_.path() + "/stderr.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) ::dup2(fd, 2);
         std::vector<char*> a;
-        for (auto& s : args_) a.push_back(const_cast<char*>(s.c_str()));
+        for (auto& s : base_) a.push_back(const_cast<char*>(s.c_str()));
+        for (auto& s : extra_) a.push_back(const_cast<char*>(s.c_str()));
         a.push_back(nullptr);
         ::execv(a[0], a.data());
         ::_exit(127);
@@ -230,6 +231,11 @@ void ServerProcess::spawn() {
 void ServerProcess::restart() {
     if (pid_ > 0) kill();
     spawn();
+}
+
+void ServerProcess::restart(std::vector<std::string> extra) {
+    extra_ = std::move(extra);
+    restart();
 }
 
 std::string ServerProcess::url() const { return "ws://127.0.0.1:" + std::to_string(port_) + "/v1/ws"; }

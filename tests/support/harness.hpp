@@ -77,15 +77,17 @@ public:
     /// Waits for the process to exit on its own (e.g. a crash fault).
     std::optional<int> wait_exit(std::chrono::milliseconds wait);
     std::string log() const; // its stderr so far
-    /// Starts again with the same arguments (after a crash or kill).
+    /// Starts again with the same arguments (after a crash or kill); with
+    /// `extra`, the extra flags are replaced (e.g. to drop a --fault).
     void restart();
+    void restart(std::vector<std::string> extra);
     /// Plain HTTP request to the gateway; returns {status, body}.
     std::pair<int, std::string> http(const std::string& method, const std::string& target,
                                      const std::string& body = {}) const;
 
 private:
     void spawn();
-    std::vector<std::string> args_;
+    std::vector<std::string> base_, extra_;
     TempDir dir_;
     pid_t pid_ = -1;
     unsigned short port_ = 0;

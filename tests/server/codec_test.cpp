@@ -1,0 +1,127 @@
+// The wire codec, driven by tables of frames: every limit of contract
+// section 9 at its edge and just past it. No sockets, no database.
+#include "protocol.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using namespace im;
+
+namespace {
+
+std::string rep(std::size_t n, const std::string& unit = "a") {
+    std::string s;
+    for (std::size_t i = 0; i < n; ++i) s += unit;
+    return s;
+}
+
+struct Case {
+    const char* name;
+    std::string frame;
+    const char* expect; // request type name, or an error code
+};
+
+std::string send_frame(const std::string& cmid, const std::string& body) {
+    return R"({"t":"send","rid":"x","conv":"c1","cmid":")" + cmid + R"(","body":")" + body + R"("})";
+}
+
+class CodecTable : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CodecTable, frame_gets_the_expected_outcome) {
+    const Case& c = GetParam();
+    Parsed p = parse_request(c.frame);
+    if (auto* e = std::get_if<Error>(&p.body)) {
+        EXPECT_EQ(code_name(e->code), c.expect) << c.name << ": " << e->msg;
+    } else {
+        EXPECT_EQ(request_name(std::get<Request>(p.body)), c.expect) << c.name;
+    }
+}
+
+const std::string euro = "\xE2\x82\xAC"; // 3 bytes, 1 code point
+
+INSTANTIATE_TEST_SUITE_P(
+    Limits, CodecTable,
+    ::testing::Values(
+        Case{"cmid_1_char_ok", send_frame("a", "hi"), "send"},
+        Case{"cmid_64_chars_ok", send_frame(rep(64), "hi"), "send"},
+        Case{"cmid_0_chars", send_frame("", "hi"), "INVALID_ARGUMENT"},
+        Case{"cmid_65_chars", send_frame(rep(65), "hi"), "INVALID_ARGUMENT"},
+        Case{"body_1_cp_ok", send_frame("a", "x"), "send"},
+        Case{"body_0_cp", send_frame("a", ""), "INVALID_ARGUMENT"},
+        Case{"body_4000_cp_ok", send_frame("a", rep(4000)), "send"},
+        Case{"body_4001_cp", send_frame("a", rep(4001)), "INVALID_ARGUMENT"},
+        Case{"body_4000_multibyte_cp_ok", send_frame("a", rep(4000, euro)), "send"},
+        Case{"body_4001_multibyte_cp", send_frame("a", rep(4001, euro)), "INVALID_ARGUMENT"},
+        Case{"body_nul", R"({"t":"send","conv":"c","cmid":"a","body":"a\u0000b"})", "INVALID_ARGUMENT"},
+        Case{"body_not_string", R"({"t":"send","conv":"c","cmid":"a","body":5})", "INVALID_ARGUMENT"},
+        Case{"body_missing", R"({"t":"send","conv":"c","cmid":"a"})", "INVALID_ARGUMENT"},
+        Case{"conv_bad_chars", R"({"t":"send","conv":"a b","cmid":"a","body":"x"})", "INVALID_ARGUMENT"},
+        Case{"conv_65_chars", R"({"t":"send","conv":")" + rep(65) + R"(","cmid":"a","body":"x"})", "INVALID_ARGUMENT"},
+        Case{"conv_64_chars_ok", R"({"t":"send","conv":")" + rep(64) + R"(","cmid":"a","body":"x"})", "send"},
+        Case{"sync_limit_1_ok", R"({"t":"sync","conv":"c","after":0,"limit":1})", "sync"},
+        Case{"sync_limit_0", R"({"t":"sync","conv":"c","after":0,"limit":0})", "INVALID_ARGUMENT"},
+        Case{"sync_limit_huge_ok", R"({"t":"sync","conv":"c","after":0,"limit":100000})", "sync"},
+        Case{"sync_after_0_ok", R"({"t":"sync","conv":"c","after":0})", "sync"},
+        Case{"sync_after_neg", R"({"t":"sync","conv":"c","after":-1})", "INVALID_ARGUMENT"},
+        Case{"sync_after_float", R"({"t":"sync","conv":"c","after":1.5})", "INVALID_ARGUMENT"},
+        Case{"sync_after_string", R"({"t":"sync","conv":"c","after":"1"})", "INVALID_ARGUMENT"},
+        Case{"sync_after_huge", R"({"t":"sync","conv":"c","after":18446744073709551615})", "INVALID_ARGUMENT"},
+        Case{"sync_epoch_0", R"({"t":"sync","conv":"c","after":0,"epoch":0})", "INVALID_ARGUMENT"},
+        Case{"rid_64_ok", R"({"t":"convs","rid":")" + rep(64) + R"("})", "convs"},
+        Case{"rid_65", R"({"t":"convs","rid":")" + rep(65) + R"("})", "INVALID_ARGUMENT"},
+        Case{"rid_number", R"({"t":"convs","rid":7})", "INVALID_ARGUMENT"},
+        Case{"not_json", "hello", "INVALID_ARGUMENT"},
+        Case{"json_array", "[1,2]", "INVALID_ARGUMENT"},
+        Case{"no_t", R"({"conv":"c"})", "INVALID_ARGUMENT"},
+        Case{"t_number", R"({"t":1})", "INVALID_ARGUMENT"},
+        Case{"unknown_t", R"({"t":"explode"})", "INVALID_ARGUMENT"},
+        Case{"invalid_utf8", "{\"t\":\"send\",\"conv\":\"c\",\"cmid\":\"a\",\"body\":\"\xC3\x28\"}", "INVALID_ARGUMENT"},
+        Case{"hello_ok", R"({"t":"hello","token":"abc","install":"i-1"})", "hello"},
+        Case{"hello_no_install", R"({"t":"hello","token":"abc"})", "INVALID_ARGUMENT"},
+        Case{"ack_seq_neg", R"({"t":"ack","conv":"c","seq":-1})", "INVALID_ARGUMENT"},
+        Case{"fetch_seq_0", R"({"t":"fetch","conv":"c","seq":0})", "INVALID_ARGUMENT"},
+        Case{"recall_ok", R"({"t":"recall","conv":"c","target":3,"cmid":"k"})", "recall"},
+        Case{"recall_no_cmid", R"({"t":"recall","conv":"c","target":3})", "INVALID_ARGUMENT"}),
+    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+TEST(Codec, error_reply_echoes_a_readable_rid) {
+    Parsed p = parse_request(R"({"t":"sync","rid":"q7","conv":"c","after":-1})");
+    ASSERT_TRUE(std::holds_alternative<Error>(p.body));
+    ASSERT_TRUE(p.rid.has_value());
+    EXPECT_EQ(*p.rid, "q7");
+    std::string out = encode_error(std::get<Error>(p.body), p.rid);
+    EXPECT_NE(out.find("\"rid\":\"q7\""), std::string::npos);
+    EXPECT_NE(out.find("\"code\":\"INVALID_ARGUMENT\""), std::string::npos);
+}
+
+TEST(Codec, limit_above_200_is_cut_to_200) {
+    Parsed p = parse_request(R"({"t":"sync","conv":"c","after":0,"limit":201})");
+    auto& r = std::get<req::Sync>(std::get<Request>(p.body));
+    EXPECT_EQ(r.limit, 200);
+}
+
+TEST(Codec, only_unavailable_is_retryable) {
+    for (int c = 0; c <= static_cast<int>(Code::unavailable); ++c) {
+        auto code = static_cast<Code>(c);
+        EXPECT_EQ(is_retryable(code), code == Code::unavailable) << code_name(code);
+    }
+}
+
+TEST(Codec, event_encoding_carries_kind_specific_fields) {
+    Event ev;
+    ev.conv = "c";
+    ev.seq = 4;
+    ev.mid = "m";
+    ev.kind = "recall";
+    ev.sender = "ana";
+    ev.target = 3;
+    ev.ts = 5;
+    ev.epoch = 2;
+    std::string out = encode_event_push(ev);
+    EXPECT_NE(out.find("\"target\":3"), std::string::npos);
+    EXPECT_EQ(out.find("\"body\""), std::string::npos);
+    EXPECT_NE(out.find("\"epoch\":2"), std::string::npos);
+}
+
+} // namespace

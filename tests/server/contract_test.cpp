@@ -1,0 +1,499 @@
+// The contract against a real imserver and a real PostgreSQL: each test
+// sends real frames over a real WebSocket and asserts replies and rows.
+#include "common.hpp"
+
+#include <atomic>
+#include <barrier>
+#include <set>
+
+using namespace im::test;
+
+namespace {
+
+class Contract : public ::testing::Test {
+protected:
+    static inline TestPostgres* pg = nullptr;
+    static inline ServerProcess* srv = nullptr;
+
+    static void SetUpTestSuite() {
+        pg = new TestPostgres();
+        srv = new ServerProcess(pg->url(), {"--quiet"});
+    }
+    static void TearDownTestSuite() {
+        delete srv;
+        delete pg;
+    }
+    std::string db() const { return pg->url(); }
+    unsigned short port() const { return srv->port(); }
+};
+
+// ---------------------------------------------------------------- send
+
+TEST_F(Contract, member_send_after_two_joins_gets_seq_3_and_one_row) {
+    auto w = make_world(db(), "normal", 2);
+    auto c = login(port(), w.users[0]);
+    auto r = send_msg(*c, w.conv, "k1", "hello");
+    EXPECT_EQ(str(r, "t"), "sent") << json::serialize(r);
+    EXPECT_EQ(num(r, "seq"), 3);
+    EXPECT_FALSE(r.at("dup").as_bool());
+    EXPECT_EQ(num(r, "epoch"), 1);
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "1");
+    EXPECT_EQ(pg->scalar("SELECT mid::text FROM events WHERE conv_id = " + q(w.conv) + " AND seq = 3"), str(r, "mid"));
+}
+
+TEST_F(Contract, resend_of_the_same_key_returns_the_original_seq_and_mid_with_dup_true) {
+    auto w = make_world(db(), "dup", 2);
+    auto c = login(port(), w.users[0]);
+    auto first = send_msg(*c, w.conv, "k1", "hello");
+    auto again = send_msg(*c, w.conv, "k1", "hello");
+    EXPECT_EQ(str(again, "t"), "sent");
+    EXPECT_EQ(num(again, "seq"), num(first, "seq"));
+    EXPECT_EQ(str(again, "mid"), str(first, "mid"));
+    EXPECT_TRUE(again.at("dup").as_bool());
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'k1'"), "1");
+}
+
+TEST_F(Contract, same_key_other_body_is_refused_and_the_stored_body_is_untouched) {
+    auto w = make_world(db(), "mismatch", 2);
+    auto c = login(port(), w.users[0]);
+    send_msg(*c, w.conv, "k1", "original");
+    auto r = send_msg(*c, w.conv, "k1", "changed");
+    EXPECT_EQ(str(r, "code"), "IDEMPOTENCY_MISMATCH");
+    EXPECT_EQ(pg->scalar("SELECT body FROM events WHERE conv_id = " + q(w.conv) + " AND client_msg_id = 'k1'"),
+              "original");
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "1");
+}
+
+TEST_F(Contract, the_same_cmid_from_two_senders_is_two_keys) {
+    auto w = make_world(db(), "twokeys", 2);
+    auto a = login(port(), w.users[0]);
+    auto b = login(port(), w.users[1]);
+    auto ra = send_msg(*a, w.conv, "same", "x");
+    auto rb = send_msg(*b, w.conv, "same", "x");
+    EXPECT_FALSE(ra.at("dup").as_bool());
+    EXPECT_FALSE(rb.at("dup").as_bool());
+    EXPECT_NE(num(ra, "seq"), num(rb, "seq"));
+}
+
+TEST_F(Contract, non_member_and_unknown_conversation_get_the_same_not_member) {
+    auto w = make_world(db(), "c4", 2);
+    auto outsider = make_user(db(), unique_name("outsider"));
+    auto c = login(port(), outsider);
+    std::string head_before = pg->scalar("SELECT next_seq FROM conversations WHERE conv_id = " + q(w.conv));
+    auto r1 = send_msg(*c, w.conv, "k1", "let me in");
+    auto r2 = send_msg(*c, unique_name("never-existed"), "k1", "let me in");
+    EXPECT_EQ(str(r1, "code"), "NOT_MEMBER");
+    EXPECT_EQ(str(r2, "code"), "NOT_MEMBER");
+    EXPECT_EQ(str(r1, "msg"), str(r2, "msg"));
+    EXPECT_EQ(pg->scalar("SELECT next_seq FROM conversations WHERE conv_id = " + q(w.conv)), head_before);
+    // Every other request type answers the same way.
+    for (const char* t : {"sync", "fetch", "ack", "read", "recall"}) {
+        json::object known{{"t", t}, {"conv", w.conv}, {"after", 0}, {"seq", 1}, {"target", 1}, {"cmid", "z"}};
+        json::object unknown = known;
+        unknown["conv"] = unique_name("nope");
+        auto a = c->request(known);
+        auto b = c->request(unknown);
+        EXPECT_EQ(str(a, "code"), "NOT_MEMBER") << t;
+        EXPECT_EQ(str(b, "code"), "NOT_MEMBER") << t;
+        EXPECT_EQ(str(a, "msg"), str(b, "msg")) << t;
+    }
+}
+
+TEST_F(Contract, thirty_two_concurrent_identical_sends_make_one_row_and_one_dup_false) {
+    auto w = make_world(db(), "conc", 2);
+    constexpr int n = 32;
+    std::vector<std::unique_ptr<WsClient>> clients;
+    for (int i = 0; i < n; ++i) clients.push_back(login(port(), w.users[0]));
+    std::vector<json::object> replies(n);
+    std::barrier sync_point(n);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i)
+        threads.emplace_back([&, i] {
+            sync_point.arrive_and_wait();
+            replies[i] = send_msg(*clients[i], w.conv, "same-key", "same body");
+        });
+    for (auto& t : threads) t.join();
+    std::set<std::string> mids;
+    std::set<std::int64_t> seqs;
+    int fresh = 0;
+    for (auto& r : replies) {
+        ASSERT_EQ(str(r, "t"), "sent") << json::serialize(r);
+        mids.insert(str(r, "mid"));
+        seqs.insert(num(r, "seq"));
+        if (!r.at("dup").as_bool()) ++fresh;
+    }
+    EXPECT_EQ(fresh, 1);
+    EXPECT_EQ(mids.size(), 1u);
+    EXPECT_EQ(seqs.size(), 1u);
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'same-key'"), "1");
+}
+
+TEST_F(Contract, a_removed_member_resending_an_old_key_gets_dup_not_not_member) {
+    auto w = make_world(db(), "removed", 3);
+    auto c = login(port(), w.users[2]);
+    auto first = send_msg(*c, w.conv, "k1", "before leaving");
+    admin_ok(db(), {"member", "remove", w.conv, w.users[2].user});
+    auto again = send_msg(*c, w.conv, "k1", "before leaving");
+    EXPECT_EQ(str(again, "t"), "sent");
+    EXPECT_TRUE(again.at("dup").as_bool());
+    EXPECT_EQ(num(again, "seq"), num(first, "seq"));
+    auto fresh = send_msg(*c, w.conv, "k2", "after leaving");
+    EXPECT_EQ(str(fresh, "code"), "NOT_MEMBER");
+}
+
+// ---------------------------------------------------------------- sync
+
+TEST_F(Contract, paging_while_another_connection_writes_yields_every_seq_once_in_order) {
+    auto w = make_world(db(), "paging", 2);
+    auto writer = login(port(), w.users[0]);
+    auto reader = login(port(), w.users[1]);
+    std::atomic<bool> done{false};
+    std::thread t([&] {
+        for (int i = 0; i < 200; ++i) send_msg(*writer, w.conv, "w" + std::to_string(i), "m" + std::to_string(i));
+        done = true;
+    });
+    std::vector<std::int64_t> seen;
+    std::int64_t after = 0;
+    for (;;) {
+        bool finished = done.load();
+        auto p = sync_conv(*reader, w.conv, after, 7);
+        ASSERT_EQ(str(p, "t"), "page") << json::serialize(p);
+        for (auto& e : p.at("events").as_array()) seen.push_back(e.as_object().at("seq").as_int64());
+        ASSERT_LE(p.at("events").as_array().size(), 7u);
+        after = num(p, "next_after");
+        if (finished && !p.at("has_more").as_bool()) break;
+    }
+    t.join();
+    std::int64_t head = std::stoll(pg->scalar("SELECT next_seq - 1 FROM conversations WHERE conv_id = " + q(w.conv)));
+    ASSERT_EQ(head, 202);
+    // The reader joined at seq 2: it may read 2..head, each exactly once, in order.
+    ASSERT_EQ(static_cast<std::int64_t>(seen.size()), head - 1);
+    for (std::int64_t i = 0; i < head - 1; ++i) ASSERT_EQ(seen[static_cast<std::size_t>(i)], i + 2);
+}
+
+TEST_F(Contract, sync_reports_head_min_seq_epoch_and_has_more) {
+    auto w = make_world(db(), "page", 2);
+    auto c = login(port(), w.users[0]);
+    for (int i = 0; i < 5; ++i) send_msg(*c, w.conv, "k" + std::to_string(i), "x");
+    auto p = sync_conv(*c, w.conv, 0, 3);
+    EXPECT_EQ(num(p, "head"), 7);
+    EXPECT_EQ(num(p, "next_after"), 3);
+    EXPECT_TRUE(p.at("has_more").as_bool());
+    EXPECT_EQ(num(p, "min_seq"), 1);
+    EXPECT_FALSE(p.at("trimmed").as_bool());
+    EXPECT_EQ(num(p, "epoch"), 1);
+    auto last = sync_conv(*c, w.conv, 3, 50);
+    EXPECT_EQ(last.at("events").as_array().size(), 4u);
+    EXPECT_FALSE(last.at("has_more").as_bool());
+    EXPECT_EQ(num(last, "next_after"), 7);
+}
+
+TEST_F(Contract, cursor_beyond_head_is_cursor_ahead) {
+    auto w = make_world(db(), "ahead", 2);
+    auto c = login(port(), w.users[0]);
+    EXPECT_EQ(str(sync_conv(*c, w.conv, 3), "code"), "CURSOR_AHEAD");
+    EXPECT_EQ(str(sync_conv(*c, w.conv, 2), "t"), "page");
+}
+
+TEST_F(Contract, epoch_bump_voids_old_cursors) {
+    auto w = make_world(db(), "epoch", 2);
+    auto c = login(port(), w.users[0]);
+    EXPECT_EQ(admin_ok(db(), {"epoch", "bump", w.conv}), "2");
+    auto old = c->request({{"t", "sync"}, {"conv", w.conv}, {"after", 1}, {"epoch", 1}});
+    EXPECT_EQ(str(old, "code"), "EPOCH_CHANGED");
+    auto fresh = c->request({{"t", "sync"}, {"conv", w.conv}, {"after", 0}, {"epoch", 2}});
+    EXPECT_EQ(str(fresh, "t"), "page");
+    EXPECT_EQ(num(fresh, "epoch"), 2);
+    auto s = send_msg(*c, w.conv, "k", "after bump");
+    EXPECT_EQ(num(s, "epoch"), 2);
+}
+
+TEST_F(Contract, a_former_member_reads_only_their_own_period_and_sees_a_capped_head) {
+    auto w = make_world(db(), "leaver", 3);
+    auto leaver = login(port(), w.users[2]);
+    auto stay = login(port(), w.users[0]);
+    send_msg(*stay, w.conv, "a", "before");                                              // seq 4
+    auto leave_seq = std::stoll(admin_ok(db(), {"member", "remove", w.conv, w.users[2].user})); // seq 5
+    ASSERT_EQ(leave_seq, 5);
+    send_msg(*stay, w.conv, "b", "after 1");                                              // seq 6
+    send_msg(*stay, w.conv, "c", "after 2");                                              // seq 7
+    auto p = sync_conv(*leaver, w.conv, 0);
+    ASSERT_EQ(str(p, "t"), "page");
+    EXPECT_EQ(num(p, "head"), 5);
+    std::vector<std::int64_t> seqs;
+    for (auto& e : p.at("events").as_array()) seqs.push_back(e.as_object().at("seq").as_int64());
+    EXPECT_EQ(seqs, (std::vector<std::int64_t>{3, 4, 5})); // own join .. own leave
+    EXPECT_EQ(str(leaver->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", 6}}), "code"), "NOT_FOUND");
+    EXPECT_EQ(str(leaver->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", 1}}), "code"), "NOT_MEMBER");
+    EXPECT_EQ(str(sync_conv(*leaver, w.conv, 6), "code"), "CURSOR_AHEAD");
+    auto convs = leaver->request({{"t", "convs"}});
+    bool found = false;
+    for (auto& v : convs.at("convs").as_array())
+        if (str(v.as_object(), "conv") == w.conv) {
+            found = true;
+            EXPECT_EQ(num(v.as_object(), "head"), 5);
+        }
+    EXPECT_TRUE(found);
+}
+
+TEST_F(Contract, fetch_returns_one_event) {
+    auto w = make_world(db(), "fetch", 2);
+    auto c = login(port(), w.users[0]);
+    auto s = send_msg(*c, w.conv, "k", "fetch me");
+    auto f = c->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", num(s, "seq")}});
+    ASSERT_EQ(str(f, "t"), "fetched");
+    auto ev = f.at("ev").as_object();
+    EXPECT_EQ(str(ev, "body"), "fetch me");
+    EXPECT_EQ(str(ev, "sender"), w.users[0].user);
+    EXPECT_EQ(str(ev, "kind"), "msg");
+    EXPECT_EQ(str(ev, "mid"), str(s, "mid"));
+    EXPECT_EQ(str(c->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", 99}}), "code"), "NOT_FOUND");
+}
+
+// ---------------------------------------------------------------- sessions
+
+TEST_F(Contract, requests_before_hello_are_unauthenticated_and_a_second_hello_is_invalid) {
+    auto u = make_user(db(), unique_name("auth"));
+    WsClient c(port());
+    EXPECT_EQ(str(c.request({{"t", "convs"}}), "code"), "UNAUTHENTICATED");
+    EXPECT_EQ(str(c.hello(u.token), "t"), "welcome");
+    EXPECT_EQ(str(c.hello(u.token), "code"), "INVALID_ARGUMENT");
+}
+
+TEST_F(Contract, a_bad_token_is_unauthenticated_and_the_connection_closes) {
+    WsClient c(port());
+    EXPECT_EQ(str(c.hello("not-a-token"), "code"), "UNAUTHENTICATED");
+    EXPECT_NE(c.wait_closed(), -1);
+}
+
+TEST_F(Contract, a_revoked_device_cannot_say_hello) {
+    auto u = make_user(db(), unique_name("revoked"));
+    admin_ok(db(), {"device", "revoke", u.device});
+    WsClient c(port());
+    EXPECT_EQ(str(c.hello(u.token), "code"), "UNAUTHENTICATED");
+}
+
+TEST_F(Contract, welcome_names_user_device_and_gateway) {
+    auto u = make_user(db(), unique_name("welcome"));
+    WsClient c(port());
+    auto w = c.hello(u.token);
+    EXPECT_EQ(str(w, "user"), u.user);
+    EXPECT_EQ(str(w, "device"), u.device);
+    EXPECT_EQ(str(w, "gateway"), "gw-1");
+    EXPECT_GT(num(w, "server_time"), 1700000000000);
+}
+
+TEST_F(Contract, bad_frames_get_invalid_argument_and_the_connection_stays_open) {
+    auto u = make_user(db(), unique_name("garbage"));
+    WsClient c(port());
+    c.send_text("this is not json");
+    auto e1 = c.next();
+    ASSERT_TRUE(e1);
+    EXPECT_EQ(str(*e1, "code"), "INVALID_ARGUMENT");
+    c.send_text(R"({"rid":"r9","no":"type"})");
+    auto e2 = c.next();
+    ASSERT_TRUE(e2);
+    EXPECT_EQ(str(*e2, "code"), "INVALID_ARGUMENT");
+    EXPECT_EQ(str(*e2, "rid"), "r9");
+    EXPECT_EQ(str(c.hello(u.token), "t"), "welcome");
+}
+
+TEST_F(Contract, a_frame_over_64_KiB_closes_with_1009) {
+    WsClient c(port());
+    c.send_text(R"({"t":"send","body":")" + std::string(65 * 1024, 'a') + R"("})");
+    EXPECT_EQ(c.wait_closed(), 1009);
+}
+
+TEST_F(Contract, a_binary_frame_closes_with_1003) {
+    WsClient c(port());
+    c.send_binary("\x01\x02");
+    EXPECT_EQ(c.wait_closed(), 1003);
+}
+
+// ---------------------------------------------------------------- pushes
+
+TEST_F(Contract, small_conversations_get_event_pushes_and_large_ones_get_hints) {
+    auto small = make_world(db(), "small", 2);
+    auto big = make_world(db(), "big", 3);
+    admin_ok(db(), {"conv", "set", big.conv, "--push-full-max", "2"});
+    auto sender_small = login(port(), small.users[0]);
+    auto watcher_small = login(port(), small.users[1]);
+    auto sender_big = login(port(), big.users[0]);
+    auto watcher_big = login(port(), big.users[1]);
+    EXPECT_EQ(str(watcher_small->request({{"t", "sub"}}), "t"), "subscribed");
+    EXPECT_EQ(str(watcher_big->request({{"t", "sub"}}), "t"), "subscribed");
+    auto s1 = send_msg(*sender_small, small.conv, "k", "to the small one");
+    auto s2 = send_msg(*sender_big, big.conv, "k", "to the big one");
+    auto ev = watcher_small->wait_push([&](const json::object& f) { return str(f, "t") == "event"; });
+    ASSERT_TRUE(ev);
+    EXPECT_EQ(str(ev->at("ev").as_object(), "body"), "to the small one");
+    EXPECT_EQ(num(ev->at("ev").as_object(), "seq"), num(s1, "seq"));
+    auto hint = watcher_big->wait_push([&](const json::object& f) { return str(f, "t") == "hint" || str(f, "t") == "event"; });
+    ASSERT_TRUE(hint);
+    EXPECT_EQ(str(*hint, "t"), "hint");
+    EXPECT_EQ(str(*hint, "conv"), big.conv);
+    EXPECT_EQ(num(*hint, "head"), num(s2, "seq"));
+    EXPECT_EQ(num(*hint, "epoch"), 1);
+}
+
+TEST_F(Contract, without_sub_a_connection_gets_no_pushes) {
+    auto w = make_world(db(), "nosub", 2);
+    auto a = login(port(), w.users[0]);
+    auto b = login(port(), w.users[1]);
+    send_msg(*a, w.conv, "k", "quiet");
+    EXPECT_FALSE(b->next_push(500ms));
+}
+
+// ---------------------------------------------------------------- recall
+
+TEST_F(Contract, recall_appends_an_event_and_never_edits_the_original) {
+    auto w = make_world(db(), "recall", 2);
+    auto a = login(port(), w.users[0]);
+    auto s = send_msg(*a, w.conv, "m1", "oops");
+    auto r = a->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(s, "seq")}, {"cmid", "r1"}});
+    ASSERT_EQ(str(r, "t"), "recalled") << json::serialize(r);
+    EXPECT_EQ(num(r, "seq"), num(s, "seq") + 1);
+    EXPECT_FALSE(r.at("dup").as_bool());
+    EXPECT_EQ(pg->scalar("SELECT body FROM events WHERE conv_id = " + q(w.conv) + " AND seq = " +
+                         std::to_string(num(s, "seq"))),
+              "oops");
+    EXPECT_EQ(pg->scalar("SELECT target_seq FROM events WHERE conv_id = " + q(w.conv) + " AND kind = 'recall'"),
+              std::to_string(num(s, "seq")));
+    auto again = a->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(s, "seq")}, {"cmid", "r1"}});
+    EXPECT_EQ(str(again, "t"), "recalled");
+    EXPECT_TRUE(again.at("dup").as_bool());
+    EXPECT_EQ(num(again, "seq"), num(r, "seq"));
+    auto other = a->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(s, "seq")}, {"cmid", "r2"}});
+    EXPECT_EQ(str(other, "code"), "ALREADY_RECALLED");
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "1");
+}
+
+TEST_F(Contract, recall_rejections_follow_the_contract) {
+    auto w = make_world(db(), "recallno", 2);
+    auto a = login(port(), w.users[0]);
+    auto b = login(port(), w.users[1]);
+    auto s = send_msg(*a, w.conv, "m1", "mine");
+    auto recall = [&](WsClient& c, std::int64_t target, const std::string& cmid) {
+        return str(c.request({{"t", "recall"}, {"conv", w.conv}, {"target", target}, {"cmid", cmid}}), "code");
+    };
+    EXPECT_EQ(recall(*b, num(s, "seq"), "x1"), "NOT_SENDER");
+    EXPECT_EQ(recall(*a, 1, "x2"), "INVALID_ARGUMENT"); // a join event
+    EXPECT_EQ(recall(*a, 99, "x3"), "NOT_FOUND");
+    admin_ok(db(), {"conv", "set", w.conv, "--recall-window-ms", "0"});
+    auto late = send_msg(*a, w.conv, "m2", "too late");
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(recall(*a, num(late, "seq"), "x4"), "RECALL_WINDOW_EXPIRED");
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "0");
+}
+
+// ---------------------------------------------------------------- markers
+
+TEST_F(Contract, read_on_one_device_reaches_the_other_and_clears_unread_on_both) {
+    auto w = make_world(db(), "read", 2);
+    auto ana = w.users[0];
+    TestUser ana2{ana.user, unique_name("d2"), ""};
+    ana2.token = admin_ok(db(), {"device", "add", ana.user, ana2.device});
+    auto d1 = login(port(), ana);
+    auto d2 = login(port(), ana2);
+    auto ben = login(port(), w.users[1]);
+    send_msg(*ben, w.conv, "b1", "one");
+    auto last = send_msg(*ben, w.conv, "b2", "two");
+    send_msg(*d1, w.conv, "a1", "mine does not count");
+    auto unread_of = [&](WsClient& c) {
+        auto r = c.request({{"t", "convs"}});
+        for (auto& v : r.at("convs").as_array())
+            if (str(v.as_object(), "conv") == w.conv) return num(v.as_object(), "unread");
+        return std::int64_t{-1};
+    };
+    EXPECT_EQ(unread_of(*d1), 2);
+    EXPECT_EQ(unread_of(*d2), 2);
+    EXPECT_EQ(str(d2->request({{"t", "sub"}}), "t"), "subscribed");
+    auto r = d1->request({{"t", "read"}, {"conv", w.conv}, {"seq", num(last, "seq")}});
+    EXPECT_EQ(str(r, "t"), "read_ok");
+    EXPECT_EQ(num(r, "read"), num(last, "seq"));
+    auto hint = d2->wait_push([](const json::object& f) { return str(f, "t") == "hint" && f.contains("read"); });
+    ASSERT_TRUE(hint);
+    EXPECT_EQ(num(*hint, "read"), num(last, "seq"));
+    EXPECT_EQ(unread_of(*d1), 0);
+    EXPECT_EQ(unread_of(*d2), 0);
+    // Markers never go down.
+    auto back = d2->request({{"t", "read"}, {"conv", w.conv}, {"seq", 1}});
+    EXPECT_EQ(num(back, "read"), num(last, "seq"));
+    EXPECT_EQ(str(d1->request({{"t", "read"}, {"conv", w.conv}, {"seq", 999}}), "code"), "CURSOR_AHEAD");
+}
+
+TEST_F(Contract, unread_skips_recalled_messages_and_counts_only_readable_ones) {
+    auto w = make_world(db(), "unread", 3);
+    auto ana = login(port(), w.users[0]);
+    auto ben = login(port(), w.users[1]);
+    auto cy = login(port(), w.users[2]);
+    auto m1 = send_msg(*ben, w.conv, "b1", "one");
+    send_msg(*ben, w.conv, "b2", "two");
+    send_msg(*cy, w.conv, "c1", "three");
+    ben->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(m1, "seq")}, {"cmid", "rb1"}});
+    auto convs = ana->request({{"t", "convs"}});
+    for (auto& v : convs.at("convs").as_array())
+        if (str(v.as_object(), "conv") == w.conv) {
+            EXPECT_EQ(num(v.as_object(), "unread"), 2);
+        }
+    auto ack = ana->request({{"t", "ack"}, {"conv", w.conv}, {"seq", 5}});
+    EXPECT_EQ(num(ack, "delivered"), 5);
+    auto ack_back = ana->request({{"t", "ack"}, {"conv", w.conv}, {"seq", 2}});
+    EXPECT_EQ(num(ack_back, "delivered"), 5);
+}
+
+TEST_F(Contract, a_newer_install_makes_the_older_one_stale) {
+    auto w = make_world(db(), "install", 2);
+    std::string old_install = uuid4();
+    auto old_conn = login(port(), w.users[0], old_install);
+    auto fresh = login(port(), w.users[0], uuid4());
+    auto r = old_conn->request({{"t", "ack"}, {"conv", w.conv}, {"seq", 1}});
+    EXPECT_EQ(str(r, "code"), "STALE_INSTALL");
+    EXPECT_NE(old_conn->wait_closed(), -1);
+    WsClient again(port());
+    EXPECT_EQ(str(again.hello(w.users[0].token, old_install), "code"), "STALE_INSTALL");
+    EXPECT_EQ(str(fresh->request({{"t", "ack"}, {"conv", w.conv}, {"seq", 1}}), "t"), "acked");
+}
+
+// ---------------------------------------------------------------- retention
+
+TEST_F(Contract, purge_writes_tombstones_so_a_late_resend_creates_nothing) {
+    auto w = make_world(db(), "purge", 2);
+    auto a = login(port(), w.users[0]);
+    auto s = send_msg(*a, w.conv, "old", "purged soon"); // seq 3
+    send_msg(*a, w.conv, "keep", "stays");               // seq 4
+    EXPECT_EQ(admin_ok(db(), {"purge", w.conv, "--before-seq", "4"}), "3");
+    auto late = send_msg(*a, w.conv, "old", "purged soon");
+    EXPECT_EQ(str(late, "code"), "ORIGINAL_EXPIRED");
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'old'"), "0");
+    EXPECT_EQ(pg->scalar("SELECT count(*) FROM idem_tombstones WHERE conv_id = " + q(w.conv)), "1");
+    auto p = sync_conv(*a, w.conv, 0);
+    EXPECT_TRUE(p.at("trimmed").as_bool());
+    EXPECT_EQ(num(p, "min_seq"), 4);
+    EXPECT_EQ(p.at("events").as_array().size(), 1u);
+    EXPECT_FALSE(sync_conv(*a, w.conv, 3).at("trimmed").as_bool());
+    EXPECT_EQ(str(a->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", num(s, "seq")}}), "code"), "NOT_FOUND");
+    auto r = a->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(s, "seq")}, {"cmid", "rr"}});
+    EXPECT_EQ(str(r, "code"), "NOT_FOUND");
+}
+
+// ---------------------------------------------------------------- http
+
+TEST_F(Contract, health_readiness_and_metrics_answer_over_http) {
+    EXPECT_EQ(srv->http("GET", "/healthz").first, 200);
+    EXPECT_EQ(srv->http("GET", "/readyz").first, 200);
+    auto m = srv->http("GET", "/metrics");
+    EXPECT_EQ(m.first, 200);
+    EXPECT_NE(m.second.find("im_requests_total"), std::string::npos);
+    EXPECT_NE(m.second.find("im_send_seconds_bucket"), std::string::npos);
+    EXPECT_NE(m.second.find("im_db_pool_in_use"), std::string::npos);
+}
+
+TEST_F(Contract, a_default_start_has_no_fault_endpoint) {
+    EXPECT_EQ(srv->http("POST", "/lab/fault", "store.before_insert=crash").first, 404);
+    auto w = make_world(db(), "nofault", 2);
+    auto a = login(port(), w.users[0]);
+    EXPECT_EQ(str(send_msg(*a, w.conv, "k", "still fine"), "t"), "sent");
+}
+
+} // namespace

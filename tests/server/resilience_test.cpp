@@ -1,0 +1,116 @@
+// Failures of real parts: PostgreSQL stopped under traffic, SIGTERM drain,
+// the LISTEN connection killed, two gateways on one database.
+#include "common.hpp"
+
+#include <sys/wait.h>
+
+using namespace im::test;
+
+namespace {
+
+TEST(Resilience, a_stopped_database_gives_unavailable_and_the_server_recovers_without_restart) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet"});
+    auto w = make_world(pg.url(), "dbdown", 2);
+    auto c = login(srv.port(), w.users[0]);
+    ASSERT_EQ(str(send_msg(*c, w.conv, "before", "committed before the outage"), "t"), "sent");
+
+    pg.stop_immediate();
+    auto during = send_msg(*c, w.conv, "during", "sent while down", 20s);
+    EXPECT_EQ(str(during, "code"), "UNAVAILABLE") << json::serialize(during);
+    EXPECT_EQ(srv.http("GET", "/readyz").first, 503);
+    EXPECT_EQ(srv.http("GET", "/healthz").first, 200);
+
+    pg.start();
+    // The caller resends with the same key until it lands.
+    json::object r;
+    for (int i = 0; i < 100; ++i) {
+        r = send_msg(*c, w.conv, "during", "sent while down");
+        if (str(r, "t") == "sent") break;
+        EXPECT_EQ(str(r, "code"), "UNAVAILABLE");
+        std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_EQ(str(r, "t"), "sent") << json::serialize(r);
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'before'"), "1");
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'during'"), "1");
+    EXPECT_EQ(srv.http("GET", "/readyz").first, 200);
+    EXPECT_FALSE(srv.wait_exit(10ms).has_value());
+}
+
+TEST(Resilience, sigterm_sends_goaway_finishes_in_flight_requests_and_exits_zero) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet", "--enable-faults", "--fault", "store.before_commit=delay:1500:1"});
+    auto w = make_world(pg.url(), "drain", 2);
+    auto c = login(srv.port(), w.users[0]);
+    c->request({{"t", "sub"}});
+    c->send_json({{"t", "send"}, {"rid", "slow"}, {"conv", w.conv}, {"cmid", "inflight"}, {"body", "slow commit"}});
+    std::this_thread::sleep_for(300ms); // the send is now waiting before COMMIT
+    ::kill(srv.pid(), SIGTERM);
+    bool got_goaway = false, got_sent = false;
+    while (auto f = c->next(10s)) {
+        if (str(*f, "t") == "goaway") got_goaway = true;
+        if (str(*f, "t") == "sent" && str(*f, "rid") == "slow") got_sent = true;
+        if (got_goaway && got_sent) break;
+    }
+    EXPECT_TRUE(got_goaway);
+    EXPECT_TRUE(got_sent);
+    EXPECT_EQ(srv.wait_exit(15s), std::optional<int>(0));
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'inflight'"), "1");
+}
+
+TEST(Resilience, losing_the_listen_connection_sends_resync_and_pushes_resume) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet"}, "gw-listen");
+    auto w = make_world(pg.url(), "listen", 2);
+    auto sender = login(srv.port(), w.users[0]);
+    auto watcher = login(srv.port(), w.users[1]);
+    watcher->request({{"t", "sub"}});
+    send_msg(*sender, w.conv, "k0", "warm up");
+    ASSERT_TRUE(watcher->wait_push([](const json::object& f) { return str(f, "t") == "event"; }));
+    EXPECT_EQ(pg.scalar("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE application_name = 'imserver-listen-gw-listen'"),
+              "1");
+    auto resync = watcher->wait_push([](const json::object& f) { return str(f, "t") == "resync"; }, 15s);
+    EXPECT_TRUE(resync.has_value());
+    send_msg(*sender, w.conv, "k1", "after the loss");
+    auto ev = watcher->wait_push([](const json::object& f) {
+        return str(f, "t") == "event" && str(f.at("ev").as_object(), "body") == "after the loss";
+    });
+    EXPECT_TRUE(ev.has_value());
+}
+
+TEST(Resilience, two_gateways_on_one_database_push_each_others_commits) {
+    TestPostgres pg;
+    ServerProcess gw1(pg.url(), {"--quiet"}, "gw-1");
+    ServerProcess gw2(pg.url(), {"--quiet"}, "gw-2");
+    auto w = make_world(pg.url(), "twogw", 2);
+    auto sender = login(gw1.port(), w.users[0]);
+    auto watcher = std::make_unique<WsClient>(gw2.port());
+    EXPECT_EQ(str(watcher->hello(w.users[1].token), "gateway"), "gw-2");
+    watcher->request({{"t", "sub"}});
+    auto s = send_msg(*sender, w.conv, "x", "across gateways");
+    auto ev = watcher->wait_push([](const json::object& f) { return str(f, "t") == "event"; });
+    ASSERT_TRUE(ev);
+    EXPECT_EQ(num(ev->at("ev").as_object(), "seq"), num(s, "seq"));
+}
+
+TEST(Resilience, a_crash_after_commit_keeps_the_row_and_the_resend_is_a_dup) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet", "--enable-faults", "--fault", "api.after_send_commit=crash:1"});
+    auto w = make_world(pg.url(), "crash", 2);
+    {
+        auto c = login(srv.port(), w.users[0]);
+        auto r = send_msg(*c, w.conv, "k", "crash after commit", 5s);
+        EXPECT_TRUE(str(r, "t") == "closed" || str(r, "t") == "timeout") << json::serialize(r);
+    }
+    EXPECT_EQ(srv.wait_exit(5s), std::optional<int>(70));
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'k'"), "1");
+    srv.restart({"--quiet"});
+    auto c = login(srv.port(), w.users[0]);
+    auto r = send_msg(*c, w.conv, "k", "crash after commit");
+    EXPECT_EQ(str(r, "t"), "sent");
+    EXPECT_TRUE(r.at("dup").as_bool());
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'k'"), "1");
+}
+
+} // namespace
