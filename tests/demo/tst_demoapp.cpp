@@ -1,0 +1,464 @@
+// GUI test of imdemo against the real server (demo users ana, ben, cy;
+// conversations ana-ben and team). Drives the real widgets with QTest key
+// and mouse events on the offscreen platform; asserts on what the widgets
+// show and on the SDK models behind them.
+#include "demoserver.h"
+
+#include "chatwindow.h"
+#include "signindialog.h"
+#include "windowmanager.h"
+
+#include <im/client.h>
+#include <im/conversationlistmodel.h>
+#include <im/messagelistmodel.h>
+#include <im/outboxmodel.h>
+
+#include <QtGui/QAction>
+#include <QtWidgets/QApplication>
+#include <QtWidgets/QComboBox>
+#include <QtWidgets/QDialogButtonBox>
+#include <QtWidgets/QLabel>
+#include <QtWidgets/QLineEdit>
+#include <QtWidgets/QListWidget>
+#include <QtWidgets/QMenu>
+#include <QtWidgets/QPushButton>
+#include <QtWidgets/QSpinBox>
+#include <QtWidgets/QTableView>
+#include <QtTest/QtTest>
+
+#ifndef IM_DEMO_SCREENSHOT
+#error "IM_DEMO_SCREENSHOT must name docs/demo.png in the source tree"
+#endif
+
+using im::ConversationListModel;
+using im::MessageListModel;
+using im::MessageState;
+
+namespace {
+
+constexpr int kSettle = 30000; // ms: a resend after a timeout + backoff fits easily
+
+template <typename T> T *child(QWidget *w, const char *name) {
+    T *c = w->findChild<T *>(QString::fromLatin1(name));
+    if (!c)
+        qFatal("widget %s not found", name);
+    return c;
+}
+
+/// Rows of `model` whose body is `body`.
+QList<int> rowsWithBody(const MessageListModel *model, const QString &body) {
+    QList<int> rows;
+    for (int r = 0; r < model->rowCount(); ++r)
+        if (model->get(r, MessageListModel::BodyRole).toString() == body)
+            rows << r;
+    return rows;
+}
+
+int rowOf(const MessageListModel *model, const QString &body) {
+    const QList<int> rows = rowsWithBody(model, body);
+    return rows.size() == 1 ? rows.first() : -1;
+}
+
+MessageState stateOf(const MessageListModel *model, const QString &body) {
+    const int r = rowOf(model, body);
+    return r < 0 ? MessageState(-1) : MessageState(model->get(r, MessageListModel::StateRole).toInt());
+}
+
+/// What the message view shows in `column` for the row of `body`.
+QString shown(ChatWindow *w, const QString &body, int column) {
+    const int r = rowOf(w->messages(), body);
+    if (r < 0)
+        return QStringLiteral("<no single row>");
+    auto *view = child<QTableView>(w, "messageView");
+    return view->model()->index(r, column).data().toString();
+}
+
+qint64 unreadOf(ChatWindow *w, const QString &conv) {
+    const int r = w->conversations()->indexOf(conv);
+    return r < 0 ? -1 : w->conversations()->get(r, ConversationListModel::UnreadRole).toLongLong();
+}
+
+} // namespace
+
+class TestDemoApp : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void cleanupTestCase();
+    void signed_in_window_shows_connected_with_the_gateway_id();
+    void sign_in_dialog_opens_a_second_window_as_another_user();
+    void typed_message_shows_sent_with_a_seq_on_both_sides();
+    void offline_send_shows_pending_then_sent_exactly_once();
+    void unread_count_rises_and_falls_when_the_conversation_is_viewed();
+    void client_dropped_reply_is_resent_with_the_same_cmid_and_settles_sent_once();
+    void server_fault_drop_reply_settles_sent_once_with_dup();
+    void fault_panel_shows_the_servers_answer_to_a_bad_fault_spec();
+    void recall_from_the_context_menu_shows_recalled_on_both_sides();
+    void close_socket_now_reconnects_and_the_outbox_drains();
+    void screenshot_of_the_main_window_is_saved_to_docs();
+
+private:
+    void clickConversation(ChatWindow *w, const QString &conv);
+    void typeAndSend(ChatWindow *w, const QString &text, bool useEnter = false);
+    void waitConnected(ChatWindow *w);
+
+    std::unique_ptr<DemoServer> server_;
+    std::unique_ptr<WindowManager> manager_;
+    QTemporaryDir data_;
+    QPointer<ChatWindow> ana_;
+    QPointer<ChatWindow> ben_;
+};
+
+void TestDemoApp::initTestCase() {
+    const QString bin = qEnvironmentVariable("IMSERVER_BIN");
+    if (bin.isEmpty())
+        QSKIP("IMSERVER_BIN is not set (ctest sets it)");
+    server_ = std::make_unique<DemoServer>(bin);
+    const QString err = server_->start();
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+
+    AppOptions opts;
+    QString tokErr;
+    QVERIFY2(opts.tokens.load(server_->tokenFile, &tokErr), qPrintable(tokErr));
+    opts.servers = {server_->url};
+    opts.dataDir = data_.path();
+    manager_ = std::make_unique<WindowManager>(opts);
+
+    // What main() does for --user ana.
+    const DemoUser *ana = opts.tokens.find(QStringLiteral("ana"));
+    QVERIFY(ana);
+    Session s;
+    s.token = ana->token;
+    s.user = ana->user;
+    s.device = ana->device;
+    ana_ = manager_->openWindow(s);
+    QVERIFY(ana_);
+    QVERIFY(QTest::qWaitForWindowExposed(ana_));
+    // Short request timeout so lost replies are retried quickly.
+    child<QSpinBox>(ana_, "timeoutSpin")->setValue(1500);
+    QCOMPARE(ana_->client()->requestTimeout(), 1500);
+}
+
+void TestDemoApp::cleanupTestCase() {
+    manager_.reset();
+    if (server_)
+        server_->stop();
+}
+
+void TestDemoApp::waitConnected(ChatWindow *w) {
+    QTRY_VERIFY_WITH_TIMEOUT(w->client()->connectionState() == im::ConnectionState::Connected, kSettle);
+    QTRY_VERIFY_WITH_TIMEOUT(!w->client()->gatewayId().isEmpty(), kSettle);
+}
+
+void TestDemoApp::clickConversation(ChatWindow *w, const QString &conv) {
+    QTRY_VERIFY_WITH_TIMEOUT(w->conversations()->indexOf(conv) >= 0, kSettle);
+    auto *view = child<QTableView>(w, "convView");
+    const int row = w->conversations()->indexOf(conv);
+    const QRect rect = view->visualRect(view->model()->index(row, 0));
+    QVERIFY(rect.isValid());
+    QTest::mouseClick(view->viewport(), Qt::LeftButton, {}, rect.center());
+    QTRY_COMPARE(w->currentConversation(), conv);
+    QTRY_COMPARE(w->messages()->conversation(), conv);
+}
+
+void TestDemoApp::typeAndSend(ChatWindow *w, const QString &text, bool useEnter) {
+    auto *edit = child<QLineEdit>(w, "sendEdit");
+    edit->setFocus();
+    QTest::keyClicks(edit, text);
+    QCOMPARE(edit->text(), text);
+    if (useEnter)
+        QTest::keyClick(edit, Qt::Key_Return);
+    else
+        QTest::mouseClick(child<QPushButton>(w, "sendButton"), Qt::LeftButton);
+    QCOMPARE(edit->text(), QString()); // queued: the box is cleared
+}
+
+void TestDemoApp::signed_in_window_shows_connected_with_the_gateway_id() {
+    waitConnected(ana_);
+    auto *label = child<QLabel>(ana_, "connectionLabel");
+    QTRY_VERIFY(label->text().contains(QStringLiteral("Connected - gateway ") + ana_->client()->gatewayId()));
+    QTRY_COMPARE(ana_->client()->userId(), QStringLiteral("ana"));
+    QVERIFY(ana_->windowTitle().contains(QStringLiteral("ana")));
+    // The demo conversations arrive in the list.
+    QTRY_VERIFY_WITH_TIMEOUT(ana_->conversations()->indexOf(QStringLiteral("ana-ben")) >= 0, kSettle);
+    QTRY_VERIFY_WITH_TIMEOUT(ana_->conversations()->indexOf(QStringLiteral("team")) >= 0, kSettle);
+}
+
+void TestDemoApp::sign_in_dialog_opens_a_second_window_as_another_user() {
+    QSignalSpy opened(manager_.get(), &WindowManager::windowOpened);
+    auto *action = ana_->findChild<QAction *>(QStringLiteral("openAnotherAction"));
+    QVERIFY(action);
+    action->trigger();
+    SignInDialog *dialog = nullptr;
+    QTRY_VERIFY((dialog = ana_->findChild<SignInDialog *>()) != nullptr);
+    QTRY_VERIFY(dialog->isVisible());
+    auto *users = child<QListWidget>(dialog, "userList");
+    QCOMPARE(users->count(), 3);
+    QVERIFY(users->item(0)->text().contains(QStringLiteral("window open"))); // ana is open
+    // Pick ben with the mouse, then sign in.
+    int benRow = -1;
+    for (int i = 0; i < users->count(); ++i)
+        if (users->item(i)->data(Qt::UserRole).toString() == QLatin1String("ben"))
+            benRow = i;
+    QVERIFY(benRow >= 0);
+    QTest::mouseClick(users->viewport(), Qt::LeftButton, {}, users->visualItemRect(users->item(benRow)).center());
+    QCOMPARE(users->currentRow(), benRow);
+    auto *box = dialog->findChild<QDialogButtonBox *>();
+    QVERIFY(box);
+    auto *ok = box->button(QDialogButtonBox::Ok);
+    QTest::mouseClick(ok, Qt::LeftButton);
+    QTRY_COMPARE(opened.size(), 1);
+    ben_ = opened.at(0).at(0).value<ChatWindow *>();
+    QVERIFY(ben_);
+    QVERIFY(QTest::qWaitForWindowExposed(ben_));
+    child<QSpinBox>(ben_, "timeoutSpin")->setValue(1500);
+    waitConnected(ben_);
+    QTRY_COMPARE(ben_->client()->userId(), QStringLiteral("ben"));
+    // Each window has its own client and its own SQLite file.
+    QVERIFY(ben_->client() != ana_->client());
+    QVERIFY(ben_->client()->databasePath() != ana_->client()->databasePath());
+    QCOMPARE(manager_->windows().size(), 2);
+}
+
+void TestDemoApp::typed_message_shows_sent_with_a_seq_on_both_sides() {
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("hello ben, typed in the send box");
+    typeAndSend(ana_, body);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    const qint64 seq = ana_->messages()->get(rowOf(ana_->messages(), body), MessageListModel::SeqRole).toLongLong();
+    QVERIFY(seq > 0);
+    QCOMPARE(shown(ana_, body, ChatWindow::StateColumn), QStringLiteral("Sent"));
+    QCOMPARE(shown(ana_, body, ChatWindow::SeqColumn), QString::number(seq));
+    QCOMPARE(shown(ana_, body, ChatWindow::SenderColumn), QStringLiteral("ana (you)"));
+    QCOMPARE(shown(ana_, body, ChatWindow::DupColumn), QString());
+    // The other side converges on the same seq.
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QCOMPARE(ben_->messages()->get(rowOf(ben_->messages(), body), MessageListModel::SeqRole).toLongLong(), seq);
+    QCOMPARE(shown(ben_, body, ChatWindow::SenderColumn), QStringLiteral("ana"));
+}
+
+void TestDemoApp::offline_send_shows_pending_then_sent_exactly_once() {
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    auto *offline = child<QPushButton>(ana_, "offlineButton");
+    QCOMPARE(offline->text(), QStringLiteral("Go offline"));
+    QTest::mouseClick(offline, Qt::LeftButton);
+    QTRY_VERIFY(ana_->client()->isOffline());
+    QTRY_COMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    QTRY_VERIFY(child<QLabel>(ana_, "connectionLabel")->text().contains(QStringLiteral("Offline")));
+    QCOMPARE(offline->text(), QStringLiteral("Go online"));
+
+    const QString body = QStringLiteral("written while offline");
+    typeAndSend(ana_, body, /*useEnter=*/true);
+    QTRY_COMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
+    QCOMPARE(shown(ana_, body, ChatWindow::StateColumn), QStringLiteral("Pending"));
+    QCOMPARE(shown(ana_, body, ChatWindow::SeqColumn), QStringLiteral("-"));
+    const QString cmid = ana_->messages()->get(rowOf(ana_->messages(), body), MessageListModel::CmidRole).toString();
+    QVERIFY(!cmid.isEmpty());
+    // The outbox panel lists it.
+    auto *outbox = child<QTableView>(ana_, "outboxView");
+    QTRY_COMPARE(outbox->model()->rowCount(), 1);
+    QCOMPARE(outbox->model()->index(0, ChatWindow::OCmid).data().toString(), cmid);
+    QVERIFY(child<QLabel>(ana_, "outboxDepth")->text().contains(QStringLiteral("<b>1</b>")));
+    // Still pending a while later; ben has nothing.
+    QTest::qWait(1000);
+    QCOMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 0);
+
+    QTest::mouseClick(offline, Qt::LeftButton); // Go online
+    QTRY_VERIFY(!ana_->client()->isOffline());
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    QCOMPARE(shown(ana_, body, ChatWindow::StateColumn), QStringLiteral("Sent"));
+    QCOMPARE(ana_->messages()->get(rowOf(ana_->messages(), body), MessageListModel::CmidRole).toString(), cmid);
+    QTRY_COMPARE(outbox->model()->rowCount(), 0);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    // Exactly once, on both sides, and it stays that way.
+    QTest::qWait(1500);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+    QCOMPARE(ben_->messages()->get(rowOf(ben_->messages(), body), MessageListModel::SeqRole),
+             ana_->messages()->get(rowOf(ana_->messages(), body), MessageListModel::SeqRole));
+}
+
+void TestDemoApp::unread_count_rises_and_falls_when_the_conversation_is_viewed() {
+    QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("team"));
+    QTRY_COMPARE_WITH_TIMEOUT(unreadOf(ben_, QStringLiteral("team")), 0, kSettle);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("ben, this waits for you");
+    typeAndSend(ana_, body);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    // ben looks at team: ana-ben shows an unread count in the list.
+    QTRY_VERIFY_WITH_TIMEOUT(unreadOf(ben_, QStringLiteral("ana-ben")) >= 1, kSettle);
+    auto *convView = child<QTableView>(ben_, "convView");
+    const int row = ben_->conversations()->indexOf(QStringLiteral("ana-ben"));
+    QCOMPARE(convView->model()->index(row, 1).data().toLongLong(), unreadOf(ben_, QStringLiteral("ana-ben")));
+    // Viewing it advances the read marker (markRead) and clears the count.
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    QTRY_COMPARE_WITH_TIMEOUT(unreadOf(ben_, QStringLiteral("ana-ben")), 0, kSettle);
+    const int r = ben_->conversations()->indexOf(QStringLiteral("ana-ben"));
+    QTRY_COMPARE_WITH_TIMEOUT(ben_->conversations()->get(r, ConversationListModel::ReadRole).toLongLong(),
+                              ben_->conversations()->get(r, ConversationListModel::HeadRole).toLongLong(), kSettle);
+}
+
+void TestDemoApp::client_dropped_reply_is_resent_with_the_same_cmid_and_settles_sent_once() {
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    QTest::qWait(500); // let markers and acks settle so the dropped reply is the send's
+    QTest::mouseClick(child<QPushButton>(ana_, "dropReplyButton"), Qt::LeftButton);
+    const QString body = QStringLiteral("my reply gets lost on the client");
+    typeAndSend(ana_, body);
+    QTRY_COMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
+    const QString cmid = ana_->messages()->get(rowOf(ana_->messages(), body), MessageListModel::CmidRole).toString();
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    const int r = rowOf(ana_->messages(), body);
+    QCOMPARE(ana_->messages()->get(r, MessageListModel::CmidRole).toString(), cmid);
+    QVERIFY2(ana_->messages()->get(r, MessageListModel::DupRole).toBool(),
+             "the resend with the same cmid hit the original: dup:true");
+    QCOMPARE(shown(ana_, body, ChatWindow::DupColumn), QStringLiteral("dup"));
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QTest::qWait(1000);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+}
+
+void TestDemoApp::server_fault_drop_reply_settles_sent_once_with_dup() {
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    auto *point = child<QComboBox>(ana_, "faultPoint");
+    auto *action = child<QComboBox>(ana_, "faultAction");
+    point->setCurrentIndex(point->findText(QStringLiteral("api.after_send_commit")));
+    action->setCurrentIndex(action->findText(QStringLiteral("drop_reply")));
+    child<QSpinBox>(ana_, "faultCount")->setValue(1);
+    QTest::mouseClick(child<QPushButton>(ana_, "armFaultButton"), Qt::LeftButton);
+    auto *answer = child<QLabel>(ana_, "faultAnswer");
+    QTRY_VERIFY_WITH_TIMEOUT(answer->text().startsWith(QStringLiteral("HTTP 200 armed")), 10000);
+    QVERIFY(answer->text().contains(QStringLiteral("api.after_send_commit=drop_reply:1")));
+
+    const QString body = QStringLiteral("the server drops my reply after commit");
+    typeAndSend(ana_, body);
+    QTRY_COMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
+    const QString cmid = ana_->messages()->get(rowOf(ana_->messages(), body), MessageListModel::CmidRole).toString();
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    const int r = rowOf(ana_->messages(), body);
+    QCOMPARE(ana_->messages()->get(r, MessageListModel::CmidRole).toString(), cmid);
+    QVERIFY(ana_->messages()->get(r, MessageListModel::DupRole).toBool());
+    QCOMPARE(shown(ana_, body, ChatWindow::DupColumn), QStringLiteral("dup"));
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QTest::qWait(1000);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+}
+
+void TestDemoApp::fault_panel_shows_the_servers_answer_to_a_bad_fault_spec() {
+    auto *action = child<QComboBox>(ana_, "faultAction");
+    action->setCurrentText(QString());
+    QTest::keyClicks(action->lineEdit(), QStringLiteral("explode"));
+    QTest::mouseClick(child<QPushButton>(ana_, "armFaultButton"), Qt::LeftButton);
+    auto *answer = child<QLabel>(ana_, "faultAnswer");
+    QTRY_VERIFY_WITH_TIMEOUT(answer->text().startsWith(QStringLiteral("HTTP 400")), 10000);
+    QVERIFY(answer->text().contains(QStringLiteral("unknown fault action")));
+    QTest::mouseClick(child<QPushButton>(ana_, "clearFaultsButton"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(answer->text().startsWith(QStringLiteral("HTTP 200 cleared")), 10000);
+    action->setCurrentIndex(action->findText(QStringLiteral("drop_reply")));
+}
+
+void TestDemoApp::recall_from_the_context_menu_shows_recalled_on_both_sides() {
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("oops, I take this back");
+    typeAndSend(ana_, body);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+
+    auto *view = child<QTableView>(ana_, "messageView");
+    const int row = rowOf(ana_->messages(), body);
+    view->scrollTo(view->model()->index(row, 0));
+    const QPoint pos = view->visualRect(view->model()->index(row, ChatWindow::BodyColumn)).center();
+    bool triggered = false;
+    QString actionText;
+    QTimer::singleShot(100, this, [&] {
+        auto *menu = qobject_cast<QMenu *>(QApplication::activePopupWidget());
+        if (!menu)
+            return;
+        if (auto *recall = menu->findChild<QAction *>(QStringLiteral("recallAction"))) {
+            actionText = recall->text();
+            if (recall->isEnabled()) {
+                recall->trigger();
+                triggered = true;
+            }
+        }
+        menu->close();
+    });
+    QContextMenuEvent event(QContextMenuEvent::Mouse, pos, view->viewport()->mapToGlobal(pos));
+    QApplication::sendEvent(view->viewport(), &event); // opens the menu (nested loop until closed)
+    QVERIFY2(triggered, qPrintable(QStringLiteral("recall action: '%1'").arg(actionText)));
+    QVERIFY(actionText.startsWith(QStringLiteral("Recall (seq ")));
+
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Recalled, kSettle);
+    QCOMPARE(shown(ana_, body, ChatWindow::StateColumn), QStringLiteral("Recalled"));
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Recalled, kSettle);
+    QCOMPARE(shown(ben_, body, ChatWindow::StateColumn), QStringLiteral("Recalled"));
+    QTRY_COMPARE(ana_->client()->pendingCount(), 0);
+}
+
+void TestDemoApp::close_socket_now_reconnects_and_the_outbox_drains() {
+    waitConnected(ana_);
+    QSignalSpy states(ana_->client(), &im::Client::connectionStateChanged);
+    QTest::mouseClick(child<QPushButton>(ana_, "closeSocketButton"), Qt::LeftButton);
+    QTRY_VERIFY(!states.isEmpty());
+    QVERIFY(states.first().first().value<im::ConnectionState>() != im::ConnectionState::Connected);
+    waitConnected(ana_);
+    QTRY_VERIFY(child<QLabel>(ana_, "connectionLabel")->text().contains(QStringLiteral("Connected - gateway")));
+}
+
+void TestDemoApp::screenshot_of_the_main_window_is_saved_to_docs() {
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    // Something in the outbox for the picture: the server answers UNAVAILABLE
+    // (store.before_insert) until the fault is cleared.
+    auto *point = child<QComboBox>(ana_, "faultPoint");
+    auto *action = child<QComboBox>(ana_, "faultAction");
+    point->setCurrentIndex(point->findText(QStringLiteral("store.before_insert")));
+    action->setCurrentIndex(action->findText(QStringLiteral("unavailable")));
+    child<QSpinBox>(ana_, "faultCount")->setValue(0); // until off
+    QTest::mouseClick(child<QPushButton>(ana_, "armFaultButton"), Qt::LeftButton);
+    auto *answer = child<QLabel>(ana_, "faultAnswer");
+    QTRY_VERIFY_WITH_TIMEOUT(answer->text().startsWith(QStringLiteral("HTTP 200 armed")), 10000);
+    const QString body = QStringLiteral("retried while the server says UNAVAILABLE");
+    typeAndSend(ana_, body);
+    auto *outbox = child<QTableView>(ana_, "outboxView");
+    QTRY_VERIFY_WITH_TIMEOUT(outbox->model()->rowCount() == 1
+                                 && outbox->model()->index(0, ChatWindow::OLastError).data().toString()
+                                        == QLatin1String("UNAVAILABLE")
+                                 && outbox->model()->index(0, ChatWindow::OAttempts).data().toInt() >= 2,
+                             kSettle);
+    QCOMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
+    QTest::qWait(300);
+
+    ana_->raise();
+    const QImage shot = ana_->grab().toImage();
+    QVERIFY(!shot.isNull());
+    QVERIFY(shot.save(QStringLiteral(IM_DEMO_SCREENSHOT)));
+    qInfo("screenshot saved to %s (%dx%d)", IM_DEMO_SCREENSHOT, shot.width(), shot.height());
+
+    // Clear the fault: the message settles Sent, once.
+    QTest::mouseClick(child<QPushButton>(ana_, "clearFaultsButton"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(answer->text().startsWith(QStringLiteral("HTTP 200 cleared")), 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, 60000);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+}
+
+int main(int argc, char **argv) {
+    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+        qputenv("QT_QPA_PLATFORM", "offscreen");
+    QApplication app(argc, argv);
+    TestDemoApp t;
+    QTEST_SET_MAIN_SOURCE_PATH
+    return QTest::qExec(&t, argc, argv);
+}
+
+#include "tst_demoapp.moc"
