@@ -194,6 +194,10 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
 }
 
 ChatWindow::~ChatWindow() {
+    // Nothing of this half-destroyed window may react to the client any more.
+    tick_->stop();
+    readTimer_->stop();
+    disconnect(client_, nullptr, this, nullptr);
     // Models first: they watch the client.
     delete msgs_;
     delete convs_;
