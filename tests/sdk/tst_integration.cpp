@@ -22,6 +22,11 @@ using im::ConnectionState;
 
 namespace {
 
+// waitForFinished() returns false for a process that already ended.
+bool finished(QProcess &proc) {
+    return proc.state() == QProcess::NotRunning || proc.waitForFinished(60000);
+}
+
 QStringList sqlRows(const QString &db, const QString &sql) {
     QStringList out;
     const QString name = QStringLiteral("rows-%1").arg(QUuid::createUuid().toString());
@@ -115,7 +120,7 @@ int TestIntegration::serverCount(const QString &conv, const QString &bodyLike) {
                                                              QStringLiteral("200")}));
     if (!reader.waitForStarted() || waitForLine(reader, QStringLiteral("SYNCED ")) != conv)
         return -1;
-    reader.waitForFinished();
+    finished(reader);
     return sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = ? AND kind = 'msg' AND body LIKE ?"),
                      {conv, bodyLike})
         .toInt();
@@ -179,7 +184,7 @@ void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_serv
     if (dropReply)
         QTest::qWait(1000); // the server has answered; the answer was ignored
     first.kill();
-    QVERIFY(first.waitForFinished());
+    QVERIFY(finished(first));
     // Never lost: still in the outbox, or already confirmed before the kill.
     QVERIFY(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {cmid}).toInt() == 1
             || sqlScalar(db, QStringLiteral("SELECT state FROM local_messages WHERE cmid = ?"), {cmid}).toInt() == 1);
@@ -192,7 +197,7 @@ void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_serv
     second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), QStringLiteral("ana"), db));
     QVERIFY(second.waitForStarted());
     QCOMPARE(waitForLine(second, QStringLiteral("DONE")), QString());
-    QVERIFY(second.waitForFinished());
+    QVERIFY(finished(second));
     QCOMPARE(second.exitCode(), 0);
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox")).toInt(), 0);
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT state FROM local_messages WHERE cmid = ?"), {cmid}).toInt(), 1);
@@ -217,7 +222,7 @@ void TestIntegration::sync_killed_mid_page_run_resumes_without_loss_or_duplicate
     QVERIFY(first.waitForStarted());
     QVERIFY(!waitForLine(first, QStringLiteral("PAGE team ")).isEmpty());
     first.kill();
-    QVERIFY(first.waitForFinished());
+    QVERIFY(finished(first));
     const qint64 cursor = sqlScalar(db, QStringLiteral("SELECT after FROM conversations WHERE conv = 'team'")).toLongLong();
     const qint64 stored = sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'team'")).toLongLong();
     const qint64 head = sqlScalar(db, QStringLiteral("SELECT head FROM conversations WHERE conv = 'team'")).toLongLong();
@@ -228,7 +233,7 @@ void TestIntegration::sync_killed_mid_page_run_resumes_without_loss_or_duplicate
     second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("cy"), db, extra));
     QVERIFY(second.waitForStarted());
     QCOMPARE(waitForLine(second, QStringLiteral("SYNCED ")), QStringLiteral("team"));
-    QVERIFY(second.waitForFinished());
+    QVERIFY(finished(second));
     const QString like = prefix + QLatin1Char('%');
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'team' AND body LIKE ?"), {like}).toInt(),
              total);
