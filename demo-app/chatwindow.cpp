@@ -825,9 +825,13 @@ void ChatWindow::advanceReadMarker() {
     qint64 seq = 0;
     for (int r = 0; r <= last && r < rows; ++r)
         seq = qMax(seq, msgs_->get(r, MessageListModel::SeqRole).toLongLong());
+    const int crow = convs_->indexOf(currentConv_);
+    // The bottom row is in view: everything applied so far has been seen,
+    // including events that are not rows (recalls).
+    if (last >= rows - 1 && crow >= 0)
+        seq = qMax(seq, convs_->get(crow, ConversationListModel::CursorRole).toLongLong());
     if (seq <= 0)
         return;
-    const int crow = convs_->indexOf(currentConv_);
     const qint64 read = crow >= 0 ? convs_->get(crow, ConversationListModel::ReadRole).toLongLong() : 0;
     if (seq <= read || seq <= readRequested_.value(currentConv_))
         return;

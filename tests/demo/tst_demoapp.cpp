@@ -5,6 +5,7 @@
 #include "demoserver.h"
 
 #include "chatwindow.h"
+#include "faultclient.h"
 #include "signindialog.h"
 #include "windowmanager.h"
 
@@ -14,6 +15,8 @@
 #include <im/outboxmodel.h>
 
 #include <QtGui/QAction>
+#include <QtNetwork/QTcpServer>
+#include <QtNetwork/QTcpSocket>
 #include <QtWidgets/QApplication>
 #include <QtWidgets/QComboBox>
 #include <QtWidgets/QDialogButtonBox>
@@ -113,6 +116,7 @@ private slots:
     void client_dropped_reply_is_resent_with_the_same_cmid_and_settles_sent_once();
     void server_fault_drop_reply_settles_sent_once_with_dup();
     void fault_panel_shows_the_servers_answer_to_a_bad_fault_spec();
+    void fault_client_posts_to_lab_fault_and_reads_404_as_faults_disabled();
     void recall_from_the_context_menu_shows_recalled_on_both_sides();
     void close_socket_now_reconnects_and_the_outbox_drains();
     void screenshot_of_the_main_window_is_saved_to_docs();
@@ -424,6 +428,38 @@ void TestDemoApp::fault_panel_shows_the_servers_answer_to_a_bad_fault_spec() {
     QTest::mouseClick(child<QPushButton>(ana_, "clearFaultsButton"), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(answer->text().startsWith(QStringLiteral("HTTP 200 cleared")), 10000);
     action->setCurrentIndex(action->findText(QStringLiteral("drop_reply")));
+}
+
+// A server without --enable-faults answers 404 on /lab/fault; a stand-in
+// HTTP server checks the request the panel sends and the summary it shows.
+void TestDemoApp::fault_client_posts_to_lab_fault_and_reads_404_as_faults_disabled() {
+    QCOMPARE(FaultClient::labUrl(QUrl(QStringLiteral("ws://10.0.0.7:8080/v1/ws"))),
+             QUrl(QStringLiteral("http://10.0.0.7:8080/lab/fault")));
+    QCOMPARE(FaultClient::spec(QStringLiteral("store.before_commit"), QStringLiteral("delay:500"), 3),
+             QStringLiteral("store.before_commit=delay:500:3"));
+    QCOMPARE(FaultClient::spec(QStringLiteral("api.after_send_commit"), QStringLiteral("drop_reply"), 0),
+             QStringLiteral("api.after_send_commit=drop_reply"));
+    QTcpServer http;
+    QVERIFY(http.listen(QHostAddress::LocalHost, 0));
+    QByteArray request;
+    connect(&http, &QTcpServer::newConnection, this, [&] {
+        QTcpSocket *s = http.nextPendingConnection();
+        connect(s, &QTcpSocket::readyRead, s, [s, &request] {
+            request += s->readAll();
+            if (request.contains("\r\n\r\n") && request.endsWith("drop_reply")) {
+                s->write("HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\nConnection: close\r\n\r\nnot found\n");
+                s->disconnectFromHost();
+            }
+        });
+    });
+    FaultClient client;
+    QSignalSpy answered(&client, &FaultClient::answered);
+    client.post(QUrl(QStringLiteral("ws://127.0.0.1:%1/v1/ws").arg(http.serverPort())),
+                QStringLiteral("api.after_send_commit=drop_reply"));
+    QTRY_COMPARE_WITH_TIMEOUT(answered.size(), 1, 10000);
+    QVERIFY(request.startsWith("POST /lab/fault HTTP/1.1"));
+    QCOMPARE(answered.at(0).at(0).toInt(), 404);
+    QVERIFY(answered.at(0).at(1).toString().contains(QStringLiteral("faults are disabled")));
 }
 
 void TestDemoApp::recall_from_the_context_menu_shows_recalled_on_both_sides() {
