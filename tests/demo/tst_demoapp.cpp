@@ -530,10 +530,11 @@ void TestDemoApp::screenshot_of_the_main_window_is_saved_to_docs() {
     QTRY_VERIFY_WITH_TIMEOUT(outbox->model()->rowCount() == 1
                                  && outbox->model()->index(0, ChatWindow::OLastError).data().toString()
                                         == QLatin1String("UNAVAILABLE")
-                                 && outbox->model()->index(0, ChatWindow::OAttempts).data().toInt() >= 2,
+                                 && outbox->model()->index(0, ChatWindow::OAttempts).data().toInt() >= 3
+                                 && outbox->model()->index(0, ChatWindow::ONextRetry).data().toString().startsWith(
+                                     QLatin1String("in ")),
                              kSettle);
     QCOMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
-    QTest::qWait(300);
 
     ana_->raise();
     const QImage shot = ana_->grab().toImage();
