@@ -181,6 +181,13 @@ private:
 
     void send(std::string frame) {
         if (closed_ || close_requested_) return;
+        if (out_.size() >= max_outgoing_) {
+            // A client that stopped reading: drop it rather than buffer
+            // without bound. It resyncs from its cursor when it reconnects.
+            log_warn("slow_consumer_closed", {{"queued", static_cast<long>(out_.size())}});
+            out_.erase(out_.begin() + 1, out_.end()); // the front is being written
+            return close(websocket::close_code::try_again_later); // 1013
+        }
         out_.push_back(std::move(frame));
         if (out_.size() == 1) do_write();
     }
@@ -231,7 +238,8 @@ private:
         if (opened_) gw_->session_closed(this);
     }
 
-    static constexpr std::size_t max_queued_ = 64;
+    static constexpr std::size_t max_queued_ = 64;        // requests read ahead
+    static constexpr std::size_t max_outgoing_ = 10000;   // frames waiting to be written
 
     websocket::stream<beast::tcp_stream> ws_;
     beast::flat_buffer buffer_;

@@ -27,28 +27,4 @@ inline std::unique_ptr<WsClient> login(unsigned short port, const TestUser& u, c
     return c;
 }
 
-/// Creates users named after `prefix` and a conversation holding them all.
-struct World {
-    std::string conv;
-    std::vector<TestUser> users;
-};
-
-inline World make_world(const std::string& db, const std::string& prefix, int members, const std::string& kind = "group") {
-    World w;
-    w.conv = unique_name(prefix);
-    std::string list;
-    for (int i = 0; i < members; ++i) {
-        w.users.push_back(make_user(db, unique_name(prefix + "u" + std::to_string(i))));
-        list += (i ? "," : "") + w.users.back().user;
-    }
-    admin_ok(db, {"conv", "create", w.conv, "--kind", kind, "--members", list});
-    return w;
-}
-
-inline std::string count_rows(const TestPostgres& pg, const std::string& where) {
-    return pg.scalar("SELECT count(*) FROM events WHERE " + where);
-}
-
-inline std::string q(const std::string& s) { return "'" + s + "'"; }
-
 } // namespace im::test

@@ -185,6 +185,22 @@ TestUser make_user(const std::string& db_url, const std::string& user) {
     return u;
 }
 
+World make_world(const std::string& db, const std::string& prefix, int members, const std::string& kind) {
+    World w;
+    w.conv = unique_name(prefix);
+    std::string list;
+    for (int i = 0; i < members; ++i) {
+        w.users.push_back(make_user(db, unique_name(prefix + "u" + std::to_string(i))));
+        list += (i ? "," : "") + w.users.back().user;
+    }
+    admin_ok(db, {"conv", "create", w.conv, "--kind", kind, "--members", list});
+    return w;
+}
+
+std::string count_rows(const TestPostgres& pg, const std::string& where) {
+    return pg.scalar("SELECT count(*) FROM events WHERE " + where);
+}
+
 ServerProcess::ServerProcess(const std::string& db_url, std::vector<std::string> extra, const std::string& gateway)
     : dir_("imsrv") {
     base_ = {imserver_bin(), "--db", db_url, "--listen", "127.0.0.1:0", "--gateway-id", gateway,

@@ -131,6 +131,19 @@ struct TestUser {
 };
 TestUser make_user(const std::string& db_url, const std::string& user);
 std::string unique_name(const std::string& prefix);
+
+/// Users named after `prefix` and one conversation holding them all
+/// (created with join events at seq 1..members).
+struct World {
+    std::string conv;
+    std::vector<TestUser> users;
+};
+World make_world(const std::string& db_url, const std::string& prefix, int members, const std::string& kind = "group");
+
+/// count(*) of events matching a WHERE clause, as text.
+std::string count_rows(const TestPostgres& pg, const std::string& where);
+/// A quoted SQL literal (test data only: our own generated names).
+inline std::string q(const std::string& s) { return "'" + s + "'"; }
 std::string uuid4();
 
 /// Convenience accessors on frames.
