@@ -500,6 +500,22 @@ void ClientPrivate::onOutboxOutcome(const QString &rid, const QString &cmid,
     schedulePump();
 }
 
+void ClientPrivate::settleOwnEvents(const QList<proto::Event> &events) {
+    for (const proto::Event &e : events) {
+        if (e.cmid.isEmpty() || e.sender != userId || !outboxIds.contains(e.cmid))
+            continue;
+        // The committed event is the answer: seq and mid are permanent.
+        proto::Incoming settled;
+        if (e.kind == u"recall")
+            settled.body = proto::Recalled{e.conv, e.seq, false};
+        else if (e.kind == u"msg")
+            settled.body = proto::Sent{e.conv, e.seq, e.mid, false, e.epoch};
+        else
+            continue;
+        onOutboxOutcome(QString(), e.cmid, settled);
+    }
+}
+
 // --- sync ------------------------------------------------------------------
 
 void ClientPrivate::startSync(const QString &conv) {
@@ -561,6 +577,7 @@ void ClientPrivate::onPage(const Pending &p, const proto::Page &page) {
         return;
     }
     failures.remove(QStringLiteral("sync:") + p.conv);
+    settleOwnEvents(page.events);
     if (!page.events.isEmpty()) {
         emit q->eventsApplied(p.conv, page.events.first().seq, page.events.last().seq);
         notifyRecalls(p.conv, page.events);
@@ -674,6 +691,7 @@ void ClientPrivate::onEventPush(const proto::Event &ev) {
         startSync(ev.conv);
         return;
     }
+    settleOwnEvents({ev});
     emit q->eventsApplied(ev.conv, ev.seq, ev.seq);
     notifyRecalls(ev.conv, {ev});
     emit timelineChanged(ev.conv);

@@ -56,6 +56,9 @@ public:
     void schedulePump();
     void pump();
     void onOutboxOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);
+    // Our own events (by cmid) settle their outbox entries, even before the
+    // send's reply arrives (a lost reply, or the event came by sync first).
+    void settleOwnEvents(const QList<proto::Event> &events);
     QString enqueue(const QString &kind, const QString &conv, const QString &body, qint64 target);
 
     // sync

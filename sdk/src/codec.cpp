@@ -91,6 +91,7 @@ Event readEvent(const QJsonObject &o, Reader &outer) {
     if (e.kind == u"recall")
         e.target = r.num("target");
     e.user = r.optStr("user");
+    e.cmid = r.optStr("cmid");
     if (e.seq < 1)
         r.fail(QStringLiteral("event seq must be >= 1"));
     if (!r.error().isEmpty())

@@ -23,6 +23,7 @@ struct Event {
     qint64 epoch = 0;
     qint64 target = 0; // recall only
     QString user;      // join/leave only
+    QString cmid;      // msg/recall: the sender's request key (empty if the server omits it)
     bool operator==(const Event &) const = default;
 };
 

@@ -118,6 +118,7 @@ json::object event_json(const Event& ev) {
     if (ev.body) o["body"] = *ev.body;
     if (ev.target) o["target"] = *ev.target;
     if (ev.user) o["user"] = *ev.user;
+    if (ev.cmid) o["cmid"] = *ev.cmid;
     o["ts"] = ev.ts;
     o["epoch"] = ev.epoch;
     return o;

@@ -64,6 +64,7 @@ struct Event {
     std::optional<std::string> body;       // msg
     std::optional<std::int64_t> target;    // recall
     std::optional<std::string> user;       // join | leave
+    std::optional<std::string> cmid;       // msg | recall: the sender's request key
     std::int64_t ts = 0;                   // database commit clock, ms
     std::int64_t epoch = 1;
 };

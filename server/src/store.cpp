@@ -77,7 +77,7 @@ Access load_access(pqxx::transaction_base& tx, const std::string& conv, const st
 }
 
 Event read_event(const pqxx::row& row) {
-    // Columns: conv_id, seq, mid, kind, sender_user, body, target_seq, subject_user, ts, epoch
+    // Columns: conv_id, seq, mid, kind, sender_user, body, target_seq, subject_user, ts, epoch, client_msg_id
     Event ev;
     ev.conv = row[0].c_str();
     ev.seq = row[1].as<std::int64_t>();
@@ -92,12 +92,13 @@ Event read_event(const pqxx::row& row) {
     }
     ev.ts = row[8].as<std::int64_t>();
     ev.epoch = row[9].as<std::int64_t>();
+    if (!row[10].is_null()) ev.cmid = std::string(row[10].c_str());
     return ev;
 }
 
 std::string event_columns() {
     return std::string("conv_id, seq, mid::text, kind, sender_user, body, target_seq, subject_user, ") + ts_ms +
-           ", epoch";
+           ", epoch, client_msg_id";
 }
 
 // Maps database failures to UNAVAILABLE: the request key makes a resend safe.

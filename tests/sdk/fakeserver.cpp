@@ -84,16 +84,22 @@ qint64 FakeServer::addEvent(const QString &conv, QJsonObject ev) {
     return seq;
 }
 
-qint64 FakeServer::append(const QString &conv, const QString &sender, const QString &body) {
-    return addEvent(conv, QJsonObject{{QStringLiteral("kind"), QStringLiteral("msg")},
-                                      {QStringLiteral("sender"), sender},
-                                      {QStringLiteral("body"), body}});
+qint64 FakeServer::append(const QString &conv, const QString &sender, const QString &body, const QString &cmid) {
+    QJsonObject ev{{QStringLiteral("kind"), QStringLiteral("msg")},
+                   {QStringLiteral("sender"), sender},
+                   {QStringLiteral("body"), body}};
+    if (eventsCarryCmid && !cmid.isEmpty())
+        ev.insert(QStringLiteral("cmid"), cmid);
+    return addEvent(conv, ev);
 }
 
-qint64 FakeServer::appendRecall(const QString &conv, const QString &sender, qint64 target) {
-    return addEvent(conv, QJsonObject{{QStringLiteral("kind"), QStringLiteral("recall")},
-                                      {QStringLiteral("sender"), sender},
-                                      {QStringLiteral("target"), target}});
+qint64 FakeServer::appendRecall(const QString &conv, const QString &sender, qint64 target, const QString &cmid) {
+    QJsonObject ev{{QStringLiteral("kind"), QStringLiteral("recall")},
+                   {QStringLiteral("sender"), sender},
+                   {QStringLiteral("target"), target}};
+    if (eventsCarryCmid && !cmid.isEmpty())
+        ev.insert(QStringLiteral("cmid"), cmid);
+    return addEvent(conv, ev);
 }
 
 void FakeServer::pushToAll(const QJsonObject &frame) {
@@ -258,14 +264,14 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
         }
         qint64 seq = 0;
         if (t == u"send") {
-            seq = append(convId, ses.user, req.value(QStringLiteral("body")).toString());
+            seq = append(convId, ses.user, req.value(QStringLiteral("body")).toString(), cmid);
         } else {
             const qint64 target = req.value(QStringLiteral("target")).toInteger();
             if (target < 1 || target > c.head())
                 return err(QStringLiteral("NOT_FOUND"));
             if (c.events.at(target - 1).value(QStringLiteral("sender")).toString() != ses.user)
                 return err(QStringLiteral("NOT_SENDER"));
-            seq = appendRecall(convId, ses.user, target);
+            seq = appendRecall(convId, ses.user, target, cmid);
         }
         convs[convId].keys.insert(key, seq);
         const QJsonObject &ev = convs[convId].events.at(seq - 1);

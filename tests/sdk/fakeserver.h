@@ -52,12 +52,13 @@ public:
     QHash<QString, QString> failWith;  // answer this terminal code (while set)
     QHash<QString, int> holdReplies;   // process, keep the reply until releaseHeld()
     bool pushEvents = true;            // push `event` to subscribed members
+    bool eventsCarryCmid = false;      // events of send/recall carry the sender's cmid (as imserver's do)
     int pageLimit = 0;                 // > 0 caps sync pages
     std::function<void(const QJsonObject &)> onFrame; // runs before any processing
 
     // actions
-    qint64 append(const QString &conv, const QString &sender, const QString &body);
-    qint64 appendRecall(const QString &conv, const QString &sender, qint64 target);
+    qint64 append(const QString &conv, const QString &sender, const QString &body, const QString &cmid = {});
+    qint64 appendRecall(const QString &conv, const QString &sender, qint64 target, const QString &cmid = {});
     void pushToAll(const QJsonObject &frame);
     void bumpEpoch(const QString &conv);
     void closeAll();

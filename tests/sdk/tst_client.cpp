@@ -65,6 +65,7 @@ class TestClient : public QObject {
 private slots:
     void send_commits_the_outbox_row_before_the_first_frame_leaves();
     void send_success_removes_the_outbox_entry_and_records_seq();
+    void own_event_with_our_cmid_settles_a_send_whose_reply_was_lost();
     void terminal_errors_remove_the_entry_with_their_final_state_data();
     void terminal_errors_remove_the_entry_with_their_final_state();
     void retryable_outcomes_keep_the_entry_and_resend_the_same_cmid_data();
@@ -134,6 +135,34 @@ void TestClient::send_success_removes_the_outbox_entry_and_records_seq() {
     QCOMPARE(states.at(1).at(2).toLongLong(), 1);
     QCOMPARE(states.at(1).at(3).value<MessageState>(), MessageState::Sent);
     QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT seq FROM local_messages WHERE cmid = ?"), {cmid}).toLongLong(), 1);
+}
+
+void TestClient::own_event_with_our_cmid_settles_a_send_whose_reply_was_lost() {
+    Fixture f;
+    f.server.eventsCarryCmid = true;
+    f.server.dropReplies.insert(QStringLiteral("send"), 1);
+    f.client.setRequestTimeout(60000); // a resend would come far too late to matter
+    QVERIFY(f.openAndConnect());
+    QTRY_VERIFY(f.server.subscribedCount() == 1);
+    im::MessageListModel model(&f.client, QStringLiteral("c1"));
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("reply lost"));
+    // The pushed event carries our cmid: the message is Sent at once, the
+    // outbox is empty, and the timeline holds one row for it, not two.
+    QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(cmid), MessageState::Sent, 5000);
+    QCOMPARE(f.outboxRows(), 0);
+    QCOMPARE(f.client.pendingCount(), 0);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT seq FROM local_messages WHERE cmid = ?"), {cmid}).toLongLong(), 1);
+    const auto rowsFor = [&model](const QString &body) {
+        int rows = 0;
+        for (int i = 0; i < model.rowCount(); ++i)
+            if (model.data(model.index(i), im::MessageListModel::BodyRole).toString() == body)
+                ++rows;
+        return rows;
+    };
+    QTRY_COMPARE(rowsFor(QStringLiteral("reply lost")), 1);
+    QTest::qWait(200);
+    QCOMPARE(rowsFor(QStringLiteral("reply lost")), 1);
+    QCOMPARE(f.requestsOf(QStringLiteral("send")), 1); // settled without a resend
 }
 
 void TestClient::terminal_errors_remove_the_entry_with_their_final_state_data() {

@@ -94,7 +94,7 @@ void TestCodec::page_fields_are_decoded_exactly() {
     QCOMPARE(p.conv, QStringLiteral("team"));
     QCOMPARE(p.events.size(), 2);
     QCOMPARE(p.events[0], (Event{QStringLiteral("team"), 5, QStringLiteral("m5"), QStringLiteral("msg"),
-                                 QStringLiteral("ana"), QStringLiteral("hi"), 100, 2, 0, QString()}));
+                                 QStringLiteral("ana"), QStringLiteral("hi"), 100, 2, 0, QString(), QString()}));
     QCOMPARE(p.events[1].target, 5);
     QCOMPARE(p.nextAfter, 9);
     QVERIFY(p.hasMore);

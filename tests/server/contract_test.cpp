@@ -247,6 +247,7 @@ TEST_F(Contract, fetch_returns_one_event) {
     EXPECT_EQ(str(ev, "sender"), w.users[0].user);
     EXPECT_EQ(str(ev, "kind"), "msg");
     EXPECT_EQ(str(ev, "mid"), str(s, "mid"));
+    EXPECT_EQ(str(ev, "cmid"), "k"); // lets the sender settle a send whose reply it lost
     EXPECT_EQ(str(c->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", 99}}), "code"), "NOT_FOUND");
 }
 
