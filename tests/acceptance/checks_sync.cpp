@@ -162,16 +162,22 @@ Verdict fanout_event_vs_hint(Lab& lab) {
         expect(p.has_value(), "a member got no hint for the big group");
         expect(num(*p, "head") == num(s2, "seq") && !p->contains("ev"), "hint " + json::serialize(*p));
     }
-    // Everyone converges by pulling.
-    std::vector<std::int64_t> ref_small, ref_big;
+    // Everyone converges by pulling: each member holds every event from its
+    // own join (member i joined at seq i+1) up to the head, nothing else.
+    std::int64_t member = 0;
+    std::string views;
     for (auto* w : {wa.get(), wb.get(), wc.get()}) {
-        auto ss = sync_all(*w, small), sb = sync_all(*w, big);
-        if (ref_small.empty()) ref_small = ss, ref_big = sb;
-        expect(ss == ref_small && sb == ref_big, "members disagree: " + join(ss) + " / " + join(sb));
+        ++member;
+        std::int64_t hs = 0, hb = 0;
+        auto ss = sync_all(*w, small, 0, 50, &hs), sb = sync_all(*w, big, 0, 50, &hb);
+        std::vector<std::int64_t> want;
+        for (std::int64_t q = member; q <= 4; ++q) want.push_back(q);
+        expect(ss == want && sb == want && hs == 4 && hb == 4,
+               "member " + std::to_string(member) + " holds " + join(ss) + " / " + join(sb) + ", wanted " + join(want));
+        views += (views.empty() ? "" : "; ") + join(sb);
     }
-    expect(ref_small.back() == 4 && ref_big.back() == 4, "heads " + join(ref_small) + " / " + join(ref_big));
     return passed("3-member group: event seq 4 to both others; push_full_max 2: hint head 4, no event; all 3 "
-                  "converge on seqs " + join(ref_big));
+                  "converge on head 4 (from their joins: " + views + ")");
 }
 
 Verdict left_member_history(Lab& lab) {
@@ -193,7 +199,8 @@ Verdict left_member_history(Lab& lab) {
     expect(!late, "the leaver got a push about later traffic: " + (late ? json::serialize(*late) : ""));
     std::int64_t head = 0;
     auto seqs = sync_all(*wc, g, 0, 50, &head);
-    expect(seqs == std::vector<std::int64_t>({1, 2, 3, 4, 5}) && head == 5,
+    // cy joined at seq 3: the period [3, 5] is all cy may read.
+    expect(seqs == std::vector<std::int64_t>({3, 4, 5}) && head == 5,
            "leaver's sync: seqs " + join(seqs) + ", head " + std::to_string(head));
     auto f6 = wc->request({{"t", "fetch"}, {"conv", g}, {"seq", 6}});
     expect(outcome(f6) == "NOT_FOUND" || outcome(f6) == "NOT_MEMBER", "fetch seq 6 -> " + brief(f6));
@@ -207,7 +214,7 @@ Verdict left_member_history(Lab& lab) {
     auto w = send(*wc, g, uuid4(), "can I still write?");
     expect(outcome(w) == "NOT_MEMBER", "leaver's send -> " + brief(w));
     auto full = lab.head(g);
-    return passed("leaver reads seqs 1..5 (own period incl. leave), head capped 5 (real head " +
+    return passed("leaver reads seqs 3..5 (own period, join to leave), head capped 5 (real head " +
                   std::to_string(full) + "), fetch 6 " + outcome(f6) + ", convs head 5, no later pushes, send "
                   "NOT_MEMBER");
 }

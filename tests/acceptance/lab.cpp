@@ -66,8 +66,10 @@ void Lab::untrack(TestPostgres* p) {
 }
 
 void Lab::kill_all_tracked() {
-    // Called by the watchdog from another thread: signal only, no reaping.
-    std::lock_guard lk(mu_);
+    // Called by the watchdog or a fatal-signal handler: signal only, no
+    // reaping; never block on a lock the interrupted code may hold.
+    std::unique_lock lk(mu_, std::try_to_lock);
+    if (!lk.owns_lock()) return;
     for (auto* s : servers_)
         if (s->pid() > 0) ::kill(s->pid(), SIGKILL);
     for (auto* p : clusters_) {

@@ -15,6 +15,7 @@
 
 #include <cstdlib>
 
+#include <signal.h>
 #include <unistd.h>
 
 namespace {
@@ -62,6 +63,15 @@ void write_report(const std::vector<std::string>& not_run) {
     f << json::serialize(doc) << '\n';
 }
 
+// A crash or Ctrl-C of the lab must not leave imserver / PostgreSQL behind
+// (they would also keep our stdout pipe open). Best effort, then die.
+Lab* g_lab = nullptr;
+extern "C" void on_fatal(int sig) {
+    if (g_lab) g_lab->kill_all_tracked();
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+}
+
 void print(const Result& r) {
     std::printf("%s %s (%s)\n", r.pass ? "PASS" : "FAIL", r.id.c_str(), r.detail.c_str());
     std::fflush(stdout);
@@ -98,6 +108,9 @@ int main(int argc, char** argv) {
         std::printf("FAIL lab-setup (%s)\n0 passed, %zu failed\n", e.what(), all.size() + 1);
         return 1;
     }
+
+    g_lab = lab.get();
+    for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGINT, SIGTERM, SIGHUP}) ::signal(sig, on_fatal);
 
     // Watchdog: a check that hangs FAILs, the report is written, and the
     // processes the lab started are stopped, rather than hanging CI.
@@ -166,6 +179,7 @@ int main(int argc, char** argv) {
     int bad = static_cast<int>(results.size()) - ok;
     std::printf("%d passed, %d failed\n", ok, bad);
     std::fflush(stdout);
+    g_lab = nullptr;
     lab.reset();
     return bad == 0 ? 0 : 1;
 }
