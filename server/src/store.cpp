@@ -129,42 +129,35 @@ void notify(pqxx::transaction_base& tx, const std::string& payload) {
 
 // Appends an event at the conversation's next seq. The caller holds the
 // conversation row lock, so commit order equals seq order.
-struct Appended { std::int64_t seq; std::string mid; std::int64_t ts; };
+struct Appended { std::int64_t seq; std::string mid; std::int64_t ts; std::int64_t epoch; };
 
-Appended append_event(pqxx::transaction_base& tx, const std::string& conv, const ConvRow& row,
-                      const std::string& kind, const std::optional<std::string>& sender,
-                      const std::optional<std::string>& cmid, const std::optional<std::string>& body,
-                      std::optional<std::int64_t> target, const std::optional<std::string>& subject,
-                      const std::string& fingerprint_sql, const std::string& fp_arg) {
-    const std::int64_t seq = row.next_seq;
-    const bool is_msg = kind == "msg";
-    // Running counts for `unread` (see unread_in()).
-    std::optional<std::int64_t> sender_ord;
-    if (is_msg) {
-        auto r = tx.exec_params("SELECT sender_ordinal FROM events WHERE conv_id = $1 AND sender_user = $2 "
-                                "AND kind = 'msg' ORDER BY seq DESC LIMIT 1",
-                                conv, *sender);
-        sender_ord = (r.empty() ? 0 : r[0][0].as<std::int64_t>()) + 1;
-    }
-    auto upd = tx.exec_params("UPDATE conversations SET next_seq = next_seq + 1, msg_count = msg_count + $2 "
-                              "WHERE conv_id = $1 RETURNING msg_count",
-                              conv, is_msg ? 1 : 0);
-    const std::int64_t msg_ordinal = upd[0][0].as<std::int64_t>();
-
-    // Optional columns are passed as text and NULLIF'd, so one statement serves every kind.
-    std::string sql = "INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, request_hash, body, "
-                      "target_seq, subject_user, epoch, msg_ordinal, sender_ordinal) VALUES ($1, $2, $3, "
-                      "NULLIF($5, ''), NULLIF($6, ''), " +
-                      (fingerprint_sql.empty() ? std::string("(CASE WHEN $4::text IS NULL THEN NULL END)::bytea")
-                                               : fingerprint_sql) +
-                      ", CASE WHEN $7 THEN $8 END, NULLIF($9, '')::bigint, NULLIF($10, ''), $11, $12, "
-                      "NULLIF($13, '')::bigint) RETURNING mid::text, " + ts_ms;
-    auto r = tx.exec_params(sql, conv, seq, kind, fp_arg, sender.value_or(""), cmid.value_or(""),
-                            body.has_value(), body.value_or(""), target ? std::to_string(*target) : "",
-                            subject.value_or(""), row.epoch, msg_ordinal,
-                            sender_ord ? std::to_string(*sender_ord) : "");
-    notify(tx, "e " + conv + " " + std::to_string(seq));
-    return {seq, r[0][0].c_str(), r[0][1].as<std::int64_t>()};
+Appended append_event(pqxx::transaction_base& tx, const std::string& conv, const std::string& kind,
+                      const std::optional<std::string>& sender, const std::optional<std::string>& cmid,
+                      const std::optional<std::string>& body, std::optional<std::int64_t> target,
+                      const std::optional<std::string>& subject, const std::string& fingerprint_sql,
+                      const std::string& fp_arg) {
+    // One statement, one round trip: take the seq (bump next_seq), insert the
+    // row with its running counts for `unread`, and queue the notification.
+    // $4 is reserved for the fingerprint's argument.
+    std::string fp = fingerprint_sql.empty() ? std::string("(CASE WHEN $4::text IS NULL THEN NULL END)::bytea")
+                                             : fingerprint_sql;
+    std::string sql =
+        "WITH c AS (UPDATE conversations SET next_seq = next_seq + 1, "
+        "           msg_count = msg_count + CASE WHEN $3 = 'msg' THEN 1 ELSE 0 END "
+        "           WHERE conv_id = $1 RETURNING next_seq - 1 AS seq, msg_count, epoch), "
+        "e AS (INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, request_hash, body, target_seq, "
+        "      subject_user, epoch, msg_ordinal, sender_ordinal) "
+        "      SELECT $1, c.seq, $3, NULLIF($5, ''), NULLIF($6, ''), " + fp +
+        ",      CASE WHEN $7 THEN $8 END, NULLIF($9, '')::bigint, NULLIF($10, ''), c.epoch, c.msg_count, "
+        "      CASE WHEN $3 = 'msg' THEN COALESCE((SELECT p.sender_ordinal FROM events p WHERE p.conv_id = $1 "
+        "           AND p.sender_user = $5 AND p.kind = 'msg' ORDER BY p.seq DESC LIMIT 1), 0) + 1 END "
+        "      FROM c RETURNING seq, mid::text AS mid, " + ts_ms + " AS ts, epoch) "
+        "SELECT seq, mid, ts, epoch, pg_notify($2, 'e ' || $1 || ' ' || seq) FROM e";
+    auto r = tx.exec_params(sql, conv, std::string(notify_channel), kind, fp_arg, sender.value_or(""),
+                            cmid.value_or(""), body.has_value(), body.value_or(""),
+                            target ? std::to_string(*target) : "", subject.value_or(""));
+    if (r.empty()) throw std::runtime_error("append: conversation row vanished: " + conv);
+    return {r[0][0].as<std::int64_t>(), r[0][1].c_str(), r[0][2].as<std::int64_t>(), r[0][3].as<std::int64_t>()};
 }
 
 // ---- unread -------------------------------------------------------------
@@ -268,38 +261,40 @@ Outcome<Store::SendResult> Store::send(pqxx::connection_base& c, const Identity&
                 //    (The lab's negative control skips the lock and the unique index.)
                 auto conv = load_conv(tx, s.conv, !lab_.no_unique_index);
                 if (!conv) return not_member();
+                // Steps 2-4 read their facts in one statement (taken after the
+                // lock, so it sees every commit before ours) and are judged
+                // below in the contract's order.
+                auto f = tx.exec_params(
+                    std::string("SELECT k.seq, k.mid::text, k.epoch, k.request_hash = ") + send_fp +
+                        ", EXISTS (SELECT 1 FROM idem_tombstones t WHERE t.conv_id = $1 AND t.sender_user = $2 "
+                        "          AND t.client_msg_id = $3), "
+                        "EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = $1 AND m.user_id = $2 "
+                        "        AND m.to_seq IS NULL) "
+                        "FROM (SELECT 1) AS one LEFT JOIN events k ON k.conv_id = $1 AND k.sender_user = $2 "
+                        "AND k.client_msg_id = $3",
+                    s.conv, who.user, s.cmid, s.body);
+                const auto& facts = f[0];
                 // 2. The request key: same fingerprint -> the original; else mismatch.
-                auto k = tx.exec_params(std::string("SELECT seq, mid::text, epoch, request_hash = ") + send_fp +
-                                            " FROM events WHERE conv_id = $1 AND sender_user = $2 "
-                                            "AND client_msg_id = $3 ORDER BY seq LIMIT 1",
-                                        s.conv, who.user, s.cmid, s.body);
-                if (!k.empty()) {
-                    if (!k[0][3].as<bool>())
+                if (!facts[0].is_null()) {
+                    if (!facts[3].as<bool>())
                         return Error{Code::idempotency_mismatch, "cmid already used with different content"};
-                    return SendResult{Sent{s.conv, k[0][0].as<std::int64_t>(), k[0][1].c_str(), true,
-                                           k[0][2].as<std::int64_t>()}};
+                    return SendResult{Sent{s.conv, facts[0].as<std::int64_t>(), facts[1].c_str(), true,
+                                           facts[2].as<std::int64_t>()}};
                 }
                 // 3. A tombstone: the original ran but retention purged it.
-                auto t = tx.exec_params("SELECT 1 FROM idem_tombstones WHERE conv_id = $1 AND sender_user = $2 "
-                                        "AND client_msg_id = $3",
-                                        s.conv, who.user, s.cmid);
-                if (!t.empty()) return Error{Code::original_expired, "the original was purged by retention"};
+                if (facts[4].as<bool>()) return Error{Code::original_expired, "the original was purged by retention"};
                 // 4. Write access needs an open period.
-                auto m = tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 "
-                                        "AND to_seq IS NULL",
-                                        s.conv, who.user);
-                if (m.empty()) return not_member();
+                if (!facts[5].as<bool>()) return not_member();
                 // 5. Insert, bump next_seq, notify, commit; reply only after COMMIT.
                 auto fi = faults_.hit("store.before_insert");
                 if (fi == FaultKind::unavailable) return unavailable("injected fault");
-                if (lab_.no_unique_index) conv = load_conv(tx, s.conv, true); // seq under the lock, check was not
-                auto a = append_event(tx, s.conv, *conv, "msg", who.user, s.cmid, s.body, std::nullopt,
+                auto a = append_event(tx, s.conv, "msg", who.user, s.cmid, s.body, std::nullopt,
                                       std::nullopt, send_fp, s.body);
-                auto f = faults_.hit("store.before_commit");
-                if (f == FaultKind::unavailable) return unavailable("injected fault");
+                auto fc = faults_.hit("store.before_commit");
+                if (fc == FaultKind::unavailable) return unavailable("injected fault");
                 tx.commit();
-                SendResult res{Sent{s.conv, a.seq, a.mid, false, conv->epoch}};
-                res.drop_reply = fi == FaultKind::drop_reply || f == FaultKind::drop_reply;
+                SendResult res{Sent{s.conv, a.seq, a.mid, false, a.epoch}};
+                res.drop_reply = fi == FaultKind::drop_reply || fc == FaultKind::drop_reply;
                 return res;
             });
         } catch (const pqxx::unique_violation&) {
@@ -485,7 +480,7 @@ Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, c
         if (!done.empty()) return Error{Code::already_recalled, "already recalled"};
         if (!ev[0][2].as<bool>()) return Error{Code::recall_window_expired, "past the recall window"};
         if (!access.open) return not_member();
-        auto a = append_event(tx, rc.conv, *conv, "recall", who.user, rc.cmid, std::nullopt, rc.target,
+        auto a = append_event(tx, rc.conv, "recall", who.user, rc.cmid, std::nullopt, rc.target,
                               std::nullopt, recall_fp, target);
         tx.commit();
         return Recalled{rc.conv, a.seq, false};
@@ -570,9 +565,8 @@ ConvRow need_conv(pqxx::transaction_base& tx, const std::string& conv) {
     return *row;
 }
 
-std::int64_t open_member(pqxx::transaction_base& tx, const std::string& conv, const ConvRow& row,
-                         const std::string& user) {
-    auto a = append_event(tx, conv, row, "join", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
+std::int64_t open_member(pqxx::transaction_base& tx, const std::string& conv, const std::string& user) {
+    auto a = append_event(tx, conv, "join", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
     tx.exec_params("INSERT INTO membership_periods (conv_id, user_id, from_seq) VALUES ($1, $2, $3)", conv, user,
                    a.seq);
     return a.seq;
@@ -636,7 +630,7 @@ void Store::create_conv(pqxx::connection_base& c, const std::string& conv, const
         auto row = need_conv(tx, conv);
         if (!tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2", conv, u).empty())
             throw std::runtime_error("member listed twice: " + u);
-        open_member(tx, conv, row, u);
+        open_member(tx, conv, u);
     }
     tx.commit();
 }
@@ -650,7 +644,7 @@ std::int64_t Store::add_member(pqxx::connection_base& c, const std::string& conv
                         conv, user)
              .empty())
         throw std::runtime_error(user + " is already a member of " + conv);
-    auto seq = open_member(tx, conv, row, user);
+    auto seq = open_member(tx, conv, user);
     tx.commit();
     return seq;
 }
@@ -662,7 +656,7 @@ std::int64_t Store::remove_member(pqxx::connection_base& c, const std::string& c
                        conv, user)
             .empty())
         throw std::runtime_error(user + " is not a member of " + conv);
-    auto a = append_event(tx, conv, row, "leave", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
+    auto a = append_event(tx, conv, "leave", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
     tx.exec_params("UPDATE membership_periods SET to_seq = $3 WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
                    conv, user, a.seq);
     tx.commit();
