@@ -110,17 +110,19 @@ Verdict epoch_changed(Lab& lab) {
         auto reset = watcher->until("RESET", 15s);
         expect(reset.has_value(), "SDK did not drop the conversation after the epoch bump: " + watcher->transcript() +
                                       watcher->stderr_text());
-        auto l = watcher->until("SYNCED ", 15s);
-        expect(l.has_value(), "SDK did not rebuild after RESET: " + watcher->transcript());
-        auto rows = std::stoll(l->substr(7));
-        // A sync can finish between the reset and the last event; wait for the full count.
-        while (rows < before_rows + 1) {
-            auto more = watcher->until("SYNCED ", 5s);
-            if (!more) break;
-            rows = std::stoll(more->substr(7));
+        // Rebuilt from seq 1 by sync; the new event may come by page or by push.
+        std::int64_t rows = -1;
+        auto until = std::chrono::steady_clock::now() + 15s;
+        while (rows != before_rows + 1 && std::chrono::steady_clock::now() < until) {
+            auto l = watcher->line(std::chrono::duration_cast<std::chrono::milliseconds>(
+                until - std::chrono::steady_clock::now()));
+            if (!l) break;
+            if (l->rfind("SYNCED ", 0) == 0) rows = std::stoll(l->substr(7));
+            else if (l->rfind("APPLIED ", 0) == 0) rows = std::stoll(l->substr(8));
         }
         expect(rows == before_rows + 1, "SDK rebuilt " + std::to_string(rows) + " rows, wanted " +
-                                            std::to_string(before_rows + 1));
+                                            std::to_string(before_rows + 1) + "; child said: " +
+                                            watcher->transcript());
         sdk_detail = "SDK: RESET then rebuilt " + std::to_string(before_rows) + "+1 rows";
     } else {
         expect(false, "EPOCH_CHANGED on the wire ok, but the SDK child was not built: cannot show the SDK rebuild");

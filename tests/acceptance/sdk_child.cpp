@@ -9,8 +9,9 @@
 //   drain DB URL TOKEN                    connect; print "DRAINED" when the outbox
 //                                         is empty, then exit 0
 //   watch DB URL TOKEN CONV               connect and sync CONV; print "SYNCED <rows>"
-//                                         after every completed sync and "RESET" when
-//                                         the SDK drops the conversation
+//                                         after every completed sync, "APPLIED <rows>"
+//                                         after events were applied (page or push),
+//                                         and "RESET" when the SDK drops the conversation
 #include <im/client.h>
 #include <im/messagelistmodel.h>
 
@@ -110,6 +111,12 @@ int main(int argc, char** argv) {
             if (c == conv) {
                 model->refresh();
                 say(QStringLiteral("SYNCED %1").arg(model->count()));
+            }
+        });
+        QObject::connect(&client, &im::Client::eventsApplied, &app, [model, conv](const QString& c, qint64, qint64) {
+            if (c == conv) {
+                model->refresh();
+                say(QStringLiteral("APPLIED %1").arg(model->count()));
             }
         });
         QObject::connect(&client, &im::Client::conversationReset, &app, [conv](const QString& c) {
