@@ -478,6 +478,24 @@ TEST_F(Contract, purge_writes_tombstones_so_a_late_resend_creates_nothing) {
     EXPECT_EQ(str(r, "code"), "NOT_FOUND");
 }
 
+TEST_F(Contract, purge_older_than_removes_only_old_events_and_all_covers_every_conversation) {
+    auto w = make_world(db(), "aged", 2);
+    auto a = login(port(), w.users[0]);
+    send_msg(*a, w.conv, "old1", "two days old"); // seq 3
+    send_msg(*a, w.conv, "new1", "fresh");        // seq 4
+    // Age the first three events (test setup: the clock is the database's).
+    pg->scalar("UPDATE events SET created_at = now() - interval '2 days' WHERE conv_id = " + q(w.conv) +
+               " AND seq <= 3 RETURNING 1");
+    auto [rc, out] = admin(db(), {"purge", "--all", "--older-than", "1d"});
+    ASSERT_EQ(rc, 0);
+    EXPECT_GE(std::stoll(out), 3);
+    EXPECT_EQ(pg->scalar("SELECT min_seq FROM conversations WHERE conv_id = " + q(w.conv)), "4");
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv)), "1");
+    EXPECT_EQ(str(send_msg(*a, w.conv, "old1", "two days old"), "code"), "ORIGINAL_EXPIRED");
+    EXPECT_EQ(str(send_msg(*a, w.conv, "new1", "fresh"), "t"), "sent");
+    EXPECT_EQ(admin(db(), {"purge", w.conv}).first, 2); // bad usage: exit 2
+}
+
 // ---------------------------------------------------------------- http
 
 TEST_F(Contract, health_readiness_and_metrics_answer_over_http) {
