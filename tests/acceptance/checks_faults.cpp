@@ -182,8 +182,11 @@ SdkRound sdk_round(Lab& lab, const std::string& bin, const std::string& mode, co
         r.cmid = l->substr(5);
     }
     // Let a request that was on the wire settle (it may commit without the client).
-    std::this_thread::sleep_for(1800ms);
-    r.rows_before_restart = lab.rows(conv, u.user, r.cmid);
+    auto settle = std::chrono::steady_clock::now() + (mode == "send-inflight" ? 6s : 1800ms);
+    do {
+        std::this_thread::sleep_for(100ms);
+        r.rows_before_restart = lab.rows(conv, u.user, r.cmid);
+    } while (r.rows_before_restart == 0 && std::chrono::steady_clock::now() < settle);
     Child again({bin, "drain", dbfile, url, u.token});
     auto l = again.until("DRAINED", 30s);
     if (!l) throw CheckFailed("restarted SDK child did not drain its outbox: " + again.transcript() +

@@ -6,6 +6,7 @@
 //   im_acceptance [ID-PREFIX ...]   run only the checks whose id starts so
 #include "lab.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -88,8 +89,10 @@ int main(int argc, char** argv) {
 #endif
     std::vector<std::string> only(argv + 1, argv + argc);
     std::vector<Check> all;
-    for (auto list : {fault_checks, send_checks, sync_checks, device_checks, retention_checks})
+    for (auto list : {send_checks, fault_checks, sync_checks, device_checks, retention_checks})
         for (auto& c : list()) all.push_back(std::move(c));
+    // The lab's own precondition first, then the ids in spec order.
+    std::stable_partition(all.begin(), all.end(), [](const Check& c) { return c.id.rfind("lab-", 0) == 0; });
     if (!only.empty()) {
         std::vector<Check> picked;
         for (auto& c : all)
