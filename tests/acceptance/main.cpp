@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     }
 
     g_lab = lab.get();
-    for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGINT, SIGTERM, SIGHUP}) ::signal(sig, on_fatal);
+    for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, on_fatal);
 
     // Watchdog: a check that hangs FAILs, the report is written, and the
     // processes the lab started are stopped, rather than hanging CI.
