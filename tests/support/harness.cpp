@@ -19,6 +19,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -217,8 +218,13 @@ void ServerProcess::spawn() {
     fs::remove(dir_.path() + "/port");
     pid_ = ::fork();
     if (pid_ == 0) {
+        // Never outlive the test (an orphan would hold ports and pipes).
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = ::open((dir_.path() + "/stderr.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) ::dup2(fd, 2);
+        if (fd >= 0) {
+            ::dup2(fd, 1);
+            ::dup2(fd, 2);
+        }
         std::vector<char*> a;
         for (auto& s : base_) a.push_back(const_cast<char*>(s.c_str()));
         for (auto& s : extra_) a.push_back(const_cast<char*>(s.c_str()));
