@@ -423,6 +423,34 @@ bool Storage::ensureConversation(const QString &conv) {
     return exec(q);
 }
 
+bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    // Keyed by (conv, seq): re-applying is harmless (events are immutable on
+    // the server; REPLACE also heals a rebuild after CURSOR_AHEAD).
+    q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user)"
+                             " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    q.addBindValue(e.conv);
+    q.addBindValue(e.seq);
+    q.addBindValue(e.mid);
+    q.addBindValue(e.kind);
+    q.addBindValue(nullIfEmpty(e.sender));
+    q.addBindValue(nullIfEmpty(e.body));
+    q.addBindValue(e.ts);
+    q.addBindValue(epoch);
+    q.addBindValue(e.kind == u"recall" ? QVariant(e.target) : QVariant(QMetaType(QMetaType::LongLong)));
+    q.addBindValue(nullIfEmpty(e.user));
+    return !eventInsertFault() && exec(q);
+}
+
+bool Storage::recountUnread(const QString &conv) {
+    const std::optional<QString> self = meta(QStringLiteral("user"));
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(unreadSql);
+    q.bindValue(QStringLiteral(":self"), self.value_or(QString()));
+    q.bindValue(QStringLiteral(":conv"), conv);
+    return exec(q);
+}
+
 bool Storage::applyPage(const proto::Page &page) {
     if (!begin())
         return false;
@@ -437,24 +465,9 @@ bool Storage::applyPage(const proto::Page &page) {
         ensure.addBindValue(page.conv);
         if (!exec(ensure)) { ensure = QSqlQuery(); return abort(); }
     }
-    for (const proto::Event &e : page.events) {
-        QSqlQuery q(QSqlDatabase::database(connection_, false));
-        // Keyed by (conv, seq): re-applying a page is harmless (events are
-        // immutable on the server; REPLACE also heals a rebuild after CURSOR_AHEAD).
-        q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user)"
-                                 " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-        q.addBindValue(e.conv);
-        q.addBindValue(e.seq);
-        q.addBindValue(e.mid);
-        q.addBindValue(e.kind);
-        q.addBindValue(nullIfEmpty(e.sender));
-        q.addBindValue(nullIfEmpty(e.body));
-        q.addBindValue(e.ts);
-        q.addBindValue(e.epoch > 0 ? e.epoch : page.epoch);
-        q.addBindValue(e.kind == u"recall" ? QVariant(e.target) : QVariant(QMetaType(QMetaType::LongLong)));
-        q.addBindValue(nullIfEmpty(e.user));
-        if (eventInsertFault() || !exec(q)) { q = QSqlQuery(); return abort(); }
-    }
+    for (const proto::Event &e : page.events)
+        if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
+            return abort();
     {
         QSqlQuery q(QSqlDatabase::database(connection_, false));
         q.prepare(QStringLiteral(
@@ -469,14 +482,8 @@ bool Storage::applyPage(const proto::Page &page) {
         q.bindValue(QStringLiteral(":conv"), page.conv);
         if (!exec(q)) { q = QSqlQuery(); return abort(); }
     }
-    {
-        std::optional<QString> self = meta(QStringLiteral("user"));
-        QSqlQuery q(QSqlDatabase::database(connection_, false));
-        q.prepare(unreadSql);
-        q.bindValue(QStringLiteral(":self"), self.value_or(QString()));
-        q.bindValue(QStringLiteral(":conv"), page.conv);
-        if (!exec(q)) { q = QSqlQuery(); return abort(); }
-    }
+    if (!recountUnread(page.conv))
+        return abort();
     return commit();
 }
 
@@ -501,33 +508,17 @@ bool Storage::applyPushedEvent(const proto::Event &ev, bool *applied) {
             return true; // not the next one: the caller syncs instead
         }
     }
+    if (!insertEvent(ev, ev.epoch))
+        return abort();
     {
-        QSqlQuery q(QSqlDatabase::database(connection_, false));
-        q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user)"
-                                 " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-        q.addBindValue(ev.conv);
-        q.addBindValue(ev.seq);
-        q.addBindValue(ev.mid);
-        q.addBindValue(ev.kind);
-        q.addBindValue(nullIfEmpty(ev.sender));
-        q.addBindValue(nullIfEmpty(ev.body));
-        q.addBindValue(ev.ts);
-        q.addBindValue(ev.epoch);
-        q.addBindValue(ev.kind == u"recall" ? QVariant(ev.target) : QVariant(QMetaType(QMetaType::LongLong)));
-        q.addBindValue(nullIfEmpty(ev.user));
-        if (eventInsertFault() || !exec(q)) { q = QSqlQuery(); return abort(); }
         QSqlQuery u(QSqlDatabase::database(connection_, false));
         u.prepare(QStringLiteral("UPDATE conversations SET after = :seq, head = MAX(head, :seq) WHERE conv = :conv"));
         u.bindValue(QStringLiteral(":seq"), ev.seq);
         u.bindValue(QStringLiteral(":conv"), ev.conv);
-        if (!exec(u)) { q = QSqlQuery(); u = QSqlQuery(); return abort(); }
-        std::optional<QString> self = meta(QStringLiteral("user"));
-        QSqlQuery n(QSqlDatabase::database(connection_, false));
-        n.prepare(unreadSql);
-        n.bindValue(QStringLiteral(":self"), self.value_or(QString()));
-        n.bindValue(QStringLiteral(":conv"), ev.conv);
-        if (!exec(n)) { q = QSqlQuery(); u = QSqlQuery(); n = QSqlQuery(); return abort(); }
+        if (!exec(u)) { u = QSqlQuery(); return abort(); }
     }
+    if (!recountUnread(ev.conv))
+        return abort();
     if (!commit())
         return false;
     *applied = true;
@@ -574,12 +565,10 @@ bool Storage::setRead(const QString &conv, qint64 read) {
         q.addBindValue(read);
         q.addBindValue(conv);
         if (!exec(q)) { q = QSqlQuery(); rollback(); return false; }
-        std::optional<QString> self = meta(QStringLiteral("user"));
-        QSqlQuery n(QSqlDatabase::database(connection_, false));
-        n.prepare(unreadSql);
-        n.bindValue(QStringLiteral(":self"), self.value_or(QString()));
-        n.bindValue(QStringLiteral(":conv"), conv);
-        if (!exec(n)) { q = QSqlQuery(); n = QSqlQuery(); rollback(); return false; }
+    }
+    if (!recountUnread(conv)) {
+        rollback();
+        return false;
     }
     return commit();
 }

@@ -137,6 +137,10 @@ private:
     void rollback();
     bool migrate();
     bool fail(const QString &what);
+    // Inside a transaction: one event row (idempotent on (conv, seq)).
+    bool insertEvent(const proto::Event &e, qint64 epoch);
+    // Inside a transaction: recompute a conversation's local unread count.
+    bool recountUnread(const QString &conv);
 
     QString connection_;
     QString path_;
