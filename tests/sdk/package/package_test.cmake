@@ -1,0 +1,26 @@
+# sdk.package_consumer: install this build into a temporary prefix, then
+# configure and build tests/sdk/package against it with find_package(ImSdk).
+# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR.
+file(REMOVE_RECURSE "${WORK_DIR}")
+execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix"
+                RESULT_VARIABLE rc OUTPUT_QUIET)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+foreach(f lib/cmake/ImSdk/ImSdkConfig.cmake include/im/client.h)
+  if(NOT EXISTS "${WORK_DIR}/prefix/${f}")
+    message(FATAL_ERROR "not installed: ${f}")
+  endif()
+endforeach()
+execute_process(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${WORK_DIR}/build"
+                        "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "find_package(ImSdk) consumer did not configure: ${rc}")
+endif()
+execute_process(COMMAND "${CMAKE_COMMAND}" --build "${WORK_DIR}/build" RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT EXISTS "${WORK_DIR}/build/mychat")
+  message(FATAL_ERROR "consumer did not build: ${rc}")
+endif()
+file(REMOVE_RECURSE "${WORK_DIR}")
+message(STATUS "installed ImSdk package builds an outside app")
