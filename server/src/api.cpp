@@ -30,6 +30,36 @@ std::int64_t now_ms() {
 
 } // namespace
 
+namespace {
+
+Handled send_reply(ApiContext& ctx, const Outcome<Store::SendResult>& o, const std::optional<std::string>& rid) {
+    if (!o) return error_reply(o.error(), rid);
+    // The commit is durable now; this point tests replies lost after it.
+    auto f = ctx.faults.hit("api.after_send_commit");
+    if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
+    Handled h;
+    if (o->drop_reply || f == FaultKind::drop_reply) h.code = "DROPPED";
+    else h.frame = encode_reply(o->sent, rid);
+    return h;
+}
+
+} // namespace
+
+std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                                       const std::vector<req::Send>& sends,
+                                       const std::vector<std::optional<std::string>>& rids) {
+    std::vector<Handled> out;
+    out.reserve(sends.size());
+    if (!conn) {
+        for (const auto& rid : rids)
+            out.push_back(error_reply(unavailable("database unreachable, retry with the same request"), rid));
+        return out;
+    }
+    auto results = ctx.store.send_batch(*conn, who, sends);
+    for (std::size_t i = 0; i < results.size(); ++i) out.push_back(send_reply(ctx, results[i], rids[i]));
+    return out;
+}
+
 Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
                        const Request& req, const std::optional<std::string>& rid) {
     if (!conn) return error_reply(unavailable("database unreachable, retry with the same request"), rid);
@@ -45,15 +75,7 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
                 h.identity = o.value();
                 return h;
             } else if constexpr (std::is_same_v<T, req::Send>) {
-                auto o = ctx.store.send(c, *who, r);
-                if (!o) return error_reply(o.error(), rid);
-                // The commit is durable now; this point tests replies lost after it.
-                auto f = ctx.faults.hit("api.after_send_commit");
-                if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
-                Handled h;
-                if (o->drop_reply || f == FaultKind::drop_reply) h.code = "DROPPED";
-                else h.frame = encode_reply(o->sent, rid);
-                return h;
+                return handle_send_batch(ctx, conn, *who, {r}, {rid}).front();
             } else if constexpr (std::is_same_v<T, req::Sync>) {
                 return reply(ctx.store.sync(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Ack>) {

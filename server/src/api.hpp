@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace im {
 
@@ -26,6 +27,11 @@ struct ApiContext {
 /// `conn` is nullptr when the database is unreachable.
 Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
                        const Request& req, const std::optional<std::string>& rid);
+
+/// A run of sends to one conversation, one transaction; one Handled per item.
+std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                                       const std::vector<req::Send>& sends,
+                                       const std::vector<std::optional<std::string>>& rids);
 
 /// Replies that need no database (errors found on the I/O thread).
 Handled error_reply(const Error& e, const std::optional<std::string>& rid);

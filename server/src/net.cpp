@@ -147,24 +147,52 @@ private:
             h.frame = encode_reply(Subscribed{}, item.rid);
             return finish(item, std::move(h));
         }
+        // A run of sends to one conversation goes to the database as one
+        // transaction (one lock, one commit), each judged on its own, in order.
+        auto batch = std::make_shared<std::vector<Pending>>();
+        batch->push_back(std::move(item));
+        if (const auto* first = std::get_if<req::Send>(&batch->front().req)) {
+            while (!queue_.empty() && batch->size() < max_send_batch_) {
+                const auto* s = std::get_if<req::Send>(&queue_.front().req);
+                if (!s || s->conv != first->conv) break;
+                batch->push_back(std::move(queue_.front()));
+                queue_.pop_front();
+            }
+        }
         busy_ = true;
         auto self = shared_from_this();
         auto who = who_;
-        auto shared = std::make_shared<Pending>(std::move(item));
-        bool queued = gw_->pool().submit([self, who, shared](pqxx::connection_base* c) {
-            Handled h = handle_request(self->gw_->api(), c, who, shared->req, shared->rid);
-            net::post(self->ws_.get_executor(), [self, shared, h = std::move(h)]() mutable {
+        bool queued = gw_->pool().submit([self, who, batch](pqxx::connection_base* c) {
+            std::vector<Handled> hs;
+            if (std::holds_alternative<req::Send>(batch->front().req)) {
+                std::vector<req::Send> sends;
+                std::vector<std::optional<std::string>> rids;
+                for (const auto& p : *batch) {
+                    sends.push_back(std::get<req::Send>(p.req));
+                    rids.push_back(p.rid);
+                }
+                hs = handle_send_batch(self->gw_->api(), c, *who, sends, rids);
+            } else {
+                hs.push_back(handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid));
+            }
+            net::post(self->ws_.get_executor(), [self, batch, hs = std::move(hs)]() mutable {
                 self->busy_ = false;
-                self->finish(*shared, std::move(h));
+                for (std::size_t i = 0; i < hs.size(); ++i)
+                    if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
+                self->after_reply();
             });
         });
         if (!queued) {
             busy_ = false;
-            finish(*shared, error_reply(unavailable("server busy, retry with the same request"), shared->rid));
+            for (auto& p : *batch)
+                if (!deliver(p, error_reply(unavailable("server busy, retry with the same request"), p.rid))) return;
+            after_reply();
         }
+        if (!reading_ && queue_.size() < max_queued_ / 2) do_read();
     }
 
-    void finish(const Pending& item, Handled h) {
+    // Writes one reply; false when the connection is closing because of it.
+    bool deliver(const Pending& item, Handled h) {
         gw_->metrics().count_request(item.type, h.code);
         if (item.type == "send")
             gw_->metrics().observe_send_seconds(
@@ -174,9 +202,20 @@ private:
             log_info("hello", {{"user", who_->user}, {"device", who_->device}});
         }
         if (!h.frame.empty()) send(std::move(h.frame));
-        if (h.close_after) return close(websocket::close_code::policy_error);
+        if (h.close_after) {
+            close(websocket::close_code::policy_error);
+            return false;
+        }
+        return true;
+    }
+
+    void after_reply() {
         if (draining_ && queue_.empty() && !busy_) return close(websocket::close_code::going_away);
         next();
+    }
+
+    void finish(const Pending& item, Handled h) {
+        if (deliver(item, std::move(h))) after_reply();
     }
 
     void send(std::string frame) {
@@ -239,6 +278,7 @@ private:
     }
 
     static constexpr std::size_t max_queued_ = 64;        // requests read ahead
+    static constexpr std::size_t max_send_batch_ = 64;    // sends per transaction
     static constexpr std::size_t max_outgoing_ = 10000;   // frames waiting to be written
 
     websocket::stream<beast::tcp_stream> ws_;

@@ -253,54 +253,88 @@ Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
 // ---------------------------------------------------------------- send
 
 Outcome<Store::SendResult> Store::send(pqxx::connection_base& c, const Identity& who, const req::Send& s) {
+    return send_batch(c, who, {s}).front();
+}
+
+std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base& c, const Identity& who,
+                                                          const std::vector<req::Send>& batch) {
+    using Results = std::vector<Outcome<SendResult>>;
+    const std::string& conv_id = batch.front().conv;
     for (int attempt = 0;; ++attempt) {
         try {
-            return guarded<SendResult, true>("send", [&]() -> Outcome<SendResult> {
+            auto r = guarded<Results, true>("send", [&]() -> Outcome<Results> {
                 pqxx::work tx(c);
                 // 1. Lock the conversation row: per-conversation seq order = commit order.
                 //    (The lab's negative control skips the lock and the unique index.)
-                auto conv = load_conv(tx, s.conv, !lab_.no_unique_index);
-                if (!conv) return not_member();
-                // Steps 2-4 read their facts in one statement (taken after the
-                // lock, so it sees every commit before ours) and are judged
-                // below in the contract's order.
-                auto f = tx.exec_params(
-                    std::string("SELECT k.seq, k.mid::text, k.epoch, k.request_hash = ") + send_fp +
-                        ", EXISTS (SELECT 1 FROM idem_tombstones t WHERE t.conv_id = $1 AND t.sender_user = $2 "
-                        "          AND t.client_msg_id = $3), "
-                        "EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = $1 AND m.user_id = $2 "
-                        "        AND m.to_seq IS NULL) "
-                        "FROM (SELECT 1) AS one LEFT JOIN events k ON k.conv_id = $1 AND k.sender_user = $2 "
-                        "AND k.client_msg_id = $3",
-                    s.conv, who.user, s.cmid, s.body);
-                const auto& facts = f[0];
-                // 2. The request key: same fingerprint -> the original; else mismatch.
-                if (!facts[0].is_null()) {
-                    if (!facts[3].as<bool>())
-                        return Error{Code::idempotency_mismatch, "cmid already used with different content"};
-                    return SendResult{Sent{s.conv, facts[0].as<std::int64_t>(), facts[1].c_str(), true,
-                                           facts[2].as<std::int64_t>()}};
+                auto conv = load_conv(tx, conv_id, !lab_.no_unique_index);
+                if (!conv) return Results(batch.size(), not_member());
+                Results out;
+                out.reserve(batch.size());
+                bool stopped = false;
+                for (const auto& s : batch) {
+                    if (stopped) { // keep the sender's order: nothing after a failed item
+                        out.push_back(unavailable("injected fault"));
+                        continue;
+                    }
+                    // Steps 2-4 read their facts in one statement (taken after the
+                    // lock, so it sees every commit before ours and the earlier
+                    // items of this batch) and are judged in the contract's order.
+                    auto f = tx.exec_params(
+                        std::string("SELECT k.seq, k.mid::text, k.epoch, k.request_hash = ") + send_fp +
+                            ", EXISTS (SELECT 1 FROM idem_tombstones t WHERE t.conv_id = $1 AND t.sender_user = $2 "
+                            "          AND t.client_msg_id = $3), "
+                            "EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = $1 AND m.user_id = $2 "
+                            "        AND m.to_seq IS NULL) "
+                            "FROM (SELECT 1) AS one LEFT JOIN events k ON k.conv_id = $1 AND k.sender_user = $2 "
+                            "AND k.client_msg_id = $3",
+                        s.conv, who.user, s.cmid, s.body);
+                    const auto& facts = f[0];
+                    // 2. The request key: same fingerprint -> the original; else mismatch.
+                    if (!facts[0].is_null()) {
+                        if (!facts[3].as<bool>())
+                            out.push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
+                        else
+                            out.push_back(SendResult{Sent{s.conv, facts[0].as<std::int64_t>(), facts[1].c_str(), true,
+                                                          facts[2].as<std::int64_t>()}});
+                        continue;
+                    }
+                    // 3. A tombstone: the original ran but retention purged it.
+                    if (facts[4].as<bool>()) {
+                        out.push_back(Error{Code::original_expired, "the original was purged by retention"});
+                        continue;
+                    }
+                    // 4. Write access needs an open period.
+                    if (!facts[5].as<bool>()) {
+                        out.push_back(not_member());
+                        continue;
+                    }
+                    // 5. Insert and bump next_seq (with NOTIFY); commit below, reply after it.
+                    auto fi = faults_.hit("store.before_insert");
+                    if (fi == FaultKind::unavailable) {
+                        out.push_back(unavailable("injected fault"));
+                        stopped = true;
+                        continue;
+                    }
+                    auto a = append_event(tx, s.conv, "msg", who.user, s.cmid, s.body, std::nullopt, std::nullopt,
+                                          send_fp, s.body);
+                    SendResult res{Sent{s.conv, a.seq, a.mid, false, a.epoch}};
+                    res.drop_reply = fi == FaultKind::drop_reply;
+                    out.push_back(std::move(res));
                 }
-                // 3. A tombstone: the original ran but retention purged it.
-                if (facts[4].as<bool>()) return Error{Code::original_expired, "the original was purged by retention"};
-                // 4. Write access needs an open period.
-                if (!facts[5].as<bool>()) return not_member();
-                // 5. Insert, bump next_seq, notify, commit; reply only after COMMIT.
-                auto fi = faults_.hit("store.before_insert");
-                if (fi == FaultKind::unavailable) return unavailable("injected fault");
-                auto a = append_event(tx, s.conv, "msg", who.user, s.cmid, s.body, std::nullopt,
-                                      std::nullopt, send_fp, s.body);
                 auto fc = faults_.hit("store.before_commit");
-                if (fc == FaultKind::unavailable) return unavailable("injected fault");
+                if (fc == FaultKind::unavailable) return Results(batch.size(), unavailable("injected fault"));
                 tx.commit();
-                SendResult res{Sent{s.conv, a.seq, a.mid, false, a.epoch}};
-                res.drop_reply = fi == FaultKind::drop_reply || fc == FaultKind::drop_reply;
-                return res;
+                if (fc == FaultKind::drop_reply)
+                    for (auto& o : out)
+                        if (o) o->drop_reply = true;
+                return out;
             });
+            if (r) return std::move(r.value());
+            return Results(batch.size(), r.error());
         } catch (const pqxx::unique_violation&) {
             // Not reachable while the row lock is held; if it ever is, the
             // key now exists and a second pass returns it as a duplicate.
-            if (attempt > 0) return unavailable();
+            if (attempt > 0) return Results(batch.size(), unavailable());
         }
     }
 }

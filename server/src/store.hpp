@@ -35,6 +35,11 @@ public:
 
     struct SendResult { Sent sent; bool drop_reply = false; };
     Outcome<SendResult> send(pqxx::connection_base& c, const Identity& who, const req::Send& r);
+    /// Consecutive sends of one connection to ONE conversation, in one
+    /// transaction (one lock, one commit): each item is judged on its own,
+    /// in order, exactly as a lone send; replies only after the COMMIT.
+    std::vector<Outcome<SendResult>> send_batch(pqxx::connection_base& c, const Identity& who,
+                                                const std::vector<req::Send>& batch);
 
     Outcome<Page> sync(pqxx::connection_base& c, const Identity& who, const req::Sync& r);
     Outcome<Fetched> fetch(pqxx::connection_base& c, const Identity& who, const req::Fetch& r);
