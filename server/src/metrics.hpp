@@ -19,6 +19,7 @@ public:
     std::atomic<long long> pushes_resync{0};
     std::atomic<long long> notify_lag_ms{0};      // last commit -> gateway delay seen
     std::atomic<long long> listen_reconnects{0};
+    std::atomic<long long> send_transactions{0};  // database transactions that carried sends
 
     /// code is "OK" for success replies.
     void count_request(std::string_view type, std::string_view code);

@@ -159,6 +159,7 @@ private:
                 queue_.pop_front();
             }
         }
+        if (std::holds_alternative<req::Send>(batch->front().req)) ++gw_->metrics().send_transactions;
         busy_ = true;
         auto self = shared_from_this();
         auto who = who_;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <barrier>
+#include <map>
 #include <set>
 
 using namespace im::test;
@@ -126,6 +127,54 @@ TEST_F(Contract, thirty_two_concurrent_identical_sends_make_one_row_and_one_dup_
     EXPECT_EQ(mids.size(), 1u);
     EXPECT_EQ(seqs.size(), 1u);
     EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'same-key'"), "1");
+}
+
+TEST_F(Contract, pipelined_sends_are_each_judged_alone_and_keep_their_order) {
+    auto w = make_world(db(), "pipeline", 2);
+    auto c = login(port(), w.users[0]);
+    // Ten sends on the wire before any reply: a repeat of key p3 and a
+    // mismatch on key p5 sit among them.
+    std::vector<std::pair<std::string, std::string>> frames;
+    for (int i = 0; i < 8; ++i) frames.emplace_back("p" + std::to_string(i), "body " + std::to_string(i));
+    frames.insert(frames.begin() + 5, {"p3", "body 3"});      // duplicate
+    frames.insert(frames.begin() + 7, {"p5", "other body"});  // mismatch
+    auto transactions = [&] {
+        auto m = srv->http("GET", "/metrics").second;
+        auto at = m.find("\nim_send_transactions_total ");
+        return at == std::string::npos ? -1LL : std::stoll(m.substr(at + 28));
+    };
+    const long long before = transactions();
+    for (std::size_t i = 0; i < frames.size(); ++i)
+        c->send_json({{"t", "send"}, {"rid", "q" + std::to_string(i)}, {"conv", w.conv},
+                      {"cmid", frames[i].first}, {"body", frames[i].second}});
+    std::map<std::string, json::object> replies;
+    while (replies.size() < frames.size()) {
+        auto f = c->next(10s);
+        ASSERT_TRUE(f.has_value()) << "missing replies";
+        replies[str(*f, "rid")] = *f;
+    }
+    std::int64_t last = 2;
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+        const auto& r = replies["q" + std::to_string(i)];
+        if (i == 5) { // the repeat of p3
+            EXPECT_TRUE(r.at("dup").as_bool());
+            EXPECT_EQ(num(r, "seq"), num(replies["q3"], "seq"));
+        } else if (i == 7) {
+            EXPECT_EQ(str(r, "code"), "IDEMPOTENCY_MISMATCH");
+        } else {
+            ASSERT_EQ(str(r, "t"), "sent") << json::serialize(r);
+            EXPECT_FALSE(r.at("dup").as_bool());
+            EXPECT_EQ(num(r, "seq"), last + 1) << "seqs follow the order sent";
+            last = num(r, "seq");
+        }
+    }
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "8");
+    EXPECT_EQ(pg->scalar("SELECT body FROM events WHERE conv_id = " + q(w.conv) + " AND client_msg_id = 'p5'"),
+              "body 5");
+    // They shared transactions (the first may go alone before the rest arrive).
+    const long long used = transactions() - before;
+    EXPECT_GE(used, 1);
+    EXPECT_LT(used, static_cast<long long>(frames.size()));
 }
 
 TEST_F(Contract, a_removed_member_resending_an_old_key_gets_dup_not_not_member) {
