@@ -39,10 +39,12 @@ public:
         : ws_(std::move(socket)), gw_(std::move(gw)), ping_timer_(ws_.get_executor()) {}
 
     void run(http::request<http::string_body> req) {
-        const auto& cfg = gw_->config();
-        websocket::stream_base::timeout opt{std::chrono::seconds(30),
-                                            std::chrono::milliseconds(cfg.idle_timeout_ms), false};
+        // Beast times the handshake and the close; liveness is ours (see
+        // tick()): Beast's own idle timer is re-armed only when the app starts
+        // a read, so a quiet peer that answers every ping would still be cut.
+        websocket::stream_base::timeout opt{std::chrono::seconds(30), websocket::stream_base::none(), false};
         ws_.set_option(opt);
+        ws_.control_callback([this](websocket::frame_type, beast::string_view) { last_rx_ = Clock::now(); });
         ws_.read_message_max(max_frame_bytes);
         ws_.set_option(websocket::stream_base::decorator(
             [](websocket::response_type& res) { res.set(http::field::server, "imserver"); }));
@@ -75,23 +77,41 @@ private:
         if (ec) return fail(ec, "ws_accept");
         gw_->session_opened(shared_from_this());
         opened_ = true;
-        schedule_ping();
+        last_rx_ = last_ping_ = Clock::now();
+        schedule_tick();
         do_read();
     }
 
-    void schedule_ping() {
-        ping_timer_.expires_after(std::chrono::milliseconds(gw_->config().ping_interval_ms));
+    // Every tick: ping when a ping period has passed, and close a connection
+    // from which nothing (no frame, no pong) came for the idle timeout.
+    void schedule_tick() {
+        const auto& cfg = gw_->config();
+        auto tick = std::chrono::milliseconds(std::max(50, std::min(cfg.ping_interval_ms, cfg.idle_timeout_ms / 4)));
+        ping_timer_.expires_after(tick);
         ping_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
             if (ec || self->closed_) return;
-            if (!self->pinging_) {
-                self->pinging_ = true;
-                self->ws_.async_ping({}, [self](beast::error_code ec2) {
-                    self->pinging_ = false;
-                    if (ec2) fail(ec2, "ping");
-                });
-            }
-            self->schedule_ping();
+            self->tick();
         });
+    }
+
+    void tick() {
+        const auto& cfg = gw_->config();
+        const auto now = Clock::now();
+        if (now - last_rx_ >= std::chrono::milliseconds(cfg.idle_timeout_ms)) {
+            log_info("idle_closed");
+            beast::error_code ignored;
+            beast::get_lowest_layer(ws_).socket().close(ignored); // the pending read fails: shutdown()
+            return;
+        }
+        if (!pinging_ && now - last_ping_ >= std::chrono::milliseconds(cfg.ping_interval_ms)) {
+            pinging_ = true;
+            last_ping_ = now;
+            ws_.async_ping({}, [self = shared_from_this()](beast::error_code ec) {
+                self->pinging_ = false;
+                if (ec) fail(ec, "ping");
+            });
+        }
+        schedule_tick();
     }
 
     void do_read() {
@@ -102,6 +122,7 @@ private:
 
     void on_read(beast::error_code ec, std::size_t) {
         reading_ = false;
+        last_rx_ = Clock::now();
         if (ec) {
             // message_too_big: Beast has already sent close 1009.
             fail(ec, "ws_read");
@@ -290,6 +311,8 @@ private:
     std::deque<Pending> queue_;
     std::optional<Identity> who_;
     websocket::close_code close_code_ = websocket::close_code::normal;
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point last_rx_{}, last_ping_{};
     bool opened_ = false, reading_ = false, busy_ = false, pinging_ = false;
     bool draining_ = false, close_requested_ = false, closed_ = false;
 };

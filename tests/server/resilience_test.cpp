@@ -2,6 +2,10 @@
 // the LISTEN connection killed, two gateways on one database.
 #include "common.hpp"
 
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 using namespace im::test;
@@ -77,6 +81,45 @@ TEST(Resilience, losing_the_listen_connection_sends_resync_and_pushes_resume) {
         return str(f, "t") == "event" && str(f.at("ev").as_object(), "body") == "after the loss";
     });
     EXPECT_TRUE(ev.has_value());
+}
+
+TEST(Resilience, a_silent_connection_is_pinged_and_closed_after_the_idle_timeout) {
+    namespace beast = boost::beast;
+    namespace net = boost::asio;
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet", "--ping-interval-ms", "200", "--idle-timeout-ms", "1000"});
+    // A live client answers pings while it reads: it stays.
+    WsClient live(srv.port());
+    // A silent one never reads, so never answers a ping: it is closed.
+    net::io_context ioc;
+    beast::websocket::stream<beast::tcp_stream> silent(ioc);
+    beast::get_lowest_layer(silent).connect({net::ip::make_address("127.0.0.1"), srv.port()});
+    silent.handshake("127.0.0.1", "/v1/ws");
+    std::this_thread::sleep_for(2500ms);
+    beast::flat_buffer buf;
+    beast::error_code ec;
+    int pings = 0;
+    bool gave_up = false;
+    silent.control_callback([&](beast::websocket::frame_type kind, beast::string_view) {
+        if (kind != beast::websocket::frame_type::ping) return;
+        // Pings keep coming while the server keeps us: give up after ~5 s.
+        if (++pings > 25 && !gave_up) {
+            gave_up = true;
+            beast::error_code ignored;
+            beast::get_lowest_layer(silent).socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+        }
+    });
+    // Bounded wait: a server that never closed would show as gave_up here.
+    struct timeval tv{5, 0};
+    ::setsockopt(beast::get_lowest_layer(silent).socket().native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    silent.read(buf, ec); // drains the pings that came meanwhile, then the close
+    EXPECT_FALSE(gave_up) << "the server kept pinging a peer that never answered";
+    EXPECT_GE(pings, 1);
+    EXPECT_TRUE(ec) << "the silent connection is still open";
+    EXPECT_FALSE(ec == net::error::would_block || ec == net::error::try_again) << "not closed within 5 s";
+    std::cerr << "silent connection ended with: " << ec.message() << "\n";
+    EXPECT_FALSE(live.closed());
+    EXPECT_EQ(str(live.request({{"t", "convs"}}), "code"), "UNAUTHENTICATED"); // still served
 }
 
 TEST(Resilience, two_gateways_on_one_database_push_each_others_commits) {
