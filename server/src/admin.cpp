@@ -89,24 +89,10 @@ std::vector<std::string> split(const std::string& s) {
     return out;
 }
 
-bool token_valid(pqxx::connection_base& c, const std::string& device, const std::string& token) {
-    pqxx::work tx(c);
-    return !tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1 AND revoked_at IS NULL "
-                           "AND token_sha256 = sha256(convert_to($2, 'UTF8'))",
-                           device, token)
-                .empty();
-}
-
 // Makes sure USER and DEVICE exist and returns a fresh token for DEVICE.
 std::string issue_token(pqxx::connection_base& c, Store& store, const std::string& user, const std::string& device) {
-    bool user_exists, device_exists;
-    {
-        pqxx::work tx(c);
-        user_exists = !tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", user).empty();
-        device_exists = !tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1", device).empty();
-    }
-    if (!user_exists) store.add_user(c, user);
-    return device_exists ? store.reissue_token(c, device) : store.add_device(c, user, device);
+    if (!store.user_exists(c, user)) store.add_user(c, user);
+    return store.device_exists(c, device) ? store.reissue_token(c, device) : store.add_device(c, user, device);
 }
 
 std::string demo(pqxx::connection_base& c, Store& store, const std::string& out, const std::string& server) {
@@ -128,7 +114,7 @@ std::string demo(pqxx::connection_base& c, Store& store, const std::string& out,
     boost::json::array list;
     for (const auto& u : users) {
         std::string token = known[u.device];
-        if (token.empty() || !token_valid(c, u.device, token)) token = issue_token(c, store, u.user, u.device);
+        if (token.empty() || !store.token_valid(c, u.device, token)) token = issue_token(c, store, u.user, u.device);
         list.push_back(boost::json::object{{"user", u.user}, {"device", u.device}, {"token", token}});
     }
     auto all = store.all_convs(c);

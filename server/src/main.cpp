@@ -47,7 +47,7 @@ int serve(const im::Config& cfg) {
 
     if (cfg.lab.no_unique_index) {
         auto c = im::open_connection(db.url, "imserver-lab");
-        pqxx::nontransaction(*c).exec("DROP INDEX IF EXISTS events_idempotency");
+        im::Store::lab_drop_unique_index(*c);
         im::log_warn("lab_control_no_unique_index");
     }
     if (cfg.lab.purge_without_tombstones) im::log_warn("lab_control_purge_without_tombstones");

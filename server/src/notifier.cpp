@@ -71,7 +71,7 @@ void Notifier::run() {
                 }
                 // A silently reopened or dead session would have lost LISTEN.
                 if (std::chrono::steady_clock::now() - last_probe > std::chrono::seconds(1)) {
-                    pqxx::nontransaction(*conn).exec("SELECT 1");
+                    if (!store_.ping(*conn)) throw pqxx::broken_connection("listen session lost");
                     last_probe = std::chrono::steady_clock::now();
                 }
                 if (!conn->is_open() || conn->backendpid() != pid) throw pqxx::broken_connection("listen session lost");

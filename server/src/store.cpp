@@ -760,4 +760,26 @@ std::vector<std::string> Store::all_convs(pqxx::connection_base& c) {
     return out;
 }
 
+bool Store::user_exists(pqxx::connection_base& c, const std::string& user) {
+    pqxx::work tx(c);
+    return !tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", user).empty();
+}
+
+bool Store::device_exists(pqxx::connection_base& c, const std::string& device) {
+    pqxx::work tx(c);
+    return !tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1", device).empty();
+}
+
+bool Store::token_valid(pqxx::connection_base& c, const std::string& device, const std::string& token) {
+    pqxx::work tx(c);
+    return !tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1 AND revoked_at IS NULL "
+                           "AND token_sha256 = sha256(convert_to($2, 'UTF8'))",
+                           device, token)
+                .empty();
+}
+
+void Store::lab_drop_unique_index(pqxx::connection_base& c) {
+    pqxx::nontransaction(c).exec("DROP INDEX IF EXISTS events_idempotency");
+}
+
 } // namespace im

@@ -83,6 +83,12 @@ public:
     std::int64_t purge(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> before_seq,
                        std::optional<std::int64_t> older_than_ms, std::int64_t batch = 1000);
     std::vector<std::string> all_convs(pqxx::connection_base& c);
+    bool user_exists(pqxx::connection_base& c, const std::string& user);
+    bool device_exists(pqxx::connection_base& c, const std::string& device);
+    /// True when `token` is the live token of `device`.
+    bool token_valid(pqxx::connection_base& c, const std::string& device, const std::string& token);
+    /// LAB ONLY negative control: drop the C1 index (the lab's own database).
+    static void lab_drop_unique_index(pqxx::connection_base& c);
 
 private:
     FaultRegistry& faults_;
