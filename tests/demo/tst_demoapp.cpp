@@ -2,7 +2,7 @@
 // conversations ana-ben and team). Drives the real widgets with QTest key
 // and mouse events on the offscreen platform; asserts on what the widgets
 // show and on the SDK models behind them.
-#include "demoserver.h"
+#include "realserver.h"
 
 #include "chatwindow.h"
 #include "faultclient.h"
@@ -127,7 +127,7 @@ private:
     void waitConnected(ChatWindow *w);
     QString watchLostReply(ChatWindow *w, const QString &body);
 
-    std::unique_ptr<DemoServer> server_;
+    std::unique_ptr<RealServer> server_;
     std::unique_ptr<WindowManager> manager_;
     QTemporaryDir data_;
     QPointer<ChatWindow> ana_;
@@ -137,7 +137,8 @@ private:
 void TestDemoApp::initTestCase() {
     const QString bin = qEnvironmentVariable("IMSERVER_BIN");
     QVERIFY2(!bin.isEmpty(), "IMSERVER_BIN is not set (ctest sets it)");
-    server_ = std::make_unique<DemoServer>(bin);
+    server_ = std::make_unique<RealServer>(bin);
+    server_->serverArgs << QStringLiteral("--enable-faults"); // the fault panel arms server faults
     const QString err = server_->start();
     QVERIFY2(err.isEmpty(), qPrintable(err));
 

@@ -1,6 +1,6 @@
-// Test harness for the real server: provisions the demo data set into an
-// embedded PostgreSQL (imserver admin ... demo) and runs imserver on a free
-// port until destroyed (SIGTERM).
+// Test harness for the real server, shared by the SDK and demo-app tests:
+// provisions the demo data set into an embedded PostgreSQL (imserver admin
+// ... demo) and runs imserver on a free port until destroyed (SIGTERM).
 #pragma once
 
 #include <QtCore/QDir>
@@ -29,7 +29,8 @@ public:
                                                | QFileDevice::ExeOther | QFileDevice::ReadGroup
                                                | QFileDevice::WriteGroup | QFileDevice::ExeGroup);
         const QString state = dir_.filePath(QStringLiteral("state"));
-        const QString demo = dir_.filePath(QStringLiteral("demo.json"));
+        tokenFile = dir_.filePath(QStringLiteral("demo.json"));
+        const QString &demo = tokenFile;
         QProcess admin;
         admin.setProcessChannelMode(QProcess::MergedChannels);
         admin.start(bin_, {QStringLiteral("admin"), QStringLiteral("--state-dir"), state, QStringLiteral("demo"),
@@ -49,8 +50,9 @@ public:
             return QStringLiteral("demo output has no users");
         const QString ready = dir_.filePath(QStringLiteral("ready"));
         proc_.setProcessChannelMode(QProcess::MergedChannels);
-        proc_.start(bin_, {QStringLiteral("--state-dir"), state, QStringLiteral("--listen"),
-                           QStringLiteral("127.0.0.1:0"), QStringLiteral("--ready-file"), ready});
+        proc_.start(bin_, QStringList{QStringLiteral("--state-dir"), state, QStringLiteral("--listen"),
+                                      QStringLiteral("127.0.0.1:0"), QStringLiteral("--ready-file"), ready}
+                              + serverArgs);
         if (!proc_.waitForStarted())
             return QStringLiteral("imserver did not start");
         int port = 0;
@@ -82,7 +84,9 @@ public:
 
     QString output() { return QString::fromUtf8(proc_.readAll()); }
 
+    QStringList serverArgs;         // extra imserver flags, set before start()
     QUrl url;
+    QString tokenFile;              // what `imserver admin demo` wrote
     QHash<QString, QString> tokens; // user -> device token
 
 private:
