@@ -1,10 +1,12 @@
 // Small helpers shared by the SDK tests.
 #pragma once
 
+#include <QtCore/QProcess>
 #include <QtCore/QString>
 #include <QtCore/QVariant>
 #include <QtSql/QSqlDatabase>
 #include <QtSql/QSqlQuery>
+#include <QtTest/QTest>
 
 #include <atomic>
 
@@ -30,4 +32,29 @@ inline QVariant sqlScalar(const QString &dbPath, const QString &sql, const QVari
     }
     QSqlDatabase::removeDatabase(name);
     return out;
+}
+
+// True once the child process has exited (waiting up to a minute).
+inline bool finished(QProcess &proc) {
+    return proc.state() == QProcess::NotRunning || proc.waitForFinished(60000);
+}
+
+// Waits (spinning the event loop, so an in-process fake server keeps running)
+// for a stdout line of the child starting with `prefix`; returns the rest of
+// it, or an empty string if the child exited or the time ran out first.
+inline QString waitForLine(QProcess &proc, const QString &prefix, int timeoutMs = 60000) {
+    QString found;
+    QByteArray buffer;
+    const bool seen = QTest::qWaitFor([&] {
+        buffer += proc.readAllStandardOutput();
+        for (const QByteArray &raw : buffer.split('\n')) {
+            const QString line = QString::fromUtf8(raw).trimmed();
+            if (line.startsWith(prefix)) {
+                found = line.mid(prefix.size()).trimmed();
+                return true;
+            }
+        }
+        return proc.state() == QProcess::NotRunning;
+    }, timeoutMs);
+    return seen ? found : QString();
 }

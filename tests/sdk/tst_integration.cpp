@@ -23,9 +23,6 @@ using im::ConnectionState;
 namespace {
 
 // waitForFinished() returns false for a process that already ended.
-bool finished(QProcess &proc) {
-    return proc.state() == QProcess::NotRunning || proc.waitForFinished(60000);
-}
 
 QStringList sqlRows(const QString &db, const QString &sql) {
     QStringList out;
@@ -45,24 +42,6 @@ QStringList sqlRows(const QString &db, const QString &sql) {
     return out;
 }
 
-QString waitForLine(QProcess &proc, const QString &prefix, int timeoutMs = 60000) {
-    QString found;
-    QByteArray buffer;
-    const bool seen = QTest::qWaitFor([&] {
-        buffer += proc.readAllStandardOutput();
-        for (const QByteArray &raw : buffer.split('\n')) {
-            const QString line = QString::fromUtf8(raw).trimmed();
-            if (line.startsWith(prefix)) {
-                found = line.mid(prefix.size()).trimmed();
-                return true;
-            }
-        }
-        return proc.state() == QProcess::NotRunning;
-    }, timeoutMs);
-    if (!seen)
-        return {};
-    return found;
-}
 
 } // namespace
 

@@ -15,30 +15,7 @@
 namespace {
 
 // waitForFinished() returns false for a process that already ended.
-bool finished(QProcess &proc) {
-    return proc.state() == QProcess::NotRunning || proc.waitForFinished(60000);
-}
 
-// Waits (spinning the event loop, so the in-process fake server runs) for a
-// line starting with `prefix`; returns the rest of it.
-QString waitForLine(QProcess &proc, const QString &prefix, int timeoutMs = 20000) {
-    QString found;
-    QByteArray buffer;
-    const bool seen = QTest::qWaitFor([&] {
-        buffer += proc.readAllStandardOutput();
-        for (const QByteArray &raw : buffer.split('\n')) {
-            const QString line = QString::fromUtf8(raw).trimmed();
-            if (line.startsWith(prefix)) {
-                found = line.mid(prefix.size()).trimmed();
-                return true;
-            }
-        }
-        return proc.state() == QProcess::NotRunning;
-    }, timeoutMs);
-    if (!seen)
-        return {};
-    return found;
-}
 
 QStringList helperArgs(const QString &mode, const QString &db, const QUrl &url, const QStringList &extra = {}) {
     return QStringList{mode, QStringLiteral("--db"), db, QStringLiteral("--url"), url.toString(),
