@@ -126,6 +126,7 @@ private:
     void typeAndSend(ChatWindow *w, const QString &text, bool useEnter = false);
     void waitConnected(ChatWindow *w);
     QString watchLostReply(ChatWindow *w, const QString &body);
+    void expectLostReplySettledOnce(const QString &body);
 
     std::unique_ptr<RealServer> server_;
     std::unique_ptr<WindowManager> manager_;
@@ -238,6 +239,21 @@ QString TestDemoApp::watchLostReply(ChatWindow *w, const QString &body) {
     }
     qInfo("lost reply: '%s' settled Sent once; rows with that body meanwhile: at most %d", qPrintable(body), most);
     return cmid;
+}
+
+// A send whose reply was lost: one Sent row with its cmid and a seq at ana,
+// nothing left in the outbox, and exactly one row at ben.
+void TestDemoApp::expectLostReplySettledOnce(const QString &body) {
+    const QString cmid = watchLostReply(ana_, body);
+    QVERIFY(!cmid.isEmpty());
+    const int r = rowOf(ana_->messages(), body);
+    QCOMPARE(ana_->messages()->get(r, MessageListModel::CmidRole).toString(), cmid);
+    QVERIFY(ana_->messages()->get(r, MessageListModel::SeqRole).toLongLong() > 0);
+    QCOMPARE(ana_->client()->pendingCount(), 0);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QTest::qWait(1000);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
 }
 
 void TestDemoApp::signed_in_window_shows_connected_with_the_gateway_id() {
@@ -377,16 +393,7 @@ void TestDemoApp::client_dropped_reply_settles_sent_once_with_the_same_cmid() {
     QTest::mouseClick(child<QPushButton>(ana_, "dropReplyButton"), Qt::LeftButton);
     const QString body = QStringLiteral("my reply gets lost on the client");
     typeAndSend(ana_, body);
-    const QString cmid = watchLostReply(ana_, body);
-    QVERIFY(!cmid.isEmpty());
-    const int r = rowOf(ana_->messages(), body);
-    QCOMPARE(ana_->messages()->get(r, MessageListModel::CmidRole).toString(), cmid);
-    QVERIFY(ana_->messages()->get(r, MessageListModel::SeqRole).toLongLong() > 0);
-    QCOMPARE(ana_->client()->pendingCount(), 0);
-    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
-    QTest::qWait(1000);
-    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
-    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+    expectLostReplySettledOnce(body);
 }
 
 void TestDemoApp::server_fault_drop_reply_settles_sent_once() {
@@ -404,16 +411,7 @@ void TestDemoApp::server_fault_drop_reply_settles_sent_once() {
 
     const QString body = QStringLiteral("the server drops my reply after commit");
     typeAndSend(ana_, body);
-    const QString cmid = watchLostReply(ana_, body);
-    QVERIFY(!cmid.isEmpty());
-    const int r = rowOf(ana_->messages(), body);
-    QCOMPARE(ana_->messages()->get(r, MessageListModel::CmidRole).toString(), cmid);
-    QVERIFY(ana_->messages()->get(r, MessageListModel::SeqRole).toLongLong() > 0);
-    QCOMPARE(ana_->client()->pendingCount(), 0);
-    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
-    QTest::qWait(1000);
-    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
-    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+    expectLostReplySettledOnce(body);
 }
 
 void TestDemoApp::fault_panel_shows_the_servers_answer_to_a_bad_fault_spec() {
