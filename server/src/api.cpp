@@ -85,7 +85,9 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
             } else if constexpr (std::is_same_v<T, req::Recall>) {
                 return reply(ctx.store.recall(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Convs>) {
-                return reply(ctx.store.convs(c, *who), rid);
+                return reply(ctx.store.convs(c, *who, r), rid);
+            } else if constexpr (std::is_same_v<T, req::History>) {
+                return reply(ctx.store.history(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Fetch>) {
                 return reply(ctx.store.fetch(c, *who, r), rid);
             } else {

@@ -43,6 +43,13 @@ const std::vector<Option>& options() {
          }},
         {"--db", "IM_DB", "URL", "PostgreSQL connection (URL or key=value); default: the embedded cluster",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.db_url = v; return std::nullopt; }},
+        {"--db-password-file", "IM_DB_PASSWORD_FILE", "PATH",
+         "read the database password from this file (first line) instead of the URL; libpq's PGPASSWORD and "
+         "PGPASSFILE work too",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             c.db_password_file = v;
+             return std::nullopt;
+         }},
         {"--state-dir", "IM_STATE_DIR", "DIR", "folder of the embedded PostgreSQL and demo tokens (default ./var)",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.state_dir = v; return std::nullopt; }},
         {"--gateway-id", "IM_GATEWAY_ID", "ID", "this gateway's name in welcome frames and logs (default gw-1)",
@@ -66,6 +73,35 @@ const std::vector<Option>& options() {
          [](Config& c, const std::string& v) { return to_int(v, 100, 600000, c.ping_interval_ms); }},
         {"--idle-timeout-ms", "IM_IDLE_TIMEOUT_MS", "MS", "close a connection silent this long (default 60000)",
          [](Config& c, const std::string& v) { return to_int(v, 200, 3600000, c.idle_timeout_ms); }},
+        {"--hello-timeout-ms", "IM_HELLO_TIMEOUT_MS", "MS",
+         "close (1008) a connection that has not sent hello this long after the upgrade (default 10000)",
+         [](Config& c, const std::string& v) { return to_int(v, 100, 600000, c.hello_timeout_ms); }},
+        {"--max-unsent-bytes", "IM_MAX_UNSENT_BYTES", "BYTES",
+         "close (1013) a connection whose unsent output passes this; its request reading pauses at half "
+         "(default 4194304)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             int n = 0;
+             if (auto e = to_int(v, 131072, 1 << 30, n)) return e;
+             c.max_unsent_bytes = static_cast<std::size_t>(n);
+             return std::nullopt;
+         }},
+        {"--write-timeout-ms", "IM_WRITE_TIMEOUT_MS", "MS",
+         "drop a connection when one frame write has not completed this long (default 30000)",
+         [](Config& c, const std::string& v) { return to_int(v, 100, 600000, c.write_timeout_ms); }},
+        {"--max-connections", "IM_MAX_CONNECTIONS", "N",
+         "WebSocket connections this gateway serves; more are closed with 1013 (default 10000)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.max_connections); }},
+        {"--max-connections-per-address", "IM_MAX_CONNECTIONS_PER_ADDRESS", "N",
+         "WebSocket connections from one client IP address; more are closed with 1013 (default 1000)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.max_connections_per_address); }},
+        {"--db-timeout-ms", "IM_DB_TIMEOUT_MS", "MS",
+         "a database request (or LISTEN round trip) taking longer is cut: its connection is dropped and replaced, "
+         "the request gets UNAVAILABLE (a hung database is noticed; default 5000)",
+         [](Config& c, const std::string& v) { return to_int(v, 200, 600000, c.db_timeout_ms); }},
+        {"--accept-backoff-ms", "IM_ACCEPT_BACKOFF_MS", "MS",
+         "pause accepting this long after accept() fails for lack of descriptors or memory (EMFILE, ENFILE, "
+         "ENOBUFS, ENOMEM); doubles up to 2000 while it keeps failing (default 100)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 2000, c.accept_backoff_ms); }},
         {"--quiet", "IM_QUIET", nullptr, "log warnings and errors only",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.quiet = truthy(v); return std::nullopt; }},
         {"--enable-faults", "IM_ENABLE_FAULTS", nullptr, "LAB ONLY: allow fault injection (--fault, POST /lab/fault)",

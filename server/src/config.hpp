@@ -13,6 +13,7 @@ struct Config {
     std::string listen_host = "127.0.0.1";
     unsigned short listen_port = 8080;
     std::optional<std::string> db_url;   // none: the embedded cluster in state_dir
+    std::string db_password_file;        // read at start into libpq's PGPASSWORD (not argv)
     std::string state_dir = "./var";
     std::string gateway_id = "gw-1";
     int db_pool = 4;
@@ -25,6 +26,14 @@ struct Config {
     int drain_timeout_ms = 10000;
     int ping_interval_ms = 20000;
     int idle_timeout_ms = 60000;
+    // Admission and back-pressure (contract section 3).
+    int hello_timeout_ms = 10000;           // no hello by then: close 1008
+    std::size_t max_unsent_bytes = 4 << 20;  // unsent output past this: close 1013
+    int write_timeout_ms = 30000;           // a write stuck this long: drop the socket
+    int max_connections = 10000;            // WebSocket connections per gateway
+    int max_connections_per_address = 1000; // ... per client IP address
+    int db_timeout_ms = 5000;               // a database job stuck this long: drop its connection
+    int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)
     bool quiet = false;
 };
 

@@ -70,6 +70,40 @@ void Gateway::session_closed(WsSession* s) {
     }
 }
 
+std::optional<std::string> Gateway::admit(const std::string& address) {
+    std::lock_guard lk(mu_);
+    if (admitted_ >= cfg_.max_connections) {
+        ++metrics_.rejected_total_cap;
+        return std::string("server full");
+    }
+    int& n = per_address_[address];
+    if (n >= cfg_.max_connections_per_address) {
+        if (n == 0) per_address_.erase(address);
+        ++metrics_.rejected_address_cap;
+        return std::string("too many connections from this address");
+    }
+    ++n;
+    ++admitted_;
+    return std::nullopt;
+}
+
+void Gateway::release(const std::string& address) {
+    std::lock_guard lk(mu_);
+    --admitted_;
+    auto it = per_address_.find(address);
+    if (it != per_address_.end() && --it->second <= 0) per_address_.erase(it);
+}
+
+void Gateway::close_device(const std::string& device) {
+    std::vector<std::shared_ptr<WsSession>> targets;
+    {
+        std::lock_guard lk(mu_);
+        for (auto& [p, w] : sessions_)
+            if (auto s = w.lock()) targets.push_back(s);
+    }
+    for (auto& s : targets) s->post_revoked(device);
+}
+
 void Gateway::subscribe(const std::string& user, const std::shared_ptr<WsSession>& s) {
     std::lock_guard lk(mu_);
     subscribers_[user][s.get()] = s;

@@ -6,16 +6,19 @@
 #include "db_pool.hpp"
 #include "log.hpp"
 #include "metrics.hpp"
+#include "migrations.hpp"
 #include "gateway.hpp"
 #include "notifier.hpp"
 #include "store.hpp"
 
 #include <pqxx/pqxx>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <chrono>
 #include <thread>
 
 namespace {
@@ -32,6 +35,18 @@ void write_ready_file(const std::string& path, unsigned short port) {
 int serve(const im::Config& cfg) {
     im::set_log_gateway(cfg.gateway_id);
     im::set_log_quiet(cfg.quiet);
+    if (!cfg.db_password_file.empty()) {
+        // Handed to libpq through its own variable: never in argv, never in
+        // the connection string that errors might print.
+        std::ifstream f(cfg.db_password_file);
+        std::string pw;
+        if (!f || !std::getline(f, pw)) {
+            std::cerr << "imserver: cannot read --db-password-file " << cfg.db_password_file << '\n';
+            return 2;
+        }
+        if (!pw.empty() && pw.back() == '\r') pw.pop_back();
+        ::setenv("PGPASSWORD", pw.c_str(), 1);
+    }
     im::Database db = im::open_database(cfg.db_url, cfg.state_dir);
     struct StopCluster {
         im::Database& d;
@@ -43,12 +58,29 @@ int serve(const im::Config& cfg) {
             }
         }
     } stopper{db};
-    im::prepare_schema(db.url, 30000);
+    const int applied = im::prepare_schema(db.url, 30000);
+    const bool fresh = applied == static_cast<int>(im::all_migrations().size());
 
     if (cfg.lab.no_unique_index) {
+        // The switch drops an index: only on a database a lab run created
+        // (its schema made by this start, or marked by such a start before).
         auto c = im::open_connection(db.url, "imserver-lab");
+        if (!im::Store::lab_database(*c, fresh)) {
+            std::cerr << "imserver: --lab-no-unique-index refuses this database: it was not created by a lab run "
+                         "(its schema existed before; a lab run only alters an empty database it set up itself)\n";
+            return 2;
+        }
         im::Store::lab_drop_unique_index(*c);
         im::log_warn("lab_control_no_unique_index");
+    } else {
+        auto c = im::open_connection(db.url, "imserver-check");
+        im::FaultRegistry none(false);
+        if (!im::Store(none, {}).idempotency_index_present(*c)) {
+            im::log_error("idempotency_index_missing");
+            std::cerr << "imserver: the unique index events_idempotency is missing, so resends could be stored "
+                         "twice; recreate it (see docs/operations.md) before starting\n";
+            return 1;
+        }
     }
     if (cfg.lab.purge_without_tombstones) im::log_warn("lab_control_purge_without_tombstones");
 
@@ -63,7 +95,8 @@ int serve(const im::Config& cfg) {
 
     im::Store store(faults, cfg.lab);
     im::Metrics metrics;
-    im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), cfg.db_queue);
+    im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), cfg.db_queue,
+                    std::chrono::milliseconds(cfg.db_timeout_ms));
     boost::asio::io_context ioc(cfg.io_threads);
     auto gw = std::make_shared<im::Gateway>(ioc, cfg, pool, store, metrics, faults);
     unsigned short port = gw->listen();

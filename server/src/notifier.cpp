@@ -64,6 +64,8 @@ void Notifier::run() {
             auto last_probe = std::chrono::steady_clock::now();
             while (!stop_) {
                 conn->await_notification(0, 200000);
+                // A frozen database must not hang this thread (nor SIGTERM).
+                Watchdog::Watch watch(gw_->pool().watchdog(), *conn);
                 if (!payloads.empty()) {
                     std::vector<std::string> batch;
                     batch.swap(payloads);
@@ -87,6 +89,11 @@ void Notifier::run() {
 }
 
 void Notifier::process(pqxx::connection_base& c, const std::vector<std::string>& payloads) {
+    // Revocations first, and whether or not anyone subscribed: they close
+    // connections, subscribed or not.
+    for (const auto& p : payloads) {
+        if (p.rfind("d - ", 0) == 0) gw_->close_device(p.substr(4));
+    }
     if (!gw_->has_any_subscriber()) return;
     // Coalesce: per conversation one read of the committed range.
     std::map<std::string, std::pair<std::int64_t, std::int64_t>> ranges;

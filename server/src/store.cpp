@@ -1,9 +1,12 @@
 #include "store.hpp"
 
+#include "db_pool.hpp"
 #include "log.hpp"
 
+#include <openssl/evp.h>
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 
@@ -216,6 +219,22 @@ bool install_is_current(pqxx::transaction_base& tx, const Identity& who) {
     return !r.empty() && !r[0][0].is_null() && who.install == r[0][0].c_str();
 }
 
+// Device tokens never leave the process: PostgreSQL sees (and logs, and
+// shows in pg_stat_activity) only their SHA-256, as hex.
+std::string token_hash_hex(const std::string& token) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_Digest(token.data(), token.size(), md, &len, EVP_sha256(), nullptr) != 1)
+        throw std::runtime_error("SHA-256 failed");
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < len; ++i) {
+        out += hex[md[i] >> 4];
+        out += hex[md[i] & 15];
+    }
+    return out;
+}
+
 Error stale_install() { return {Code::stale_install, "a newer install of this device exists"}; }
 
 } // namespace
@@ -226,9 +245,9 @@ Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
     return guarded<Identity>("hello", [&]() -> Outcome<Identity> {
         pqxx::work tx(c);
         auto d = tx.exec_params("SELECT device_id, user_id FROM devices "
-                                "WHERE token_sha256 = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL "
+                                "WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL "
                                 "FOR UPDATE",
-                                h.token);
+                                token_hash_hex(h.token));
         if (d.empty()) return Error{Code::unauthenticated, "unknown or revoked device token"};
         Identity who{d[0][1].c_str(), d[0][0].c_str(), h.install};
         auto i = tx.exec_params("SELECT superseded_at IS NOT NULL FROM device_installs "
@@ -339,7 +358,47 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
     }
 }
 
-// ---------------------------------------------------------------- sync
+// ---------------------------------------------------------------- sync / history
+
+namespace {
+
+// Collects the readable events of one direction, period by period: each
+// query is one range scan of the primary key (conv_id, seq) inside a period,
+// so ranges the caller may not read (a left-and-rejoined member's gap) are
+// never scanned. Stops at `want` events or when the next one would pass the
+// frame budget (never before the first).
+struct Collector {
+    std::int64_t want;
+    std::vector<Event> events;
+    std::size_t bytes = 0;
+    bool cut = false; // stopped early: readable events remain past the last one
+
+    // Adds the rows in order; false once the page is full.
+    bool take(const pqxx::result& r) {
+        for (const auto& row : r) {
+            if (static_cast<std::int64_t>(events.size()) >= want) {
+                cut = true;
+                return false;
+            }
+            Event ev = read_event(row);
+            std::size_t n = encoded_size(ev);
+            if (!events.empty() && bytes + n > page_item_budget) {
+                cut = true;
+                return false;
+            }
+            bytes += n;
+            events.push_back(std::move(ev));
+        }
+        return true;
+    }
+};
+
+} // namespace
+
+std::string Store::event_range_sql(bool newest_first) {
+    return "SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq" +
+           (newest_first ? " DESC" : "") + " LIMIT $4";
+}
 
 Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const req::Sync& s) {
     return guarded<Page>("sync", [&]() -> Outcome<Page> {
@@ -360,19 +419,55 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
         p.min_seq = conv->min_seq;
         p.epoch = conv->epoch;
         p.trimmed = s.after < conv->min_seq - 1;
-        auto r = tx.exec_params("SELECT " + event_columns() +
-                                    " FROM events e WHERE conv_id = $1 AND seq > $2 AND seq <= $3 AND EXISTS ("
-                                    "SELECT 1 FROM membership_periods p WHERE p.conv_id = e.conv_id "
-                                    "AND p.user_id = $4 AND e.seq >= p.from_seq "
-                                    "AND (p.to_seq IS NULL OR e.seq <= p.to_seq)) "
-                                    "ORDER BY seq LIMIT $5",
-                                s.conv, s.after, access.head, who.user, s.limit + 1);
-        for (const auto& row : r) {
-            if (static_cast<std::int64_t>(p.events.size()) == s.limit) break;
-            p.events.push_back(read_event(row));
+        Collector col{s.limit, {}, 0, false};
+        for (const auto& per : access.periods) { // ascending from_seq
+            std::int64_t lo = std::max({s.after + 1, per.from, conv->min_seq});
+            std::int64_t hi = std::min(per.to, access.head);
+            if (lo > hi) continue;
+            // One row more than still fits tells whether more remain.
+            auto r = tx.exec_params(event_range_sql(false), s.conv, lo, hi, col.want - static_cast<std::int64_t>(col.events.size()) + 1);
+            if (!col.take(r)) break;
         }
-        p.has_more = static_cast<std::int64_t>(r.size()) > s.limit;
+        p.events = std::move(col.events);
+        p.has_more = col.cut;
         p.next_after = p.has_more ? p.events.back().seq : access.head;
+        return p;
+    });
+}
+
+Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& who, const req::History& h) {
+    return guarded<HistoryPage>("history", [&]() -> Outcome<HistoryPage> {
+        pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+        auto conv = load_conv(tx, h.conv, false);
+        if (!conv) return not_member();
+        auto access = load_access(tx, h.conv, who.user, conv->next_seq);
+        if (!access.any()) return not_member();
+        if (h.epoch && *h.epoch != conv->epoch)
+            return Error{Code::epoch_changed, "epoch is now " + std::to_string(conv->epoch)};
+        if (h.before > access.head + 1) return Error{Code::cursor_ahead, "before is beyond head + 1"};
+        const std::int64_t before = h.before == 0 ? access.head + 1 : h.before;
+
+        HistoryPage p;
+        p.conv = h.conv;
+        p.head = access.head;
+        p.min_seq = conv->min_seq;
+        p.epoch = conv->epoch;
+        // The lowest seq the caller could ever read here (purged ones aside).
+        const std::int64_t floor_seq = std::max(conv->min_seq, access.periods.front().from);
+        Collector col{h.limit, {}, 0, false};
+        for (auto it = access.periods.rbegin(); it != access.periods.rend(); ++it) { // newest period first
+            std::int64_t lo = std::max(it->from, conv->min_seq);
+            std::int64_t hi = std::min({it->to, access.head, before - 1});
+            if (lo > hi) continue;
+            auto r = tx.exec_params(event_range_sql(true), h.conv, lo, hi, col.want - static_cast<std::int64_t>(col.events.size()) + 1);
+            if (!col.take(r)) break;
+        }
+        std::reverse(col.events.begin(), col.events.end());
+        p.events = std::move(col.events);
+        p.has_older = col.cut;
+        p.oldest = p.has_older ? p.events.front().seq : std::min(before, floor_seq);
+        // Purged events the caller could have read lie below this window.
+        p.trimmed = !p.has_older && conv->min_seq > access.periods.front().from;
         return p;
     });
 }
@@ -397,20 +492,30 @@ Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, con
 
 // ---------------------------------------------------------------- convs
 
-Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who) {
+Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who, const req::Convs& q) {
     return guarded<ConvList>("convs", [&]() -> Outcome<ConvList> {
         pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+        // The user's conversations in conv_id order after `after`: a range
+        // scan of membership_by_user (user_id, conv_id), one row more than
+        // asked tells whether more remain.
         auto r = tx.exec_params(
             "SELECT c.conv_id, c.kind, c.next_seq, c.epoch, c.min_seq, "
             "COALESCE(dm.delivered, 0), COALESCE(rm.read, 0) "
-            "FROM conversations c "
+            "FROM (SELECT DISTINCT conv_id FROM membership_periods WHERE user_id = $1 AND conv_id > $3 "
+            "      ORDER BY conv_id LIMIT $4) m "
+            "JOIN conversations c ON c.conv_id = m.conv_id "
             "LEFT JOIN delivery_markers dm ON dm.conv_id = c.conv_id AND dm.device_id = $2 "
             "LEFT JOIN read_markers rm ON rm.conv_id = c.conv_id AND rm.user_id = $1 "
-            "WHERE c.conv_id IN (SELECT conv_id FROM membership_periods WHERE user_id = $1) "
             "ORDER BY c.conv_id",
-            who.user, who.device);
+            who.user, who.device, q.after, q.limit + 1);
         ConvList out;
+        std::size_t bytes = 0;
         for (const auto& row : r) {
+            if (static_cast<std::int64_t>(out.convs.size()) >= q.limit) {
+                out.has_more = true;
+                break;
+            }
+            Watchdog::progress(); // each entry takes a few round trips
             ConvInfo ci;
             ci.conv = row[0].c_str();
             ci.kind = row[1].c_str();
@@ -421,8 +526,15 @@ Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who) {
             ci.delivered = row[5].as<std::int64_t>();
             ci.read = row[6].as<std::int64_t>();
             ci.unread = unread_in(tx, ci.conv, who.user, access, ci.read, ci.head, ci.min_seq);
+            std::size_t n = encoded_size(ci);
+            if (!out.convs.empty() && bytes + n > page_item_budget) {
+                out.has_more = true;
+                break;
+            }
+            bytes += n;
             out.convs.push_back(std::move(ci));
         }
+        out.next_after = out.convs.empty() ? q.after : out.convs.back().conv;
         return out;
     });
 }
@@ -573,6 +685,14 @@ bool Store::ping(pqxx::connection_base& c) {
     }
 }
 
+bool Store::idempotency_index_present(pqxx::connection_base& c) {
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec("SELECT 1 FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid "
+                     "WHERE x.relname = 'events_idempotency' AND i.indisunique AND i.indisvalid "
+                     "AND x.relnamespace = current_schema()::regnamespace");
+    return !r.empty();
+}
+
 // ---------------------------------------------------------------- admin
 
 namespace {
@@ -623,9 +743,8 @@ std::string Store::add_device(pqxx::connection_base& c, const std::string& user,
     if (!tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1", device).empty())
         throw std::runtime_error("device exists: " + device);
     std::string token = random_token();
-    tx.exec_params("INSERT INTO devices (device_id, user_id, token_sha256) VALUES ($1, $2, sha256(convert_to($3, "
-                   "'UTF8')))",
-                   device, user, token);
+    tx.exec_params("INSERT INTO devices (device_id, user_id, token_sha256) VALUES ($1, $2, decode($3, 'hex'))",
+                   device, user, token_hash_hex(token));
     tx.commit();
     return token;
 }
@@ -633,10 +752,11 @@ std::string Store::add_device(pqxx::connection_base& c, const std::string& user,
 std::string Store::reissue_token(pqxx::connection_base& c, const std::string& device) {
     pqxx::work tx(c);
     std::string token = random_token();
-    auto r = tx.exec_params("UPDATE devices SET token_sha256 = sha256(convert_to($2, 'UTF8')), revoked_at = NULL "
+    auto r = tx.exec_params("UPDATE devices SET token_sha256 = decode($2, 'hex'), revoked_at = NULL "
                             "WHERE device_id = $1 RETURNING 1",
-                            device, token);
+                            device, token_hash_hex(token));
     if (r.empty()) throw std::runtime_error("no such device: " + device);
+    notify(tx, "d - " + device); // the old token's connections close on every gateway
     tx.commit();
     return token;
 }
@@ -645,6 +765,7 @@ void Store::revoke_device(pqxx::connection_base& c, const std::string& device) {
     pqxx::work tx(c);
     auto r = tx.exec_params("UPDATE devices SET revoked_at = now() WHERE device_id = $1 RETURNING 1", device);
     if (r.empty()) throw std::runtime_error("no such device: " + device);
+    notify(tx, "d - " + device); // its connections close on every gateway
     tx.commit();
 }
 
@@ -773,8 +894,20 @@ bool Store::device_exists(pqxx::connection_base& c, const std::string& device) {
 bool Store::token_valid(pqxx::connection_base& c, const std::string& device, const std::string& token) {
     pqxx::work tx(c);
     return !tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1 AND revoked_at IS NULL "
-                           "AND token_sha256 = sha256(convert_to($2, 'UTF8'))",
-                           device, token)
+                           "AND token_sha256 = decode($2, 'hex')",
+                           device, token_hash_hex(token))
+                .empty();
+}
+
+bool Store::lab_database(pqxx::connection_base& c, bool fresh) {
+    pqxx::nontransaction tx(c);
+    if (fresh) {
+        tx.exec("CREATE TABLE IF NOT EXISTS lab_marker (created_at timestamptz NOT NULL DEFAULT now())");
+        tx.exec("INSERT INTO lab_marker DEFAULT VALUES");
+        return true;
+    }
+    return !tx.exec("SELECT 1 FROM pg_class WHERE relname = 'lab_marker' "
+                    "AND relnamespace = current_schema()::regnamespace")
                 .empty();
 }
 

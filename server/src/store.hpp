@@ -25,6 +25,7 @@ struct Identity {
 ///   "e CONV SEQ"          an event was committed
 ///   "r CONV USER DEVICE READ"  a user's read marker moved (from DEVICE)
 ///   "x CONV"              conversation settings/epoch changed
+///   "d - DEVICE"          the device was revoked or got a new token: close its connections
 inline constexpr const char* notify_channel = "im_events";
 
 class Store {
@@ -43,7 +44,9 @@ public:
 
     Outcome<Page> sync(pqxx::connection_base& c, const Identity& who, const req::Sync& r);
     Outcome<Fetched> fetch(pqxx::connection_base& c, const Identity& who, const req::Fetch& r);
-    Outcome<ConvList> convs(pqxx::connection_base& c, const Identity& who);
+    /// The newest readable events below `before`, ascending (contract section 6).
+    Outcome<HistoryPage> history(pqxx::connection_base& c, const Identity& who, const req::History& h);
+    Outcome<ConvList> convs(pqxx::connection_base& c, const Identity& who, const req::Convs& q);
     Outcome<Acked> ack(pqxx::connection_base& c, const Identity& who, const req::Ack& r);
     Outcome<ReadOk> read(pqxx::connection_base& c, const Identity& who, const req::Read& r);
     Outcome<Recalled> recall(pqxx::connection_base& c, const Identity& who, const req::Recall& r);
@@ -64,6 +67,14 @@ public:
                                        std::int64_t to);
 
     bool ping(pqxx::connection_base& c);
+    /// C1 rests on the events_idempotency unique index: start and /readyz
+    /// check that it exists (and is valid).
+    bool idempotency_index_present(pqxx::connection_base& c);
+
+    /// The one statement sync and history read events with ($1 conv, $2..$3
+    /// the seq range inside one membership period, $4 the row limit): public
+    /// so a test can EXPLAIN it on a big table.
+    static std::string event_range_sql(bool newest_first);
 
     // ---- operator commands (admin CLI); throw std::runtime_error on failure
     void add_user(pqxx::connection_base& c, const std::string& user);
@@ -89,6 +100,9 @@ public:
     bool token_valid(pqxx::connection_base& c, const std::string& device, const std::string& token);
     /// LAB ONLY negative control: drop the C1 index (the lab's own database).
     static void lab_drop_unique_index(pqxx::connection_base& c);
+    /// True when the database belongs to the lab: `fresh` (this start made
+    /// its schema) marks it so; otherwise only an earlier mark counts.
+    static bool lab_database(pqxx::connection_base& c, bool fresh);
 
 private:
     FaultRegistry& faults_;

@@ -8,6 +8,7 @@
 #include <boost/beast/websocket.hpp>
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -118,6 +119,30 @@ std::string TestPostgres::scalar(const std::string& sql, const std::string& db) 
     auto r = tx.exec(sql);
     if (r.empty() || r[0][0].is_null()) return {};
     return r[0][0].c_str();
+}
+
+std::vector<pid_t> TestPostgres::pids() const {
+    std::vector<pid_t> out;
+    std::ifstream pidfile(root_ + "/data/postmaster.pid");
+    pid_t master = 0;
+    if (!(pidfile >> master) || master <= 0) return out;
+    out.push_back(master);
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+        const std::string name = entry.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream stat(entry.path() / "stat");
+        std::string line;
+        if (!std::getline(stat, line)) continue;
+        // pid (comm) state ppid ...: comm may hold spaces, so parse after ')'.
+        auto close = line.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(line.substr(close + 1));
+        std::string state;
+        pid_t ppid = 0;
+        rest >> state >> ppid;
+        if (ppid == master) out.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+    return out;
 }
 
 // ------------------------------------------------------------------ processes
@@ -334,6 +359,7 @@ struct WsClient::Impl {
     std::deque<json::object> frames;
     bool is_closed = false;
     int close_code = -1;
+    std::size_t largest = 0;
 
     void do_read() {
         ws.async_read(buf, [this](beast::error_code ec, std::size_t) {
@@ -350,6 +376,7 @@ struct WsClient::Impl {
             auto v = json::parse(text, jec);
             {
                 std::lock_guard lk(mu);
+                largest = std::max(largest, text.size());
                 frames.push_back(!jec && v.is_object() ? v.as_object() : json::object{{"t", "unparsable"}});
                 cv.notify_all();
             }
@@ -451,6 +478,11 @@ std::optional<json::object> WsClient::wait_push(const std::function<bool(const j
 bool WsClient::closed() const {
     std::lock_guard lk(impl_->mu);
     return impl_->is_closed;
+}
+
+std::size_t WsClient::largest_frame() const {
+    std::lock_guard lk(impl_->mu);
+    return impl_->largest;
 }
 
 int WsClient::wait_closed(std::chrono::milliseconds timeout) {

@@ -47,6 +47,9 @@ public:
     /// Runs one SQL statement and returns the first column of the first row
     /// as text ("" when no row). For assertions on real rows.
     std::string scalar(const std::string& sql, const std::string& db = "im") const;
+    /// The PIDs of this cluster's processes (postmaster first), and only
+    /// of this cluster: for freezing it with SIGSTOP.
+    std::vector<pid_t> pids() const;
 
 private:
     TempDir dir_;
@@ -114,6 +117,8 @@ public:
     std::optional<json::object> wait_push(const std::function<bool(const json::object&)>& pred,
                                           std::chrono::milliseconds timeout = 10s);
     bool closed() const;
+    /// Size in bytes of the largest frame received so far.
+    std::size_t largest_frame() const;
     /// Waits until the server closes; returns its close code (or -1).
     int wait_closed(std::chrono::milliseconds timeout = 10s);
     /// hello with a fresh install id unless given; returns the reply.
