@@ -28,6 +28,16 @@ std::int64_t now_ms() {
         .count();
 }
 
+// Contract section 6, send step 5: the notification is handed to the bus
+// after COMMIT and before the reply. A bus that cannot take it turns the
+// reply into UNAVAILABLE: the resend is a duplicate and publishes again.
+bool publish(ApiContext& ctx, Notes notes) {
+    if (notes.empty() || !ctx.bus) return true;
+    return ctx.bus->publish_and_wait(std::move(notes));
+}
+
+Error unpublished() { return unavailable("committed, but the notification could not be published; resend"); }
+
 } // namespace
 
 namespace {
@@ -56,6 +66,29 @@ std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* c
         return out;
     }
     auto results = ctx.store.send_batch(*conn, who, sends);
+    Notes notes; // a duplicate publishes again (a gateway may have died before it did)
+    std::vector<Event> events;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const auto& r = results[i];
+        if (!r) continue;
+        notes.push_back("e " + r->sent.conv + " " + std::to_string(r->sent.seq));
+        Event ev;
+        ev.conv = r->sent.conv;
+        ev.seq = r->sent.seq;
+        ev.mid = r->sent.mid;
+        ev.kind = "msg";
+        ev.sender = who.user;
+        ev.body = sends[i].body;
+        ev.cmid = sends[i].cmid;
+        ev.ts = r->ts;
+        ev.epoch = r->sent.epoch;
+        events.push_back(std::move(ev));
+    }
+    // Own subscribers first: no read, no wait for the bus's round trip.
+    if (ctx.committed && !events.empty()) ctx.committed(events);
+    if (!publish(ctx, std::move(notes)))
+        for (auto& r : results)
+            if (r) r = unpublished();
     for (std::size_t i = 0; i < results.size(); ++i) out.push_back(send_reply(ctx, results[i], rids[i]));
     return out;
 }
@@ -81,9 +114,14 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
             } else if constexpr (std::is_same_v<T, req::Ack>) {
                 return reply(ctx.store.ack(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Read>) {
-                return reply(ctx.store.read(c, *who, r), rid);
+                Notes notes;
+                auto o = ctx.store.read(c, *who, r, notes);
+                publish(ctx, std::move(notes)); // a lost hint is healed by the next convs
+                return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Recall>) {
-                return reply(ctx.store.recall(c, *who, r), rid);
+                auto o = ctx.store.recall(c, *who, r);
+                if (o && !publish(ctx, {"e " + o->conv + " " + std::to_string(o->seq)})) return error_reply(unpublished(), rid);
+                return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Convs>) {
                 return reply(ctx.store.convs(c, *who), rid);
             } else if constexpr (std::is_same_v<T, req::Fetch>) {

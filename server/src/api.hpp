@@ -2,9 +2,11 @@
 // database worker thread; knows the store and the codec, never the socket.
 #pragma once
 
+#include "bus.hpp"
 #include "protocol.hpp"
 #include "store.hpp"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +24,11 @@ struct ApiContext {
     Store& store;
     FaultRegistry& faults;
     std::string gateway_id;
+    /// Where committed events are announced; a reply that announces an
+    /// event goes out only after its payload was handed over.
+    NotificationBus* bus = nullptr;
+    /// Events this gateway committed, for its own subscribers (notifier.hpp).
+    std::function<void(const std::vector<Event>&)> committed;
 };
 
 /// `conn` is nullptr when the database is unreachable.

@@ -51,8 +51,8 @@ public:
         ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
     }
 
-    /// Queue a frame from any thread.
-    void post_frame(std::string frame) {
+    /// Queue a (shared) frame from any thread.
+    void post_frame(std::shared_ptr<const std::string> frame) {
         net::post(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
             self->send(std::move(f));
         });
@@ -134,6 +134,9 @@ private:
         }
         std::string text = beast::buffers_to_string(buffer_.data());
         buffer_.consume(buffer_.size());
+        // A large frame grew the buffer: give the memory back, idle
+        // connections must stay cheap.
+        if (buffer_.capacity() > 4096) buffer_.shrink_to_fit();
         on_frame(text);
         if (queue_.size() < max_queued_) do_read(); // else resumed as the queue drains
     }
@@ -164,6 +167,7 @@ private:
         }
         if (std::holds_alternative<req::Sub>(item.req)) {
             gw_->subscribe(who_->user, shared_from_this());
+            subscribed_ = true;
             Handled h;
             h.frame = encode_reply(Subscribed{}, item.rid);
             return finish(item, std::move(h));
@@ -240,7 +244,9 @@ private:
         if (deliver(item, std::move(h))) after_reply();
     }
 
-    void send(std::string frame) {
+    void send(std::string frame) { send(std::make_shared<const std::string>(std::move(frame))); }
+
+    void send(std::shared_ptr<const std::string> frame) {
         if (closed_ || close_requested_) return;
         if (out_.size() >= max_outgoing_) {
             // A client that stopped reading: drop it rather than buffer
@@ -255,7 +261,7 @@ private:
 
     void do_write() {
         ws_.text(true);
-        ws_.async_write(net::buffer(out_.front()),
+        ws_.async_write(net::buffer(*out_.front()),
                         beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
     }
 
@@ -296,7 +302,7 @@ private:
         closed_ = true;
         ping_timer_.cancel();
         queue_.clear();
-        if (opened_) gw_->session_closed(this);
+        if (opened_) gw_->session_closed(this, subscribed_ ? who_->user : std::string());
     }
 
     static constexpr std::size_t max_queued_ = 64;        // requests read ahead
@@ -307,13 +313,13 @@ private:
     beast::flat_buffer buffer_;
     std::shared_ptr<Gateway> gw_;
     net::steady_timer ping_timer_;
-    std::deque<std::string> out_;
+    std::deque<std::shared_ptr<const std::string>> out_;
     std::deque<Pending> queue_;
     std::optional<Identity> who_;
     websocket::close_code close_code_ = websocket::close_code::normal;
     using Clock = std::chrono::steady_clock;
     Clock::time_point last_rx_{}, last_ping_{};
-    bool opened_ = false, reading_ = false, busy_ = false, pinging_ = false;
+    bool opened_ = false, reading_ = false, busy_ = false, pinging_ = false, subscribed_ = false;
     bool draining_ = false, close_requested_ = false, closed_ = false;
 };
 
@@ -420,7 +426,7 @@ private:
 
 Gateway::Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& store, Metrics& metrics,
                  FaultRegistry& faults)
-    : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id},
+    : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id, nullptr},
       acceptor_(net::make_strand(ioc)) {}
 
 unsigned short Gateway::listen() {
@@ -440,6 +446,11 @@ void Gateway::do_accept() {
             if (ec != net::error::operation_aborted) fail(ec, "accept");
             if (!self->acceptor_.is_open()) return;
         } else {
+            // A send puts two small frames on the sender's socket (its own
+            // pushed event and the reply): without this the second waits for
+            // the client's delayed ACK.
+            beast::error_code ignored;
+            s.set_option(tcp::no_delay(true), ignored);
             std::make_shared<HttpSession>(std::move(s), self)->run();
         }
         if (!self->draining_) self->do_accept();
@@ -490,14 +501,15 @@ void Gateway::session_opened(const std::shared_ptr<WsSession>& s) {
     sessions_[s.get()] = s;
 }
 
-void Gateway::session_closed(WsSession* s) {
+void Gateway::session_closed(WsSession* s, const std::string& user) {
     --metrics_.connections;
     std::lock_guard lk(mu_);
     sessions_.erase(s);
-    for (auto it = subscribers_.begin(); it != subscribers_.end();) {
-        it->second.erase(s);
-        it = it->second.empty() ? subscribers_.erase(it) : std::next(it);
-    }
+    if (user.empty()) return;
+    auto it = subscribers_.find(user);
+    if (it == subscribers_.end()) return;
+    it->second.erase(s);
+    if (it->second.empty()) subscribers_.erase(it);
 }
 
 void Gateway::subscribe(const std::string& user, const std::shared_ptr<WsSession>& s) {
@@ -505,7 +517,8 @@ void Gateway::subscribe(const std::string& user, const std::shared_ptr<WsSession
     subscribers_[user][s.get()] = s;
 }
 
-void Gateway::push_to_user(const std::string& user, const std::string& frame, const std::string& skip_device) {
+void Gateway::push_to_user(const std::string& user, const std::shared_ptr<const std::string>& frame,
+                           const std::string& skip_device) {
     std::vector<std::shared_ptr<WsSession>> targets;
     {
         std::lock_guard lk(mu_);
@@ -538,8 +551,9 @@ void Gateway::resync_all() {
             for (auto& [p, w] : m)
                 if (auto s = w.lock()) targets.push_back(s);
     }
+    auto frame = std::make_shared<const std::string>(encode_resync());
     for (auto& s : targets) {
-        s->post_frame(encode_resync());
+        s->post_frame(frame);
         ++metrics_.pushes_resync;
     }
     log_info("resync_sent", {{"connections", static_cast<long>(targets.size())}});
