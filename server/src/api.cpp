@@ -1,6 +1,7 @@
 #include "api.hpp"
 
 #include <chrono>
+#include <future>
 
 namespace im {
 
@@ -55,15 +56,14 @@ Handled send_reply(ApiContext& ctx, const Outcome<Store::SendResult>& o, const s
 
 } // namespace
 
-std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
-                                       const std::vector<req::Send>& sends,
-                                       const std::vector<std::optional<std::string>>& rids) {
-    std::vector<Handled> out;
-    out.reserve(sends.size());
+void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                       const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
+                       RepliesDone done) {
     if (!conn) {
+        std::vector<Handled> out;
         for (const auto& rid : rids)
             out.push_back(error_reply(unavailable("database unreachable, retry with the same request"), rid));
-        return out;
+        return done(std::move(out));
     }
     auto results = ctx.store.send_batch(*conn, who, sends);
     Notes notes; // a duplicate publishes again (a gateway may have died before it did)
@@ -86,11 +86,28 @@ std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* c
     }
     // Own subscribers first: no read, no wait for the bus's round trip.
     if (ctx.committed && !events.empty()) ctx.committed(events);
-    if (!publish(ctx, std::move(notes)))
-        for (auto& r : results)
-            if (r) r = unpublished();
-    for (std::size_t i = 0; i < results.size(); ++i) out.push_back(send_reply(ctx, results[i], rids[i]));
-    return out;
+    // Contract section 6, send step 5: the replies only after the events'
+    // notification was handed to the bus.
+    auto complete = [&ctx, results = std::move(results), rids, done = std::move(done)](bool published) mutable {
+        if (!published)
+            for (auto& r : results)
+                if (r) r = unpublished();
+        std::vector<Handled> out;
+        out.reserve(results.size());
+        for (std::size_t i = 0; i < results.size(); ++i) out.push_back(send_reply(ctx, results[i], rids[i]));
+        done(std::move(out));
+    };
+    if (notes.empty() || !ctx.bus) return complete(true);
+    ctx.bus->publish(std::move(notes), std::move(complete));
+}
+
+std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                                       const std::vector<req::Send>& sends,
+                                       const std::vector<std::optional<std::string>>& rids) {
+    auto promise = std::make_shared<std::promise<std::vector<Handled>>>();
+    auto result = promise->get_future();
+    handle_send_batch(ctx, conn, who, sends, rids, [promise](std::vector<Handled> hs) { promise->set_value(std::move(hs)); });
+    return result.get();
 }
 
 Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,

@@ -35,7 +35,14 @@ struct ApiContext {
 Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
                        const Request& req, const std::optional<std::string>& rid);
 
-/// A run of sends to one conversation, one transaction; one Handled per item.
+/// A run of sends to one conversation, one database call; one Handled per
+/// item, given to `done` once the events' payloads were handed to the bus
+/// (on the bus's thread, or on this one).
+using RepliesDone = std::function<void(std::vector<Handled>)>;
+void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                       const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
+                       RepliesDone done);
+/// The same, waiting for the outcome.
 std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
                                        const std::vector<req::Send>& sends,
                                        const std::vector<std::optional<std::string>>& rids);

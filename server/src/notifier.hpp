@@ -13,7 +13,7 @@
 
 #include "bus.hpp"
 #include "metrics.hpp"
-#include "net.hpp"
+#include "gateway.hpp"
 #include "store.hpp"
 
 #include <map>

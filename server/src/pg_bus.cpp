@@ -129,7 +129,7 @@ void PgBus::publish_loop() {
             log_warn("notify_publish_failed", {{"err", e.what()}});
             conn.reset();
         }
-        for (auto& p : batch) p.done(ok && !stop_);
+        for (auto& p : batch) p.done(ok);
     }
 }
 
