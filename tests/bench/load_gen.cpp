@@ -46,7 +46,7 @@ using namespace std::chrono_literals;
 namespace {
 
 struct Options {
-    int convs = 100, members = 5, senders = 16, body = 100, db_pool = 4;
+    int convs = 100, members = 5, senders = 16, body = 100, db_pool = 16;
     double warmup = 3, window = 10;
     std::optional<std::string> db;
     int idle = 0;
@@ -503,7 +503,11 @@ int run_load(const Options& o, const std::string& url, im::test::ServerProcess& 
             return run.stats.pushes >= expected;
         },
         15s);
-    std::this_thread::sleep_for(200ms);
+    std::this_thread::sleep_for(500ms);
+    {
+        std::lock_guard lk(run.stats.mu); // the final count, after the last replies
+        expected = run.stats.acked_total * o.members;
+    }
     for (auto& c : clients) c->close();
     guard.reset();
     io.join();
