@@ -106,11 +106,12 @@ void Notifier::process(pqxx::connection_base& c, const std::vector<std::string>&
         std::string kind, conv;
         in >> kind >> conv;
         if (kind == "e") {
-            std::int64_t seq = 0;
+            std::int64_t seq = 0, from = 0;
             in >> seq;
-            auto [it, fresh] = ranges.try_emplace(conv, seq, seq);
+            if (!(in >> from) || from > seq) from = seq; // a collapsed run carries its lowest seq too
+            auto [it, fresh] = ranges.try_emplace(conv, from, seq);
             if (!fresh) {
-                it->second.first = std::min(it->second.first, seq);
+                it->second.first = std::min(it->second.first, from);
                 it->second.second = std::max(it->second.second, seq);
             }
         } else if (kind == "r") {

@@ -68,7 +68,7 @@ void PgBus::stop() {
 }
 
 std::vector<std::string> PgBus::collapse(const std::vector<std::string>& payloads) {
-    std::map<std::string, std::int64_t> top; // conv -> highest event seq
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> top; // conv -> lowest, highest event seq
     std::vector<std::string> out;
     std::vector<std::string> order;          // conversations in first-seen order
     for (const auto& p : payloads) {
@@ -77,9 +77,12 @@ std::vector<std::string> PgBus::collapse(const std::vector<std::string>& payload
             std::string conv;
             std::int64_t seq = 0;
             if (in >> conv >> seq) {
-                auto [it, fresh] = top.try_emplace(conv, seq);
+                std::int64_t from = seq;
+                if (!(in >> from)) from = seq;
+                auto [it, fresh] = top.try_emplace(conv, from, seq);
                 if (fresh) order.push_back(conv);
-                else it->second = std::max(it->second, seq);
+                it->second.first = std::min(it->second.first, from);
+                it->second.second = std::max(it->second.second, seq);
                 continue;
             }
         }
@@ -87,7 +90,10 @@ std::vector<std::string> PgBus::collapse(const std::vector<std::string>& payload
         for (const auto& o : out) seen = seen || o == p;
         if (!seen) out.push_back(p);
     }
-    for (const auto& conv : order) out.push_back("e " + conv + " " + std::to_string(top[conv]));
+    for (const auto& conv : order) {
+        const auto [from, to] = top[conv];
+        out.push_back("e " + conv + " " + std::to_string(to) + (from < to ? " " + std::to_string(from) : ""));
+    }
     return out;
 }
 

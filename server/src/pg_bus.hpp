@@ -33,8 +33,9 @@ public:
     void stop() override;
     void publish(std::vector<std::string> payloads, std::function<void(bool)> done) override;
 
-    /// Per conversation only the highest "e CONV SEQ" is kept (consumers
-    /// read ranges); other payloads are kept once each, in order.
+    /// Per conversation one "e CONV SEQ [FROM]" is kept: the highest seq and,
+    /// when lower, the lowest one (consumers read ranges); other payloads are
+    /// kept once each, in order.
     static std::vector<std::string> collapse(const std::vector<std::string>& payloads);
 
 private:

@@ -23,7 +23,7 @@ struct Identity {
 
 /// Channel for commit notifications (the PostgreSQL bus, pg_bus.hpp; the
 /// admin CLI notifies inside its transactions). Payloads carry ids only:
-///   "e CONV SEQ"          an event was committed
+///   "e CONV SEQ [FROM]"   events FROM..SEQ were committed (FROM defaults to SEQ)
 ///   "r CONV USER DEVICE READ"  a user's read marker moved (from DEVICE)
 ///   "x CONV"              the conversation's epoch changed (subscribers get a hint)
 ///   "m CONV"              its settings changed (push_full_max): drop cached membership

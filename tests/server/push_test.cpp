@@ -25,7 +25,10 @@ const std::vector<std::string> slow_probe = {"--quiet", "--listen-probe-ms", "60
 
 TEST(Push, a_burst_of_commits_across_conversations_is_pushed_completely_without_waiting_for_the_next_one) {
     TestPostgres pg;
-    ServerProcess srv(pg.url(), slow_probe);
+    // Senders on one gateway, the watcher on another: every push it gets
+    // came through the bus (a gateway serves its own subscribers directly).
+    ServerProcess srv(pg.url(), slow_probe, "gw-send");
+    ServerProcess watch(pg.url(), slow_probe, "gw-watch");
     constexpr int convs = 12;
     constexpr int rounds = 8;
     auto sender = make_user(pg.url(), unique_name("burst-s"));
@@ -36,7 +39,7 @@ TEST(Push, a_burst_of_commits_across_conversations_is_pushed_completely_without_
         admin_ok(pg.url(), {"conv", "create", ids.back(), "--kind", "group", "--members",
                             sender.user + "," + watcher.user});
     }
-    auto w = login(srv.port(), watcher);
+    auto w = login(watch.port(), watcher);
     ASSERT_EQ(str(w->request({{"t", "sub"}}), "t"), "subscribed");
     // One connection per conversation, all sending at once: commits land
     // while the notifier is busy reading the rows of earlier ones.
