@@ -69,6 +69,30 @@ const std::vector<Option>& options() {
         {"--listen-probe-ms", "IM_LISTEN_PROBE_MS", "MS",
          "how often an idle notification listener checks its database session is alive (default 1000)",
          [](Config& c, const std::string& v) { return to_int(v, 50, 3600000, c.listen_probe_ms); }},
+        {"--bus", "IM_BUS", "postgres|nats://HOST:PORT",
+         "notification bus between gateways: PostgreSQL LISTEN/NOTIFY (default) or NATS (comma-separated URLs "
+         "of one NATS cluster)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             if (v == "postgres") {
+                 c.bus = v;
+                 return std::nullopt;
+             }
+             std::stringstream ss(v);
+             std::string url;
+             int n = 0;
+             while (std::getline(ss, url, ',')) {
+                 ++n;
+                 const std::string scheme = "nats://";
+                 auto colon = url.rfind(':');
+                 int port = 0;
+                 if (url.rfind(scheme, 0) != 0 || colon < scheme.size() + 1 ||
+                     to_int(url.substr(colon + 1), 1, 65535, port))
+                     return "expected 'postgres' or nats://HOST:PORT[,nats://HOST:PORT...], got '" + v + "'";
+             }
+             if (n == 0) return std::string("expected 'postgres' or nats://HOST:PORT");
+             c.bus = v;
+             return std::nullopt;
+         }},
         {"--quiet", "IM_QUIET", nullptr, "log warnings and errors only",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.quiet = truthy(v); return std::nullopt; }},
         {"--enable-faults", "IM_ENABLE_FAULTS", nullptr, "LAB ONLY: allow fault injection (--fault, POST /lab/fault)",
