@@ -8,7 +8,10 @@
 //
 // Usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES]
 //                   [--warmup S] [--window S] [--db-pool N] [--db URL]
+//                   [--gateways N] [--bus postgres|nats://HOST:PORT]
 //                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
+// With --gateways N, N imservers share the database and the connections are
+// spread round-robin, so most pushes cross gateways through the bus.
 // Not run by ctest: it prints figures, it asserts nothing.
 #include "database.hpp"
 #include "harness.hpp"
@@ -28,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -51,6 +55,8 @@ struct Options {
     std::optional<std::string> db;
     int idle = 0;
     bool idle_big = false; // each idle connection first sends one ~60 KB frame
+    int gateways = 1;      // connections spread round-robin over this many imservers
+    std::string bus;       // imserver --bus (empty: its default, postgres)
 };
 
 double wall_ms() {
@@ -220,6 +226,7 @@ struct Run {
     net::io_context& ioc;
     std::string host = "127.0.0.1";
     unsigned short port = 0;
+    std::vector<unsigned short> ports; // several gateways: client i uses ports[i % n]
     Stats stats;
     std::atomic<int> ready{0}, failed{0};
     std::atomic<bool> sending{false};
@@ -244,7 +251,9 @@ public:
         if (ec) return fail();
         sock.set_option(tcp::no_delay(true), ec);
         beast::get_lowest_layer(ws_).async_connect(
-            tcp::endpoint(net::ip::make_address(run_.host), run_.port),
+            tcp::endpoint(net::ip::make_address(run_.host),
+                          run_.ports.empty() ? run_.port
+                                             : run_.ports[static_cast<std::size_t>(index_) % run_.ports.size()]),
             [self = shared_from_this()](beast::error_code e) {
                 if (e) return self->fail();
                 self->ws_.async_handshake(self->run_.host, "/v1/ws", [self](beast::error_code e2) {
@@ -437,10 +446,13 @@ pid_t postmaster_pid(const std::string& url) {
     return pid;
 }
 
-int run_load(const Options& o, const std::string& url, im::test::ServerProcess& srv) {
+int run_load(const Options& o, const std::string& url, const std::vector<im::test::ServerProcess*>& gws) {
     std::printf("im_loadgen: %d conversations x %d members, %d closed-loop senders, %d-byte bodies, "
                 "warm-up %.0f s, window %.0f s, imserver --db-pool %d\n",
                 o.convs, o.members, o.senders, o.body, o.warmup, o.window, o.db_pool);
+    std::printf("gateways: %zu (connections round-robin, so members of one conversation sit on different "
+                "gateways), bus: %s\n",
+                gws.size(), o.bus.empty() ? "postgres" : o.bus.c_str());
     {
         pqxx::connection c(url);
         pqxx::nontransaction tx(c);
@@ -462,7 +474,7 @@ int run_load(const Options& o, const std::string& url, im::test::ServerProcess& 
     // The server run.
     net::io_context ioc;
     Run run(ioc);
-    run.port = srv.port();
+    for (auto* g : gws) run.ports.push_back(g->port());
     run.body = body_of(o.body);
     auto guard = net::make_work_guard(ioc);
     std::thread io([&] { ioc.run(); });
@@ -491,9 +503,14 @@ int run_load(const Options& o, const std::string& url, im::test::ServerProcess& 
     run.sending = true;
     for (auto& s : senders) s->begin_sending();
     std::this_thread::sleep_until(run.w0);
-    const double cpu_self0 = self_cpu(), cpu_srv0 = cpu_seconds(srv.pid()), cpu_pg0 = postgres_cpu(pg);
+    auto gateways_cpu = [&] {
+        double t = 0;
+        for (auto* g : gws) t += cpu_seconds(g->pid());
+        return t;
+    };
+    const double cpu_self0 = self_cpu(), cpu_srv0 = gateways_cpu(), cpu_pg0 = postgres_cpu(pg);
     std::this_thread::sleep_until(run.w1);
-    const double cpu_self1 = self_cpu(), cpu_srv1 = cpu_seconds(srv.pid()), cpu_pg1 = postgres_cpu(pg);
+    const double cpu_self1 = self_cpu(), cpu_srv1 = gateways_cpu(), cpu_pg1 = postgres_cpu(pg);
     // Senders stop by themselves at w1; wait for the last replies and pushes.
     long expected = 0;
     wait_until(
@@ -612,9 +629,12 @@ int main(int argc, char** argv) {
         else if (a == "--db") o.db = next();
         else if (a == "--idle") o.idle = std::stoi(next());
         else if (a == "--idle-big") o.idle_big = true;
+        else if (a == "--gateways") o.gateways = std::max(1, std::stoi(next()));
+        else if (a == "--bus") o.bus = next();
         else {
             std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "
-                                 "[--warmup S] [--window S] [--db-pool N] [--db URL] [--idle CONNECTIONS [--idle-big]]\n");
+                                 "[--warmup S] [--window S] [--db-pool N] [--db URL] [--gateways N] [--bus postgres|nats://HOST:PORT] "
+                                 "[--idle CONNECTIONS [--idle-big]]\n");
             return 2;
         }
     }
@@ -637,9 +657,16 @@ int main(int argc, char** argv) {
     im::prepare_schema(db.url, 30000);
     int rc = 0;
     {
-        im::test::ServerProcess srv(db.url, {"--quiet", "--db-pool", std::to_string(o.db_pool)}, "gw-bench");
-        rc = o.idle > 0 ? run_idle(o, db.url, srv) : run_load(o, db.url, srv);
-        srv.terminate();
+        std::vector<std::string> flags = {"--quiet", "--db-pool", std::to_string(o.db_pool)};
+        if (!o.bus.empty()) flags.insert(flags.end(), {"--bus", o.bus});
+        std::vector<std::unique_ptr<im::test::ServerProcess>> gws;
+        std::vector<im::test::ServerProcess*> ptrs;
+        for (int g = 0; g < (o.idle > 0 ? 1 : o.gateways); ++g) {
+            gws.push_back(std::make_unique<im::test::ServerProcess>(db.url, flags, "gw-bench-" + std::to_string(g + 1)));
+            ptrs.push_back(gws.back().get());
+        }
+        rc = o.idle > 0 ? run_idle(o, db.url, *gws[0]) : run_load(o, db.url, ptrs);
+        for (auto& g : gws) g->terminate();
     }
     return rc;
 }
