@@ -83,7 +83,17 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
             } else if constexpr (std::is_same_v<T, req::Read>) {
                 return reply(ctx.store.read(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Recall>) {
-                return reply(ctx.store.recall(c, *who, r), rid);
+                auto o = ctx.store.recall(c, *who, r);
+                if (!o) return error_reply(o.error(), rid);
+                // The recall is durable now; this point tests replies lost after it.
+                auto f = ctx.faults.hit("api.after_recall_commit");
+                if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
+                if (f == FaultKind::drop_reply) {
+                    Handled h;
+                    h.code = "DROPPED";
+                    return h;
+                }
+                return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Convs>) {
                 return reply(ctx.store.convs(c, *who), rid);
             } else if constexpr (std::is_same_v<T, req::Fetch>) {

@@ -58,7 +58,7 @@ void Notifier::run() {
                 // Notifications may have been missed while we were away.
                 ++metrics_.listen_reconnects;
                 log_warn("listen_restored");
-                gw_->resync_all();
+                if (!gw_->config().lab.no_resync) gw_->resync_all(); // the lab's negative control skips it
             }
             lost = true; // any exit from here on is a loss
             auto last_probe = std::chrono::steady_clock::now();
@@ -67,6 +67,9 @@ void Notifier::run() {
                 if (!payloads.empty()) {
                     std::vector<std::string> batch;
                     batch.swap(payloads);
+                    // Lab: crash here, or lose these notifications with the session.
+                    if (gw_->faults().hit("notify.before_publish") == FaultKind::unavailable)
+                        throw pqxx::broken_connection("injected fault: notifications lost before publishing");
                     process(*conn, batch);
                 }
                 // A silently reopened or dead session would have lost LISTEN.
