@@ -3,19 +3,17 @@
 set -euo pipefail
 
 packages=(
-  build-essential
-  cmake
-  pkg-config
-  qt6-base-dev
-  qt6-websockets-dev
-  libqt6sql6-sqlite
-  libgl-dev
-  qt6-qpa-plugins
-  libboost1.81-dev
-  libboost-json1.81-dev
-  libpqxx-dev
-  postgresql
-  libgtest-dev
+  build-essential cmake pkg-config
+  qt6-base-dev qt6-websockets-dev libqt6sql6-sqlite libgl-dev qt6-qpa-plugins
+  libboost1.81-dev libboost-json1.81-dev libpqxx-dev
+  postgresql libgtest-dev
+  haproxy
+  patroni
+  python3-etcd
+  python3-psycopg2
+  etcd-server
+  nats-server
+  libnats-dev
   clang
   libfuzzer-14-dev
 )
