@@ -12,10 +12,10 @@
 //                                         after every completed sync, "APPLIED <rows>"
 //                                         after events were applied (page or push),
 //                                         and "RESET" when the SDK drops the conversation
-//   soak DB URLS TOKEN CONV COUNT         URLS comma-separated gateways; send COUNT
+//   soak DB URLS TOKEN CONV COUNT         URLS comma-separated gateways; send up to COUNT
 //                                         messages ("CMID <cmid>" each), one per 100 ms,
 //                                         through every outage; once the file DB.end
-//                                         exists (the soak is over) drain the outbox,
+//                                         exists (the soak is over) stop, drain the outbox,
 //                                         sync CONV, print "ROW <seq> <kind> <body>"
 //                                         per row and "DONE"
 #include <im/client.h>
@@ -142,8 +142,9 @@ int main(int argc, char** argv) {
         auto* model = new im::MessageListModel(&client, conv, &app);
         auto* pace = new QTimer(&app);
         auto sent = std::make_shared<int>(0);
-        QObject::connect(pace, &QTimer::timeout, &app, [&client, pace, sent, count, conv] {
-            if (*sent >= count) {
+        const QString endFlag = a[2] + QStringLiteral(".end");
+        QObject::connect(pace, &QTimer::timeout, &app, [&client, pace, sent, count, conv, endFlag] {
+            if (*sent >= count || QFile::exists(endFlag)) {
                 pace->stop();
                 return;
             }
@@ -160,10 +161,9 @@ int main(int argc, char** argv) {
         });
         // The soak is over when the lab creates the file DB.end: finish
         // sending, drain the outbox, sync once more, print the rows.
-        const QString endFlag = a[2] + QStringLiteral(".end");
         auto* finish = new QTimer(&app);
-        QObject::connect(finish, &QTimer::timeout, &app, [&client, model, conv, finish, sent, count, endFlag] {
-            if (!QFile::exists(endFlag) || *sent < count || client.pendingCount() > 0 ||
+        QObject::connect(finish, &QTimer::timeout, &app, [&client, model, conv, finish, endFlag] {
+            if (!QFile::exists(endFlag) || client.pendingCount() > 0 ||
                 client.connectionState() != im::ConnectionState::Connected)
                 return;
             finish->stop();
