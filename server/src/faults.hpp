@@ -31,8 +31,8 @@ inline constexpr std::string_view fault_points[] = {
     // retention purge (imserver admin purge): tombstones written, events not yet
     // deleted / both done and min_seq raised, not committed
     "store.purge_after_tombstones", "store.purge_before_commit",
-    // a gateway's LISTEN side: notifications received, not yet pushed to
-    // subscribers (unavailable = the LISTEN session is treated as lost)
+    // a gateway's fan-out: bus notifications received, not yet pushed to
+    // subscribers (unavailable = they are lost; subscribers get resync)
     "notify.before_publish"};
 
 /// Parses "POINT=ACTION[:COUNT]" with ACTION one of crash, drop_reply,
