@@ -99,7 +99,10 @@ const std::vector<Option>& options() {
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.enable_faults = truthy(v); return std::nullopt; }},
         {"--fault", "IM_FAULTS", "POINT=ACTION[:COUNT]",
          "LAB ONLY: arm a fault point (repeatable; env: comma-separated). Points: store.before_insert, "
-         "store.before_commit, api.after_send_commit. Actions: crash, drop_reply, unavailable, delay:MS",
+         "store.before_commit, api.after_send_commit, store.recall_before_commit, api.after_recall_commit, "
+         "store.ack_before_commit, store.read_before_commit, notify.before_publish (and, for admin purge, "
+         "store.purge_after_tombstones, store.purge_before_commit). Actions: crash, drop_reply, unavailable, "
+         "delay:MS",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
              std::stringstream ss(v);
              std::string item;
@@ -110,6 +113,9 @@ const std::vector<Option>& options() {
         {"--lab-no-unique-index", "IM_LAB_NO_UNIQUE_INDEX", nullptr,
          "LAB ONLY negative control: drop events_idempotency and check-then-insert without the row lock",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.lab.no_unique_index = truthy(v); return std::nullopt; }},
+        {"--lab-no-resync", "IM_LAB_NO_RESYNC", nullptr,
+         "LAB ONLY negative control: after a lost LISTEN session, push no `resync` to subscribers",
+         [](Config& c, const std::string& v) -> std::optional<std::string> { c.lab.no_resync = truthy(v); return std::nullopt; }},
         {"--lab-purge-without-tombstones", "IM_LAB_PURGE_WITHOUT_TOMBSTONES", nullptr,
          "LAB ONLY negative control: retention purge writes no tombstones",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
@@ -166,7 +172,8 @@ std::optional<std::string> parse_config(int argc, char** argv, Config& cfg, bool
         else return std::string(found->flag) + " needs " + found->arg;
         if (auto e = found->set(cfg, value)) return std::string(found->flag) + ": " + *e;
     }
-    if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones))
+    if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones ||
+                                cfg.lab.no_resync))
         return "--fault and --lab-* need --enable-faults";
     return std::nullopt;
 }

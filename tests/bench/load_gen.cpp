@@ -36,6 +36,9 @@
 #include <sstream>
 #include <thread>
 
+#include <cstring>
+
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -111,12 +114,15 @@ double postgres_cpu(pid_t postmaster) {
     return total;
 }
 
-long rss_kb(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
-    return 0;
+// VmRSS of a process, read through a descriptor opened beforehand (the
+// generator may have used up its descriptors on connections by then).
+long rss_kb(int status_fd) {
+    char buf[4096];
+    ssize_t n = ::pread(status_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char* at = std::strstr(buf, "VmRSS:");
+    return at ? std::atol(at + 6) : 0;
 }
 
 double self_cpu() {
@@ -580,7 +586,8 @@ int run_idle(const Options& o, const std::string& url, im::test::ServerProcess& 
     auto guard = net::make_work_guard(ioc);
     std::thread io([&] { ioc.run(); });
     std::this_thread::sleep_for(500ms);
-    const long before = rss_kb(srv.pid());
+    const int status_fd = ::open(("/proc/" + std::to_string(srv.pid()) + "/status").c_str(), O_RDONLY | O_CLOEXEC);
+    const long before = rss_kb(status_fd);
     std::vector<std::shared_ptr<Client>> clients;
     for (int i = 0; i < o.idle; ++i) {
         const auto& u = world.members[static_cast<std::size_t>(i % users)][0];
@@ -594,7 +601,12 @@ int run_idle(const Options& o, const std::string& url, im::test::ServerProcess& 
     }
     wait_until([&] { return run.ready + run.failed >= o.idle; }, 300s);
     std::this_thread::sleep_for(2s);
-    const long after = rss_kb(srv.pid());
+    const long after = rss_kb(status_fd);
+    ::close(status_fd);
+    if (after == 0) {
+        const std::string log = srv.log();
+        std::printf("imserver is gone; the end of its log:\n%s\n", log.substr(log.size() > 2000 ? log.size() - 2000 : 0).c_str());
+    }
     std::printf("idle authenticated connections%s: %d ready, %d failed\n",
                 o.idle_big ? " (each sent one 60 KB frame first)" : "", run.ready.load(), run.failed.load());
     std::printf("imserver RSS: %ld KB before, %ld KB after: %.1f KB per connection\n", before, after,
@@ -642,8 +654,13 @@ int main(int argc, char** argv) {
     // Many sockets: raise the descriptor limit (imserver inherits it).
     rlimit rl{};
     ::getrlimit(RLIMIT_NOFILE, &rl);
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
+    rlimit want = rl;
+    want.rlim_max = std::max<rlim_t>(rl.rlim_max, 4 * static_cast<rlim_t>(o.idle) + 4096); // root may raise it
+    want.rlim_cur = want.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &want) != 0) {
+        rl.rlim_cur = rl.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
 
     // The embedded cluster, configured exactly as imserver configures its own.
     im::test::TempDir state("imbench");
