@@ -34,6 +34,8 @@ struct Config {
     int max_connections_per_address = 1000; // ... per client IP address
     int db_timeout_ms = 5000;               // a database job stuck this long: drop its connection
     int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)
+    int listen_probe_ms = 1000;
+    std::string bus = "postgres";        // or nats://HOST:PORT[,nats://HOST:PORT...]
     bool quiet = false;
 };
 

@@ -9,6 +9,8 @@
 #include "migrations.hpp"
 #include "gateway.hpp"
 #include "notifier.hpp"
+#include "nats_bus.hpp"
+#include "pg_bus.hpp"
 #include "store.hpp"
 
 #include <pqxx/pqxx>
@@ -98,10 +100,17 @@ int serve(const im::Config& cfg) {
     im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), cfg.db_queue,
                     std::chrono::milliseconds(cfg.db_timeout_ms));
     boost::asio::io_context ioc(cfg.io_threads);
+    std::unique_ptr<im::NotificationBus> bus_owner;
+    if (cfg.bus == "postgres") bus_owner = std::make_unique<im::PgBus>(db.url, cfg.gateway_id, metrics, cfg.listen_probe_ms);
+    else bus_owner = std::make_unique<im::NatsBus>(cfg.bus, cfg.gateway_id, metrics);
+    im::NotificationBus& bus = *bus_owner;
+    im::log_info("bus", {{"bus", cfg.bus == "postgres" ? std::string("postgres") : std::string("nats")}});
     auto gw = std::make_shared<im::Gateway>(ioc, cfg, pool, store, metrics, faults);
-    unsigned short port = gw->listen();
+    gw->api().bus = &bus;
     im::Notifier notifier(db.url, gw, store, metrics);
-    notifier.start();
+    gw->api().committed = [&notifier](const std::vector<im::Event>& events) { notifier.committed_here(events); };
+    notifier.start(bus);
+    unsigned short port = gw->listen();
 
     boost::asio::signal_set signals(ioc, SIGTERM, SIGINT);
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
@@ -118,8 +127,8 @@ int serve(const im::Config& cfg) {
     ioc.run();
     for (auto& t : threads) t.join();
 
-    notifier.stop();
-    pool.stop();
+    pool.stop(); // in-flight requests still publish
+    bus.stop();
     im::log_info("stopped");
     return 0;
 }

@@ -37,7 +37,7 @@ void WsSession::run(http::request<http::string_body> req) {
     ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
 }
 
-void WsSession::post_frame(std::string frame) {
+void WsSession::post_frame(std::shared_ptr<const std::string> frame) {
     net::post(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
         self->send(std::move(f));
     });
@@ -72,7 +72,7 @@ void WsSession::revoked(const std::string& device) {
 void WsSession::drop_unsent() {
     if (out_.size() <= 1) return;
     std::size_t dropped = 0;
-    for (auto it = out_.begin() + 1; it != out_.end(); ++it) dropped += it->size();
+    for (auto it = out_.begin() + 1; it != out_.end(); ++it) dropped += (*it)->size();
     out_.erase(out_.begin() + 1, out_.end());
     out_bytes_ -= dropped;
     gw_->metrics().unsent_bytes -= static_cast<long long>(dropped);
@@ -176,6 +176,9 @@ void WsSession::on_read(beast::error_code ec, std::size_t) {
     }
     std::string text = beast::buffers_to_string(buffer_.data());
     buffer_.consume(buffer_.size());
+    // A large frame grew the buffer: give the memory back, idle connections
+    // must stay cheap.
+    if (buffer_.capacity() > 4096) buffer_.shrink_to_fit();
     on_frame(text);
     do_read(); // unless paused: then resumed as the queue and the output drain
 }
@@ -206,6 +209,7 @@ void WsSession::next() {
     }
     if (std::holds_alternative<req::Sub>(item.req)) {
         gw_->subscribe(who_->user, shared_from_this());
+        subscribed_ = true;
         Handled h;
         h.frame = encode_reply(Subscribed{}, item.rid);
         return finish(item, std::move(h));
@@ -227,7 +231,14 @@ void WsSession::next() {
     auto self = shared_from_this();
     auto who = who_;
     bool queued = gw_->pool().submit([self, who, batch](pqxx::connection_base* c) {
-        std::vector<Handled> hs;
+        auto replies = [self, batch](std::vector<Handled> hs) {
+            net::post(self->ws_.get_executor(), [self, batch, hs = std::move(hs)]() mutable {
+                self->busy_ = false;
+                for (std::size_t i = 0; i < hs.size(); ++i)
+                    if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
+                self->after_reply();
+            });
+        };
         if (std::holds_alternative<req::Send>(batch->front().req)) {
             std::vector<req::Send> sends;
             std::vector<std::optional<std::string>> rids;
@@ -235,16 +246,12 @@ void WsSession::next() {
                 sends.push_back(std::get<req::Send>(p.req));
                 rids.push_back(p.rid);
             }
-            hs = handle_send_batch(self->gw_->api(), c, *who, sends, rids);
+            // The replies come once the events were handed to the bus; the
+            // worker is free for the next job meanwhile.
+            handle_send_batch(self->gw_->api(), c, *who, sends, rids, std::move(replies));
         } else {
-            hs.push_back(handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid));
+            replies({handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid)});
         }
-        net::post(self->ws_.get_executor(), [self, batch, hs = std::move(hs)]() mutable {
-            self->busy_ = false;
-            for (std::size_t i = 0; i < hs.size(); ++i)
-                if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
-            self->after_reply();
-        });
     });
     if (!queued) {
         busy_ = false;
@@ -287,9 +294,11 @@ void WsSession::finish(const Pending& item, Handled h) {
     if (deliver(item, std::move(h))) after_reply();
 }
 
-void WsSession::send(std::string frame) {
+void WsSession::send(std::string frame) { send(std::make_shared<const std::string>(std::move(frame))); }
+
+void WsSession::send(std::shared_ptr<const std::string> frame) {
     if (closed_ || close_requested_) return;
-    if (!out_.empty() && out_bytes_ + frame.size() > gw_->config().max_unsent_bytes) {
+    if (!out_.empty() && out_bytes_ + frame->size() > gw_->config().max_unsent_bytes) {
         // A client that stopped reading: drop it rather than buffer
         // without bound. It resyncs from its cursor when it reconnects.
         ++gw_->metrics().unsent_budget_closes;
@@ -297,8 +306,8 @@ void WsSession::send(std::string frame) {
         drop_unsent();
         return close({websocket::close_code::try_again_later, "unsent output over budget"}); // 1013
     }
-    out_bytes_ += frame.size();
-    gw_->metrics().unsent_bytes += static_cast<long long>(frame.size());
+    out_bytes_ += frame->size();
+    gw_->metrics().unsent_bytes += static_cast<long long>(frame->size());
     out_.push_back(std::move(frame));
     if (out_.size() == 1) do_write();
 }
@@ -307,7 +316,7 @@ void WsSession::do_write() {
     writing_ = true;
     write_started_ = Clock::now();
     ws_.text(true);
-    ws_.async_write(net::buffer(out_.front()),
+    ws_.async_write(net::buffer(*out_.front()),
                     beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
 }
 
@@ -317,8 +326,8 @@ void WsSession::on_write(beast::error_code ec, std::size_t) {
         fail(ec, "ws_write");
         return shutdown();
     }
-    out_bytes_ -= out_.front().size();
-    gw_->metrics().unsent_bytes -= static_cast<long long>(out_.front().size());
+    out_bytes_ -= out_.front()->size();
+    gw_->metrics().unsent_bytes -= static_cast<long long>(out_.front()->size());
     out_.pop_front();
     if (!out_.empty()) do_write();
     else if (close_requested_) return do_close();
@@ -352,7 +361,7 @@ void WsSession::shutdown() {
     closed_ = true;
     ping_timer_.cancel();
     queue_.clear();
-    if (opened_) gw_->session_closed(this);
+    if (opened_) gw_->session_closed(this, subscribed_ ? who_->user : std::string());
 }
 
 } // namespace im

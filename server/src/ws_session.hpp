@@ -22,8 +22,8 @@ public:
 
     void run(http::request<http::string_body> req);
 
-    /// Queue a frame from any thread.
-    void post_frame(std::string frame);
+    /// Queue a (shared) frame from any thread.
+    void post_frame(std::shared_ptr<const std::string> frame);
     void post_goaway();
     /// The device was revoked: close this connection if it is that device's.
     void post_revoked(std::string device);
@@ -50,6 +50,7 @@ private:
     void after_reply();
     void finish(const Pending& item, Handled h);
     void send(std::string frame);
+    void send(std::shared_ptr<const std::string> frame);
     void do_write();
     void on_write(beast::error_code ec, std::size_t);
     void goaway();
@@ -66,7 +67,7 @@ private:
     beast::flat_buffer buffer_;
     std::shared_ptr<Gateway> gw_;
     net::steady_timer ping_timer_;
-    std::deque<std::string> out_;
+    std::deque<std::shared_ptr<const std::string>> out_;
     std::deque<Pending> queue_;
     std::optional<Identity> who_;
     websocket::close_reason close_reason_{websocket::close_code::normal};
@@ -75,7 +76,7 @@ private:
     std::string address_;                 // the client's IP address (connection caps)
     std::optional<std::string> reject_;   // over a cap: why
     std::size_t out_bytes_ = 0;           // bytes in out_ (the unsent output budget)
-    bool admitted_ = false, opened_ = false, reading_ = false, busy_ = false, pinging_ = false;
+    bool admitted_ = false, opened_ = false, reading_ = false, busy_ = false, pinging_ = false, subscribed_ = false;
     bool draining_ = false, close_requested_ = false, closed_ = false;
     bool read_paused_ = false, output_paused_ = false, writing_ = false, revoked_ = false;
 };

@@ -61,6 +61,9 @@ std::string imserver_bin();
 
 /// Runs `imserver admin --db URL args...`; returns {exit code, stdout}.
 std::pair<int, std::string> admin(const std::string& db_url, const std::vector<std::string>& args);
+/// Runs `imserver ARGS...` (stdout discarded) and returns its exit status;
+/// -1 when it was still running after `timeout` (then it is SIGKILLed).
+int imserver_exit_code(const std::vector<std::string>& args, std::chrono::milliseconds timeout);
 /// As admin(), but throws unless it exits 0; returns stdout trimmed.
 std::string admin_ok(const std::string& db_url, const std::vector<std::string>& args);
 
@@ -84,6 +87,8 @@ public:
     /// `extra`, the extra flags are replaced (e.g. to drop a --fault).
     void restart();
     void restart(std::vector<std::string> extra);
+    /// As restart(), listening on the port it had (clients keep their URL).
+    void restart_on_same_port();
     /// Plain HTTP request to the gateway; returns {status, body}.
     std::pair<int, std::string> http(const std::string& method, const std::string& target,
                                      const std::string& body = {}) const;
@@ -119,6 +124,10 @@ public:
     bool closed() const;
     /// Size in bytes of the largest frame received so far.
     std::size_t largest_frame() const;
+    /// Frames read from the server (replies and pushes), frames written, and
+    /// frames dropped unwritten because a write failed (connection gone).
+    struct Counts { std::size_t received = 0, written = 0, dropped = 0; };
+    Counts counts() const;
     /// Waits until the server closes; returns its close code (or -1).
     int wait_closed(std::chrono::milliseconds timeout = 10s);
     /// hello with a fresh install id unless given; returns the reply.
