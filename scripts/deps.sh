@@ -14,6 +14,7 @@ packages=(
   etcd-server
   nats-server
   libnats-dev
+  linux-perf
 )
 
 missing=()

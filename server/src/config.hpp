@@ -25,6 +25,7 @@ struct Config {
     int drain_timeout_ms = 10000;
     int ping_interval_ms = 20000;
     int idle_timeout_ms = 60000;
+    int listen_probe_ms = 1000;
     bool quiet = false;
 };
 

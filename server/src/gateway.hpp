@@ -43,12 +43,16 @@ public:
     FaultRegistry& faults() { return faults_; }
     ApiContext& api() { return api_; }
     void session_opened(const std::shared_ptr<WsSession>& s);
-    void session_closed(WsSession* s);
     void subscribe(const std::string& user, const std::shared_ptr<WsSession>& s);
+    /// `user` is the one it subscribed as (empty if it never did): a
+    /// disconnect costs O(its subscriptions).
+    void session_closed(WsSession* s, const std::string& user);
 
     // Used by the notifier thread (push fan-out). Frames go to each
     // session's strand; these never block on a socket.
-    void push_to_user(const std::string& user, const std::string& frame, const std::string& skip_device = {});
+    /// The frame is encoded once and shared by every connection it goes to.
+    void push_to_user(const std::string& user, const std::shared_ptr<const std::string>& frame,
+                      const std::string& skip_device = {});
     bool has_subscribers(const std::string& user) const;
     bool has_any_subscriber() const;
     void resync_all();

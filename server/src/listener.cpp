@@ -33,6 +33,11 @@ void Listener::on_accept(beast::error_code ec, tcp::socket socket) {
         if (ec != net::error::operation_aborted) fail(ec, "accept");
         if (!acceptor_.is_open()) return;
     } else {
+        // A send puts two small frames on the sender's socket (its own pushed
+        // event and the reply): without this the second waits for the
+        // client's delayed ACK.
+        beast::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
         std::make_shared<HttpSession>(std::move(socket), gw_)->run();
     }
     if (!closed_) do_accept();

@@ -8,6 +8,7 @@
 #include "metrics.hpp"
 #include "gateway.hpp"
 #include "notifier.hpp"
+#include "pg_bus.hpp"
 #include "store.hpp"
 
 #include <pqxx/pqxx>
@@ -65,10 +66,13 @@ int serve(const im::Config& cfg) {
     im::Metrics metrics;
     im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), cfg.db_queue);
     boost::asio::io_context ioc(cfg.io_threads);
+    im::PgBus bus(db.url, cfg.gateway_id, metrics, cfg.listen_probe_ms);
     auto gw = std::make_shared<im::Gateway>(ioc, cfg, pool, store, metrics, faults);
-    unsigned short port = gw->listen();
+    gw->api().bus = &bus;
     im::Notifier notifier(db.url, gw, store, metrics);
-    notifier.start();
+    gw->api().committed = [&notifier](const std::vector<im::Event>& events) { notifier.committed_here(events); };
+    notifier.start(bus);
+    unsigned short port = gw->listen();
 
     boost::asio::signal_set signals(ioc, SIGTERM, SIGINT);
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
@@ -85,8 +89,8 @@ int serve(const im::Config& cfg) {
     ioc.run();
     for (auto& t : threads) t.join();
 
-    notifier.stop();
-    pool.stop();
+    pool.stop(); // in-flight requests still publish
+    bus.stop();
     im::log_info("stopped");
     return 0;
 }

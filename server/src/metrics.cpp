@@ -30,6 +30,10 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_notify_lag_ms", "Last delay from commit to this gateway's notification.", notify_lag_ms.load());
     gauge("im_send_transactions_total", "Transactions that carried sends (a run of pipelined sends shares one).",
           send_transactions.load(), "counter");
+    gauge("im_pushes_direct_total", "Events pushed to own subscribers by the committing gateway (no read, no bus).",
+          pushes_direct.load(), "counter");
+    gauge("im_bus_publishes_total", "Publish statements sent to the notification bus (each carries a batch).",
+          bus_publishes.load(), "counter");
     gauge("im_listen_reconnects_total", "LISTEN connection re-establishments.", listen_reconnects.load(), "counter");
     o << "# HELP im_pushes_total Server-initiated frames sent.\n# TYPE im_pushes_total counter\n"
       << "im_pushes_total{t=\"event\"} " << pushes_event.load() << '\n'

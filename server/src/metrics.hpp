@@ -17,8 +17,10 @@ public:
     std::atomic<long long> pushes_event{0};
     std::atomic<long long> pushes_hint{0};
     std::atomic<long long> pushes_resync{0};
+    std::atomic<long long> pushes_direct{0};      // events pushed by the gateway that committed them, without a read
     std::atomic<long long> notify_lag_ms{0};      // last commit -> gateway delay seen
     std::atomic<long long> listen_reconnects{0};
+    std::atomic<long long> bus_publishes{0};      // NOTIFY statements (each carries a batch)
     std::atomic<long long> send_transactions{0};  // database transactions that carried sends
 
     /// code is "OK" for success replies.

@@ -5,6 +5,7 @@
 #include <pqxx/pqxx>
 
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 
 namespace im {
@@ -101,6 +102,29 @@ std::string event_columns() {
            ", epoch, client_msg_id";
 }
 
+// A PostgreSQL text[] literal (a bound parameter): every element quoted,
+// `"` and `\` escaped.
+std::string text_array(const std::vector<std::string>& items) {
+    std::string out = "{";
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i) out += ',';
+        out += '"';
+        for (char ch : items[i]) {
+            if (ch == '"' || ch == '\\') out += '\\';
+            out += ch;
+        }
+        out += '"';
+    }
+    return out + "}";
+}
+
+// A failure the same request would meet on every retry (a data exception,
+// a constraint the request itself breaks; contract section 8).
+bool deterministic(const pqxx::sql_error& e) {
+    const std::string& state = e.sqlstate();
+    return (state.rfind("22", 0) == 0 || state.rfind("23", 0) == 0) && state != "23505";
+}
+
 // Maps database failures to UNAVAILABLE: the request key makes a resend safe.
 // With Rethrow, a unique violation escapes to the caller (send retries once).
 template <class T, bool Rethrow = false, class F>
@@ -110,6 +134,16 @@ Outcome<T> guarded(const char* what, F&& f) {
     } catch (const pqxx::unique_violation& e) {
         if constexpr (Rethrow) throw;
         log_warn("db_conflict", {{"op", what}, {"err", e.what()}});
+        return unavailable();
+    } catch (const pqxx::sql_error& e) {
+        // The server answered with an error: nothing was committed. One the
+        // request would meet on every retry is terminal (contract section 8).
+        if (deterministic(e)) {
+            if constexpr (Rethrow) throw;
+            log_warn("db_rejected", {{"op", what}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
+            return invalid("the database rejected this request (" + e.sqlstate() + ")");
+        }
+        log_warn("db_error", {{"op", what}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
         return unavailable();
     } catch (const pqxx::in_doubt_error& e) {
         log_warn("db_in_doubt", {{"op", what}, {"err", e.what()}});
@@ -135,9 +169,11 @@ Appended append_event(pqxx::transaction_base& tx, const std::string& conv, const
                       const std::optional<std::string>& sender, const std::optional<std::string>& cmid,
                       const std::optional<std::string>& body, std::optional<std::int64_t> target,
                       const std::optional<std::string>& subject, const std::string& fingerprint_sql,
-                      const std::string& fp_arg) {
+                      const std::string& fp_arg, bool notify_in_tx) {
     // One statement, one round trip: take the seq (bump next_seq), insert the
-    // row with its running counts for `unread`, and queue the notification.
+    // row with its running counts for `unread`, and (for the admin CLI, which
+    // has no bus of its own) queue the notification. Gateways publish after
+    // COMMIT instead (bus.hpp).
     // $4 is reserved for the fingerprint's argument.
     std::string fp = fingerprint_sql.empty() ? std::string("(CASE WHEN $4::text IS NULL THEN NULL END)::bytea")
                                              : fingerprint_sql;
@@ -152,10 +188,10 @@ Appended append_event(pqxx::transaction_base& tx, const std::string& conv, const
         "      CASE WHEN $3 = 'msg' THEN COALESCE((SELECT p.sender_ordinal FROM events p WHERE p.conv_id = $1 "
         "           AND p.sender_user = $5 AND p.kind = 'msg' ORDER BY p.seq DESC LIMIT 1), 0) + 1 END "
         "      FROM c RETURNING seq, mid::text AS mid, " + ts_ms + " AS ts, epoch) "
-        "SELECT seq, mid, ts, epoch, pg_notify($2, 'e ' || $1 || ' ' || seq) FROM e";
+        "SELECT seq, mid, ts, epoch, CASE WHEN $11 THEN pg_notify($2, 'e ' || $1 || ' ' || seq) END FROM e";
     auto r = tx.exec_params(sql, conv, std::string(notify_channel), kind, fp_arg, sender.value_or(""),
                             cmid.value_or(""), body.has_value(), body.value_or(""),
-                            target ? std::to_string(*target) : "", subject.value_or(""));
+                            target ? std::to_string(*target) : "", subject.value_or(""), notify_in_tx);
     if (r.empty()) throw std::runtime_error("append: conversation row vanished: " + conv);
     return {r[0][0].as<std::int64_t>(), r[0][1].c_str(), r[0][2].as<std::int64_t>(), r[0][3].as<std::int64_t>()};
 }
@@ -256,87 +292,112 @@ Outcome<Store::SendResult> Store::send(pqxx::connection_base& c, const Identity&
     return send_batch(c, who, {s}).front();
 }
 
+namespace {
+
+// Every query of `send`: steps 0-5 of contract section 6 run inside the
+// server-side function im_send (schema/003_send_function.sql), one round
+// trip per send or per pipelined run of sends to one conversation.
+constexpr const char* send_stmt = "im_send";
+constexpr const char* send_sql =
+    "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send($1, $2, $3::text[], $4::text[], $5)";
+
+} // namespace
+
 std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base& c, const Identity& who,
                                                           const std::vector<req::Send>& batch) {
     using Results = std::vector<Outcome<SendResult>>;
     const std::string& conv_id = batch.front().conv;
-    for (int attempt = 0;; ++attempt) {
-        try {
-            auto r = guarded<Results, true>("send", [&]() -> Outcome<Results> {
-                pqxx::work tx(c);
-                // 1. Lock the conversation row: per-conversation seq order = commit order.
-                //    (The lab's negative control skips the lock and the unique index.)
-                auto conv = load_conv(tx, conv_id, !lab_.no_unique_index);
-                if (!conv) return Results(batch.size(), not_member());
-                Results out;
-                out.reserve(batch.size());
-                bool stopped = false;
-                for (const auto& s : batch) {
-                    if (stopped) { // keep the sender's order: nothing after a failed item
-                        out.push_back(unavailable("injected fault"));
-                        continue;
-                    }
-                    // Steps 2-4 read their facts in one statement (taken after the
-                    // lock, so it sees every commit before ours and the earlier
-                    // items of this batch) and are judged in the contract's order.
-                    auto f = tx.exec_params(
-                        std::string("SELECT k.seq, k.mid::text, k.epoch, k.request_hash = ") + send_fp +
-                            ", EXISTS (SELECT 1 FROM idem_tombstones t WHERE t.conv_id = $1 AND t.sender_user = $2 "
-                            "          AND t.client_msg_id = $3), "
-                            "EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = $1 AND m.user_id = $2 "
-                            "        AND m.to_seq IS NULL) "
-                            "FROM (SELECT 1) AS one LEFT JOIN events k ON k.conv_id = $1 AND k.sender_user = $2 "
-                            "AND k.client_msg_id = $3",
-                        s.conv, who.user, s.cmid, s.body);
-                    const auto& facts = f[0];
-                    // 2. The request key: same fingerprint -> the original; else mismatch.
-                    if (!facts[0].is_null()) {
-                        if (!facts[3].as<bool>())
-                            out.push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
-                        else
-                            out.push_back(SendResult{Sent{s.conv, facts[0].as<std::int64_t>(), facts[1].c_str(), true,
-                                                          facts[2].as<std::int64_t>()}});
-                        continue;
-                    }
-                    // 3. A tombstone: the original ran but retention purged it.
-                    if (facts[4].as<bool>()) {
-                        out.push_back(Error{Code::original_expired, "the original was purged by retention"});
-                        continue;
-                    }
-                    // 4. Write access needs an open period.
-                    if (!facts[5].as<bool>()) {
-                        out.push_back(not_member());
-                        continue;
-                    }
-                    // 5. Insert and bump next_seq (with NOTIFY); commit below, reply after it.
-                    auto fi = faults_.hit("store.before_insert");
-                    if (fi == FaultKind::unavailable) {
-                        out.push_back(unavailable("injected fault"));
-                        stopped = true;
-                        continue;
-                    }
-                    auto a = append_event(tx, s.conv, "msg", who.user, s.cmid, s.body, std::nullopt, std::nullopt,
-                                          send_fp, s.body);
-                    SendResult res{Sent{s.conv, a.seq, a.mid, false, a.epoch}};
-                    res.drop_reply = fi == FaultKind::drop_reply;
-                    out.push_back(std::move(res));
-                }
-                auto fc = faults_.hit("store.before_commit");
-                if (fc == FaultKind::unavailable) return Results(batch.size(), unavailable("injected fault"));
-                tx.commit();
-                if (fc == FaultKind::drop_reply)
-                    for (auto& o : out)
-                        if (o) o->drop_reply = true;
-                return out;
-            });
-            if (r) return std::move(r.value());
-            return Results(batch.size(), r.error());
-        } catch (const pqxx::unique_violation&) {
-            // Not reachable while the row lock is held; if it ever is, the
-            // key now exists and a second pass returns it as a duplicate.
-            if (attempt > 0) return Results(batch.size(), unavailable());
+    // Lab fault points (no-ops unless --enable-faults): before the insert of
+    // an item, and between the inserts and COMMIT.
+    std::size_t run = batch.size();
+    std::vector<bool> drop(batch.size(), false);
+    if (faults_.enabled()) {
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            auto fi = faults_.hit("store.before_insert");
+            if (fi == FaultKind::unavailable) {
+                run = i; // keep the sender's order: nothing from the failed item on
+                break;
+            }
+            drop[i] = fi == FaultKind::drop_reply;
         }
     }
+    Results out;
+    out.reserve(batch.size());
+    // Items [from, to) in one call; a deterministic failure of a run of
+    // several is retried item by item, so it fails only its own request.
+    std::function<void(std::size_t, std::size_t)> call = [&](std::size_t from, std::size_t to) {
+        if (from >= to) return;
+        for (int attempt = 0;; ++attempt) {
+            try {
+                auto r = guarded<Results, true>("send", [&]() -> Outcome<Results> {
+                    c.prepare(send_stmt, send_sql);
+                    std::vector<std::string> cmid_list, body_list;
+                    for (std::size_t i = from; i < to; ++i) {
+                        cmid_list.push_back(batch[i].cmid);
+                        body_list.push_back(batch[i].body);
+                    }
+                    const std::string cmids = text_array(cmid_list), bodies = text_array(body_list);
+                    const bool lock = !lab_.no_unique_index;
+                    pqxx::result rows;
+                    if (faults_.enabled()) {
+                        pqxx::work tx(c);
+                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, lock);
+                        auto fc = faults_.hit("store.before_commit");
+                        if (fc == FaultKind::unavailable) return Results(to - from, unavailable("injected fault"));
+                        tx.commit();
+                        if (fc == FaultKind::drop_reply)
+                            for (std::size_t i = from; i < to; ++i) drop[i] = true;
+                    } else {
+                        pqxx::nontransaction tx(c); // autocommit: the call is the transaction
+                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, lock);
+                    }
+                    Results part;
+                    for (const auto& row : rows) {
+                        const std::string_view code = row[1].c_str();
+                        if (code == "NOT_MEMBER") {
+                            part.push_back(not_member());
+                        } else if (code == "IDEMPOTENCY_MISMATCH") {
+                            part.push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
+                        } else if (code == "ORIGINAL_EXPIRED") {
+                            part.push_back(Error{Code::original_expired, "the original was purged by retention"});
+                        } else {
+                            part.push_back(SendResult{Sent{conv_id, row[2].as<std::int64_t>(), row[3].c_str(),
+                                                           row[5].as<bool>(), row[4].as<std::int64_t>()},
+                                                      false, row[6].as<std::int64_t>()});
+                        }
+                    }
+                    if (part.size() != to - from) throw std::runtime_error("im_send: wrong number of results");
+                    return part;
+                });
+                if (r) {
+                    for (auto& o : r.value()) out.push_back(std::move(o));
+                } else {
+                    for (std::size_t i = from; i < to; ++i) out.push_back(r.error());
+                }
+                return;
+            } catch (const pqxx::unique_violation&) {
+                // Not reachable while the row lock is held; if it ever is, the
+                // key now exists and a second pass returns it as a duplicate.
+                if (attempt == 0) continue;
+                for (std::size_t i = from; i < to; ++i) out.push_back(unavailable());
+                return;
+            } catch (const pqxx::sql_error& e) {
+                // guarded<..., true> lets sql errors of the deterministic kind through.
+                if (to - from > 1) {
+                    for (std::size_t i = from; i < to; ++i) call(i, i + 1);
+                    return;
+                }
+                log_warn("send_rejected", {{"conv", conv_id}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
+                out.push_back(invalid("the database rejected this message (" + e.sqlstate() + ")"));
+                return;
+            }
+        }
+    };
+    call(0, run);
+    for (std::size_t i = run; i < batch.size(); ++i) out.push_back(unavailable("injected fault"));
+    for (std::size_t i = 0; i < out.size(); ++i)
+        if (out[i] && drop[i]) out[i]->drop_reply = true;
+    return out;
 }
 
 // ---------------------------------------------------------------- sync
@@ -448,7 +509,7 @@ Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const r
     });
 }
 
-Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const req::Read& rd) {
+Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const req::Read& rd, Notes& notes) {
     return guarded<ReadOk>("read", [&]() -> Outcome<ReadOk> {
         pqxx::work tx(c);
         if (!install_is_current(tx, who)) return stale_install();
@@ -465,10 +526,9 @@ Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const
                                 "SET read = GREATEST(read_markers.read, EXCLUDED.read) RETURNING read",
                                 rd.conv, who.user, rd.seq);
         std::int64_t now = r[0][0].as<std::int64_t>();
-        // The user's other devices learn of it through the gateways.
-        if (now > before)
-            notify(tx, "r " + rd.conv + " " + who.user + " " + who.device + " " + std::to_string(now));
         tx.commit();
+        // The user's other devices learn of it through the gateways.
+        if (now > before) notes.push_back("r " + rd.conv + " " + who.user + " " + who.device + " " + std::to_string(now));
         return ReadOk{rd.conv, now};
     });
 }
@@ -478,6 +538,11 @@ Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const
 Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, const req::Recall& rc) {
     return guarded<Recalled>("recall", [&]() -> Outcome<Recalled> {
         pqxx::work tx(c);
+        // Without any lock first (C4): a stranger never waits on the row lock.
+        if (tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 LIMIT 1", rc.conv,
+                           who.user)
+                .empty())
+            return not_member();
         auto conv = load_conv(tx, rc.conv, true);
         if (!conv) return not_member();
         auto access = load_access(tx, rc.conv, who.user, conv->next_seq);
@@ -515,7 +580,7 @@ Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, c
         if (!ev[0][2].as<bool>()) return Error{Code::recall_window_expired, "past the recall window"};
         if (!access.open) return not_member();
         auto a = append_event(tx, rc.conv, "recall", who.user, rc.cmid, std::nullopt, rc.target,
-                              std::nullopt, recall_fp, target);
+                              std::nullopt, recall_fp, target, false);
         tx.commit();
         return Recalled{rc.conv, a.seq, false};
     });
@@ -563,7 +628,47 @@ std::optional<Store::PushBatch> Store::load_push(pqxx::connection_base& c, const
     return b;
 }
 
-bool Store::ping(pqxx::connection_base& c) {
+// The fan-out's reads: prepared once per connection, autocommit (one
+// statement, one snapshot, no BEGIN/ROLLBACK round trips).
+std::vector<Event> Store::push_events(pqxx::connection_base& c, const std::string& conv, std::int64_t from,
+                                      std::int64_t to) {
+    c.prepare("im_push_events", "SELECT " + event_columns() +
+                                    " FROM events WHERE conv_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq");
+    pqxx::nontransaction tx(c);
+    std::vector<Event> out;
+    for (const auto& row : tx.exec_prepared("im_push_events", conv, from, to)) out.push_back(read_event(row));
+    return out;
+}
+
+Store::Members Store::push_members(pqxx::connection_base& c, const std::string& conv) {
+    c.prepare("im_push_members",
+              "SELECT m.user_id, m.from_seq, m.to_seq, c.push_full_max FROM conversations c "
+              "LEFT JOIN membership_periods m ON m.conv_id = c.conv_id WHERE c.conv_id = $1");
+    pqxx::nontransaction tx(c);
+    Members out;
+    std::int64_t open = 0, full_max = 0;
+    for (const auto& row : tx.exec_prepared("im_push_members", conv)) {
+        full_max = row[3].as<std::int64_t>();
+        if (row[0].is_null()) continue;
+        out.periods.push_back({row[0].c_str(), row[1].as<std::int64_t>(),
+                               row[2].is_null() ? INT64_MAX : row[2].as<std::int64_t>()});
+        if (row[2].is_null()) ++open;
+    }
+    out.full = open <= full_max;
+    return out;
+}
+
+void Store::open_publisher(pqxx::connection_base& c) {
+    pqxx::nontransaction(c).exec("SET synchronous_commit = off");
+    c.prepare("im_publish", "SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p");
+}
+
+void Store::publish(pqxx::connection_base& c, const Notes& payloads) {
+    pqxx::nontransaction tx(c);
+    tx.exec_prepared("im_publish", std::string(notify_channel), text_array(payloads));
+}
+
+bool Store::probe(pqxx::connection_base& c) {
     try {
         pqxx::nontransaction tx(c);
         tx.exec("SELECT 1");
@@ -600,7 +705,7 @@ ConvRow need_conv(pqxx::transaction_base& tx, const std::string& conv) {
 }
 
 std::int64_t open_member(pqxx::transaction_base& tx, const std::string& conv, const std::string& user) {
-    auto a = append_event(tx, conv, "join", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
+    auto a = append_event(tx, conv, "join", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "", true);
     tx.exec_params("INSERT INTO membership_periods (conv_id, user_id, from_seq) VALUES ($1, $2, $3)", conv, user,
                    a.seq);
     return a.seq;
@@ -690,7 +795,7 @@ std::int64_t Store::remove_member(pqxx::connection_base& c, const std::string& c
                        conv, user)
             .empty())
         throw std::runtime_error(user + " is not a member of " + conv);
-    auto a = append_event(tx, conv, "leave", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
+    auto a = append_event(tx, conv, "leave", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "", true);
     tx.exec_params("UPDATE membership_periods SET to_seq = $3 WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
                    conv, user, a.seq);
     tx.commit();
@@ -705,6 +810,7 @@ void Store::set_conv(pqxx::connection_base& c, const std::string& conv, std::opt
         tx.exec_params("UPDATE conversations SET recall_window_ms = $2 WHERE conv_id = $1", conv, *recall_window_ms);
     if (push_full_max)
         tx.exec_params("UPDATE conversations SET push_full_max = $2 WHERE conv_id = $1", conv, *push_full_max);
+    notify(tx, "m " + conv); // gateways drop their cached membership of it
     tx.commit();
 }
 

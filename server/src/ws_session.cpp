@@ -24,7 +24,7 @@ void WsSession::run(http::request<http::string_body> req) {
     ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
 }
 
-void WsSession::post_frame(std::string frame) {
+void WsSession::post_frame(std::shared_ptr<const std::string> frame) {
     net::post(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
         self->send(std::move(f));
     });
@@ -95,6 +95,9 @@ void WsSession::on_read(beast::error_code ec, std::size_t) {
     }
     std::string text = beast::buffers_to_string(buffer_.data());
     buffer_.consume(buffer_.size());
+    // A large frame grew the buffer: give the memory back, idle connections
+    // must stay cheap.
+    if (buffer_.capacity() > 4096) buffer_.shrink_to_fit();
     on_frame(text);
     if (queue_.size() < max_queued_) do_read(); // else resumed as the queue drains
 }
@@ -125,6 +128,7 @@ void WsSession::next() {
     }
     if (std::holds_alternative<req::Sub>(item.req)) {
         gw_->subscribe(who_->user, shared_from_this());
+        subscribed_ = true;
         Handled h;
         h.frame = encode_reply(Subscribed{}, item.rid);
         return finish(item, std::move(h));
@@ -146,7 +150,14 @@ void WsSession::next() {
     auto self = shared_from_this();
     auto who = who_;
     bool queued = gw_->pool().submit([self, who, batch](pqxx::connection_base* c) {
-        std::vector<Handled> hs;
+        auto replies = [self, batch](std::vector<Handled> hs) {
+            net::post(self->ws_.get_executor(), [self, batch, hs = std::move(hs)]() mutable {
+                self->busy_ = false;
+                for (std::size_t i = 0; i < hs.size(); ++i)
+                    if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
+                self->after_reply();
+            });
+        };
         if (std::holds_alternative<req::Send>(batch->front().req)) {
             std::vector<req::Send> sends;
             std::vector<std::optional<std::string>> rids;
@@ -154,16 +165,12 @@ void WsSession::next() {
                 sends.push_back(std::get<req::Send>(p.req));
                 rids.push_back(p.rid);
             }
-            hs = handle_send_batch(self->gw_->api(), c, *who, sends, rids);
+            // The replies come once the events were handed to the bus; the
+            // worker is free for the next job meanwhile.
+            handle_send_batch(self->gw_->api(), c, *who, sends, rids, std::move(replies));
         } else {
-            hs.push_back(handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid));
+            replies({handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid)});
         }
-        net::post(self->ws_.get_executor(), [self, batch, hs = std::move(hs)]() mutable {
-            self->busy_ = false;
-            for (std::size_t i = 0; i < hs.size(); ++i)
-                if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
-            self->after_reply();
-        });
     });
     if (!queued) {
         busy_ = false;
@@ -201,7 +208,9 @@ void WsSession::finish(const Pending& item, Handled h) {
     if (deliver(item, std::move(h))) after_reply();
 }
 
-void WsSession::send(std::string frame) {
+void WsSession::send(std::string frame) { send(std::make_shared<const std::string>(std::move(frame))); }
+
+void WsSession::send(std::shared_ptr<const std::string> frame) {
     if (closed_ || close_requested_) return;
     if (out_.size() >= max_outgoing_) {
         // A client that stopped reading: drop it rather than buffer
@@ -216,7 +225,7 @@ void WsSession::send(std::string frame) {
 
 void WsSession::do_write() {
     ws_.text(true);
-    ws_.async_write(net::buffer(out_.front()),
+    ws_.async_write(net::buffer(*out_.front()),
                     beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
 }
 
@@ -257,7 +266,7 @@ void WsSession::shutdown() {
     closed_ = true;
     ping_timer_.cancel();
     queue_.clear();
-    if (opened_) gw_->session_closed(this);
+    if (opened_) gw_->session_closed(this, subscribed_ ? who_->user : std::string());
 }
 
 } // namespace im

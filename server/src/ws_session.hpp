@@ -21,8 +21,8 @@ public:
 
     void run(http::request<http::string_body> req);
 
-    /// Queue a frame from any thread.
-    void post_frame(std::string frame);
+    /// Queue a (shared) frame from any thread.
+    void post_frame(std::shared_ptr<const std::string> frame);
     void post_goaway();
 
     const std::optional<Identity>& identity() const { return who_; }
@@ -47,6 +47,7 @@ private:
     void after_reply();
     void finish(const Pending& item, Handled h);
     void send(std::string frame);
+    void send(std::shared_ptr<const std::string> frame);
     void do_write();
     void on_write(beast::error_code ec, std::size_t);
     void goaway();
@@ -62,13 +63,13 @@ private:
     beast::flat_buffer buffer_;
     std::shared_ptr<Gateway> gw_;
     net::steady_timer ping_timer_;
-    std::deque<std::string> out_;
+    std::deque<std::shared_ptr<const std::string>> out_;
     std::deque<Pending> queue_;
     std::optional<Identity> who_;
     websocket::close_code close_code_ = websocket::close_code::normal;
     using Clock = std::chrono::steady_clock;
     Clock::time_point last_rx_{}, last_ping_{};
-    bool opened_ = false, reading_ = false, busy_ = false, pinging_ = false;
+    bool opened_ = false, reading_ = false, busy_ = false, pinging_ = false, subscribed_ = false;
     bool draining_ = false, close_requested_ = false, closed_ = false;
 };
 
