@@ -15,6 +15,8 @@ packages=(
   nats-server
   libnats-dev
   linux-perf
+  clang
+  libfuzzer-14-dev
 )
 
 missing=()

@@ -41,7 +41,8 @@ constexpr const char* admin_help =
     "  demo [--out FILE] [--server URL]                demo users ana, ben, cy; conversations ana-ben, team;\n"
     "                                                  writes their tokens to FILE (default STATE/demo-tokens.json)\n"
     "Options: --db URL [IM_DB], --state-dir DIR [IM_STATE_DIR, default ./var],\n"
-    "         --enable-faults --lab-purge-without-tombstones (lab negative control)\n"
+    "         --enable-faults --lab-purge-without-tombstones (lab negative control),\n"
+    "         --enable-faults --fault POINT=ACTION[:COUNT] (lab: e.g. store.purge_before_commit=crash)\n"
     "Exit status: 0 success, 2 bad usage, 1 failure.\n";
 
 std::int64_t to_i64(const std::string& s, const char* what) {
@@ -140,6 +141,7 @@ int run(int argc, char** argv) {
     std::string state_dir = "./var";
     LabSwitches lab;
     bool enable_faults = false;
+    std::vector<std::string> fault_specs;
     if (const char* v = std::getenv("IM_DB"); v && *v) db = v;
     if (const char* v = std::getenv("IM_STATE_DIR"); v && *v) state_dir = v;
     std::vector<std::string> words;
@@ -158,13 +160,20 @@ int run(int argc, char** argv) {
         else if (a == "--state-dir") state_dir = value(a);
         else if (a == "--enable-faults") enable_faults = true;
         else if (a == "--lab-purge-without-tombstones") lab.purge_without_tombstones = true;
+        else if (a == "--fault") fault_specs.push_back(value(a));
         else if (a == "--all") args.flags[a] = "1";
         else if (a.rfind("--", 0) == 0) args.flags[a] = value(a);
         else if (words.size() < 2 && args.pos.empty() && !(words.size() == 1 && (words[0] == "demo" || words[0] == "purge")))
             words.push_back(a);
         else args.pos.push_back(a);
     }
-    if (lab.purge_without_tombstones && !enable_faults) throw Usage("--lab-* needs --enable-faults");
+    if ((lab.purge_without_tombstones || !fault_specs.empty()) && !enable_faults)
+        throw Usage("--lab-* and --fault need --enable-faults");
+    for (const auto& f : fault_specs) { // bad input changes nothing: judged before the database is touched
+        std::string point;
+        FaultAction action;
+        if (auto e = parse_fault_spec(f, point, action)) throw Usage("--fault " + f + ": " + *e);
+    }
     if (words.empty()) throw Usage("missing command (imserver admin --help)");
     const std::string cmd = words[0] + (words.size() > 1 ? " " + words[1] : "");
     static const std::set<std::string> known = {"user add",     "device add",   "device revoke", "conv create",
@@ -181,7 +190,9 @@ int run(int argc, char** argv) {
     } stopper{d};
     prepare_schema(d.url, 5000);
     auto conn = open_connection(d.url, "imserver-admin");
-    FaultRegistry faults(false);
+    FaultRegistry faults(enable_faults);
+    for (const auto& f : fault_specs)
+        if (auto e = faults.arm(f)) throw Usage("--fault " + f + ": " + *e);
     Store store(faults, lab);
     auto& c = *conn;
 

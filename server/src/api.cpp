@@ -137,7 +137,16 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
                 return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Recall>) {
                 auto o = ctx.store.recall(c, *who, r);
-                if (o && !publish(ctx, {"e " + o->conv + " " + std::to_string(o->seq)})) return error_reply(unpublished(), rid);
+                if (!o) return error_reply(o.error(), rid);
+                if (!publish(ctx, {"e " + o->conv + " " + std::to_string(o->seq)})) return error_reply(unpublished(), rid);
+                // The recall is durable (and published) now; this point tests replies lost after it.
+                auto f = ctx.faults.hit("api.after_recall_commit");
+                if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
+                if (f == FaultKind::drop_reply) {
+                    Handled h;
+                    h.code = "DROPPED";
+                    return h;
+                }
                 return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Convs>) {
                 return reply(ctx.store.convs(c, *who), rid);

@@ -69,13 +69,40 @@ const std::vector<Option>& options() {
         {"--listen-probe-ms", "IM_LISTEN_PROBE_MS", "MS",
          "how often an idle notification listener checks its database session is alive (default 1000)",
          [](Config& c, const std::string& v) { return to_int(v, 50, 3600000, c.listen_probe_ms); }},
+        {"--bus", "IM_BUS", "postgres|nats://HOST:PORT",
+         "notification bus between gateways: PostgreSQL LISTEN/NOTIFY (default) or NATS (comma-separated URLs "
+         "of one NATS cluster)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             if (v == "postgres") {
+                 c.bus = v;
+                 return std::nullopt;
+             }
+             std::stringstream ss(v);
+             std::string url;
+             int n = 0;
+             while (std::getline(ss, url, ',')) {
+                 ++n;
+                 const std::string scheme = "nats://";
+                 auto colon = url.rfind(':');
+                 int port = 0;
+                 if (url.rfind(scheme, 0) != 0 || colon < scheme.size() + 1 ||
+                     to_int(url.substr(colon + 1), 1, 65535, port))
+                     return "expected 'postgres' or nats://HOST:PORT[,nats://HOST:PORT...], got '" + v + "'";
+             }
+             if (n == 0) return std::string("expected 'postgres' or nats://HOST:PORT");
+             c.bus = v;
+             return std::nullopt;
+         }},
         {"--quiet", "IM_QUIET", nullptr, "log warnings and errors only",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.quiet = truthy(v); return std::nullopt; }},
         {"--enable-faults", "IM_ENABLE_FAULTS", nullptr, "LAB ONLY: allow fault injection (--fault, POST /lab/fault)",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.enable_faults = truthy(v); return std::nullopt; }},
         {"--fault", "IM_FAULTS", "POINT=ACTION[:COUNT]",
          "LAB ONLY: arm a fault point (repeatable; env: comma-separated). Points: store.before_insert, "
-         "store.before_commit, api.after_send_commit. Actions: crash, drop_reply, unavailable, delay:MS",
+         "store.before_commit, api.after_send_commit, store.recall_before_commit, api.after_recall_commit, "
+         "store.ack_before_commit, store.read_before_commit, notify.before_publish (and, for admin purge, "
+         "store.purge_after_tombstones, store.purge_before_commit). Actions: crash, drop_reply, unavailable, "
+         "delay:MS",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
              std::stringstream ss(v);
              std::string item;
@@ -86,6 +113,9 @@ const std::vector<Option>& options() {
         {"--lab-no-unique-index", "IM_LAB_NO_UNIQUE_INDEX", nullptr,
          "LAB ONLY negative control: drop events_idempotency and check-then-insert without the row lock",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.lab.no_unique_index = truthy(v); return std::nullopt; }},
+        {"--lab-no-resync", "IM_LAB_NO_RESYNC", nullptr,
+         "LAB ONLY negative control: after a lost LISTEN session, push no `resync` to subscribers",
+         [](Config& c, const std::string& v) -> std::optional<std::string> { c.lab.no_resync = truthy(v); return std::nullopt; }},
         {"--lab-purge-without-tombstones", "IM_LAB_PURGE_WITHOUT_TOMBSTONES", nullptr,
          "LAB ONLY negative control: retention purge writes no tombstones",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
@@ -142,7 +172,8 @@ std::optional<std::string> parse_config(int argc, char** argv, Config& cfg, bool
         else return std::string(found->flag) + " needs " + found->arg;
         if (auto e = found->set(cfg, value)) return std::string(found->flag) + ": " + *e;
     }
-    if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones))
+    if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones ||
+                                cfg.lab.no_resync))
         return "--fault and --lab-* need --enable-faults";
     return std::nullopt;
 }

@@ -26,6 +26,7 @@ struct Config {
     int ping_interval_ms = 20000;
     int idle_timeout_ms = 60000;
     int listen_probe_ms = 1000;
+    std::string bus = "postgres";        // or nats://HOST:PORT[,nats://HOST:PORT...]
     bool quiet = false;
 };
 

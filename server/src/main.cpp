@@ -8,6 +8,7 @@
 #include "metrics.hpp"
 #include "gateway.hpp"
 #include "notifier.hpp"
+#include "nats_bus.hpp"
 #include "pg_bus.hpp"
 #include "store.hpp"
 
@@ -66,7 +67,11 @@ int serve(const im::Config& cfg) {
     im::Metrics metrics;
     im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), cfg.db_queue);
     boost::asio::io_context ioc(cfg.io_threads);
-    im::PgBus bus(db.url, cfg.gateway_id, metrics, cfg.listen_probe_ms);
+    std::unique_ptr<im::NotificationBus> bus_owner;
+    if (cfg.bus == "postgres") bus_owner = std::make_unique<im::PgBus>(db.url, cfg.gateway_id, metrics, cfg.listen_probe_ms);
+    else bus_owner = std::make_unique<im::NatsBus>(cfg.bus, cfg.gateway_id, metrics);
+    im::NotificationBus& bus = *bus_owner;
+    im::log_info("bus", {{"bus", cfg.bus == "postgres" ? std::string("postgres") : std::string("nats")}});
     auto gw = std::make_shared<im::Gateway>(ioc, cfg, pool, store, metrics, faults);
     gw->api().bus = &bus;
     im::Notifier notifier(db.url, gw, store, metrics);

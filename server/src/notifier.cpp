@@ -36,6 +36,7 @@ void Notifier::resync() {
         std::lock_guard lk(mu_);
         convs_.clear();
     }
+    if (gw_->config().lab.no_resync) return; // the lab's negative control of 10-notify-loss-resync
     gw_->resync_all();
 }
 
@@ -55,6 +56,12 @@ void Notifier::committed_here(const std::vector<Event>& events) {
 }
 
 void Notifier::deliver(const std::vector<std::string>& payloads) {
+    // Lab: crash before any of these notifications is pushed, or lose them
+    // as a lost LISTEN session would (subscribers are told to resync).
+    if (gw_->faults().hit("notify.before_publish") == FaultKind::unavailable) {
+        log_warn("notify_fault_lost", {{"payloads", static_cast<long>(payloads.size())}});
+        return resync();
+    }
     if (!gw_->has_any_subscriber()) {
         std::lock_guard lk(mu_);
         convs_.clear(); // nobody to push to: nothing to keep in order

@@ -504,6 +504,7 @@ Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const r
                                 "SET delivered = GREATEST(delivery_markers.delivered, EXCLUDED.delivered) "
                                 "RETURNING delivered",
                                 a.conv, who.device, a.seq);
+        if (faults_.hit("store.ack_before_commit") == FaultKind::unavailable) return unavailable("injected fault");
         tx.commit();
         return Acked{a.conv, r[0][0].as<std::int64_t>()};
     });
@@ -526,6 +527,7 @@ Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const
                                 "SET read = GREATEST(read_markers.read, EXCLUDED.read) RETURNING read",
                                 rd.conv, who.user, rd.seq);
         std::int64_t now = r[0][0].as<std::int64_t>();
+        if (faults_.hit("store.read_before_commit") == FaultKind::unavailable) return unavailable("injected fault");
         tx.commit();
         // The user's other devices learn of it through the gateways.
         if (now > before) notes.push_back("r " + rd.conv + " " + who.user + " " + who.device + " " + std::to_string(now));
@@ -581,6 +583,7 @@ Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, c
         if (!access.open) return not_member();
         auto a = append_event(tx, rc.conv, "recall", who.user, rc.cmid, std::nullopt, rc.target,
                               std::nullopt, recall_fp, target, false);
+        if (faults_.hit("store.recall_before_commit") == FaultKind::unavailable) return unavailable("injected fault");
         tx.commit();
         return Recalled{rc.conv, a.seq, false};
     });
@@ -851,8 +854,12 @@ std::int64_t Store::purge(pqxx::connection_base& c, const std::string& conv, std
                            "WHERE conv_id = $1 AND seq < $2 AND client_msg_id IS NOT NULL "
                            "ON CONFLICT DO NOTHING",
                            conv, end);
+        if (faults_.hit("store.purge_after_tombstones") == FaultKind::unavailable)
+            throw std::runtime_error("purge: injected fault after the tombstones");
         auto d = tx.exec_params("DELETE FROM events WHERE conv_id = $1 AND seq < $2", conv, end);
         tx.exec_params("UPDATE conversations SET min_seq = $2 WHERE conv_id = $1", conv, end);
+        if (faults_.hit("store.purge_before_commit") == FaultKind::unavailable)
+            throw std::runtime_error("purge: injected fault before the commit");
         tx.commit();
         purged += static_cast<std::int64_t>(d.affected_rows());
     }

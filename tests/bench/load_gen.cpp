@@ -8,7 +8,10 @@
 //
 // Usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES]
 //                   [--warmup S] [--window S] [--db-pool N] [--db URL]
+//                   [--gateways N] [--bus postgres|nats://HOST:PORT]
 //                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
+// With --gateways N, N imservers share the database and the connections are
+// spread round-robin, so most pushes cross gateways through the bus.
 // Not run by ctest: it prints figures, it asserts nothing.
 #include "database.hpp"
 #include "harness.hpp"
@@ -28,10 +31,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
+#include <cstring>
+
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -51,6 +58,8 @@ struct Options {
     std::optional<std::string> db;
     int idle = 0;
     bool idle_big = false; // each idle connection first sends one ~60 KB frame
+    int gateways = 1;      // connections spread round-robin over this many imservers
+    std::string bus;       // imserver --bus (empty: its default, postgres)
 };
 
 double wall_ms() {
@@ -105,12 +114,15 @@ double postgres_cpu(pid_t postmaster) {
     return total;
 }
 
-long rss_kb(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
-    return 0;
+// VmRSS of a process, read through a descriptor opened beforehand (the
+// generator may have used up its descriptors on connections by then).
+long rss_kb(int status_fd) {
+    char buf[4096];
+    ssize_t n = ::pread(status_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char* at = std::strstr(buf, "VmRSS:");
+    return at ? std::atol(at + 6) : 0;
 }
 
 double self_cpu() {
@@ -220,6 +232,7 @@ struct Run {
     net::io_context& ioc;
     std::string host = "127.0.0.1";
     unsigned short port = 0;
+    std::vector<unsigned short> ports; // several gateways: client i uses ports[i % n]
     Stats stats;
     std::atomic<int> ready{0}, failed{0};
     std::atomic<bool> sending{false};
@@ -244,7 +257,9 @@ public:
         if (ec) return fail();
         sock.set_option(tcp::no_delay(true), ec);
         beast::get_lowest_layer(ws_).async_connect(
-            tcp::endpoint(net::ip::make_address(run_.host), run_.port),
+            tcp::endpoint(net::ip::make_address(run_.host),
+                          run_.ports.empty() ? run_.port
+                                             : run_.ports[static_cast<std::size_t>(index_) % run_.ports.size()]),
             [self = shared_from_this()](beast::error_code e) {
                 if (e) return self->fail();
                 self->ws_.async_handshake(self->run_.host, "/v1/ws", [self](beast::error_code e2) {
@@ -437,10 +452,13 @@ pid_t postmaster_pid(const std::string& url) {
     return pid;
 }
 
-int run_load(const Options& o, const std::string& url, im::test::ServerProcess& srv) {
+int run_load(const Options& o, const std::string& url, const std::vector<im::test::ServerProcess*>& gws) {
     std::printf("im_loadgen: %d conversations x %d members, %d closed-loop senders, %d-byte bodies, "
                 "warm-up %.0f s, window %.0f s, imserver --db-pool %d\n",
                 o.convs, o.members, o.senders, o.body, o.warmup, o.window, o.db_pool);
+    std::printf("gateways: %zu (connections round-robin, so members of one conversation sit on different "
+                "gateways), bus: %s\n",
+                gws.size(), o.bus.empty() ? "postgres" : o.bus.c_str());
     {
         pqxx::connection c(url);
         pqxx::nontransaction tx(c);
@@ -462,7 +480,7 @@ int run_load(const Options& o, const std::string& url, im::test::ServerProcess& 
     // The server run.
     net::io_context ioc;
     Run run(ioc);
-    run.port = srv.port();
+    for (auto* g : gws) run.ports.push_back(g->port());
     run.body = body_of(o.body);
     auto guard = net::make_work_guard(ioc);
     std::thread io([&] { ioc.run(); });
@@ -491,9 +509,14 @@ int run_load(const Options& o, const std::string& url, im::test::ServerProcess& 
     run.sending = true;
     for (auto& s : senders) s->begin_sending();
     std::this_thread::sleep_until(run.w0);
-    const double cpu_self0 = self_cpu(), cpu_srv0 = cpu_seconds(srv.pid()), cpu_pg0 = postgres_cpu(pg);
+    auto gateways_cpu = [&] {
+        double t = 0;
+        for (auto* g : gws) t += cpu_seconds(g->pid());
+        return t;
+    };
+    const double cpu_self0 = self_cpu(), cpu_srv0 = gateways_cpu(), cpu_pg0 = postgres_cpu(pg);
     std::this_thread::sleep_until(run.w1);
-    const double cpu_self1 = self_cpu(), cpu_srv1 = cpu_seconds(srv.pid()), cpu_pg1 = postgres_cpu(pg);
+    const double cpu_self1 = self_cpu(), cpu_srv1 = gateways_cpu(), cpu_pg1 = postgres_cpu(pg);
     // Senders stop by themselves at w1; wait for the last replies and pushes.
     long expected = 0;
     wait_until(
@@ -563,7 +586,8 @@ int run_idle(const Options& o, const std::string& url, im::test::ServerProcess& 
     auto guard = net::make_work_guard(ioc);
     std::thread io([&] { ioc.run(); });
     std::this_thread::sleep_for(500ms);
-    const long before = rss_kb(srv.pid());
+    const int status_fd = ::open(("/proc/" + std::to_string(srv.pid()) + "/status").c_str(), O_RDONLY | O_CLOEXEC);
+    const long before = rss_kb(status_fd);
     std::vector<std::shared_ptr<Client>> clients;
     for (int i = 0; i < o.idle; ++i) {
         const auto& u = world.members[static_cast<std::size_t>(i % users)][0];
@@ -577,7 +601,12 @@ int run_idle(const Options& o, const std::string& url, im::test::ServerProcess& 
     }
     wait_until([&] { return run.ready + run.failed >= o.idle; }, 300s);
     std::this_thread::sleep_for(2s);
-    const long after = rss_kb(srv.pid());
+    const long after = rss_kb(status_fd);
+    ::close(status_fd);
+    if (after == 0) {
+        const std::string log = srv.log();
+        std::printf("imserver is gone; the end of its log:\n%s\n", log.substr(log.size() > 2000 ? log.size() - 2000 : 0).c_str());
+    }
     std::printf("idle authenticated connections%s: %d ready, %d failed\n",
                 o.idle_big ? " (each sent one 60 KB frame first)" : "", run.ready.load(), run.failed.load());
     std::printf("imserver RSS: %ld KB before, %ld KB after: %.1f KB per connection\n", before, after,
@@ -612,9 +641,12 @@ int main(int argc, char** argv) {
         else if (a == "--db") o.db = next();
         else if (a == "--idle") o.idle = std::stoi(next());
         else if (a == "--idle-big") o.idle_big = true;
+        else if (a == "--gateways") o.gateways = std::max(1, std::stoi(next()));
+        else if (a == "--bus") o.bus = next();
         else {
             std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "
-                                 "[--warmup S] [--window S] [--db-pool N] [--db URL] [--idle CONNECTIONS [--idle-big]]\n");
+                                 "[--warmup S] [--window S] [--db-pool N] [--db URL] [--gateways N] [--bus postgres|nats://HOST:PORT] "
+                                 "[--idle CONNECTIONS [--idle-big]]\n");
             return 2;
         }
     }
@@ -622,8 +654,13 @@ int main(int argc, char** argv) {
     // Many sockets: raise the descriptor limit (imserver inherits it).
     rlimit rl{};
     ::getrlimit(RLIMIT_NOFILE, &rl);
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
+    rlimit want = rl;
+    want.rlim_max = std::max<rlim_t>(rl.rlim_max, 4 * static_cast<rlim_t>(o.idle) + 4096); // root may raise it
+    want.rlim_cur = want.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &want) != 0) {
+        rl.rlim_cur = rl.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
 
     // The embedded cluster, configured exactly as imserver configures its own.
     im::test::TempDir state("imbench");
@@ -637,9 +674,16 @@ int main(int argc, char** argv) {
     im::prepare_schema(db.url, 30000);
     int rc = 0;
     {
-        im::test::ServerProcess srv(db.url, {"--quiet", "--db-pool", std::to_string(o.db_pool)}, "gw-bench");
-        rc = o.idle > 0 ? run_idle(o, db.url, srv) : run_load(o, db.url, srv);
-        srv.terminate();
+        std::vector<std::string> flags = {"--quiet", "--db-pool", std::to_string(o.db_pool)};
+        if (!o.bus.empty()) flags.insert(flags.end(), {"--bus", o.bus});
+        std::vector<std::unique_ptr<im::test::ServerProcess>> gws;
+        std::vector<im::test::ServerProcess*> ptrs;
+        for (int g = 0; g < (o.idle > 0 ? 1 : o.gateways); ++g) {
+            gws.push_back(std::make_unique<im::test::ServerProcess>(db.url, flags, "gw-bench-" + std::to_string(g + 1)));
+            ptrs.push_back(gws.back().get());
+        }
+        rc = o.idle > 0 ? run_idle(o, db.url, *gws[0]) : run_load(o, db.url, ptrs);
+        for (auto& g : gws) g->terminate();
     }
     return rc;
 }

@@ -58,6 +58,9 @@ std::string imserver_bin();
 
 /// Runs `imserver admin --db URL args...`; returns {exit code, stdout}.
 std::pair<int, std::string> admin(const std::string& db_url, const std::vector<std::string>& args);
+/// Runs `imserver ARGS...` (stdout discarded) and returns its exit status;
+/// -1 when it was still running after `timeout` (then it is SIGKILLed).
+int imserver_exit_code(const std::vector<std::string>& args, std::chrono::milliseconds timeout);
 /// As admin(), but throws unless it exits 0; returns stdout trimmed.
 std::string admin_ok(const std::string& db_url, const std::vector<std::string>& args);
 
@@ -81,6 +84,8 @@ public:
     /// `extra`, the extra flags are replaced (e.g. to drop a --fault).
     void restart();
     void restart(std::vector<std::string> extra);
+    /// As restart(), listening on the port it had (clients keep their URL).
+    void restart_on_same_port();
     /// Plain HTTP request to the gateway; returns {status, body}.
     std::pair<int, std::string> http(const std::string& method, const std::string& target,
                                      const std::string& body = {}) const;
@@ -114,6 +119,10 @@ public:
     std::optional<json::object> wait_push(const std::function<bool(const json::object&)>& pred,
                                           std::chrono::milliseconds timeout = 10s);
     bool closed() const;
+    /// Frames read from the server (replies and pushes), frames written, and
+    /// frames dropped unwritten because a write failed (connection gone).
+    struct Counts { std::size_t received = 0, written = 0, dropped = 0; };
+    Counts counts() const;
     /// Waits until the server closes; returns its close code (or -1).
     int wait_closed(std::chrono::milliseconds timeout = 10s);
     /// hello with a fresh install id unless given; returns the reply.
