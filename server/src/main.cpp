@@ -101,7 +101,8 @@ int serve(const im::Config& cfg) {
                     std::chrono::milliseconds(cfg.db_timeout_ms));
     boost::asio::io_context ioc(cfg.io_threads);
     std::unique_ptr<im::NotificationBus> bus_owner;
-    if (cfg.bus == "postgres") bus_owner = std::make_unique<im::PgBus>(db.url, cfg.gateway_id, metrics, cfg.listen_probe_ms);
+    if (cfg.bus == "postgres") bus_owner = std::make_unique<im::PgBus>(db.url, cfg.gateway_id, metrics, cfg.listen_probe_ms,
+                                                                    cfg.db_timeout_ms);
     else bus_owner = std::make_unique<im::NatsBus>(cfg.bus, cfg.gateway_id, metrics);
     im::NotificationBus& bus = *bus_owner;
     im::log_info("bus", {{"bus", cfg.bus == "postgres" ? std::string("postgres") : std::string("nats")}});

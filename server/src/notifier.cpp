@@ -73,6 +73,8 @@ void Notifier::deliver(const std::vector<std::string>& payloads) {
     }
     try {
         if (!conn_ || !conn_->is_open()) conn_ = open_connection(url_, "imserver-fanout-" + gw_->config().gateway_id);
+        // A frozen database must not hang the bus thread (nor SIGTERM).
+        Watchdog::Watch watch(gw_->pool().watchdog(), *conn_);
         process(*conn_, payloads);
     } catch (const std::exception& e) {
         // These payloads' pushes are lost: every subscriber catches up by sync.

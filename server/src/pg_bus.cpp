@@ -38,8 +38,9 @@ private:
 
 } // namespace
 
-PgBus::PgBus(std::string url, std::string gateway_id, Metrics& metrics, int probe_ms)
-    : url_(std::move(url)), gateway_id_(std::move(gateway_id)), metrics_(metrics), probe_ms_(probe_ms) {
+PgBus::PgBus(std::string url, std::string gateway_id, Metrics& metrics, int probe_ms, int db_timeout_ms)
+    : url_(std::move(url)), gateway_id_(std::move(gateway_id)), metrics_(metrics), probe_ms_(probe_ms),
+      watchdog_(std::chrono::milliseconds(db_timeout_ms)) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
     publisher_ = std::thread([this] { publish_loop(); });
@@ -126,8 +127,10 @@ void PgBus::publish_loop() {
         try {
             if (!conn || !conn->is_open()) {
                 conn = open_connection(url_, "imserver-notify-" + gateway_id_);
+                Watchdog::Watch watch(watchdog_, *conn);
                 Store::open_publisher(*conn);
             }
+            Watchdog::Watch watch(watchdog_, *conn);
             Store::publish(*conn, collapse(all));
             ok = true;
             ++metrics_.bus_publishes;
@@ -171,6 +174,7 @@ void PgBus::listen_loop() {
                 const auto now = std::chrono::steady_clock::now();
                 if (now - last_probe >= probe) {
                     // A silently reopened or dead session would have lost LISTEN.
+                    Watchdog::Watch watch(watchdog_, *conn);
                     if (!Store::probe(*conn) || !conn->is_open() || conn->backendpid() != pid)
                         throw pqxx::broken_connection("listen session lost");
                     last_probe = std::chrono::steady_clock::now();

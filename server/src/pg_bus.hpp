@@ -15,6 +15,7 @@
 #pragma once
 
 #include "bus.hpp"
+#include "db_pool.hpp"
 #include "metrics.hpp"
 
 #include <atomic>
@@ -27,7 +28,9 @@ namespace im {
 
 class PgBus : public NotificationBus {
 public:
-    PgBus(std::string url, std::string gateway_id, Metrics& metrics, int probe_ms);
+    /// `db_timeout_ms`: a round trip of the bus's own sessions stuck longer is
+    /// cut (a frozen database must not hang the bus, nor SIGTERM).
+    PgBus(std::string url, std::string gateway_id, Metrics& metrics, int probe_ms, int db_timeout_ms = 5000);
     ~PgBus() override;
     void subscribe(Handlers h) override;
     void stop() override;
@@ -45,6 +48,7 @@ private:
     std::string url_, gateway_id_;
     Metrics& metrics_;
     int probe_ms_;
+    Watchdog watchdog_;
     Handlers handlers_;
     std::atomic<bool> stop_{false};
     int wake_fd_ = -1; // eventfd: wakes the listener's poll() on stop

@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
         while (!done) {
             if (wcv.wait_until(lk, std::min(deadline, Clock::now() + 1s)) == std::cv_status::timeout &&
                 Clock::now() >= deadline && !done) {
-                Result r{current, false, "timed out after 120 s; lab aborted", 120000};
+                Result r{current, false, "timed out after 120 s; lab aborted", 120000, false, {}};
                 print(r);
                 {
                     std::lock_guard rl(report_mu);
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
             v = failed(e.what());
         }
         Result r{all[i].id, v.pass, v.detail,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()};
+                 std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), false, {}};
         print(r);
         {
             std::lock_guard rl(report_mu);

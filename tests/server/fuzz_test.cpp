@@ -86,7 +86,9 @@ TEST(Fuzz, ten_thousand_judged_bad_frames_neither_crash_nor_hang_nor_write) {
         std::unique_ptr<WsClient> c;
         auto connect = [&] {
             c = std::make_unique<WsClient>(srv.port());
-            if (round == 1) ASSERT_EQ(str(c->hello(w.users[0].token), "t"), "welcome");
+            if (round == 1) {
+                ASSERT_EQ(str(c->hello(w.users[0].token), "t"), "welcome");
+            }
         };
         connect();
         std::size_t round_judged = 0;
@@ -147,7 +149,7 @@ TEST(Fuzz, invalid_utf8_text_closes_with_1007_and_the_server_lives_on) {
     TestPostgres pg;
     ServerProcess srv(pg.url(), {"--quiet"});
     auto w = make_world(pg.url(), "fuzz8", 2);
-    for (const std::string bad : {std::string("{\"t\":\"convs\",\"x\":\"\xff\"}"), std::string("\xc0\xaf"),
+    for (const std::string& bad : {std::string("{\"t\":\"convs\",\"x\":\"\xff\"}"), std::string("\xc0\xaf"),
                                   std::string("\xed\xa0\x80")}) {
         WsClient c(srv.port());
         c.send_text(bad);
