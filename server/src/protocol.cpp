@@ -41,6 +41,21 @@ struct Fields {
             return std::string("field 'cmid' must be 1-64 characters");
         return std::nullopt;
     }
+
+    /// The page window shared by sync and history: optional `limit` (>= 1,
+    /// cut to max_sync_limit) and optional `epoch` (>= 1).
+    std::optional<std::string> window(std::int64_t& limit, std::optional<std::int64_t>& epoch) const {
+        if (auto e = integer("limit", limit, false)) return e;
+        if (limit < 1) return std::string("field 'limit' must be >= 1");
+        if (limit > max_sync_limit) limit = max_sync_limit;
+        if (o.contains("epoch")) {
+            std::int64_t ep = 0;
+            if (auto e = integer("epoch", ep)) return e;
+            if (ep < 1) return std::string("field 'epoch' must be >= 1");
+            epoch = ep;
+        }
+        return std::nullopt;
+    }
 };
 
 std::variant<Request, Error> parse_body(std::string_view t, const json::object& o) {
@@ -71,15 +86,7 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         if (auto e = f.conv(r.conv)) return bad(*e);
         if (auto e = f.integer("after", r.after)) return bad(*e);
         if (r.after < 0) return bad("field 'after' must be >= 0");
-        if (auto e = f.integer("limit", r.limit, false)) return bad(*e);
-        if (r.limit < 1) return bad("field 'limit' must be >= 1");
-        if (r.limit > max_sync_limit) r.limit = max_sync_limit;
-        if (o.contains("epoch")) {
-            std::int64_t ep = 0;
-            if (auto e = f.integer("epoch", ep)) return bad(*e);
-            if (ep < 1) return bad("field 'epoch' must be >= 1");
-            r.epoch = ep;
-        }
+        if (auto e = f.window(r.limit, r.epoch)) return bad(*e);
         return r;
     }
     if (t == "ack" || t == "read" || t == "fetch") {
@@ -108,15 +115,7 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         if (auto e = f.conv(r.conv)) return bad(*e);
         if (auto e = f.integer("before", r.before)) return bad(*e);
         if (r.before < 0) return bad("field 'before' must be >= 0");
-        if (auto e = f.integer("limit", r.limit, false)) return bad(*e);
-        if (r.limit < 1) return bad("field 'limit' must be >= 1");
-        if (r.limit > max_sync_limit) r.limit = max_sync_limit;
-        if (o.contains("epoch")) {
-            std::int64_t ep = 0;
-            if (auto e = f.integer("epoch", ep)) return bad(*e);
-            if (ep < 1) return bad("field 'epoch' must be >= 1");
-            r.epoch = ep;
-        }
+        if (auto e = f.window(r.limit, r.epoch)) return bad(*e);
         return r;
     }
     if (t == "convs") {

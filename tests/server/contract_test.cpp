@@ -13,22 +13,7 @@ using namespace im::test;
 
 namespace {
 
-class Contract : public ::testing::Test {
-protected:
-    static inline TestPostgres* pg = nullptr;
-    static inline ServerProcess* srv = nullptr;
-
-    static void SetUpTestSuite() {
-        pg = new TestPostgres();
-        srv = new ServerProcess(pg->url(), {"--quiet"});
-    }
-    static void TearDownTestSuite() {
-        delete srv;
-        delete pg;
-    }
-    std::string db() const { return pg->url(); }
-    unsigned short port() const { return srv->port(); }
-};
+class Contract : public ServerSuite {};
 
 // ---------------------------------------------------------------- send
 

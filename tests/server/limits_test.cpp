@@ -18,22 +18,7 @@ namespace {
 
 constexpr std::size_t max_frame = 64 * 1024;
 
-class Limits : public ::testing::Test {
-protected:
-    static inline TestPostgres* pg = nullptr;
-    static inline ServerProcess* srv = nullptr;
-
-    static void SetUpTestSuite() {
-        pg = new TestPostgres();
-        srv = new ServerProcess(pg->url(), {"--quiet"});
-    }
-    static void TearDownTestSuite() {
-        delete srv;
-        delete pg;
-    }
-    std::string db() const { return pg->url(); }
-    unsigned short port() const { return srv->port(); }
-};
+class Limits : public ServerSuite {};
 
 // 4,000 code points that take the most room on the wire: 3-byte CJK,
 // 4-byte emoji, or control characters that JSON escapes as \u00XX.
