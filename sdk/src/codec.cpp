@@ -154,8 +154,15 @@ std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString 
             if (e.conv != p.conv) r.fail(QStringLiteral("events: event of another conversation"));
             p.events.append(std::move(e));
         }
-        p.nextAfter = r.num("next_after");
-        p.hasMore = r.boolean("has_more");
+        // A history window carries oldest/has_older, a sync page next_after/has_more.
+        p.history = o.contains(QStringLiteral("oldest"));
+        if (p.history) {
+            p.oldest = r.num("oldest");
+            p.hasOlder = r.boolean("has_older");
+        } else {
+            p.nextAfter = r.num("next_after");
+            p.hasMore = r.boolean("has_more");
+        }
         p.head = r.num("head");
         p.minSeq = r.optNum("min_seq").value_or(1);
         p.trimmed = r.optBool("trimmed");
@@ -163,8 +170,10 @@ std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString 
         for (qsizetype i = 1; i < p.events.size(); ++i)
             if (p.events[i].seq <= p.events[i - 1].seq)
                 r.fail(QStringLiteral("events: not in ascending seq order"));
-        if (!p.events.isEmpty() && p.nextAfter < p.events.last().seq)
+        if (!p.history && !p.events.isEmpty() && p.nextAfter < p.events.last().seq)
             r.fail(QStringLiteral("next_after below the last event"));
+        if (p.history && !p.events.isEmpty() && (p.oldest > p.events.first().seq || p.events.last().seq > p.head))
+            r.fail(QStringLiteral("history window does not cover its events"));
         in.body = std::move(p);
     } else if (t == u"acked") {
         in.body = Acked{r.str("conv"), r.num("delivered")};
@@ -193,6 +202,10 @@ std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString 
             if (!c.error().isEmpty()) r.fail(QStringLiteral("convs: ") + c.error());
             cs.convs.append(ci);
         }
+        cs.nextAfter = r.optStr("next_after");
+        cs.hasMore = r.optBool("has_more");
+        if (cs.hasMore && (cs.convs.isEmpty() || cs.nextAfter.isEmpty()))
+            r.fail(QStringLiteral("convs: has_more without progress"));
         in.body = std::move(cs);
     } else if (t == u"fetched") {
         in.body = Fetched{readEvent(r.object("ev"), r)};
@@ -220,7 +233,7 @@ std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString 
         e.msg = r.optStr("msg");
         in.body = e;
     } else {
-        r.fail(QStringLiteral("unknown frame type '%1'").arg(t));
+        in.body = Unknown{t};
     }
 
     if (!r.error().isEmpty()) {
@@ -279,7 +292,26 @@ QByteArray encodeRecall(const QString &rid, const QString &conv, qint64 target, 
     return toFrame(o);
 }
 
-QByteArray encodeConvs(const QString &rid) { return toFrame(request("convs", rid)); }
+QByteArray encodeConvs(const QString &rid, const QString &after, int limit) {
+    QJsonObject o = request("convs", rid);
+    if (!after.isEmpty())
+        o.insert(QStringLiteral("after"), after);
+    if (limit > 0)
+        o.insert(QStringLiteral("limit"), limit);
+    return toFrame(o);
+}
+
+QByteArray encodeHistory(const QString &rid, const QString &conv, qint64 before, int limit,
+                         std::optional<qint64> epoch) {
+    QJsonObject o = request("history", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("before"), before);
+    if (limit > 0)
+        o.insert(QStringLiteral("limit"), limit);
+    if (epoch)
+        o.insert(QStringLiteral("epoch"), *epoch);
+    return toFrame(o);
+}
 
 QByteArray encodeFetch(const QString &rid, const QString &conv, qint64 seq) {
     QJsonObject o = request("fetch", rid);

@@ -38,6 +38,11 @@ struct Page {
     qint64 minSeq = 1;
     bool trimmed = false;
     qint64 epoch = 0;
+    // A `history` window (contract section 6) instead of a sync page: the
+    // events are every readable one in [oldest, head] below `before`.
+    bool history = false;
+    qint64 oldest = 0;
+    bool hasOlder = false;
 };
 struct Acked { QString conv; qint64 delivered = 0; };
 struct ReadOk { QString conv; qint64 read = 0; };
@@ -47,7 +52,7 @@ struct ConvInfo {
     qint64 head = 0, delivered = 0, read = 0, unread = 0, epoch = 0, minSeq = 1;
     bool operator==(const ConvInfo &) const = default;
 };
-struct Convs { QList<ConvInfo> convs; };
+struct Convs { QList<ConvInfo> convs; QString nextAfter; bool hasMore = false; };
 struct Fetched { Event ev; };
 struct Subscribed {};
 struct EventPush { Event ev; };
@@ -55,9 +60,12 @@ struct Hint { QString conv; qint64 head = 0; qint64 epoch = 0; std::optional<qin
 struct Resync {};
 struct Goaway { QString reason; std::optional<qint64> retryMs; };
 struct Error { QString code, msg; };
+/// A well-formed frame of a type this SDK does not know (forward
+/// compatibility: a server-initiated one is ignored).
+struct Unknown { QString type; };
 
 using Body = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, Convs, Fetched,
-                          Subscribed, EventPush, Hint, Resync, Goaway, Error>;
+                          Subscribed, EventPush, Hint, Resync, Goaway, Error, Unknown>;
 
 /// A decoded server frame. `rid` is empty for server-initiated frames.
 struct Incoming {
@@ -77,7 +85,11 @@ QByteArray encodeSync(const QString &rid, const QString &conv, qint64 after, int
 QByteArray encodeAck(const QString &rid, const QString &conv, qint64 seq);
 QByteArray encodeRead(const QString &rid, const QString &conv, qint64 seq);
 QByteArray encodeRecall(const QString &rid, const QString &conv, qint64 target, const QString &cmid);
-QByteArray encodeConvs(const QString &rid);
+/// `after` empty: from the start; `limit` <= 0: the server's default.
+QByteArray encodeConvs(const QString &rid, const QString &after = {}, int limit = 0);
+/// `before` 0: the newest window.
+QByteArray encodeHistory(const QString &rid, const QString &conv, qint64 before, int limit,
+                         std::optional<qint64> epoch);
 QByteArray encodeFetch(const QString &rid, const QString &conv, qint64 seq);
 QByteArray encodeSub(const QString &rid);
 

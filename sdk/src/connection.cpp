@@ -2,6 +2,10 @@
 
 #include "client_p.h"
 
+#include <QtCore/QRandomGenerator>
+
+#include <algorithm>
+
 namespace im {
 
 Connection::Connection(ClientPrivate &dd) : d(dd) {
@@ -34,6 +38,15 @@ void Connection::onKeepAlive() {
 }
 
 Connection::~Connection() { transport_->disconnect(this); }
+
+int Connection::goawayDelayMs(std::optional<qint64> retryMs) const {
+    // Every client of a draining gateway gets its goaway at the same moment:
+    // spread their reconnects over [base, 2 * base] so they do not arrive at
+    // the next gateway together. base: the server's retry_ms, else our own
+    // first reconnect backoff (never 0 ms).
+    const qint64 base = std::clamp<qint64>(retryMs.value_or(transport_->initialBackoffMs()), 1, 10 * 60 * 1000);
+    return int(base + QRandomGenerator::global()->bounded(base + 1));
+}
 
 QString Connection::nextRid() { return QStringLiteral("r%1").arg(++ridCounter_); }
 
@@ -212,12 +225,15 @@ void Connection::onServerFrame(const proto::Incoming &in) {
             } else if constexpr (std::is_same_v<T, proto::Resync>) {
                 d.sync.onResync();
             } else if constexpr (std::is_same_v<T, proto::Goaway>) {
-                transport_->moveToNextServer(int(b.retryMs.value_or(0)));
+                transport_->moveToNextServer(goawayDelayMs(b.retryMs));
             } else if constexpr (std::is_same_v<T, proto::Error>) {
                 if (b.code == proto::code::StaleInstall)
                     d.enterStale(b.msg);
                 else
                     emit d.q->errorOccurred(b.code, b.msg);
+            } else if constexpr (std::is_same_v<T, proto::Unknown>) {
+                // A newer server's frame type: ignored (forward compatibility).
+                ++ignoredFrames_;
             }
         },
         in.body);

@@ -64,6 +64,10 @@ public:
     /// Liveness: a ping every `pingMs` while open; a connection silent for
     /// `silenceMs` (no frame, no pong) is dropped and reconnected.
     void setKeepAlive(int pingMs, int silenceMs);
+    /// Delay before reconnecting after a `goaway`: jittered, never 0.
+    int goawayDelayMs(std::optional<qint64> retryMs) const;
+    /// Server-initiated frames of unknown types seen (and ignored).
+    int ignoredFrames() const { return ignoredFrames_; }
     int requestTimeoutMs = 10000;
     QString token;
     QList<QUrl> urls;
@@ -111,6 +115,7 @@ private:
     QElapsedTimer sinceActivity_; // monotonic: last frame or pong
     int pingMs_ = 10000;
     int silenceMs_ = 25000;
+    int ignoredFrames_ = 0;
 };
 
 } // namespace im

@@ -519,6 +519,17 @@ std::optional<QList<ConvRow>> Storage::conversations() {
     return rows;
 }
 
+std::optional<QHash<QString, Cursor>> Storage::cursors() {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT conv, after, epoch FROM conversations"));
+    if (!exec(q))
+        return std::nullopt;
+    QHash<QString, Cursor> out;
+    while (q.next())
+        out.insert(q.value(0).toString(), Cursor{q.value(1).toLongLong(), q.value(2).toLongLong()});
+    return out;
+}
+
 bool Storage::upsertConversations(const QList<proto::ConvInfo> &convs) {
     if (!begin())
         return false;

@@ -5,6 +5,7 @@
 
 #include "codec_p.h"
 
+#include <QtCore/QHash>
 #include <QtCore/QList>
 #include <QtCore/QString>
 #include <QtSql/QSqlDatabase>
@@ -41,6 +42,11 @@ struct ConvRow {
     qint64 gapTo = 0;       // > 0: events up to this seq were purged before we saw them
     qint64 readPending = 0; // a `read` the server has not confirmed yet
     qint64 lastTs = 0;
+};
+
+struct Cursor {
+    qint64 after = 0;
+    qint64 epoch = 0; // 0 = no cursor yet
 };
 
 struct MessageRow {
@@ -112,6 +118,8 @@ public:
     // Conversations and cursors.
     std::optional<ConvRow> conversation(const QString &conv);
     std::optional<QList<ConvRow>> conversations();
+    // Every stored sync cursor, by conversation (cheap: no event lookups).
+    std::optional<QHash<QString, Cursor>> cursors();
     bool upsertConversations(const QList<proto::ConvInfo> &convs);
     bool ensureConversation(const QString &conv);
     // One transaction: events (idempotent on (conv, seq)), markers, cursor.

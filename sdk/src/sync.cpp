@@ -15,6 +15,12 @@ Sync::Sync(ClientPrivate &dd) : d(dd) {
 void Sync::sessionEnded() {
     for (State &s : syncs_)
         s.running = false;
+    queue_.clear();
+    queued_.clear();
+    active_.clear();
+    convsRunning_ = false;
+    convsAgain_ = false;
+    syncAfterConvs_ = false;
     convsTimer_.stop();
 }
 
@@ -26,8 +32,9 @@ void Sync::syncAll() {
 }
 
 void Sync::onResync() {
-    syncAll();
-    scheduleConvsRefresh();
+    // The gateway may have missed notifications: walk the list and sync
+    // every conversation whose head moved past its cursor.
+    requestConvs(true);
 }
 
 void Sync::start(const QString &conv) {
@@ -38,15 +45,42 @@ void Sync::start(const QString &conv) {
         s.again = true;
         return;
     }
+    if (queued_.contains(conv))
+        return;
+    if (!active_.contains(conv)) {
+        if (active_.size() >= maxConcurrent) {
+            queue_.enqueue(conv);
+            queued_.insert(conv);
+            return;
+        }
+        active_.insert(conv);
+        peakActive_ = std::max(peakActive_, int(active_.size()));
+    }
+    launch(conv);
+}
+
+void Sync::release(const QString &conv) {
+    active_.remove(conv);
+    while (!queue_.isEmpty() && active_.size() < maxConcurrent) {
+        const QString next = queue_.dequeue();
+        queued_.remove(next);
+        start(next);
+    }
+}
+
+void Sync::launch(const QString &conv) {
+    State &s = syncs_[conv];
     std::optional<detail::ConvRow> row = d.storage.conversation(conv);
     if (!row) {
         if (!d.storage.ensureConversation(conv)) {
             d.storageFailed(QStringLiteral("cannot create conversation"));
+            release(conv);
             return;
         }
         row = d.storage.conversation(conv);
         if (!row) {
             d.storageFailed(QStringLiteral("cannot read conversation"));
+            release(conv);
             return;
         }
         emit d.q->conversationsChanged();
@@ -55,13 +89,14 @@ void Sync::start(const QString &conv) {
     s.again = false;
     const QString rid = d.conn.nextRid();
     const qint64 after = row->after;
+    ++syncRequests_;
     d.conn.request(rid,
                    proto::encodeSync(rid, conv, after, pageSize,
                                      row->epoch > 0 ? std::optional<qint64>(row->epoch) : std::nullopt),
                    [this, conv, after](const std::optional<proto::Incoming> &reply) {
                        if (proto::classify(reply) != proto::Disposition::Success) {
                            onSyncFailed(conv, reply);
-                       } else if (const auto *page = std::get_if<proto::Page>(&reply->body)) {
+                       } else if (const auto *page = std::get_if<proto::Page>(&reply->body); page && !page->history) {
                            onPage(conv, after, *page);
                        } else {
                            emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"),
@@ -95,6 +130,7 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
     // A5: events, markers and the new cursor in one transaction.
     if (!d.storage.applyPage(page)) {
         d.storageFailed(QStringLiteral("cannot apply page"));
+        release(conv);
         d.conn.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
         return;
     }
@@ -107,10 +143,12 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
     }
     emit d.q->conversationsChanged();
     d.markers.sendAck(conv);
-    if (page.hasMore || syncs_[conv].again)
+    if (page.hasMore || syncs_[conv].again) {
         start(conv);
-    else
+    } else {
+        release(conv);
         emit d.q->conversationSynced(conv);
+    }
 }
 
 void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming> &reply) {
@@ -118,6 +156,7 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
     const proto::Disposition disp = proto::classify(reply);
     const QString code = proto::errorCode(reply);
     if (disp != proto::Disposition::Terminal) {
+        release(conv);
         d.conn.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
         return;
     }
@@ -125,6 +164,7 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
         // Old cursors are void: drop local events and cursor, rebuild from 0.
         if (!d.storage.resetConversation(conv, true)) {
             d.storageFailed(QStringLiteral("cannot reset conversation"));
+            release(conv);
             return;
         }
         emit d.q->conversationReset(conv);
@@ -134,13 +174,16 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
     } else if (code == proto::code::CursorAhead) {
         if (!d.storage.resetConversation(conv, false)) {
             d.storageFailed(QStringLiteral("cannot reset cursor"));
+            release(conv);
             return;
         }
         emit d.q->conversationsChanged();
         start(conv);
     } else if (code == proto::code::StaleInstall) {
+        release(conv);
         d.enterStale(proto::errorMessage(reply));
     } else {
+        release(conv);
         emit d.q->errorOccurred(code, proto::errorMessage(reply));
     }
 }
@@ -150,34 +193,76 @@ void Sync::requestConvs(bool syncAfter) {
         return;
     if (syncAfter)
         syncAfterConvs_ = true;
+    if (convsRunning_) {
+        convsAgain_ = true; // one more walk once this one is done
+        return;
+    }
+    convsRunning_ = true;
+    walkSyncs_ = std::exchange(syncAfterConvs_, false);
+    requestConvsPage(QString());
+}
+
+void Sync::requestConvsPage(const QString &after) {
     const QString rid = d.conn.nextRid();
-    d.conn.request(rid, proto::encodeConvs(rid), [this](const std::optional<proto::Incoming> &reply) { onConvs(reply); });
+    d.conn.request(rid, proto::encodeConvs(rid, after, convsPageSize),
+                   [this, after](const std::optional<proto::Incoming> &reply) {
+                       convsAfter_ = after;
+                       onConvs(reply);
+                   });
 }
 
 void Sync::onConvs(const std::optional<proto::Incoming> &reply) {
     const proto::Disposition disp = proto::classify(reply);
+    const auto endWalk = [this] {
+        convsRunning_ = false;
+        if (std::exchange(convsAgain_, false))
+            requestConvs();
+    };
     if (disp == proto::Disposition::Retry) {
-        d.conn.retryLater(QStringLiteral("convs"), [this] { requestConvs(); });
+        // Redo the walk from this page on (the pages before it are stored).
+        const QString after = convsAfter_;
+        d.conn.retryLater(QStringLiteral("convs"), [this, after] { requestConvsPage(after); });
         return;
     }
     if (disp == proto::Disposition::Terminal) {
         emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+        endWalk();
         return;
     }
     const auto *c = std::get_if<proto::Convs>(&reply->body);
-    if (!c)
+    if (!c) {
+        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs answered without convs"));
+        endWalk();
         return;
+    }
+    if (c->hasMore && c->nextAfter <= convsAfter_) {
+        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs page made no progress"));
+        endWalk();
+        return;
+    }
     d.conn.retrySucceeded(QStringLiteral("convs"));
-    if (!d.storage.upsertConversations(c->convs)) {
+    std::optional<QHash<QString, detail::Cursor>> cursors;
+    if (walkSyncs_)
+        cursors = d.storage.cursors();
+    if ((walkSyncs_ && !cursors) || !d.storage.upsertConversations(c->convs)) {
         d.storageFailed(QStringLiteral("cannot store conversation list"));
+        endWalk();
         return;
     }
     emit d.q->conversationsChanged();
-    if (syncAfterConvs_) {
-        syncAfterConvs_ = false;
-        for (const proto::ConvInfo &ci : c->convs)
-            start(ci.conv);
+    if (walkSyncs_) {
+        // Only conversations whose head (or epoch) moved past the stored
+        // cursor: an up-to-date one costs no request.
+        for (const proto::ConvInfo &ci : c->convs) {
+            const detail::Cursor cur = cursors->value(ci.conv);
+            if (cur.epoch == 0 || ci.head > cur.after || ci.epoch != cur.epoch)
+                start(ci.conv);
+        }
     }
+    if (c->hasMore)
+        requestConvsPage(c->nextAfter);
+    else
+        endWalk();
 }
 
 void Sync::scheduleConvsRefresh() {

@@ -7,6 +7,8 @@
 
 #include <QtCore/QHash>
 #include <QtCore/QObject>
+#include <QtCore/QQueue>
+#include <QtCore/QSet>
 #include <QtCore/QTimer>
 
 #include <optional>
@@ -20,10 +22,12 @@ class Sync : public QObject {
 public:
     explicit Sync(ClientPrivate &d);
 
-    /// Pulls `conv` from its cursor until has_more is false.
+    /// Pulls `conv` from its cursor until has_more is false. At most
+    /// maxConcurrent conversations sync at once; the others wait their turn.
     void start(const QString &conv);
     void syncAll();
-    /// Asks for the conversation list; with syncAfter, syncs each one listed.
+    /// Walks the conversation list (`convs`, page by page); with syncAfter,
+    /// syncs each listed one whose head or epoch moved past its cursor.
     void requestConvs(bool syncAfter = false);
     /// A coalesced `convs` refresh soon.
     void scheduleConvsRefresh();
@@ -36,14 +40,29 @@ public:
     void clear() {
         syncs_.clear();
         pushes_.clear();
+        queue_.clear();
+        queued_.clear();
+        active_.clear();
     }
+    int activeSyncs() const { return int(active_.size()); }
+    int peakActiveSyncs() const { return peakActive_; }
+    /// Sync requests sent (diagnostics, tests).
+    quint64 syncRequests() const { return syncRequests_; }
+    bool isWalkingConvs() const { return convsRunning_; }
 
     int pageSize = 100;
+    int convsPageSize = 100;
+    int maxConcurrent = 4;
 
 private:
     void onPage(const QString &conv, qint64 after, const proto::Page &page);
     void onSyncFailed(const QString &conv, const std::optional<proto::Incoming> &reply);
+    void requestConvsPage(const QString &after);
     void onConvs(const std::optional<proto::Incoming> &reply);
+    /// The run of `conv` is over (synced, failed, or waiting for a retry):
+    /// its slot goes to the next queued conversation.
+    void release(const QString &conv);
+    void launch(const QString &conv);
     void notifyRecalls(const QString &conv, const QList<proto::Event> &events);
     void applyPushes();
 
@@ -51,6 +70,15 @@ private:
     ClientPrivate &d;
     QHash<QString, State> syncs_;
     bool syncAfterConvs_ = false;
+    bool convsRunning_ = false;
+    bool convsAgain_ = false;
+    bool walkSyncs_ = false;  // the running walk syncs what moved
+    QString convsAfter_;      // `after` of the convs page being answered
+    QQueue<QString> queue_;   // waiting for a slot, in request order
+    QSet<QString> queued_;
+    QSet<QString> active_;    // holding a slot
+    int peakActive_ = 0;
+    quint64 syncRequests_ = 0;
     QList<proto::Event> pushes_;
     bool pushesQueued_ = false;
     QTimer convsTimer_;

@@ -92,8 +92,8 @@ void Transport::attempt() {
     socket_ = s;
     // Defensive limit for what the server sends (a page of large events may
     // exceed the 64 KiB the client itself never sends over).
-    s->setMaxAllowedIncomingFrameSize(MaxIncomingBytes);
-    s->setMaxAllowedIncomingMessageSize(MaxIncomingBytes);
+    s->setMaxAllowedIncomingFrameSize(quint64(maxIncoming_));
+    s->setMaxAllowedIncomingMessageSize(quint64(maxIncoming_));
     connect(s, &QWebSocket::connected, this, [this, s] {
         if (s != socket_)
             return;
@@ -196,6 +196,8 @@ void Transport::ping() {
 bool Transport::sendText(const QByteArray &frame) {
     if (!socket_ || state_ != State::Open)
         return false;
+    if (frame.size() > MaxOutgoingBytes)
+        return false; // the server would close the connection (1009): never sent
     return socket_->sendTextMessage(QString::fromUtf8(frame)) >= 0;
 }
 

@@ -42,7 +42,10 @@ public:
     /// starts the backoff from the beginning again.
     void resetBackoff() { failures_ = 0; }
 
+    /// False if not open, or if the frame is over MaxOutgoingBytes (never sent).
     bool sendText(const QByteArray &frame);
+    /// The contract's MAX_FRAME: nothing larger goes on the wire.
+    static constexpr qint64 MaxOutgoingBytes = 64 * 1024;
     /// A WebSocket ping; the pong shows up as activity().
     void ping();
     /// An option of the open TCP socket (diagnostics, tests); invalid if none.
@@ -50,6 +53,11 @@ public:
     /// Largest frame/message accepted from the server (defensive: the server
     /// never sends more than 64 KiB; an older one may send a little more).
     static constexpr qint64 MaxIncomingBytes = 4 * 1024 * 1024;
+    /// Test hook: another limit for the next sockets (e.g. MAX_FRAME, to prove
+    /// the server keeps to it).
+    void setMaxIncomingBytes(qint64 bytes) { maxIncoming_ = bytes; }
+    qint64 maxIncomingBytes() const { return maxIncoming_; }
+    int initialBackoffMs() const { return initialMs_; }
 
     State state() const { return state_; }
     QUrl currentUrl() const;
@@ -77,6 +85,7 @@ private:
     int maxMs_ = 30000;
     int openTimeoutMs_ = 10000;
     int failures_ = 0;
+    qint64 maxIncoming_ = MaxIncomingBytes;
     bool running_ = false;
     State state_ = State::Idle;
     QDateTime nextAttemptAt_;

@@ -5,6 +5,7 @@
 
 #include <QtCore/QDir>
 #include <QtCore/QFile>
+#include <QtCore/QFileInfo>
 #include <QtCore/QHash>
 #include <QtCore/QJsonArray>
 #include <QtCore/QJsonDocument>
@@ -83,6 +84,12 @@ public:
     }
 
     QString output() { return QString::fromUtf8(proc_.readAll()); }
+    // libpq URL of the embedded database (its private socket folder), for
+    // test seeding while the server runs.
+    QString dbUrl() const {
+        const QString pg = QFileInfo(dir_.filePath(QStringLiteral("state/pg"))).canonicalFilePath();
+        return QStringLiteral("host=%1/run port=5432 user=im dbname=im").arg(pg);
+    }
     qint64 pid() const { return proc_.processId(); }
 
     QStringList serverArgs;         // extra imserver flags, set before start()

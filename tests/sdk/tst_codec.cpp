@@ -40,6 +40,9 @@ void TestCodec::decodes_every_server_frame_type_data() {
     QTest::newRow("goaway") << QByteArray(R"({"t":"goaway","reason":"shutdown","retry_ms":100})") << 12 << "";
     QTest::newRow("error") << QByteArray(R"({"t":"error","code":"NOT_MEMBER","msg":"conversation not visible","rid":"r10"})") << 13 << "r10";
     QTest::newRow("recall event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"mid":"m","kind":"recall","sender":"ana","target":3,"ts":1,"epoch":1}})") << 9 << "";
+    QTest::newRow("unknown type (a newer server's push)") << QByteArray(R"({"t":"typing","conv":"c"})") << 14 << "";
+    QTest::newRow("history window") << QByteArray(R"({"t":"page","rid":"r2","conv":"c","events":[{"conv":"c","seq":7,"kind":"msg","epoch":1}],"oldest":7,"has_older":true,"head":9,"min_seq":1,"trimmed":false,"epoch":1})") << 2 << "r2";
+    QTest::newRow("convs page") << QByteArray(R"({"t":"convs","rid":"r3","convs":[{"conv":"a","kind":"group","head":3,"epoch":1}],"next_after":"a","has_more":true})") << 6 << "r3";
     QTest::newRow("join event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":1,"mid":"m","kind":"join","user":"cy","ts":1,"epoch":1}})") << 9 << "";
 }
 
@@ -61,7 +64,6 @@ void TestCodec::rejects_malformed_frames_data() {
     QTest::newRow("array") << QByteArray("[1,2]") << "";
     QTest::newRow("no t") << QByteArray(R"({"rid":"x"})") << "x";
     QTest::newRow("t not string") << QByteArray(R"({"t":5})") << "";
-    QTest::newRow("unknown type") << QByteArray(R"({"t":"bogus","rid":"r1"})") << "r1";
     QTest::newRow("sent seq fractional") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":1.5,"mid":"m","dup":false})") << "r";
     QTest::newRow("sent seq string") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":"1","mid":"m"})") << "r";
     QTest::newRow("page missing next_after") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[],"has_more":false,"head":0,"epoch":1})") << "r";
@@ -70,6 +72,8 @@ void TestCodec::rejects_malformed_frames_data() {
     QTest::newRow("page next_after below events") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"c","seq":3,"kind":"msg"}],"next_after":2,"has_more":false,"head":3,"epoch":1})") << "r";
     QTest::newRow("recall without target") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"recall","epoch":1}})") << "";
     QTest::newRow("event seq zero") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":0,"kind":"msg","epoch":1}})") << "";
+    QTest::newRow("history window above its head") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"c","seq":7,"kind":"msg","epoch":1}],"oldest":7,"has_older":false,"head":6,"epoch":1})") << "r";
+    QTest::newRow("convs has_more without next_after") << QByteArray(R"({"t":"convs","rid":"r","convs":[{"conv":"a","head":3,"epoch":1}],"has_more":true})") << "r";
     QTest::newRow("error without code") << QByteArray(R"({"t":"error","rid":"r"})") << "r";
 }
 

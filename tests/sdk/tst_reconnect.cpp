@@ -1,0 +1,86 @@
+// Reconnect hygiene against the fake server (the real one cannot be made to
+// send an unknown frame type, nor a goaway on demand to many clients).
+#include "fakeserver.h"
+
+#include "client_p.h"
+
+#include <im/client.h>
+
+#include <QtCore/QSet>
+#include <QtCore/QTemporaryDir>
+#include <QtTest/QSignalSpy>
+#include <QtTest/QtTest>
+
+using im::Client;
+using im::ClientPrivate;
+using im::ConnectionState;
+using im::MessageState;
+
+class TestReconnect : public QObject {
+    Q_OBJECT
+private slots:
+    void unknown_server_frame_types_are_ignored_not_protocol_errors();
+    void goaway_reconnects_after_a_jittered_delay_never_at_once();
+};
+
+void TestReconnect::unknown_server_frame_types_are_ignored_not_protocol_errors() {
+    QTemporaryDir dir;
+    FakeServer server;
+    QVERIFY(server.listen());
+    server.createConv(QStringLiteral("c1"), {QStringLiteral("ana"), QStringLiteral("ben")});
+    Client client;
+    client.setServers({server.url()});
+    client.setCredentials(QStringLiteral("tok-ana"));
+    QVERIFY(client.open(dir.filePath(QStringLiteral("a.db"))));
+    QSignalSpy errors(&client, &Client::errorOccurred);
+    QSignalSpy states(&client, &Client::connectionStateChanged);
+    client.connectToServer();
+    QTRY_COMPARE(server.subscribedCount(), 1);
+    server.pushToAll({{QStringLiteral("t"), QStringLiteral("typing")}, {QStringLiteral("conv"), QStringLiteral("c1")}});
+    server.pushToAll({{QStringLiteral("t"), QStringLiteral("presence_v2")}});
+    QTRY_COMPARE(ClientPrivate::get(&client)->conn.ignoredFrames(), 2);
+    // Still the same session, and it still works.
+    const QString cmid = client.send(QStringLiteral("c1"), QStringLiteral("after the unknown frames"));
+    QTRY_COMPARE(client.messageState(cmid), MessageState::Sent);
+    QCOMPARE(server.connections, 1);
+    for (const QList<QVariant> &e : std::as_const(errors))
+        QVERIFY2(e.at(0).toString() != u"PROTOCOL_ERROR", qPrintable(e.at(1).toString()));
+}
+
+void TestReconnect::goaway_reconnects_after_a_jittered_delay_never_at_once() {
+    QTemporaryDir dir;
+    FakeServer server;
+    QVERIFY(server.listen());
+    server.createConv(QStringLiteral("c1"), {QStringLiteral("ana"), QStringLiteral("ben")});
+    Client client;
+    client.setServers({server.url()});
+    client.setCredentials(QStringLiteral("tok-ana"));
+    client.setReconnectBackoff(400, 5000);
+    QVERIFY(client.open(dir.filePath(QStringLiteral("a.db"))));
+    ClientPrivate *d = ClientPrivate::get(&client);
+    // The delays a draining gateway's clients would pick: never 0, spread
+    // over [base, 2 * base], base = retry_ms or the first reconnect backoff.
+    for (const std::optional<qint64> retry : {std::optional<qint64>(), std::optional<qint64>(1000)}) {
+        QSet<int> seen;
+        const int base = retry ? int(*retry) : 400;
+        for (int i = 0; i < 200; ++i) {
+            const int ms = d->conn.goawayDelayMs(retry);
+            QVERIFY2(ms >= base && ms <= 2 * base, qPrintable(QString::number(ms)));
+            seen.insert(ms);
+        }
+        QVERIFY2(seen.size() > 50, qPrintable(QStringLiteral("%1 distinct delays").arg(seen.size())));
+    }
+    // And a goaway on the wire uses it: the next attempt is scheduled, not immediate.
+    client.connectToServer();
+    QTRY_COMPARE(server.subscribedCount(), 1);
+    server.pushToAll({{QStringLiteral("t"), QStringLiteral("goaway")}, {QStringLiteral("reason"), QStringLiteral("drain")}});
+    QTRY_COMPARE(client.connectionState(), ConnectionState::Reconnecting);
+    const QDateTime at = client.nextReconnectAt();
+    QVERIFY(at.isValid());
+    QVERIFY2(QDateTime::currentDateTimeUtc().msecsTo(at) > 100, "goaway without retry_ms reconnected at once");
+    QTRY_COMPARE_WITH_TIMEOUT(server.connections, 2, 10000);
+    QTRY_COMPARE(client.connectionState(), ConnectionState::Connected);
+}
+
+QTEST_GUILESS_MAIN(TestReconnect)
+#include "tst_reconnect.moc"
