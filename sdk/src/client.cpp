@@ -101,6 +101,8 @@ void Client::setRetryBackoff(int initialMs, int maxMs) {
 }
 void Client::setReconnectBackoff(int initialMs, int maxMs) { d->conn.transport()->setBackoff(initialMs, maxMs); }
 void Client::setSyncPageSize(int limit) { d->sync.pageSize = std::clamp(limit, 1, 200); }
+void Client::setHistoryWindow(int events) { d->sync.historyWindow = std::clamp(events, 1, 200); }
+void Client::setBacklogLimit(int events) { d->sync.backlogLimit = events; }
 void Client::setPipelineDepth(int requests) { d->outbox.pipelineDepth = std::max(1, requests); }
 void Client::setKeepAlive(int pingIntervalMs, int silenceTimeoutMs) {
     d->conn.setKeepAlive(pingIntervalMs, silenceTimeoutMs);
@@ -207,7 +209,7 @@ MessageState Client::messageState(const QString &cmid) const {
         return MessageState::Pending;
     if (m->kind == u"send" && m->seq > 0 && MessageState(m->state) == MessageState::Sent
         && !d->storage.cmidAt(m->conv, m->seq).isEmpty()) {
-        const std::optional<QList<detail::MessageRow>> rows = d->storage.messages(m->conv, d->userId);
+        const std::optional<QList<detail::MessageRow>> rows = d->storage.messages(m->conv, d->userId, m->seq);
         if (rows)
             for (const detail::MessageRow &r : *rows)
                 if (r.cmid == cmid)

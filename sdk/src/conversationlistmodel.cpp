@@ -73,6 +73,9 @@ void ConversationListModel::refresh() {
     ops.beginReset = [this] { beginResetModel(); };
     ops.endReset = [this] { endResetModel(); };
     ops.changed = [this](int r) { emit dataChanged(index(r), index(r)); };
+    // A conversation with new activity moves up: a row move, not a reset.
+    ops.beginMove = [this](int from, int to) { beginMoveRows({}, from, from, {}, to); };
+    ops.endMove = [this] { endMoveRows(); };
     detail::applyRowDiff(d->rows, fresh, [](const ConvItem &r) { return r.row.conv; }, ops);
     if (before != int(d->rows.size()))
         emit countChanged();

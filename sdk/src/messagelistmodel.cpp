@@ -7,6 +7,8 @@
 
 #include <QtCore/QTimer>
 
+#include <limits>
+
 namespace im {
 
 class MessageListModelPrivate {
@@ -15,6 +17,13 @@ public:
     QString conv;
     QList<detail::MessageRow> rows;
     QTimer reload;
+    // The window: rows at or above this position are shown (-1: not chosen
+    // yet; 0: everything, there are no events).
+    qint64 floor = -1;
+    int windowRows = 50;
+    bool localOlder = false;             // events below the floor, in the local database
+    std::optional<detail::Gap> bottom;   // missing events below everything local
+    bool fetching = false;               // a fetchMore() waits for the server
 };
 
 MessageListModel::MessageListModel(Client *client, const QString &conversation, QObject *parent)
@@ -25,9 +34,24 @@ MessageListModel::MessageListModel(Client *client, const QString &conversation, 
     d->reload.setInterval(20); // coalesce bursts (a page, a resend storm) into one reload
     connect(&d->reload, &QTimer::timeout, this, &MessageListModel::refresh);
     if (client) {
-        connect(ClientPrivate::get(client), &ClientPrivate::timelineChanged, this, [this](const QString &c) {
+        ClientPrivate *cp = ClientPrivate::get(client);
+        connect(cp, &ClientPrivate::timelineChanged, this, [this](const QString &c) {
             if (c == d->conv && !d->reload.isActive())
                 d->reload.start();
+        });
+        connect(&cp->sync, &Sync::windowLoaded, this, [this](const QString &c, bool ok) {
+            if (c != d->conv || !d->fetching)
+                return;
+            d->fetching = false;
+            emit loadingOlderChanged();
+            if (ok && d->floor > 0 && d->client) {
+                // The window that came in lies below the shown rows: show it.
+                const std::optional<qint64> f =
+                    ClientPrivate::get(d->client.data())->storage.floorFor(d->conv, d->floor, d->windowRows);
+                if (f && *f > 0)
+                    d->floor = *f;
+            }
+            refresh();
         });
         connect(client, &Client::identityChanged, this, [this] { d->reload.start(); });
         connect(client, &QObject::destroyed, this, [this] {
@@ -49,12 +73,36 @@ void MessageListModel::setConversation(const QString &conv) {
     d->conv = conv;
     beginResetModel();
     d->rows.clear();
+    d->floor = -1;
+    d->localOlder = false;
+    d->bottom.reset();
     endResetModel();
+    if (std::exchange(d->fetching, false))
+        emit loadingOlderChanged();
     emit conversationChanged();
     refresh();
 }
 
 int MessageListModel::count() const { return int(d->rows.size()); }
+bool MessageListModel::isLoadingOlder() const { return d->fetching; }
+int MessageListModel::windowRows() const { return d->windowRows; }
+
+void MessageListModel::setWindowRows(int rows) {
+    rows = std::max(1, rows);
+    if (rows == d->windowRows)
+        return;
+    d->windowRows = rows;
+    emit windowRowsChanged();
+    // A larger window shows more of what is stored at once (never fewer rows).
+    if (d->floor > 0 && d->client) {
+        ClientPrivate *cp = ClientPrivate::get(d->client.data());
+        const std::optional<qint64> f = cp->storage.floorFor(d->conv, std::numeric_limits<qint64>::max(), rows);
+        if (f && *f > 0 && *f < d->floor) {
+            d->floor = *f;
+            refresh();
+        }
+    }
+}
 
 void MessageListModel::refresh() {
     d->reload.stop();
@@ -62,10 +110,47 @@ void MessageListModel::refresh() {
     if (d->client && !d->conv.isEmpty()) {
         ClientPrivate *cp = ClientPrivate::get(d->client.data());
         if (cp->storage.isOpen()) {
-            std::optional<QList<detail::MessageRow>> rows = cp->storage.messages(d->conv, cp->userId);
-            if (!rows) {
+            detail::Storage &st = cp->storage;
+            if (d->floor <= 0) {
+                // Nothing shown yet: the newest windowRows events.
+                const std::optional<qint64> f = st.floorFor(d->conv, std::numeric_limits<qint64>::max(), d->windowRows);
+                if (!f) {
+                    cp->storageFailed(QStringLiteral("cannot read messages"));
+                    return;
+                }
+                d->floor = *f;
+            }
+            // Only the window is read: what is shown, not the conversation.
+            std::optional<QList<detail::MessageRow>> rows = st.messages(d->conv, cp->userId, d->floor);
+            const std::optional<QList<detail::Gap>> gaps = st.gaps(d->conv);
+            const std::optional<bool> older = d->floor > 0 ? st.hasEventsBelow(d->conv, d->floor) : false;
+            std::optional<bool> belowFirstGap = false;
+            if (gaps && !gaps->isEmpty())
+                belowFirstGap = st.hasEventsBelow(d->conv, gaps->first().lo);
+            if (!rows || !gaps || !older || !belowFirstGap) {
                 cp->storageFailed(QStringLiteral("cannot read messages"));
                 return;
+            }
+            d->localOlder = *older;
+            d->bottom.reset();
+            if (!gaps->isEmpty() && !*belowFirstGap)
+                d->bottom = gaps->first(); // reached by fetchMore, not shown as a row
+            // Gap markers between shown rows, where they belong by seq.
+            qsizetype next = 0;
+            for (const detail::Gap &g : *gaps) {
+                if (d->bottom && g == *d->bottom)
+                    continue;
+                if (g.lo <= d->floor)
+                    continue; // below the window: shown once older rows are
+                while (next < rows->size() && rows->at(next).pos < double(g.lo))
+                    ++next;
+                detail::MessageRow gap;
+                gap.pos = double(g.lo);
+                gap.kind = QStringLiteral("gap");
+                gap.gapLo = g.lo;
+                gap.gapHi = g.hi;
+                rows->insert(next, gap);
+                ++next;
             }
             fresh = std::move(*rows);
         }
@@ -82,6 +167,40 @@ void MessageListModel::refresh() {
     detail::applyRowDiff(d->rows, fresh, [](const detail::MessageRow &r) { return r.key(); }, ops);
     if (before != int(d->rows.size()))
         emit countChanged();
+}
+
+bool MessageListModel::canFetchMore(const QModelIndex &parent) const {
+    if (parent.isValid() || d->fetching)
+        return false;
+    return d->localOlder || d->bottom.has_value();
+}
+
+void MessageListModel::fetchMore(const QModelIndex &parent) {
+    if (parent.isValid() || d->fetching || !d->client)
+        return;
+    ClientPrivate *cp = ClientPrivate::get(d->client.data());
+    if (d->localOlder) {
+        const std::optional<qint64> f = cp->storage.floorFor(d->conv, d->floor, d->windowRows);
+        if (!f) {
+            cp->storageFailed(QStringLiteral("cannot read messages"));
+            return;
+        }
+        if (*f > 0)
+            d->floor = *f;
+        refresh();
+    } else if (d->bottom) {
+        d->fetching = true;
+        emit loadingOlderChanged();
+        cp->sync.loadOlder(d->conv, d->bottom->hi + 1, d->bottom->lo);
+    }
+}
+
+bool MessageListModel::fillGap(int row) {
+    if (row < 0 || row >= d->rows.size() || d->rows.at(row).gapHi <= 0 || !d->client)
+        return false;
+    const detail::MessageRow &g = d->rows.at(row);
+    ClientPrivate::get(d->client.data())->sync.loadOlder(d->conv, g.gapHi + 1, g.gapLo);
+    return true;
 }
 
 int MessageListModel::rowCount(const QModelIndex &parent) const {
@@ -105,6 +224,8 @@ QVariant MessageListModel::data(const QModelIndex &index, int role) const {
     case DupRole: return r.dup;
     case IsOwnRole: return r.own;
     case UserRole: return r.user;
+    case GapFromRole: return r.gapLo;
+    case GapToRole: return r.gapHi;
     default: return {};
     }
 }
@@ -115,7 +236,8 @@ QHash<int, QByteArray> MessageListModel::roleNames() const {
     return {{BodyRole, "body"},         {SenderRole, "sender"}, {SeqRole, "seq"},
             {StateRole, "state"},       {ErrorCodeRole, "errorCode"}, {CmidRole, "cmid"},
             {TimestampRole, "timestamp"}, {KindRole, "kind"},   {DupRole, "dup"},
-            {IsOwnRole, "isOwn"},       {UserRole, "user"}};
+            {IsOwnRole, "isOwn"},       {UserRole, "user"},
+            {GapFromRole, "gapFrom"},   {GapToRole, "gapTo"}};
 }
 
 } // namespace im

@@ -1,8 +1,11 @@
 // Turns "old rows -> new rows" into the fine-grained QAbstractItemModel
-// notifications (remove / insert / dataChanged) so views keep their scroll
-// position and selection; falls back to a reset when common rows moved.
+// notifications (remove / move / insert / dataChanged) so views keep their
+// scroll position and selection. Rows are matched by key; a model that
+// cannot move rows (no beginMove) falls back to a reset when common rows
+// changed order.
 #pragma once
 
+#include <QtCore/QHash>
 #include <QtCore/QList>
 #include <QtCore/QSet>
 
@@ -14,6 +17,10 @@ struct RowDiffOps {
     std::function<void(int, int)> beginRemove, beginInsert;
     std::function<void()> endRemove, endInsert, beginReset, endReset;
     std::function<void(int)> changed;
+    /// Optional: move row `from` to stand before row `to` (beginMoveRows'
+    /// destinationChild semantics) / end of that move.
+    std::function<void(int, int)> beginMove;
+    std::function<void()> endMove;
 };
 
 template <typename Row, typename KeyFn>
@@ -35,20 +42,40 @@ void applyRowDiff(QList<Row> &cur, const QList<Row> &fresh, KeyFn key, const Row
         ops.endRemove();
         i = first - 1;
     }
-    // 2. the remaining rows must keep their relative order, else reset
+    // 2. the remaining rows take the fresh relative order: moved one by one
+    // (a conversation that got a new message moves to the top), or reset
     QHash<QString, int> freshPos;
     for (int i = 0; i < fresh.size(); ++i)
         freshPos.insert(key(fresh[i]), i);
-    int last = -1;
-    for (const Row &r : cur) {
-        const int p = freshPos.value(key(r));
-        if (p < last) {
+    bool ordered = true;
+    for (int i = 1; i < cur.size() && ordered; ++i)
+        ordered = freshPos.value(key(cur[i - 1])) < freshPos.value(key(cur[i]));
+    if (!ordered) {
+        if (!ops.beginMove) {
             ops.beginReset();
             cur = fresh;
             ops.endReset();
             return;
         }
-        last = p;
+        QList<QString> target; // the keys of cur in fresh order
+        target.reserve(cur.size());
+        for (const Row &r : fresh)
+            if (freshKeys.contains(key(r)))
+                target.append(key(r));
+        QSet<QString> present;
+        for (const Row &r : cur)
+            present.insert(key(r));
+        target.removeIf([&present](const QString &k) { return !present.contains(k); });
+        for (int i = 0; i < target.size(); ++i) {
+            if (key(cur[i]) == target[i])
+                continue;
+            int j = i + 1;
+            while (key(cur[j]) != target[i])
+                ++j;
+            ops.beginMove(j, i);
+            cur.move(j, i);
+            ops.endMove();
+        }
     }
     // 3. insertions and in-place changes
     int j = 0;

@@ -78,6 +78,11 @@ const QList<QStringList> &migrations() {
                 " gap_to INTEGER NOT NULL DEFAULT 0,"
                 " read_pending INTEGER NOT NULL DEFAULT 0)"),
         },
+        // 1 -> 2: history windows leave gaps, filled on demand
+        {
+            QStringLiteral("CREATE TABLE gaps(conv TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,"
+                           " PRIMARY KEY(conv, lo)) WITHOUT ROWID"),
+        },
     };
     return steps;
 }
@@ -734,6 +739,12 @@ bool Storage::resetConversation(const QString &conv, bool dropEvents) {
             d.addBindValue(conv);
             if (!exec(d)) { d = QSqlQuery(); rollback(); return false; }
         }
+        {
+            QSqlQuery g(QSqlDatabase::database(connection_, false));
+            g.prepare(QStringLiteral("DELETE FROM gaps WHERE conv = ?"));
+            g.addBindValue(conv);
+            if (!exec(g)) { g = QSqlQuery(); rollback(); return false; }
+        }
         QSqlQuery q(QSqlDatabase::database(connection_, false));
         q.prepare(dropEvents
                       ? QStringLiteral("UPDATE conversations SET after = 0, epoch = 0, head = 0, gap_to = 0 WHERE conv = ?")
@@ -802,6 +813,7 @@ bool Storage::resetInstallState(const QString &newInstallId) {
     if (!begin())
         return false;
     for (const QString &sql : {QStringLiteral("DELETE FROM events"), QStringLiteral("DELETE FROM conversations"),
+                               QStringLiteral("DELETE FROM gaps"),
                                QStringLiteral("DELETE FROM meta WHERE key = 'install_stale'")}) {
         if (!execSql(sql)) { rollback(); return false; }
     }
@@ -812,7 +824,7 @@ bool Storage::resetInstallState(const QString &newInstallId) {
     return commit();
 }
 
-std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QString &self) {
+std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QString &self, qint64 from) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral(
         "SELECT * FROM ("
@@ -822,7 +834,7 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own"
         " FROM events e LEFT JOIN local_messages lm"
         "  ON lm.conv = e.conv AND lm.kind = 'send' AND lm.seq = e.seq AND lm.epoch = e.epoch"
-        " WHERE e.conv = :conv AND e.kind <> 'recall'"
+        " WHERE e.conv = :conv AND e.seq >= :from AND e.kind <> 'recall'"
         " UNION ALL"
         " SELECT CASE WHEN lm.seq IS NOT NULL THEN lm.seq WHEN lm.state = :pending THEN 9.0e18"
         "  ELSE COALESCE((SELECT MAX(e3.seq) FROM events e3 WHERE e3.conv = lm.conv AND e3.ts <= lm.created_at), 0)"
@@ -832,8 +844,9 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         " WHERE lm.conv = :conv AND lm.kind = 'send' AND (lm.seq IS NULL OR ("
         "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
         "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.seq = lm.seq)))"
-        ") ORDER BY pos, ts"));
+        ") WHERE pos >= :from ORDER BY pos, ts"));
     q.bindValue(QStringLiteral(":conv"), conv);
+    q.bindValue(QStringLiteral(":from"), from);
     q.bindValue(QStringLiteral(":self"), self);
     q.bindValue(QStringLiteral(":pending"), int(MessageState::Pending));
     if (!exec(q))
@@ -841,6 +854,7 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
     QList<MessageRow> rows;
     while (q.next()) {
         MessageRow r;
+        r.pos = q.value(0).toDouble();
         r.seq = q.value(1).toLongLong();
         r.kind = q.value(2).toString();
         r.sender = q.value(3).toString();
@@ -857,6 +871,95 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         rows.append(r);
     }
     return rows;
+}
+
+bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo) {
+    if (!begin(Durability::Relaxed))
+        return false;
+    auto abort = [this]() {
+        const QString e = error_;
+        rollback();
+        return fail(e);
+    };
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    {
+        QSqlQuery ensure(db);
+        ensure.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
+        ensure.addBindValue(page.conv);
+        if (!exec(ensure)) { ensure = QSqlQuery(); return abort(); }
+    }
+    for (const proto::Event &e : page.events)
+        if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
+            return abort();
+    // What is still missing below the window: [gapLo, oldest - 1], if the
+    // server has older readable events (has_older) that we do not hold.
+    const qint64 missingHi = page.hasOlder ? page.oldest - 1 : 0;
+    {
+        QSqlQuery g(db);
+        if (before == 0) {
+            // The newest window: it covers every readable event in [oldest, head].
+            // The cursor moves to its head (C7 holds forward from there).
+            g.prepare(QStringLiteral(
+                "UPDATE conversations SET after = MAX(after, :head), epoch = :epoch, head = MAX(head, :head),"
+                " min_seq = :min_seq, gap_to = CASE WHEN :trimmed THEN MAX(gap_to, :min_seq - 1) ELSE gap_to END"
+                " WHERE conv = :conv"));
+            g.bindValue(QStringLiteral(":head"), page.head);
+            g.bindValue(QStringLiteral(":epoch"), page.epoch);
+            g.bindValue(QStringLiteral(":min_seq"), page.minSeq);
+            g.bindValue(QStringLiteral(":trimmed"), page.trimmed ? 1 : 0);
+            g.bindValue(QStringLiteral(":conv"), page.conv);
+        } else {
+            g.prepare(QStringLiteral("DELETE FROM gaps WHERE conv = ? AND lo = ?"));
+            g.addBindValue(page.conv);
+            g.addBindValue(gapLo);
+        }
+        if (!exec(g)) { g = QSqlQuery(); return abort(); }
+    }
+    if (missingHi >= gapLo && gapLo > 0) {
+        QSqlQuery g(db);
+        g.prepare(QStringLiteral("INSERT OR REPLACE INTO gaps(conv, lo, hi) VALUES(?, ?, ?)"));
+        g.addBindValue(page.conv);
+        g.addBindValue(gapLo);
+        g.addBindValue(missingHi);
+        if (!exec(g)) { g = QSqlQuery(); return abort(); }
+    }
+    if (!recountUnread(page.conv))
+        return abort();
+    return commit();
+}
+
+std::optional<QList<Gap>> Storage::gaps(const QString &conv) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT lo, hi FROM gaps WHERE conv = ? ORDER BY lo"));
+    q.addBindValue(conv);
+    if (!exec(q))
+        return std::nullopt;
+    QList<Gap> out;
+    while (q.next())
+        out.append(Gap{q.value(0).toLongLong(), q.value(1).toLongLong()});
+    return out;
+}
+
+std::optional<qint64> Storage::floorFor(const QString &conv, qint64 below, int count) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT MIN(seq) FROM (SELECT seq FROM events WHERE conv = ? AND seq < ?"
+                             " AND kind <> 'recall' ORDER BY seq DESC LIMIT ?)"));
+    q.addBindValue(conv);
+    q.addBindValue(below);
+    q.addBindValue(count);
+    if (!exec(q) || !q.next())
+        return std::nullopt;
+    return q.value(0).toLongLong();
+}
+
+std::optional<bool> Storage::hasEventsBelow(const QString &conv, qint64 seq) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE conv = ? AND seq < ? AND kind <> 'recall')"));
+    q.addBindValue(conv);
+    q.addBindValue(seq);
+    if (!exec(q) || !q.next())
+        return std::nullopt;
+    return q.value(0).toBool();
 }
 
 std::optional<QList<proto::Event>> Storage::events(const QString &conv) {

@@ -49,7 +49,15 @@ struct Cursor {
     qint64 epoch = 0; // 0 = no cursor yet
 };
 
+/// Seqs [lo, hi] of a conversation not downloaded (a history window was
+/// taken instead of syncing them); filled on demand.
+struct Gap {
+    qint64 lo = 0, hi = 0;
+    bool operator==(const Gap &) const = default;
+};
+
 struct MessageRow {
+    double pos = 0; // sort position: the seq, or where an unconfirmed message sits
     qint64 seq = 0; // 0 = not known yet
     QString kind;
     QString sender;
@@ -61,7 +69,12 @@ struct MessageRow {
     bool dup = false;
     bool own = false;
     QString user;   // join/leave
-    QString key() const { return cmid.isEmpty() ? QStringLiteral("#%1").arg(seq) : cmid; }
+    qint64 gapLo = 0, gapHi = 0; // a gap marker row (kind "gap"): seqs not downloaded
+    QString key() const {
+        if (gapHi > 0)
+            return QStringLiteral("gap:%1").arg(gapLo);
+        return cmid.isEmpty() ? QStringLiteral("#%1").arg(seq) : cmid;
+    }
     bool operator==(const MessageRow &) const = default;
 };
 
@@ -76,7 +89,7 @@ struct LocalMessage {
 
 class Storage {
 public:
-    static constexpr int SchemaVersion = 1;
+    static constexpr int SchemaVersion = 2;
 
     Storage();
     ~Storage();
@@ -139,7 +152,20 @@ public:
     // Drops events, conversations and cursors (install reset). Outbox is kept.
     bool resetInstallState(const QString &newInstallId);
 
-    std::optional<QList<MessageRow>> messages(const QString &conv, const QString &self);
+    // The timeline rows at or above position `from` (0: all), in order.
+    std::optional<QList<MessageRow>> messages(const QString &conv, const QString &self, qint64 from = 0);
+    // History windows (contract section 6). One transaction: the window's
+    // events, then either (before == 0: the newest window) the cursor moved
+    // to the window's head with a gap [gapLo, oldest - 1] left below it, or
+    // (before > 0: older events, filling the gap that starts at gapLo) that
+    // gap shrunk to what is still missing.
+    bool applyWindow(const proto::Page &page, qint64 before, qint64 gapLo);
+    std::optional<QList<Gap>> gaps(const QString &conv);
+    // The position from which the `count` newest timeline events below
+    // `below` are shown (the lowest of their seqs); 0 if there are none.
+    std::optional<qint64> floorFor(const QString &conv, qint64 below, int count);
+    // Whether any event lies below `seq` locally.
+    std::optional<bool> hasEventsBelow(const QString &conv, qint64 seq);
     std::optional<QList<proto::Event>> events(const QString &conv);
     // cmid of our own message at (conv, seq), empty if none.
     QString cmidAt(const QString &conv, qint64 seq);

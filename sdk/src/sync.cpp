@@ -15,6 +15,8 @@ Sync::Sync(ClientPrivate &dd) : d(dd) {
 void Sync::sessionEnded() {
     for (State &s : syncs_)
         s.running = false;
+    for (const QString &conv : std::exchange(older_, {}))
+        emit windowLoaded(conv, false);
     queue_.clear();
     queued_.clear();
     active_.clear();
@@ -90,6 +92,24 @@ void Sync::launch(const QString &conv) {
     const QString rid = d.conn.nextRid();
     const qint64 after = row->after;
     ++syncRequests_;
+    const std::optional<qint64> epoch = row->epoch > 0 ? std::optional<qint64>(row->epoch) : std::nullopt;
+    if (backlogLimit > 0 && row->head - after > backlogLimit) {
+        // New to this install, or far behind: take the newest window and
+        // leave [after + 1, oldest - 1] as a gap, filled on demand.
+        d.conn.request(rid, proto::encodeHistory(rid, conv, 0, historyWindow, epoch),
+                       [this, conv, after, epoch](const std::optional<proto::Incoming> &reply) {
+                           if (proto::classify(reply) != proto::Disposition::Success) {
+                               onSyncFailed(conv, reply);
+                           } else if (const auto *page = std::get_if<proto::Page>(&reply->body); page && page->history) {
+                               onWindow(conv, after + 1, epoch.value_or(0), *page);
+                           } else {
+                               emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"),
+                                                       QStringLiteral("history answered without window"));
+                               onSyncFailed(conv, std::nullopt);
+                           }
+                       });
+        return;
+    }
     d.conn.request(rid,
                    proto::encodeSync(rid, conv, after, pageSize,
                                      row->epoch > 0 ? std::optional<qint64>(row->epoch) : std::nullopt),
@@ -135,20 +155,91 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
         return;
     }
     d.conn.retrySucceeded(QStringLiteral("sync:") + conv);
-    d.outbox.settleOwnEvents(page.events);
-    if (!page.events.isEmpty()) {
-        emit d.q->eventsApplied(conv, page.events.first().seq, page.events.last().seq);
-        notifyRecalls(conv, page.events);
-        emit d.timelineChanged(conv);
-    }
-    emit d.q->conversationsChanged();
-    d.markers.sendAck(conv);
+    applied(conv, page.events);
     if (page.hasMore || syncs_[conv].again) {
         start(conv);
     } else {
         release(conv);
         emit d.q->conversationSynced(conv);
     }
+}
+
+void Sync::onWindow(const QString &conv, qint64 gapLo, qint64 epoch, const proto::Page &page) {
+    syncs_[conv].running = false;
+    if (page.conv != conv) {
+        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("window for another conversation"));
+        onSyncFailed(conv, std::nullopt);
+        return;
+    }
+    if (epoch > 0 && page.epoch != epoch) {
+        proto::Incoming fake;
+        fake.body = proto::Error{QString::fromUtf16(proto::code::EpochChanged), QStringLiteral("window epoch moved")};
+        onSyncFailed(conv, fake);
+        return;
+    }
+    // The window, the cursor at its head and the gap below it: one transaction.
+    if (!d.storage.applyWindow(page, 0, gapLo)) {
+        d.storageFailed(QStringLiteral("cannot apply history window"));
+        release(conv);
+        d.conn.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
+        return;
+    }
+    d.conn.retrySucceeded(QStringLiteral("sync:") + conv);
+    applied(conv, page.events);
+    // Forward from the window's head, as usual (events may have come since).
+    start(conv);
+}
+
+void Sync::applied(const QString &conv, const QList<proto::Event> &events) {
+    d.outbox.settleOwnEvents(events);
+    if (!events.isEmpty()) {
+        emit d.q->eventsApplied(conv, events.first().seq, events.last().seq);
+        notifyRecalls(conv, events);
+    }
+    emit d.timelineChanged(conv);
+    emit d.q->conversationsChanged();
+    d.markers.sendAck(conv);
+}
+
+void Sync::loadOlder(const QString &conv, qint64 before, qint64 gapLo) {
+    if (!d.conn.isSessionUp() || d.stale || older_.contains(conv)) {
+        if (!older_.contains(conv))
+            QMetaObject::invokeMethod(this, [this, conv] { emit windowLoaded(conv, false); }, Qt::QueuedConnection);
+        return;
+    }
+    const std::optional<detail::ConvRow> row = d.storage.conversation(conv);
+    older_.insert(conv);
+    const QString rid = d.conn.nextRid();
+    d.conn.request(rid,
+                   proto::encodeHistory(rid, conv, before, historyWindow,
+                                        row && row->epoch > 0 ? std::optional<qint64>(row->epoch) : std::nullopt),
+                   [this, conv, before, gapLo](const std::optional<proto::Incoming> &reply) {
+                       onOlder(conv, before, gapLo, reply);
+                   });
+}
+
+void Sync::onOlder(const QString &conv, qint64 before, qint64 gapLo, const std::optional<proto::Incoming> &reply) {
+    older_.remove(conv);
+    const proto::Disposition disp = proto::classify(reply);
+    const auto *page = disp == proto::Disposition::Success ? std::get_if<proto::Page>(&reply->body) : nullptr;
+    if (!page || !page->history || page->conv != conv) {
+        if (disp == proto::Disposition::Terminal) {
+            const QString code = proto::errorCode(reply);
+            if (code == proto::code::EpochChanged || code == proto::code::CursorAhead)
+                start(conv); // the forward sync meets the same verdict and resets
+            else
+                emit d.q->errorOccurred(code, proto::errorMessage(reply));
+        }
+        emit windowLoaded(conv, false);
+        return;
+    }
+    if (!d.storage.applyWindow(*page, before, gapLo)) {
+        d.storageFailed(QStringLiteral("cannot apply history window"));
+        emit windowLoaded(conv, false);
+        return;
+    }
+    applied(conv, page->events);
+    emit windowLoaded(conv, true);
 }
 
 void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming> &reply) {

@@ -26,6 +26,9 @@ public:
     /// maxConcurrent conversations sync at once; the others wait their turn.
     void start(const QString &conv);
     void syncAll();
+    /// Loads the window of events below `before` (filling the gap that
+    /// starts at gapLo); windowLoaded() tells when it is done.
+    void loadOlder(const QString &conv, qint64 before, qint64 gapLo);
     /// Walks the conversation list (`convs`, page by page); with syncAfter,
     /// syncs each listed one whose head or epoch moved past its cursor.
     void requestConvs(bool syncAfter = false);
@@ -38,6 +41,7 @@ public:
     void onResync();
     void sessionEnded();
     void clear() {
+        older_.clear();
         syncs_.clear();
         pushes_.clear();
         queue_.clear();
@@ -53,9 +57,25 @@ public:
     int pageSize = 100;
     int convsPageSize = 100;
     int maxConcurrent = 4;
+    /// Events per history window (opening, older pages, gap fills).
+    int historyWindow = 100;
+    /// A conversation more than this many events behind (or new to this
+    /// install) is opened with its newest window, not synced from its
+    /// cursor; what lies between stays a gap. <= 0: always sync everything.
+    int backlogLimit = 1000;
+
+Q_SIGNALS:
+    /// A loadOlder() finished (ok: its window is stored).
+    void windowLoaded(const QString &conv, bool ok);
+
+public:
 
 private:
     void onPage(const QString &conv, qint64 after, const proto::Page &page);
+    void onWindow(const QString &conv, qint64 gapLo, qint64 epoch, const proto::Page &page);
+    void onOlder(const QString &conv, qint64 before, qint64 gapLo, const std::optional<proto::Incoming> &reply);
+    /// Events applied from a page or window: outbox, signals, ack.
+    void applied(const QString &conv, const QList<proto::Event> &events);
     void onSyncFailed(const QString &conv, const std::optional<proto::Incoming> &reply);
     void requestConvsPage(const QString &after);
     void onConvs(const std::optional<proto::Incoming> &reply);
@@ -77,6 +97,7 @@ private:
     QQueue<QString> queue_;   // waiting for a slot, in request order
     QSet<QString> queued_;
     QSet<QString> active_;    // holding a slot
+    QSet<QString> older_;     // a loadOlder() in flight
     int peakActive_ = 0;
     quint64 syncRequests_ = 0;
     QList<proto::Event> pushes_;

@@ -28,6 +28,11 @@ void WsSession::run(http::request<http::string_body> req) {
     ws_.set_option(opt);
     ws_.control_callback([this](websocket::frame_type, beast::string_view) { last_rx_ = Clock::now(); });
     ws_.read_message_max(max_frame_bytes);
+    // One message, one frame (<= MAX_FRAME anyway). Beast would otherwise cut
+    // a message into frames at its write buffer size, anywhere in a UTF-8
+    // sequence; Qt WebSockets (the SDK) checks each text frame on its own and
+    // closes with 1007 on a split CJK character or emoji.
+    ws_.auto_fragment(false);
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "imserver"); }));
     // A connection over a cap is told so in a close frame (1013) once the

@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
     client.setRequestTimeout(3000);
     client.setRetryBackoff(100, 1000);
     client.setReconnectBackoff(100, 1000);
+    // The lab compares the whole local store with the server (C7): no
+    // history windows, every event is synced.
+    client.setBacklogLimit(0);
     if (!client.open(a[2])) {
         std::fprintf(stderr, "open failed: %s\n", qPrintable(client.lastError()));
         return 1;

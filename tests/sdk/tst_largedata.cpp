@@ -7,6 +7,8 @@
 #include "client_p.h"
 
 #include <im/client.h>
+#include <im/conversationlistmodel.h>
+#include <im/messagelistmodel.h>
 
 #include <QtCore/QTemporaryDir>
 #include <QtTest/QSignalSpy>
@@ -21,7 +23,26 @@
 using im::Client;
 using im::ClientPrivate;
 using im::ConnectionState;
+using im::ConversationListModel;
+using im::MessageListModel;
 using im::MessageState;
+
+namespace {
+qint64 seqAt(const MessageListModel &m, int row) { return m.get(row, MessageListModel::SeqRole).toLongLong(); }
+QString kindAt(const MessageListModel &m, int row) { return m.get(row, MessageListModel::KindRole).toString(); }
+// Seqs of the event rows, which must be strictly ascending (each event once).
+bool ascendingOnce(const MessageListModel &m) {
+    qint64 last = 0;
+    for (int i = 0; i < m.count(); ++i) {
+        if (kindAt(m, i) == u"gap")
+            continue;
+        if (seqAt(m, i) <= last)
+            return false;
+        last = seqAt(m, i);
+    }
+    return true;
+}
+} // namespace
 
 class TestLargeData : public QObject {
     Q_OBJECT
@@ -30,6 +51,9 @@ private slots:
     void cleanupTestCase();
     void a_user_in_1000_conversations_lists_them_all_and_resyncs_only_what_moved();
     void two_hundred_maximum_bodies_sync_completely_through_a_64k_receive_limit();
+    void a_fresh_install_opens_a_long_conversation_with_its_newest_window_and_loads_older_on_demand();
+    void a_client_back_after_a_long_absence_keeps_a_gap_and_fills_it_on_demand();
+    void a_conversation_with_new_activity_moves_up_by_a_row_move_not_a_reset();
 
 private:
     std::unique_ptr<Client> makeClient(const QString &user, const QString &db);
@@ -66,6 +90,10 @@ std::unique_ptr<Client> TestLargeData::makeClient(const QString &user, const QSt
     c->setRetryBackoff(100, 800);
     if (!c->open(dir_.filePath(db)))
         qWarning("open: %s", qPrintable(c->lastError()));
+    // Diagnostics for a failing run.
+    connect(c.get(), &Client::errorOccurred, this, [user](const QString &code, const QString &msg) {
+        qWarning("%s: error %s: %s", qPrintable(user), qPrintable(code), qPrintable(msg.left(300)));
+    });
     return c;
 }
 
@@ -87,7 +115,7 @@ void TestLargeData::a_user_in_1000_conversations_lists_them_all_and_resyncs_only
     cy->connectToServer();
     QTRY_COMPARE_WITH_TIMEOUT(cy->conversationIds().size(), 1001, 240000); // bulk-* and team
     QTRY_COMPARE_WITH_TIMEOUT(synced.size(), 1001, 240000);
-    QTRY_VERIFY(!d->sync.isWalkingConvs());
+    QTRY_VERIFY_WITH_TIMEOUT(!d->sync.isWalkingConvs(), 120000);
     QVERIFY2(largest <= 64 * 1024, qPrintable(QString::number(largest)));
     QVERIFY(largest > 0);
     QCOMPARE(d->sync.syncRequests(), quint64(1001));
@@ -100,6 +128,8 @@ void TestLargeData::a_user_in_1000_conversations_lists_them_all_and_resyncs_only
 
     // Away for a while: one conversation moves. The next session syncs that
     // one only (the other 1,000 heads equal their cursors).
+    const qint64 teamAt = d->storage.cursors()->value(QStringLiteral("team")).after;
+    QVERIFY(teamAt > 0);
     cy->disconnectFromServer();
     auto ana = makeClient(QStringLiteral("ana"), QStringLiteral("ana-many.db"));
     ana->connectToServer();
@@ -108,11 +138,16 @@ void TestLargeData::a_user_in_1000_conversations_lists_them_all_and_resyncs_only
     synced.clear();
     const quint64 before = d->sync.syncRequests();
     cy->connectToServer();
-    QTRY_COMPARE_WITH_TIMEOUT(synced.size(), 1, 60000);
-    QCOMPARE(synced.at(0).at(0).toString(), QStringLiteral("team"));
-    QTRY_VERIFY(cy->connectionState() == ConnectionState::Connected && !d->sync.isWalkingConvs());
-    QCOMPARE(d->sync.syncRequests() - before, quint64(1));
-    QCOMPARE(synced.size(), 1);
+    // The new event comes by a sync (team's head moved) or, when the
+    // gateway's fan-out of it reaches cy's fresh subscription, by a push.
+    QTRY_VERIFY_WITH_TIMEOUT(cy->connectionState() == ConnectionState::Connected
+                                 && d->storage.cursors()->value(QStringLiteral("team")).after == teamAt + 1,
+                             60000);
+    QTRY_VERIFY_WITH_TIMEOUT(!d->sync.isWalkingConvs(), 120000);
+    QVERIFY2(d->sync.syncRequests() - before <= 1,
+             qPrintable(QStringLiteral("%1 syncs after the reconnect").arg(d->sync.syncRequests() - before)));
+    for (const QList<QVariant> &s : std::as_const(synced))
+        QCOMPARE(s.at(0).toString(), QStringLiteral("team"));
 }
 
 namespace {
@@ -176,6 +211,138 @@ void TestLargeData::two_hundred_maximum_bodies_sync_completely_through_a_64k_rec
     for (const QList<QVariant> &a : connected)
         sessions += a.at(0).value<ConnectionState>() == ConnectionState::Connected;
     QCOMPARE(sessions, 1); // no reconnect loop
+}
+
+// Obligation 13: a fresh install downloads the newest window of a long
+// conversation, not its history; the model shows windowRows rows and loads
+// older ones on fetchMore (local first, then `history` from the server),
+// inserting rows at the top (never a reset).
+void TestLargeData::a_fresh_install_opens_a_long_conversation_with_its_newest_window_and_loads_older_on_demand() {
+    QString err = seed({QStringLiteral("convs"), QStringLiteral("ana"), QStringLiteral("long"), QStringLiteral("2")});
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    const QString conv = QStringLiteral("long-100000"); // join at 1, then 5,000 events: head 5001
+    err = seed({QStringLiteral("events"), conv, QStringLiteral("ben"), QStringLiteral("5000")});
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+
+    auto ana = makeClient(QStringLiteral("ana"), QStringLiteral("ana-long.db"));
+    ana->setHistoryWindow(100);
+    ClientPrivate *d = ClientPrivate::get(ana.get());
+    MessageListModel model(ana.get(), conv);
+    model.setWindowRows(50);
+    QSignalSpy resets(&model, &QAbstractItemModel::modelReset);
+    QSignalSpy inserted(&model, &QAbstractItemModel::rowsInserted);
+    QSignalSpy synced(ana.get(), &Client::conversationSynced);
+    ana->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(synced.contains(QVariantList{conv}), 120000);
+    // Stored: the newest window only, the cursor at the head, a gap below.
+    const auto events = d->storage.events(conv);
+    QVERIFY(events);
+    QCOMPARE(events->size(), 100);
+    QCOMPARE(events->first().seq, 4902);
+    QCOMPARE(events->last().seq, 5001);
+    QCOMPARE(d->storage.cursors()->value(conv).after, 5001);
+    QCOMPARE(*d->storage.gaps(conv), (QList<im::detail::Gap>{{1, 4901}}));
+
+    // Shown: the newest 50.
+    QTRY_COMPARE(model.count(), 50);
+    QCOMPARE(seqAt(model, 0), 4952);
+    QCOMPARE(seqAt(model, 49), 5001);
+    QVERIFY(model.canFetchMore());
+    model.fetchMore(); // from the local database
+    QCOMPARE(model.count(), 100);
+    QCOMPARE(seqAt(model, 0), 4902);
+    QVERIFY(model.canFetchMore()); // the server has older ones
+    inserted.clear();
+    model.fetchMore(); // a `history` window from the server
+    QVERIFY(model.isLoadingOlder());
+    QVERIFY(!model.canFetchMore());
+    QTRY_COMPARE_WITH_TIMEOUT(model.count(), 150, 60000);
+    QVERIFY(!model.isLoadingOlder());
+    QCOMPARE(seqAt(model, 0), 4852);
+    QVERIFY(!inserted.isEmpty());
+    QCOMPARE(inserted.first().at(1).toInt(), 0); // inserted at the top
+    QCOMPARE(*d->storage.gaps(conv), (QList<im::detail::Gap>{{1, 4801}}));
+    QVERIFY(ascendingOnce(model));
+
+    // A new event: appended as one inserted row.
+    inserted.clear();
+    const QString cmid = ana->send(conv, QStringLiteral("newest"));
+    QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(cmid), MessageState::Sent, 60000);
+    QTRY_COMPARE(seqAt(model, model.count() - 1), 5002);
+    QCOMPARE(model.count(), 151);
+    QVERIFY(ascendingOnce(model));
+    QCOMPARE(resets.size(), 0);
+}
+
+// Obligation 13: back after a long absence (more than the backlog limit
+// behind), the client takes the newest window and keeps a gap marker, shown
+// between the old and new events and filled on demand.
+void TestLargeData::a_client_back_after_a_long_absence_keeps_a_gap_and_fills_it_on_demand() {
+    const QString conv = QStringLiteral("long-100001"); // made by the test above: join at 1
+    QString err = seed({QStringLiteral("events"), conv, QStringLiteral("ben"), QStringLiteral("10")}); // 2..11
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    auto ana = makeClient(QStringLiteral("ana"), QStringLiteral("ana-away.db"));
+    ana->setHistoryWindow(100);
+    ana->setBacklogLimit(1000);
+    ClientPrivate *d = ClientPrivate::get(ana.get());
+    QSignalSpy synced(ana.get(), &Client::conversationSynced);
+    ana->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(synced.contains(QVariantList{conv}), 120000);
+    QCOMPARE(d->storage.events(conv)->size(), 11);
+    ana->disconnectFromServer();
+
+    err = seed({QStringLiteral("events"), conv, QStringLiteral("ben"), QStringLiteral("3000")}); // 12..3011
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    synced.clear();
+    ana->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(synced.contains(QVariantList{conv}), 120000);
+    QCOMPARE(d->storage.events(conv)->size(), 11 + 100); // not the 3,000 missed
+    QCOMPARE(d->storage.cursors()->value(conv).after, 3011);
+    QCOMPARE(*d->storage.gaps(conv), (QList<im::detail::Gap>{{12, 2911}}));
+
+    MessageListModel model(ana.get(), conv);
+    model.setWindowRows(60);
+    QSignalSpy resets(&model, &QAbstractItemModel::modelReset);
+    QTRY_COMPARE(model.count(), 60);
+    while (model.canFetchMore() && model.count() < 200)
+        model.fetchMore(); // all local: the window, then the 11 old events
+    // 11 old events, the gap marker, 100 new events.
+    QCOMPARE(model.count(), 112);
+    QCOMPARE(seqAt(model, 10), 11);
+    QCOMPARE(kindAt(model, 11), QStringLiteral("gap"));
+    QCOMPARE(model.get(11, MessageListModel::GapFromRole).toLongLong(), 12);
+    QCOMPARE(model.get(11, MessageListModel::GapToRole).toLongLong(), 2911);
+    QCOMPARE(seqAt(model, 12), 2912);
+    QVERIFY(!model.canFetchMore());
+
+    QVERIFY(model.fillGap(11)); // its newest 100 events
+    QTRY_COMPARE_WITH_TIMEOUT(model.count(), 212, 60000);
+    QCOMPARE(kindAt(model, 11), QStringLiteral("gap"));
+    QCOMPARE(model.get(11, MessageListModel::GapToRole).toLongLong(), 2811);
+    QCOMPARE(seqAt(model, 12), 2812);
+    QCOMPARE(*d->storage.gaps(conv), (QList<im::detail::Gap>{{12, 2811}}));
+    QVERIFY(ascendingOnce(model));
+    QCOMPARE(resets.size(), 0);
+}
+
+// Issue 11: the conversation list reorders by row moves.
+void TestLargeData::a_conversation_with_new_activity_moves_up_by_a_row_move_not_a_reset() {
+    auto ana = makeClient(QStringLiteral("ana"), QStringLiteral("ana-list.db"));
+    ConversationListModel list(ana.get());
+    QSignalSpy synced(ana.get(), &Client::conversationSynced);
+    ana->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(list.count() >= 3 && synced.size() >= 3, 120000);
+    QTRY_VERIFY_WITH_TIMEOUT(!ClientPrivate::get(ana.get())->sync.isWalkingConvs(), 120000);
+    const int last = list.count() - 1;
+    QTRY_VERIFY(last > 0 && list.get(last, ConversationListModel::LastTimestampRole).toDateTime().isValid());
+    const QString conv = list.get(last, ConversationListModel::ConvRole).toString();
+    QSignalSpy resets(&list, &QAbstractItemModel::modelReset);
+    QSignalSpy moved(&list, &QAbstractItemModel::rowsMoved);
+    const QString cmid = ana->send(conv, QStringLiteral("bump"));
+    QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(cmid), MessageState::Sent, 60000);
+    QTRY_COMPARE_WITH_TIMEOUT(list.indexOf(conv), 0, 30000);
+    QVERIFY(!moved.isEmpty());
+    QCOMPARE(resets.size(), 0);
 }
 
 QTEST_GUILESS_MAIN(TestLargeData)

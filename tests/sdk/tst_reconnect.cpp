@@ -21,7 +21,35 @@ class TestReconnect : public QObject {
 private slots:
     void unknown_server_frame_types_are_ignored_not_protocol_errors();
     void goaway_reconnects_after_a_jittered_delay_never_at_once();
+    void a_reconnect_syncs_only_the_conversation_that_moved();
 };
+
+void TestReconnect::a_reconnect_syncs_only_the_conversation_that_moved() {
+    QTemporaryDir dir;
+    FakeServer server;
+    QVERIFY(server.listen());
+    for (int i = 0; i < 20; ++i)
+        server.createConv(QStringLiteral("c%1").arg(i, 2, 10, QLatin1Char('0')), {QStringLiteral("ana"), QStringLiteral("ben")});
+    Client client;
+    client.setServers({server.url()});
+    client.setCredentials(QStringLiteral("tok-ana"));
+    QVERIFY(client.open(dir.filePath(QStringLiteral("a.db"))));
+    ClientPrivate *d = ClientPrivate::get(&client);
+    QSignalSpy synced(&client, &Client::conversationSynced);
+    client.connectToServer();
+    QTRY_COMPARE(synced.size(), 20);
+    QVERIFY(d->sync.peakActiveSyncs() <= d->sync.maxConcurrent);
+    QVERIFY(d->sync.peakActiveSyncs() > 1);
+    client.disconnectFromServer();
+    server.append(QStringLiteral("c07"), QStringLiteral("ben"), QStringLiteral("while away"));
+    synced.clear();
+    const quint64 before = d->sync.syncRequests();
+    client.connectToServer();
+    QTRY_COMPARE(synced.size(), 1);
+    QCOMPARE(synced.at(0).at(0).toString(), QStringLiteral("c07"));
+    QTRY_VERIFY(!d->sync.isWalkingConvs());
+    QCOMPARE(d->sync.syncRequests() - before, quint64(1));
+}
 
 void TestReconnect::unknown_server_frame_types_are_ignored_not_protocol_errors() {
     QTemporaryDir dir;

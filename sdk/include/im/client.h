@@ -92,6 +92,12 @@ public:
     void setReconnectBackoff(int initialMs, int maxMs);
     /// Page size for `sync` (1..200).
     void setSyncPageSize(int limit);
+    /// History windows (docs/sdk.md): events per `history` window (1..200,
+    /// default 100), and how far behind (or new to this install) a
+    /// conversation may be before it opens with its newest window and keeps
+    /// a gap instead of syncing everything (default 1000 events; <= 0: never).
+    void setHistoryWindow(int events);
+    void setBacklogLimit(int events);
     /// How many outbox requests may be unanswered at once (default 64).
     void setSendWindow(int requests);
     /// How many of one conversation's messages may be unanswered at once

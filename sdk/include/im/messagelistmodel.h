@@ -18,13 +18,22 @@ class MessageListModelPrivate;
  * The messages of one conversation as a list model, oldest first: events
  * applied from the server (by seq) followed by our own messages not yet
  * confirmed (Pending / Failed / Expired, in creation order). Updated live as
- * the Client applies pages, pushes and replies. Recall events are not rows:
- * the recalled message shows state Recalled.
+ * the Client applies pages, pushes and replies (row inserts, removals and
+ * changes; never a reset for a new event). Recall events are not rows: the
+ * recalled message shows state Recalled.
+ *
+ * A window of history: the model holds the newest rows (windowRows) and
+ * loads older ones through fetchMore() (from the local database, else from
+ * the server's `history`). Events this install skipped after a long absence
+ * show as one row of kind "gap" (GapFromRole..GapToRole); fillGap(row) loads
+ * its newest part. See docs/sdk.md, "History windows".
  */
 class IM_SDK_EXPORT MessageListModel : public QAbstractListModel {
     Q_OBJECT
     Q_PROPERTY(QString conversation READ conversation WRITE setConversation NOTIFY conversationChanged)
     Q_PROPERTY(int count READ count NOTIFY countChanged)
+    Q_PROPERTY(bool loadingOlder READ isLoadingOlder NOTIFY loadingOlderChanged)
+    Q_PROPERTY(int windowRows READ windowRows WRITE setWindowRows NOTIFY windowRowsChanged)
 public:
     enum Roles {
         BodyRole = Qt::UserRole + 1, ///< QString message text (also Qt::DisplayRole)
@@ -38,6 +47,8 @@ public:
         DupRole,        ///< bool: the send reply said dup:true (a resend hit the original)
         IsOwnRole,      ///< bool: sent by this user
         UserRole,       ///< QString the user who joined / left (join/leave)
+        GapFromRole,    ///< qint64 first missing seq of a "gap" row (0 otherwise)
+        GapToRole,      ///< qint64 last missing seq of a "gap" row (0 otherwise)
     };
     Q_ENUM(Roles)
 
@@ -47,6 +58,19 @@ public:
     QString conversation() const;
     void setConversation(const QString &conv);
     int count() const;
+    bool isLoadingOlder() const;
+    /// Rows shown at first, and added by each fetchMore() (default 50).
+    int windowRows() const;
+    void setWindowRows(int rows);
+
+    /// Older events exist (locally or on the server) and no load is running.
+    bool canFetchMore(const QModelIndex &parent = QModelIndex()) const override;
+    /// Shows windowRows more older rows: from the local database, or (when
+    /// none are left there) a `history` window from the server, inserted at
+    /// the top when it arrives.
+    void fetchMore(const QModelIndex &parent = QModelIndex()) override;
+    /// Loads the newest part of the gap shown at `row` (a row of kind "gap").
+    Q_INVOKABLE bool fillGap(int row);
 
     int rowCount(const QModelIndex &parent = QModelIndex()) const override;
     QVariant data(const QModelIndex &index, int role = Qt::DisplayRole) const override;
@@ -62,6 +86,8 @@ public Q_SLOTS:
 Q_SIGNALS:
     void conversationChanged();
     void countChanged();
+    void loadingOlderChanged();
+    void windowRowsChanged();
 
 private:
     std::unique_ptr<MessageListModelPrivate> d;
