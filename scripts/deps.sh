@@ -7,6 +7,13 @@ packages=(
   qt6-base-dev qt6-websockets-dev libqt6sql6-sqlite libgl-dev qt6-qpa-plugins
   libboost1.81-dev libboost-json1.81-dev libpqxx-dev
   postgresql libgtest-dev
+  libssl-dev
+  openssl
+  dpkg-dev
+  file
+  lintian
+  man-db
+  systemd
 )
 
 missing=()
