@@ -14,6 +14,13 @@ packages=(
   lintian
   man-db
   systemd
+  haproxy
+  patroni
+  python3-etcd
+  python3-psycopg2
+  etcd-server
+  nats-server
+  libnats-dev
 )
 
 missing=()

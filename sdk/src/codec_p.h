@@ -93,6 +93,20 @@ enum class Disposition {
 /// or nullopt when there was no reply (timeout, socket closed).
 Disposition classify(const std::optional<Incoming> &reply);
 
+/// The error code / message of a reply (empty unless it is an `error`).
+inline QString errorCode(const std::optional<Incoming> &reply) {
+    if (reply)
+        if (const auto *e = std::get_if<Error>(&reply->body))
+            return e->code;
+    return {};
+}
+inline QString errorMessage(const std::optional<Incoming> &reply) {
+    if (reply)
+        if (const auto *e = std::get_if<Error>(&reply->body))
+            return e->msg;
+    return {};
+}
+
 /// Well-known error code strings (contract section 8).
 namespace code {
 inline constexpr char16_t OriginalExpired[] = u"ORIGINAL_EXPIRED";

@@ -6,7 +6,7 @@
 #include "db_pool.hpp"
 #include "log.hpp"
 #include "metrics.hpp"
-#include "net.hpp"
+#include "gateway.hpp"
 #include "notifier.hpp"
 #include "store.hpp"
 

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "metrics.hpp"
-#include "net.hpp"
+#include "gateway.hpp"
 #include "store.hpp"
 
 #include <atomic>

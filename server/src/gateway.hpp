@@ -1,14 +1,14 @@
-// The network layer: Beast listener, HTTP sessions (health, metrics, lab
-// endpoint) and WebSocket sessions, plus the gateway's shared state for
-// pushes. No SQL here: database work goes through DbPool + handle_request.
+// The gateway's shared state (Beast chat-multi's shared_state): the set of
+// open WebSocket sessions and push subscriptions, the listener, and drain.
+// The network layer is listener.*, http_session.*, ws_session.* and this.
+// No SQL here: database work goes through DbPool + handle_request.
 #pragma once
 
 #include "api.hpp"
 #include "config.hpp"
 #include "db_pool.hpp"
 #include "metrics.hpp"
-
-#include <boost/asio.hpp>
+#include "net_common.hpp"
 
 #include <atomic>
 #include <functional>
@@ -21,8 +21,7 @@
 
 namespace im {
 
-namespace net = boost::asio;
-
+class Listener;
 class WsSession;
 
 class Gateway : public std::enable_shared_from_this<Gateway> {
@@ -55,15 +54,13 @@ public:
     void resync_all();
 
 private:
-    void do_accept();
-
     net::io_context& ioc_;
     const Config& cfg_;
     DbPool& pool_;
     Metrics& metrics_;
     FaultRegistry& faults_;
     ApiContext api_;
-    net::ip::tcp::acceptor acceptor_;
+    std::shared_ptr<Listener> listener_;
     std::atomic<bool> draining_{false};
 
     mutable std::mutex mu_;

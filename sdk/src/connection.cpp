@@ -1,0 +1,238 @@
+#include "connection_p.h"
+
+#include "client_p.h"
+
+namespace im {
+
+Connection::Connection(ClientPrivate &dd) : d(dd) {
+    transport_ = new detail::Transport(this);
+    connect(transport_, &detail::Transport::opened, this, &Connection::onOpened);
+    connect(transport_, &detail::Transport::closed, this, &Connection::onClosed);
+    connect(transport_, &detail::Transport::textReceived, this, &Connection::onText);
+    connect(transport_, &detail::Transport::stateChanged, this, &Connection::onTransportState);
+    tick_.setInterval(50);
+    connect(&tick_, &QTimer::timeout, this, &Connection::onTick);
+}
+
+Connection::~Connection() { transport_->disconnect(this); }
+
+QString Connection::nextRid() { return QStringLiteral("r%1").arg(++ridCounter_); }
+
+void Connection::setState(ConnectionState s) {
+    if (s == state_)
+        return;
+    state_ = s;
+    if (s != ConnectionState::Connected)
+        gateway_.clear();
+    emit d.q->connectionStateChanged(s);
+}
+
+void Connection::start() {
+    wantConnected_ = true;
+    if (offline_ || transport_->isRunning())
+        return;
+    hadSession_ = false;
+    transport_->start();
+}
+
+void Connection::stop() {
+    wantConnected_ = false;
+    transport_->stop();
+    setState(ConnectionState::Disconnected);
+}
+
+void Connection::setOffline(bool offline) {
+    offline_ = offline;
+    if (offline) {
+        transport_->stop();
+        setState(ConnectionState::Disconnected);
+    } else if (wantConnected_ && !d.stale && d.storage.isOpen()) {
+        hadSession_ = false;
+        transport_->start();
+    }
+}
+
+void Connection::request(const QString &rid, const QByteArray &frame, ReplyHandler onReply, Kind kind) {
+    Waiting w;
+    w.onReply = std::move(onReply);
+    w.kind = kind;
+    w.deadline = QDeadlineTimer(requestTimeoutMs);
+    waiting_.insert(rid, std::move(w));
+    if (!tick_.isActive())
+        tick_.start();
+    transport_->sendText(frame);
+}
+
+void Connection::retryLater(const QString &key, std::function<void()> fn) {
+    const int attempt = ++failures_[key];
+    const quint64 s = session_;
+    QTimer::singleShot(d.backoffMs(attempt), this, [this, s, fn = std::move(fn)] {
+        if (s == session_ && isSessionUp())
+            fn();
+    });
+}
+
+void Connection::onTransportState() {
+    using TS = detail::Transport::State;
+    switch (transport_->state()) {
+    case TS::Idle:
+        setState(ConnectionState::Disconnected);
+        break;
+    case TS::Connecting:
+    case TS::Open:
+        if (!helloDone_)
+            setState(hadSession_ ? ConnectionState::Reconnecting : ConnectionState::Connecting);
+        break;
+    case TS::Waiting:
+        setState(ConnectionState::Reconnecting);
+        emit d.q->connectionStateChanged(state_); // nextReconnectAt moved
+        break;
+    }
+}
+
+void Connection::onOpened() {
+    helloDone_ = false;
+    ++session_;
+    waiting_.clear();
+    const QString rid = nextRid();
+    request(rid, proto::encodeHello(rid, token, d.installId),
+            [this](const std::optional<proto::Incoming> &reply) { onHelloReply(reply); });
+}
+
+void Connection::onClosed() {
+    const bool hadHello = helloDone_;
+    helloDone_ = false;
+    ++session_;
+    // Every request on the wire is now "no reply": outbox entries stay and
+    // are resent after the next hello; everything else is redone then too.
+    const auto old = waiting_;
+    waiting_.clear();
+    for (const Waiting &w : old)
+        if (w.kind == Kind::Outbox && !w.timedOut)
+            w.onReply(std::nullopt);
+    failures_.clear();
+    tick_.stop();
+    emit sessionEnded();
+    if (hadHello)
+        hadSession_ = true;
+}
+
+void Connection::onTick() {
+    QList<QString> expired;
+    for (auto it = waiting_.cbegin(); it != waiting_.cend(); ++it)
+        if (!it->timedOut && it->deadline.hasExpired())
+            expired.append(it.key());
+    for (const QString &rid : expired) {
+        auto it = waiting_.find(rid);
+        if (it == waiting_.end())
+            continue;
+        const ReplyHandler handler = it->onReply;
+        if (it->kind == Kind::Outbox)
+            it->timedOut = true; // keep it: a late success still finalizes the entry
+        else
+            waiting_.erase(it);
+        handler(std::nullopt);
+    }
+    d.outbox.pump();
+}
+
+void Connection::onText(const QByteArray &frame) {
+    QString err, rid;
+    std::optional<proto::Incoming> in = proto::decode(frame, &err, &rid);
+    if (!in) {
+        // A malformed reply is treated as no reply (its request times out).
+        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), err);
+        return;
+    }
+    if (in->rid.isEmpty()) {
+        onServerFrame(*in);
+        return;
+    }
+    auto it = waiting_.find(in->rid);
+    if (it == waiting_.end())
+        return; // late reply to a request already given up (not an outbox one)
+    if (dropNext_) { // QA hook
+        dropNext_ = false;
+        return;
+    }
+    const Waiting w = *it;
+    waiting_.erase(it);
+    // STALE_INSTALL is a verdict on the install, not on the request; the
+    // outbox handles it itself (it keeps the entry).
+    if (w.kind == Kind::Plain && !w.timedOut && proto::errorCode(in) == proto::code::StaleInstall
+        && proto::classify(in) == proto::Disposition::Terminal && helloDone_) {
+        d.enterStale(proto::errorMessage(in));
+        return;
+    }
+    w.onReply(in);
+}
+
+void Connection::onServerFrame(const proto::Incoming &in) {
+    // Server-initiated frames (contract section 7).
+    std::visit(
+        [this](const auto &b) {
+            using T = std::decay_t<decltype(b)>;
+            if constexpr (std::is_same_v<T, proto::EventPush>) {
+                d.sync.onEventPush(b.ev);
+            } else if constexpr (std::is_same_v<T, proto::Hint>) {
+                d.sync.onHint(b);
+            } else if constexpr (std::is_same_v<T, proto::Resync>) {
+                d.sync.onResync();
+            } else if constexpr (std::is_same_v<T, proto::Goaway>) {
+                transport_->moveToNextServer(int(b.retryMs.value_or(0)));
+            } else if constexpr (std::is_same_v<T, proto::Error>) {
+                if (b.code == proto::code::StaleInstall)
+                    d.enterStale(b.msg);
+                else
+                    emit d.q->errorOccurred(b.code, b.msg);
+            }
+        },
+        in.body);
+}
+
+void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
+    const proto::Disposition disp = proto::classify(reply);
+    const QString code = proto::errorCode(reply);
+    if (disp == proto::Disposition::Success) {
+        const auto *w = std::get_if<proto::Welcome>(&reply->body);
+        if (!w) {
+            emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("hello answered without welcome"));
+            transport_->abortNow();
+            return;
+        }
+        if (!d.adoptIdentity(w->user, w->device)) {
+            transport_->abortNow();
+            return;
+        }
+        gateway_ = w->gateway;
+        helloDone_ = true;
+        transport_->resetBackoff();
+        state_ = ConnectionState::Reconnecting; // force the emission below
+        setState(ConnectionState::Connected);
+        subscribe();
+        emit sessionStarted();
+    } else if (code == proto::code::StaleInstall) {
+        d.enterStale(proto::errorMessage(reply));
+    } else if (disp == proto::Disposition::Retry) {
+        transport_->abortNow(); // reconnect with backoff
+    } else {
+        d.lastError = QStringLiteral("%1: %2").arg(code, proto::errorMessage(reply));
+        wantConnected_ = false;
+        transport_->stop();
+        setState(ConnectionState::Disconnected);
+        emit d.q->errorOccurred(code, proto::errorMessage(reply));
+    }
+}
+
+void Connection::subscribe() {
+    const QString rid = nextRid();
+    request(rid, proto::encodeSub(rid), [this](const std::optional<proto::Incoming> &reply) {
+        const proto::Disposition disp = proto::classify(reply);
+        if (disp == proto::Disposition::Retry)
+            retryLater(QStringLiteral("sub"), [this] { subscribe(); });
+        else if (disp == proto::Disposition::Terminal)
+            emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+    });
+}
+
+} // namespace im

@@ -1,0 +1,106 @@
+// Connection: the session with the server. Owns the transport, the `hello`
+// handshake and the connection state, the table of requests awaiting a reply
+// (their deadlines and timeouts), per-session retries, and the dispatch of
+// server-initiated frames to the part that handles them.
+#pragma once
+
+#include <im/types.h>
+
+#include "codec_p.h"
+#include "transport_p.h"
+
+#include <QtCore/QDeadlineTimer>
+#include <QtCore/QHash>
+#include <QtCore/QObject>
+#include <QtCore/QTimer>
+
+#include <functional>
+#include <optional>
+
+namespace im {
+
+class ClientPrivate;
+
+class Connection : public QObject {
+    Q_OBJECT
+public:
+    /// Gets the reply of one request, or nullopt for "no reply" (timeout or,
+    /// for outbox requests, connection loss).
+    using ReplyHandler = std::function<void(const std::optional<proto::Incoming> &reply)>;
+    enum class Kind {
+        Plain,  ///< forgotten on timeout or loss; a late reply is ignored
+        Outbox, ///< told on timeout AND on loss; a late reply is still delivered
+    };
+
+    explicit Connection(ClientPrivate &d);
+    ~Connection() override;
+
+    QString nextRid();
+    /// Puts a request on the wire and waits for its reply (requestTimeout).
+    /// A failed write leaves it waiting: it times out like a lost reply.
+    void request(const QString &rid, const QByteArray &frame, ReplyHandler onReply, Kind kind = Kind::Plain);
+    /// Calls `fn` after the backoff of `key`'s next attempt, unless the
+    /// session ended meanwhile (a new session redoes everything after hello).
+    void retryLater(const QString &key, std::function<void()> fn);
+    /// A success resets `key`'s backoff.
+    void retrySucceeded(const QString &key) { failures_.remove(key); }
+
+    bool isSessionUp() const { return helloDone_ && state_ == ConnectionState::Connected; }
+    ConnectionState state() const { return state_; }
+    QString gateway() const { return gateway_; }
+
+    void start();  ///< connect and keep reconnecting (connectToServer)
+    void stop();   ///< disconnect and stay so
+    void setOffline(bool offline);
+    bool isOffline() const { return offline_; }
+    bool wantsConnection() const { return wantConnected_; }
+    void setState(ConnectionState s);
+    /// QA hooks.
+    void dropNextReply() { dropNext_ = true; }
+    void closeSocketNow() { transport_->abortNow(); }
+
+    detail::Transport *transport() const { return transport_; }
+    int requestTimeoutMs = 10000;
+    QString token;
+    QList<QUrl> urls;
+
+Q_SIGNALS:
+    /// `welcome` accepted: requests flow.
+    void sessionStarted();
+    /// The connection of an established (or starting) session is gone.
+    void sessionEnded();
+
+private:
+    struct Waiting {
+        ReplyHandler onReply;
+        Kind kind = Kind::Plain;
+        QDeadlineTimer deadline;
+        bool timedOut = false;
+    };
+
+    void onOpened();
+    void onClosed();
+    void onTransportState();
+    void onText(const QByteArray &frame);
+    void onTick();
+    void onHelloReply(const std::optional<proto::Incoming> &reply);
+    void subscribe();
+    void onServerFrame(const proto::Incoming &in);
+
+    ClientPrivate &d;
+    detail::Transport *transport_ = nullptr;
+    ConnectionState state_ = ConnectionState::Disconnected;
+    QString gateway_;
+    bool offline_ = false;
+    bool wantConnected_ = false;
+    bool helloDone_ = false;
+    bool hadSession_ = false;
+    bool dropNext_ = false;
+    quint64 ridCounter_ = 0;
+    quint64 session_ = 0;
+    QHash<QString, Waiting> waiting_;  // by rid
+    QHash<QString, int> failures_;     // retry key -> failed attempts this session
+    QTimer tick_;
+};
+
+} // namespace im

@@ -1,0 +1,118 @@
+#include "gateway.hpp"
+
+#include "listener.hpp"
+#include "log.hpp"
+#include "ws_session.hpp"
+
+#include <chrono>
+
+namespace im {
+
+Gateway::Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& store, Metrics& metrics,
+                 FaultRegistry& faults)
+    : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id} {}
+
+unsigned short Gateway::listen() {
+    listener_ = std::make_shared<Listener>(ioc_, shared_from_this());
+    return listener_->run(net::ip::make_address(cfg_.listen_host), cfg_.listen_port);
+}
+
+void Gateway::drain(std::function<void()> done) {
+    net::post(listener_->executor(), [self = shared_from_this(), done = std::move(done)]() mutable {
+        if (self->draining_) return;
+        self->draining_ = true;
+        self->listener_->close();
+        std::vector<std::shared_ptr<WsSession>> all;
+        {
+            std::lock_guard lk(self->mu_);
+            for (auto& [p, w] : self->sessions_)
+                if (auto s = w.lock()) all.push_back(s);
+        }
+        log_info("draining", {{"connections", static_cast<long>(all.size())}});
+        for (auto& s : all) s->post_goaway();
+        auto timer = std::make_shared<net::steady_timer>(self->ioc_);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(self->cfg_.drain_timeout_ms);
+        auto poll = std::make_shared<std::function<void()>>();
+        *poll = [self, timer, deadline, done, poll]() {
+            bool empty;
+            {
+                std::lock_guard lk(self->mu_);
+                empty = self->sessions_.empty();
+            }
+            if (empty || std::chrono::steady_clock::now() >= deadline) {
+                done();
+                *poll = nullptr; // break the cycle
+                return;
+            }
+            timer->expires_after(std::chrono::milliseconds(20));
+            timer->async_wait([poll](beast::error_code) {
+                if (*poll) (*poll)();
+            });
+        };
+        (*poll)();
+    });
+}
+
+void Gateway::session_opened(const std::shared_ptr<WsSession>& s) {
+    ++metrics_.connections;
+    ++metrics_.connections_total;
+    std::lock_guard lk(mu_);
+    sessions_[s.get()] = s;
+}
+
+void Gateway::session_closed(WsSession* s) {
+    --metrics_.connections;
+    std::lock_guard lk(mu_);
+    sessions_.erase(s);
+    for (auto it = subscribers_.begin(); it != subscribers_.end();) {
+        it->second.erase(s);
+        it = it->second.empty() ? subscribers_.erase(it) : std::next(it);
+    }
+}
+
+void Gateway::subscribe(const std::string& user, const std::shared_ptr<WsSession>& s) {
+    std::lock_guard lk(mu_);
+    subscribers_[user][s.get()] = s;
+}
+
+void Gateway::push_to_user(const std::string& user, const std::string& frame, const std::string& skip_device) {
+    std::vector<std::shared_ptr<WsSession>> targets;
+    {
+        std::lock_guard lk(mu_);
+        auto it = subscribers_.find(user);
+        if (it == subscribers_.end()) return;
+        for (auto& [p, w] : it->second)
+            if (auto s = w.lock()) targets.push_back(s);
+    }
+    for (auto& s : targets) {
+        if (!skip_device.empty() && s->device() == skip_device) continue;
+        s->post_frame(frame);
+    }
+}
+
+bool Gateway::has_subscribers(const std::string& user) const {
+    std::lock_guard lk(mu_);
+    return subscribers_.count(user) > 0;
+}
+
+bool Gateway::has_any_subscriber() const {
+    std::lock_guard lk(mu_);
+    return !subscribers_.empty();
+}
+
+void Gateway::resync_all() {
+    std::vector<std::shared_ptr<WsSession>> targets;
+    {
+        std::lock_guard lk(mu_);
+        for (auto& [u, m] : subscribers_)
+            for (auto& [p, w] : m)
+                if (auto s = w.lock()) targets.push_back(s);
+    }
+    for (auto& s : targets) {
+        s->post_frame(encode_resync());
+        ++metrics_.pushes_resync;
+    }
+    log_info("resync_sent", {{"connections", static_cast<long>(targets.size())}});
+}
+
+} // namespace im

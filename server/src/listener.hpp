@@ -1,0 +1,32 @@
+// Accepts TCP connections and hands each to an HttpSession.
+#pragma once
+
+#include "net_common.hpp"
+
+#include <memory>
+
+namespace im {
+
+class Gateway;
+
+class Listener : public std::enable_shared_from_this<Listener> {
+public:
+    Listener(net::io_context& ioc, std::shared_ptr<Gateway> gw);
+
+    /// Binds and starts accepting; returns the bound port.
+    unsigned short run(const net::ip::address& addr, unsigned short port);
+    /// Stops accepting. Call on executor().
+    void close();
+    net::any_io_executor executor() { return acceptor_.get_executor(); }
+
+private:
+    void do_accept();
+    void on_accept(beast::error_code ec, tcp::socket socket);
+
+    net::io_context& ioc_;
+    std::shared_ptr<Gateway> gw_;
+    tcp::acceptor acceptor_;
+    bool closed_ = false;
+};
+
+} // namespace im

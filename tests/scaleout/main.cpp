@@ -1,0 +1,245 @@
+// The scale-out lab (docs/scaling.md): real HAProxy, real gateways, real SDK
+// clients, PostgreSQL under Patroni with etcd. Each scenario prints
+//   PASS <name> (<figures>)   or   FAIL <name> (<what went wrong>)
+// and the lab exits non-zero when any scenario failed.
+//
+//   im_scaleout [SCENARIO...]     default: all of them
+//
+// Scenarios:
+//   bus-postgres      pushes across gateways in seq order; LISTEN sessions
+//                     terminated -> every subscriber gets resync
+//   rolling-restart   3 gateways behind HAProxy, SIGTERM + restart each in
+//                     turn under send traffic from SDK clients
+//   patroni-failover  the same fleet on a Patroni primary + synchronous
+//                     standby; SIGKILL the primary's node under traffic
+#include "fleet.hpp"
+#include "patroni.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <pqxx/pqxx>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+
+using namespace im::scaleout;
+namespace test = im::test;
+
+namespace {
+
+struct Outcome {
+    bool pass;
+    std::string detail;
+};
+
+long ms_since(Clock::time_point t) {
+    return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
+}
+
+// Common gateway flags: quick drain so a rolling restart takes seconds.
+std::vector<std::string> gateway_flags(std::vector<std::string> extra = {}) {
+    std::vector<std::string> f = {"--quiet", "--drain-timeout-ms", "5000", "--db-pool", "2", "--io-threads", "1"};
+    f.insert(f.end(), extra.begin(), extra.end());
+    return f;
+}
+
+std::vector<test::World> make_worlds(const std::string& db, const std::string& prefix) {
+    // Two conversations of two members each: four SDK clients, and every
+    // conversation has members on (usually) different gateways.
+    return {test::make_world(db, prefix + "a", 2), test::make_world(db, prefix + "b", 2)};
+}
+
+Outcome judge(const std::string& db, Clients& clients, std::ostringstream& figures) {
+    clients.stop_and_converge(180s);
+    auto v = verify(db, clients);
+    figures << v.summary();
+    if (v.ok()) return {true, figures.str()};
+    std::string detail = figures.str();
+    for (std::size_t i = 0; i < v.problems.size() && i < 8; ++i) detail += "; " + v.problems[i];
+    return {false, detail};
+}
+
+Outcome rolling_restart(const LabEnv& env, const std::string& label, const std::vector<std::string>& bus_flags,
+                        const std::function<std::string()>& db_url) {
+    std::string db = db_url();
+    Fleet fleet(env, db, gateway_flags(bus_flags));
+    Clients clients(env, fleet.ws_url(), make_worlds(db, label), 40);
+    clients.wait_each_acked(5, 120s);
+    std::ostringstream figures;
+    for (std::size_t i = 0; i < fleet.size(); ++i) {
+        auto t0 = Clock::now();
+        int rc = fleet.gateway(i).terminate(30s);
+        long drained_ms = ms_since(t0);
+        if (rc != 0) return {false, "gw" + std::to_string(i + 1) + " exited " + std::to_string(rc) + " on SIGTERM"};
+        fleet.gateway(i).restart();
+        wait_until([&] { return fleet.status(i) == "UP"; }, 60s, "HAProxy to see the restarted gateway UP");
+        long back_ms = ms_since(t0);
+        // Traffic must flow again before the next gateway goes.
+        auto before = clients.total_acked();
+        wait_until([&] { return clients.total_acked() >= before + 20; }, 60s, "sends to be acknowledged again");
+        figures << "gw" << i + 1 << " drained " << drained_ms << " ms, UP again " << back_ms << " ms; ";
+    }
+    auto outcome = judge(db, clients, figures);
+    // Every client was on one of the restarted gateways: each must have moved.
+    for (const auto& r : clients.runs()) {
+        auto f = facts_of(r);
+        if (f.gateways.size() < 2) {
+            outcome.pass = false;
+            outcome.detail += "; " + r.user + " never moved to another gateway";
+        }
+    }
+    return outcome;
+}
+
+// The bus, seen from the clients: a sender on gw1, watchers on gw2 and gw3.
+// Pushes cross gateways, arrive in seq order without gaps, and when the bus
+// connection is cut and comes back every watcher gets `resync` and pushes
+// flow again. `cut` breaks the bus of every gateway and returns what it did.
+Outcome bus_checks(const LabEnv& env, const std::string& label, const std::vector<std::string>& bus_flags,
+                   const std::function<std::string()>& db_url, const std::function<std::string(const std::string&)>& cut) {
+    const std::string db = db_url();
+    Fleet fleet(env, db, gateway_flags(bus_flags));
+    auto w = test::make_world(db, label, 3);
+    std::vector<std::unique_ptr<test::WsClient>> c;
+    for (std::size_t i = 0; i < 3; ++i) {
+        c.push_back(std::make_unique<test::WsClient>(fleet.gateway(i).port()));
+        auto welcome = c.back()->hello(w.users[i].token);
+        if (test::str(welcome, "t") != "welcome") return {false, "hello: " + test::json::serialize(welcome)};
+        if (test::str(c.back()->request({{"t", "sub"}}), "t") != "subscribed") return {false, "sub refused"};
+    }
+    // Pipelined sends: each is published after its own COMMIT, so the bus
+    // may deliver them out of order; the watchers must not see that.
+    const int n = 40;
+    for (int i = 1; i <= n; ++i)
+        c[0]->send_json({{"t", "send"}, {"rid", "s" + std::to_string(i)}, {"conv", w.conv},
+                         {"cmid", "k" + std::to_string(i)}, {"body", "m" + std::to_string(i)}});
+    const std::int64_t first = 4, last = 3 + n; // seqs 1..3 are the joins
+    std::ostringstream figures;
+    for (std::size_t i = 1; i < 3; ++i) {
+        std::int64_t expect = first;
+        while (expect <= last) {
+            auto p = c[i]->next_push(30s);
+            if (!p) return {false, "gw" + std::to_string(i + 1) + " watcher: no push for seq " + std::to_string(expect)};
+            if (test::str(*p, "t") != "event") continue;
+            auto seq = p->at("ev").as_object().at("seq").as_int64();
+            if (seq != expect)
+                return {false, "gw" + std::to_string(i + 1) + " watcher got seq " + std::to_string(seq) + ", expected " +
+                                   std::to_string(expect)};
+            ++expect;
+        }
+    }
+    figures << n << " pipelined sends on gw1 pushed in order to gw2 and gw3; ";
+
+    auto t0 = Clock::now();
+    figures << cut(db) << "; ";
+    for (std::size_t i = 1; i < 3; ++i) {
+        auto r = c[i]->wait_push([](const test::json::object& o) { return test::str(o, "t") == "resync"; }, 60s);
+        if (!r) return {false, figures.str() + "gw" + std::to_string(i + 1) + " watcher got no resync"};
+    }
+    figures << "resync on gw2 and gw3 after " << ms_since(t0) << " ms; ";
+    auto after = c[0]->request({{"t", "send"}, {"conv", w.conv}, {"cmid", "after"}, {"body", "after"}}, 20s);
+    if (test::str(after, "t") != "sent") return {false, figures.str() + "send after the cut: " + test::json::serialize(after)};
+    for (std::size_t i = 1; i < 3; ++i) {
+        auto seq = test::num(after, "seq");
+        auto p = c[i]->wait_push(
+            [&](const test::json::object& o) {
+                return test::str(o, "t") == "event" && o.at("ev").as_object().at("seq").as_int64() == seq;
+            },
+            30s);
+        if (!p) return {false, figures.str() + "gw" + std::to_string(i + 1) + " watcher: no push after the cut"};
+    }
+    figures << "pushes flow again";
+    return {true, figures.str()};
+}
+
+std::string cut_pg_listeners(const std::string& db) {
+    pqxx::connection c(db);
+    pqxx::nontransaction tx(c);
+    auto n = tx.exec("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                     "WHERE application_name LIKE 'imserver-listen-%'")[0][0]
+                 .as<int>();
+    return "terminated " + std::to_string(n) + " LISTEN sessions";
+}
+
+Outcome patroni_failover(const LabEnv& env) {
+    PatroniCluster ha(env.config_dir);
+    const std::string db = ha.url();
+    Fleet fleet(env, db, gateway_flags());
+    Clients clients(env, fleet.ws_url(), make_worlds(db, "ha"), 40);
+    clients.wait_each_acked(5, 120s);
+
+    // A probe user in its own conversation measures when writes go through
+    // the whole stack (HAProxy -> gateway -> new primary) again.
+    auto probe_world = test::make_world(db, "probe", 1);
+    auto write_ok = [&](const std::string& cmid) {
+        try {
+            test::WsClient c(fleet.front_port());
+            if (test::str(c.hello(probe_world.users[0].token), "t") != "welcome") return false;
+            auto r = c.request({{"t", "send"}, {"conv", probe_world.conv}, {"cmid", cmid}, {"body", cmid}}, 2s);
+            return test::str(r, "t") == "sent";
+        } catch (const std::exception&) {
+            return false;
+        }
+    };
+    if (!write_ok("probe-before")) return {false, "the probe could not send before the failover"};
+
+    auto old_primary = ha.primary();
+    if (!old_primary) return {false, "no primary before the failover"};
+    auto acked_at_kill = clients.total_acked();
+    auto t0 = Clock::now();
+    ha.kill_node(*old_primary);
+    wait_until([&] { auto p = ha.primary(); return p && *p != *old_primary; }, 120s, "Patroni to promote the standby");
+    long promoted_ms = ms_since(t0);
+    int probes = 0;
+    wait_until([&] { return write_ok("probe-" + std::to_string(++probes)); }, 120s, "a write through HAProxy");
+    long writes_ms = ms_since(t0);
+    wait_until([&] { return clients.total_acked() >= acked_at_kill + 40; }, 120s, "the clients' sends to resume");
+    long clients_ms = ms_since(t0);
+
+    std::ostringstream figures;
+    figures << "primary SIGKILLed; standby promoted after " << promoted_ms << " ms, writes through HAProxy after "
+            << writes_ms << " ms, clients' sends flowing after " << clients_ms << " ms; ";
+    return judge(db, clients, figures);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    LabEnv env;
+    const char* cfg = std::getenv("IM_SCALEOUT_CONFIG_DIR");
+    const char* client = std::getenv("IM_SCALEOUT_CLIENT_BIN");
+    if (!cfg || !client || !std::getenv("IMSERVER_BIN")) {
+        std::fprintf(stderr, "im_scaleout needs IMSERVER_BIN, IM_SCALEOUT_CLIENT_BIN and IM_SCALEOUT_CONFIG_DIR\n");
+        return 2;
+    }
+    env.config_dir = cfg;
+    env.client_bin = client;
+
+    std::unique_ptr<test::TestPostgres> pg; // shared by the scenarios on one PostgreSQL
+    auto single_pg = [&] {
+        if (!pg) pg = std::make_unique<test::TestPostgres>();
+        return pg->url();
+    };
+    std::vector<std::pair<std::string, std::function<Outcome()>>> scenarios = {
+        {"bus-postgres", [&] { return bus_checks(env, "buspg", {}, single_pg, cut_pg_listeners); }},
+        {"rolling-restart", [&] { return rolling_restart(env, "roll", {}, single_pg); }},
+        {"patroni-failover", [&] { return patroni_failover(env); }},
+    };
+    std::vector<std::string> wanted(argv + 1, argv + argc);
+    int failed = 0, passed = 0;
+    for (auto& [name, run] : scenarios) {
+        if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), name) == wanted.end()) continue;
+        auto t0 = Clock::now();
+        Outcome o;
+        try {
+            o = run();
+        } catch (const std::exception& e) {
+            o = {false, e.what()};
+        }
+        std::printf("%s %s (%s; %ld ms)\n", o.pass ? "PASS" : "FAIL", name.c_str(), o.detail.c_str(), ms_since(t0));
+        std::fflush(stdout);
+        (o.pass ? passed : failed)++;
+    }
+    std::printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 && passed > 0 ? 0 : 1;
+}
