@@ -1,7 +1,5 @@
 #include "client_p.h"
 
-#include <QtNetwork/QSslCertificate>
-
 #include <QtCore/QRandomGenerator>
 #include <QtCore/QUuid>
 
@@ -86,18 +84,6 @@ void Client::setServers(const QList<QUrl> &servers) {
     d->conn.transport()->setUrls(servers);
 }
 QList<QUrl> Client::servers() const { return d->conn.urls; }
-bool Client::setTrustedCaFile(const QString &pemFile) {
-    QList<QSslCertificate> cas;
-    if (!pemFile.isEmpty()) {
-        cas = QSslCertificate::fromPath(pemFile, QSsl::Pem, QSslCertificate::PatternSyntax::FixedString);
-        if (cas.isEmpty()) {
-            d->lastError = QStringLiteral("no PEM certificate in %1").arg(pemFile);
-            return false;
-        }
-    }
-    d->conn.transport()->setTrustedCas(cas);
-    return true;
-}
 void Client::setCredentials(const QString &token) { d->conn.token = token; }
 
 void Client::setRequestTimeout(int ms) {

@@ -1,8 +1,6 @@
 #include "transport_p.h"
 
 #include <QtCore/QRandomGenerator>
-#include <QtNetwork/QSslConfiguration>
-#include <QtNetwork/QSslError>
 #include <QtWebSockets/QWebSocket>
 
 #include <algorithm>
@@ -103,32 +101,9 @@ void Transport::attempt() {
         if (s == socket_)
             onLost();
     });
-    if (currentUrl().scheme() == QLatin1String("wss")) {
-        // The system's trust store (or the configured CAs) and host name
-        // check; TLS 1.2 or later. A certificate error is never ignored.
-        QSslConfiguration tls = QSslConfiguration::defaultConfiguration();
-        tls.setProtocol(QSsl::TlsV1_2OrLater);
-        tls.setPeerVerifyMode(QSslSocket::VerifyPeer);
-        if (!trustedCas_.isEmpty())
-            tls.setCaCertificates(trustedCas_);
-        s->setSslConfiguration(tls);
-        connect(s, &QWebSocket::sslErrors, this, [this, s](const QList<QSslError> &errors) {
-            if (s != socket_)
-                return;
-            QStringList why;
-            for (const QSslError &e : errors)
-                why << e.errorString();
-            failTls(why.join(QStringLiteral("; ")));
-        });
-    }
-    connect(s, qOverload<QAbstractSocket::SocketError>(&QWebSocket::error), this, [this, s](QAbstractSocket::SocketError e) {
-        if (s != socket_)
-            return;
-        if (e == QAbstractSocket::SslHandshakeFailedError || e == QAbstractSocket::SslInternalError ||
-            e == QAbstractSocket::SslInvalidUserDataError)
-            return failTls(s->errorString());
+    connect(s, qOverload<QAbstractSocket::SocketError>(&QWebSocket::error), this, [this, s](QAbstractSocket::SocketError) {
         // Some failures (refused, host not found) report only an error.
-        if (s->state() == QAbstractSocket::UnconnectedState)
+        if (s == socket_ && s->state() == QAbstractSocket::UnconnectedState)
             onLost();
     });
     connect(s, &QWebSocket::textMessageReceived, this, [this, s](const QString &text) {
@@ -143,13 +118,6 @@ void Transport::attempt() {
     setState(State::Connecting);
     openTimer_.start(openTimeoutMs_);
     s->open(currentUrl());
-}
-
-void Transport::failTls(const QString &message) {
-    if (!running_)
-        return;
-    stop();
-    emit tlsFailed(QStringLiteral("%1: %2").arg(currentUrl().toString(), message));
 }
 
 void Transport::onLost() {

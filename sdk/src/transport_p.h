@@ -9,7 +9,6 @@
 #include <QtCore/QPointer>
 #include <QtCore/QTimer>
 #include <QtCore/QUrl>
-#include <QtNetwork/QSslCertificate>
 
 class QWebSocket;
 
@@ -27,9 +26,6 @@ public:
     void setUrls(const QList<QUrl> &urls);
     void setBackoff(int initialMs, int maxMs);
     void setOpenTimeout(int ms) { openTimeoutMs_ = ms; }
-    /// wss:// trust: these CA certificates instead of the system's store
-    /// (empty: the system's store). Never ignores a TLS error.
-    void setTrustedCas(const QList<QSslCertificate> &cas) { trustedCas_ = cas; }
 
     /// Starts connecting to the current URL and keeps reconnecting on loss.
     void start();
@@ -56,9 +52,6 @@ signals:
     void closed();
     void textReceived(const QByteArray &frame);
     void stateChanged(im::detail::Transport::State state);
-    /// The server's certificate was not trusted or the TLS handshake failed.
-    /// The transport has stopped: a TLS failure does not fix itself by retrying.
-    void tlsFailed(const QString &message);
 
 private:
     void attempt();
@@ -66,7 +59,6 @@ private:
     void scheduleReconnect(int delayMs);
     void setState(State s);
     void dropSocket();
-    void failTls(const QString &message);
 
     QList<QUrl> urls_;
     int urlIndex_ = 0;
@@ -77,7 +69,6 @@ private:
     bool running_ = false;
     State state_ = State::Idle;
     QDateTime nextAttemptAt_;
-    QList<QSslCertificate> trustedCas_;
     QPointer<QWebSocket> socket_;
     QTimer reconnectTimer_;
     QTimer openTimer_;

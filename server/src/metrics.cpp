@@ -31,11 +31,6 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_send_transactions_total", "Transactions that carried sends (a run of pipelined sends shares one).",
           send_transactions.load(), "counter");
     gauge("im_listen_reconnects_total", "LISTEN connection re-establishments.", listen_reconnects.load(), "counter");
-    gauge("im_tls_handshake_failures_total", "TLS handshakes that failed (bad client, untrusted certificate, old protocol).",
-          tls_handshake_failures.load(), "counter");
-    gauge("im_tls_reloads_total", "Certificate reloads on SIGHUP.", tls_reloads_total.load(), "counter");
-    gauge("im_tls_reload_failures_total", "SIGHUP reloads refused (the old certificate stays).",
-          tls_reload_failures_total.load(), "counter");
     o << "# HELP im_pushes_total Server-initiated frames sent.\n# TYPE im_pushes_total counter\n"
       << "im_pushes_total{t=\"event\"} " << pushes_event.load() << '\n'
       << "im_pushes_total{t=\"hint\"} " << pushes_hint.load() << '\n'

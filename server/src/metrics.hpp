@@ -20,9 +20,6 @@ public:
     std::atomic<long long> notify_lag_ms{0};      // last commit -> gateway delay seen
     std::atomic<long long> listen_reconnects{0};
     std::atomic<long long> send_transactions{0};  // database transactions that carried sends
-    std::atomic<long long> tls_handshake_failures{0};
-    std::atomic<long long> tls_reloads_total{0};
-    std::atomic<long long> tls_reload_failures_total{0};
 
     /// code is "OK" for success replies.
     void count_request(std::string_view type, std::string_view code);

@@ -9,36 +9,29 @@
 namespace im {
 
 WsSession::WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw)
-    : ws_(std::in_place_type<websocket::stream<beast::tcp_stream>>, std::move(socket)), gw_(std::move(gw)),
-      ping_timer_(executor()) {}
-
-WsSession::WsSession(tls_stream&& stream, std::shared_ptr<ssl::context> tls, std::shared_ptr<Gateway> gw)
-    : tls_(std::move(tls)), ws_(std::in_place_type<websocket::stream<tls_stream>>, std::move(stream)),
-      gw_(std::move(gw)), ping_timer_(executor()) {}
+    : ws_(std::move(socket)), gw_(std::move(gw)), ping_timer_(ws_.get_executor()) {}
 
 void WsSession::run(http::request<http::string_body> req) {
     // Beast times the handshake and the close; liveness is ours (see
     // tick()): Beast's own idle timer is re-armed only when the app starts
     // a read, so a quiet peer that answers every ping would still be cut.
-    with_ws([&](auto& ws) {
-        websocket::stream_base::timeout opt{std::chrono::seconds(30), websocket::stream_base::none(), false};
-        ws.set_option(opt);
-        ws.control_callback([this](websocket::frame_type, beast::string_view) { last_rx_ = Clock::now(); });
-        ws.read_message_max(max_frame_bytes);
-        ws.set_option(websocket::stream_base::decorator(
-            [](websocket::response_type& res) { res.set(http::field::server, "imserver"); }));
-        ws.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
-    });
+    websocket::stream_base::timeout opt{std::chrono::seconds(30), websocket::stream_base::none(), false};
+    ws_.set_option(opt);
+    ws_.control_callback([this](websocket::frame_type, beast::string_view) { last_rx_ = Clock::now(); });
+    ws_.read_message_max(max_frame_bytes);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "imserver"); }));
+    ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
 }
 
 void WsSession::post_frame(std::string frame) {
-    net::post(executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
+    net::post(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
         self->send(std::move(f));
     });
 }
 
 void WsSession::post_goaway() {
-    net::post(executor(), [self = shared_from_this()] { self->goaway(); });
+    net::post(ws_.get_executor(), [self = shared_from_this()] { self->goaway(); });
 }
 
 void WsSession::on_accept(beast::error_code ec) {
@@ -68,17 +61,15 @@ void WsSession::tick() {
     if (now - last_rx_ >= std::chrono::milliseconds(cfg.idle_timeout_ms)) {
         log_info("idle_closed");
         beast::error_code ignored;
-        with_ws([&](auto& ws) { beast::get_lowest_layer(ws).socket().close(ignored); }); // the pending read fails
+        beast::get_lowest_layer(ws_).socket().close(ignored); // the pending read fails: shutdown()
         return;
     }
     if (!pinging_ && now - last_ping_ >= std::chrono::milliseconds(cfg.ping_interval_ms)) {
         pinging_ = true;
         last_ping_ = now;
-        with_ws([&](auto& ws) {
-            ws.async_ping({}, [self = shared_from_this()](beast::error_code ec) {
-                self->pinging_ = false;
-                if (ec) fail(ec, "ping");
-            });
+        ws_.async_ping({}, [self = shared_from_this()](beast::error_code ec) {
+            self->pinging_ = false;
+            if (ec) fail(ec, "ping");
         });
     }
     schedule_tick();
@@ -87,7 +78,7 @@ void WsSession::tick() {
 void WsSession::do_read() {
     if (reading_ || closed_ || close_requested_) return;
     reading_ = true;
-    with_ws([&](auto& ws) { ws.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this())); });
+    ws_.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
 }
 
 void WsSession::on_read(beast::error_code ec, std::size_t) {
@@ -98,7 +89,7 @@ void WsSession::on_read(beast::error_code ec, std::size_t) {
         fail(ec, "ws_read");
         return shutdown();
     }
-    if (!with_ws([](auto& ws) { return ws.got_text(); })) {
+    if (!ws_.got_text()) {
         buffer_.consume(buffer_.size());
         return close(websocket::close_code::unknown_data); // 1003
     }
@@ -167,7 +158,7 @@ void WsSession::next() {
         } else {
             hs.push_back(handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid));
         }
-        net::post(self->executor(), [self, batch, hs = std::move(hs)]() mutable {
+        net::post(self->ws_.get_executor(), [self, batch, hs = std::move(hs)]() mutable {
             self->busy_ = false;
             for (std::size_t i = 0; i < hs.size(); ++i)
                 if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
@@ -224,10 +215,9 @@ void WsSession::send(std::string frame) {
 }
 
 void WsSession::do_write() {
-    with_ws([&](auto& ws) {
-        ws.text(true);
-        ws.async_write(net::buffer(out_.front()), beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
-    });
+    ws_.text(true);
+    ws_.async_write(net::buffer(out_.front()),
+                    beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
 }
 
 void WsSession::on_write(beast::error_code ec, std::size_t) {
@@ -256,11 +246,9 @@ void WsSession::close(websocket::close_code code) {
 }
 
 void WsSession::do_close() {
-    with_ws([&](auto& ws) {
-        ws.async_close(close_code_, [self = shared_from_this()](beast::error_code ec) {
-            if (ec) fail(ec, "ws_close");
-            self->shutdown();
-        });
+    ws_.async_close(close_code_, [self = shared_from_this()](beast::error_code ec) {
+        if (ec) fail(ec, "ws_close");
+        self->shutdown();
     });
 }
 

@@ -81,13 +81,6 @@ public:
     /// `goaway` moves to the next one.
     void setServers(const QList<QUrl> &servers);
     QList<QUrl> servers() const;
-    /// TLS (wss:// URLs): the server's certificate and host name are checked
-    /// against the system's trust store, TLS 1.2 or later. To trust only your
-    /// own CA instead, give its certificate(s) here (a PEM file; an empty path
-    /// goes back to the system's store). Returns false and sets lastError() if
-    /// the file holds no certificate. A TLS failure is never ignored: it stops
-    /// the connection (Disconnected, no reconnect) with errorOccurred("TLS_ERROR").
-    bool setTrustedCaFile(const QString &pemFile);
     /// The device token issued by the server's admin CLI.
     void setCredentials(const QString &token);
     void setRequestTimeout(int ms);
