@@ -21,6 +21,9 @@ packages=(
   etcd-server
   nats-server
   libnats-dev
+  linux-perf
+  clang
+  libfuzzer-14-dev
 )
 
 missing=()

@@ -101,6 +101,10 @@ void Client::setRetryBackoff(int initialMs, int maxMs) {
 }
 void Client::setReconnectBackoff(int initialMs, int maxMs) { d->conn.transport()->setBackoff(initialMs, maxMs); }
 void Client::setSyncPageSize(int limit) { d->sync.pageSize = std::clamp(limit, 1, 200); }
+void Client::setPipelineDepth(int requests) { d->outbox.pipelineDepth = std::max(1, requests); }
+void Client::setKeepAlive(int pingIntervalMs, int silenceTimeoutMs) {
+    d->conn.setKeepAlive(pingIntervalMs, silenceTimeoutMs);
+}
 void Client::setSendWindow(int requests) { d->outbox.window = std::max(1, requests); }
 
 bool Client::open(const QString &databasePath) {
@@ -242,17 +246,42 @@ void Client::disconnectFromServer() {
 }
 
 QString Client::send(const QString &conv, const QString &body) {
-    if (conv.isEmpty() || body.isEmpty()) {
-        d->lastError = QStringLiteral("send needs a conversation and a non-empty body");
+    if (const QString why = proto::checkSend(conv, body); !why.isEmpty()) {
+        d->lastError = QStringLiteral("send refused: %1").arg(why);
         emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
         return {};
     }
     return d->outbox.enqueue(QStringLiteral("send"), conv, body, 0);
 }
 
+bool Client::cancel(const QString &cmid) {
+    if (!d->storage.isOpen())
+        return false;
+    return d->outbox.cancel(cmid);
+}
+
+bool Client::discard(const QString &cmid) {
+    if (!d->storage.isOpen() || d->outbox.contains(cmid)) {
+        d->lastError = QStringLiteral("%1 is not a Failed or Expired message").arg(cmid);
+        return false;
+    }
+    const std::optional<detail::LocalMessage> m = d->storage.localMessage(cmid);
+    bool found = false;
+    if (!d->storage.discardMessage(cmid, &found)) {
+        d->storageFailed(QStringLiteral("cannot discard message"));
+        return false;
+    }
+    if (!found || !m) {
+        d->lastError = QStringLiteral("%1 is not a Failed or Expired message").arg(cmid);
+        return false;
+    }
+    emit d->timelineChanged(m->conv);
+    return true;
+}
+
 QString Client::recall(const QString &conv, qint64 seq) {
-    if (conv.isEmpty() || seq < 1) {
-        d->lastError = QStringLiteral("recall needs a conversation and a seq >= 1");
+    if (!proto::checkConv(conv).isEmpty() || seq < 1) {
+        d->lastError = QStringLiteral("recall needs a valid conversation id and a seq >= 1");
         emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
         return {};
     }

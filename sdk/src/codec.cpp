@@ -303,4 +303,39 @@ Disposition classify(const std::optional<Incoming> &reply) {
     return Disposition::Success;
 }
 
+QString checkConv(const QString &conv) {
+    if (conv.isEmpty() || conv.size() > 64)
+        return QStringLiteral("conversation id must be 1-64 characters of [A-Za-z0-9._:-]");
+    for (const QChar c : conv) {
+        const char16_t u = c.unicode();
+        const bool ok = (u >= u'a' && u <= u'z') || (u >= u'A' && u <= u'Z') || (u >= u'0' && u <= u'9')
+                        || u == u'.' || u == u'_' || u == u':' || u == u'-';
+        if (!ok)
+            return QStringLiteral("conversation id must be 1-64 characters of [A-Za-z0-9._:-]");
+    }
+    return {};
+}
+
+QString checkSend(const QString &conv, const QString &body) {
+    if (QString e = checkConv(conv); !e.isEmpty())
+        return e;
+    if (body.isEmpty())
+        return QStringLiteral("the body is empty");
+    if (!body.isValidUtf16())
+        return QStringLiteral("the body is not valid Unicode (a lone surrogate)");
+    if (body.contains(QChar(0)))
+        return QStringLiteral("the body contains U+0000");
+    qsizetype points = body.size();
+    for (const QChar c : body)
+        if (c.isHighSurrogate())
+            --points; // a pair is one code point (isValidUtf16: every high one is paired)
+    if (points > MaxBodyCodePoints)
+        return QStringLiteral("the body has %1 code points (at most %2)").arg(points).arg(MaxBodyCodePoints);
+    // The longest cmid and rid the SDK uses; JSON escaping can grow the body.
+    const QByteArray frame = encodeSend(QString(64, u'r'), conv, QString(36, u'c'), body);
+    if (frame.size() > MaxFrameBytes)
+        return QStringLiteral("the send frame would be %1 bytes (at most %2)").arg(frame.size()).arg(MaxFrameBytes);
+    return {};
+}
+
 } // namespace im::proto

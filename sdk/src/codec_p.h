@@ -81,6 +81,14 @@ QByteArray encodeConvs(const QString &rid);
 QByteArray encodeFetch(const QString &rid, const QString &conv, qint64 seq);
 QByteArray encodeSub(const QString &rid);
 
+/// Contract limits (section 9) the client checks before queueing anything.
+inline constexpr int MaxBodyCodePoints = 4000;
+inline constexpr qsizetype MaxFrameBytes = 64 * 1024;
+/// Empty if the server would accept a `send` of `body` to `conv`; else why not.
+QString checkSend(const QString &conv, const QString &body);
+/// Empty if `conv` is a valid conversation id ([A-Za-z0-9._:-]{1,64}).
+QString checkConv(const QString &conv);
+
 /// What a caller does with the outcome of one request (contract section 1).
 enum class Disposition {
     Success,   ///< took effect: drop from the outbox, record the ids

@@ -10,8 +10,27 @@ Connection::Connection(ClientPrivate &dd) : d(dd) {
     connect(transport_, &detail::Transport::closed, this, &Connection::onClosed);
     connect(transport_, &detail::Transport::textReceived, this, &Connection::onText);
     connect(transport_, &detail::Transport::stateChanged, this, &Connection::onTransportState);
-    tick_.setInterval(50);
-    connect(&tick_, &QTimer::timeout, this, &Connection::onTick);
+    connect(transport_, &detail::Transport::activity, this, [this] { sinceActivity_.start(); });
+    deadlineTimer_.setSingleShot(true);
+    connect(&deadlineTimer_, &QTimer::timeout, this, &Connection::onDeadline);
+    connect(&keepAliveTimer_, &QTimer::timeout, this, &Connection::onKeepAlive);
+}
+
+void Connection::setKeepAlive(int pingMs, int silenceMs) {
+    pingMs_ = std::max(1, pingMs);
+    silenceMs_ = std::max(pingMs_, silenceMs);
+    if (keepAliveTimer_.isActive())
+        keepAliveTimer_.start(pingMs_);
+}
+
+void Connection::onKeepAlive() {
+    if (sinceActivity_.isValid() && sinceActivity_.hasExpired(silenceMs_)) {
+        // Nothing came back (not even a pong): the socket is dead (suspend,
+        // network change, a peer gone without FIN). Reconnect.
+        transport_->abortNow();
+        return;
+    }
+    transport_->ping();
 }
 
 Connection::~Connection() { transport_->disconnect(this); }
@@ -58,8 +77,8 @@ void Connection::request(const QString &rid, const QByteArray &frame, ReplyHandl
     w.kind = kind;
     w.deadline = QDeadlineTimer(requestTimeoutMs);
     waiting_.insert(rid, std::move(w));
-    if (!tick_.isActive())
-        tick_.start();
+    if (!deadlineTimer_.isActive() || deadlineTimer_.remainingTime() > requestTimeoutMs)
+        deadlineTimer_.start(requestTimeoutMs);
     transport_->sendText(frame);
 }
 
@@ -94,6 +113,8 @@ void Connection::onOpened() {
     helloDone_ = false;
     ++session_;
     waiting_.clear();
+    sinceActivity_.start();
+    keepAliveTimer_.start(pingMs_);
     const QString rid = nextRid();
     request(rid, proto::encodeHello(rid, token, d.installId),
             [this](const std::optional<proto::Incoming> &reply) { onHelloReply(reply); });
@@ -111,13 +132,14 @@ void Connection::onClosed() {
         if (w.kind == Kind::Outbox && !w.timedOut)
             w.onReply(std::nullopt);
     failures_.clear();
-    tick_.stop();
+    deadlineTimer_.stop();
+    keepAliveTimer_.stop();
     emit sessionEnded();
     if (hadHello)
         hadSession_ = true;
 }
 
-void Connection::onTick() {
+void Connection::onDeadline() {
     QList<QString> expired;
     for (auto it = waiting_.cbegin(); it != waiting_.cend(); ++it)
         if (!it->timedOut && it->deadline.hasExpired())
@@ -133,7 +155,18 @@ void Connection::onTick() {
             waiting_.erase(it);
         handler(std::nullopt);
     }
-    d.outbox.pump();
+    armDeadline();
+}
+
+void Connection::armDeadline() {
+    qint64 next = -1;
+    for (const Waiting &w : std::as_const(waiting_))
+        if (!w.timedOut && (next < 0 || w.deadline.remainingTime() < next))
+            next = std::max<qint64>(0, w.deadline.remainingTime());
+    if (next < 0)
+        deadlineTimer_.stop();
+    else
+        deadlineTimer_.start(int(next));
 }
 
 void Connection::onText(const QByteArray &frame) {

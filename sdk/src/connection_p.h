@@ -10,6 +10,7 @@
 #include "transport_p.h"
 
 #include <QtCore/QDeadlineTimer>
+#include <QtCore/QElapsedTimer>
 #include <QtCore/QHash>
 #include <QtCore/QObject>
 #include <QtCore/QTimer>
@@ -60,6 +61,9 @@ public:
     void closeSocketNow() { transport_->abortNow(); }
 
     detail::Transport *transport() const { return transport_; }
+    /// Liveness: a ping every `pingMs` while open; a connection silent for
+    /// `silenceMs` (no frame, no pong) is dropped and reconnected.
+    void setKeepAlive(int pingMs, int silenceMs);
     int requestTimeoutMs = 10000;
     QString token;
     QList<QUrl> urls;
@@ -82,7 +86,9 @@ private:
     void onClosed();
     void onTransportState();
     void onText(const QByteArray &frame);
-    void onTick();
+    void onDeadline();
+    void armDeadline();
+    void onKeepAlive();
     void onHelloReply(const std::optional<proto::Incoming> &reply);
     void subscribe();
     void onServerFrame(const proto::Incoming &in);
@@ -100,7 +106,11 @@ private:
     quint64 session_ = 0;
     QHash<QString, Waiting> waiting_;  // by rid
     QHash<QString, int> failures_;     // retry key -> failed attempts this session
-    QTimer tick_;
+    QTimer deadlineTimer_;    // the earliest request deadline only
+    QTimer keepAliveTimer_;
+    QElapsedTimer sinceActivity_; // monotonic: last frame or pong
+    int pingMs_ = 10000;
+    int silenceMs_ = 25000;
 };
 
 } // namespace im

@@ -4,7 +4,25 @@
 
 namespace im {
 
+Markers::Markers(ClientPrivate &dd) : d(dd) {
+    ackTimer_.setSingleShot(true);
+    ackTimer_.setInterval(50);
+    QObject::connect(&ackTimer_, &QTimer::timeout, &d, [this] {
+        const QSet<QString> due = std::exchange(ackDue_, {});
+        for (const QString &conv : due)
+            ackNow(conv);
+    });
+}
+
 void Markers::sendAck(const QString &conv) {
+    if (!d.conn.isSessionUp())
+        return;
+    ackDue_.insert(conv);
+    if (!ackTimer_.isActive())
+        ackTimer_.start();
+}
+
+void Markers::ackNow(const QString &conv) {
     if (!d.conn.isSessionUp())
         return;
     const std::optional<detail::ConvRow> row = d.storage.conversation(conv);
@@ -26,7 +44,7 @@ void Markers::onAcked(const QString &conv, const std::optional<proto::Incoming> 
         }
     } else if (disp == proto::Disposition::Retry) {
         ackSent_.remove(conv); // the next applied page or push acks again
-        d.conn.retryLater(QStringLiteral("ack:") + conv, [this, conv] { sendAck(conv); });
+        d.conn.retryLater(QStringLiteral("ack:") + conv, [this, conv] { ackNow(conv); });
     } else {
         emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
     }

@@ -5,26 +5,34 @@
 #include <QtCore/QDateTime>
 #include <QtCore/QUuid>
 
+#include <limits>
+
 namespace im {
-namespace {
 
-qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
-
-} // namespace
-
-Outbox::Outbox(ClientPrivate &dd) : d(dd) {}
+Outbox::Outbox(ClientPrivate &dd) : d(dd) {
+    clock_.start();
+    retryTimer_.setSingleShot(true);
+    retryTimer_.setTimerType(Qt::CoarseTimer);
+    connect(&retryTimer_, &QTimer::timeout, this, &Outbox::pump);
+}
 
 void Outbox::load(const QList<detail::OutboxRow> &rows) {
     for (const detail::OutboxRow &r : rows) {
-        items_.emplace(r.id, Item{r, false, {}});
+        items_.emplace(r.id, Item{r, false, false, {}, 0});
         ids_.insert(r.cmid, r.id);
+        convs_[r.conv].insert(r.id);
     }
 }
 
 void Outbox::clear() {
     items_.clear();
     ids_.clear();
+    convs_.clear();
+    probing_.clear();
+    finished_.clear();
+    retries_.clear();
     inFlight_ = 0;
+    retryTimer_.stop();
 }
 
 QString Outbox::enqueue(const QString &kind, const QString &conv, const QString &body, qint64 target) {
@@ -39,15 +47,16 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     row.conv = conv;
     row.body = body;
     row.target = target;
-    row.createdAt = nowMs();
+    row.createdAt = QDateTime::currentMSecsSinceEpoch();
     // A2: committed (WAL, synchronous=FULL) before anything is transmitted.
     row.id = d.storage.enqueue(row);
     if (row.id == 0) {
         d.storageFailed(QStringLiteral("cannot write outbox"));
         return {};
     }
-    items_.emplace(row.id, Item{row, false, {}});
+    items_.emplace(row.id, Item{row, false, false, {}, 0});
     ids_.insert(row.cmid, row.id);
+    convs_[conv].insert(row.id);
     emit d.q->messageStateChanged(conv, row.cmid, 0, MessageState::Pending, QString());
     emit d.q->outboxChanged();
     emit d.timelineChanged(conv);
@@ -56,9 +65,12 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
 }
 
 void Outbox::resendPending() {
+    // A new connection: whatever the old one left unanswered is resent in
+    // order (what it committed comes back as dup), so no probing is needed.
+    probing_.clear();
     for (auto &[id, item] : items_)
         if (!item.inFlight)
-            item.row.nextRetryAt = 0;
+            item.dueAt = 0;
     pump();
 }
 
@@ -73,40 +85,119 @@ void Outbox::schedulePump() {
 }
 
 void Outbox::pump() {
+    retryTimer_.stop();
     if (!d.conn.isSessionUp() || d.stale)
         return;
-    const qint64 now = nowMs();
-    bool sent = false;
-    for (auto &[id, item] : items_) {
-        if (inFlight_ >= window)
-            break;
-        if (item.inFlight || item.row.nextRetryAt > now)
-            continue;
-        const QString rid = d.conn.nextRid();
-        const QByteArray frame = item.row.kind == u"recall"
-                                     ? proto::encodeRecall(rid, item.row.conv, item.row.target, item.row.cmid)
-                                     : proto::encodeSend(rid, item.row.conv, item.row.cmid, item.row.body);
-        ++item.row.attempts;
-        item.inFlight = true;
-        item.rid = rid;
-        ++inFlight_;
-        sent = true;
-        const QString cmid = item.row.cmid;
-        d.conn.request(
-            rid, frame,
-            [this, rid, cmid](const std::optional<proto::Incoming> &reply) { onOutcome(rid, cmid, reply); },
-            Connection::Kind::Outbox);
+    const qint64 t = now();
+    qint64 nextDue = std::numeric_limits<qint64>::max();
+    QList<Item *> batch;
+    int budget = window - inFlight_;
+    for (auto c = convs_.cbegin(); c != convs_.cend() && budget > 0; ++c) {
+        const bool probing = probing_.contains(c.key());
+        int onWire = 0;
+        for (const qint64 id : c.value()) {
+            if (budget <= 0 || onWire >= pipelineDepth)
+                break;
+            Item &item = items_.at(id);
+            if (item.settling)
+                continue; // answered; its write is queued
+            if (item.inFlight) {
+                if (probing)
+                    break;
+                ++onWire;
+                continue; // pipelined: the server keeps the connection's order
+            }
+            if (item.dueAt > t) {
+                nextDue = std::min(nextDue, item.dueAt);
+                break; // later entries of this conversation wait behind it
+            }
+            batch.append(&item);
+            --budget;
+            ++onWire;
+            if (probing)
+                break;
+        }
     }
-    if (sent)
-        emit d.q->outboxChanged();
+    if (nextDue != std::numeric_limits<qint64>::max())
+        retryTimer_.start(int(std::min<qint64>(nextDue - t, std::numeric_limits<int>::max())));
+    if (batch.isEmpty())
+        return;
+    // Before any byte leaves: these entries count as sent from now on
+    // (cancel() refuses them, also after a crash and restart).
+    QList<QPair<QString, int>> marks;
+    marks.reserve(batch.size());
+    for (const Item *item : std::as_const(batch))
+        marks.append({item->row.cmid, item->row.attempts + 1});
+    if (!d.storage.markOnWire(marks)) {
+        d.storageFailed(QStringLiteral("cannot record outbox attempt"));
+        for (Item *item : std::as_const(batch))
+            item->dueAt = t + d.backoffMs(item->row.attempts + 1);
+        schedulePump();
+        return;
+    }
+    for (Item *item : std::as_const(batch))
+        transmit(*item);
+    emit d.q->outboxChanged();
+}
+
+bool Outbox::cancel(const QString &cmid) {
+    const auto it = ids_.constFind(cmid);
+    if (it == ids_.cend()) {
+        d.lastError = QStringLiteral("%1 is not in the outbox").arg(cmid);
+        return false;
+    }
+    const Item &item = items_.at(*it);
+    if (item.inFlight || item.settling || item.row.attempts > 0) {
+        // It may have been committed already: only recall() can undo it.
+        d.lastError = QStringLiteral("%1 was already sent; recall it once it is Sent").arg(cmid);
+        return false;
+    }
+    if (!d.storage.cancelOutbox(cmid)) {
+        d.storageFailed(QStringLiteral("cannot cancel outbox entry"));
+        return false;
+    }
+    const QString conv = item.row.conv;
+    forget(*it);
+    emit d.q->outboxChanged();
+    emit d.timelineChanged(conv);
+    return true;
+}
+
+void Outbox::transmit(Item &item) {
+    const QString rid = d.conn.nextRid();
+    const QByteArray frame = item.row.kind == u"recall"
+                                 ? proto::encodeRecall(rid, item.row.conv, item.row.target, item.row.cmid)
+                                 : proto::encodeSend(rid, item.row.conv, item.row.cmid, item.row.body);
+    ++item.row.attempts;
+    item.inFlight = true;
+    item.rid = rid;
+    ++inFlight_;
+    const QString cmid = item.row.cmid;
+    d.conn.request(
+        rid, frame, [this, rid, cmid](const std::optional<proto::Incoming> &reply) { onOutcome(rid, cmid, reply); },
+        Connection::Kind::Outbox);
+}
+
+void Outbox::retry(Item &item, const QString &lastError) {
+    item.inFlight = false;
+    --inFlight_;
+    item.row.lastError = lastError;
+    const int delay = d.backoffMs(item.row.attempts);
+    item.dueAt = now() + delay;
+    item.row.nextRetryAt = QDateTime::currentMSecsSinceEpoch() + delay; // for display only
+    probing_.insert(item.row.conv);
+    retries_.append({item.row.cmid, item.row.attempts, item.row.lastError, item.row.nextRetryAt});
+    scheduleFlush();
+    schedulePump(); // arms the retry timer
 }
 
 void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply) {
     const auto idIt = ids_.constFind(cmid);
     if (idIt == ids_.cend())
         return; // already final (e.g. a late duplicate reply)
-    const qint64 id = *idIt;
-    Item &item = items_.at(id);
+    Item &item = items_.at(*idIt);
+    if (item.settling)
+        return; // already answered
     const bool current = item.inFlight && item.rid == rid;
     const proto::Disposition disp = proto::classify(reply);
     const QString code = proto::errorCode(reply);
@@ -114,14 +205,9 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
     if (disp == proto::Disposition::Retry) {
         if (!current)
             return; // an older attempt; a newer one is on the wire
-        item.inFlight = false;
-        --inFlight_;
-        item.row.lastError = !code.isEmpty()            ? code
-                             : d.conn.isSessionUp() ? QStringLiteral("TIMEOUT")
-                                                        : QStringLiteral("DISCONNECTED");
-        item.row.nextRetryAt = nowMs() + d.backoffMs(item.row.attempts);
-        if (!d.storage.recordRetry(cmid, item.row.attempts, item.row.lastError, item.row.nextRetryAt))
-            d.storageFailed(QStringLiteral("cannot record retry"));
+        retry(item, !code.isEmpty()            ? code
+                    : d.conn.isSessionUp() ? QStringLiteral("TIMEOUT")
+                                               : QStringLiteral("DISCONNECTED"));
         emit d.q->outboxChanged();
         return;
     }
@@ -136,52 +222,104 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         return;
     }
 
-    MessageState finalState = MessageState::Sent;
-    qint64 seq = 0, epoch = 0;
-    bool dup = false;
+    detail::Storage::Finish f;
+    f.cmid = cmid;
+    f.state = int(MessageState::Sent);
     if (disp == proto::Disposition::Success) {
         if (const auto *s = std::get_if<proto::Sent>(&reply->body)) {
-            seq = s->seq;
-            dup = s->dup;
-            epoch = s->epoch;
+            f.seq = s->seq;
+            f.dup = s->dup;
+            f.epoch = s->epoch;
         } else if (const auto *r = std::get_if<proto::Recalled>(&reply->body)) {
-            seq = r->seq;
-            dup = r->dup;
+            f.seq = r->seq;
+            f.dup = r->dup;
         } else {
             // A success frame of the wrong type: treat as no reply.
             emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("unexpected reply to send/recall"));
-            if (current) {
-                item.inFlight = false;
-                --inFlight_;
-                item.row.nextRetryAt = nowMs() + d.backoffMs(item.row.attempts);
-            }
+            if (current)
+                retry(item, QStringLiteral("PROTOCOL_ERROR"));
             return;
         }
     } else {
         // A4: ORIGINAL_EXPIRED means "sent once, purged": Expired, never resent.
-        finalState = code == proto::code::OriginalExpired ? MessageState::Expired : MessageState::Failed;
+        f.state = int(code == proto::code::OriginalExpired ? MessageState::Expired : MessageState::Failed);
+        f.errorCode = code;
     }
-    if (!d.storage.finishOutbox(cmid, int(finalState), disp == proto::Disposition::Terminal ? code : QString(), seq,
-                                dup, epoch)) {
-        // Keep the entry: a resend gets the same answer (dup) and we try again.
-        d.storageFailed(QStringLiteral("cannot finish outbox entry"));
-        if (current) {
-            item.inFlight = false;
-            --inFlight_;
-            item.row.nextRetryAt = nowMs() + d.backoffMs(item.row.attempts);
+    if (item.inFlight) {
+        item.inFlight = false;
+        --inFlight_;
+    }
+    item.settling = true;
+    // A verdict on its head frees a conversation held by a retry (a terminal
+    // error does not hold up the next message either).
+    const std::set<qint64> &queue = convs_[item.row.conv];
+    if (!queue.empty() && *queue.begin() == *idIt && probing_.remove(item.row.conv))
+        for (const qint64 id : queue)
+            if (!items_.at(id).inFlight)
+                items_.at(id).dueAt = 0;
+    finished_.append(f);
+    scheduleFlush();
+    schedulePump();
+}
+
+void Outbox::scheduleFlush() {
+    if (flushQueued_)
+        return;
+    flushQueued_ = true;
+    QMetaObject::invokeMethod(this, [this] {
+        flushQueued_ = false;
+        flush();
+    }, Qt::QueuedConnection);
+}
+
+void Outbox::forget(qint64 id) {
+    const auto it = items_.find(id);
+    if (it == items_.end())
+        return;
+    ids_.remove(it->second.row.cmid);
+    auto c = convs_.find(it->second.row.conv);
+    if (c != convs_.end()) {
+        c->erase(id);
+        if (c->empty())
+            convs_.erase(c);
+    }
+    items_.erase(it);
+}
+
+void Outbox::flush() {
+    if (finished_.isEmpty() && retries_.isEmpty())
+        return;
+    const QList<detail::Storage::Finish> finished = std::exchange(finished_, {});
+    const QList<detail::Storage::Retry> retries = std::exchange(retries_, {});
+    if (!d.storage.isOpen())
+        return;
+    if (!d.storage.settleOutbox(finished, retries)) {
+        // Keep the entries: a resend gets the same answer (dup) and we try again.
+        d.storageFailed(QStringLiteral("cannot record outbox answers"));
+        for (const detail::Storage::Finish &f : finished) {
+            const auto it = ids_.constFind(f.cmid);
+            if (it == ids_.cend())
+                continue;
+            Item &item = items_.at(*it);
+            item.settling = false;
+            item.dueAt = now() + d.backoffMs(item.row.attempts);
         }
+        schedulePump();
         return;
     }
-    if (item.inFlight)
-        --inFlight_;
-    const QString conv = item.row.conv;
-    items_.erase(id);
-    ids_.remove(cmid);
-    emit d.q->messageStateChanged(conv, cmid, seq, finalState,
-                                  disp == proto::Disposition::Terminal ? code : QString());
+    QSet<QString> convs;
+    for (const detail::Storage::Finish &f : finished) {
+        const auto it = ids_.constFind(f.cmid);
+        if (it == ids_.cend())
+            continue;
+        const QString conv = items_.at(*it).row.conv;
+        forget(*it);
+        convs.insert(conv);
+        emit d.q->messageStateChanged(conv, f.cmid, f.seq, MessageState(f.state), f.errorCode);
+    }
     emit d.q->outboxChanged();
-    emit d.timelineChanged(conv);
-    schedulePump();
+    for (const QString &conv : std::as_const(convs))
+        emit d.timelineChanged(conv);
 }
 
 void Outbox::settleOwnEvents(const QList<proto::Event> &events) {

@@ -1,7 +1,16 @@
 // Outbox: the durable queue of send/recall requests and the order in which
 // they go on the wire. Owns the in-memory image of the outbox table, the send
-// window, and the classification of each request's outcome into a final
-// timeline state or a retry.
+// window, the per-conversation order (obligation 9), and the classification
+// of each request's outcome into a final timeline state or a retry.
+//
+// Order: entries of one conversation go out in creation order, pipelined on
+// the connection (the server answers and commits one connection's requests
+// in the order received). An entry waiting for its retry holds back every
+// later entry of its conversation; until that conversation's head succeeds
+// again it is probed with one request at a time. Other conversations go on.
+//
+// Answers are settled in batches: every final answer and retry that arrives
+// in one pass of the event loop is written in one SQLite transaction.
 #pragma once
 
 #include <im/types.h>
@@ -9,11 +18,15 @@
 #include "codec_p.h"
 #include "storage_p.h"
 
+#include <QtCore/QElapsedTimer>
 #include <QtCore/QHash>
 #include <QtCore/QObject>
+#include <QtCore/QSet>
+#include <QtCore/QTimer>
 
 #include <map>
 #include <optional>
+#include <set>
 
 namespace im {
 
@@ -25,7 +38,9 @@ public:
     struct Item {
         detail::OutboxRow row;
         bool inFlight = false;
+        bool settling = false; ///< final answer taken, its write is queued
         QString rid;
+        qint64 dueAt = 0;      ///< monotonic ms (clock()) of the next attempt; 0: due
     };
 
     explicit Outbox(ClientPrivate &d);
@@ -37,26 +52,45 @@ public:
     QString enqueue(const QString &kind, const QString &conv, const QString &body, qint64 target);
     /// Makes every entry due now and sends what the window allows.
     void resendPending();
-    /// Puts due entries on the wire (session up, window permitting).
+    /// Puts due entries on the wire (session up, window and order permitting)
+    /// and arms the retry timer for the next entry that is not due yet.
     void pump();
     void schedulePump();
     /// Our own events (by cmid) settle their entries, even before the send's
     /// reply arrives (a lost reply, or the event came by sync first).
     void settleOwnEvents(const QList<proto::Event> &events);
 
+    /// Drops an entry no attempt of which has gone on the wire (timeline row
+    /// too). False (lastError set) if it is unknown or may have been sent.
+    bool cancel(const QString &cmid);
+
     bool contains(const QString &cmid) const { return ids_.contains(cmid); }
     int size() const { return int(items_.size()); }
     const std::map<qint64, Item> &items() const { return items_; }
-    int window = 64;
+    int window = 64;        ///< unanswered outbox requests on the connection
+    int pipelineDepth = 64; ///< unanswered requests per conversation
 
 private:
     void onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);
+    void transmit(Item &item);
+    void retry(Item &item, const QString &lastError);
+    void scheduleFlush();
+    void flush();
+    void forget(qint64 id);
+    qint64 now() const { return clock_.elapsed(); }
 
     ClientPrivate &d;
-    std::map<qint64, Item> items_; // by outbox row id = creation order
-    QHash<QString, qint64> ids_;   // cmid -> row id
+    std::map<qint64, Item> items_;              // by outbox row id = creation order
+    QHash<QString, qint64> ids_;                // cmid -> row id
+    QHash<QString, std::set<qint64>> convs_;    // conv -> its row ids, in order
+    QSet<QString> probing_;                     // conversations whose head is being retried
+    QList<detail::Storage::Finish> finished_;   // answers waiting for the batched write
+    QList<detail::Storage::Retry> retries_;
     int inFlight_ = 0;
     bool pumpQueued_ = false;
+    bool flushQueued_ = false;
+    QElapsedTimer clock_;                       // monotonic: wall-clock jumps do not matter
+    QTimer retryTimer_;
 };
 
 } // namespace im

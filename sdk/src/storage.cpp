@@ -3,6 +3,8 @@
 #include <im/types.h>
 
 #include <QtCore/QDateTime>
+#include <QtCore/QHash>
+#include <QtCore/QSet>
 #include <QtCore/QUuid>
 #include <QtCore/QVariant>
 #include <QtSql/QSqlError>
@@ -152,25 +154,45 @@ bool Storage::execSql(const QString &sql) {
     return exec(q);
 }
 
-bool Storage::begin() {
+bool Storage::begin(Durability durability) {
     if (!open_)
         return fail(QStringLiteral("database not open"));
+    if (durability == Durability::Relaxed) {
+        if (!execSql(QStringLiteral("PRAGMA synchronous=NORMAL")))
+            return false;
+        relaxed_ = true;
+    }
     // IMMEDIATE: take the write lock up front so a busy database fails here,
     // not half way through a page.
-    return execSql(QStringLiteral("BEGIN IMMEDIATE"));
+    if (execSql(QStringLiteral("BEGIN IMMEDIATE")))
+        return true;
+    const QString e = error_;
+    restoreDurability();
+    return fail(e);
 }
 
 bool Storage::commit() {
-    if (execSql(QStringLiteral("COMMIT")))
+    if (execSql(QStringLiteral("COMMIT"))) {
+        restoreDurability();
         return true;
+    }
     const QString e = error_;
     rollback();
     return fail(e);
 }
 
+void Storage::restoreDurability() {
+    if (!relaxed_)
+        return;
+    relaxed_ = false;
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.exec(QStringLiteral("PRAGMA synchronous=FULL"));
+}
+
 void Storage::rollback() {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.exec(QStringLiteral("ROLLBACK")); // no-op if no transaction is active
+    restoreDurability();
 }
 
 bool Storage::migrate() {
@@ -321,6 +343,111 @@ bool Storage::finishOutbox(const QString &cmid, int state, const QString &errorC
     return commit();
 }
 
+bool Storage::settleOutbox(const QList<Finish> &finished, const QList<Retry> &retries) {
+    if (!begin(Durability::Relaxed))
+        return false;
+    {
+        QSqlDatabase db = QSqlDatabase::database(connection_, false);
+        QSqlQuery del(db), upd(db), retry(db);
+        del.prepare(QStringLiteral("DELETE FROM outbox WHERE cmid = ?"));
+        upd.prepare(QStringLiteral("UPDATE local_messages SET state = ?, error_code = ?, seq = ?, dup = ?, epoch = ?"
+                                   " WHERE cmid = ?"));
+        retry.prepare(QStringLiteral("UPDATE outbox SET attempts = ?, last_error = ?, next_retry_at = ? WHERE cmid = ?"));
+        bool ok = true;
+        for (const Finish &f : finished) {
+            del.addBindValue(f.cmid);
+            upd.addBindValue(f.state);
+            upd.addBindValue(nullIfEmpty(f.errorCode));
+            upd.addBindValue(f.seq > 0 ? QVariant(f.seq) : QVariant(QMetaType(QMetaType::LongLong)));
+            upd.addBindValue(f.dup ? 1 : 0);
+            upd.addBindValue(f.epoch > 0 ? QVariant(f.epoch) : QVariant(QMetaType(QMetaType::LongLong)));
+            upd.addBindValue(f.cmid);
+            if (!exec(del) || !exec(upd)) {
+                ok = false;
+                break;
+            }
+        }
+        for (const Retry &r : retries) {
+            if (!ok)
+                break;
+            retry.addBindValue(r.attempts);
+            retry.addBindValue(r.lastError);
+            retry.addBindValue(r.nextRetryAt);
+            retry.addBindValue(r.cmid);
+            ok = exec(retry);
+        }
+        if (!ok) {
+            const QString e = error_;
+            del = QSqlQuery();
+            upd = QSqlQuery();
+            retry = QSqlQuery();
+            rollback();
+            return fail(e);
+        }
+    }
+    return commit();
+}
+
+bool Storage::markOnWire(const QList<QPair<QString, int>> &cmidAttempts) {
+    if (cmidAttempts.isEmpty())
+        return true;
+    bool ok = begin(Durability::Relaxed);
+    if (ok) {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("UPDATE outbox SET attempts = ? WHERE cmid = ?"));
+        for (const auto &[cmid, attempts] : cmidAttempts) {
+            q.addBindValue(attempts);
+            q.addBindValue(cmid);
+            if (!exec(q)) {
+                ok = false;
+                break;
+            }
+        }
+        if (!ok) {
+            const QString e = error_;
+            q = QSqlQuery();
+            rollback();
+            fail(e);
+        }
+    }
+    return ok && commit();
+}
+
+bool Storage::cancelOutbox(const QString &cmid) {
+    if (!begin())
+        return false;
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("DELETE FROM outbox WHERE cmid = ?"));
+        q.addBindValue(cmid);
+        QSqlQuery m(QSqlDatabase::database(connection_, false));
+        m.prepare(QStringLiteral("DELETE FROM local_messages WHERE cmid = ?"));
+        m.addBindValue(cmid);
+        if (!exec(q) || !exec(m)) {
+            const QString e = error_;
+            q = QSqlQuery();
+            m = QSqlQuery();
+            rollback();
+            return fail(e);
+        }
+    }
+    return commit();
+}
+
+bool Storage::discardMessage(const QString &cmid, bool *found) {
+    *found = false;
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("DELETE FROM local_messages WHERE cmid = ? AND state IN (?, ?)"
+                             " AND NOT EXISTS(SELECT 1 FROM outbox o WHERE o.cmid = local_messages.cmid)"));
+    q.addBindValue(cmid);
+    q.addBindValue(int(MessageState::Failed));
+    q.addBindValue(int(MessageState::Expired));
+    if (!exec(q))
+        return false;
+    *found = q.numRowsAffected() > 0;
+    return true;
+}
+
 bool Storage::recordRetry(const QString &cmid, int attempts, const QString &lastError, qint64 nextRetryAt) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral("UPDATE outbox SET attempts = ?, last_error = ?, next_retry_at = ? WHERE cmid = ?"));
@@ -452,7 +579,7 @@ bool Storage::recountUnread(const QString &conv) {
 }
 
 bool Storage::applyPage(const proto::Page &page) {
-    if (!begin())
+    if (!begin(Durability::Relaxed))
         return false;
     auto abort = [this]() {
         const QString e = error_;
@@ -525,6 +652,67 @@ bool Storage::applyPushedEvent(const proto::Event &ev, bool *applied) {
     return true;
 }
 
+bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *applied) {
+    applied->fill(false, events.size());
+    if (!begin(Durability::Relaxed))
+        return false;
+    struct Cursor { qint64 after = 0, epoch = 0; };
+    QHash<QString, Cursor> cursors;
+    QSet<QString> touched;
+    bool ok = true;
+    {
+        QSqlDatabase db = QSqlDatabase::database(connection_, false);
+        QSqlQuery c(db), u(db);
+        c.prepare(QStringLiteral("SELECT after, epoch FROM conversations WHERE conv = ?"));
+        u.prepare(QStringLiteral("UPDATE conversations SET after = :seq, head = MAX(head, :seq) WHERE conv = :conv"));
+        for (qsizetype i = 0; ok && i < events.size(); ++i) {
+            const proto::Event &ev = events.at(i);
+            auto it = cursors.find(ev.conv);
+            if (it == cursors.end()) {
+                c.addBindValue(ev.conv);
+                if (!exec(c)) {
+                    ok = false;
+                    break;
+                }
+                Cursor cur{-1, 0};
+                if (c.next())
+                    cur = Cursor{c.value(0).toLongLong(), c.value(1).toLongLong()};
+                c.finish();
+                it = cursors.insert(ev.conv, cur);
+            }
+            if (it->after < 0 || it->epoch == 0 || it->epoch != ev.epoch || ev.seq != it->after + 1)
+                continue; // not the next one: the caller syncs instead
+            if (!insertEvent(ev, ev.epoch)) {
+                ok = false;
+                break;
+            }
+            u.bindValue(QStringLiteral(":seq"), ev.seq);
+            u.bindValue(QStringLiteral(":conv"), ev.conv);
+            if (!exec(u)) {
+                ok = false;
+                break;
+            }
+            it->after = ev.seq;
+            touched.insert(ev.conv);
+            (*applied)[i] = true;
+        }
+    }
+    for (const QString &conv : std::as_const(touched))
+        if (ok && !recountUnread(conv))
+            ok = false;
+    if (!ok) {
+        const QString e = error_;
+        rollback();
+        applied->fill(false, events.size());
+        return fail(e);
+    }
+    if (!commit()) {
+        applied->fill(false, events.size());
+        return false;
+    }
+    return true;
+}
+
 bool Storage::resetConversation(const QString &conv, bool dropEvents) {
     if (!begin())
         return false;
@@ -546,11 +734,21 @@ bool Storage::resetConversation(const QString &conv, bool dropEvents) {
 }
 
 bool Storage::setDelivered(const QString &conv, qint64 delivered) {
-    QSqlQuery q(QSqlDatabase::database(connection_, false));
-    q.prepare(QStringLiteral("UPDATE conversations SET delivered = MAX(delivered, ?) WHERE conv = ?"));
-    q.addBindValue(delivered);
-    q.addBindValue(conv);
-    return exec(q);
+    if (!begin(Durability::Relaxed))
+        return false;
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("UPDATE conversations SET delivered = MAX(delivered, ?) WHERE conv = ?"));
+        q.addBindValue(delivered);
+        q.addBindValue(conv);
+        if (!exec(q)) {
+            const QString e = error_;
+            q = QSqlQuery();
+            rollback();
+            return fail(e);
+        }
+    }
+    return commit();
 }
 
 bool Storage::setRead(const QString &conv, qint64 read) {
@@ -607,7 +805,7 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral(
         "SELECT * FROM ("
-        " SELECT e.seq AS seq, e.kind AS kind, e.sender AS sender, e.body AS body, e.ts AS ts, lm.cmid AS cmid,"
+        " SELECT e.seq AS pos, e.seq AS seq, e.kind AS kind, e.sender AS sender, e.body AS body, e.ts AS ts, lm.cmid AS cmid,"
         "  lm.state AS state, lm.error_code AS error_code, COALESCE(lm.dup, 0) AS dup,"
         "  EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq) AS recalled,"
         "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own"
@@ -615,32 +813,36 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         "  ON lm.conv = e.conv AND lm.kind = 'send' AND lm.seq = e.seq AND lm.epoch = e.epoch"
         " WHERE e.conv = :conv AND e.kind <> 'recall'"
         " UNION ALL"
-        " SELECT lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
+        " SELECT CASE WHEN lm.seq IS NOT NULL THEN lm.seq WHEN lm.state = :pending THEN 9.0e18"
+        "  ELSE COALESCE((SELECT MAX(e3.seq) FROM events e3 WHERE e3.conv = lm.conv AND e3.ts <= lm.created_at), 0)"
+        "   + 0.5 END,"
+        "  lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
         " FROM local_messages lm LEFT JOIN conversations c ON c.conv = lm.conv"
         " WHERE lm.conv = :conv AND lm.kind = 'send' AND (lm.seq IS NULL OR ("
         "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
         "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.seq = lm.seq)))"
-        ") ORDER BY seq IS NULL, seq, ts"));
+        ") ORDER BY pos, ts"));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":self"), self);
+    q.bindValue(QStringLiteral(":pending"), int(MessageState::Pending));
     if (!exec(q))
         return std::nullopt;
     QList<MessageRow> rows;
     while (q.next()) {
         MessageRow r;
-        r.seq = q.value(0).toLongLong();
-        r.kind = q.value(1).toString();
-        r.sender = q.value(2).toString();
-        r.body = q.value(3).toString();
-        r.ts = q.value(4).toLongLong();
-        r.cmid = q.value(5).toString();
-        r.state = q.value(6).isNull() ? int(MessageState::Sent) : q.value(6).toInt();
-        r.errorCode = q.value(7).toString();
-        r.dup = q.value(8).toBool();
-        if (q.value(9).toBool())
+        r.seq = q.value(1).toLongLong();
+        r.kind = q.value(2).toString();
+        r.sender = q.value(3).toString();
+        r.body = q.value(4).toString();
+        r.ts = q.value(5).toLongLong();
+        r.cmid = q.value(6).toString();
+        r.state = q.value(7).isNull() ? int(MessageState::Sent) : q.value(7).toInt();
+        r.errorCode = q.value(8).toString();
+        r.dup = q.value(9).toBool();
+        if (q.value(10).toBool())
             r.state = int(MessageState::Recalled);
-        r.user = q.value(10).toString();
-        r.own = q.value(11).toBool();
+        r.user = q.value(11).toString();
+        r.own = q.value(12).toBool();
         rows.append(r);
     }
     return rows;

@@ -95,7 +95,19 @@ public:
     bool finishOutbox(const QString &cmid, int state, const QString &errorCode, qint64 seq,
                       bool dup, qint64 epoch);
     bool recordRetry(const QString &cmid, int attempts, const QString &lastError, qint64 nextRetryAt);
+    struct Finish { QString cmid; int state = 0; QString errorCode; qint64 seq = 0; bool dup = false; qint64 epoch = 0; };
+    struct Retry { QString cmid; int attempts = 0; QString lastError; qint64 nextRetryAt = 0; };
+    // Many answers at once (a flush of pipelined replies): one transaction.
+    bool settleOutbox(const QList<Finish> &finished, const QList<Retry> &retries);
     std::optional<LocalMessage> localMessage(const QString &cmid);
+    // Records that these outbox rows are about to go on the wire (attempts),
+    // one transaction without fsync: it survives a process crash, and a
+    // process crash is what cancel() must not be fooled by.
+    bool markOnWire(const QList<QPair<QString, int>> &cmidAttempts);
+    // cancel(): the outbox row and its timeline row go, one transaction.
+    bool cancelOutbox(const QString &cmid);
+    // discard(): a Failed/Expired timeline row goes; false if there is none.
+    bool discardMessage(const QString &cmid, bool *found);
 
     // Conversations and cursors.
     std::optional<ConvRow> conversation(const QString &conv);
@@ -107,6 +119,9 @@ public:
     // One transaction: the pushed event and cursor = seq, only if seq == after + 1.
     // *applied says whether it was the next one.
     bool applyPushedEvent(const proto::Event &ev, bool *applied);
+    // The same for a run of pushed events, in one transaction; applied[i]
+    // says whether events[i] was the next one of its conversation.
+    bool applyPushedEvents(const QList<proto::Event> &events, QList<bool> *applied);
     // Drops the cursor (and with dropEvents the local events) of one conversation.
     bool resetConversation(const QString &conv, bool dropEvents);
     bool setDelivered(const QString &conv, qint64 delivered);
@@ -132,8 +147,15 @@ public:
 private:
     bool exec(QSqlQuery &q);
     bool execSql(const QString &sql);
-    bool begin();
+    // Full: synchronous=FULL (the outbox obligation: survives power loss).
+    // Relaxed: synchronous=NORMAL for this transaction only (WAL: atomic and
+    // crash-safe, not fsynced) for what can be had again: answers (a resend
+    // gets the same answer), events and cursors (a re-sync), markers.
+    enum class Durability { Full, Relaxed };
+    bool begin(Durability durability = Durability::Full);
     bool commit();
+    void restoreDurability();
+    bool relaxed_ = false;
     void rollback();
     bool migrate();
     bool fail(const QString &what);

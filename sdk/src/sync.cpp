@@ -2,6 +2,8 @@
 
 #include "client_p.h"
 
+#include <QtCore/QSet>
+
 namespace im {
 
 Sync::Sync(ClientPrivate &dd) : d(dd) {
@@ -196,25 +198,62 @@ void Sync::notifyRecalls(const QString &conv, const QList<proto::Event> &events)
 void Sync::onEventPush(const proto::Event &ev) {
     if (!d.conn.isSessionUp() || d.stale)
         return;
-    bool applied = false;
-    if (!d.storage.applyPushedEvent(ev, &applied)) {
-        d.storageFailed(QStringLiteral("cannot apply pushed event"));
-        start(ev.conv);
+    pushes_.append(ev);
+    if (pushesQueued_)
+        return;
+    pushesQueued_ = true;
+    QMetaObject::invokeMethod(this, [this] {
+        pushesQueued_ = false;
+        applyPushes();
+    }, Qt::QueuedConnection);
+}
+
+void Sync::applyPushes() {
+    const QList<proto::Event> events = std::exchange(pushes_, {});
+    if (events.isEmpty() || !d.conn.isSessionUp() || d.stale)
+        return;
+    QList<bool> applied;
+    if (!d.storage.applyPushedEvents(events, &applied)) {
+        d.storageFailed(QStringLiteral("cannot apply pushed events"));
+        QSet<QString> convs;
+        for (const proto::Event &ev : events)
+            convs.insert(ev.conv);
+        for (const QString &conv : std::as_const(convs))
+            start(conv);
         return;
     }
-    if (!applied) {
-        // Not the next seq (a gap, a reorder, or an unknown conversation): pull.
-        if (!d.storage.conversation(ev.conv))
+    QList<proto::Event> done;
+    QStringList order;                       // conversations in first-seen order
+    QHash<QString, QList<proto::Event>> byConv;
+    QSet<QString> behind;
+    for (qsizetype i = 0; i < events.size(); ++i) {
+        const proto::Event &ev = events.at(i);
+        if (!applied.at(i)) {
+            behind.insert(ev.conv);
+            continue;
+        }
+        done.append(ev);
+        if (!byConv.contains(ev.conv))
+            order.append(ev.conv);
+        byConv[ev.conv].append(ev);
+    }
+    d.outbox.settleOwnEvents(done);
+    for (const QString &conv : std::as_const(order)) {
+        const QList<proto::Event> &evs = byConv.value(conv);
+        emit d.q->eventsApplied(conv, evs.first().seq, evs.last().seq);
+        notifyRecalls(conv, evs);
+        emit d.timelineChanged(conv);
+    }
+    if (!done.isEmpty())
+        emit d.q->conversationsChanged();
+    for (const QString &conv : std::as_const(order))
+        d.markers.sendAck(conv);
+    // Not the next seq (a gap, a reorder, or an unknown conversation): pull.
+    for (const QString &conv : std::as_const(behind)) {
+        if (!d.storage.conversation(conv))
             scheduleConvsRefresh();
-        start(ev.conv);
-        return;
+        start(conv);
     }
-    d.outbox.settleOwnEvents({ev});
-    emit d.q->eventsApplied(ev.conv, ev.seq, ev.seq);
-    notifyRecalls(ev.conv, {ev});
-    emit d.timelineChanged(ev.conv);
-    emit d.q->conversationsChanged();
-    d.markers.sendAck(ev.conv);
 }
 
 void Sync::onHint(const proto::Hint &h) {

@@ -27,11 +27,16 @@ public:
     void requestConvs(bool syncAfter = false);
     /// A coalesced `convs` refresh soon.
     void scheduleConvsRefresh();
+    /// Pushed events are applied in batches: all that arrive in one pass of
+    /// the event loop go into one SQLite transaction.
     void onEventPush(const proto::Event &ev);
     void onHint(const proto::Hint &h);
     void onResync();
     void sessionEnded();
-    void clear() { syncs_.clear(); }
+    void clear() {
+        syncs_.clear();
+        pushes_.clear();
+    }
 
     int pageSize = 100;
 
@@ -40,11 +45,14 @@ private:
     void onSyncFailed(const QString &conv, const std::optional<proto::Incoming> &reply);
     void onConvs(const std::optional<proto::Incoming> &reply);
     void notifyRecalls(const QString &conv, const QList<proto::Event> &events);
+    void applyPushes();
 
     struct State { bool running = false; bool again = false; };
     ClientPrivate &d;
     QHash<QString, State> syncs_;
     bool syncAfterConvs_ = false;
+    QList<proto::Event> pushes_;
+    bool pushesQueued_ = false;
     QTimer convsTimer_;
 };
 

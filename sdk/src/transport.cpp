@@ -1,6 +1,8 @@
 #include "transport_p.h"
 
 #include <QtCore/QRandomGenerator>
+#include <QtCore/QVariant>
+#include <QtNetwork/QAbstractSocket>
 #include <QtWebSockets/QWebSocket>
 
 #include <algorithm>
@@ -88,12 +90,18 @@ void Transport::attempt() {
     }
     auto *s = new QWebSocket(QString(), QWebSocketProtocol::VersionLatest, this);
     socket_ = s;
-    s->setMaxAllowedIncomingFrameSize(64 * 1024);
-    s->setMaxAllowedIncomingMessageSize(64 * 1024);
+    // Defensive limit for what the server sends (a page of large events may
+    // exceed the 64 KiB the client itself never sends over).
+    s->setMaxAllowedIncomingFrameSize(MaxIncomingBytes);
+    s->setMaxAllowedIncomingMessageSize(MaxIncomingBytes);
     connect(s, &QWebSocket::connected, this, [this, s] {
         if (s != socket_)
             return;
         openTimer_.stop();
+        // Small request/reply frames: no Nagle delay (it costs a delayed ACK, ~40 ms).
+        // QWebSocket has no socket options of its own; its TCP socket is its child.
+        if (auto *tcp = s->findChild<QAbstractSocket *>())
+            tcp->setSocketOption(QAbstractSocket::LowDelayOption, 1);
         setState(State::Open);
         emit opened();
     });
@@ -107,8 +115,14 @@ void Transport::attempt() {
             onLost();
     });
     connect(s, &QWebSocket::textMessageReceived, this, [this, s](const QString &text) {
-        if (s == socket_)
+        if (s == socket_) {
+            emit activity();
             emit textReceived(text.toUtf8());
+        }
+    });
+    connect(s, &QWebSocket::pong, this, [this, s](quint64, const QByteArray &) {
+        if (s == socket_)
+            emit activity();
     });
     connect(s, &QWebSocket::binaryMessageReceived, this, [this, s](const QByteArray &) {
         // The contract has text frames only; a binary one means a broken peer.
@@ -165,6 +179,18 @@ void Transport::moveToNextServer(int delayMs) {
 void Transport::abortNow() {
     if (socket_)
         onLost();
+}
+
+QVariant Transport::socketOption(QAbstractSocket::SocketOption option) const {
+    if (socket_)
+        if (auto *tcp = socket_->findChild<QAbstractSocket *>())
+            return tcp->socketOption(option);
+    return {};
+}
+
+void Transport::ping() {
+    if (socket_ && state_ == State::Open)
+        socket_->ping();
 }
 
 bool Transport::sendText(const QByteArray &frame) {

@@ -9,6 +9,8 @@
 #include <QtCore/QPointer>
 #include <QtCore/QTimer>
 #include <QtCore/QUrl>
+#include <QtCore/QVariant>
+#include <QtNetwork/QAbstractSocket>
 
 class QWebSocket;
 
@@ -41,6 +43,13 @@ public:
     void resetBackoff() { failures_ = 0; }
 
     bool sendText(const QByteArray &frame);
+    /// A WebSocket ping; the pong shows up as activity().
+    void ping();
+    /// An option of the open TCP socket (diagnostics, tests); invalid if none.
+    QVariant socketOption(QAbstractSocket::SocketOption option) const;
+    /// Largest frame/message accepted from the server (defensive: the server
+    /// never sends more than 64 KiB; an older one may send a little more).
+    static constexpr qint64 MaxIncomingBytes = 4 * 1024 * 1024;
 
     State state() const { return state_; }
     QUrl currentUrl() const;
@@ -51,6 +60,8 @@ signals:
     void opened();
     void closed();
     void textReceived(const QByteArray &frame);
+    /// Something arrived on the open socket (a frame or a pong).
+    void activity();
     void stateChanged(im::detail::Transport::State state);
 
 private:

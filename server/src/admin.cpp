@@ -13,11 +13,17 @@
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace im {
 
@@ -37,6 +43,7 @@ const Command commands[] = {
     {"user add USER", "create a user"},
     {"device add USER DEVICE", "create a device; prints its token"},
     {"device revoke DEVICE", "revoke the device's token"},
+    {"device token DEVICE", "issue a new token (prints it); the old one stops working"},
     {"conv create CONV --kind group|direct --members U1,U2,...", "create a conversation (join events)"},
     {"conv set CONV [--recall-window-ms N] [--push-full-max N]", "change a conversation's settings"},
     {"member add CONV USER | member remove CONV USER", "open/close a period; prints the event's seq"},
@@ -148,9 +155,15 @@ std::string demo(pqxx::connection_base& c, Store& store, const std::string& out,
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
     std::string tmp = out + ".tmp";
     {
-        std::ofstream f(tmp, std::ios::trunc);
-        f << boost::json::serialize(doc) << '\n';
-        if (!f) throw std::runtime_error("cannot write " + out);
+        // Tokens are secrets: owner-only from the first byte, and never
+        // written through a symlink someone planted at the temp name.
+        ::unlink(tmp.c_str());
+        int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+        const std::string text = boost::json::serialize(doc) + "\n";
+        bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+        ok = ::close(fd) == 0 && ok;
+        if (!ok) throw std::runtime_error("cannot write " + out);
     }
     std::filesystem::rename(tmp, out);
     return std::filesystem::absolute(out).string();
@@ -185,9 +198,14 @@ int run(int argc, char** argv) {
     ConfigAction action = ConfigAction::run;
     if (auto e = parse_config(config_args, cfg, ConfigScope::admin, action)) throw Usage(*e);
     const std::string& state_dir = cfg.state_dir;
+    for (const auto& f : cfg.faults) { // bad input changes nothing: judged before the database is touched
+        std::string point;
+        FaultAction fault_action;
+        if (auto e = parse_fault_spec(f, point, fault_action)) throw Usage("--fault " + f + ": " + *e);
+    }
     if (words.empty()) throw Usage("missing command (imserver admin --help)");
     const std::string cmd = words[0] + (words.size() > 1 ? " " + words[1] : "");
-    static const std::set<std::string> known = {"user add",     "device add",   "device revoke", "conv create",
+    static const std::set<std::string> known = {"user add",     "device add",   "device revoke", "device token", "conv create",
                                                 "conv set",     "member add",   "member remove", "epoch bump",
                                                 "purge",        "demo"};
     if (!known.count(cmd)) throw Usage("unknown command '" + cmd + "' (imserver admin --help)");
@@ -201,7 +219,9 @@ int run(int argc, char** argv) {
     } stopper{d};
     prepare_schema(d.url, 5000);
     auto conn = open_connection(d.url, "imserver-admin");
-    FaultRegistry faults(false);
+    FaultRegistry faults(cfg.enable_faults);
+    for (const auto& f : cfg.faults)
+        if (auto e = faults.arm(f)) throw Usage("--fault " + f + ": " + *e);
     Store store(faults, cfg.lab);
     auto& c = *conn;
 
@@ -211,6 +231,9 @@ int run(int argc, char** argv) {
     } else if (cmd == "device add") {
         need(args, 2, "device add USER DEVICE");
         std::cout << store.add_device(c, args.pos[0], args.pos[1]) << '\n';
+    } else if (cmd == "device token") {
+        need(args, 1, "device token DEVICE");
+        std::cout << store.reissue_token(c, args.pos[0]) << '\n';
     } else if (cmd == "device revoke") {
         need(args, 1, "device revoke DEVICE");
         store.revoke_device(c, args.pos[0]);

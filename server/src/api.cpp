@@ -1,6 +1,7 @@
 #include "api.hpp"
 
 #include <chrono>
+#include <future>
 
 namespace im {
 
@@ -28,6 +29,16 @@ std::int64_t now_ms() {
         .count();
 }
 
+// Contract section 6, send step 5: the notification is handed to the bus
+// after COMMIT and before the reply. A bus that cannot take it turns the
+// reply into UNAVAILABLE: the resend is a duplicate and publishes again.
+bool publish(ApiContext& ctx, Notes notes) {
+    if (notes.empty() || !ctx.bus) return true;
+    return ctx.bus->publish_and_wait(std::move(notes));
+}
+
+Error unpublished() { return unavailable("committed, but the notification could not be published; resend"); }
+
 } // namespace
 
 namespace {
@@ -45,19 +56,58 @@ Handled send_reply(ApiContext& ctx, const Outcome<Store::SendResult>& o, const s
 
 } // namespace
 
+void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                       const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
+                       RepliesDone done) {
+    if (!conn) {
+        std::vector<Handled> out;
+        for (const auto& rid : rids)
+            out.push_back(error_reply(unavailable("database unreachable, retry with the same request"), rid));
+        return done(std::move(out));
+    }
+    auto results = ctx.store.send_batch(*conn, who, sends);
+    Notes notes; // a duplicate publishes again (a gateway may have died before it did)
+    std::vector<Event> events;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const auto& r = results[i];
+        if (!r) continue;
+        notes.push_back("e " + r->sent.conv + " " + std::to_string(r->sent.seq));
+        Event ev;
+        ev.conv = r->sent.conv;
+        ev.seq = r->sent.seq;
+        ev.mid = r->sent.mid;
+        ev.kind = "msg";
+        ev.sender = who.user;
+        ev.body = sends[i].body;
+        ev.cmid = sends[i].cmid;
+        ev.ts = r->ts;
+        ev.epoch = r->sent.epoch;
+        events.push_back(std::move(ev));
+    }
+    // Own subscribers first: no read, no wait for the bus's round trip.
+    if (ctx.committed && !events.empty()) ctx.committed(events);
+    // Contract section 6, send step 5: the replies only after the events'
+    // notification was handed to the bus.
+    auto complete = [&ctx, results = std::move(results), rids, done = std::move(done)](bool published) mutable {
+        if (!published)
+            for (auto& r : results)
+                if (r) r = unpublished();
+        std::vector<Handled> out;
+        out.reserve(results.size());
+        for (std::size_t i = 0; i < results.size(); ++i) out.push_back(send_reply(ctx, results[i], rids[i]));
+        done(std::move(out));
+    };
+    if (notes.empty() || !ctx.bus) return complete(true);
+    ctx.bus->publish(std::move(notes), std::move(complete));
+}
+
 std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
                                        const std::vector<req::Send>& sends,
                                        const std::vector<std::optional<std::string>>& rids) {
-    std::vector<Handled> out;
-    out.reserve(sends.size());
-    if (!conn) {
-        for (const auto& rid : rids)
-            out.push_back(error_reply(unavailable("database unreachable, retry with the same request"), rid));
-        return out;
-    }
-    auto results = ctx.store.send_batch(*conn, who, sends);
-    for (std::size_t i = 0; i < results.size(); ++i) out.push_back(send_reply(ctx, results[i], rids[i]));
-    return out;
+    auto promise = std::make_shared<std::promise<std::vector<Handled>>>();
+    auto result = promise->get_future();
+    handle_send_batch(ctx, conn, who, sends, rids, [promise](std::vector<Handled> hs) { promise->set_value(std::move(hs)); });
+    return result.get();
 }
 
 Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
@@ -81,11 +131,27 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
             } else if constexpr (std::is_same_v<T, req::Ack>) {
                 return reply(ctx.store.ack(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Read>) {
-                return reply(ctx.store.read(c, *who, r), rid);
+                Notes notes;
+                auto o = ctx.store.read(c, *who, r, notes);
+                publish(ctx, std::move(notes)); // a lost hint is healed by the next convs
+                return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Recall>) {
-                return reply(ctx.store.recall(c, *who, r), rid);
+                auto o = ctx.store.recall(c, *who, r);
+                if (!o) return error_reply(o.error(), rid);
+                if (!publish(ctx, {"e " + o->conv + " " + std::to_string(o->seq)})) return error_reply(unpublished(), rid);
+                // The recall is durable (and published) now; this point tests replies lost after it.
+                auto f = ctx.faults.hit("api.after_recall_commit");
+                if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
+                if (f == FaultKind::drop_reply) {
+                    Handled h;
+                    h.code = "DROPPED";
+                    return h;
+                }
+                return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Convs>) {
-                return reply(ctx.store.convs(c, *who), rid);
+                return reply(ctx.store.convs(c, *who, r), rid);
+            } else if constexpr (std::is_same_v<T, req::History>) {
+                return reply(ctx.store.history(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Fetch>) {
                 return reply(ctx.store.fetch(c, *who, r), rid);
             } else {

@@ -79,7 +79,8 @@ const std::vector<Option>& options() {
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.db_url = v; return std::nullopt; },
          [](const Config& c) { return c.db_url ? mask_conninfo(*c.db_url) : std::string(); }, for_both},
         {"--db-password-file", "IM_DB_PASSWORD_FILE", "FILE",
-         "read the database password from FILE (first line), so it is on no command line",
+         "read the database password from FILE (first line), so it is on no command line and in no file "
+         "of the configuration; libpq's PGPASSWORD and PGPASSFILE work too",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
              c.db_password_file = v;
              return std::nullopt;
@@ -117,6 +118,71 @@ const std::vector<Option>& options() {
         {"--idle-timeout-ms", "IM_IDLE_TIMEOUT_MS", "MS", "close a connection silent this long (default 60000)",
          [](Config& c, const std::string& v) { return to_int(v, 200, 3600000, c.idle_timeout_ms); },
          [](const Config& c) { return std::to_string(c.idle_timeout_ms); }},
+        {"--hello-timeout-ms", "IM_HELLO_TIMEOUT_MS", "MS",
+         "close (1008) a connection that has not sent hello this long after the upgrade (default 10000)",
+         [](Config& c, const std::string& v) { return to_int(v, 100, 600000, c.hello_timeout_ms); },
+         [](const Config& c) { return std::to_string(c.hello_timeout_ms); }},
+        {"--max-unsent-bytes", "IM_MAX_UNSENT_BYTES", "BYTES",
+         "close (1013) a connection whose unsent output passes this; its request reading pauses at half "
+         "(default 4194304)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             int n = 0;
+             if (auto e = to_int(v, 131072, 1 << 30, n)) return e;
+             c.max_unsent_bytes = static_cast<std::size_t>(n);
+             return std::nullopt;
+         },
+         [](const Config& c) { return std::to_string(c.max_unsent_bytes); }},
+        {"--write-timeout-ms", "IM_WRITE_TIMEOUT_MS", "MS",
+         "drop a connection when one frame write has not completed this long (default 30000)",
+         [](Config& c, const std::string& v) { return to_int(v, 100, 600000, c.write_timeout_ms); },
+         [](const Config& c) { return std::to_string(c.write_timeout_ms); }},
+        {"--max-connections", "IM_MAX_CONNECTIONS", "N",
+         "WebSocket connections this gateway serves; more are closed with 1013 (default 10000)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.max_connections); },
+         [](const Config& c) { return std::to_string(c.max_connections); }},
+        {"--max-connections-per-address", "IM_MAX_CONNECTIONS_PER_ADDRESS", "N",
+         "WebSocket connections from one client IP address; more are closed with 1013 (default 1000)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.max_connections_per_address); },
+         [](const Config& c) { return std::to_string(c.max_connections_per_address); }},
+        {"--db-timeout-ms", "IM_DB_TIMEOUT_MS", "MS",
+         "a database request (or LISTEN round trip) taking longer is cut: its connection is dropped and replaced, "
+         "the request gets UNAVAILABLE (a hung database is noticed; default 5000)",
+         [](Config& c, const std::string& v) { return to_int(v, 200, 600000, c.db_timeout_ms); },
+         [](const Config& c) { return std::to_string(c.db_timeout_ms); }},
+        {"--accept-backoff-ms", "IM_ACCEPT_BACKOFF_MS", "MS",
+         "pause accepting this long after accept() fails for lack of descriptors or memory (EMFILE, ENFILE, "
+         "ENOBUFS, ENOMEM); doubles up to 2000 while it keeps failing (default 100)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 2000, c.accept_backoff_ms); },
+         [](const Config& c) { return std::to_string(c.accept_backoff_ms); }},
+        {"--listen-probe-ms", "IM_LISTEN_PROBE_MS", "MS",
+         "how often an idle notification listener checks its database session is alive (default 1000)",
+         [](Config& c, const std::string& v) { return to_int(v, 50, 3600000, c.listen_probe_ms); },
+         [](const Config& c) { return std::to_string(c.listen_probe_ms); }},
+        {"--bus", "IM_BUS", "postgres|nats://HOST:PORT",
+         "notification bus between gateways: PostgreSQL LISTEN/NOTIFY (default) or NATS (comma-separated URLs "
+         "of one NATS cluster)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             if (v == "postgres") {
+                 c.bus = v;
+                 return std::nullopt;
+             }
+             std::stringstream ss(v);
+             std::string url;
+             int n = 0;
+             while (std::getline(ss, url, ',')) {
+                 ++n;
+                 const std::string scheme = "nats://";
+                 auto colon = url.rfind(':');
+                 int port = 0;
+                 if (url.rfind(scheme, 0) != 0 || colon == std::string::npos || colon < scheme.size() + 1 ||
+                     to_int(url.substr(colon + 1), 1, 65535, port))
+                     return "expected 'postgres' or nats://HOST:PORT[,nats://HOST:PORT...], got '" + v + "'";
+             }
+             if (n == 0) return std::string("expected 'postgres' or nats://HOST:PORT");
+             c.bus = v;
+             return std::nullopt;
+         },
+         [](const Config& c) { return c.bus; }},
         {"--quiet", "IM_QUIET", nullptr, "log warnings and errors only",
          [](Config& c, const std::string& v) { return to_bool(v, c.quiet); },
          [](const Config& c) { return yes_no(c.quiet); }},
@@ -125,7 +191,10 @@ const std::vector<Option>& options() {
          [](const Config& c) { return yes_no(c.enable_faults); }, for_both},
         {"--fault", "IM_FAULTS", "POINT=ACTION[:COUNT]",
          "LAB ONLY: arm a fault point (repeatable; env: comma-separated). Points: store.before_insert, "
-         "store.before_commit, api.after_send_commit. Actions: crash, drop_reply, unavailable, delay:MS",
+         "store.before_commit, api.after_send_commit, store.recall_before_commit, api.after_recall_commit, "
+         "store.ack_before_commit, store.read_before_commit, notify.before_publish (and, for admin purge, "
+         "store.purge_after_tombstones, store.purge_before_commit). Actions: crash, drop_reply, unavailable, "
+         "delay:MS",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
              std::stringstream ss(v);
              std::string item;
@@ -133,11 +202,15 @@ const std::vector<Option>& options() {
                  if (!item.empty()) c.faults.push_back(item);
              return std::nullopt;
          },
-         [](const Config& c) { return join(c.faults); }},
+         [](const Config& c) { return join(c.faults); }, for_both},
         {"--lab-no-unique-index", "IM_LAB_NO_UNIQUE_INDEX", nullptr,
          "LAB ONLY negative control: drop events_idempotency and check-then-insert without the row lock",
          [](Config& c, const std::string& v) { return to_bool(v, c.lab.no_unique_index); },
          [](const Config& c) { return yes_no(c.lab.no_unique_index); }},
+        {"--lab-no-resync", "IM_LAB_NO_RESYNC", nullptr,
+         "LAB ONLY negative control: after a lost LISTEN session, push no `resync` to subscribers",
+         [](Config& c, const std::string& v) { return to_bool(v, c.lab.no_resync); },
+         [](const Config& c) { return yes_no(c.lab.no_resync); }},
         {"--lab-purge-without-tombstones", "IM_LAB_PURGE_WITHOUT_TOMBSTONES", nullptr,
          "LAB ONLY negative control: retention purge writes no tombstones",
          [](Config& c, const std::string& v) { return to_bool(v, c.lab.purge_without_tombstones); },
@@ -295,7 +368,8 @@ std::optional<std::string> parse_config(const std::vector<std::string>& args, Co
         if (!cfg.db_url) return "--db-password-file needs --db (the embedded cluster has no password)";
         if (auto e = read_secret(cfg.db_password_file, cfg.db_password)) return "--db-password-file: " + *e;
     }
-    if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones))
+    if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones ||
+                                cfg.lab.no_resync))
         return "--fault and --lab-* need --enable-faults";
     return std::nullopt;
 }

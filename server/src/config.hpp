@@ -34,6 +34,16 @@ struct Config {
     int drain_timeout_ms = 10000;
     int ping_interval_ms = 20000;
     int idle_timeout_ms = 60000;
+    // Admission and back-pressure (contract section 3).
+    int hello_timeout_ms = 10000;           // no hello by then: close 1008
+    std::size_t max_unsent_bytes = 4 << 20;  // unsent output past this: close 1013
+    int write_timeout_ms = 30000;           // a write stuck this long: drop the socket
+    int max_connections = 10000;            // WebSocket connections per gateway
+    int max_connections_per_address = 1000; // ... per client IP address
+    int db_timeout_ms = 5000;               // a database job stuck this long: drop its connection
+    int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)
+    int listen_probe_ms = 1000;
+    std::string bus = "postgres";        // or nats://HOST:PORT[,nats://HOST:PORT...]
     bool quiet = false;
 
     std::string config_file;                     // the file that was read ("" if none)

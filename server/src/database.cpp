@@ -26,13 +26,12 @@ Database open_database(const std::optional<std::string>& db_url, const std::stri
     return d;
 }
 
-void prepare_schema(const std::string& url, int wait_ms) {
+int prepare_schema(const std::string& url, int wait_ms) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     for (;;) {
         try {
             auto c = open_connection(url, "imserver-migrate");
-            migrate(*c);
-            return;
+            return migrate(*c);
         } catch (const pqxx::broken_connection& e) {
             if (std::chrono::steady_clock::now() >= deadline) throw;
             log_warn("db_not_ready", {{"err", e.what()}});

@@ -21,6 +21,6 @@ Database open_database(const std::optional<std::string>& db_url, const std::stri
 
 /// Connects and applies migrations, retrying for up to `wait_ms` while the
 /// database is not reachable yet. Throws on failure.
-void prepare_schema(const std::string& url, int wait_ms);
+int prepare_schema(const std::string& url, int wait_ms);
 
 } // namespace im

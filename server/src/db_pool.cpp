@@ -5,6 +5,9 @@
 #include <pqxx/pqxx>
 
 #include <chrono>
+#include <optional>
+
+#include <sys/socket.h>
 
 namespace im {
 
@@ -14,17 +17,81 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const 
     std::string full = url;
     if (url.find("://") != std::string::npos) full += (url.find('?') == std::string::npos ? "?" : "&");
     else full += " ";
-    full += "connect_timeout=3";
+    // TCP keepalives and tcp_user_timeout notice a dead network path on
+    // idle and busy TCP connections alike (ignored on Unix sockets, where
+    // the Watchdog does the job).
+    const char* sep = url.find("://") != std::string::npos ? "&" : " ";
+    full += std::string("connect_timeout=3") + sep + "keepalives=1" + sep + "keepalives_idle=5" + sep +
+            "keepalives_interval=2" + sep + "keepalives_count=3" + sep + "tcp_user_timeout=10000";
     auto c = std::make_unique<pqxx::connection>(full);
     pqxx::nontransaction tx(*c);
     tx.exec("SET application_name = " + tx.quote(app_name));
     tx.exec("SET statement_timeout = '30s'");
     tx.exec("SET lock_timeout = '10s'");
+    // A gateway cut off mid-transaction must not leave a backend holding a
+    // conversation's row lock: PostgreSQL ends such a session itself.
+    tx.exec("SET idle_in_transaction_session_timeout = '10s'");
     return c;
 }
 
-DbPool::DbPool(std::string url, std::size_t workers, std::size_t max_queue)
-    : url_(std::move(url)), max_queue_(max_queue) {
+Watchdog::Watchdog(std::chrono::milliseconds limit) : limit_(limit), thread_([this] { run(); }) {}
+
+Watchdog::~Watchdog() {
+    {
+        std::lock_guard lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+namespace {
+thread_local Watchdog* current_dog = nullptr;
+thread_local std::size_t current_watch = 0;
+} // namespace
+
+Watchdog::Watch::Watch(Watchdog& w, pqxx::connection_base& c) : w_(w) {
+    std::lock_guard lk(w_.mu_);
+    id_ = ++w_.next_id_;
+    w_.watches_[id_] = Entry{c.sock(), std::chrono::steady_clock::now()};
+    current_dog = &w_;
+    current_watch = id_;
+}
+
+Watchdog::Watch::~Watch() {
+    // Under the lock: once this returns, the watchdog never touches the socket.
+    std::lock_guard lk(w_.mu_);
+    w_.watches_.erase(id_);
+    current_dog = nullptr;
+}
+
+void Watchdog::progress() {
+    if (!current_dog) return;
+    std::lock_guard lk(current_dog->mu_);
+    auto it = current_dog->watches_.find(current_watch);
+    if (it != current_dog->watches_.end() && it->second.fd >= 0) it->second.since = std::chrono::steady_clock::now();
+}
+
+void Watchdog::run() {
+    std::unique_lock lk(mu_);
+    while (!stop_) {
+        cv_.wait_for(lk, std::chrono::milliseconds(100));
+        const auto now = std::chrono::steady_clock::now();
+        for (auto& [id, e] : watches_) {
+            if (e.fd < 0 || now - e.since < limit_) continue;
+            // The blocked recv()/send() returns at once; libpq reports a
+            // broken connection and the owner replaces it.
+            ::shutdown(e.fd, SHUT_RDWR);
+            e.fd = -1;
+            ++fired_;
+            log_warn("db_round_trip_timeout", {{"ms", static_cast<long>(limit_.count())}});
+        }
+    }
+}
+
+DbPool::DbPool(std::string url, std::size_t workers, std::size_t max_queue,
+               std::chrono::milliseconds round_trip_limit)
+    : url_(std::move(url)), max_queue_(max_queue), watchdog_(round_trip_limit) {
     for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this, i] { run(i); });
 }
 
@@ -50,6 +117,7 @@ void DbPool::stop() {
         std::lock_guard lk(mu_);
         if (stopping_ && threads_.empty()) return;
         stopping_ = true;
+        stopping_flag_ = true;
     }
     cv_.notify_all();
     for (auto& t : threads_)
@@ -71,7 +139,7 @@ void DbPool::run(std::size_t index) {
         }
         ++busy_;
         if (conn && !conn->is_open()) conn.reset();
-        if (!conn && std::chrono::steady_clock::now() >= retry_after) {
+        if (!conn && !stopping_flag_ && std::chrono::steady_clock::now() >= retry_after) {
             try {
                 conn = open_connection(url_, "imserver-pool-" + std::to_string(index));
             } catch (const std::exception& e) {
@@ -81,6 +149,8 @@ void DbPool::run(std::size_t index) {
             }
         }
         try {
+            std::optional<Watchdog::Watch> watch;
+            if (conn) watch.emplace(watchdog_, *conn);
             job(conn.get());
         } catch (const std::exception& e) {
             log_error("db_job_failed", {{"err", e.what()}});

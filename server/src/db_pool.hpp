@@ -4,9 +4,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,13 +19,59 @@
 
 namespace im {
 
+/// Notices a database that stopped answering without refusing connections
+/// (a frozen host, a dropped network path, SIGSTOPped processes): a round
+/// trip watched for longer than the limit has its socket shut down, so the
+/// blocked libpq call fails at once (broken connection -> UNAVAILABLE) and
+/// the connection is replaced. Works for TCP and Unix sockets alike.
+class Watchdog {
+public:
+    explicit Watchdog(std::chrono::milliseconds limit);
+    ~Watchdog();
+    Watchdog(const Watchdog&) = delete;
+    Watchdog& operator=(const Watchdog&) = delete;
+
+    /// Watches one connection while it lives.
+    class Watch {
+    public:
+        Watch(Watchdog& w, pqxx::connection_base& c);
+        ~Watch();
+        Watch(const Watch&) = delete;
+        Watch& operator=(const Watch&) = delete;
+
+    private:
+        Watchdog& w_;
+        std::size_t id_;
+    };
+
+    long long fired() const { return fired_.load(); }
+    /// Called by a long job between round trips (e.g. once per conversation
+    /// of a `convs` page): the clock of the calling thread's watch restarts,
+    /// so the limit bounds one stalled step, not the whole job.
+    static void progress();
+
+private:
+    void run();
+    struct Entry { int fd; std::chrono::steady_clock::time_point since; };
+    std::chrono::milliseconds limit_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::map<std::size_t, Entry> watches_;
+    std::size_t next_id_ = 0;
+    bool stop_ = false;
+    std::atomic<long long> fired_{0};
+    std::thread thread_;
+};
+
 class DbPool {
 public:
     /// A job gets the worker's connection, or nullptr when the database
     /// cannot be reached right now (the job then answers UNAVAILABLE).
     using Job = std::function<void(pqxx::connection_base*)>;
 
-    DbPool(std::string url, std::size_t workers, std::size_t max_queue);
+    /// round_trip_limit: see Watchdog (--db-timeout-ms).
+    DbPool(std::string url, std::size_t workers, std::size_t max_queue,
+           std::chrono::milliseconds round_trip_limit = std::chrono::milliseconds(5000));
     ~DbPool();
     DbPool(const DbPool&) = delete;
     DbPool& operator=(const DbPool&) = delete;
@@ -35,6 +83,7 @@ public:
     std::size_t in_use() const { return busy_.load(); }
     std::size_t queued() const;
     std::size_t size() const { return threads_.size(); }
+    Watchdog& watchdog() { return watchdog_; }
 
 private:
     void run(std::size_t index);
@@ -45,7 +94,9 @@ private:
     std::condition_variable cv_;
     std::deque<Job> jobs_;
     bool stopping_ = false;
+    std::atomic<bool> stopping_flag_{false}; // read without the lock: no new connects while stopping
     std::atomic<std::size_t> busy_{0};
+    Watchdog watchdog_;
     std::vector<std::thread> threads_;
 };
 

@@ -19,9 +19,21 @@ struct FaultAction {
     int remaining = -1; // -1: every time
 };
 
-/// The named points of spec/server.md.
+/// The named points of spec/server.md, plus the lab's points beyond send
+/// (docs/acceptance.md lists what each action does at each point).
 inline constexpr std::string_view fault_points[] = {
-    "store.before_insert", "store.before_commit", "api.after_send_commit"};
+    // send
+    "store.before_insert", "store.before_commit", "api.after_send_commit",
+    // recall: the recall event appended, not committed / committed, reply not yet sent
+    "store.recall_before_commit", "api.after_recall_commit",
+    // ack and read: marker written, not committed
+    "store.ack_before_commit", "store.read_before_commit",
+    // retention purge (imserver admin purge): tombstones written, events not yet
+    // deleted / both done and min_seq raised, not committed
+    "store.purge_after_tombstones", "store.purge_before_commit",
+    // a gateway's fan-out: bus notifications received, not yet pushed to
+    // subscribers (unavailable = they are lost; subscribers get resync)
+    "notify.before_publish"};
 
 /// Parses "POINT=ACTION[:COUNT]" with ACTION one of crash, drop_reply,
 /// unavailable, delay:MS. Returns an error message or nothing.
@@ -51,6 +63,7 @@ private:
 struct LabSwitches {
     bool no_unique_index = false;        // check-then-insert without events_idempotency
     bool purge_without_tombstones = false;
+    bool no_resync = false;              // a gateway that lost LISTEN does not push `resync`
 };
 
 } // namespace im

@@ -10,7 +10,7 @@ namespace im {
 
 Gateway::Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& store, Metrics& metrics,
                  FaultRegistry& faults)
-    : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id} {}
+    : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id, nullptr, {}} {}
 
 unsigned short Gateway::listen() {
     listener_ = std::make_shared<Listener>(ioc_, shared_from_this());
@@ -60,14 +60,49 @@ void Gateway::session_opened(const std::shared_ptr<WsSession>& s) {
     sessions_[s.get()] = s;
 }
 
-void Gateway::session_closed(WsSession* s) {
+void Gateway::session_closed(WsSession* s, const std::string& user) {
     --metrics_.connections;
     std::lock_guard lk(mu_);
     sessions_.erase(s);
-    for (auto it = subscribers_.begin(); it != subscribers_.end();) {
-        it->second.erase(s);
-        it = it->second.empty() ? subscribers_.erase(it) : std::next(it);
+    if (user.empty()) return;
+    auto it = subscribers_.find(user);
+    if (it == subscribers_.end()) return;
+    it->second.erase(s);
+    if (it->second.empty()) subscribers_.erase(it);
+}
+
+std::optional<std::string> Gateway::admit(const std::string& address) {
+    std::lock_guard lk(mu_);
+    if (admitted_ >= cfg_.max_connections) {
+        ++metrics_.rejected_total_cap;
+        return std::string("server full");
     }
+    int& n = per_address_[address];
+    if (n >= cfg_.max_connections_per_address) {
+        if (n == 0) per_address_.erase(address);
+        ++metrics_.rejected_address_cap;
+        return std::string("too many connections from this address");
+    }
+    ++n;
+    ++admitted_;
+    return std::nullopt;
+}
+
+void Gateway::release(const std::string& address) {
+    std::lock_guard lk(mu_);
+    --admitted_;
+    auto it = per_address_.find(address);
+    if (it != per_address_.end() && --it->second <= 0) per_address_.erase(it);
+}
+
+void Gateway::close_device(const std::string& device) {
+    std::vector<std::shared_ptr<WsSession>> targets;
+    {
+        std::lock_guard lk(mu_);
+        for (auto& [p, w] : sessions_)
+            if (auto s = w.lock()) targets.push_back(s);
+    }
+    for (auto& s : targets) s->post_revoked(device);
 }
 
 void Gateway::subscribe(const std::string& user, const std::shared_ptr<WsSession>& s) {
@@ -75,7 +110,8 @@ void Gateway::subscribe(const std::string& user, const std::shared_ptr<WsSession
     subscribers_[user][s.get()] = s;
 }
 
-void Gateway::push_to_user(const std::string& user, const std::string& frame, const std::string& skip_device) {
+void Gateway::push_to_user(const std::string& user, const std::shared_ptr<const std::string>& frame,
+                           const std::string& skip_device) {
     std::vector<std::shared_ptr<WsSession>> targets;
     {
         std::lock_guard lk(mu_);
@@ -108,8 +144,9 @@ void Gateway::resync_all() {
             for (auto& [p, w] : m)
                 if (auto s = w.lock()) targets.push_back(s);
     }
+    auto frame = std::make_shared<const std::string>(encode_resync());
     for (auto& s : targets) {
-        s->post_frame(encode_resync());
+        s->post_frame(frame);
         ++metrics_.pushes_resync;
     }
     log_info("resync_sent", {{"connections", static_cast<long>(targets.size())}});

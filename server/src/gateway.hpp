@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -43,15 +44,25 @@ public:
     FaultRegistry& faults() { return faults_; }
     ApiContext& api() { return api_; }
     void session_opened(const std::shared_ptr<WsSession>& s);
-    void session_closed(WsSession* s);
     void subscribe(const std::string& user, const std::shared_ptr<WsSession>& s);
+    /// Takes a connection slot for a client address; on a cap, returns the
+    /// reason and takes nothing. Each successful admit is paired with release.
+    std::optional<std::string> admit(const std::string& address);
+    void release(const std::string& address);
+    /// `user` is the one it subscribed as (empty if it never did): a
+    /// disconnect costs O(its subscriptions).
+    void session_closed(WsSession* s, const std::string& user);
 
     // Used by the notifier thread (push fan-out). Frames go to each
     // session's strand; these never block on a socket.
-    void push_to_user(const std::string& user, const std::string& frame, const std::string& skip_device = {});
+    /// The frame is encoded once and shared by every connection it goes to.
+    void push_to_user(const std::string& user, const std::shared_ptr<const std::string>& frame,
+                      const std::string& skip_device = {});
     bool has_subscribers(const std::string& user) const;
     bool has_any_subscriber() const;
     void resync_all();
+    /// The device was revoked or got a new token: close its connections.
+    void close_device(const std::string& device);
 
 private:
     net::io_context& ioc_;
@@ -66,6 +77,8 @@ private:
     mutable std::mutex mu_;
     std::map<WsSession*, std::weak_ptr<WsSession>> sessions_;
     std::map<std::string, std::map<WsSession*, std::weak_ptr<WsSession>>> subscribers_;
+    int admitted_ = 0;
+    std::map<std::string, int> per_address_;
 };
 
 } // namespace im

@@ -36,11 +36,12 @@ void HttpSession::on_read(beast::error_code ec, std::size_t) {
     if (req.method() == http::verb::get && target == "/healthz") return respond(req, http::status::ok, "ok\n");
     if (req.method() == http::verb::get && target == "/metrics") {
         auto& p = gw_->pool();
+        gw_->metrics().db_timeouts = p.watchdog().fired();
         return respond(req, http::status::ok, gw_->metrics().render(p.in_use(), p.size(), p.queued()),
                        "text/plain; version=0.0.4");
     }
     if (req.method() == http::verb::get && target == "/readyz") return readyz(std::move(req));
-    if (gw_->faults().enabled() && target == "/lab/fault" && req.method() == http::verb::post) {
+    if (gw_->faults().enabled() && target == "/lab/fault" && req.method() == http::verb::post && from_loopback()) {
         std::string spec = req.body();
         while (!spec.empty() && (spec.back() == '\n' || spec.back() == '\r' || spec.back() == ' ')) spec.pop_back();
         if (spec == "off") {
@@ -54,6 +55,13 @@ void HttpSession::on_read(beast::error_code ec, std::size_t) {
     respond(req, http::status::not_found, "not found\n");
 }
 
+// The lab endpoint answers only local callers, whatever --listen says.
+bool HttpSession::from_loopback() {
+    beast::error_code ec;
+    auto ep = stream_.socket().remote_endpoint(ec);
+    return !ec && ep.address().is_loopback();
+}
+
 void HttpSession::readyz(http::request<http::string_body> req) {
     auto self = shared_from_this();
     auto shared_req = std::make_shared<http::request<http::string_body>>(std::move(req));
@@ -61,7 +69,8 @@ void HttpSession::readyz(http::request<http::string_body> req) {
         bool ready = false;
         if (c) {
             try {
-                ready = self->gw_->api().store.ping(*c) && migrations_current(*c);
+                ready = self->gw_->api().store.ping(*c) && migrations_current(*c) &&
+                        (self->gw_->config().lab.no_unique_index || self->gw_->api().store.idempotency_index_present(*c));
             } catch (const std::exception&) {
                 ready = false;
             }

@@ -20,6 +20,7 @@ public:
 private:
     void do_read();
     void on_read(beast::error_code ec, std::size_t);
+    bool from_loopback();
     void readyz(http::request<http::string_body> req);
     void respond(const http::request<http::string_body>& req, http::status status, std::string body,
                  const char* type = "text/plain");

@@ -3,6 +3,7 @@
 
 #include "net_common.hpp"
 
+#include <chrono>
 #include <memory>
 
 namespace im {
@@ -26,6 +27,8 @@ private:
     net::io_context& ioc_;
     std::shared_ptr<Gateway> gw_;
     tcp::acceptor acceptor_;
+    net::steady_timer backoff_timer_;
+    std::chrono::milliseconds backoff_{0};
     bool closed_ = false;
 };
 

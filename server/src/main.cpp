@@ -6,16 +6,21 @@
 #include "db_pool.hpp"
 #include "log.hpp"
 #include "metrics.hpp"
+#include "migrations.hpp"
 #include "gateway.hpp"
 #include "notifier.hpp"
+#include "nats_bus.hpp"
+#include "pg_bus.hpp"
 #include "store.hpp"
 
 #include <pqxx/pqxx>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <chrono>
 #include <thread>
 
 namespace {
@@ -43,12 +48,29 @@ int serve(const im::Config& cfg) {
             }
         }
     } stopper{db};
-    im::prepare_schema(db.url, 30000);
+    const int applied = im::prepare_schema(db.url, 30000);
+    const bool fresh = applied == static_cast<int>(im::all_migrations().size());
 
     if (cfg.lab.no_unique_index) {
+        // The switch drops an index: only on a database a lab run created
+        // (its schema made by this start, or marked by such a start before).
         auto c = im::open_connection(db.url, "imserver-lab");
+        if (!im::Store::lab_database(*c, fresh)) {
+            std::cerr << "imserver: --lab-no-unique-index refuses this database: it was not created by a lab run "
+                         "(its schema existed before; a lab run only alters an empty database it set up itself)\n";
+            return 2;
+        }
         im::Store::lab_drop_unique_index(*c);
         im::log_warn("lab_control_no_unique_index");
+    } else {
+        auto c = im::open_connection(db.url, "imserver-check");
+        im::FaultRegistry none(false);
+        if (!im::Store(none, {}).idempotency_index_present(*c)) {
+            im::log_error("idempotency_index_missing");
+            std::cerr << "imserver: the unique index events_idempotency is missing, so resends could be stored "
+                         "twice; recreate it (see docs/operations.md) before starting\n";
+            return 1;
+        }
     }
     if (cfg.lab.purge_without_tombstones) im::log_warn("lab_control_purge_without_tombstones");
 
@@ -63,12 +85,21 @@ int serve(const im::Config& cfg) {
 
     im::Store store(faults, cfg.lab);
     im::Metrics metrics;
-    im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), cfg.db_queue);
+    im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), cfg.db_queue,
+                    std::chrono::milliseconds(cfg.db_timeout_ms));
     boost::asio::io_context ioc(cfg.io_threads);
+    std::unique_ptr<im::NotificationBus> bus_owner;
+    if (cfg.bus == "postgres") bus_owner = std::make_unique<im::PgBus>(db.url, cfg.gateway_id, metrics, cfg.listen_probe_ms,
+                                                                    cfg.db_timeout_ms);
+    else bus_owner = std::make_unique<im::NatsBus>(cfg.bus, cfg.gateway_id, metrics);
+    im::NotificationBus& bus = *bus_owner;
+    im::log_info("bus", {{"bus", cfg.bus == "postgres" ? std::string("postgres") : std::string("nats")}});
     auto gw = std::make_shared<im::Gateway>(ioc, cfg, pool, store, metrics, faults);
-    unsigned short port = gw->listen();
+    gw->api().bus = &bus;
     im::Notifier notifier(db.url, gw, store, metrics);
-    notifier.start();
+    gw->api().committed = [&notifier](const std::vector<im::Event>& events) { notifier.committed_here(events); };
+    notifier.start(bus);
+    unsigned short port = gw->listen();
 
     boost::asio::signal_set signals(ioc, SIGTERM, SIGINT);
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
@@ -85,8 +116,8 @@ int serve(const im::Config& cfg) {
     ioc.run();
     for (auto& t : threads) t.join();
 
-    notifier.stop();
-    pool.stop();
+    pool.stop(); // in-flight requests still publish
+    bus.stop();
     im::log_info("stopped");
     return 0;
 }

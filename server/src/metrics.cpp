@@ -30,7 +30,30 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_notify_lag_ms", "Last delay from commit to this gateway's notification.", notify_lag_ms.load());
     gauge("im_send_transactions_total", "Transactions that carried sends (a run of pipelined sends shares one).",
           send_transactions.load(), "counter");
+    gauge("im_pushes_direct_total", "Events pushed to own subscribers by the committing gateway (no read, no bus).",
+          pushes_direct.load(), "counter");
+    gauge("im_bus_publishes_total", "Publish statements sent to the notification bus (each carries a batch).",
+          bus_publishes.load(), "counter");
     gauge("im_listen_reconnects_total", "LISTEN connection re-establishments.", listen_reconnects.load(), "counter");
+    gauge("im_hello_timeouts_total", "Connections closed (1008) for sending no hello in time.", hello_timeouts.load(),
+          "counter");
+    gauge("im_unsent_budget_closes_total", "Connections closed (1013) with unsent output over the budget.",
+          unsent_budget_closes.load(), "counter");
+    gauge("im_read_pauses_total", "Times a connection's request reading paused for unsent output.",
+          read_pauses.load(), "counter");
+    gauge("im_unsent_bytes", "Output bytes queued for all connections, not yet written.", unsent_bytes.load());
+    gauge("im_write_timeouts_total", "Connections dropped for a write stuck past the write deadline.",
+          write_timeouts.load(), "counter");
+    o << "# HELP im_connections_rejected_total Connections closed (1013) at a connection cap.\n"
+         "# TYPE im_connections_rejected_total counter\n"
+      << "im_connections_rejected_total{cap=\"total\"} " << rejected_total_cap.load() << '\n'
+      << "im_connections_rejected_total{cap=\"address\"} " << rejected_address_cap.load() << '\n';
+    gauge("im_accept_errors_total", "accept() failures (EMFILE, ENFILE, ...) after which accepting paused.",
+          accept_errors.load(), "counter");
+    gauge("im_db_timeouts_total", "Database connections cut after --db-timeout-ms without an answer.",
+          db_timeouts.load(), "counter");
+    gauge("im_revoked_closes_total", "Connections closed because their device was revoked or got a new token.",
+          revoked_closes.load(), "counter");
     o << "# HELP im_pushes_total Server-initiated frames sent.\n# TYPE im_pushes_total counter\n"
       << "im_pushes_total{t=\"event\"} " << pushes_event.load() << '\n'
       << "im_pushes_total{t=\"hint\"} " << pushes_hint.load() << '\n'

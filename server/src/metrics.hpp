@@ -17,9 +17,22 @@ public:
     std::atomic<long long> pushes_event{0};
     std::atomic<long long> pushes_hint{0};
     std::atomic<long long> pushes_resync{0};
+    std::atomic<long long> pushes_direct{0};      // events pushed by the gateway that committed them, without a read
     std::atomic<long long> notify_lag_ms{0};      // last commit -> gateway delay seen
     std::atomic<long long> listen_reconnects{0};
+    std::atomic<long long> bus_publishes{0};      // NOTIFY statements (each carries a batch)
     std::atomic<long long> send_transactions{0};  // database transactions that carried sends
+    // Admission and back-pressure.
+    std::atomic<long long> hello_timeouts{0};       // closed 1008: no hello in time
+    std::atomic<long long> unsent_budget_closes{0}; // closed 1013: unsent output over budget
+    std::atomic<long long> read_pauses{0};          // request reading paused for unsent output
+    std::atomic<long long> unsent_bytes{0};         // unsent output of all connections now
+    std::atomic<long long> write_timeouts{0};       // dropped: a write stuck past the deadline
+    std::atomic<long long> rejected_total_cap{0};   // closed 1013: --max-connections reached
+    std::atomic<long long> rejected_address_cap{0}; // closed 1013: --max-connections-per-address reached
+    std::atomic<long long> accept_errors{0};        // accept() failures (EMFILE ...) that paused accepting
+    std::atomic<long long> revoked_closes{0};
+    std::atomic<long long> db_timeouts{0};          // database connections cut by --db-timeout-ms       // connections closed because their device was revoked
 
     /// code is "OK" for success replies.
     void count_request(std::string_view type, std::string_view code);

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <thread>
@@ -96,11 +98,22 @@ void chown_tree(const std::string& path) {
     if (::chown(path.c_str(), acct.uid, acct.gid) != 0) throw std::runtime_error("chown failed: " + path);
 }
 
-std::string external_root_for(const std::string& state_dir) {
-    auto h = std::hash<std::string>{}(fs::absolute(state_dir).lexically_normal().string());
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "/tmp/imserver-pg-%016zx", static_cast<std::size_t>(h));
-    return buf;
+// A fresh private folder under /tmp (mkdtemp: a new directory, mode 0700,
+// never an existing path or a symlink someone planted).
+std::string make_external_root() {
+    char tmpl[] = "/tmp/imserver-pg-XXXXXX";
+    if (!::mkdtemp(tmpl)) throw std::runtime_error(std::string("mkdtemp failed: ") + std::strerror(errno));
+    return tmpl;
+}
+
+// May the cluster live in `dir`? Only a real directory (not a symlink),
+// owned by us or the PostgreSQL account, that nobody else can write to.
+bool safe_cluster_dir(const std::string& dir) {
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+    PgAccount acct = pg_account();
+    bool owner_ok = st.st_uid == ::geteuid() || (acct.drop && st.st_uid == acct.uid);
+    return owner_ok && (st.st_mode & 0022) == 0;
 }
 
 } // namespace
@@ -110,8 +123,16 @@ std::string cluster_root_for_state_dir(const std::string& state_dir) {
     fs::path link = fs::path(state_dir) / "pg";
     if (fs::is_symlink(link)) {
         fs::path target = fs::read_symlink(link);
-        fs::create_directories(target);
-        return target.string();
+        if (safe_cluster_dir(target.string())) return target.string();
+        struct stat st {};
+        if (::lstat(target.c_str(), &st) == 0)
+            throw std::runtime_error("refusing cluster folder " + target.string() +
+                                     ": not a private directory of ours (a symlink, or writable by others)");
+        // Gone (a reboot cleaned /tmp): a new private folder, never the old path.
+        fs::remove(link);
+        std::string fresh = make_external_root();
+        fs::create_symlink(fresh, link);
+        return fresh;
     }
     if (fs::exists(link)) return fs::canonical(link).string();
     std::string inside = fs::absolute(link).lexically_normal().string();
@@ -120,8 +141,7 @@ std::string cluster_root_for_state_dir(const std::string& state_dir) {
         fs::create_directories(inside);
         return inside;
     }
-    std::string outside = external_root_for(state_dir);
-    fs::create_directories(outside);
+    std::string outside = make_external_root();
     fs::create_symlink(outside, link);
     log_info("pg_cluster_outside_state_dir", {{"state_dir", state_dir}, {"cluster", outside}});
     return outside;

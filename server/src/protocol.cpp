@@ -41,6 +41,21 @@ struct Fields {
             return std::string("field 'cmid' must be 1-64 characters");
         return std::nullopt;
     }
+
+    /// The page window shared by sync and history: optional `limit` (>= 1,
+    /// cut to max_sync_limit) and optional `epoch` (>= 1).
+    std::optional<std::string> window(std::int64_t& limit, std::optional<std::int64_t>& epoch) const {
+        if (auto e = integer("limit", limit, false)) return e;
+        if (limit < 1) return std::string("field 'limit' must be >= 1");
+        if (limit > max_sync_limit) limit = max_sync_limit;
+        if (o.contains("epoch")) {
+            std::int64_t ep = 0;
+            if (auto e = integer("epoch", ep)) return e;
+            if (ep < 1) return std::string("field 'epoch' must be >= 1");
+            epoch = ep;
+        }
+        return std::nullopt;
+    }
 };
 
 std::variant<Request, Error> parse_body(std::string_view t, const json::object& o) {
@@ -71,15 +86,7 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         if (auto e = f.conv(r.conv)) return bad(*e);
         if (auto e = f.integer("after", r.after)) return bad(*e);
         if (r.after < 0) return bad("field 'after' must be >= 0");
-        if (auto e = f.integer("limit", r.limit, false)) return bad(*e);
-        if (r.limit < 1) return bad("field 'limit' must be >= 1");
-        if (r.limit > max_sync_limit) r.limit = max_sync_limit;
-        if (o.contains("epoch")) {
-            std::int64_t ep = 0;
-            if (auto e = f.integer("epoch", ep)) return bad(*e);
-            if (ep < 1) return bad("field 'epoch' must be >= 1");
-            r.epoch = ep;
-        }
+        if (auto e = f.window(r.limit, r.epoch)) return bad(*e);
         return r;
     }
     if (t == "ack" || t == "read" || t == "fetch") {
@@ -103,7 +110,26 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         if (auto e = f.cmid(r.cmid)) return bad(*e);
         return r;
     }
-    if (t == "convs") return req::Convs{};
+    if (t == "history") {
+        req::History r;
+        if (auto e = f.conv(r.conv)) return bad(*e);
+        if (auto e = f.integer("before", r.before)) return bad(*e);
+        if (r.before < 0) return bad("field 'before' must be >= 0");
+        if (auto e = f.window(r.limit, r.epoch)) return bad(*e);
+        return r;
+    }
+    if (t == "convs") {
+        req::Convs r;
+        if (o.contains("after")) {
+            if (auto e = f.str("after", r.after)) return bad(*e);
+            if (!r.after.empty() && !valid_id(r.after))
+                return bad("field 'after' must be a conversation id (1-64 characters of [A-Za-z0-9._:-])");
+        }
+        if (auto e = f.integer("limit", r.limit, false)) return bad(*e);
+        if (r.limit < 1) return bad("field 'limit' must be >= 1");
+        if (r.limit > max_convs_limit) r.limit = max_convs_limit;
+        return r;
+    }
     if (t == "sub") return req::Sub{};
     return bad("unknown request type '" + std::string(t) + "'");
 }
@@ -122,6 +148,11 @@ json::object event_json(const Event& ev) {
     o["ts"] = ev.ts;
     o["epoch"] = ev.epoch;
     return o;
+}
+
+json::object conv_info_json(const ConvInfo& c) {
+    return json::object{{"conv", c.conv},       {"kind", c.kind},   {"head", c.head},   {"delivered", c.delivered},
+                        {"read", c.read},       {"unread", c.unread}, {"epoch", c.epoch}, {"min_seq", c.min_seq}};
 }
 
 std::string finish(json::object o, const std::optional<std::string>& rid) {
@@ -170,7 +201,7 @@ std::optional<std::size_t> utf8_code_points(std::string_view s) {
 
 std::string_view request_name(const Request& r) {
     static constexpr std::string_view names[] = {"hello", "send", "sync", "ack", "read",
-                                                 "recall", "convs", "fetch", "sub"};
+                                                 "recall", "convs", "fetch", "sub", "history"};
     return names[r.index()];
 }
 
@@ -194,7 +225,7 @@ Parsed parse_request(std::string_view frame) {
         return p;
     }
     static constexpr std::string_view known[] = {"hello", "send", "sync", "ack", "read",
-                                                 "recall", "convs", "fetch", "sub"};
+                                                 "recall", "convs", "fetch", "sub", "history"};
     std::string_view tv = t->get_string();
     p.type = "other";
     for (auto k : known)
@@ -230,6 +261,14 @@ std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) 
                 o["events"] = std::move(evs);
                 o["next_after"] = x.next_after; o["has_more"] = x.has_more; o["head"] = x.head;
                 o["min_seq"] = x.min_seq; o["trimmed"] = x.trimmed; o["epoch"] = x.epoch;
+            } else if constexpr (std::is_same_v<T, HistoryPage>) {
+                o["t"] = "page"; o["conv"] = x.conv;
+                json::array evs;
+                evs.reserve(x.events.size());
+                for (const auto& ev : x.events) evs.push_back(event_json(ev));
+                o["events"] = std::move(evs);
+                o["oldest"] = x.oldest; o["has_older"] = x.has_older; o["head"] = x.head;
+                o["min_seq"] = x.min_seq; o["trimmed"] = x.trimmed; o["epoch"] = x.epoch;
             } else if constexpr (std::is_same_v<T, Acked>) {
                 o["t"] = "acked"; o["conv"] = x.conv; o["delivered"] = x.delivered;
             } else if constexpr (std::is_same_v<T, ReadOk>) {
@@ -239,13 +278,9 @@ std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) 
             } else if constexpr (std::is_same_v<T, ConvList>) {
                 o["t"] = "convs";
                 json::array a;
-                for (const auto& c : x.convs) {
-                    a.push_back(json::object{{"conv", c.conv}, {"kind", c.kind}, {"head", c.head},
-                                             {"delivered", c.delivered}, {"read", c.read},
-                                             {"unread", c.unread}, {"epoch", c.epoch},
-                                             {"min_seq", c.min_seq}});
-                }
+                for (const auto& c : x.convs) a.push_back(conv_info_json(c));
                 o["convs"] = std::move(a);
+                o["next_after"] = x.next_after; o["has_more"] = x.has_more;
             } else if constexpr (std::is_same_v<T, Fetched>) {
                 o["t"] = "fetched"; o["ev"] = event_json(x.ev);
             } else if constexpr (std::is_same_v<T, Subscribed>) {
@@ -255,6 +290,9 @@ std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) 
         r);
     return finish(std::move(o), rid);
 }
+
+std::size_t encoded_size(const Event& ev) { return json::serialize(event_json(ev)).size() + 1; }
+std::size_t encoded_size(const ConvInfo& c) { return json::serialize(conv_info_json(c)).size() + 1; }
 
 std::string encode_event_push(const Event& ev) {
     return json::serialize(json::object{{"t", "event"}, {"ev", event_json(ev)}});

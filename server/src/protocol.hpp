@@ -21,6 +21,13 @@ inline constexpr std::size_t max_body_code_points = 4000;
 inline constexpr std::size_t max_id_chars = 64; // conv ids, install ids
 inline constexpr std::int64_t default_sync_limit = 50;
 inline constexpr std::int64_t max_sync_limit = 200;
+inline constexpr std::int64_t default_convs_limit = 100;
+inline constexpr std::int64_t max_convs_limit = 500;
+/// Room kept in every page for its envelope (type, conv, cursors, a rid of
+/// up to 64 characters even when each is escaped as \uXXXX): the items of a
+/// page may use max_frame_bytes - frame_envelope_reserve bytes together.
+inline constexpr std::size_t frame_envelope_reserve = 2048;
+inline constexpr std::size_t page_item_budget = max_frame_bytes - frame_envelope_reserve;
 
 namespace req {
 struct Hello { std::string token, install; };
@@ -29,13 +36,14 @@ struct Sync { std::string conv; std::int64_t after = 0; std::int64_t limit = def
 struct Ack { std::string conv; std::int64_t seq = 0; };
 struct Read { std::string conv; std::int64_t seq = 0; };
 struct Recall { std::string conv; std::int64_t target = 0; std::string cmid; };
-struct Convs {};
+struct History { std::string conv; std::int64_t before = 0; std::int64_t limit = default_sync_limit; std::optional<std::int64_t> epoch; };
+struct Convs { std::string after; std::int64_t limit = default_convs_limit; };
 struct Fetch { std::string conv; std::int64_t seq = 0; };
 struct Sub {};
 } // namespace req
 
 using Request = std::variant<req::Hello, req::Send, req::Sync, req::Ack, req::Read,
-                             req::Recall, req::Convs, req::Fetch, req::Sub>;
+                             req::Recall, req::Convs, req::Fetch, req::Sub, req::History>;
 
 /// The request type name as it appears in `t` (for metrics and logs).
 std::string_view request_name(const Request& r);
@@ -81,6 +89,17 @@ struct Page {
     bool trimmed = false;
     std::int64_t epoch = 1;
 };
+/// A `history` page: same frame type as sync's, with `oldest`/`has_older`.
+struct HistoryPage {
+    std::string conv;
+    std::vector<Event> events;
+    std::int64_t oldest = 0;
+    bool has_older = false;
+    std::int64_t head = 0;
+    std::int64_t min_seq = 1;
+    bool trimmed = false;
+    std::int64_t epoch = 1;
+};
 struct Acked { std::string conv; std::int64_t delivered = 0; };
 struct ReadOk { std::string conv; std::int64_t read = 0; };
 struct Recalled { std::string conv; std::int64_t seq = 0; bool dup = false; };
@@ -88,14 +107,19 @@ struct ConvInfo {
     std::string conv, kind;
     std::int64_t head = 0, delivered = 0, read = 0, unread = 0, epoch = 1, min_seq = 1;
 };
-struct ConvList { std::vector<ConvInfo> convs; };
+struct ConvList { std::vector<ConvInfo> convs; std::string next_after; bool has_more = false; };
 struct Fetched { Event ev; };
 struct Subscribed {};
 
-using Reply = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, ConvList, Fetched, Subscribed>;
+using Reply = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, ConvList, Fetched, Subscribed, HistoryPage>;
 
 std::string encode_reply(const Reply& r, const std::optional<std::string>& rid);
 std::string encode_error(const Error& e, const std::optional<std::string>& rid);
+
+/// Bytes an item takes inside a page's list (its JSON plus a separator):
+/// the store cuts pages with these so no frame passes max_frame_bytes.
+std::size_t encoded_size(const Event& ev);
+std::size_t encoded_size(const ConvInfo& c);
 
 std::string encode_event_push(const Event& ev);
 std::string encode_hint(std::string_view conv, std::int64_t head, std::int64_t epoch,

@@ -1,10 +1,14 @@
 #include "store.hpp"
 
+#include "db_pool.hpp"
 #include "log.hpp"
 
+#include <openssl/evp.h>
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 
 namespace im {
@@ -101,6 +105,29 @@ std::string event_columns() {
            ", epoch, client_msg_id";
 }
 
+// A PostgreSQL text[] literal (a bound parameter): every element quoted,
+// `"` and `\` escaped.
+std::string text_array(const std::vector<std::string>& items) {
+    std::string out = "{";
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i) out += ',';
+        out += '"';
+        for (char ch : items[i]) {
+            if (ch == '"' || ch == '\\') out += '\\';
+            out += ch;
+        }
+        out += '"';
+    }
+    return out + "}";
+}
+
+// A failure the same request would meet on every retry (a data exception,
+// a constraint the request itself breaks; contract section 8).
+bool deterministic(const pqxx::sql_error& e) {
+    const std::string& state = e.sqlstate();
+    return (state.rfind("22", 0) == 0 || state.rfind("23", 0) == 0) && state != "23505";
+}
+
 // Maps database failures to UNAVAILABLE: the request key makes a resend safe.
 // With Rethrow, a unique violation escapes to the caller (send retries once).
 template <class T, bool Rethrow = false, class F>
@@ -110,6 +137,16 @@ Outcome<T> guarded(const char* what, F&& f) {
     } catch (const pqxx::unique_violation& e) {
         if constexpr (Rethrow) throw;
         log_warn("db_conflict", {{"op", what}, {"err", e.what()}});
+        return unavailable();
+    } catch (const pqxx::sql_error& e) {
+        // The server answered with an error: nothing was committed. One the
+        // request would meet on every retry is terminal (contract section 8).
+        if (deterministic(e)) {
+            if constexpr (Rethrow) throw;
+            log_warn("db_rejected", {{"op", what}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
+            return invalid("the database rejected this request (" + e.sqlstate() + ")");
+        }
+        log_warn("db_error", {{"op", what}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
         return unavailable();
     } catch (const pqxx::in_doubt_error& e) {
         log_warn("db_in_doubt", {{"op", what}, {"err", e.what()}});
@@ -135,9 +172,11 @@ Appended append_event(pqxx::transaction_base& tx, const std::string& conv, const
                       const std::optional<std::string>& sender, const std::optional<std::string>& cmid,
                       const std::optional<std::string>& body, std::optional<std::int64_t> target,
                       const std::optional<std::string>& subject, const std::string& fingerprint_sql,
-                      const std::string& fp_arg) {
+                      const std::string& fp_arg, bool notify_in_tx) {
     // One statement, one round trip: take the seq (bump next_seq), insert the
-    // row with its running counts for `unread`, and queue the notification.
+    // row with its running counts for `unread`, and (for the admin CLI, which
+    // has no bus of its own) queue the notification. Gateways publish after
+    // COMMIT instead (bus.hpp).
     // $4 is reserved for the fingerprint's argument.
     std::string fp = fingerprint_sql.empty() ? std::string("(CASE WHEN $4::text IS NULL THEN NULL END)::bytea")
                                              : fingerprint_sql;
@@ -152,10 +191,10 @@ Appended append_event(pqxx::transaction_base& tx, const std::string& conv, const
         "      CASE WHEN $3 = 'msg' THEN COALESCE((SELECT p.sender_ordinal FROM events p WHERE p.conv_id = $1 "
         "           AND p.sender_user = $5 AND p.kind = 'msg' ORDER BY p.seq DESC LIMIT 1), 0) + 1 END "
         "      FROM c RETURNING seq, mid::text AS mid, " + ts_ms + " AS ts, epoch) "
-        "SELECT seq, mid, ts, epoch, pg_notify($2, 'e ' || $1 || ' ' || seq) FROM e";
+        "SELECT seq, mid, ts, epoch, CASE WHEN $11 THEN pg_notify($2, 'e ' || $1 || ' ' || seq) END FROM e";
     auto r = tx.exec_params(sql, conv, std::string(notify_channel), kind, fp_arg, sender.value_or(""),
                             cmid.value_or(""), body.has_value(), body.value_or(""),
-                            target ? std::to_string(*target) : "", subject.value_or(""));
+                            target ? std::to_string(*target) : "", subject.value_or(""), notify_in_tx);
     if (r.empty()) throw std::runtime_error("append: conversation row vanished: " + conv);
     return {r[0][0].as<std::int64_t>(), r[0][1].c_str(), r[0][2].as<std::int64_t>(), r[0][3].as<std::int64_t>()};
 }
@@ -216,6 +255,22 @@ bool install_is_current(pqxx::transaction_base& tx, const Identity& who) {
     return !r.empty() && !r[0][0].is_null() && who.install == r[0][0].c_str();
 }
 
+// Device tokens never leave the process: PostgreSQL sees (and logs, and
+// shows in pg_stat_activity) only their SHA-256, as hex.
+std::string token_hash_hex(const std::string& token) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_Digest(token.data(), token.size(), md, &len, EVP_sha256(), nullptr) != 1)
+        throw std::runtime_error("SHA-256 failed");
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < len; ++i) {
+        out += hex[md[i] >> 4];
+        out += hex[md[i] & 15];
+    }
+    return out;
+}
+
 Error stale_install() { return {Code::stale_install, "a newer install of this device exists"}; }
 
 } // namespace
@@ -226,9 +281,9 @@ Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
     return guarded<Identity>("hello", [&]() -> Outcome<Identity> {
         pqxx::work tx(c);
         auto d = tx.exec_params("SELECT device_id, user_id FROM devices "
-                                "WHERE token_sha256 = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL "
+                                "WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL "
                                 "FOR UPDATE",
-                                h.token);
+                                token_hash_hex(h.token));
         if (d.empty()) return Error{Code::unauthenticated, "unknown or revoked device token"};
         Identity who{d[0][1].c_str(), d[0][0].c_str(), h.install};
         auto i = tx.exec_params("SELECT superseded_at IS NOT NULL FROM device_installs "
@@ -256,90 +311,155 @@ Outcome<Store::SendResult> Store::send(pqxx::connection_base& c, const Identity&
     return send_batch(c, who, {s}).front();
 }
 
+namespace {
+
+// Every query of `send`: steps 0-5 of contract section 6 run inside the
+// server-side function im_send (schema/003_send_function.sql), one round
+// trip per send or per pipelined run of sends to one conversation.
+constexpr const char* send_stmt = "im_send";
+constexpr const char* send_sql =
+    "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send($1, $2, $3::text[], $4::text[], $5)";
+
+} // namespace
+
 std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base& c, const Identity& who,
                                                           const std::vector<req::Send>& batch) {
     using Results = std::vector<Outcome<SendResult>>;
     const std::string& conv_id = batch.front().conv;
-    for (int attempt = 0;; ++attempt) {
-        try {
-            auto r = guarded<Results, true>("send", [&]() -> Outcome<Results> {
-                pqxx::work tx(c);
-                // 1. Lock the conversation row: per-conversation seq order = commit order.
-                //    (The lab's negative control skips the lock and the unique index.)
-                auto conv = load_conv(tx, conv_id, !lab_.no_unique_index);
-                if (!conv) return Results(batch.size(), not_member());
-                Results out;
-                out.reserve(batch.size());
-                bool stopped = false;
-                for (const auto& s : batch) {
-                    if (stopped) { // keep the sender's order: nothing after a failed item
-                        out.push_back(unavailable("injected fault"));
-                        continue;
-                    }
-                    // Steps 2-4 read their facts in one statement (taken after the
-                    // lock, so it sees every commit before ours and the earlier
-                    // items of this batch) and are judged in the contract's order.
-                    auto f = tx.exec_params(
-                        std::string("SELECT k.seq, k.mid::text, k.epoch, k.request_hash = ") + send_fp +
-                            ", EXISTS (SELECT 1 FROM idem_tombstones t WHERE t.conv_id = $1 AND t.sender_user = $2 "
-                            "          AND t.client_msg_id = $3), "
-                            "EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = $1 AND m.user_id = $2 "
-                            "        AND m.to_seq IS NULL) "
-                            "FROM (SELECT 1) AS one LEFT JOIN events k ON k.conv_id = $1 AND k.sender_user = $2 "
-                            "AND k.client_msg_id = $3",
-                        s.conv, who.user, s.cmid, s.body);
-                    const auto& facts = f[0];
-                    // 2. The request key: same fingerprint -> the original; else mismatch.
-                    if (!facts[0].is_null()) {
-                        if (!facts[3].as<bool>())
-                            out.push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
-                        else
-                            out.push_back(SendResult{Sent{s.conv, facts[0].as<std::int64_t>(), facts[1].c_str(), true,
-                                                          facts[2].as<std::int64_t>()}});
-                        continue;
-                    }
-                    // 3. A tombstone: the original ran but retention purged it.
-                    if (facts[4].as<bool>()) {
-                        out.push_back(Error{Code::original_expired, "the original was purged by retention"});
-                        continue;
-                    }
-                    // 4. Write access needs an open period.
-                    if (!facts[5].as<bool>()) {
-                        out.push_back(not_member());
-                        continue;
-                    }
-                    // 5. Insert and bump next_seq (with NOTIFY); commit below, reply after it.
-                    auto fi = faults_.hit("store.before_insert");
-                    if (fi == FaultKind::unavailable) {
-                        out.push_back(unavailable("injected fault"));
-                        stopped = true;
-                        continue;
-                    }
-                    auto a = append_event(tx, s.conv, "msg", who.user, s.cmid, s.body, std::nullopt, std::nullopt,
-                                          send_fp, s.body);
-                    SendResult res{Sent{s.conv, a.seq, a.mid, false, a.epoch}};
-                    res.drop_reply = fi == FaultKind::drop_reply;
-                    out.push_back(std::move(res));
-                }
-                auto fc = faults_.hit("store.before_commit");
-                if (fc == FaultKind::unavailable) return Results(batch.size(), unavailable("injected fault"));
-                tx.commit();
-                if (fc == FaultKind::drop_reply)
-                    for (auto& o : out)
-                        if (o) o->drop_reply = true;
-                return out;
-            });
-            if (r) return std::move(r.value());
-            return Results(batch.size(), r.error());
-        } catch (const pqxx::unique_violation&) {
-            // Not reachable while the row lock is held; if it ever is, the
-            // key now exists and a second pass returns it as a duplicate.
-            if (attempt > 0) return Results(batch.size(), unavailable());
+    // Lab fault points (no-ops unless --enable-faults): before the insert of
+    // an item, and between the inserts and COMMIT.
+    std::size_t run = batch.size();
+    std::vector<bool> drop(batch.size(), false);
+    if (faults_.enabled()) {
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            auto fi = faults_.hit("store.before_insert");
+            if (fi == FaultKind::unavailable) {
+                run = i; // keep the sender's order: nothing from the failed item on
+                break;
+            }
+            drop[i] = fi == FaultKind::drop_reply;
         }
     }
+    Results out;
+    out.reserve(batch.size());
+    // Items [from, to) in one call; a deterministic failure of a run of
+    // several is retried item by item, so it fails only its own request.
+    std::function<void(std::size_t, std::size_t)> call = [&](std::size_t from, std::size_t to) {
+        if (from >= to) return;
+        for (int attempt = 0;; ++attempt) {
+            try {
+                auto r = guarded<Results, true>("send", [&]() -> Outcome<Results> {
+                    c.prepare(send_stmt, send_sql);
+                    std::vector<std::string> cmid_list, body_list;
+                    for (std::size_t i = from; i < to; ++i) {
+                        cmid_list.push_back(batch[i].cmid);
+                        body_list.push_back(batch[i].body);
+                    }
+                    const std::string cmids = text_array(cmid_list), bodies = text_array(body_list);
+                    const bool lock = !lab_.no_unique_index;
+                    pqxx::result rows;
+                    if (faults_.enabled()) {
+                        pqxx::work tx(c);
+                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, lock);
+                        auto fc = faults_.hit("store.before_commit");
+                        if (fc == FaultKind::unavailable) return Results(to - from, unavailable("injected fault"));
+                        tx.commit();
+                        if (fc == FaultKind::drop_reply)
+                            for (std::size_t i = from; i < to; ++i) drop[i] = true;
+                    } else {
+                        pqxx::nontransaction tx(c); // autocommit: the call is the transaction
+                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, lock);
+                    }
+                    Results part;
+                    for (const auto& row : rows) {
+                        const std::string_view code = row[1].c_str();
+                        if (code == "NOT_MEMBER") {
+                            part.push_back(not_member());
+                        } else if (code == "IDEMPOTENCY_MISMATCH") {
+                            part.push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
+                        } else if (code == "ORIGINAL_EXPIRED") {
+                            part.push_back(Error{Code::original_expired, "the original was purged by retention"});
+                        } else {
+                            part.push_back(SendResult{Sent{conv_id, row[2].as<std::int64_t>(), row[3].c_str(),
+                                                           row[5].as<bool>(), row[4].as<std::int64_t>()},
+                                                      false, row[6].as<std::int64_t>()});
+                        }
+                    }
+                    if (part.size() != to - from) throw std::runtime_error("im_send: wrong number of results");
+                    return part;
+                });
+                if (r) {
+                    for (auto& o : r.value()) out.push_back(std::move(o));
+                } else {
+                    for (std::size_t i = from; i < to; ++i) out.push_back(r.error());
+                }
+                return;
+            } catch (const pqxx::unique_violation&) {
+                // Not reachable while the row lock is held; if it ever is, the
+                // key now exists and a second pass returns it as a duplicate.
+                if (attempt == 0) continue;
+                for (std::size_t i = from; i < to; ++i) out.push_back(unavailable());
+                return;
+            } catch (const pqxx::sql_error& e) {
+                // guarded<..., true> lets sql errors of the deterministic kind through.
+                if (to - from > 1) {
+                    for (std::size_t i = from; i < to; ++i) call(i, i + 1);
+                    return;
+                }
+                log_warn("send_rejected", {{"conv", conv_id}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
+                out.push_back(invalid("the database rejected this message (" + e.sqlstate() + ")"));
+                return;
+            }
+        }
+    };
+    call(0, run);
+    for (std::size_t i = run; i < batch.size(); ++i) out.push_back(unavailable("injected fault"));
+    for (std::size_t i = 0; i < out.size(); ++i)
+        if (out[i] && drop[i]) out[i]->drop_reply = true;
+    return out;
 }
 
-// ---------------------------------------------------------------- sync
+// ---------------------------------------------------------------- sync / history
+
+namespace {
+
+// Collects the readable events of one direction, period by period: each
+// query is one range scan of the primary key (conv_id, seq) inside a period,
+// so ranges the caller may not read (a left-and-rejoined member's gap) are
+// never scanned. Stops at `want` events or when the next one would pass the
+// frame budget (never before the first).
+struct Collector {
+    std::int64_t want;
+    std::vector<Event> events;
+    std::size_t bytes = 0;
+    bool cut = false; // stopped early: readable events remain past the last one
+
+    // Adds the rows in order; false once the page is full.
+    bool take(const pqxx::result& r) {
+        for (const auto& row : r) {
+            if (static_cast<std::int64_t>(events.size()) >= want) {
+                cut = true;
+                return false;
+            }
+            Event ev = read_event(row);
+            std::size_t n = encoded_size(ev);
+            if (!events.empty() && bytes + n > page_item_budget) {
+                cut = true;
+                return false;
+            }
+            bytes += n;
+            events.push_back(std::move(ev));
+        }
+        return true;
+    }
+};
+
+} // namespace
+
+std::string Store::event_range_sql(bool newest_first) {
+    return "SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq" +
+           (newest_first ? " DESC" : "") + " LIMIT $4";
+}
 
 Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const req::Sync& s) {
     return guarded<Page>("sync", [&]() -> Outcome<Page> {
@@ -360,19 +480,55 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
         p.min_seq = conv->min_seq;
         p.epoch = conv->epoch;
         p.trimmed = s.after < conv->min_seq - 1;
-        auto r = tx.exec_params("SELECT " + event_columns() +
-                                    " FROM events e WHERE conv_id = $1 AND seq > $2 AND seq <= $3 AND EXISTS ("
-                                    "SELECT 1 FROM membership_periods p WHERE p.conv_id = e.conv_id "
-                                    "AND p.user_id = $4 AND e.seq >= p.from_seq "
-                                    "AND (p.to_seq IS NULL OR e.seq <= p.to_seq)) "
-                                    "ORDER BY seq LIMIT $5",
-                                s.conv, s.after, access.head, who.user, s.limit + 1);
-        for (const auto& row : r) {
-            if (static_cast<std::int64_t>(p.events.size()) == s.limit) break;
-            p.events.push_back(read_event(row));
+        Collector col{s.limit, {}, 0, false};
+        for (const auto& per : access.periods) { // ascending from_seq
+            std::int64_t lo = std::max({s.after + 1, per.from, conv->min_seq});
+            std::int64_t hi = std::min(per.to, access.head);
+            if (lo > hi) continue;
+            // One row more than still fits tells whether more remain.
+            auto r = tx.exec_params(event_range_sql(false), s.conv, lo, hi, col.want - static_cast<std::int64_t>(col.events.size()) + 1);
+            if (!col.take(r)) break;
         }
-        p.has_more = static_cast<std::int64_t>(r.size()) > s.limit;
+        p.events = std::move(col.events);
+        p.has_more = col.cut;
         p.next_after = p.has_more ? p.events.back().seq : access.head;
+        return p;
+    });
+}
+
+Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& who, const req::History& h) {
+    return guarded<HistoryPage>("history", [&]() -> Outcome<HistoryPage> {
+        pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+        auto conv = load_conv(tx, h.conv, false);
+        if (!conv) return not_member();
+        auto access = load_access(tx, h.conv, who.user, conv->next_seq);
+        if (!access.any()) return not_member();
+        if (h.epoch && *h.epoch != conv->epoch)
+            return Error{Code::epoch_changed, "epoch is now " + std::to_string(conv->epoch)};
+        if (h.before > access.head + 1) return Error{Code::cursor_ahead, "before is beyond head + 1"};
+        const std::int64_t before = h.before == 0 ? access.head + 1 : h.before;
+
+        HistoryPage p;
+        p.conv = h.conv;
+        p.head = access.head;
+        p.min_seq = conv->min_seq;
+        p.epoch = conv->epoch;
+        // The lowest seq the caller could ever read here (purged ones aside).
+        const std::int64_t floor_seq = std::max(conv->min_seq, access.periods.front().from);
+        Collector col{h.limit, {}, 0, false};
+        for (auto it = access.periods.rbegin(); it != access.periods.rend(); ++it) { // newest period first
+            std::int64_t lo = std::max(it->from, conv->min_seq);
+            std::int64_t hi = std::min({it->to, access.head, before - 1});
+            if (lo > hi) continue;
+            auto r = tx.exec_params(event_range_sql(true), h.conv, lo, hi, col.want - static_cast<std::int64_t>(col.events.size()) + 1);
+            if (!col.take(r)) break;
+        }
+        std::reverse(col.events.begin(), col.events.end());
+        p.events = std::move(col.events);
+        p.has_older = col.cut;
+        p.oldest = p.has_older ? p.events.front().seq : std::min(before, floor_seq);
+        // Purged events the caller could have read lie below this window.
+        p.trimmed = !p.has_older && conv->min_seq > access.periods.front().from;
         return p;
     });
 }
@@ -397,20 +553,30 @@ Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, con
 
 // ---------------------------------------------------------------- convs
 
-Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who) {
+Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who, const req::Convs& q) {
     return guarded<ConvList>("convs", [&]() -> Outcome<ConvList> {
         pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+        // The user's conversations in conv_id order after `after`: a range
+        // scan of membership_by_user (user_id, conv_id), one row more than
+        // asked tells whether more remain.
         auto r = tx.exec_params(
             "SELECT c.conv_id, c.kind, c.next_seq, c.epoch, c.min_seq, "
             "COALESCE(dm.delivered, 0), COALESCE(rm.read, 0) "
-            "FROM conversations c "
+            "FROM (SELECT DISTINCT conv_id FROM membership_periods WHERE user_id = $1 AND conv_id > $3 "
+            "      ORDER BY conv_id LIMIT $4) m "
+            "JOIN conversations c ON c.conv_id = m.conv_id "
             "LEFT JOIN delivery_markers dm ON dm.conv_id = c.conv_id AND dm.device_id = $2 "
             "LEFT JOIN read_markers rm ON rm.conv_id = c.conv_id AND rm.user_id = $1 "
-            "WHERE c.conv_id IN (SELECT conv_id FROM membership_periods WHERE user_id = $1) "
             "ORDER BY c.conv_id",
-            who.user, who.device);
+            who.user, who.device, q.after, q.limit + 1);
         ConvList out;
+        std::size_t bytes = 0;
         for (const auto& row : r) {
+            if (static_cast<std::int64_t>(out.convs.size()) >= q.limit) {
+                out.has_more = true;
+                break;
+            }
+            Watchdog::progress(); // each entry takes a few round trips
             ConvInfo ci;
             ci.conv = row[0].c_str();
             ci.kind = row[1].c_str();
@@ -421,8 +587,15 @@ Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who) {
             ci.delivered = row[5].as<std::int64_t>();
             ci.read = row[6].as<std::int64_t>();
             ci.unread = unread_in(tx, ci.conv, who.user, access, ci.read, ci.head, ci.min_seq);
+            std::size_t n = encoded_size(ci);
+            if (!out.convs.empty() && bytes + n > page_item_budget) {
+                out.has_more = true;
+                break;
+            }
+            bytes += n;
             out.convs.push_back(std::move(ci));
         }
+        out.next_after = out.convs.empty() ? q.after : out.convs.back().conv;
         return out;
     });
 }
@@ -443,12 +616,13 @@ Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const r
                                 "SET delivered = GREATEST(delivery_markers.delivered, EXCLUDED.delivered) "
                                 "RETURNING delivered",
                                 a.conv, who.device, a.seq);
+        if (faults_.hit("store.ack_before_commit") == FaultKind::unavailable) return unavailable("injected fault");
         tx.commit();
         return Acked{a.conv, r[0][0].as<std::int64_t>()};
     });
 }
 
-Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const req::Read& rd) {
+Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const req::Read& rd, Notes& notes) {
     return guarded<ReadOk>("read", [&]() -> Outcome<ReadOk> {
         pqxx::work tx(c);
         if (!install_is_current(tx, who)) return stale_install();
@@ -465,10 +639,10 @@ Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const
                                 "SET read = GREATEST(read_markers.read, EXCLUDED.read) RETURNING read",
                                 rd.conv, who.user, rd.seq);
         std::int64_t now = r[0][0].as<std::int64_t>();
-        // The user's other devices learn of it through the gateways.
-        if (now > before)
-            notify(tx, "r " + rd.conv + " " + who.user + " " + who.device + " " + std::to_string(now));
+        if (faults_.hit("store.read_before_commit") == FaultKind::unavailable) return unavailable("injected fault");
         tx.commit();
+        // The user's other devices learn of it through the gateways.
+        if (now > before) notes.push_back("r " + rd.conv + " " + who.user + " " + who.device + " " + std::to_string(now));
         return ReadOk{rd.conv, now};
     });
 }
@@ -478,6 +652,11 @@ Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const
 Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, const req::Recall& rc) {
     return guarded<Recalled>("recall", [&]() -> Outcome<Recalled> {
         pqxx::work tx(c);
+        // Without any lock first (C4): a stranger never waits on the row lock.
+        if (tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 LIMIT 1", rc.conv,
+                           who.user)
+                .empty())
+            return not_member();
         auto conv = load_conv(tx, rc.conv, true);
         if (!conv) return not_member();
         auto access = load_access(tx, rc.conv, who.user, conv->next_seq);
@@ -515,7 +694,8 @@ Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, c
         if (!ev[0][2].as<bool>()) return Error{Code::recall_window_expired, "past the recall window"};
         if (!access.open) return not_member();
         auto a = append_event(tx, rc.conv, "recall", who.user, rc.cmid, std::nullopt, rc.target,
-                              std::nullopt, recall_fp, target);
+                              std::nullopt, recall_fp, target, false);
+        if (faults_.hit("store.recall_before_commit") == FaultKind::unavailable) return unavailable("injected fault");
         tx.commit();
         return Recalled{rc.conv, a.seq, false};
     });
@@ -563,7 +743,47 @@ std::optional<Store::PushBatch> Store::load_push(pqxx::connection_base& c, const
     return b;
 }
 
-bool Store::ping(pqxx::connection_base& c) {
+// The fan-out's reads: prepared once per connection, autocommit (one
+// statement, one snapshot, no BEGIN/ROLLBACK round trips).
+std::vector<Event> Store::push_events(pqxx::connection_base& c, const std::string& conv, std::int64_t from,
+                                      std::int64_t to) {
+    c.prepare("im_push_events", "SELECT " + event_columns() +
+                                    " FROM events WHERE conv_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq");
+    pqxx::nontransaction tx(c);
+    std::vector<Event> out;
+    for (const auto& row : tx.exec_prepared("im_push_events", conv, from, to)) out.push_back(read_event(row));
+    return out;
+}
+
+Store::Members Store::push_members(pqxx::connection_base& c, const std::string& conv) {
+    c.prepare("im_push_members",
+              "SELECT m.user_id, m.from_seq, m.to_seq, c.push_full_max FROM conversations c "
+              "LEFT JOIN membership_periods m ON m.conv_id = c.conv_id WHERE c.conv_id = $1");
+    pqxx::nontransaction tx(c);
+    Members out;
+    std::int64_t open = 0, full_max = 0;
+    for (const auto& row : tx.exec_prepared("im_push_members", conv)) {
+        full_max = row[3].as<std::int64_t>();
+        if (row[0].is_null()) continue;
+        out.periods.push_back({row[0].c_str(), row[1].as<std::int64_t>(),
+                               row[2].is_null() ? INT64_MAX : row[2].as<std::int64_t>()});
+        if (row[2].is_null()) ++open;
+    }
+    out.full = open <= full_max;
+    return out;
+}
+
+void Store::open_publisher(pqxx::connection_base& c) {
+    pqxx::nontransaction(c).exec("SET synchronous_commit = off");
+    c.prepare("im_publish", "SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p");
+}
+
+void Store::publish(pqxx::connection_base& c, const Notes& payloads) {
+    pqxx::nontransaction tx(c);
+    tx.exec_prepared("im_publish", std::string(notify_channel), text_array(payloads));
+}
+
+bool Store::probe(pqxx::connection_base& c) {
     try {
         pqxx::nontransaction tx(c);
         tx.exec("SELECT 1");
@@ -571,6 +791,14 @@ bool Store::ping(pqxx::connection_base& c) {
     } catch (const std::exception&) {
         return false;
     }
+}
+
+bool Store::idempotency_index_present(pqxx::connection_base& c) {
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec("SELECT 1 FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid "
+                     "WHERE x.relname = 'events_idempotency' AND i.indisunique AND i.indisvalid "
+                     "AND x.relnamespace = current_schema()::regnamespace");
+    return !r.empty();
 }
 
 // ---------------------------------------------------------------- admin
@@ -600,7 +828,7 @@ ConvRow need_conv(pqxx::transaction_base& tx, const std::string& conv) {
 }
 
 std::int64_t open_member(pqxx::transaction_base& tx, const std::string& conv, const std::string& user) {
-    auto a = append_event(tx, conv, "join", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
+    auto a = append_event(tx, conv, "join", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "", true);
     tx.exec_params("INSERT INTO membership_periods (conv_id, user_id, from_seq) VALUES ($1, $2, $3)", conv, user,
                    a.seq);
     return a.seq;
@@ -623,9 +851,8 @@ std::string Store::add_device(pqxx::connection_base& c, const std::string& user,
     if (!tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1", device).empty())
         throw std::runtime_error("device exists: " + device);
     std::string token = random_token();
-    tx.exec_params("INSERT INTO devices (device_id, user_id, token_sha256) VALUES ($1, $2, sha256(convert_to($3, "
-                   "'UTF8')))",
-                   device, user, token);
+    tx.exec_params("INSERT INTO devices (device_id, user_id, token_sha256) VALUES ($1, $2, decode($3, 'hex'))",
+                   device, user, token_hash_hex(token));
     tx.commit();
     return token;
 }
@@ -633,10 +860,11 @@ std::string Store::add_device(pqxx::connection_base& c, const std::string& user,
 std::string Store::reissue_token(pqxx::connection_base& c, const std::string& device) {
     pqxx::work tx(c);
     std::string token = random_token();
-    auto r = tx.exec_params("UPDATE devices SET token_sha256 = sha256(convert_to($2, 'UTF8')), revoked_at = NULL "
+    auto r = tx.exec_params("UPDATE devices SET token_sha256 = decode($2, 'hex'), revoked_at = NULL "
                             "WHERE device_id = $1 RETURNING 1",
-                            device, token);
+                            device, token_hash_hex(token));
     if (r.empty()) throw std::runtime_error("no such device: " + device);
+    notify(tx, "d - " + device); // the old token's connections close on every gateway
     tx.commit();
     return token;
 }
@@ -645,6 +873,7 @@ void Store::revoke_device(pqxx::connection_base& c, const std::string& device) {
     pqxx::work tx(c);
     auto r = tx.exec_params("UPDATE devices SET revoked_at = now() WHERE device_id = $1 RETURNING 1", device);
     if (r.empty()) throw std::runtime_error("no such device: " + device);
+    notify(tx, "d - " + device); // its connections close on every gateway
     tx.commit();
 }
 
@@ -690,7 +919,7 @@ std::int64_t Store::remove_member(pqxx::connection_base& c, const std::string& c
                        conv, user)
             .empty())
         throw std::runtime_error(user + " is not a member of " + conv);
-    auto a = append_event(tx, conv, "leave", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "");
+    auto a = append_event(tx, conv, "leave", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "", true);
     tx.exec_params("UPDATE membership_periods SET to_seq = $3 WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
                    conv, user, a.seq);
     tx.commit();
@@ -705,6 +934,7 @@ void Store::set_conv(pqxx::connection_base& c, const std::string& conv, std::opt
         tx.exec_params("UPDATE conversations SET recall_window_ms = $2 WHERE conv_id = $1", conv, *recall_window_ms);
     if (push_full_max)
         tx.exec_params("UPDATE conversations SET push_full_max = $2 WHERE conv_id = $1", conv, *push_full_max);
+    notify(tx, "m " + conv); // gateways drop their cached membership of it
     tx.commit();
 }
 
@@ -745,8 +975,12 @@ std::int64_t Store::purge(pqxx::connection_base& c, const std::string& conv, std
                            "WHERE conv_id = $1 AND seq < $2 AND client_msg_id IS NOT NULL "
                            "ON CONFLICT DO NOTHING",
                            conv, end);
+        if (faults_.hit("store.purge_after_tombstones") == FaultKind::unavailable)
+            throw std::runtime_error("purge: injected fault after the tombstones");
         auto d = tx.exec_params("DELETE FROM events WHERE conv_id = $1 AND seq < $2", conv, end);
         tx.exec_params("UPDATE conversations SET min_seq = $2 WHERE conv_id = $1", conv, end);
+        if (faults_.hit("store.purge_before_commit") == FaultKind::unavailable)
+            throw std::runtime_error("purge: injected fault before the commit");
         tx.commit();
         purged += static_cast<std::int64_t>(d.affected_rows());
     }
@@ -773,8 +1007,20 @@ bool Store::device_exists(pqxx::connection_base& c, const std::string& device) {
 bool Store::token_valid(pqxx::connection_base& c, const std::string& device, const std::string& token) {
     pqxx::work tx(c);
     return !tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1 AND revoked_at IS NULL "
-                           "AND token_sha256 = sha256(convert_to($2, 'UTF8'))",
-                           device, token)
+                           "AND token_sha256 = decode($2, 'hex')",
+                           device, token_hash_hex(token))
+                .empty();
+}
+
+bool Store::lab_database(pqxx::connection_base& c, bool fresh) {
+    pqxx::nontransaction tx(c);
+    if (fresh) {
+        tx.exec("CREATE TABLE IF NOT EXISTS lab_marker (created_at timestamptz NOT NULL DEFAULT now())");
+        tx.exec("INSERT INTO lab_marker DEFAULT VALUES");
+        return true;
+    }
+    return !tx.exec("SELECT 1 FROM pg_class WHERE relname = 'lab_marker' "
+                    "AND relnamespace = current_schema()::regnamespace")
                 .empty();
 }
 

@@ -21,11 +21,18 @@ struct Identity {
     std::string user, device, install;
 };
 
-/// Channel for commit notifications. Payloads carry ids only:
-///   "e CONV SEQ"          an event was committed
+/// Channel for commit notifications (the PostgreSQL bus, pg_bus.hpp; the
+/// admin CLI notifies inside its transactions). Payloads carry ids only:
+///   "e CONV SEQ [FROM]"   events FROM..SEQ were committed (FROM defaults to SEQ)
 ///   "r CONV USER DEVICE READ"  a user's read marker moved (from DEVICE)
 ///   "x CONV"              conversation settings/epoch changed
+///   "d - DEVICE"          the device was revoked or got a new token: close its connections
+///   "x CONV"              the conversation's epoch changed (subscribers get a hint)
+///   "m CONV"              its settings changed (push_full_max): drop cached membership
 inline constexpr const char* notify_channel = "im_events";
+
+/// Payloads a request leaves for the bus, to publish after its COMMIT.
+using Notes = std::vector<std::string>;
 
 class Store {
 public:
@@ -33,7 +40,7 @@ public:
 
     Outcome<Identity> hello(pqxx::connection_base& c, const req::Hello& r);
 
-    struct SendResult { Sent sent; bool drop_reply = false; };
+    struct SendResult { Sent sent; bool drop_reply = false; std::int64_t ts = 0; };
     Outcome<SendResult> send(pqxx::connection_base& c, const Identity& who, const req::Send& r);
     /// Consecutive sends of one connection to ONE conversation, in one
     /// transaction (one lock, one commit): each item is judged on its own,
@@ -43,9 +50,11 @@ public:
 
     Outcome<Page> sync(pqxx::connection_base& c, const Identity& who, const req::Sync& r);
     Outcome<Fetched> fetch(pqxx::connection_base& c, const Identity& who, const req::Fetch& r);
-    Outcome<ConvList> convs(pqxx::connection_base& c, const Identity& who);
+    /// The newest readable events below `before`, ascending (contract section 6).
+    Outcome<HistoryPage> history(pqxx::connection_base& c, const Identity& who, const req::History& h);
+    Outcome<ConvList> convs(pqxx::connection_base& c, const Identity& who, const req::Convs& q);
     Outcome<Acked> ack(pqxx::connection_base& c, const Identity& who, const req::Ack& r);
-    Outcome<ReadOk> read(pqxx::connection_base& c, const Identity& who, const req::Read& r);
+    Outcome<ReadOk> read(pqxx::connection_base& c, const Identity& who, const req::Read& r, Notes& notes);
     Outcome<Recalled> recall(pqxx::connection_base& c, const Identity& who, const req::Recall& r);
 
     /// What a gateway needs to fan out commits of one conversation: the
@@ -63,7 +72,33 @@ public:
     std::optional<PushBatch> load_push(pqxx::connection_base& c, const std::string& conv, std::int64_t from,
                                        std::int64_t to);
 
-    bool ping(pqxx::connection_base& c);
+    /// C1 rests on the events_idempotency unique index: start and /readyz
+    /// check that it exists (and is valid).
+    bool idempotency_index_present(pqxx::connection_base& c);
+
+    /// The one statement sync and history read events with ($1 conv, $2..$3
+    /// the seq range inside one membership period, $4 the row limit): public
+    /// so a test can EXPLAIN it on a big table.
+    static std::string event_range_sql(bool newest_first);
+    /// Who may read which seq of a conversation, for the fan-out's cache.
+    struct Members {
+        std::vector<PushBatch::Period> periods;
+        bool full = true; // open members <= push_full_max: `event` pushes, else `hint`
+    };
+    /// The events in [from, to], one autocommit statement.
+    std::vector<Event> push_events(pqxx::connection_base& c, const std::string& conv, std::int64_t from,
+                                   std::int64_t to);
+    Members push_members(pqxx::connection_base& c, const std::string& conv);
+
+    bool ping(pqxx::connection_base& c) { return probe(c); }
+    static bool probe(pqxx::connection_base& c);
+
+    // ---- the PostgreSQL notification bus (pg_bus.hpp)
+    /// A session that only publishes: its NOTIFY transactions skip the WAL
+    /// flush wait (the rows they announce were committed durably before).
+    static void open_publisher(pqxx::connection_base& c);
+    /// One NOTIFY per payload, in one autocommit statement.
+    static void publish(pqxx::connection_base& c, const Notes& payloads);
 
     // ---- operator commands (admin CLI); throw std::runtime_error on failure
     void add_user(pqxx::connection_base& c, const std::string& user);
@@ -89,6 +124,9 @@ public:
     bool token_valid(pqxx::connection_base& c, const std::string& device, const std::string& token);
     /// LAB ONLY negative control: drop the C1 index (the lab's own database).
     static void lab_drop_unique_index(pqxx::connection_base& c);
+    /// True when the database belongs to the lab: `fresh` (this start made
+    /// its schema) marks it so; otherwise only an earlier mark counts.
+    static bool lab_database(pqxx::connection_base& c, bool fresh);
 
 private:
     FaultRegistry& faults_;

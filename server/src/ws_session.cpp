@@ -9,7 +9,16 @@
 namespace im {
 
 WsSession::WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw)
-    : ws_(std::move(socket)), gw_(std::move(gw)), ping_timer_(ws_.get_executor()) {}
+    : ws_(std::move(socket)), gw_(std::move(gw)), ping_timer_(ws_.get_executor()) {
+    beast::error_code ec;
+    auto ep = beast::get_lowest_layer(ws_).socket().remote_endpoint(ec);
+    if (!ec) address_ = ep.address().to_string();
+}
+
+WsSession::~WsSession() {
+    if (admitted_) gw_->release(address_);
+    gw_->metrics().unsent_bytes -= static_cast<long long>(out_bytes_);
+}
 
 void WsSession::run(http::request<http::string_body> req) {
     // Beast times the handshake and the close; liveness is ours (see
@@ -21,10 +30,14 @@ void WsSession::run(http::request<http::string_body> req) {
     ws_.read_message_max(max_frame_bytes);
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "imserver"); }));
+    // A connection over a cap is told so in a close frame (1013) once the
+    // handshake is done, rather than with a bare reset.
+    reject_ = gw_->admit(address_);
+    admitted_ = !reject_;
     ws_.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
 }
 
-void WsSession::post_frame(std::string frame) {
+void WsSession::post_frame(std::shared_ptr<const std::string> frame) {
     net::post(ws_.get_executor(), [self = shared_from_this(), f = std::move(frame)]() mutable {
         self->send(std::move(f));
     });
@@ -34,20 +47,62 @@ void WsSession::post_goaway() {
     net::post(ws_.get_executor(), [self = shared_from_this()] { self->goaway(); });
 }
 
+void WsSession::post_revoked(std::string device) {
+    net::post(ws_.get_executor(), [self = shared_from_this(), d = std::move(device)] { self->revoked(d); });
+}
+
+// The device lost its access (revoked, or a new token): nothing more is
+// read or written for it. Replies not yet written become UNAUTHENTICATED,
+// unsent pushes are dropped, and the connection closes with 1008.
+void WsSession::revoked(const std::string& device) {
+    if (!who_ || who_->device != device || revoked_ || closed_) return;
+    revoked_ = true;
+    ++gw_->metrics().revoked_closes;
+    log_info("revoked_closed", {{"device", device}});
+    drop_unsent();
+    for (auto& p : queue_) {
+        gw_->metrics().count_request(p.type, code_name(Code::unauthenticated));
+        send(encode_error({Code::unauthenticated, "device revoked"}, p.rid));
+    }
+    queue_.clear();
+    if (!busy_) close({websocket::close_code::policy_error, "device revoked"});
+}
+
+// Drops the frames not yet handed to the socket (the front one is).
+void WsSession::drop_unsent() {
+    if (out_.size() <= 1) return;
+    std::size_t dropped = 0;
+    for (auto it = out_.begin() + 1; it != out_.end(); ++it) dropped += (*it)->size();
+    out_.erase(out_.begin() + 1, out_.end());
+    out_bytes_ -= dropped;
+    gw_->metrics().unsent_bytes -= static_cast<long long>(dropped);
+}
+
 void WsSession::on_accept(beast::error_code ec) {
     if (ec) return fail(ec, "ws_accept");
+    if (reject_) {
+        log_warn("connection_rejected", {{"address", address_}, {"reason", *reject_}});
+        ws_.async_close({websocket::close_code::try_again_later, *reject_},
+                        [self = shared_from_this()](beast::error_code cec) {
+                            if (cec) fail(cec, "ws_close");
+                        });
+        return;
+    }
     gw_->session_opened(shared_from_this());
     opened_ = true;
-    last_rx_ = last_ping_ = Clock::now();
+    last_rx_ = last_ping_ = opened_at_ = Clock::now();
     schedule_tick();
     do_read();
 }
 
 // Every tick: ping when a ping period has passed, and close a connection
-// from which nothing (no frame, no pong) came for the idle timeout.
+// from which nothing (no frame, no pong) came for the idle timeout, that
+// sent no hello in time, or whose current write is stuck.
 void WsSession::schedule_tick() {
     const auto& cfg = gw_->config();
-    auto tick = std::chrono::milliseconds(std::max(50, std::min(cfg.ping_interval_ms, cfg.idle_timeout_ms / 4)));
+    int period = std::min({cfg.ping_interval_ms, cfg.idle_timeout_ms / 4, cfg.write_timeout_ms / 4});
+    if (!who_) period = std::min(period, cfg.hello_timeout_ms / 4);
+    auto tick = std::chrono::milliseconds(std::max(50, period));
     ping_timer_.expires_after(tick);
     ping_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
         if (ec || self->closed_) return;
@@ -64,6 +119,19 @@ void WsSession::tick() {
         beast::get_lowest_layer(ws_).socket().close(ignored); // the pending read fails: shutdown()
         return;
     }
+    if (writing_ && now - write_started_ >= std::chrono::milliseconds(cfg.write_timeout_ms)) {
+        // The peer takes nothing: a close frame would never get through.
+        ++gw_->metrics().write_timeouts;
+        log_info("write_timeout_closed", {{"unsent", static_cast<long>(out_bytes_)}});
+        beast::error_code ignored;
+        beast::get_lowest_layer(ws_).socket().close(ignored);
+        return;
+    }
+    if (!who_ && !close_requested_ && now - opened_at_ >= std::chrono::milliseconds(cfg.hello_timeout_ms)) {
+        ++gw_->metrics().hello_timeouts;
+        log_info("hello_timeout_closed");
+        close({websocket::close_code::policy_error, "hello timeout"});
+    }
     if (!pinging_ && now - last_ping_ >= std::chrono::milliseconds(cfg.ping_interval_ms)) {
         pinging_ = true;
         last_ping_ = now;
@@ -75,8 +143,21 @@ void WsSession::tick() {
     schedule_tick();
 }
 
+// Reads the next request unless too many are waiting or too much output is
+// unsent; resumes (with some slack) once the writes catch up.
 void WsSession::do_read() {
-    if (reading_ || closed_ || close_requested_) return;
+    if (reading_ || closed_ || close_requested_ || revoked_) return;
+    const std::size_t high = gw_->config().max_unsent_bytes / 2;
+    if (out_bytes_ >= high && !output_paused_) { // counted once per episode
+        output_paused_ = true;
+        ++gw_->metrics().read_pauses;
+    }
+    if (queue_.size() >= max_queued_ || out_bytes_ >= high) {
+        read_paused_ = true;
+        return;
+    }
+    if (read_paused_ && (queue_.size() >= max_queued_ / 2 || out_bytes_ > high / 2)) return;
+    read_paused_ = output_paused_ = false;
     reading_ = true;
     ws_.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
 }
@@ -95,8 +176,11 @@ void WsSession::on_read(beast::error_code ec, std::size_t) {
     }
     std::string text = beast::buffers_to_string(buffer_.data());
     buffer_.consume(buffer_.size());
+    // A large frame grew the buffer: give the memory back, idle connections
+    // must stay cheap.
+    if (buffer_.capacity() > 4096) buffer_.shrink_to_fit();
     on_frame(text);
-    if (queue_.size() < max_queued_) do_read(); // else resumed as the queue drains
+    do_read(); // unless paused: then resumed as the queue and the output drain
 }
 
 void WsSession::on_frame(const std::string& text) {
@@ -110,10 +194,10 @@ void WsSession::on_frame(const std::string& text) {
 }
 
 void WsSession::next() {
-    if (busy_ || queue_.empty() || closed_) return;
+    if (busy_ || queue_.empty() || closed_ || revoked_) return;
     Pending item = std::move(queue_.front());
     queue_.pop_front();
-    if (!reading_ && queue_.size() < max_queued_ / 2) do_read();
+    do_read();
 
     if (gw_->draining()) return finish(item, error_reply(unavailable("gateway is draining; reconnect"), item.rid));
     if (std::holds_alternative<req::Hello>(item.req)) {
@@ -125,6 +209,7 @@ void WsSession::next() {
     }
     if (std::holds_alternative<req::Sub>(item.req)) {
         gw_->subscribe(who_->user, shared_from_this());
+        subscribed_ = true;
         Handled h;
         h.frame = encode_reply(Subscribed{}, item.rid);
         return finish(item, std::move(h));
@@ -146,7 +231,14 @@ void WsSession::next() {
     auto self = shared_from_this();
     auto who = who_;
     bool queued = gw_->pool().submit([self, who, batch](pqxx::connection_base* c) {
-        std::vector<Handled> hs;
+        auto replies = [self, batch](std::vector<Handled> hs) {
+            net::post(self->ws_.get_executor(), [self, batch, hs = std::move(hs)]() mutable {
+                self->busy_ = false;
+                for (std::size_t i = 0; i < hs.size(); ++i)
+                    if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
+                self->after_reply();
+            });
+        };
         if (std::holds_alternative<req::Send>(batch->front().req)) {
             std::vector<req::Send> sends;
             std::vector<std::optional<std::string>> rids;
@@ -154,16 +246,12 @@ void WsSession::next() {
                 sends.push_back(std::get<req::Send>(p.req));
                 rids.push_back(p.rid);
             }
-            hs = handle_send_batch(self->gw_->api(), c, *who, sends, rids);
+            // The replies come once the events were handed to the bus; the
+            // worker is free for the next job meanwhile.
+            handle_send_batch(self->gw_->api(), c, *who, sends, rids, std::move(replies));
         } else {
-            hs.push_back(handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid));
+            replies({handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid)});
         }
-        net::post(self->ws_.get_executor(), [self, batch, hs = std::move(hs)]() mutable {
-            self->busy_ = false;
-            for (std::size_t i = 0; i < hs.size(); ++i)
-                if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
-            self->after_reply();
-        });
     });
     if (!queued) {
         busy_ = false;
@@ -171,11 +259,15 @@ void WsSession::next() {
             if (!deliver(p, error_reply(unavailable("server busy, retry with the same request"), p.rid))) return;
         after_reply();
     }
-    if (!reading_ && queue_.size() < max_queued_ / 2) do_read();
+    do_read();
 }
 
 // Writes one reply; false when the connection is closing because of it.
 bool WsSession::deliver(const Pending& item, Handled h) {
+    if (revoked_) { // the device was revoked while this request ran
+        h = error_reply({Code::unauthenticated, "device revoked"}, item.rid);
+        h.close_after = false;
+    }
     gw_->metrics().count_request(item.type, h.code);
     if (item.type == "send")
         gw_->metrics().observe_send_seconds(
@@ -193,6 +285,7 @@ bool WsSession::deliver(const Pending& item, Handled h) {
 }
 
 void WsSession::after_reply() {
+    if (revoked_) return close({websocket::close_code::policy_error, "device revoked"});
     if (draining_ && queue_.empty() && !busy_) return close(websocket::close_code::going_away);
     next();
 }
@@ -201,33 +294,44 @@ void WsSession::finish(const Pending& item, Handled h) {
     if (deliver(item, std::move(h))) after_reply();
 }
 
-void WsSession::send(std::string frame) {
+void WsSession::send(std::string frame) { send(std::make_shared<const std::string>(std::move(frame))); }
+
+void WsSession::send(std::shared_ptr<const std::string> frame) {
     if (closed_ || close_requested_) return;
-    if (out_.size() >= max_outgoing_) {
+    if (!out_.empty() && out_bytes_ + frame->size() > gw_->config().max_unsent_bytes) {
         // A client that stopped reading: drop it rather than buffer
         // without bound. It resyncs from its cursor when it reconnects.
-        log_warn("slow_consumer_closed", {{"queued", static_cast<long>(out_.size())}});
-        out_.erase(out_.begin() + 1, out_.end()); // the front is being written
-        return close(websocket::close_code::try_again_later); // 1013
+        ++gw_->metrics().unsent_budget_closes;
+        log_warn("slow_consumer_closed", {{"unsent", static_cast<long>(out_bytes_)}});
+        drop_unsent();
+        return close({websocket::close_code::try_again_later, "unsent output over budget"}); // 1013
     }
+    out_bytes_ += frame->size();
+    gw_->metrics().unsent_bytes += static_cast<long long>(frame->size());
     out_.push_back(std::move(frame));
     if (out_.size() == 1) do_write();
 }
 
 void WsSession::do_write() {
+    writing_ = true;
+    write_started_ = Clock::now();
     ws_.text(true);
-    ws_.async_write(net::buffer(out_.front()),
+    ws_.async_write(net::buffer(*out_.front()),
                     beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
 }
 
 void WsSession::on_write(beast::error_code ec, std::size_t) {
+    writing_ = false;
     if (ec) {
         fail(ec, "ws_write");
         return shutdown();
     }
+    out_bytes_ -= out_.front()->size();
+    gw_->metrics().unsent_bytes -= static_cast<long long>(out_.front()->size());
     out_.pop_front();
-    if (!out_.empty()) return do_write();
-    if (close_requested_) do_close();
+    if (!out_.empty()) do_write();
+    else if (close_requested_) return do_close();
+    if (read_paused_) do_read();
 }
 
 void WsSession::goaway() {
@@ -238,15 +342,15 @@ void WsSession::goaway() {
 }
 
 // Close after the queued frames are written.
-void WsSession::close(websocket::close_code code) {
+void WsSession::close(websocket::close_reason reason) {
     if (closed_ || close_requested_) return;
     close_requested_ = true;
-    close_code_ = code;
+    close_reason_ = std::move(reason);
     if (out_.empty()) do_close();
 }
 
 void WsSession::do_close() {
-    ws_.async_close(close_code_, [self = shared_from_this()](beast::error_code ec) {
+    ws_.async_close(close_reason_, [self = shared_from_this()](beast::error_code ec) {
         if (ec) fail(ec, "ws_close");
         self->shutdown();
     });
@@ -257,7 +361,7 @@ void WsSession::shutdown() {
     closed_ = true;
     ping_timer_.cancel();
     queue_.clear();
-    if (opened_) gw_->session_closed(this);
+    if (opened_) gw_->session_closed(this, subscribed_ ? who_->user : std::string());
 }
 
 } // namespace im

@@ -18,12 +18,15 @@ class Gateway;
 class WsSession : public std::enable_shared_from_this<WsSession> {
 public:
     WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw);
+    ~WsSession();
 
     void run(http::request<http::string_body> req);
 
-    /// Queue a frame from any thread.
-    void post_frame(std::string frame);
+    /// Queue a (shared) frame from any thread.
+    void post_frame(std::shared_ptr<const std::string> frame);
     void post_goaway();
+    /// The device was revoked: close this connection if it is that device's.
+    void post_revoked(std::string device);
 
     const std::optional<Identity>& identity() const { return who_; }
     std::string device() const { return who_ ? who_->device : std::string(); }
@@ -47,29 +50,35 @@ private:
     void after_reply();
     void finish(const Pending& item, Handled h);
     void send(std::string frame);
+    void send(std::shared_ptr<const std::string> frame);
     void do_write();
     void on_write(beast::error_code ec, std::size_t);
     void goaway();
-    void close(websocket::close_code code);
+    void revoked(const std::string& device);
+    void drop_unsent();
+    void close(websocket::close_reason reason);
     void do_close();
     void shutdown();
 
     static constexpr std::size_t max_queued_ = 64;        // requests read ahead
     static constexpr std::size_t max_send_batch_ = 64;    // sends per transaction
-    static constexpr std::size_t max_outgoing_ = 10000;   // frames waiting to be written
 
     websocket::stream<beast::tcp_stream> ws_;
     beast::flat_buffer buffer_;
     std::shared_ptr<Gateway> gw_;
     net::steady_timer ping_timer_;
-    std::deque<std::string> out_;
+    std::deque<std::shared_ptr<const std::string>> out_;
     std::deque<Pending> queue_;
     std::optional<Identity> who_;
-    websocket::close_code close_code_ = websocket::close_code::normal;
+    websocket::close_reason close_reason_{websocket::close_code::normal};
     using Clock = std::chrono::steady_clock;
-    Clock::time_point last_rx_{}, last_ping_{};
-    bool opened_ = false, reading_ = false, busy_ = false, pinging_ = false;
+    Clock::time_point last_rx_{}, last_ping_{}, opened_at_{}, write_started_{};
+    std::string address_;                 // the client's IP address (connection caps)
+    std::optional<std::string> reject_;   // over a cap: why
+    std::size_t out_bytes_ = 0;           // bytes in out_ (the unsent output budget)
+    bool admitted_ = false, opened_ = false, reading_ = false, busy_ = false, pinging_ = false, subscribed_ = false;
     bool draining_ = false, close_requested_ = false, closed_ = false;
+    bool read_paused_ = false, output_paused_ = false, writing_ = false, revoked_ = false;
 };
 
 } // namespace im

@@ -143,9 +143,12 @@ Verdict goaway_reconnect(Lab& lab) {
                   " drafts exactly once, sync via gw2 1.." + std::to_string(head));
 }
 
-Verdict notify_loss_resync(Lab& lab) {
+// no_resync: the negative control, a gateway started with --lab-no-resync.
+Verdict notify_loss_resync(Lab& lab, bool no_resync) {
     const std::string id = unique_name("gw-listen");
-    Tracked<ServerProcess> gw(lab, lab.db(), std::vector<std::string>{"--quiet"}, id);
+    std::vector<std::string> flags{"--quiet"};
+    if (no_resync) flags = {"--quiet", "--enable-faults", "--lab-no-resync"};
+    Tracked<ServerProcess> gw(lab, lab.db(), flags, id);
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-resync", "direct", {a, b});
     auto wa = connect(gw->port(), a.token);
@@ -189,7 +192,8 @@ std::vector<Check> device_checks() {
         {"09-read-across-devices", read_across_devices},
         {"09-stale-install", stale_install},
         {"10-goaway-reconnect", goaway_reconnect},
-        {"10-notify-loss-resync", notify_loss_resync},
+        {"10-notify-loss-resync", [](Lab& l) { return notify_loss_resync(l, false); },
+         [](Lab& l) { return notify_loss_resync(l, true); }, "imserver --lab-no-resync"},
     };
 }
 

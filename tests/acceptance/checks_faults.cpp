@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 namespace im::lab {
@@ -24,27 +25,31 @@ Verdict faults_off_by_default(Lab& lab) {
     auto r = send(*ws, c, uuid4(), "no faults here");
     expect(outcome(r) == "sent", "send after the refused arm -> " + brief(r));
     expect(!plain->wait_exit(200ms), "the default server exited");
-    bool refused = false;
-    try {
-        ServerProcess bad(lab.db(), {"--fault", "api.after_send_commit=crash"}, unique_name("gw-bad"));
-    } catch (const std::exception&) {
-        refused = true;
-    }
-    expect(refused, "imserver --fault without --enable-faults started");
+    // Refused means the documented bad-usage status 2 (docs/operations.md),
+    // before listening: a start that serves would run until the timeout (-1).
+    const auto head_before = lab.head(c);
+    const std::vector<std::string> base{"--db", lab.db(), "--listen", "127.0.0.1:0", "--quiet"};
+    auto refused = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), base.begin(), base.end());
+        return imserver_exit_code(extra, 30s);
+    };
+    int rc_fault = refused({"--fault", "api.after_send_commit=crash"});
+    expect(rc_fault == 2, "imserver --fault without --enable-faults exited " + std::to_string(rc_fault));
     auto [rc, out] = admin(lab.db(), {"--lab-purge-without-tombstones", "purge", c, "--before-seq", "2"});
     expect(rc == 2, "admin --lab-purge-without-tombstones without --enable-faults exited " + std::to_string(rc));
-    bool refused_idx = false;
-    try {
-        ServerProcess bad(lab.db(), {"--lab-no-unique-index"}, unique_name("gw-bad"));
-    } catch (const std::exception&) {
-        refused_idx = true;
-    }
-    expect(refused_idx, "imserver --lab-no-unique-index without --enable-faults started");
-    return passed("POST /lab/fault 404, " + brief(r) + "; --fault, --lab-no-unique-index and admin "
-                  "--lab-purge-without-tombstones refused without --enable-faults");
+    auto [rc_af, out_af] = admin(lab.db(), {"--fault", "store.purge_before_commit=crash", "purge", c, "--before-seq", "2"});
+    expect(rc_af == 2, "admin --fault without --enable-faults exited " + std::to_string(rc_af));
+    int rc_idx = refused({"--lab-no-unique-index"});
+    expect(rc_idx == 2, "imserver --lab-no-unique-index without --enable-faults exited " + std::to_string(rc_idx));
+    expect(lab.head(c) == head_before, "the refused commands changed the conversation (head " + std::to_string(lab.head(c)) + ")");
+    return passed("POST /lab/fault 404, " + brief(r) + "; --fault, --lab-no-unique-index, admin --fault and admin "
+                  "--lab-purge-without-tombstones refused with exit 2 without --enable-faults");
 }
 
-Verdict lost_reply_retry(Lab& lab) {
+// fresh_cmid_on_resend (here and in crash_at): the negative control's client
+// double, which resends under a new request key, as a client without a
+// durable key would.
+Verdict lost_reply_retry(Lab& lab, bool fresh_cmid_on_resend) {
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-lost", "direct", {a, b});
     auto ws = connect(lab.server().port(), a.token);
@@ -54,7 +59,7 @@ Verdict lost_reply_retry(Lab& lab) {
     expect(outcome(r1) == "timeout", "first send should get no reply, got " + brief(r1));
     auto stored = lab.sql("SELECT seq FROM events WHERE conv_id = " + quote(c) + " AND client_msg_id = " + quote(cmid));
     expect(!stored.empty(), "the first send did not commit");
-    auto r2 = send(*ws, c, cmid, "are you there");
+    auto r2 = send(*ws, c, fresh_cmid_on_resend ? uuid4() : cmid, "are you there");
     expect(outcome(r2) == "sent", "resend -> " + brief(r2));
     expect(flag(r2, "dup") && std::to_string(num(r2, "seq")) == stored,
            "resend " + brief(r2) + ", stored seq " + stored);
@@ -65,7 +70,7 @@ Verdict lost_reply_retry(Lab& lab) {
 
 // Arms POINT=crash, sends, sees the process exit 70, restarts it for real,
 // resends the same key through a new connection.
-Verdict crash_at(Lab& lab, const std::string& point, bool committed) {
+Verdict crash_at(Lab& lab, const std::string& point, bool committed, bool fresh_cmid_on_resend) {
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-crash", "direct", {a, b});
     Tracked<ServerProcess> srv(lab, lab.db(), std::vector<std::string>{"--enable-faults", "--quiet"},
@@ -82,7 +87,7 @@ Verdict crash_at(Lab& lab, const std::string& point, bool committed) {
     expect(rows_crash == (committed ? 1 : 0), "rows right after the crash: " + std::to_string(rows_crash));
     srv->restart();
     auto ws2 = connect(srv->port(), a.token);
-    auto r2 = send(*ws2, c, cmid, "crash test");
+    auto r2 = send(*ws2, c, fresh_cmid_on_resend ? uuid4() : cmid, "crash test");
     expect(outcome(r2) == "sent", "resend after restart -> " + brief(r2));
     expect(flag(r2, "dup") == committed, "resend " + brief(r2) + ", wanted dup:" + (committed ? "true" : "false"));
     auto rows = lab.rows(c, a.user, cmid);
@@ -92,7 +97,9 @@ Verdict crash_at(Lab& lab, const std::string& point, bool committed) {
                   ", restarted, resend " + brief(r2) + ", rows 1");
 }
 
-Verdict unavailable_retry(Lab& lab) {
+// give_up: the negative control's client double, which drops a draft on
+// UNAVAILABLE instead of resending it later with the same key.
+Verdict unavailable_retry(Lab& lab, bool give_up) {
     // Its own cluster: stopping it must not disturb the other checks.
     Tracked<TestPostgres> pg(lab);
     auto url = pg->url();
@@ -133,6 +140,7 @@ Verdict unavailable_retry(Lab& lab) {
             if (o == "UNAVAILABLE") {
                 ++unavailable;
                 if (during) ++unavailable_during;
+                if (give_up) ++i;
             } else if (o == "timeout") ++timeouts;
             else if (o != "closed") {
                 ++other;
@@ -163,41 +171,51 @@ Verdict unavailable_retry(Lab& lab) {
                   "/" + std::to_string(drafts) + " drafts exactly once, " + total + " rows, no server restart");
 }
 
-// One SDK draft: the child sends and is SIGKILLed right after send() returned;
-// a fresh child on the same SQLite file resends. Returns the row count.
+// One SDK draft: the child sends and is SIGKILLed right after send()
+// returned; a fresh child on the same SQLite file resends.
 struct SdkRound {
-    std::int64_t rows_before_restart = 0, rows = 0;
-    std::string cmid, note;
+    std::int64_t rows_at_kill = 0, rows = 0;
+    std::string cmid, pending_at_restart, settled;
 };
 
-SdkRound sdk_round(Lab& lab, const std::string& bin, const std::string& mode, const std::string& dbfile, const TestUser& u,
-                   const std::string& conv, const std::string& body) {
+SdkRound sdk_round(Lab& lab, const std::string& bin, const std::string& mode, const std::string& dbfile,
+                   const TestUser& u, const std::string& conv, const std::string& body,
+                   const std::function<void()>& after_kill, bool lose_store) {
     SdkRound r;
     const std::string url = lab.server().url();
     {
         Child child({bin, mode, dbfile, url, u.token, conv, body});
         auto l = child.until("CMID ", 20s);
         if (!l) throw CheckFailed("SDK child printed no cmid: " + child.transcript() + child.stderr_text());
-        child.kill9(); // right after send() returned
+        child.kill9();
         r.cmid = l->substr(5);
     }
-    // Let a request that was on the wire settle (it may commit without the client).
-    auto settle = std::chrono::steady_clock::now() + (mode == "send-inflight" ? 6s : 1800ms);
-    do {
-        std::this_thread::sleep_for(100ms);
-        r.rows_before_restart = lab.rows(conv, u.user, r.cmid);
-    } while (r.rows_before_restart == 0 && std::chrono::steady_clock::now() < settle);
+    if (lose_store) // the control: an SDK whose outbox did not survive the kill
+        for (const char* ext : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(dbfile + ext);
+    after_kill();
+    r.rows_at_kill = lab.rows(conv, u.user, r.cmid);
     Child again({bin, "drain", dbfile, url, u.token});
+    // What the dead process left in its durable outbox.
+    auto p = again.until("PENDING ", 30s);
+    r.pending_at_restart = p ? p->substr(8) : std::string("<none>");
     auto l = again.until("DRAINED", 30s);
     if (!l) throw CheckFailed("restarted SDK child did not drain its outbox: " + again.transcript() +
                               again.stderr_text());
     again.wait(5s);
-    r.note = again.transcript();
+    // The restarted client settled this draft: "STATE CONV CMID SEQ ..."
+    const std::string key = "STATE " + conv + " " + r.cmid + " ";
+    auto t = again.transcript();
+    for (auto at = t.find(key); at != std::string::npos; at = t.find(key, at + 1)) {
+        auto end = t.find_first_of(" \n", at + key.size());
+        r.settled = t.substr(at + key.size(), end - at - key.size());
+    }
     r.rows = lab.rows(conv, u.user, r.cmid);
     return r;
 }
 
-Verdict sdk_kill_resend(Lab& lab) {
+// lose_store: the negative control, an SDK whose outbox is not durable (its
+// SQLite file is gone after the kill).
+Verdict sdk_kill_resend(Lab& lab, bool lose_store) {
     auto bin = sdk_child_bin();
     expect(!bin.empty() && std::filesystem::exists(bin),
            "the SDK child was not built (ImSdk::ImSdk target absent in this build): cannot run a real SDK process");
@@ -205,22 +223,51 @@ Verdict sdk_kill_resend(Lab& lab) {
     auto c = lab.conv("c-sdk", "direct", {a, b});
     TempDir dir("imlab-sdk");
     auto dbfile = dir.path() + "/client.db";
-    // Round 1: killed right after send() returned.
-    auto r1 = sdk_round(lab, bin, "send", dbfile, a, c, "kill me softly");
-    expect(r1.rows == 1, "draft 1 (" + r1.cmid + "): rows " + std::to_string(r1.rows));
+    // Round 1: the server refuses every insert (UNAVAILABLE) while the child
+    // lives, so the draft cannot be on the server when the child is SIGKILLed
+    // right after send() returned: only the SDK's durable outbox can bring it
+    // there after the restart.
+    Lab::arm(lab.server(), "store.before_insert=unavailable");
+    SdkRound r1;
+    try {
+        r1 = sdk_round(lab, bin, "send", dbfile, a, c, "kill me softly", [&] { Lab::arm(lab.server(), "off"); },
+                       lose_store);
+    } catch (...) {
+        Lab::arm(lab.server(), "off");
+        throw;
+    }
+    expect(r1.rows_at_kill == 0, "draft 1 (" + r1.cmid + ") was on the server at kill time (rows " +
+                                     std::to_string(r1.rows_at_kill) + "): the round proves nothing");
+    expect(r1.pending_at_restart == "1", "draft 1: the restarted SDK found " + r1.pending_at_restart +
+                                             " pending (wanted 1: the draft in the durable outbox)");
+    expect(r1.rows == 1, "draft 1 (" + r1.cmid + "): rows " + std::to_string(r1.rows) + " after the restart");
     // Round 2: killed after the request went on the wire but before the reply
-    // was processed (the server holds the reply back 1.5 s after COMMIT).
+    // was processed (the server holds the reply back 1.5 s after COMMIT): the
+    // restarted SDK must still hold the draft, resend the same key and
+    // settle on the original seq, leaving one row.
     Lab::arm(lab.server(), "api.after_send_commit=delay:1500:1");
-    auto r2 = sdk_round(lab, bin, "send-inflight", dbfile, a, c, "committed while dead");
+    std::string seq2;
+    auto r2 = sdk_round(lab, bin, "send-inflight", dbfile, a, c, "committed while dead", [&] {
+        // The in-flight send commits without the client (a condition, not a sleep).
+        auto until = std::chrono::steady_clock::now() + 30s;
+        while (std::chrono::steady_clock::now() < until) {
+            seq2 = lab.sql("SELECT seq FROM events WHERE conv_id = " + quote(c) + " AND kind = 'msg' AND body = " +
+                           quote("committed while dead"));
+            if (!seq2.empty()) break;
+            std::this_thread::sleep_for(50ms);
+        }
+    }, lose_store);
     Lab::arm(lab.server(), "off");
-    expect(r2.rows_before_restart == 1, "draft 2 (" + r2.cmid + "): the in-flight send did not commit while the "
-                                         "client was dead (rows " + std::to_string(r2.rows_before_restart) + ")");
+    expect(r2.rows_at_kill == 1, "draft 2 (" + r2.cmid + "): the in-flight send did not commit while the "
+                                 "client was dead (rows " + std::to_string(r2.rows_at_kill) + ")");
+    expect(r2.pending_at_restart == "1", "draft 2: the restarted SDK found " + r2.pending_at_restart +
+                                             " pending (wanted 1: committed on the server, reply never seen)");
+    expect(r2.settled == seq2, "draft 2: the restarted SDK settled it at seq '" + r2.settled + "', stored seq " + seq2);
     expect(r2.rows == 1, "draft 2 (" + r2.cmid + "): rows " + std::to_string(r2.rows));
     auto total = lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(c) + " AND kind = 'msg'");
     expect(total == "2", "msg rows in the conversation: " + total);
-    return passed("draft 1 rows " + std::to_string(r1.rows_before_restart) + " at kill -> 1 after restart; draft 2 rows " +
-                  std::to_string(r2.rows_before_restart) + " at kill (committed, reply unseen) -> 1 after restart; " +
-                  "2 msg rows");
+    return passed("draft 1: 0 rows at kill (inserts refused), 1 pending at restart -> rows 1; draft 2: committed "
+                  "while dead, 1 pending at restart, settled at the stored seq " + seq2 + " -> rows 1; 2 msg rows");
 }
 
 } // namespace
@@ -228,12 +275,21 @@ Verdict sdk_kill_resend(Lab& lab) {
 std::vector<Check> fault_checks() {
     return {
         {"lab-faults-off-by-default", faults_off_by_default},
-        {"06-lost-reply-retry", lost_reply_retry},
-        {"06-crash-before-insert", [](Lab& l) { return crash_at(l, "store.before_insert", false); }},
-        {"06-crash-before-commit", [](Lab& l) { return crash_at(l, "store.before_commit", false); }},
-        {"06-crash-after-commit", [](Lab& l) { return crash_at(l, "api.after_send_commit", true); }},
-        {"06-sdk-kill-resend", sdk_kill_resend},
-        {"06-unavailable-retry", unavailable_retry},
+        {"06-lost-reply-retry", [](Lab& l) { return lost_reply_retry(l, false); },
+         [](Lab& l) { return lost_reply_retry(l, true); }, "client double: the resend has a new cmid"},
+        {"06-crash-before-insert", [](Lab& l) { return crash_at(l, "store.before_insert", false, false); },
+         [](Lab& l) { return crash_at(l, "store.before_insert", false, true); },
+         "client double: the resend after the restart has a new cmid"},
+        {"06-crash-before-commit", [](Lab& l) { return crash_at(l, "store.before_commit", false, false); },
+         [](Lab& l) { return crash_at(l, "store.before_commit", false, true); },
+         "client double: the resend after the restart has a new cmid"},
+        {"06-crash-after-commit", [](Lab& l) { return crash_at(l, "api.after_send_commit", true, false); },
+         [](Lab& l) { return crash_at(l, "api.after_send_commit", true, true); },
+         "client double: the resend after the restart has a new cmid"},
+        {"06-sdk-kill-resend", [](Lab& l) { return sdk_kill_resend(l, false); },
+         [](Lab& l) { return sdk_kill_resend(l, true); }, "the SDK's SQLite file is lost with the killed process"},
+        {"06-unavailable-retry", [](Lab& l) { return unavailable_retry(l, false); },
+         [](Lab& l) { return unavailable_retry(l, true); }, "client double: a draft answered UNAVAILABLE is dropped"},
     };
 }
 

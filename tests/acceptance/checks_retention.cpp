@@ -41,7 +41,9 @@ Verdict recall_rejections(Lab& lab) {
                   "event, original row untouched");
 }
 
-Verdict recall_idempotent(Lab& lab) {
+// fresh_key_on_resend: the negative control's client double, which resends
+// the recall under a new request key (an SDK that lost its outbox entry).
+Verdict recall_idempotent_with(Lab& lab, bool fresh_key_on_resend) {
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-recall2", "direct", {a, b});
     auto wa = connect(lab.server().port(), a.token);
@@ -49,7 +51,7 @@ Verdict recall_idempotent(Lab& lab) {
     auto key = uuid4();
     auto r1 = recall(*wa, c, num(m, "seq"), key);
     expect(outcome(r1) == "recalled" && !flag(r1, "dup"), "recall -> " + brief(r1));
-    auto r2 = recall(*wa, c, num(m, "seq"), key);
+    auto r2 = recall(*wa, c, num(m, "seq"), fresh_key_on_resend ? uuid4() : key);
     expect(outcome(r2) == "recalled" && flag(r2, "dup") && num(r2, "seq") == num(r1, "seq"),
            "same recall again -> " + brief(r2) + " (first " + brief(r1) + ")");
     auto rows = lab.rows(c, a.user, key);
@@ -87,10 +89,11 @@ Purged purge_setup(Lab& lab, WsClient*& out_ws, std::unique_ptr<WsClient>& holde
     return p;
 }
 
-Verdict retention_purge(Lab& lab) {
+// tombstones=false: the negative control (admin purge with the lab switch).
+Verdict retention_purge_with(Lab& lab, bool tombstones) {
     WsClient* ws = nullptr;
     std::unique_ptr<WsClient> holder;
-    auto p = purge_setup(lab, ws, holder, true);
+    auto p = purge_setup(lab, ws, holder, tombstones);
     auto tomb = lab.sql("SELECT count(*) FROM idem_tombstones WHERE conv_id = " + quote(p.conv));
     auto r = send(*ws, p.conv, p.key, "old news"); // the late resend
     expect(outcome(r) == "ORIGINAL_EXPIRED", "late resend of a purged key -> " + brief(r));
@@ -126,8 +129,10 @@ Verdict control_no_tombstone(Lab& lab) {
 std::vector<Check> retention_checks() {
     return {
         {"11-recall-rejections", recall_rejections},
-        {"11-recall-idempotent", recall_idempotent},
-        {"11-retention-purge", retention_purge},
+        {"11-recall-idempotent", [](Lab& l) { return recall_idempotent_with(l, false); },
+         [](Lab& l) { return recall_idempotent_with(l, true); }, "client double: the resent recall has a new cmid"},
+        {"11-retention-purge", [](Lab& l) { return retention_purge_with(l, true); },
+         [](Lab& l) { return retention_purge_with(l, false); }, "admin purge --lab-purge-without-tombstones"},
         {"11-control-no-tombstone", control_no_tombstone},
     };
 }

@@ -1,6 +1,8 @@
 // 04-*: the send contract (C1, C3, C4, limits).
 #include "lab.hpp"
 
+#include <latch>
+
 #include <set>
 #include <thread>
 
@@ -89,11 +91,17 @@ Replay concurrent_replay(Lab& lab, unsigned short port, const std::string& db_ur
     std::string install = uuid4(), cmid = uuid4();
     std::vector<std::unique_ptr<WsClient>> conns;
     for (int i = 0; i < n; ++i) conns.push_back(connect(port, a.token, install));
-    // Fire all frames first, then collect: the sends overlap on the server.
+    // Every thread is ready before any sends (a latch), so the 32 frames
+    // leave at once and the sends overlap on the server.
     std::vector<std::thread> threads;
     std::vector<json::object> replies(n);
+    std::latch ready(n + 1);
     for (int i = 0; i < n; ++i)
-        threads.emplace_back([&, i] { replies[i] = send(*conns[i], c, cmid, "burst"); });
+        threads.emplace_back([&, i] {
+            ready.arrive_and_wait();
+            replies[i] = send(*conns[i], c, cmid, "burst", 30s);
+        });
+    ready.arrive_and_wait();
     for (auto& t : threads) t.join();
     Replay r;
     std::set<std::string> mids;
@@ -114,14 +122,39 @@ Replay concurrent_replay(Lab& lab, unsigned short port, const std::string& db_ur
     return r;
 }
 
-Verdict concurrent_replay_one_row(Lab& lab) {
-    auto r = concurrent_replay(lab, lab.server().port(), lab.db(), "im", 32);
+Verdict judge_replay(const Replay& r) {
     std::string d = "rows " + std::to_string(r.rows) + ", mids " + std::to_string(r.mids) + ", dup:false x" +
                     std::to_string(r.fresh) + ", " + std::to_string(r.replies) + "/32 sent, seqs " +
                     std::to_string(r.seqs.size());
     if (!r.odd.empty()) throw CheckFailed(d + "; unexpected replies: " + r.odd.front());
     expect(r.rows == 1 && r.mids == 1 && r.fresh == 1 && r.replies == 32 && r.seqs.size() == 1, d);
     return passed(d);
+}
+
+Verdict concurrent_replay_one_row(Lab& lab) {
+    return judge_replay(concurrent_replay(lab, lab.server().port(), lab.db(), "im", 32));
+}
+
+// The check's negative control: the same burst against a gateway whose
+// database lacks events_idempotency (--lab-no-unique-index: check-then-insert
+// without the index and without the row lock). The defect is a race, so up
+// to 5 bursts; the first one the check rejects is the control's verdict.
+Verdict concurrent_replay_without_index(Lab& lab) {
+    std::string name = "lab_nouniq_ctl";
+    auto url = lab.pg().create_database(name);
+    Tracked<ServerProcess> srv(lab, url,
+                               std::vector<std::string>{"--enable-faults", "--lab-no-unique-index", "--quiet",
+                                                        "--db-pool", "8"},
+                               unique_name("gw-nouniq-ctl"));
+    Verdict v;
+    for (int round = 1; round <= 5; ++round) {
+        try {
+            v = judge_replay(concurrent_replay(lab, srv->port(), url, name, 32));
+        } catch (const CheckFailed& e) {
+            return failed(std::string(e.what()) + " (burst " + std::to_string(round) + ")");
+        }
+    }
+    return v;
 }
 
 Verdict control_no_unique_index(Lab& lab) {
@@ -190,7 +223,8 @@ std::vector<Check> send_checks() {
         {"04-non-member-rejected", non_member_rejected},
         {"04-unknown-conv-same-error", unknown_conv_same_error},
         {"04-idempotency-mismatch", idempotency_mismatch},
-        {"04-concurrent-replay-one-row", concurrent_replay_one_row},
+        {"04-concurrent-replay-one-row", concurrent_replay_one_row, concurrent_replay_without_index,
+         "imserver --lab-no-unique-index (no events_idempotency, no row lock)"},
         {"04-control-no-unique-index", control_no_unique_index},
         {"04-limits", limits},
     };

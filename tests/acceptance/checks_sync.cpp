@@ -17,23 +17,45 @@ std::string join(const std::vector<std::int64_t>& v) {
 }
 
 Verdict paging_under_writes(Lab& lab) {
-    auto a = lab.user("ana"), b = lab.user("ben");
-    auto c = lab.conv("c-page", "direct", {a, b});
+    // 4 writers on their own connections and threads: their commits race
+    // (and with pipelined sends share transactions), so the reader pages
+    // while commits of several transactions land, not one serial stream.
+    auto a = lab.user("ana");
+    std::vector<TestUser> ws_users{lab.user("ben"), lab.user("cy"), lab.user("dan"), lab.user("eve")};
+    std::vector<TestUser> members{a};
+    members.insert(members.end(), ws_users.begin(), ws_users.end());
+    auto c = lab.conv("c-page", "group", members);
     auto reader = connect(lab.server().port(), a.token);
-    auto writer = connect(lab.server().port(), b.token);
-    const int n = 200;
+    const int writers = 4, per_writer = 50, n = writers * per_writer;
+    std::atomic<int> finished{0};
     std::atomic<bool> done{false};
+    std::mutex werr_mu;
     std::string werr;
-    std::thread w([&] {
-        for (int i = 0; i < n; ++i) {
-            auto r = send(*writer, c, uuid4(), "m" + std::to_string(i));
-            if (outcome(r) != "sent") {
-                werr = brief(r);
-                break;
+    std::vector<std::thread> wthreads;
+    for (int k = 0; k < writers; ++k)
+        wthreads.emplace_back([&, k] {
+            auto writer = connect(lab.server().port(), ws_users[k].token);
+            for (int i = 0; i < per_writer; ++i) {
+                // Two frames pipelined, then both replies: a shared transaction.
+                auto id1 = uuid4(), id2 = uuid4();
+                writer->send_json({{"t", "send"}, {"conv", c}, {"cmid", id1}, {"body", "p" + std::to_string(i)}});
+                auto r = send(*writer, c, id2, "m" + std::to_string(k) + "-" + std::to_string(i), 30s);
+                ++i;
+                if (outcome(r) != "sent") {
+                    std::lock_guard lk(werr_mu);
+                    werr = brief(r);
+                    break;
+                }
             }
+            if (++finished == writers) done = true;
+        });
+    struct Joiner {
+        std::vector<std::thread>& t;
+        ~Joiner() {
+            for (auto& x : t)
+                if (x.joinable()) x.join();
         }
-        done = true;
-    });
+    } joiner{wthreads};
     std::vector<std::int64_t> got;
     std::int64_t after = 0, pages = 0, pages_mid_write = 0, head = 0;
     auto deadline = std::chrono::steady_clock::now() + 60s;
@@ -49,17 +71,18 @@ Verdict paging_under_writes(Lab& lab) {
         if (writer_done && !flag(p, "has_more")) break;
         expect(std::chrono::steady_clock::now() < deadline, "reader did not finish in 60 s");
     }
-    w.join();
+    for (auto& t : wthreads) t.join();
     expect(werr.empty(), "writer: " + werr);
-    const std::int64_t want = n + 2;
+    const std::int64_t want = n + static_cast<std::int64_t>(members.size()); // joins at 1..5
     expect(head == want, "final head " + std::to_string(head) + ", wanted " + std::to_string(want));
     bool exact = static_cast<std::int64_t>(got.size()) == want;
     for (std::size_t i = 0; exact && i < got.size(); ++i) exact = got[i] == static_cast<std::int64_t>(i) + 1;
     expect(exact, "seqs not exactly 1.." + std::to_string(want) + " in order: got " + std::to_string(got.size()) +
                       " events");
     expect(pages_mid_write > 1, "the reader never paged while the writer was writing");
-    return passed("seqs 1.." + std::to_string(want) + " exactly once in order, " + std::to_string(pages) +
-                  " pages of <=7 (" + std::to_string(pages_mid_write) + " during writes)");
+    return passed("4 concurrent writers (pipelined pairs); seqs 1.." + std::to_string(want) +
+                  " exactly once in order, " + std::to_string(pages) + " pages of <=7 (" +
+                  std::to_string(pages_mid_write) + " during writes)");
 }
 
 Verdict cursor_ahead(Lab& lab) {
@@ -96,6 +119,10 @@ Verdict epoch_changed(Lab& lab) {
         before_rows = std::stoll(l->substr(7));
     }
 
+    // History really changes with the new epoch (retention drops seqs 1..3),
+    // so a client that only resyncs on top of its stale rows keeps rows the
+    // server no longer has, and only a rebuild matches the server.
+    admin_ok(lab.db(), {"purge", c, "--before-seq", "4"});
     auto bumped = admin_ok(lab.db(), {"epoch", "bump", c});
     expect(bumped == "2", "epoch bump printed '" + bumped + "'");
     auto r = sync(*ws, c, num(p1, "next_after"), 50, 1);
@@ -110,20 +137,24 @@ Verdict epoch_changed(Lab& lab) {
         auto reset = watcher->until("RESET", 15s);
         expect(reset.has_value(), "SDK did not drop the conversation after the epoch bump: " + watcher->transcript() +
                                       watcher->stderr_text());
-        // Rebuilt from seq 1 by sync; the new event may come by page or by push.
+        // Rebuilt by sync; the new event may come by page or by push. The
+        // server's rows now: what survived the purge plus the new event.
+        const std::int64_t want = std::stoll(lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(c) +
+                                                     " AND kind IN ('msg', 'join', 'leave')"));
         std::int64_t rows = -1;
         auto until = std::chrono::steady_clock::now() + 15s;
-        while (rows != before_rows + 1 && std::chrono::steady_clock::now() < until) {
+        while (rows != want && std::chrono::steady_clock::now() < until) {
             auto l = watcher->line(std::chrono::duration_cast<std::chrono::milliseconds>(
                 until - std::chrono::steady_clock::now()));
             if (!l) break;
             if (l->rfind("SYNCED ", 0) == 0) rows = std::stoll(l->substr(7));
             else if (l->rfind("APPLIED ", 0) == 0) rows = std::stoll(l->substr(8));
         }
-        expect(rows == before_rows + 1, "SDK rebuilt " + std::to_string(rows) + " rows, wanted " +
-                                            std::to_string(before_rows + 1) + "; child said: " +
-                                            watcher->transcript());
-        sdk_detail = "SDK: RESET then rebuilt " + std::to_string(before_rows) + "+1 rows";
+        expect(rows == want, "SDK holds " + std::to_string(rows) + " rows, the server " + std::to_string(want) +
+                                 " (had " + std::to_string(before_rows) + " before the purge + bump); child said: " +
+                                 watcher->transcript());
+        sdk_detail = "SDK: " + std::to_string(before_rows) + " rows, purge below 4 + bump, RESET, rebuilt to the "
+                     "server's " + std::to_string(want) + " rows";
     } else {
         expect(false, "EPOCH_CHANGED on the wire ok, but the SDK child was not built: cannot show the SDK rebuild");
     }

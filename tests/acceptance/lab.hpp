@@ -115,15 +115,24 @@ std::string brief(const json::object& reply);
 
 // ----------------------------------------------------------------- checks
 
+/// A check id and how to run it. `control`, when set, is its negative
+/// control: the same check against a deliberately broken part (a lab-only
+/// server switch, or a client test double that breaks the guarded property).
+/// The lab runs it after the check, every run, and requires it to FAIL:
+/// `CONTROL <id> failed as expected` or `CONTROL <id> DID NOT FAIL` (which
+/// fails the run). `control_what` says in a few words what it breaks.
 struct Check {
     std::string id;
     std::function<Verdict(Lab&)> run;
+    std::function<Verdict(Lab&)> control = {};
+    std::string control_what = {};
 };
 std::vector<Check> send_checks();      // 04-*
 std::vector<Check> fault_checks();     // lab-faults-off-by-default, 06-*
 std::vector<Check> sync_checks();      // 07-*, 08-*
 std::vector<Check> device_checks();    // 09-*, 10-*
 std::vector<Check> retention_checks(); // 11-*
+std::vector<Check> crash_checks();     // lab-crash-*: fault points beyond send
 
 /// Path of the SDK child program, or empty when the SDK was not built.
 std::string sdk_child_bin();

@@ -12,10 +12,17 @@
 //                                         after every completed sync, "APPLIED <rows>"
 //                                         after events were applied (page or push),
 //                                         and "RESET" when the SDK drops the conversation
+//   soak DB URLS TOKEN CONV COUNT         URLS comma-separated gateways; send up to COUNT
+//                                         messages ("CMID <cmid>" each), one per 100 ms,
+//                                         through every outage; once the file DB.end
+//                                         exists (the soak is over) stop, drain the outbox,
+//                                         sync CONV, print "ROW <seq> <kind> <body>"
+//                                         per row and "DONE"
 #include <im/client.h>
 #include <im/messagelistmodel.h>
 
 #include <QtCore/QCoreApplication>
+#include <QtCore/QFile>
 #include <QtCore/QTimer>
 #include <QtCore/QUrl>
 
@@ -39,7 +46,9 @@ int main(int argc, char** argv) {
     }
     const QString mode = a[1];
     im::Client client;
-    client.setServers({QUrl(a[3])});
+    QList<QUrl> servers;
+    for (const QString& u : a[3].split(QLatin1Char(','), Qt::SkipEmptyParts)) servers.append(QUrl(u));
+    client.setServers(servers);
     client.setCredentials(a[4]);
     client.setRequestTimeout(3000);
     client.setRetryBackoff(100, 1000);
@@ -59,10 +68,11 @@ int main(int argc, char** argv) {
                                  .arg(static_cast<int>(st))
                                  .arg(err));
                      });
-    QTimer::singleShot(60000, &app, [] {
-        std::fprintf(stderr, "child timed out\n");
-        QCoreApplication::exit(3);
-    });
+    if (mode != QLatin1String("soak"))
+        QTimer::singleShot(60000, &app, [] {
+            std::fprintf(stderr, "child timed out\n");
+            QCoreApplication::exit(3);
+        });
 
     if (mode == QLatin1String("send") || mode == QLatin1String("send-inflight")) {
         if (a.size() < 7) return 2;
@@ -125,6 +135,52 @@ int main(int argc, char** argv) {
         QObject::connect(&client, &im::Client::connectionStateChanged, &app, [&client, conv](im::ConnectionState s) {
             if (s == im::ConnectionState::Connected) client.sync(conv);
         });
+    } else if (mode == QLatin1String("soak")) {
+        if (a.size() < 7) return 2;
+        const QString conv = a[5];
+        const int count = a[6].toInt();
+        auto* model = new im::MessageListModel(&client, conv, &app);
+        auto* pace = new QTimer(&app);
+        auto sent = std::make_shared<int>(0);
+        const QString endFlag = a[2] + QStringLiteral(".end");
+        QObject::connect(pace, &QTimer::timeout, &app, [&client, pace, sent, count, conv, endFlag] {
+            if (*sent >= count || QFile::exists(endFlag)) {
+                pace->stop();
+                return;
+            }
+            const QString cmid = client.send(conv, QStringLiteral("sdk-%1-%2").arg(client.userId()).arg(*sent));
+            if (cmid.isEmpty()) {
+                std::fprintf(stderr, "send failed: %s\n", qPrintable(client.lastError()));
+                return;
+            }
+            ++*sent;
+            say(QStringLiteral("CMID ") + cmid);
+        });
+        QObject::connect(&client, &im::Client::connectionStateChanged, &app, [pace](im::ConnectionState s) {
+            if (s == im::ConnectionState::Connected && !pace->isActive()) pace->start(100);
+        });
+        // The soak is over when the lab creates the file DB.end: finish
+        // sending, drain the outbox, sync once more, print the rows.
+        auto* finish = new QTimer(&app);
+        QObject::connect(finish, &QTimer::timeout, &app, [&client, model, conv, finish, endFlag] {
+            if (!QFile::exists(endFlag) || client.pendingCount() > 0 ||
+                client.connectionState() != im::ConnectionState::Connected)
+                return;
+            finish->stop();
+            QObject::connect(&client, &im::Client::conversationSynced, model, [model, conv](const QString& c) {
+                if (c != conv) return;
+                model->refresh();
+                for (int r = 0; r < model->count(); ++r)
+                    say(QStringLiteral("ROW %1 %2 %3")
+                            .arg(model->get(r, im::MessageListModel::SeqRole).toLongLong())
+                            .arg(model->get(r, im::MessageListModel::KindRole).toString(),
+                                 model->get(r, im::MessageListModel::BodyRole).toString()));
+                say(QStringLiteral("DONE"));
+                QCoreApplication::exit(0);
+            });
+            client.sync(conv);
+        });
+        finish->start(100);
     } else {
         std::fprintf(stderr, "unknown mode %s\n", argv[1]);
         return 2;

@@ -102,6 +102,27 @@ qint64 FakeServer::appendRecall(const QString &conv, const QString &sender, qint
     return addEvent(conv, ev);
 }
 
+qint64 FakeServer::addMember(const QString &conv, const QString &user) {
+    Conv &c = convs[conv];
+    if (!c.members.contains(user))
+        c.members.append(user);
+    return addEvent(conv, QJsonObject{{QStringLiteral("kind"), QStringLiteral("join")}, {QStringLiteral("user"), user}});
+}
+
+qint64 FakeServer::removeMember(const QString &conv, const QString &user) {
+    const qint64 seq =
+        addEvent(conv, QJsonObject{{QStringLiteral("kind"), QStringLiteral("leave")}, {QStringLiteral("user"), user}});
+    convs[conv].members.removeAll(user);
+    return seq;
+}
+
+void FakeServer::createConv(const QString &conv, const QStringList &members, const QString &kind) {
+    Conv &c = convs[conv];
+    c.kind = kind;
+    for (const QString &u : members)
+        addMember(conv, u);
+}
+
 void FakeServer::pushToAll(const QJsonObject &frame) {
     const QByteArray text = QJsonDocument(frame).toJson(QJsonDocument::Compact);
     for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
@@ -252,30 +273,53 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
     if (t == u"send" || t == u"recall") {
         const QString cmid = req.value(QStringLiteral("cmid")).toString();
         const QString key = ses.user + QLatin1Char('\n') + cmid;
+        const QString fingerprint = t + QLatin1Char('\n')
+            + (t == u"send" ? req.value(QStringLiteral("body")).toString()
+                            : QString::number(req.value(QStringLiteral("target")).toInteger()));
         if (c.keys.contains(key)) {
+            if (c.fingerprints.value(key) != fingerprint)
+                return err(QStringLiteral("IDEMPOTENCY_MISMATCH"));
             const qint64 seq = c.keys.value(key);
             const QJsonObject &ev = c.events.at(seq - 1);
-            return QJsonObject{{QStringLiteral("t"), t == u"send" ? QStringLiteral("sent") : QStringLiteral("recalled")},
-                               {QStringLiteral("conv"), convId},
-                               {QStringLiteral("seq"), seq},
-                               {QStringLiteral("mid"), ev.value(QStringLiteral("mid"))},
-                               {QStringLiteral("dup"), true},
-                               {QStringLiteral("epoch"), c.epoch}};
+            QJsonObject dup{{QStringLiteral("t"), t == u"send" ? QStringLiteral("sent") : QStringLiteral("recalled")},
+                            {QStringLiteral("conv"), convId},
+                            {QStringLiteral("seq"), seq},
+                            {QStringLiteral("dup"), true}};
+            if (t == u"send") {
+                dup.insert(QStringLiteral("mid"), ev.value(QStringLiteral("mid")));
+                dup.insert(QStringLiteral("epoch"), c.epoch);
+            }
+            return dup;
         }
         qint64 seq = 0;
         if (t == u"send") {
             seq = append(convId, ses.user, req.value(QStringLiteral("body")).toString(), cmid);
         } else {
             const qint64 target = req.value(QStringLiteral("target")).toInteger();
-            if (target < 1 || target > c.head())
+            if (target < c.minSeq || target > c.head())
                 return err(QStringLiteral("NOT_FOUND"));
-            if (c.events.at(target - 1).value(QStringLiteral("sender")).toString() != ses.user)
+            const QJsonObject &tev = c.events.at(target - 1);
+            if (tev.value(QStringLiteral("kind")).toString() != u"msg")
+                return err(QStringLiteral("INVALID_ARGUMENT"));
+            if (tev.value(QStringLiteral("sender")).toString() != ses.user)
                 return err(QStringLiteral("NOT_SENDER"));
+            for (const QJsonObject &e : c.events)
+                if (e.value(QStringLiteral("kind")).toString() == u"recall"
+                    && e.value(QStringLiteral("target")).toInteger() == target)
+                    return err(QStringLiteral("ALREADY_RECALLED"));
+            if (QDateTime::currentMSecsSinceEpoch() > tev.value(QStringLiteral("ts")).toInteger() + c.recallWindowMs)
+                return err(QStringLiteral("RECALL_WINDOW_EXPIRED"));
             seq = appendRecall(convId, ses.user, target, cmid);
         }
         convs[convId].keys.insert(key, seq);
+        convs[convId].fingerprints.insert(key, fingerprint);
         const QJsonObject &ev = convs[convId].events.at(seq - 1);
-        return QJsonObject{{QStringLiteral("t"), t == u"send" ? QStringLiteral("sent") : QStringLiteral("recalled")},
+        if (t == u"recall") // imserver's `recalled` reply: conv, seq, dup
+            return QJsonObject{{QStringLiteral("t"), QStringLiteral("recalled")},
+                               {QStringLiteral("conv"), convId},
+                               {QStringLiteral("seq"), seq},
+                               {QStringLiteral("dup"), false}};
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("sent")},
                            {QStringLiteral("conv"), convId},
                            {QStringLiteral("seq"), seq},
                            {QStringLiteral("mid"), ev.value(QStringLiteral("mid"))},

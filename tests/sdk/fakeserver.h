@@ -2,6 +2,13 @@
 // 127.0.0.1 (port 0) that speaks the wire contract with a tiny in-memory
 // store, plus knobs to misbehave (drop replies, UNAVAILABLE, close mid-request,
 // reorder pushes, bump epochs, trim, goaway, STALE_INSTALL).
+//
+// Like imserver (spec/contract.md): a request key (conv, sender, cmid) with
+// another body/target answers IDEMPOTENCY_MISMATCH; a second recall of one
+// target answers ALREADY_RECALLED; a recall past the conversation's window
+// answers RECALL_WINDOW_EXPIRED; events carry the sender's cmid when
+// eventsCarryCmid is set; createConv()/
+// addMember()/removeMember() append join/leave events as imserver's admin does.
 #pragma once
 
 #include <QtCore/QHash>
@@ -26,6 +33,8 @@ public:
         qint64 minSeq = 1;
         QList<QJsonObject> events;            // index i holds seq i + 1
         QHash<QString, qint64> keys;          // "user\ncmid" -> seq
+        QHash<QString, QString> fingerprints; // "user\ncmid" -> "send\nBODY" / "recall\nTARGET"
+        qint64 recallWindowMs = 120000;       // imserver's default
         QHash<QString, qint64> delivered;     // device -> seq
         QHash<QString, qint64> read;          // user -> seq
         qint64 head() const { return events.size(); }
@@ -52,13 +61,21 @@ public:
     QHash<QString, QString> failWith;  // answer this terminal code (while set)
     QHash<QString, int> holdReplies;   // process, keep the reply until releaseHeld()
     bool pushEvents = true;            // push `event` to subscribed members
-    bool eventsCarryCmid = false;      // events of send/recall carry the sender's cmid (as imserver's do)
+    // Events of send/recall carry the sender's cmid, as imserver's do. Off by
+    // default only because tst_client's retry tests (owned by the SDK work)
+    // count resends that a pushed own event would make unnecessary; new tests
+    // should turn it on.
+    bool eventsCarryCmid = false;
     int pageLimit = 0;                 // > 0 caps sync pages
     std::function<void(const QJsonObject &)> onFrame; // runs before any processing
 
     // actions
     qint64 append(const QString &conv, const QString &sender, const QString &body, const QString &cmid = {});
     qint64 appendRecall(const QString &conv, const QString &sender, qint64 target, const QString &cmid = {});
+    // As imserver's admin: a new conversation whose members each join with a `join` event.
+    void createConv(const QString &conv, const QStringList &members, const QString &kind = QStringLiteral("group"));
+    qint64 addMember(const QString &conv, const QString &user);    // `join` event; returns its seq
+    qint64 removeMember(const QString &conv, const QString &user); // `leave` event; returns its seq
     void pushToAll(const QJsonObject &frame);
     void bumpEpoch(const QString &conv);
     void closeAll();

@@ -83,6 +83,7 @@ public:
     }
 
     QString output() { return QString::fromUtf8(proc_.readAll()); }
+    qint64 pid() const { return proc_.processId(); }
 
     QStringList serverArgs;         // extra imserver flags, set before start()
     QUrl url;

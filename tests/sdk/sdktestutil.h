@@ -9,6 +9,7 @@
 #include <QtTest/QTest>
 
 #include <atomic>
+#include <optional>
 
 // Runs one scalar query on a SQLite file through a separate connection (what
 // another process would see), returning an invalid QVariant on error.
@@ -41,11 +42,13 @@ inline bool finished(QProcess &proc) {
 
 // Waits (spinning the event loop, so an in-process fake server keeps running)
 // for a stdout line of the child starting with `prefix`; returns the rest of
-// it, or an empty string if the child exited or the time ran out first.
-inline QString waitForLine(QProcess &proc, const QString &prefix, int timeoutMs = 60000) {
-    QString found;
+// it (possibly empty), or nothing if the child exited or the time ran out
+// first. Callers must tell the two apart: a line that is only the prefix
+// ("DONE") is an empty string, not a timeout.
+inline std::optional<QString> waitForLine(QProcess &proc, const QString &prefix, int timeoutMs = 60000) {
+    std::optional<QString> found;
     QByteArray buffer;
-    const bool seen = QTest::qWaitFor([&] {
+    const bool ended = QTest::qWaitFor([&] {
         buffer += proc.readAllStandardOutput();
         for (const QByteArray &raw : buffer.split('\n')) {
             const QString line = QString::fromUtf8(raw).trimmed();
@@ -56,5 +59,10 @@ inline QString waitForLine(QProcess &proc, const QString &prefix, int timeoutMs 
         }
         return proc.state() == QProcess::NotRunning;
     }, timeoutMs);
-    return seen ? found : QString();
+    return ended ? found : std::nullopt;
+}
+
+// The rest of the line, or "<no line>" when none came (for QCOMPARE).
+inline QString lineOrNone(const std::optional<QString> &line) {
+    return line.value_or(QStringLiteral("<no line>"));
 }

@@ -94,6 +94,8 @@ private slots:
     void newer_schema_version_is_refused();
     void outbox_introspection_reports_attempts_last_error_and_depth();
     void qa_hooks_go_offline_drop_a_reply_and_close_the_socket();
+    void socket_has_no_nagle_delay();
+    void failed_message_stays_where_it_was_sent();
 };
 
 void TestClient::send_commits_the_outbox_row_before_the_first_frame_leaves() {
@@ -738,6 +740,42 @@ void TestClient::qa_hooks_go_offline_drop_a_reply_and_close_the_socket() {
     f.client.closeSocketNow();
     QTRY_COMPARE(f.server.connections, conns + 1);
     QTRY_COMPARE(f.client.connectionState(), ConnectionState::Connected);
+}
+
+// Small request/reply frames must not wait for a delayed ACK (issue 10).
+void TestClient::socket_has_no_nagle_delay() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    const QVariant v = im::ClientPrivate::get(&f.client)->conn.transport()->socketOption(QAbstractSocket::LowDelayOption);
+    QVERIFY(v.isValid());
+    QCOMPARE(v.toInt(), 1);
+}
+
+// Obligation 12: a Failed row sorts where the user sent it, not below every
+// newer message.
+void TestClient::failed_message_stays_where_it_was_sent() {
+    Fixture f;
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("before"));
+    QVERIFY(f.openAndConnect());
+    im::MessageListModel model(&f.client, QStringLiteral("c1"));
+    QTRY_COMPARE(model.count(), 1);
+    f.server.failWith.insert(QStringLiteral("send"), QStringLiteral("INVALID_ARGUMENT"));
+    const QString failed = f.client.send(QStringLiteral("c1"), QStringLiteral("refused"));
+    QTRY_COMPARE(f.client.messageState(failed), MessageState::Failed);
+    f.server.failWith.clear();
+    QTest::qWait(20); // a later wall-clock millisecond for what follows
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("after"));
+    f.server.pushToAll(QJsonObject{{QStringLiteral("t"), QStringLiteral("hint")}, {QStringLiteral("conv"), QStringLiteral("c1")},
+                                   {QStringLiteral("head"), 2}, {QStringLiteral("epoch"), 1}});
+    const QString later = f.client.send(QStringLiteral("c1"), QStringLiteral("later"));
+    QTRY_COMPARE(f.client.messageState(later), MessageState::Sent);
+    QTRY_COMPARE(model.count(), 4);
+    QStringList bodies;
+    for (int i = 0; i < model.count(); ++i)
+        bodies << model.get(i, im::MessageListModel::BodyRole).toString();
+    QCOMPARE(bodies, (QStringList{QStringLiteral("before"), QStringLiteral("refused"), QStringLiteral("after"),
+                                  QStringLiteral("later")}));
+    QCOMPARE(model.get(1, im::MessageListModel::StateRole).toInt(), int(MessageState::Failed));
 }
 
 QTEST_GUILESS_MAIN(TestClient)

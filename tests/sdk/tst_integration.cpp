@@ -158,7 +158,7 @@ void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_serv
     QProcess first;
     first.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("send"), QStringLiteral("ana"), db, extra));
     QVERIFY(first.waitForStarted());
-    const QString cmid = waitForLine(first, QStringLiteral("CMID "));
+    const QString cmid = waitForLine(first, QStringLiteral("CMID ")).value_or(QString());
     QVERIFY(!cmid.isEmpty());
     if (dropReply)
         QTest::qWait(1000); // the server has answered; the answer was ignored
@@ -175,7 +175,7 @@ void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_serv
     QProcess second;
     second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), QStringLiteral("ana"), db));
     QVERIFY(second.waitForStarted());
-    QCOMPARE(waitForLine(second, QStringLiteral("DONE")), QString());
+    QCOMPARE(lineOrNone(waitForLine(second, QStringLiteral("DONE"))), QString());
     QVERIFY(finished(second));
     QCOMPARE(second.exitCode(), 0);
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox")).toInt(), 0);
@@ -200,7 +200,7 @@ void TestIntegration::sync_killed_mid_page_run_resumes_without_loss_or_duplicate
     QProcess first;
     first.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("cy"), db, extra));
     QVERIFY(first.waitForStarted());
-    QVERIFY(!waitForLine(first, QStringLiteral("PAGE team ")).isEmpty());
+    QVERIFY(waitForLine(first, QStringLiteral("PAGE team ")).has_value());
     first.kill();
     QVERIFY(finished(first));
     const qint64 cursor = sqlScalar(db, QStringLiteral("SELECT after FROM conversations WHERE conv = 'team'")).toLongLong();
@@ -212,7 +212,7 @@ void TestIntegration::sync_killed_mid_page_run_resumes_without_loss_or_duplicate
     QProcess second;
     second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("cy"), db, extra));
     QVERIFY(second.waitForStarted());
-    QCOMPARE(waitForLine(second, QStringLiteral("SYNCED ")), QStringLiteral("team"));
+    QCOMPARE(lineOrNone(waitForLine(second, QStringLiteral("SYNCED "))), QStringLiteral("team"));
     QVERIFY(finished(second));
     const QString like = prefix + QLatin1Char('%');
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'team' AND body LIKE ?"), {like}).toInt(),

@@ -27,4 +27,22 @@ inline std::unique_ptr<WsClient> login(unsigned short port, const TestUser& u, c
     return c;
 }
 
+/// One real PostgreSQL and one real imserver shared by a test suite.
+class ServerSuite : public ::testing::Test {
+protected:
+    static inline TestPostgres* pg = nullptr;
+    static inline ServerProcess* srv = nullptr;
+
+    static void SetUpTestSuite() {
+        pg = new TestPostgres();
+        srv = new ServerProcess(pg->url(), {"--quiet"});
+    }
+    static void TearDownTestSuite() {
+        delete srv;
+        delete pg;
+    }
+    std::string db() const { return pg->url(); }
+    unsigned short port() const { return srv->port(); }
+};
+
 } // namespace im::test

@@ -7,26 +7,13 @@
 #include <map>
 #include <set>
 
+#include <pqxx/pqxx>
+
 using namespace im::test;
 
 namespace {
 
-class Contract : public ::testing::Test {
-protected:
-    static inline TestPostgres* pg = nullptr;
-    static inline ServerProcess* srv = nullptr;
-
-    static void SetUpTestSuite() {
-        pg = new TestPostgres();
-        srv = new ServerProcess(pg->url(), {"--quiet"});
-    }
-    static void TearDownTestSuite() {
-        delete srv;
-        delete pg;
-    }
-    std::string db() const { return pg->url(); }
-    unsigned short port() const { return srv->port(); }
-};
+class Contract : public ServerSuite {};
 
 // ---------------------------------------------------------------- send
 
@@ -175,6 +162,92 @@ TEST_F(Contract, pipelined_sends_are_each_judged_alone_and_keep_their_order) {
     const long long used = transactions() - before;
     EXPECT_GE(used, 1);
     EXPECT_LT(used, static_cast<long long>(frames.size()));
+}
+
+TEST_F(Contract, a_stranger_gets_not_member_without_waiting_on_a_held_row_lock) {
+    auto w = make_world(db(), "lockprobe", 2);
+    auto stranger = make_user(db(), unique_name("stranger"));
+    auto member = login(port(), w.users[0]);
+    auto first = send_msg(*member, w.conv, "m1", "to be recalled");
+    ASSERT_EQ(str(first, "t"), "sent");
+    // Another session holds the conversation's row lock for the whole check.
+    pqxx::connection holder(db());
+    pqxx::work lock(holder);
+    ASSERT_EQ(lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE").size(), 1u);
+    auto c = login(port(), stranger);
+    // Step 0 (C4): no lock is taken for a caller without any period, so the
+    // answer comes while the lock is still held (waiting would end in the
+    // server's lock timeout and UNAVAILABLE instead).
+    auto s = send_msg(*c, w.conv, "probe", "hello?", 30s);
+    EXPECT_EQ(str(s, "code"), "NOT_MEMBER") << json::serialize(s);
+    auto r = c->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(first, "seq")}, {"cmid", "r1"}}, 30s);
+    EXPECT_EQ(str(r, "code"), "NOT_MEMBER") << json::serialize(r);
+    auto u = send_msg(*c, unique_name("nosuchconv"), "probe", "hello?", 30s);
+    EXPECT_EQ(str(u, "code"), "NOT_MEMBER") << json::serialize(u);
+    lock.abort();
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv)), "3");
+}
+
+TEST_F(Contract, a_request_the_database_rejects_is_terminal_and_fails_alone_in_its_batch) {
+    auto w = make_world(db(), "poison", 2);
+    // An operator's constraint that exactly one body breaks: a failure every
+    // retry of that request meets, and no other request does.
+    const std::string check = unique_name("poison_check");
+    pg->scalar("ALTER TABLE events ADD CONSTRAINT \"" + check + "\" CHECK (conv_id <> " + q(w.conv) +
+               " OR body IS NULL OR body <> 'poison')");
+    auto c = login(port(), w.users[0]);
+    auto send_transactions = [&] {
+        auto m = srv->http("GET", "/metrics").second;
+        auto at = m.find("\nim_send_transactions_total ");
+        return at == std::string::npos ? -1LL : std::stoll(m.substr(at + 28));
+    };
+    const long long before = send_transactions();
+    // The row lock held elsewhere makes the first send wait inside the
+    // database, so the next three queue up and go as one batch.
+    {
+        pqxx::connection holder(db());
+        pqxx::work lock(holder);
+        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE");
+        const std::vector<std::pair<std::string, std::string>> frames = {
+            {"a", "first"}, {"b", "second"}, {"p", "poison"}, {"d", "after"}};
+        auto frame = [&](std::size_t i) {
+            c->send_json({{"t", "send"}, {"rid", frames[i].first}, {"conv", w.conv}, {"cmid", frames[i].first},
+                          {"body", frames[i].second}});
+        };
+        frame(0);
+        bool waiting = false;
+        for (int i = 0; i < 400 && !waiting; ++i) {
+            waiting = pg->scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                 "AND application_name LIKE 'imserver-pool-%'") == "1";
+            if (!waiting) std::this_thread::sleep_for(25ms);
+        }
+        ASSERT_TRUE(waiting) << "the first send never reached the row lock";
+        for (std::size_t i = 1; i < frames.size(); ++i) frame(i);
+        // Give the three frames time to be read while the first still waits;
+        // the transaction count below shows whether they shared one.
+        std::this_thread::sleep_for(300ms);
+        lock.abort();
+    }
+    std::map<std::string, json::object> replies;
+    while (replies.size() < 4) {
+        auto f = c->next(20s);
+        ASSERT_TRUE(f.has_value()) << "missing replies";
+        replies[str(*f, "rid")] = *f;
+    }
+    const long long used = send_transactions() - before;
+    EXPECT_LT(used, 4) << "the rejected request did not share a transaction with another";
+    EXPECT_EQ(str(replies["a"], "t"), "sent") << json::serialize(replies["a"]);
+    EXPECT_EQ(str(replies["b"], "t"), "sent") << json::serialize(replies["b"]);
+    EXPECT_EQ(str(replies["p"], "code"), "INVALID_ARGUMENT") << json::serialize(replies["p"]);
+    EXPECT_EQ(str(replies["d"], "t"), "sent") << json::serialize(replies["d"]);
+    EXPECT_EQ(num(replies["b"], "seq"), num(replies["a"], "seq") + 1);
+    EXPECT_EQ(num(replies["d"], "seq"), num(replies["b"], "seq") + 1) << "the rejected one takes no seq";
+    // Terminal: the resend meets the same answer, never UNAVAILABLE.
+    auto again = send_msg(*c, w.conv, "p", "poison");
+    EXPECT_EQ(str(again, "code"), "INVALID_ARGUMENT") << json::serialize(again);
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "3");
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'p'"), "0");
+    pg->scalar("ALTER TABLE events DROP CONSTRAINT \"" + check + "\"");
 }
 
 TEST_F(Contract, a_removed_member_resending_an_old_key_gets_dup_not_not_member) {
@@ -482,10 +555,13 @@ TEST_F(Contract, unread_skips_recalled_messages_and_counts_only_readable_ones) {
     send_msg(*cy, w.conv, "c1", "three");
     ben->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(m1, "seq")}, {"cmid", "rb1"}});
     auto convs = ana->request({{"t", "convs"}});
+    int listed = 0;
     for (auto& v : convs.at("convs").as_array())
         if (str(v.as_object(), "conv") == w.conv) {
+            ++listed;
             EXPECT_EQ(num(v.as_object(), "unread"), 2);
         }
+    EXPECT_EQ(listed, 1) << "the conversation is not (once) in ana's list: " << json::serialize(convs);
     auto ack = ana->request({{"t", "ack"}, {"conv", w.conv}, {"seq", 5}});
     EXPECT_EQ(num(ack, "delivered"), 5);
     auto ack_back = ana->request({{"t", "ack"}, {"conv", w.conv}, {"seq", 2}});

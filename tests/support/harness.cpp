@@ -8,6 +8,7 @@
 #include <boost/beast/websocket.hpp>
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -120,6 +122,30 @@ std::string TestPostgres::scalar(const std::string& sql, const std::string& db) 
     return r[0][0].c_str();
 }
 
+std::vector<pid_t> TestPostgres::pids() const {
+    std::vector<pid_t> out;
+    std::ifstream pidfile(root_ + "/data/postmaster.pid");
+    pid_t master = 0;
+    if (!(pidfile >> master) || master <= 0) return out;
+    out.push_back(master);
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+        const std::string name = entry.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream stat(entry.path() / "stat");
+        std::string line;
+        if (!std::getline(stat, line)) continue;
+        // pid (comm) state ppid ...: comm may hold spaces, so parse after ')'.
+        auto close = line.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(line.substr(close + 1));
+        std::string state;
+        pid_t ppid = 0;
+        rest >> state >> ppid;
+        if (ppid == master) out.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+    return out;
+}
+
 // ------------------------------------------------------------------ processes
 
 std::string imserver_bin() {
@@ -162,6 +188,34 @@ std::string trim(std::string s) {
 }
 
 } // namespace
+
+int imserver_exit_code(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
+    std::vector<std::string> argv{imserver_bin()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+        int devnull = ::open("/dev/null", O_WRONLY);
+        if (devnull >= 0) ::dup2(devnull, 1);
+        std::vector<char*> a;
+        for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+        a.push_back(nullptr);
+        ::execv(a[0], a.data());
+        ::_exit(127);
+    }
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        int status = 0;
+        pid_t r = ::waitpid(pid, &status, WNOHANG);
+        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (std::chrono::steady_clock::now() >= deadline) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            return -1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+}
 
 std::pair<int, std::string> admin(const std::string& db_url, const std::vector<std::string>& args) {
     std::vector<std::string> argv{imserver_bin(), "admin", "--db", db_url};
@@ -255,6 +309,12 @@ void ServerProcess::restart() {
     spawn();
 }
 
+void ServerProcess::restart_on_same_port() {
+    for (auto& a : base_)
+        if (a == "127.0.0.1:0") a = "127.0.0.1:" + std::to_string(port_);
+    restart();
+}
+
 void ServerProcess::restart(std::vector<std::string> extra) {
     extra_ = std::move(extra);
     restart();
@@ -334,6 +394,10 @@ struct WsClient::Impl {
     std::deque<json::object> frames;
     bool is_closed = false;
     int close_code = -1;
+    std::size_t largest = 0;
+    std::size_t received = 0; // frames read (replies and pushes, parsable or not)
+    std::size_t written = 0;  // frames fully written
+    std::size_t dropped = 0;  // frames never written because a write failed
 
     void do_read() {
         ws.async_read(buf, [this](beast::error_code ec, std::size_t) {
@@ -350,6 +414,8 @@ struct WsClient::Impl {
             auto v = json::parse(text, jec);
             {
                 std::lock_guard lk(mu);
+                largest = std::max(largest, text.size());
+                ++received;
                 frames.push_back(!jec && v.is_object() ? v.as_object() : json::object{{"t", "unparsable"}});
                 cv.notify_all();
             }
@@ -360,7 +426,20 @@ struct WsClient::Impl {
     void do_write() {
         ws.text(out.front().second);
         ws.async_write(net::buffer(out.front().first), [this](beast::error_code ec, std::size_t) {
-            if (ec) return;
+            if (ec) {
+                // The connection is gone: nothing queued will ever be written.
+                // Count it (the test can see it) and empty the queue, so a
+                // later send is not stuck behind a write that never finishes.
+                std::lock_guard lk(mu);
+                dropped += out.size();
+                out.clear();
+                cv.notify_all();
+                return;
+            }
+            {
+                std::lock_guard lk(mu);
+                ++written;
+            }
             out.pop_front();
             if (!out.empty()) do_write();
         });
@@ -448,9 +527,19 @@ std::optional<json::object> WsClient::wait_push(const std::function<bool(const j
     }
 }
 
+WsClient::Counts WsClient::counts() const {
+    std::lock_guard lk(impl_->mu);
+    return {impl_->received, impl_->written, impl_->dropped};
+}
+
 bool WsClient::closed() const {
     std::lock_guard lk(impl_->mu);
     return impl_->is_closed;
+}
+
+std::size_t WsClient::largest_frame() const {
+    std::lock_guard lk(impl_->mu);
+    return impl_->largest;
 }
 
 int WsClient::wait_closed(std::chrono::milliseconds timeout) {

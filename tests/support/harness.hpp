@@ -47,6 +47,9 @@ public:
     /// Runs one SQL statement and returns the first column of the first row
     /// as text ("" when no row). For assertions on real rows.
     std::string scalar(const std::string& sql, const std::string& db = "im") const;
+    /// The PIDs of this cluster's processes (postmaster first), and only
+    /// of this cluster: for freezing it with SIGSTOP.
+    std::vector<pid_t> pids() const;
 
 private:
     TempDir dir_;
@@ -58,6 +61,9 @@ std::string imserver_bin();
 
 /// Runs `imserver admin --db URL args...`; returns {exit code, stdout}.
 std::pair<int, std::string> admin(const std::string& db_url, const std::vector<std::string>& args);
+/// Runs `imserver ARGS...` (stdout discarded) and returns its exit status;
+/// -1 when it was still running after `timeout` (then it is SIGKILLed).
+int imserver_exit_code(const std::vector<std::string>& args, std::chrono::milliseconds timeout);
 /// As admin(), but throws unless it exits 0; returns stdout trimmed.
 std::string admin_ok(const std::string& db_url, const std::vector<std::string>& args);
 
@@ -81,6 +87,8 @@ public:
     /// `extra`, the extra flags are replaced (e.g. to drop a --fault).
     void restart();
     void restart(std::vector<std::string> extra);
+    /// As restart(), listening on the port it had (clients keep their URL).
+    void restart_on_same_port();
     /// Plain HTTP request to the gateway; returns {status, body}.
     std::pair<int, std::string> http(const std::string& method, const std::string& target,
                                      const std::string& body = {}) const;
@@ -114,6 +122,12 @@ public:
     std::optional<json::object> wait_push(const std::function<bool(const json::object&)>& pred,
                                           std::chrono::milliseconds timeout = 10s);
     bool closed() const;
+    /// Size in bytes of the largest frame received so far.
+    std::size_t largest_frame() const;
+    /// Frames read from the server (replies and pushes), frames written, and
+    /// frames dropped unwritten because a write failed (connection gone).
+    struct Counts { std::size_t received = 0, written = 0, dropped = 0; };
+    Counts counts() const;
     /// Waits until the server closes; returns its close code (or -1).
     int wait_closed(std::chrono::milliseconds timeout = 10s);
     /// hello with a fresh install id unless given; returns the reply.

@@ -94,6 +94,16 @@ public:
     void setSyncPageSize(int limit);
     /// How many outbox requests may be unanswered at once (default 64).
     void setSendWindow(int requests);
+    /// How many of one conversation's messages may be unanswered at once
+    /// (default 64: pipelined; the server commits one connection's requests
+    /// in the order sent). 1 keeps the per-conversation order even when the
+    /// server fails one request and commits the next (see docs/sdk.md, Order).
+    void setPipelineDepth(int requests);
+    /// Liveness watchdog: a WebSocket ping every `pingIntervalMs` (default
+    /// 10 s) while connected; a connection on which nothing (no frame, no
+    /// pong) arrived for `silenceTimeoutMs` (default 25 s) is dropped and
+    /// reconnected. Both use a monotonic clock.
+    void setKeepAlive(int pingIntervalMs, int silenceTimeoutMs);
 
     // --- local database --------------------------------------------------
     /// Opens (creating or migrating) the local database. Loads the outbox and
@@ -133,9 +143,19 @@ public Q_SLOTS:
 
     /// Queues a message. The outbox row is committed before this returns; the
     /// returned cmid (UUID v4) identifies it in messageStateChanged() and the
-    /// models. Returns an empty string (and emits errorOccurred) if the local
-    /// write failed or the arguments are invalid; nothing is sent then.
+    /// models. A body the server would refuse (empty, over 4000 code points,
+    /// not valid Unicode, U+0000) or an invalid conversation id is refused at
+    /// once: empty string, errorOccurred("INVALID_ARGUMENT"), nothing queued.
+    /// Also empty (STORAGE_ERROR) if the local write failed.
     QString send(const QString &conv, const QString &body);
+    /// Withdraws a Pending message (or recall request) that has not gone on
+    /// the wire yet: it leaves the outbox and the timeline. Once an attempt
+    /// has been sent it may already be committed, so cancel() refuses it
+    /// (returns false, lastError() says why): recall it once it shows Sent.
+    bool cancel(const QString &cmid);
+    /// Removes a Failed or Expired message from the local timeline (it is not
+    /// resent). Returns false for any other state or an unknown cmid.
+    bool discard(const QString &cmid);
     /// Queues a recall of one of our messages at `seq`, through the same
     /// durable outbox (own cmid). The target shows Recalled once the recall
     /// event is applied. Returns the recall request's cmid, or empty on error.

@@ -1,0 +1,66 @@
+// The default notification bus: PostgreSQL LISTEN/NOTIFY on the gateway's
+// own connections. One listening session (application_name
+// imserver-listen-GATEWAY) and one publishing session per gateway.
+//
+// Publishing: every payload queued while the previous NOTIFY ran goes out in
+// one statement (collapsed: per conversation only the highest event seq), in
+// a transaction of its own with synchronous_commit off. The rows it announces
+// were committed durably before; a crash loses the notification anyway (every
+// listener is cut and resyncs), so waiting for its WAL flush buys nothing,
+// and keeping NOTIFY out of the data transactions lets those share flushes.
+//
+// Listening: the thread sleeps in poll() on the session's socket only after
+// everything libpq has already read was delivered, and probes the session
+// every `probe_ms` when idle.
+#pragma once
+
+#include "bus.hpp"
+#include "db_pool.hpp"
+#include "metrics.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace im {
+
+class PgBus : public NotificationBus {
+public:
+    /// `db_timeout_ms`: a round trip of the bus's own sessions stuck longer is
+    /// cut (a frozen database must not hang the bus, nor SIGTERM).
+    PgBus(std::string url, std::string gateway_id, Metrics& metrics, int probe_ms, int db_timeout_ms = 5000);
+    ~PgBus() override;
+    void subscribe(Handlers h) override;
+    void stop() override;
+    void publish(std::vector<std::string> payloads, std::function<void(bool)> done) override;
+
+    /// Per conversation one "e CONV SEQ [FROM]" is kept: the highest seq and,
+    /// when lower, the lowest one (consumers read ranges); other payloads are
+    /// kept once each, in order.
+    static std::vector<std::string> collapse(const std::vector<std::string>& payloads);
+
+private:
+    void listen_loop();
+    void publish_loop();
+
+    std::string url_, gateway_id_;
+    Metrics& metrics_;
+    int probe_ms_;
+    Watchdog watchdog_;
+    Handlers handlers_;
+    std::atomic<bool> stop_{false};
+    int wake_fd_ = -1; // eventfd: wakes the listener's poll() on stop
+    std::thread listener_, publisher_;
+
+    struct Pending {
+        std::vector<std::string> payloads;
+        std::function<void(bool)> done;
+    };
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Pending> queue_;
+};
+
+} // namespace im

@@ -1,0 +1,195 @@
+// lab-crash-*: the fault points beyond send (recall, ack, read, retention
+// purge, the notification publish). Each arms POINT=crash, sees the process
+// really exit 70, restarts it, repeats the request, and checks the
+// invariants over the database: at most one event per request key, seqs
+// gap-free from min_seq to head, markers never lost once acknowledged.
+// Not ids of spec/acceptance.md: they extend 06-crash-* to the other writes.
+#include "lab.hpp"
+
+#include <thread>
+
+namespace im::lab {
+
+namespace {
+
+json::object recall(WsClient& ws, const std::string& conv, std::int64_t target, const std::string& cmid) {
+    return ws.request({{"t", "recall"}, {"conv", conv}, {"target", target}, {"cmid", cmid}});
+}
+
+// The database-side invariants of one conversation; "" when they hold.
+std::string invariants(Lab& lab, const std::string& conv) {
+    auto dup_keys = lab.sql("SELECT count(*) FROM (SELECT 1 FROM events WHERE conv_id = " + quote(conv) +
+                            " AND client_msg_id IS NOT NULL GROUP BY sender_user, client_msg_id "
+                            "HAVING count(*) > 1) d");
+    if (dup_keys != "0") return dup_keys + " request keys with more than one event";
+    auto gaps = lab.sql("SELECT (SELECT next_seq - min_seq FROM conversations WHERE conv_id = " + quote(conv) +
+                        ") - count(*) FROM events WHERE conv_id = " + quote(conv));
+    if (gaps != "0") return "seqs not gap-free from min_seq to head (missing " + gaps + ")";
+    return {};
+}
+
+struct CrashServer {
+    Tracked<ServerProcess> srv;
+    explicit CrashServer(Lab& lab)
+        : srv(lab, lab.db(), std::vector<std::string>{"--enable-faults", "--quiet"}, unique_name("gw-crash2")) {}
+    // Sends `frame` with POINT=crash:1 armed; the process must exit 70.
+    void crash_on(Lab&, WsClient& ws, const std::string& point, const json::object& frame) {
+        Lab::arm(*srv, point + "=crash:1");
+        auto r = ws.request(frame, 10s);
+        expect(outcome(r) == "closed" || outcome(r) == "timeout", point + ": reply " + brief(r) + " instead of a crash");
+        auto rc = srv->wait_exit(10s);
+        expect(rc && *rc == 70, point + ": exit status " + (rc ? std::to_string(*rc) : std::string("none (running)")));
+        srv->restart();
+    }
+};
+
+Verdict crash_recall(Lab& lab, const std::string& point, bool committed) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-crec", "direct", {a, b});
+    CrashServer cs(lab);
+    auto ws = connect(cs.srv->port(), a.token);
+    auto m = send(*ws, c, uuid4(), "to be recalled");
+    expect(outcome(m) == "sent", "send -> " + brief(m));
+    auto key = uuid4();
+    cs.crash_on(lab, *ws, point, {{"t", "recall"}, {"conv", c}, {"target", num(m, "seq")}, {"cmid", key}});
+    auto rows = lab.rows(c, a.user, key);
+    expect(rows == (committed ? 1 : 0), "recall rows right after the crash: " + std::to_string(rows));
+    auto ws2 = connect(cs.srv->port(), a.token);
+    auto r = recall(*ws2, c, num(m, "seq"), key);
+    expect(outcome(r) == "recalled" && flag(r, "dup") == committed,
+           "recall again after the restart -> " + brief(r) + ", wanted dup:" + (committed ? "true" : "false"));
+    expect(lab.rows(c, a.user, key) == 1, "recall rows after the resend: " + std::to_string(lab.rows(c, a.user, key)));
+    auto inv = invariants(lab, c);
+    expect(inv.empty(), inv);
+    return passed("exit 70, recall rows " + std::to_string(rows) + " after the crash, again " + brief(r) +
+                  ", 1 recall row, keys unique, seqs gap-free");
+}
+
+// ack or read: the marker must be where the last committed request put it.
+Verdict crash_marker(Lab& lab, const std::string& kind) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto token2 = admin_ok(lab.db(), {"device", "add", a.user, a.user + "-d2"});
+    auto c = lab.conv("c-cmark", "direct", {a, b});
+    CrashServer cs(lab);
+    auto wb = connect(cs.srv->port(), b.token);
+    for (int i = 0; i < 3; ++i) expect(outcome(send(*wb, c, uuid4(), "m" + std::to_string(i))) == "sent", "send");
+    auto ws = connect(cs.srv->port(), a.token);
+    const char* reply = kind == "ack" ? "acked" : "read_ok";
+    const char* field = kind == "ack" ? "delivered" : "read";
+    auto first = ws->request({{"t", kind}, {"conv", c}, {"seq", 3}});
+    expect(outcome(first) == reply && num(first, field) == 3, kind + " 3 -> " + brief(first));
+    const std::string table = kind == "ack" ? "delivery_markers" : "read_markers";
+    const std::string who = kind == "ack" ? "device_id = " + quote(a.device) : "user_id = " + quote(a.user);
+    auto marker = [&] {
+        return lab.sql("SELECT " + std::string(field) + " FROM " + table + " WHERE conv_id = " + quote(c) + " AND " + who);
+    };
+    cs.crash_on(lab, *ws, "store." + kind + "_before_commit", {{"t", kind}, {"conv", c}, {"seq", 5}});
+    auto after_crash = marker();
+    expect(after_crash == "3", kind + " marker after the crash: " + after_crash + " (wanted the committed 3)");
+    auto ws2 = connect(cs.srv->port(), a.token);
+    std::unique_ptr<WsClient> d2;
+    if (kind == "read") { // the other device learns of the read marker after the restart
+        d2 = connect(cs.srv->port(), token2);
+        expect(outcome(d2->request({{"t", "sub"}})) == "subscribed", "sub");
+    }
+    auto again = ws2->request({{"t", kind}, {"conv", c}, {"seq", 5}});
+    expect(outcome(again) == reply && num(again, field) == 5, kind + " 5 again -> " + brief(again));
+    expect(marker() == "5", kind + " marker after the retry: " + marker());
+    if (d2) {
+        auto hint = d2->wait_push([&](const json::object& f) { return str(f, "t") == "hint" && f.contains("read"); },
+                                  15s);
+        expect(hint && num(*hint, "read") == 5, "device 2 got no read hint 5 after the restart");
+    }
+    auto inv = invariants(lab, c);
+    expect(inv.empty(), inv);
+    return passed("exit 70; marker stayed at the committed 3; retry " + brief(again) + "; marker 5" +
+                  (d2 ? "; device 2 hinted read 5" : ""));
+}
+
+Verdict crash_purge(Lab& lab, const std::string& point) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-cpurge", "direct", {a, b});
+    auto ws = connect(lab.server().port(), a.token);
+    auto key = uuid4();
+    auto m1 = send(*ws, c, key, "old");
+    send(*ws, c, uuid4(), "old 2");
+    auto m3 = send(*ws, c, uuid4(), "kept");
+    expect(outcome(m3) == "sent", "send -> " + brief(m3));
+    const auto cut = std::to_string(num(m3, "seq"));
+    auto count = [&](const std::string& table) {
+        return lab.sql("SELECT count(*) FROM " + table + " WHERE conv_id = " + quote(c));
+    };
+    const auto events0 = count("events"), tombs0 = count("idem_tombstones");
+    auto [rc, out] = admin(lab.db(), {"--enable-faults", "--fault", point + "=crash:1", "purge", c, "--before-seq", cut});
+    expect(rc == 70, "admin purge with " + point + "=crash exited " + std::to_string(rc));
+    // The batch's transaction died: nothing of it is visible.
+    expect(count("events") == events0 && count("idem_tombstones") == tombs0,
+           "after the crash: events " + count("events") + " (was " + events0 + "), tombstones " +
+               count("idem_tombstones") + " (was " + tombs0 + ")");
+    auto r0 = send(*ws, c, key, "old");
+    expect(outcome(r0) == "sent" && flag(r0, "dup") && num(r0, "seq") == num(m1, "seq"),
+           "resend after the crashed purge -> " + brief(r0) + " (the original must still answer)");
+    auto purged = admin_ok(lab.db(), {"purge", c, "--before-seq", cut});
+    auto r = send(*ws, c, key, "old");
+    expect(outcome(r) == "ORIGINAL_EXPIRED", "late resend after the purge -> " + brief(r));
+    expect(lab.rows(c, a.user, key) == 0, "rows for the purged key");
+    auto inv = invariants(lab, c);
+    expect(inv.empty(), inv);
+    return passed("admin exit 70, events " + events0 + " and tombstones " + tombs0 + " unchanged, original answers " +
+                  brief(r0) + "; purge again: " + purged + " rows, late resend ORIGINAL_EXPIRED");
+}
+
+// The gateway dies between receiving the commit notification and pushing it:
+// the event is committed; its subscriber reconnects and converges by sync.
+Verdict crash_notify(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben");
+    auto c = lab.conv("c-cnote", "direct", {a, b});
+    CrashServer cs(lab);
+    auto wa = connect(cs.srv->port(), a.token);
+    expect(outcome(wa->request({{"t", "sub"}})) == "subscribed", "sub");
+    std::int64_t cursor = 0;
+    auto seqs = sync_all(*wa, c, 0, 50, &cursor);
+    Lab::arm(*cs.srv, "notify.before_publish=crash:1");
+    auto wb = connect(lab.server().port(), b.token); // writes through the other gateway
+    auto s = send(*wb, c, uuid4(), "published by nobody");
+    expect(outcome(s) == "sent", "send -> " + brief(s));
+    auto rc = cs.srv->wait_exit(15s);
+    expect(rc && *rc == 70, std::string("gateway exit status ") + (rc ? std::to_string(*rc) : "none (running)"));
+    expect(wa->wait_closed(10s) != -1 || wa->closed(), "the subscriber's connection outlived the gateway");
+    cs.srv->restart();
+    auto wa2 = connect(cs.srv->port(), a.token);
+    expect(outcome(wa2->request({{"t", "sub"}})) == "subscribed", "sub after the restart");
+    std::int64_t head = 0;
+    auto more = sync_all(*wa2, c, cursor, 50, &head);
+    seqs.insert(seqs.end(), more.begin(), more.end());
+    bool exact = static_cast<std::int64_t>(seqs.size()) == head && head == lab.head(c);
+    for (std::size_t i = 0; exact && i < seqs.size(); ++i) exact = seqs[i] == static_cast<std::int64_t>(i) + 1;
+    expect(exact, "client holds " + std::to_string(seqs.size()) + " events, head " + std::to_string(head) +
+                      ", stored head " + std::to_string(lab.head(c)));
+    // And the restarted gateway publishes again.
+    auto s2 = send(*wb, c, uuid4(), "published again");
+    auto ev = wa2->wait_push([&](const json::object& f) {
+        return str(f, "t") == "event" && num(f.at("ev").as_object(), "seq") == num(s2, "seq");
+    }, 15s);
+    expect(ev.has_value(), "no push from the restarted gateway");
+    auto inv = invariants(lab, c);
+    expect(inv.empty(), inv);
+    return passed("gateway exit 70 before publishing seq " + std::to_string(num(s, "seq")) +
+                  "; after the restart the client synced 1.." + std::to_string(head) + " exactly once; pushes flow");
+}
+
+} // namespace
+
+std::vector<Check> crash_checks() {
+    return {
+        {"lab-crash-recall-before-commit", [](Lab& l) { return crash_recall(l, "store.recall_before_commit", false); }},
+        {"lab-crash-after-recall-commit", [](Lab& l) { return crash_recall(l, "api.after_recall_commit", true); }},
+        {"lab-crash-ack-before-commit", [](Lab& l) { return crash_marker(l, "ack"); }},
+        {"lab-crash-read-before-commit", [](Lab& l) { return crash_marker(l, "read"); }},
+        {"lab-crash-purge-after-tombstones", [](Lab& l) { return crash_purge(l, "store.purge_after_tombstones"); }},
+        {"lab-crash-purge-before-commit", [](Lab& l) { return crash_purge(l, "store.purge_before_commit"); }},
+        {"lab-crash-notify-before-publish", crash_notify},
+    };
+}
+
+} // namespace im::lab

@@ -1,0 +1,689 @@
+// im_loadgen: closed-loop WebSocket load against a real imserver, measured
+// against the two baselines that give its figures meaning, all in one run:
+//   raw     one INSERT + COMMIT of a message row per message (libpqxx)
+//   direct  the server's own send SQL (im::Store::send) driven through libpqxx
+//   server  imserver over WebSocket: hello, sub, send -> wait `sent` -> next
+// at the same concurrency, on the same database (the embedded PostgreSQL
+// configuration, fsync on, unless --db says otherwise).
+//
+// Usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES]
+//                   [--warmup S] [--window S] [--db-pool N] [--db URL]
+//                   [--gateways N] [--bus postgres|nats://HOST:PORT]
+//                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
+// With --gateways N, N imservers share the database and the connections are
+// spread round-robin, so most pushes cross gateways through the bus.
+// Not run by ctest: it prints figures, it asserts nothing.
+#include "database.hpp"
+#include "harness.hpp"
+#include "store.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/json.hpp>
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+namespace json = boost::json;
+using tcp = net::ip::tcp;
+using clk = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Options {
+    int convs = 100, members = 5, senders = 16, body = 100, db_pool = 16;
+    double warmup = 3, window = 10;
+    std::optional<std::string> db;
+    int idle = 0;
+    bool idle_big = false; // each idle connection first sends one ~60 KB frame
+    int gateways = 1;      // connections spread round-robin over this many imservers
+    std::string bus;       // imserver --bus (empty: its default, postgres)
+};
+
+double wall_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+struct Samples {
+    std::vector<double> v;
+    double pct(double p) {
+        if (v.empty()) return 0;
+        std::sort(v.begin(), v.end());
+        auto i = static_cast<std::size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
+        return v[std::min(i, v.size() - 1)];
+    }
+};
+
+// CPU seconds (user + system) of a process, from /proc.
+double cpu_seconds(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(f)), {});
+    auto close = s.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream in(s.substr(close + 2));
+    std::string field;
+    double ut = 0, st = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {
+        if (i == 14) ut = std::atof(field.c_str());
+        if (i == 15) st = std::atof(field.c_str());
+    }
+    return (ut + st) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+pid_t parent_of(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(f)), {});
+    auto close = s.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream in(s.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    in >> state >> ppid;
+    return ppid;
+}
+
+// The postmaster and all its children.
+double postgres_cpu(pid_t postmaster) {
+    double total = cpu_seconds(postmaster);
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        pid_t p = std::atoi(e.path().filename().c_str());
+        if (p > 0 && parent_of(p) == postmaster) total += cpu_seconds(p);
+    }
+    return total;
+}
+
+// VmRSS of a process, read through a descriptor opened beforehand (the
+// generator may have used up its descriptors on connections by then).
+long rss_kb(int status_fd) {
+    char buf[4096];
+    ssize_t n = ::pread(status_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char* at = std::strstr(buf, "VmRSS:");
+    return at ? std::atol(at + 6) : 0;
+}
+
+double self_cpu() {
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+std::string body_of(int bytes) { return std::string(static_cast<std::size_t>(bytes), 'x'); }
+
+// ---------------------------------------------------------------- baselines
+
+struct Figure {
+    double rate = 0, p50 = 0, p90 = 0, p99 = 0;
+    long errors = 0;
+};
+
+// S closed-loop workers; `op(worker, k)` does one message. Counts the ones
+// that started inside the window.
+template <class Setup, class Op>
+Figure closed_loop(int workers, const Options& o, Setup setup, Op op) {
+    std::vector<Samples> lat(static_cast<std::size_t>(workers));
+    std::vector<long> done(static_cast<std::size_t>(workers)), errors(static_cast<std::size_t>(workers));
+    const auto t0 = clk::now();
+    const auto w0 = t0 + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o.warmup));
+    const auto w1 = w0 + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o.window));
+    std::vector<std::thread> ts;
+    for (int w = 0; w < workers; ++w)
+        ts.emplace_back([&, w] {
+            auto state = setup(w);
+            for (long k = 0;; ++k) {
+                auto a = clk::now();
+                if (a >= w1) break;
+                bool ok = op(*state, w, k);
+                auto b = clk::now();
+                if (a >= w0) {
+                    ++done[static_cast<std::size_t>(w)];
+                    if (!ok) ++errors[static_cast<std::size_t>(w)];
+                    lat[static_cast<std::size_t>(w)].v.push_back(std::chrono::duration<double, std::milli>(b - a).count());
+                }
+            }
+        });
+    for (auto& t : ts) t.join();
+    Samples all;
+    Figure f;
+    for (int w = 0; w < workers; ++w) {
+        auto& l = lat[static_cast<std::size_t>(w)].v;
+        all.v.insert(all.v.end(), l.begin(), l.end());
+        f.rate += static_cast<double>(done[static_cast<std::size_t>(w)]);
+        f.errors += errors[static_cast<std::size_t>(w)];
+    }
+    f.rate /= o.window;
+    f.p50 = all.pct(50);
+    f.p90 = all.pct(90);
+    f.p99 = all.pct(99);
+    return f;
+}
+
+Figure raw_baseline(const std::string& url, const Options& o) {
+    {
+        pqxx::connection c(url);
+        pqxx::nontransaction(c).exec("CREATE TABLE IF NOT EXISTS bench_raw (id bigserial PRIMARY KEY, conv text, "
+                                     "cmid text, body text)");
+    }
+    const std::string body = body_of(o.body);
+    return closed_loop(
+        o.senders, o, [&](int) { return std::make_unique<pqxx::connection>(url); },
+        [&](pqxx::connection& c, int w, long k) {
+            pqxx::work tx(c);
+            tx.exec_params("INSERT INTO bench_raw (conv, cmid, body) VALUES ($1, $2, $3)", "raw" + std::to_string(w),
+                           std::to_string(k), body);
+            tx.commit();
+            return true;
+        });
+}
+
+Figure direct_baseline(const std::string& url, const Options& o, const std::vector<std::string>& convs,
+                       const std::vector<std::string>& users) {
+    im::FaultRegistry faults(false);
+    im::Store store(faults, {});
+    const std::string body = body_of(o.body);
+    return closed_loop(
+        o.senders, o, [&](int) { return std::make_unique<pqxx::connection>(url); },
+        [&](pqxx::connection& c, int w, long k) {
+            auto i = static_cast<std::size_t>(w) % convs.size();
+            im::Identity who{users[i], users[i] + "-d", "bench-install"};
+            im::req::Send s;
+            s.conv = convs[i];
+            s.cmid = "d" + std::to_string(w) + "-" + std::to_string(k);
+            s.body = body;
+            return static_cast<bool>(store.send(c, who, s));
+        });
+}
+
+// ---------------------------------------------------------------- WebSocket client
+
+struct Stats {
+    std::mutex mu;
+    Samples ack, fanout;
+    long acked_total = 0, acked_window = 0, other_replies = 0, pushes = 0, order_violations = 0, gaps = 0;
+    std::map<std::string, long> other_codes;
+};
+
+struct Run {
+    explicit Run(net::io_context& c) : ioc(c) {}
+    net::io_context& ioc;
+    std::string host = "127.0.0.1";
+    unsigned short port = 0;
+    std::vector<unsigned short> ports; // several gateways: client i uses ports[i % n]
+    Stats stats;
+    std::atomic<int> ready{0}, failed{0};
+    std::atomic<bool> sending{false};
+    clk::time_point w0, w1;
+    std::string body;
+};
+
+class Client : public std::enable_shared_from_this<Client> {
+public:
+    Client(Run& run, std::string token, std::string install, std::string conv, std::string user, bool sender,
+           int index, std::optional<net::ip::address> bind_to = std::nullopt)
+        : run_(run), ws_(net::make_strand(run.ioc)), token_(std::move(token)), install_(std::move(install)),
+          conv_(std::move(conv)), user_(std::move(user)), sender_(sender), index_(index), bind_to_(bind_to) {}
+
+    void start(bool subscribe, bool big_first = false) {
+        subscribe_ = subscribe;
+        big_first_ = big_first;
+        auto& sock = beast::get_lowest_layer(ws_).socket();
+        beast::error_code ec;
+        sock.open(tcp::v4(), ec);
+        if (!ec && bind_to_) sock.bind({*bind_to_, 0}, ec);
+        if (ec) return fail();
+        sock.set_option(tcp::no_delay(true), ec);
+        beast::get_lowest_layer(ws_).async_connect(
+            tcp::endpoint(net::ip::make_address(run_.host),
+                          run_.ports.empty() ? run_.port
+                                             : run_.ports[static_cast<std::size_t>(index_) % run_.ports.size()]),
+            [self = shared_from_this()](beast::error_code e) {
+                if (e) return self->fail();
+                self->ws_.async_handshake(self->run_.host, "/v1/ws", [self](beast::error_code e2) {
+                    if (e2) return self->fail();
+                    self->write(json::serialize(json::object{
+                        {"t", "hello"}, {"rid", "h"}, {"token", self->token_}, {"install", self->install_}}));
+                    self->read();
+                });
+            });
+    }
+
+    void begin_sending() {
+        net::post(ws_.get_executor(), [self = shared_from_this()] { self->send_next(); });
+    }
+
+    void close() {
+        net::post(ws_.get_executor(), [self = shared_from_this()] {
+            beast::error_code ec;
+            beast::get_lowest_layer(self->ws_).socket().close(ec);
+        });
+    }
+
+private:
+    void fail() {
+        if (!failed_) {
+            failed_ = true;
+            ++run_.failed;
+        }
+    }
+
+    void write(std::string frame) {
+        out_.push_back(std::move(frame));
+        if (out_.size() == 1) do_write();
+    }
+    void do_write() {
+        ws_.text(true);
+        ws_.async_write(net::buffer(out_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+            if (ec) return self->fail();
+            self->out_.pop_front();
+            if (!self->out_.empty()) self->do_write();
+        });
+    }
+    void read() {
+        ws_.async_read(buf_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+            if (ec) return self->fail();
+            self->on_frame(beast::buffers_to_string(self->buf_.data()));
+            self->buf_.consume(self->buf_.size());
+            self->read();
+        });
+    }
+
+    void send_next() {
+        if (!run_.sending || clk::now() >= run_.w1) return;
+        sent_at_ = clk::now();
+        ++k_;
+        write(json::serialize(json::object{{"t", "send"},
+                                           {"rid", "s"},
+                                           {"conv", conv_},
+                                           {"cmid", "w" + std::to_string(index_) + "-" + std::to_string(k_)},
+                                           {"body", run_.body}}));
+    }
+
+    void on_frame(const std::string& text) {
+        json::error_code jec;
+        auto v = json::parse(text, jec);
+        if (jec || !v.is_object()) return;
+        const auto& o = v.as_object();
+        auto t = o.if_contains("t");
+        if (!t || !t->is_string()) return;
+        const std::string_view type = t->as_string();
+        if (type == "welcome") {
+            if (big_first_) {
+                // A large (invalid) request: the server's read buffer grows for it.
+                write(R"({"t":"sync","rid":"big","conv":")" + std::string(60000, 'x') + R"("})");
+                return;
+            }
+            if (!subscribe_) {
+                ++run_.ready;
+                return;
+            }
+            write(R"({"t":"sub","rid":"u"})");
+        } else if (type == "subscribed") {
+            ++run_.ready;
+        } else if (type == "event") {
+            on_event(o.at("ev").as_object());
+        } else if (o.contains("rid") && sender_ && o.at("rid").as_string() == "s") {
+            auto now = clk::now();
+            {
+                std::lock_guard lk(run_.stats.mu);
+                if (type == "sent") {
+                    ++run_.stats.acked_total;
+                    if (sent_at_ >= run_.w0 && sent_at_ < run_.w1) {
+                        ++run_.stats.acked_window;
+                        run_.stats.ack.v.push_back(std::chrono::duration<double, std::milli>(now - sent_at_).count());
+                    }
+                } else {
+                    ++run_.stats.other_replies;
+                    auto code = o.if_contains("code");
+                    ++run_.stats.other_codes[code && code->is_string() ? std::string(code->as_string()) : std::string(type)];
+                }
+            }
+            send_next();
+        } else if (big_first_ && o.contains("rid") && o.at("rid").as_string() == "big") {
+            ++run_.ready;
+        } else if (type == "error") {
+            std::lock_guard lk(run_.stats.mu);
+            ++run_.stats.other_replies;
+            ++run_.stats.other_codes[std::string(o.at("code").as_string())];
+        }
+    }
+
+    void on_event(const json::object& ev) {
+        const auto seq = ev.at("seq").as_int64();
+        const double ts = static_cast<double>(ev.at("ts").as_int64());
+        const bool msg = ev.at("kind").as_string() == "msg";
+        const double now = wall_ms();
+        std::lock_guard lk(run_.stats.mu);
+        if (last_seq_ != 0) {
+            if (seq <= last_seq_) ++run_.stats.order_violations;
+            else if (seq > last_seq_ + 1) ++run_.stats.gaps;
+        }
+        last_seq_ = std::max(last_seq_, seq);
+        if (!msg) return;
+        ++run_.stats.pushes;
+        const bool own = ev.contains("sender") && ev.at("sender").as_string() == user_;
+        auto c = clk::now();
+        if (!own && c >= run_.w0 && c < run_.w1) run_.stats.fanout.v.push_back(std::max(0.0, now - ts));
+    }
+
+    Run& run_;
+    websocket::stream<beast::tcp_stream> ws_;
+    beast::flat_buffer buf_;
+    std::deque<std::string> out_;
+    std::string token_, install_, conv_, user_;
+    bool sender_ = false, subscribe_ = true, failed_ = false, big_first_ = false;
+    int index_ = 0;
+    std::optional<net::ip::address> bind_to_;
+    clk::time_point sent_at_{};
+    long k_ = 0;
+    std::int64_t last_seq_ = 0;
+};
+
+// ---------------------------------------------------------------- provisioning
+
+struct World {
+    std::vector<std::string> convs;                  // index c
+    std::vector<std::vector<im::test::TestUser>> members; // [c][m]
+};
+
+World provision(const std::string& url, const std::string& prefix, int convs, int members) {
+    im::FaultRegistry faults(false);
+    im::Store store(faults, {});
+    pqxx::connection c(url);
+    World w;
+    for (int i = 0; i < convs; ++i) {
+        std::vector<std::string> names;
+        std::vector<im::test::TestUser> users;
+        for (int m = 0; m < members; ++m) {
+            im::test::TestUser u;
+            u.user = prefix + "u" + std::to_string(i) + "-" + std::to_string(m);
+            u.device = u.user + "-d";
+            store.add_user(c, u.user);
+            u.token = store.add_device(c, u.user, u.device);
+            names.push_back(u.user);
+            users.push_back(u);
+        }
+        w.convs.push_back(prefix + "c" + std::to_string(i));
+        store.create_conv(c, w.convs.back(), "group", names);
+        w.members.push_back(std::move(users));
+    }
+    return w;
+}
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
+    auto end = clk::now() + limit;
+    while (clk::now() < end) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(10ms);
+    }
+    return pred();
+}
+
+pid_t postmaster_pid(const std::string& url) {
+    pqxx::connection c(url);
+    pqxx::nontransaction tx(c);
+    auto dir = tx.exec("SHOW data_directory")[0][0].as<std::string>();
+    std::ifstream f(dir + "/postmaster.pid");
+    pid_t pid = 0;
+    f >> pid;
+    return pid;
+}
+
+int run_load(const Options& o, const std::string& url, const std::vector<im::test::ServerProcess*>& gws) {
+    std::printf("im_loadgen: %d conversations x %d members, %d closed-loop senders, %d-byte bodies, "
+                "warm-up %.0f s, window %.0f s, imserver --db-pool %d\n",
+                o.convs, o.members, o.senders, o.body, o.warmup, o.window, o.db_pool);
+    std::printf("gateways: %zu (connections round-robin, so members of one conversation sit on different "
+                "gateways), bus: %s\n",
+                gws.size(), o.bus.empty() ? "postgres" : o.bus.c_str());
+    {
+        pqxx::connection c(url);
+        pqxx::nontransaction tx(c);
+        std::printf("database: fsync=%s synchronous_commit=%s (%s)\n", tx.exec("SHOW fsync")[0][0].c_str(),
+                    tx.exec("SHOW synchronous_commit")[0][0].c_str(), o.db ? "--db" : "embedded cluster");
+    }
+    auto ws_world = provision(url, "ws", o.convs, o.members);
+    auto sql_world = provision(url, "sq", std::min(o.convs, o.senders), 1);
+    const pid_t pg = postmaster_pid(url);
+
+    std::vector<std::string> sql_convs, sql_users;
+    for (std::size_t i = 0; i < sql_world.convs.size(); ++i) {
+        sql_convs.push_back(sql_world.convs[i]);
+        sql_users.push_back(sql_world.members[i][0].user);
+    }
+    Figure raw = raw_baseline(url, o);
+    Figure direct = direct_baseline(url, o, sql_convs, sql_users);
+
+    // The server run.
+    net::io_context ioc;
+    Run run(ioc);
+    for (auto* g : gws) run.ports.push_back(g->port());
+    run.body = body_of(o.body);
+    auto guard = net::make_work_guard(ioc);
+    std::thread io([&] { ioc.run(); });
+    std::vector<std::shared_ptr<Client>> clients, senders;
+    int index = 0;
+    for (int c = 0; c < o.convs; ++c)
+        for (int m = 0; m < o.members; ++m) {
+            const auto& u = ws_world.members[static_cast<std::size_t>(c)][static_cast<std::size_t>(m)];
+            bool is_sender = m == 0 && c < o.senders;
+            auto cl = std::make_shared<Client>(run, u.token, "bench-install", ws_world.convs[static_cast<std::size_t>(c)],
+                                               u.user, is_sender, index++);
+            clients.push_back(cl);
+            if (is_sender) senders.push_back(cl);
+            cl->start(true);
+        }
+    const int total = static_cast<int>(clients.size());
+    if (!wait_until([&] { return run.ready + run.failed >= total; }, 120s) || run.failed) {
+        std::printf("only %d of %d connections ready (%d failed)\n", run.ready.load(), total, run.failed.load());
+        guard.reset();
+        ioc.stop();
+        io.join();
+        return 1;
+    }
+    run.w0 = clk::now() + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o.warmup));
+    run.w1 = run.w0 + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o.window));
+    run.sending = true;
+    for (auto& s : senders) s->begin_sending();
+    std::this_thread::sleep_until(run.w0);
+    auto gateways_cpu = [&] {
+        double t = 0;
+        for (auto* g : gws) t += cpu_seconds(g->pid());
+        return t;
+    };
+    const double cpu_self0 = self_cpu(), cpu_srv0 = gateways_cpu(), cpu_pg0 = postgres_cpu(pg);
+    std::this_thread::sleep_until(run.w1);
+    const double cpu_self1 = self_cpu(), cpu_srv1 = gateways_cpu(), cpu_pg1 = postgres_cpu(pg);
+    // Senders stop by themselves at w1; wait for the last replies and pushes.
+    long expected = 0;
+    wait_until(
+        [&] {
+            std::lock_guard lk(run.stats.mu);
+            expected = run.stats.acked_total * o.members;
+            return run.stats.pushes >= expected;
+        },
+        15s);
+    std::this_thread::sleep_for(500ms);
+    {
+        std::lock_guard lk(run.stats.mu); // the final count, after the last replies
+        expected = run.stats.acked_total * o.members;
+    }
+    for (auto& c : clients) c->close();
+    guard.reset();
+    io.join();
+
+    long rows = 0;
+    {
+        pqxx::connection c(url);
+        pqxx::nontransaction tx(c);
+        rows = tx.exec("SELECT count(*) FROM events WHERE kind = 'msg' AND conv_id LIKE 'wsc%'")[0][0].as<long>();
+    }
+    auto& st = run.stats;
+    Figure srvf;
+    srvf.rate = static_cast<double>(st.acked_window) / o.window;
+    srvf.p50 = st.ack.pct(50);
+    srvf.p90 = st.ack.pct(90);
+    srvf.p99 = st.ack.pct(99);
+
+    auto row = [&](const char* name, const Figure& f) {
+        std::printf("%-36s %9.0f %8.2f %8.2f %8.2f %8.2f %9.2f\n", name, f.rate, f.p50, f.p90, f.p99, f.rate / raw.rate,
+                    f.rate / direct.rate);
+    };
+    std::printf("\n%-36s %9s %8s %8s %8s %8s %9s\n", "", "msg/s", "p50 ms", "p90 ms", "p99 ms", "x raw", "x direct");
+    row("raw INSERT+COMMIT (libpqxx)", raw);
+    row("server send SQL direct (libpqxx)", direct);
+    row("imserver over WebSocket", srvf);
+    std::printf("\nfan-out, commit (event ts) -> pushed to another member: p50 %.1f ms, p99 %.1f ms (%zu samples)\n",
+                st.fanout.pct(50), st.fanout.pct(99), st.fanout.v.size());
+    std::printf("deliveries: %ld of %ld expected event pushes (acked %ld x %d members)\n", st.pushes, expected,
+                st.acked_total, o.members);
+    std::printf("replies other than sent: %ld", st.other_replies);
+    for (const auto& [code, n] : st.other_codes) std::printf(" %s=%ld", code.c_str(), n);
+    std::printf("\npush order violations: %ld, seq gaps: %ld\n", st.order_violations, st.gaps);
+    std::printf("durability: %ld committed msg rows, %ld acknowledged sends: %s\n", rows, st.acked_total,
+                rows == st.acked_total ? "equal" : "DIFFERENT");
+    std::printf("baseline errors: raw %ld, direct %ld\n", raw.errors, direct.errors);
+    const double cores = static_cast<double>(std::thread::hardware_concurrency());
+    auto share = [&](double a, double b) { return 100.0 * (b - a) / o.window; };
+    std::printf("CPU during the server window (%% of one core; machine has %.0f): generator %.0f%%, imserver %.0f%%, "
+                "postgres %.0f%%\n",
+                cores, share(cpu_self0, cpu_self1), share(cpu_srv0, cpu_srv1), share(cpu_pg0, cpu_pg1));
+    return 0;
+}
+
+// ---------------------------------------------------------------- idle RSS
+
+int run_idle(const Options& o, const std::string& url, im::test::ServerProcess& srv) {
+    // Connections spread over 127.0.0.x source addresses (ports per source).
+    const int users = 200;
+    auto world = provision(url, "idle", users, 1);
+    net::io_context ioc;
+    Run run(ioc);
+    run.port = srv.port();
+    auto guard = net::make_work_guard(ioc);
+    std::thread io([&] { ioc.run(); });
+    std::this_thread::sleep_for(500ms);
+    const int status_fd = ::open(("/proc/" + std::to_string(srv.pid()) + "/status").c_str(), O_RDONLY | O_CLOEXEC);
+    const long before = rss_kb(status_fd);
+    std::vector<std::shared_ptr<Client>> clients;
+    for (int i = 0; i < o.idle; ++i) {
+        const auto& u = world.members[static_cast<std::size_t>(i % users)][0];
+        auto src = net::ip::make_address_v4("127.0.0." + std::to_string(2 + i % 200));
+        auto cl = std::make_shared<Client>(run, u.token, "idle-install", world.convs[static_cast<std::size_t>(i % users)],
+                                           u.user, false, i, net::ip::address(src));
+        clients.push_back(cl);
+        cl->start(false, o.idle_big);
+        if (i % 500 == 499)
+            wait_until([&] { return run.ready + run.failed >= i + 1 - 200; }, 60s);
+    }
+    wait_until([&] { return run.ready + run.failed >= o.idle; }, 300s);
+    std::this_thread::sleep_for(2s);
+    const long after = rss_kb(status_fd);
+    ::close(status_fd);
+    if (after == 0) {
+        const std::string log = srv.log();
+        std::printf("imserver is gone; the end of its log:\n%s\n", log.substr(log.size() > 2000 ? log.size() - 2000 : 0).c_str());
+    }
+    std::printf("idle authenticated connections%s: %d ready, %d failed\n",
+                o.idle_big ? " (each sent one 60 KB frame first)" : "", run.ready.load(), run.failed.load());
+    std::printf("imserver RSS: %ld KB before, %ld KB after: %.1f KB per connection\n", before, after,
+                run.ready ? static_cast<double>(after - before) / run.ready.load() : 0.0);
+    for (auto& c : clients) c->close();
+    guard.reset();
+    io.join();
+    return run.failed ? 1 : 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (!std::getenv("IMSERVER_BIN")) ::setenv("IMSERVER_BIN", IMSERVER_BIN_DEFAULT, 0);
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "%s needs a value\n", a.c_str());
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "--convs") o.convs = std::stoi(next());
+        else if (a == "--members") o.members = std::stoi(next());
+        else if (a == "--senders") o.senders = std::stoi(next());
+        else if (a == "--body") o.body = std::stoi(next());
+        else if (a == "--warmup") o.warmup = std::stod(next());
+        else if (a == "--window") o.window = std::stod(next());
+        else if (a == "--db-pool") o.db_pool = std::stoi(next());
+        else if (a == "--db") o.db = next();
+        else if (a == "--idle") o.idle = std::stoi(next());
+        else if (a == "--idle-big") o.idle_big = true;
+        else if (a == "--gateways") o.gateways = std::max(1, std::stoi(next()));
+        else if (a == "--bus") o.bus = next();
+        else {
+            std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "
+                                 "[--warmup S] [--window S] [--db-pool N] [--db URL] [--gateways N] [--bus postgres|nats://HOST:PORT] "
+                                 "[--idle CONNECTIONS [--idle-big]]\n");
+            return 2;
+        }
+    }
+    if (o.senders > o.convs) o.senders = o.convs;
+    // Many sockets: raise the descriptor limit (imserver inherits it).
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    rlimit want = rl;
+    want.rlim_max = std::max<rlim_t>(rl.rlim_max, 4 * static_cast<rlim_t>(o.idle) + 4096); // root may raise it
+    want.rlim_cur = want.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &want) != 0) {
+        rl.rlim_cur = rl.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
+
+    // The embedded cluster, configured exactly as imserver configures its own.
+    im::test::TempDir state("imbench");
+    im::Database db = im::open_database(o.db, state.path());
+    struct Stop {
+        im::Database& d;
+        ~Stop() {
+            if (d.cluster) d.cluster->stop();
+        }
+    } stop{db};
+    im::prepare_schema(db.url, 30000);
+    int rc = 0;
+    {
+        std::vector<std::string> flags = {"--quiet", "--db-pool", std::to_string(o.db_pool)};
+        if (!o.bus.empty()) flags.insert(flags.end(), {"--bus", o.bus});
+        std::vector<std::unique_ptr<im::test::ServerProcess>> gws;
+        std::vector<im::test::ServerProcess*> ptrs;
+        for (int g = 0; g < (o.idle > 0 ? 1 : o.gateways); ++g) {
+            gws.push_back(std::make_unique<im::test::ServerProcess>(db.url, flags, "gw-bench-" + std::to_string(g + 1)));
+            ptrs.push_back(gws.back().get());
+        }
+        rc = o.idle > 0 ? run_idle(o, db.url, *gws[0]) : run_load(o, db.url, ptrs);
+        for (auto& g : gws) g->terminate();
+    }
+    return rc;
+}

@@ -1,0 +1,28 @@
+// A nats-server for the lab's NATS bus, on free loopback ports, config
+// rendered from tests/scaleout/nats.conf. restart() keeps the port, as a
+// real server coming back would.
+#pragma once
+
+#include "harness.hpp"
+#include "procs.hpp"
+
+#include <memory>
+#include <string>
+
+namespace im::scaleout {
+
+class NatsServer {
+public:
+    explicit NatsServer(const std::string& config_dir);
+    std::string url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
+    /// SIGKILL, then start again on the same port and wait until healthy.
+    void restart();
+
+private:
+    void start();
+    test::TempDir dir_;
+    unsigned short port_ = 0, http_port_ = 0;
+    std::unique_ptr<Proc> proc_;
+};
+
+} // namespace im::scaleout

@@ -1,0 +1,221 @@
+// The SDK's obligations 9-13 (spec/sdk.md) against the real imserver
+// (embedded PostgreSQL), started by the harness in realserver.h.
+// Demo data: users ana, ben, cy; direct conv "ana-ben"; group "team".
+#include "realserver.h"
+#include "sdktestutil.h"
+
+#include <im/client.h>
+
+#include <QtCore/QTemporaryDir>
+#include <QtTest/QSignalSpy>
+#include <QtTest/QtTest>
+
+#include <csignal>
+#include <memory>
+#include <sys/types.h>
+
+#ifndef IM_SERVER_BIN
+#error "IM_SERVER_BIN must name the imserver executable"
+#endif
+
+using im::Client;
+using im::ConnectionState;
+using im::MessageState;
+
+namespace {
+
+// Resumes a stopped server however the test ends.
+struct Stopped {
+    explicit Stopped(qint64 pid) : pid(pid) { ::kill(pid_t(pid), SIGSTOP); }
+    ~Stopped() { resume(); }
+    void resume() {
+        if (pid > 0)
+            ::kill(pid_t(pid), SIGCONT);
+        pid = 0;
+    }
+    qint64 pid;
+};
+
+} // namespace
+
+class TestObligations : public QObject {
+    Q_OBJECT
+private slots:
+    void cleanup();
+    void batches_failing_together_keep_per_conversation_send_order();
+    void a_silent_server_is_noticed_and_the_client_reconnects();
+    void send_refuses_what_the_server_would_refuse_and_accepts_its_limit();
+    void cancel_withdraws_an_unsent_message_and_discard_drops_a_failed_one();
+
+private:
+    std::unique_ptr<RealServer> start(const QStringList &args = {});
+    std::unique_ptr<Client> makeClient(RealServer &server, const QString &user, const QString &db);
+
+    QTemporaryDir dir_;
+};
+
+void TestObligations::cleanup() {}
+
+std::unique_ptr<RealServer> TestObligations::start(const QStringList &args) {
+    auto server = std::make_unique<RealServer>(QStringLiteral(IM_SERVER_BIN));
+    server->serverArgs = args;
+    const QString error = server->start();
+    if (!error.isEmpty()) {
+        qWarning("%s", qPrintable(error));
+        return nullptr;
+    }
+    return server;
+}
+
+std::unique_ptr<Client> TestObligations::makeClient(RealServer &server, const QString &user, const QString &db) {
+    auto c = std::make_unique<Client>();
+    c->setServers({server.url});
+    c->setCredentials(server.tokens.value(user));
+    c->setRequestTimeout(10000);
+    c->setReconnectBackoff(100, 1000);
+    c->setRetryBackoff(100, 800);
+    if (!c->open(dir_.filePath(db)))
+        qWarning("open: %s", qPrintable(c->lastError()));
+    return c;
+}
+
+// Obligation 9: every request on the wire fails together (the server
+// answers each UNAVAILABLE: 60 interleaved sends to two conversations are 60
+// transactions, and 64 faults are armed), then the retries go through. Every
+// message of a conversation must still get its seq in creation order:
+// retries wait behind the conversation's head, not each on its own timer.
+void TestObligations::batches_failing_together_keep_per_conversation_send_order() {
+    auto server = start({QStringLiteral("--enable-faults"), QStringLiteral("--fault"),
+                         QStringLiteral("store.before_commit=unavailable:64")});
+    QVERIFY(server);
+    auto ana = makeClient(*server, QStringLiteral("ana"), QStringLiteral("order.db"));
+    QVERIFY(ana->isOpen());
+    const QStringList convs{QStringLiteral("team"), QStringLiteral("ana-ben")};
+    QHash<QString, QStringList> sent; // conv -> cmids in creation order
+    for (int i = 0; i < 60; ++i) {
+        const QString conv = convs.at(i % 2);
+        const QString cmid = ana->send(conv, QStringLiteral("ordered %1").arg(i));
+        QVERIFY(!cmid.isEmpty());
+        sent[conv].append(cmid);
+    }
+    QHash<QString, qint64> seqOf;
+    QStringList failed;
+    connect(ana.get(), &Client::messageStateChanged, this,
+            [&](const QString &, const QString &cmid, qint64 seq, MessageState st, const QString &code) {
+                if (st == MessageState::Sent)
+                    seqOf.insert(cmid, seq);
+                else if (st != MessageState::Pending)
+                    failed.append(code);
+            });
+    QSet<QString> unavailable; // cmids seen waiting for a retry after UNAVAILABLE
+    connect(ana.get(), &Client::outboxChanged, this, [&] {
+        for (const im::OutboxEntry &e : ana->outbox())
+            if (e.lastError == u"UNAVAILABLE")
+                unavailable.insert(e.cmid);
+    });
+    ana->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->pendingCount(), 0, 120000);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.join(u',')));
+    for (const QString &conv : convs) {
+        qint64 last = 0;
+        for (const QString &cmid : sent.value(conv)) {
+            const qint64 seq = seqOf.value(cmid);
+            QVERIFY2(seq > last, qPrintable(QStringLiteral("%1: seq %2 after %3").arg(conv).arg(seq).arg(last)));
+            last = seq;
+        }
+    }
+    // The faults did fire: every message was answered UNAVAILABLE at least once.
+    QCOMPARE(unavailable.size(), 60);
+}
+
+// Obligation 11: the server stops answering (SIGSTOP: the TCP connection
+// stays up, nothing comes back). The client must notice by itself and leave
+// Connected, then reconnect once the server is back, and send what waited.
+void TestObligations::a_silent_server_is_noticed_and_the_client_reconnects() {
+    auto server = start();
+    QVERIFY(server);
+    auto ana = makeClient(*server, QStringLiteral("ana"), QStringLiteral("liveness.db"));
+    ana->setKeepAlive(300, 1500);
+    ana->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->connectionState(), ConnectionState::Connected, 30000);
+    {
+        Stopped stopped(server->pid());
+        QTRY_VERIFY_WITH_TIMEOUT(ana->connectionState() != ConnectionState::Connected, 20000);
+        const QString cmid = ana->send(QStringLiteral("team"), QStringLiteral("after the silence"));
+        QVERIFY(!cmid.isEmpty());
+        stopped.resume();
+        QTRY_COMPARE_WITH_TIMEOUT(ana->connectionState(), ConnectionState::Connected, 60000);
+        QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(cmid), MessageState::Sent, 30000);
+    }
+}
+
+// Obligation 12: bad input never enters the outbox; the limit itself is sent.
+void TestObligations::send_refuses_what_the_server_would_refuse_and_accepts_its_limit() {
+    auto server = start();
+    QVERIFY(server);
+    auto ana = makeClient(*server, QStringLiteral("ana"), QStringLiteral("limits.db"));
+    QSignalSpy errors(ana.get(), &Client::errorOccurred);
+    const QString tooLong(4001, u'a');
+    const QString lone = QStringLiteral("half ") + QChar(0xD83D);
+    const QString nul = QStringLiteral("a") + QChar(0) + QStringLiteral("b");
+    const QList<QPair<QString, QString>> bad{{QStringLiteral("team"), tooLong},
+                                             {QStringLiteral("team"), QString()},
+                                             {QStringLiteral("team"), lone},
+                                             {QStringLiteral("team"), nul},
+                                             {QStringLiteral("no spaces allowed"), QStringLiteral("x")}};
+    for (const auto &[conv, body] : bad) {
+        QVERIFY(ana->send(conv, body).isEmpty());
+        QCOMPARE(errors.last().at(0).toString(), QStringLiteral("INVALID_ARGUMENT"));
+    }
+    QCOMPARE(ana->pendingCount(), 0);
+    QCOMPARE(sqlScalar(ana->databasePath(), QStringLiteral("SELECT COUNT(*) FROM local_messages")).toInt(), 0);
+    // 4000 code points that are 8000 UTF-16 units and 16000 UTF-8 bytes: the
+    // server takes it.
+    QString emoji;
+    for (int i = 0; i < 4000; ++i)
+        emoji += QString::fromUcs4(U"\U0001F600", 1);
+    const QString cmid = ana->send(QStringLiteral("team"), emoji);
+    QVERIFY(!cmid.isEmpty());
+    ana->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(cmid), MessageState::Sent, 30000);
+}
+
+// Obligation 12: cancel() withdraws a Pending message before it goes on the
+// wire (the server never sees it); a sent one cannot be cancelled; discard()
+// drops a Failed one from the timeline.
+void TestObligations::cancel_withdraws_an_unsent_message_and_discard_drops_a_failed_one() {
+    auto server = start();
+    QVERIFY(server);
+    auto ana = makeClient(*server, QStringLiteral("ana"), QStringLiteral("cancel.db"));
+    const QString keep = ana->send(QStringLiteral("team"), QStringLiteral("kept"));
+    const QString gone = ana->send(QStringLiteral("team"), QStringLiteral("cancelled"));
+    QVERIFY(ana->cancel(gone));
+    QVERIFY(!ana->cancel(gone)); // no longer there
+    QCOMPARE(ana->pendingCount(), 1);
+    QCOMPARE(sqlScalar(ana->databasePath(), QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE cmid = ?"), {gone})
+                 .toInt(),
+             0);
+    const QString doomed = ana->send(QStringLiteral("nowhere"), QStringLiteral("not a member"));
+    ana->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(keep), MessageState::Sent, 30000);
+    QVERIFY(!ana->cancel(keep)); // sent: only recall can undo it
+    QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(doomed), MessageState::Failed, 30000);
+    QVERIFY(!ana->discard(keep)); // Sent messages are not discarded
+    QVERIFY(ana->discard(doomed));
+    QCOMPARE(sqlScalar(ana->databasePath(), QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE cmid = ?"), {doomed})
+                 .toInt(),
+             0);
+    // What ben sees of team: "kept", never "cancelled".
+    auto ben = makeClient(*server, QStringLiteral("ben"), QStringLiteral("cancel-ben.db"));
+    ben->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(sqlScalar(ben->databasePath(), QStringLiteral("SELECT COUNT(*) FROM events WHERE body = 'kept'"))
+                                     .toInt()
+                                 == 1,
+                             30000);
+    QTRY_VERIFY_WITH_TIMEOUT(!ben->conversationIds().isEmpty(), 30000);
+    QCOMPARE(sqlScalar(ben->databasePath(), QStringLiteral("SELECT COUNT(*) FROM events WHERE body = 'cancelled'")).toInt(),
+             0);
+}
+
+QTEST_GUILESS_MAIN(TestObligations)
+#include "tst_obligations.moc"

@@ -1,0 +1,125 @@
+// Push delivery: every notification the gateway has received is fanned out
+// before it goes back to sleep, and replies go out without Nagle's delay.
+#include "common.hpp"
+
+#include <filesystem>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <map>
+
+using namespace im::test;
+
+namespace {
+
+// The notifier's idle wake-up (its liveness probe) is set to a minute here, so
+// a notification left behind inside the database client library would only
+// be handled a minute later: far beyond the waits below. A test that passes
+// therefore shows the notifier drained everything it had taken in.
+const std::vector<std::string> slow_probe = {"--quiet", "--listen-probe-ms", "60000"};
+
+TEST(Push, a_burst_of_commits_across_conversations_is_pushed_completely_without_waiting_for_the_next_one) {
+    TestPostgres pg;
+    // Senders on one gateway, the watcher on another: every push it gets
+    // came through the bus (a gateway serves its own subscribers directly).
+    ServerProcess srv(pg.url(), slow_probe, "gw-send");
+    ServerProcess watch(pg.url(), slow_probe, "gw-watch");
+    constexpr int convs = 12;
+    constexpr int rounds = 8;
+    auto sender = make_user(pg.url(), unique_name("burst-s"));
+    auto watcher = make_user(pg.url(), unique_name("burst-w"));
+    std::vector<std::string> ids;
+    for (int i = 0; i < convs; ++i) {
+        ids.push_back(unique_name("burst"));
+        admin_ok(pg.url(), {"conv", "create", ids.back(), "--kind", "group", "--members",
+                            sender.user + "," + watcher.user});
+    }
+    auto w = login(watch.port(), watcher);
+    ASSERT_EQ(str(w->request({{"t", "sub"}}), "t"), "subscribed");
+    // One connection per conversation, all sending at once: commits land
+    // while the notifier is busy reading the rows of earlier ones.
+    std::vector<std::unique_ptr<WsClient>> senders;
+    for (int i = 0; i < convs; ++i) senders.push_back(login(srv.port(), sender));
+    // Each round: every conversation commits at once, then every event must
+    // reach the watcher, in seq order per conversation, before the next
+    // round starts (nothing later could wake a notifier that fell asleep
+    // with a notification still in hand).
+    std::map<std::string, std::int64_t> last_seq, seen;
+    for (int r = 0; r < rounds; ++r) {
+        for (int i = 0; i < convs; ++i)
+            senders[i]->send_json({{"t", "send"}, {"rid", "r" + std::to_string(r)}, {"conv", ids[i]},
+                                   {"cmid", "m" + std::to_string(r)}, {"body", "burst " + std::to_string(r)}});
+        for (int i = 0; i < convs; ++i) {
+            auto reply = senders[i]->next(20s);
+            ASSERT_TRUE(reply);
+            ASSERT_EQ(str(*reply, "t"), "sent") << json::serialize(*reply);
+            last_seq[ids[i]] = num(*reply, "seq");
+        }
+        int pushed = 0;
+        while (pushed < convs) {
+            auto f = w->next_push(20s);
+            ASSERT_TRUE(f) << "round " << r << ": only " << pushed << " of " << convs << " pushes arrived";
+            if (str(*f, "t") != "event") continue;
+            const auto& ev = f->at("ev").as_object();
+            const std::string conv = str(ev, "conv");
+            ASSERT_TRUE(last_seq.count(conv)) << json::serialize(*f);
+            auto& prev = seen[conv];
+            if (prev == 0) prev = num(ev, "seq") - 1;
+            EXPECT_EQ(num(ev, "seq"), prev + 1) << "out of order in " << conv;
+            prev = num(ev, "seq");
+            ++pushed;
+        }
+        for (const auto& [conv, seq] : last_seq) EXPECT_EQ(seen[conv], seq) << "round " << r << " " << conv;
+    }
+}
+
+// The server's side of a connection must carry TCP_NODELAY: a send puts two
+// small frames on the sender's socket (its own pushed event and the reply),
+// and without it the second waits for the client's delayed ACK (~40 ms).
+// The test borrows the server's accepted sockets (pidfd_getfd: the server is
+// our child) and reads the option itself.
+std::vector<int> accepted_sockets(pid_t pid, unsigned short port) {
+    std::vector<int> out;
+    int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) return out;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+        int target = std::atoi(entry.path().filename().c_str());
+        int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, target, 0));
+        if (fd < 0) continue;
+        sockaddr_in local{}, peer{};
+        socklen_t ll = sizeof local, pl = sizeof peer;
+        int type = 0;
+        socklen_t tl = sizeof type;
+        bool ours = ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) == 0 && local.sin_family == AF_INET &&
+                    ntohs(local.sin_port) == port && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) == 0;
+        if (ours) out.push_back(fd);
+        else ::close(fd);
+    }
+    ::close(pidfd);
+    return out;
+}
+
+TEST(Push, accepted_sockets_have_nodelay) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet"});
+    auto w = make_world(pg.url(), "nodelay", 1);
+    WsClient ws(srv.port());
+    ASSERT_EQ(str(ws.hello(w.users[0].token), "t"), "welcome");
+    auto socks = accepted_sockets(srv.pid(), srv.port());
+    ASSERT_EQ(socks.size(), 1u) << "expected the one accepted WebSocket connection";
+    for (int fd : socks) {
+        int on = 0;
+        socklen_t len = sizeof on;
+        ASSERT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, &len), 0);
+        EXPECT_NE(on, 0) << "accepted socket without TCP_NODELAY";
+        ::close(fd);
+    }
+}
+
+} // namespace
