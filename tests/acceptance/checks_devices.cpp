@@ -67,9 +67,12 @@ Verdict stale_install(Lab& lab) {
                   "), hello with it STALE_INSTALL, new install acks (delivered 2)");
 }
 
-Verdict goaway_reconnect(Lab& lab) {
+// no_goaway: the negative control, gateway 1 drains without sending goaway.
+Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
     const std::string id1 = unique_name("gw-one"), id2 = unique_name("gw-two");
-    Tracked<ServerProcess> gw1(lab, lab.db(), std::vector<std::string>{"--quiet"}, id1);
+    std::vector<std::string> flags1{"--quiet"};
+    if (no_goaway) flags1 = {"--quiet", "--enable-faults", "--fault", "rule.goaway=skip"};
+    Tracked<ServerProcess> gw1(lab, lab.db(), flags1, id1);
     Tracked<ServerProcess> gw2(lab, lab.db(), std::vector<std::string>{"--quiet"}, id2);
     const int writers = 3, drafts = 20;
     std::vector<TestUser> users;
@@ -242,9 +245,13 @@ Verdict notify_loss_resync(Lab& lab, bool no_resync) {
 
 std::vector<Check> device_checks() {
     return {
-        {"09-read-across-devices", read_across_devices},
-        {"09-stale-install", stale_install},
-        {"10-goaway-reconnect", goaway_reconnect},
+        {"09-read-across-devices", read_across_devices, breaking("rule.read_hint", read_across_devices),
+         "gateway rule.read_hint=skip: no read hint to the user's other devices"},
+        {"09-stale-install", stale_install, breaking("rule.stale_install", stale_install),
+         "gateway rule.stale_install=skip: a superseded install is served"},
+        {"10-goaway-reconnect", [](Lab& l) { return goaway_reconnect(l, false); },
+         [](Lab& l) { return goaway_reconnect(l, true); },
+         "gateway 1 started with --fault rule.goaway=skip: it closes connections without goaway"},
         {"10-notify-loss-resync", [](Lab& l) { return notify_loss_resync(l, false); },
          [](Lab& l) { return notify_loss_resync(l, true); }, "imserver --lab-no-resync"},
     };
