@@ -190,11 +190,9 @@ const std::vector<Option>& options() {
          [](Config& c, const std::string& v) { return to_bool(v, c.enable_faults); },
          [](const Config& c) { return yes_no(c.enable_faults); }, for_both},
         {"--fault", "IM_FAULTS", "POINT=ACTION[:COUNT]",
-         "LAB ONLY: arm a fault point (repeatable; env: comma-separated). Points: store.before_insert, "
-         "store.before_commit, api.after_send_commit, store.recall_before_commit, api.after_recall_commit, "
-         "store.ack_before_commit, store.read_before_commit, notify.before_publish (and, for admin purge, "
-         "store.purge_after_tombstones, store.purge_before_commit). Actions: crash, drop_reply, unavailable, "
-         "delay:MS",
+         "LAB ONLY: arm a fault point (repeatable; env: comma-separated). Points: store.*, api.*, notify.* "
+         "(actions crash, drop_reply, unavailable, delay:MS) and the rule.* negative controls (action skip); "
+         "the list is in docs/acceptance.md",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
              std::stringstream ss(v);
              std::string item;
