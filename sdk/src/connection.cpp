@@ -234,7 +234,8 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
             return;
         }
         if (!d.adoptIdentity(w->user, w->device)) {
-            transport_->abortNow();
+            if (wantConnected_)
+                transport_->abortNow(); // a storage error: try again
             return;
         }
         gateway_ = w->gateway;
@@ -250,11 +251,15 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
         transport_->abortNow(); // reconnect with backoff
     } else {
         d.lastError = QStringLiteral("%1: %2").arg(code, proto::errorMessage(reply));
-        wantConnected_ = false;
-        transport_->stop();
-        setState(ConnectionState::Disconnected);
-        emit d.q->errorOccurred(code, proto::errorMessage(reply));
+        refuse(code, proto::errorMessage(reply));
     }
+}
+
+void Connection::refuse(const QString &code, const QString &message) {
+    wantConnected_ = false;
+    transport_->stop();
+    setState(ConnectionState::Disconnected);
+    emit d.q->errorOccurred(code, message);
 }
 
 void Connection::subscribe() {

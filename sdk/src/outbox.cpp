@@ -28,7 +28,6 @@ void Outbox::clear() {
     items_.clear();
     ids_.clear();
     convs_.clear();
-    probing_.clear();
     finished_.clear();
     retries_.clear();
     inFlight_ = 0;
@@ -65,9 +64,8 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
 }
 
 void Outbox::resendPending() {
-    // A new connection: whatever the old one left unanswered is resent in
-    // order (what it committed comes back as dup), so no probing is needed.
-    probing_.clear();
+    // A new connection: each conversation's head is resent at once (what the
+    // old connection committed comes back as dup).
     for (auto &[id, item] : items_)
         if (!item.inFlight)
             item.dueAt = 0;
@@ -92,30 +90,24 @@ void Outbox::pump() {
     qint64 nextDue = std::numeric_limits<qint64>::max();
     QList<Item *> batch;
     int budget = window - inFlight_;
+    // Obligation 9: one request per conversation on the wire. The server may
+    // fail request k (UNAVAILABLE) and commit k+1 if both were on the wire,
+    // so k+1 goes out only once k has its verdict (committed or final).
+    // Conversations are independent: up to `window` of them go at once.
     for (auto c = convs_.cbegin(); c != convs_.cend() && budget > 0; ++c) {
-        const bool probing = probing_.contains(c.key());
-        int onWire = 0;
         for (const qint64 id : c.value()) {
-            if (budget <= 0 || onWire >= pipelineDepth)
-                break;
             Item &item = items_.at(id);
             if (item.settling)
                 continue; // answered; its write is queued
-            if (item.inFlight) {
-                if (probing)
-                    break;
-                ++onWire;
-                continue; // pipelined: the server keeps the connection's order
-            }
+            if (item.inFlight)
+                break; // the head is on the wire: the rest waits for its verdict
             if (item.dueAt > t) {
                 nextDue = std::min(nextDue, item.dueAt);
-                break; // later entries of this conversation wait behind it
+                break; // the head waits for its retry; so does the rest
             }
             batch.append(&item);
             --budget;
-            ++onWire;
-            if (probing)
-                break;
+            break;
         }
     }
     if (nextDue != std::numeric_limits<qint64>::max())
@@ -185,7 +177,6 @@ void Outbox::retry(Item &item, const QString &lastError) {
     const int delay = d.backoffMs(item.row.attempts);
     item.dueAt = now() + delay;
     item.row.nextRetryAt = QDateTime::currentMSecsSinceEpoch() + delay; // for display only
-    probing_.insert(item.row.conv);
     retries_.append({item.row.cmid, item.row.attempts, item.row.lastError, item.row.nextRetryAt});
     scheduleFlush();
     schedulePump(); // arms the retry timer
@@ -249,14 +240,9 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         item.inFlight = false;
         --inFlight_;
     }
+    // A verdict (committed, or a terminal error) frees the conversation's
+    // next entry at once: a terminal error does not hold up what follows.
     item.settling = true;
-    // A verdict on its head frees a conversation held by a retry (a terminal
-    // error does not hold up the next message either).
-    const std::set<qint64> &queue = convs_[item.row.conv];
-    if (!queue.empty() && *queue.begin() == *idIt && probing_.remove(item.row.conv))
-        for (const qint64 id : queue)
-            if (!items_.at(id).inFlight)
-                items_.at(id).dueAt = 0;
     finished_.append(f);
     scheduleFlush();
     schedulePump();
