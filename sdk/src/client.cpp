@@ -1,4 +1,5 @@
 #include "client_p.h"
+#include "logging_p.h"
 
 #include <QtCore/QRandomGenerator>
 #include <QtCore/QUuid>
@@ -17,6 +18,11 @@ const QString StorageError = QStringLiteral("STORAGE_ERROR");
 
 ClientPrivate::ClientPrivate(Client *qq) : q(qq), conn(*this), outbox(*this), sync(*this), markers(*this) {
     connect(&conn, &Connection::sessionStarted, this, &ClientPrivate::onSessionStarted);
+    // Every report, typed: one place, whichever part raised it.
+    connect(q, &Client::errorOccurred, this, [this](const QString &code, const QString &message) {
+        qCWarning(lcClient, "%s: %s", qUtf8Printable(code), qUtf8Printable(message));
+        emit this->q->errorReported(errorFromCode(code), code, message);
+    });
     connect(&conn, &Connection::sessionEnded, this, [this] {
         sync.sessionEnded();
         markers.sessionEnded();

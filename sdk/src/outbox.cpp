@@ -1,6 +1,7 @@
 #include "outbox_p.h"
 
 #include "client_p.h"
+#include "logging_p.h"
 
 #include <QtCore/QDateTime>
 #include <QtCore/QUuid>
@@ -176,6 +177,8 @@ void Outbox::retry(Item &item, const QString &lastError) {
     item.row.lastError = lastError;
     const int delay = d.backoffMs(item.row.attempts);
     item.dueAt = now() + delay;
+    qCDebug(lcOutbox, "%s (attempt %d): %s, retry in %d ms; %s waits behind it", qUtf8Printable(item.row.cmid),
+            item.row.attempts, qUtf8Printable(lastError), delay, qUtf8Printable(item.row.conv));
     item.row.nextRetryAt = QDateTime::currentMSecsSinceEpoch() + delay; // for display only
     retries_.append({item.row.cmid, item.row.attempts, item.row.lastError, item.row.nextRetryAt});
     scheduleFlush();
@@ -235,6 +238,8 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         // A4: ORIGINAL_EXPIRED means "sent once, purged": Expired, never resent.
         f.state = int(code == proto::code::OriginalExpired ? MessageState::Expired : MessageState::Failed);
         f.errorCode = code;
+        qCInfo(lcOutbox, "%s in %s: final answer %s", qUtf8Printable(cmid), qUtf8Printable(item.row.conv),
+               qUtf8Printable(code));
     }
     if (item.inFlight) {
         item.inFlight = false;

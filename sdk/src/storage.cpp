@@ -1,5 +1,7 @@
 #include "storage_p.h"
 
+#include "logging_p.h"
+
 #include <im/types.h>
 
 #include <QtCore/QDateTime>
@@ -123,6 +125,7 @@ bool Storage::open(const QString &path) {
         QString host, app;
         lock_->getLockInfo(&pid, &host, &app);
         lock_.reset();
+        qCWarning(lcStorage, "store %s is locked by pid %lld", qUtf8Printable(path), static_cast<long long>(pid));
         if (why == QLockFile::LockFailedError) {
             lockedByOther_ = true;
             return fail(QStringLiteral("the store %1 is in use by another process (pid %2%3%4); "

@@ -49,12 +49,26 @@ void TestKill::a_store_is_opened_by_one_process_at_a_time() {
 
     im::Client second;
     QSignalSpy errors(&second, &im::Client::errorOccurred);
-    QVERIFY(!second.open(db));
+    QSignalSpy typed(&second, &im::Client::errorReported);
+    static QStringList categories; // what the SDK logged, by category
+    categories.clear();
+    const QtMessageHandler previous = qInstallMessageHandler([](QtMsgType, const QMessageLogContext &ctx, const QString &) {
+        categories.append(QString::fromUtf8(ctx.category));
+    });
+    const bool opened = second.open(db);
+    qInstallMessageHandler(previous);
+    QVERIFY(!opened);
     QVERIFY(!second.isOpen());
     QVERIFY2(second.lastError().contains(QStringLiteral("in use by another process")), qPrintable(second.lastError()));
     QVERIFY2(second.lastError().contains(QString::number(holder.processId())), qPrintable(second.lastError()));
     QCOMPARE(errors.size(), 1);
     QCOMPARE(errors.at(0).at(0).toString(), QStringLiteral("STORE_LOCKED"));
+    QCOMPARE(typed.size(), 1); // the same report, typed
+    QCOMPARE(typed.at(0).at(0).value<im::Error>(), im::Error::StoreLocked);
+    QCOMPARE(im::errorFromCode(QStringLiteral("NOT_MEMBER")), im::Error::NotMember);
+    QCOMPARE(im::errorFromCode(QStringLiteral("SOMETHING_NEWER")), im::Error::Unknown);
+    QVERIFY2(categories.contains(QStringLiteral("im.sdk.storage")), qPrintable(categories.join(u',')));
+    QVERIFY2(categories.contains(QStringLiteral("im.sdk.client")), qPrintable(categories.join(u',')));
 
     holder.kill(); // SIGKILL: the lock file stays behind, its process is gone
     QVERIFY(finished(holder));

@@ -193,11 +193,14 @@ void TestObligations::a_store_refuses_another_users_welcome() {
     QStringList codes;
     connect(ana.get(), &Client::errorOccurred, this, [&](const QString &code, const QString &) { codes.append(code); });
     QSignalSpy identity(ana.get(), &Client::identityChanged);
+    QSignalSpy typed(ana.get(), &Client::errorReported);
     ana->setCredentials(server->tokens.value(QStringLiteral("ben")));
     ana->connectToServer();
     QTRY_VERIFY_WITH_TIMEOUT(codes.contains(QStringLiteral("WRONG_USER")), 60000);
     QCOMPARE(ana->connectionState(), ConnectionState::Disconnected);
     QVERIFY2(ana->lastError().contains(QStringLiteral("belongs to user ana")), qPrintable(ana->lastError()));
+    QVERIFY(std::any_of(typed.cbegin(), typed.cend(),
+                        [](const QList<QVariant> &a) { return a.at(0).value<im::Error>() == im::Error::WrongUser; }));
     QCOMPARE(ana->userId(), QStringLiteral("ana"));
     QCOMPARE(identity.size(), 0);
     QCOMPARE(ana->pendingCount(), 1);

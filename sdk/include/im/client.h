@@ -207,6 +207,8 @@ Q_SIGNALS:
     /// (e.g. UNAUTHENTICATED, NOT_MEMBER, STALE_INSTALL), "STORAGE_ERROR",
     /// "PROTOCOL_ERROR" or "INVALID_ARGUMENT" (bad call).
     void errorOccurred(const QString &code, const QString &message);
+    /// The same report, typed: emitted right after every errorOccurred().
+    void errorReported(im::Error error, const QString &code, const QString &message);
 
 private:
     friend class ClientPrivate;
