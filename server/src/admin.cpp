@@ -1,14 +1,18 @@
 #include "admin.hpp"
 
+#include "config.hpp"
 #include "database.hpp"
 #include "db_pool.hpp"
 #include "log.hpp"
+#include "metrics.hpp"
+#include "nats_bus.hpp"
 #include "store.hpp"
 
 #include <boost/json.hpp>
 #include <pqxx/pqxx>
 
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <cerrno>
@@ -18,6 +22,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -48,6 +53,8 @@ constexpr const char* admin_help =
     "  demo [--out FILE] [--server URL]                demo users ana, ben, cy; conversations ana-ben, team;\n"
     "                                                  writes their tokens to FILE (default STATE/demo-tokens.json)\n"
     "Options: --db URL [IM_DB], --state-dir DIR [IM_STATE_DIR, default ./var],\n"
+    "         --bus postgres|nats://HOST:PORT [IM_BUS]: the gateways' bus, which carries revocations,\n"
+    "         joins/leaves and epoch/settings changes to them (default postgres)\n"
     "         --enable-faults --lab-purge-without-tombstones (lab negative control),\n"
     "         --enable-faults --fault POINT=ACTION[:COUNT] (lab: e.g. store.purge_before_commit=crash)\n"
     "Exit status: 0 success, 2 bad usage, 1 failure.\n";
@@ -149,12 +156,33 @@ std::string demo(pqxx::connection_base& c, Store& store, const std::string& out,
     return std::filesystem::absolute(out).string();
 }
 
+// Hands the committed command's notifications to the NATS bus, waiting
+// for a connection for up to 10 s. Without it the gateways would keep a
+// revoked device's connections open: failing here is exit status 1, and
+// running the same command again publishes again.
+void publish_after_commit(const std::string& url, const Notes& notes) {
+    Metrics metrics;
+    NatsBus bus(url, "admin", metrics);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool ok = bus.publish_and_wait(notes);
+    while (!ok && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100)); // the bus connects in the background
+        ok = bus.publish_and_wait(notes);
+    }
+    bus.stop();
+    if (!ok)
+        throw std::runtime_error("committed, but the notification could not be published on " + url +
+                                 ": gateways have not seen it (run the same command again once the bus is back)");
+}
+
 int run(int argc, char** argv) {
     std::optional<std::string> db;
     std::string state_dir = "./var";
     LabSwitches lab;
     bool enable_faults = false;
     std::vector<std::string> fault_specs;
+    std::string bus = "postgres";
+    if (const char* v = std::getenv("IM_BUS"); v && *v) bus = v;
     if (const char* v = std::getenv("IM_DB"); v && *v) db = v;
     if (const char* v = std::getenv("IM_STATE_DIR"); v && *v) state_dir = v;
     std::vector<std::string> words;
@@ -170,6 +198,7 @@ int run(int argc, char** argv) {
             return argv[++i];
         };
         if (a == "--db") db = value(a);
+        else if (a == "--bus") bus = value(a);
         else if (a == "--state-dir") state_dir = value(a);
         else if (a == "--enable-faults") enable_faults = true;
         else if (a == "--lab-purge-without-tombstones") lab.purge_without_tombstones = true;
@@ -187,6 +216,7 @@ int run(int argc, char** argv) {
         FaultAction action;
         if (auto e = parse_fault_spec(f, point, action)) throw Usage("--fault " + f + ": " + *e);
     }
+    if (auto e = check_bus(bus)) throw Usage("--bus: " + *e);
     if (words.empty()) throw Usage("missing command (imserver admin --help)");
     const std::string cmd = words[0] + (words.size() > 1 ? " " + words[1] : "");
     static const std::set<std::string> known = {"user add",     "device add",   "device revoke", "device token", "conv create",
@@ -208,6 +238,8 @@ int run(int argc, char** argv) {
         if (auto e = faults.arm(f)) throw Usage("--fault " + f + ": " + *e);
     Store store(faults, lab);
     auto& c = *conn;
+    Notes notes; // another bus than PostgreSQL: published after the command committed
+    if (bus != "postgres") store.notify_after_commit(&notes);
 
     if (cmd == "user add") {
         need(args, 1, "user add USER");
@@ -260,6 +292,7 @@ int run(int argc, char** argv) {
         std::string server = args.has("--server") ? args.flag("--server") : "ws://127.0.0.1:8080/v1/ws";
         std::cout << demo(c, store, out, server) << '\n';
     }
+    if (!notes.empty()) publish_after_commit(bus, notes);
     return 0;
 }
 

@@ -63,6 +63,10 @@ const std::vector<Option>& options() {
              c.db_queue = static_cast<std::size_t>(n);
              return std::nullopt;
          }},
+        {"--send-group-max", "IM_SEND_GROUP_MAX", "N",
+         "group commit: at most this many connections' runs of sends in one database statement and commit, when "
+         "sends queue for a busy worker (default 32; 1: every run commits alone)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 256, c.send_group_max); }},
         {"--io-threads", "IM_IO_THREADS", "N", "network I/O threads (default 2)",
          [](Config& c, const std::string& v) { return to_int(v, 1, 64, c.io_threads); }},
         {"--ready-file", "IM_READY_FILE", "PATH", "write the listening port here once ready",
@@ -109,23 +113,7 @@ const std::vector<Option>& options() {
          "notification bus between gateways: PostgreSQL LISTEN/NOTIFY (default) or NATS (comma-separated URLs "
          "of one NATS cluster)",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
-             if (v == "postgres") {
-                 c.bus = v;
-                 return std::nullopt;
-             }
-             std::stringstream ss(v);
-             std::string url;
-             int n = 0;
-             while (std::getline(ss, url, ',')) {
-                 ++n;
-                 const std::string scheme = "nats://";
-                 auto colon = url.rfind(':');
-                 int port = 0;
-                 if (url.rfind(scheme, 0) != 0 || colon < scheme.size() + 1 ||
-                     to_int(url.substr(colon + 1), 1, 65535, port))
-                     return "expected 'postgres' or nats://HOST:PORT[,nats://HOST:PORT...], got '" + v + "'";
-             }
-             if (n == 0) return std::string("expected 'postgres' or nats://HOST:PORT");
+             if (auto e = check_bus(v)) return e;
              c.bus = v;
              return std::nullopt;
          }},
@@ -180,6 +168,23 @@ std::string config_help() {
     }
     o << "  --help                        this text\n";
     return o.str();
+}
+
+std::optional<std::string> check_bus(const std::string& v) {
+    if (v == "postgres") return std::nullopt;
+    std::stringstream ss(v);
+    std::string url;
+    int n = 0;
+    while (std::getline(ss, url, ',')) {
+        ++n;
+        const std::string scheme = "nats://";
+        auto colon = url.rfind(':');
+        int port = 0;
+        if (url.rfind(scheme, 0) != 0 || colon < scheme.size() + 1 || to_int(url.substr(colon + 1), 1, 65535, port))
+            return "expected 'postgres' or nats://HOST:PORT[,nats://HOST:PORT...], got '" + v + "'";
+    }
+    if (n == 0) return std::string("expected 'postgres' or nats://HOST:PORT");
+    return std::nullopt;
 }
 
 std::optional<std::string> parse_config(int argc, char** argv, Config& cfg, bool& help) {

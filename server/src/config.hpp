@@ -18,6 +18,7 @@ struct Config {
     std::string gateway_id = "gw-1";
     int db_pool = 4;
     std::size_t db_queue = 1024;
+    int send_group_max = 32;             // runs of sends of different connections per commit
     int io_threads = 2;
     std::string ready_file;
     bool enable_faults = false;
@@ -43,5 +44,7 @@ struct Config {
 /// for --help.
 std::optional<std::string> parse_config(int argc, char** argv, Config& cfg, bool& help);
 std::string config_help();
+/// Checks a --bus value: "postgres" or nats://HOST:PORT[,...]; the error, if any.
+std::optional<std::string> check_bus(const std::string& v);
 
 } // namespace im
