@@ -8,6 +8,12 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libpqxx-dev
   postgresql libgtest-dev
   libssl-dev
+  openssl
+  dpkg-dev
+  file
+  lintian
+  man-db
+  systemd
   haproxy
   patroni
   python3-etcd

@@ -1,6 +1,7 @@
 #include "admin.hpp"
 
 #include "config.hpp"
+
 #include "database.hpp"
 #include "db_pool.hpp"
 #include "log.hpp"
@@ -36,28 +37,44 @@ struct Usage : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-constexpr const char* admin_help =
-    "usage: imserver admin [--db URL | --state-dir DIR] COMMAND ...\n"
-    "  user add USER                                   create a user\n"
-    "  device add USER DEVICE                          create a device; prints its token\n"
-    "  device revoke DEVICE                            revoke the device's token\n"
-    "  device token DEVICE                             issue a new token (prints it); the old one stops working\n"
-    "  conv create CONV --kind group|direct --members U1,U2,...\n"
-    "                                                  create a conversation (join events)\n"
-    "  conv set CONV [--recall-window-ms N] [--push-full-max N]\n"
-    "  member add CONV USER | member remove CONV USER  open/close a period; prints the event's seq\n"
-    "  epoch bump CONV                                 start a new epoch; prints it\n"
-    "  purge (CONV | --all) (--before-seq N | --older-than DURATION)\n"
-    "                                                  retention purge with tombstones; prints rows purged\n"
-    "                                                  (DURATION: 30d, 12h, 15m, 45s, 500ms)\n"
-    "  demo [--out FILE] [--server URL]                demo users ana, ben, cy; conversations ana-ben, team;\n"
-    "                                                  writes their tokens to FILE (default STATE/demo-tokens.json)\n"
-    "Options: --db URL [IM_DB], --state-dir DIR [IM_STATE_DIR, default ./var],\n"
-    "         --bus postgres|nats://HOST:PORT [IM_BUS]: the gateways' bus, which carries revocations,\n"
-    "         joins/leaves and epoch/settings changes to them (default postgres)\n"
-    "         --enable-faults --lab-purge-without-tombstones (lab negative control),\n"
-    "         --enable-faults --fault POINT=ACTION[:COUNT] (lab: e.g. store.purge_before_commit=crash)\n"
-    "Exit status: 0 success, 2 bad usage, 1 failure.\n";
+struct Command {
+    const char* usage;
+    const char* help;   // "" : the usage says it all
+};
+
+// The commands, for --help and imserver-admin(8).
+const Command commands[] = {
+    {"user add USER", "create a user"},
+    {"device add USER DEVICE", "create a device; prints its token"},
+    {"device revoke DEVICE", "revoke the device's token"},
+    {"device token DEVICE", "issue a new token (prints it); the old one stops working"},
+    {"conv create CONV --kind group|direct --members U1,U2,...", "create a conversation (join events)"},
+    {"conv set CONV [--recall-window-ms N] [--push-full-max N]", "change a conversation's settings"},
+    {"member add CONV USER | member remove CONV USER", "open/close a period; prints the event's seq"},
+    {"epoch bump CONV", "start a new epoch; prints it"},
+    {"purge (CONV | --all) (--before-seq N | --older-than DURATION)",
+     "retention purge with tombstones; prints rows purged (DURATION: 30d, 12h, 15m, 45s, 500ms)"},
+    {"demo [--out FILE] [--server URL]",
+     "demo users ana, ben, cy; conversations ana-ben, team; writes their tokens to FILE "
+     "(default STATE/demo-tokens.json)"},
+};
+
+// The flags of the commands above (each takes a value).
+const std::set<std::string> command_flags = {"--kind",       "--members",    "--recall-window-ms", "--push-full-max",
+                                             "--before-seq", "--older-than", "--out",              "--server"};
+
+std::string admin_help() {
+    std::string o = "usage: imserver admin [OPTIONS] COMMAND ...\nCommands:\n";
+    for (const auto& c : commands) {
+        std::string left = std::string("  ") + c.usage;
+        o += left.size() < 50 ? left + std::string(50 - left.size(), ' ') : left + "\n" + std::string(50, ' ');
+        o += std::string(c.help) + "\n";
+    }
+    o += "Options (also read from the environment variable shown and the configuration file, as for imserver):\n";
+    o += options_help(ConfigScope::admin);
+    o += "Exit status: 0 success, 2 bad usage, 1 failure.\n";
+    return o;
+}
 
 std::int64_t to_i64(const std::string& s, const char* what) {
     std::int64_t v = 0;
@@ -176,47 +193,39 @@ void publish_after_commit(const std::string& url, const Notes& notes) {
 }
 
 int run(int argc, char** argv) {
-    std::optional<std::string> db;
-    std::string state_dir = "./var";
-    LabSwitches lab;
-    bool enable_faults = false;
-    std::vector<std::string> fault_specs;
-    std::string bus = "postgres";
-    if (const char* v = std::getenv("IM_BUS"); v && *v) bus = v;
-    if (const char* v = std::getenv("IM_DB"); v && *v) db = v;
-    if (const char* v = std::getenv("IM_STATE_DIR"); v && *v) state_dir = v;
+    std::vector<std::string> config_args;
     std::vector<std::string> words;
     Args args;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--help" || a == "-h") {
-            std::cout << admin_help;
+            std::cout << admin_help();
             return 0;
         }
         auto value = [&](const std::string& name) -> std::string {
             if (i + 1 >= argc) throw Usage(name + " needs a value");
             return argv[++i];
         };
-        if (a == "--db") db = value(a);
-        else if (a == "--bus") bus = value(a);
-        else if (a == "--state-dir") state_dir = value(a);
-        else if (a == "--enable-faults") enable_faults = true;
-        else if (a == "--lab-purge-without-tombstones") lab.purge_without_tombstones = true;
-        else if (a == "--fault") fault_specs.push_back(value(a));
-        else if (a == "--all") args.flags[a] = "1";
-        else if (a.rfind("--", 0) == 0) args.flags[a] = value(a);
+        bool takes_value = false;
+        if (is_config_flag(a, ConfigScope::admin, takes_value)) {
+            config_args.push_back(a);
+            if (takes_value) config_args.push_back(value(a));
+        } else if (a == "--all") args.flags[a] = "1";
+        else if (command_flags.count(a)) args.flags[a] = value(a);
+        else if (a.rfind("--", 0) == 0) throw Usage("unknown option '" + a + "' (imserver admin --help)");
         else if (words.size() < 2 && args.pos.empty() && !(words.size() == 1 && (words[0] == "demo" || words[0] == "purge")))
             words.push_back(a);
         else args.pos.push_back(a);
     }
-    if ((lab.purge_without_tombstones || !fault_specs.empty()) && !enable_faults)
-        throw Usage("--lab-* and --fault need --enable-faults");
-    for (const auto& f : fault_specs) { // bad input changes nothing: judged before the database is touched
+    Config cfg;
+    ConfigAction action = ConfigAction::run;
+    if (auto e = parse_config(config_args, cfg, ConfigScope::admin, action)) throw Usage(*e);
+    const std::string& state_dir = cfg.state_dir;
+    for (const auto& f : cfg.faults) { // bad input changes nothing: judged before the database is touched
         std::string point;
-        FaultAction action;
-        if (auto e = parse_fault_spec(f, point, action)) throw Usage("--fault " + f + ": " + *e);
+        FaultAction fault_action;
+        if (auto e = parse_fault_spec(f, point, fault_action)) throw Usage("--fault " + f + ": " + *e);
     }
-    if (auto e = check_bus(bus)) throw Usage("--bus: " + *e);
     if (words.empty()) throw Usage("missing command (imserver admin --help)");
     const std::string cmd = words[0] + (words.size() > 1 ? " " + words[1] : "");
     static const std::set<std::string> known = {"user add",     "device add",   "device revoke", "device token", "conv create",
@@ -224,7 +233,7 @@ int run(int argc, char** argv) {
                                                 "purge",        "demo"};
     if (!known.count(cmd)) throw Usage("unknown command '" + cmd + "' (imserver admin --help)");
 
-    Database d = open_database(db, state_dir);
+    Database d = open_database(db_conninfo(cfg), state_dir);
     struct StopCluster {
         Database& d;
         ~StopCluster() {
@@ -233,13 +242,13 @@ int run(int argc, char** argv) {
     } stopper{d};
     prepare_schema(d.url, 5000);
     auto conn = open_connection(d.url, "imserver-admin");
-    FaultRegistry faults(enable_faults);
-    for (const auto& f : fault_specs)
+    FaultRegistry faults(cfg.enable_faults);
+    for (const auto& f : cfg.faults)
         if (auto e = faults.arm(f)) throw Usage("--fault " + f + ": " + *e);
-    Store store(faults, lab);
+    Store store(faults, cfg.lab);
     auto& c = *conn;
     Notes notes; // another bus than PostgreSQL: published after the command committed
-    if (bus != "postgres") store.notify_after_commit(&notes);
+    if (cfg.bus != "postgres") store.notify_after_commit(&notes);
 
     if (cmd == "user add") {
         need(args, 1, "user add USER");
@@ -292,11 +301,28 @@ int run(int argc, char** argv) {
         std::string server = args.has("--server") ? args.flag("--server") : "ws://127.0.0.1:8080/v1/ws";
         std::cout << demo(c, store, out, server) << '\n';
     }
-    if (!notes.empty()) publish_after_commit(bus, notes);
+    if (!notes.empty()) publish_after_commit(cfg.bus, notes);
     return 0;
 }
 
 } // namespace
+
+std::string admin_man(const std::string& version) {
+    std::string o = ".TH IMSERVER-ADMIN 8 \"\" \"imserver " + version + "\" \"System Administration\"\n"
+                    ".SH NAME\nimserver-admin \\- provisioning and operator commands of imserver\n"
+                    ".SH SYNOPSIS\n.B imserver admin\n[\\fIOPTIONS\\fR] \\fICOMMAND\\fR ...\n"
+                    ".SH DESCRIPTION\n\\fBimserver admin\\fR works on the database a gateway with the same "
+                    "options would use: \\fB\\-\\-db\\fR, or the embedded cluster of the state directory "
+                    "(started for the command if no gateway runs). It reads the same configuration file as "
+                    "\\fBimserver\\fR(8), so on an installed system run it as the service user: "
+                    "\\fBsudo \\-u imserver imserver admin\\fR ...\n"
+                    ".SH COMMANDS\n";
+    for (const auto& c : commands) o += ".TP\n\\fB" + roff_escape(c.usage) + "\\fR\n" + roff_escape(c.help) + ".\n";
+    o += ".SH OPTIONS\n" + options_man(ConfigScope::admin);
+    o += ".SH EXIT STATUS\n0 success, 1 failure, 2 bad usage.\n"
+         ".SH SEE ALSO\n\\fBimserver\\fR(8)\n";
+    return o;
+}
 
 int admin_main(int argc, char** argv) {
     set_log_quiet(true);

@@ -1,19 +1,27 @@
-// Server options: flags, each with an environment variable (see --help).
+// Server options. One table (config.cpp) gives every option its flag, its
+// environment variable and its key in the configuration file; --help, the
+// manual pages and --print-config are all rendered from it.
 #pragma once
 
 #include "faults.hpp"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace im {
 
+/// The configuration file read when neither --config nor IM_CONFIG names one
+/// (skipped if it does not exist).
+inline constexpr const char* default_config_file = "/etc/imserver/imserver.conf";
+
 struct Config {
     std::string listen_host = "127.0.0.1";
     unsigned short listen_port = 8080;
     std::optional<std::string> db_url;   // none: the embedded cluster in state_dir
-    std::string db_password_file;        // read at start into libpq's PGPASSWORD (not argv)
+    std::string db_password_file;        // read into db_password
+    std::string db_password;             // secret: never printed
     std::string state_dir = "./var";
     std::string gateway_id = "gw-1";
     int db_pool = 4;
@@ -38,13 +46,49 @@ struct Config {
     int listen_probe_ms = 1000;
     std::string bus = "postgres";        // or nats://HOST:PORT[,nats://HOST:PORT...]
     bool quiet = false;
+
+    std::string config_file;                     // the file that was read ("" if none)
+    std::map<std::string, std::string> origin;   // option key -> where its value came from
 };
 
-/// Parses flags and environment. On error returns a message; `help` is set
-/// for --help.
-std::optional<std::string> parse_config(int argc, char** argv, Config& cfg, bool& help);
+/// Which program reads the options: the gateway reads them all, `imserver
+/// admin` only those marked for it (the database and the lab switches); both
+/// accept the whole configuration file.
+enum class ConfigScope { gateway, admin };
+
+enum class ConfigAction { run, help, print_config };
+
+/// Parses flags (args, without the program name), the environment and the
+/// configuration file; a flag beats its environment variable, which beats the
+/// file, which beats the default. On error returns a message and changes
+/// nothing the caller relies on.
+std::optional<std::string> parse_config(const std::vector<std::string>& args, Config& cfg, ConfigScope scope,
+                                        ConfigAction& action);
+std::optional<std::string> parse_config(int argc, char** argv, Config& cfg, ConfigAction& action);
+
+/// True if `arg` (e.g. "--db" or "--db=URL") names an option of `scope`;
+/// `takes_value` tells whether it consumes the next argument.
+bool is_config_flag(const std::string& arg, ConfigScope scope, bool& takes_value);
+
+/// The connection string to use: --db with the password of
+/// --db-password-file added.
+std::optional<std::string> db_conninfo(const Config& cfg);
+
+/// Replaces the password of a libpq URL or key=value string with ****.
+std::string mask_conninfo(const std::string& conninfo);
+
 std::string config_help();
-/// Checks a --bus value: "postgres" or nats://HOST:PORT[,...]; the error, if any.
-std::optional<std::string> check_bus(const std::string& v);
+/// The effective configuration in the file's format, secrets masked, each
+/// line commented with the value's origin.
+std::string print_config(const Config& cfg);
+/// imserver(8) in roff, from the same table as --help.
+std::string config_man(const std::string& version);
+
+/// Options of `scope` for other usage texts: lines "  --flag ARG  help  [ENV]".
+std::string options_help(ConfigScope scope);
+/// The same as roff .TP paragraphs.
+std::string options_man(ConfigScope scope);
+/// Escapes text for roff.
+std::string roff_escape(const std::string& s);
 
 } // namespace im

@@ -14,6 +14,8 @@ bool parse_int(std::string_view s, long long& out) {
 }
 } // namespace
 
+bool is_rule_point(std::string_view point) { return point.substr(0, 5) == "rule."; }
+
 std::optional<std::string> parse_fault_spec(std::string_view spec, std::string& point, FaultAction& action) {
     auto eq = spec.find('=');
     if (eq == std::string_view::npos) return "fault must be POINT=ACTION[:COUNT]";
@@ -30,7 +32,11 @@ std::optional<std::string> parse_fault_spec(std::string_view spec, std::string& 
     };
     std::string_view kind = take();
     action = FaultAction{};
+    if (kind != "off" && (kind == "skip") != is_rule_point(point))
+        return is_rule_point(point) ? "a rule.* point takes only the action skip"
+                                    : "skip is only for the rule.* points";
     if (kind == "crash") action.kind = FaultKind::crash;
+    else if (kind == "skip") action.kind = FaultKind::skip;
     else if (kind == "drop_reply") action.kind = FaultKind::drop_reply;
     else if (kind == "unavailable") action.kind = FaultKind::unavailable;
     else if (kind == "delay") {

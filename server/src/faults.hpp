@@ -11,7 +11,7 @@
 
 namespace im {
 
-enum class FaultKind { crash, drop_reply, unavailable, delay };
+enum class FaultKind { crash, drop_reply, unavailable, delay, skip };
 
 struct FaultAction {
     FaultKind kind = FaultKind::crash;
@@ -33,10 +33,23 @@ inline constexpr std::string_view fault_points[] = {
     "store.purge_after_tombstones", "store.purge_before_commit",
     // a gateway's fan-out: bus notifications received, not yet pushed to
     // subscribers (unavailable = they are lost; subscribers get resync)
-    "notify.before_publish"};
+    "notify.before_publish",
+    // Negative controls of the acceptance lab (action `skip` only): each
+    // breaks exactly one rule of the contract while armed.
+    "rule.cursor_ahead",       // sync answers a page for `after` beyond head
+    "rule.epoch",              // sync ignores the caller's stale epoch
+    "rule.membership_periods", // sync treats a closed membership period as open
+    "rule.stale_install",      // a superseded install is served as current
+    "rule.recall_window",      // recall ignores the window
+    "rule.read_hint",          // a read marker's hint is not sent to the user's other devices
+    "rule.push_hint",          // every group gets full `event` pushes, whatever its push_full_max
+    "rule.goaway"};            // a draining gateway closes connections without `goaway`
+
+/// True for the rule.* points, which take only the `skip` action.
+bool is_rule_point(std::string_view point);
 
 /// Parses "POINT=ACTION[:COUNT]" with ACTION one of crash, drop_reply,
-/// unavailable, delay:MS. Returns an error message or nothing.
+/// unavailable, delay:MS (any point but rule.*) or skip (rule.* points only). Returns an error message or nothing.
 std::optional<std::string> parse_fault_spec(std::string_view spec, std::string& point, FaultAction& action);
 
 class FaultRegistry {
@@ -52,6 +65,9 @@ public:
     /// never returns: the process _exits at once. `delay` sleeps here (the
     /// caller is a database worker thread, never an I/O thread).
     std::optional<FaultKind> hit(std::string_view point);
+
+    /// True while the rule.* point is armed (consumes one COUNT).
+    bool broken(std::string_view rule) { return enabled_ && hit(rule) == FaultKind::skip; }
 
 private:
     bool enabled_;

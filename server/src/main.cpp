@@ -37,19 +37,7 @@ void write_ready_file(const std::string& path, unsigned short port) {
 int serve(const im::Config& cfg) {
     im::set_log_gateway(cfg.gateway_id);
     im::set_log_quiet(cfg.quiet);
-    if (!cfg.db_password_file.empty()) {
-        // Handed to libpq through its own variable: never in argv, never in
-        // the connection string that errors might print.
-        std::ifstream f(cfg.db_password_file);
-        std::string pw;
-        if (!f || !std::getline(f, pw)) {
-            std::cerr << "imserver: cannot read --db-password-file " << cfg.db_password_file << '\n';
-            return 2;
-        }
-        if (!pw.empty() && pw.back() == '\r') pw.pop_back();
-        ::setenv("PGPASSWORD", pw.c_str(), 1);
-    }
-    im::Database db = im::open_database(cfg.db_url, cfg.state_dir);
+    im::Database db = im::open_database(im::db_conninfo(cfg), cfg.state_dir);
     struct StopCluster {
         im::Database& d;
         ~StopCluster() {
@@ -139,13 +127,17 @@ int serve(const im::Config& cfg) {
 int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "admin") == 0) return im::admin_main(argc - 1, argv + 1);
     im::Config cfg;
-    bool help = false;
-    if (auto e = im::parse_config(argc, argv, cfg, help)) {
+    im::ConfigAction action = im::ConfigAction::run;
+    if (auto e = im::parse_config(argc, argv, cfg, action)) {
         std::cerr << "imserver: " << *e << '\n';
         return 2;
     }
-    if (help) {
+    if (action == im::ConfigAction::help) {
         std::cout << im::config_help();
+        return 0;
+    }
+    if (action == im::ConfigAction::print_config) {
+        std::cout << im::print_config(cfg);
         return 0;
     }
     try {

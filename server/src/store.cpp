@@ -325,7 +325,7 @@ Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
                                 "WHERE device_id = $1 AND install_id = $2",
                                 who.device, h.install);
         if (!i.empty()) {
-            if (i[0][0].as<bool>()) return stale_install();
+            if (i[0][0].as<bool>() && !faults_.broken("rule.stale_install")) return stale_install();
         } else {
             // A new install supersedes every older one of this device.
             tx.exec_params("UPDATE device_installs SET superseded_at = now() "
@@ -615,9 +615,14 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
         auto& [conv_row, access] = *loaded;
         const ConvRow* conv = &conv_row;
         if (!access.any()) return not_member();
-        if (s.epoch && *s.epoch != conv->epoch)
+        if (faults_.broken("rule.membership_periods")) { // lab negative control only
+            for (auto& per : access.periods) per.to = INT64_MAX;
+            access.head = conv->next_seq - 1;
+        }
+        if (s.epoch && *s.epoch != conv->epoch && !faults_.broken("rule.epoch"))
             return Error{Code::epoch_changed, "epoch is now " + std::to_string(conv->epoch)};
-        if (s.after > access.head) return Error{Code::cursor_ahead, "after is beyond head"};
+        if (s.after > access.head && !faults_.broken("rule.cursor_ahead"))
+            return Error{Code::cursor_ahead, "after is beyond head"};
 
         Page p;
         p.conv = s.conv;
@@ -765,7 +770,7 @@ Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who, co
 Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const req::Ack& a) {
     return guarded<Acked>("ack", [&]() -> Outcome<Acked> {
         pqxx::work tx(c);
-        if (!install_is_current(tx, who)) return stale_install();
+        if (!install_is_current(tx, who) && !faults_.broken("rule.stale_install")) return stale_install();
         auto conv = load_conv(tx, a.conv, false);
         if (!conv) return not_member();
         auto access = load_access(tx, a.conv, who.user, conv->next_seq);
@@ -785,7 +790,7 @@ Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const r
 Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const req::Read& rd, Notes& notes) {
     return guarded<ReadOk>("read", [&]() -> Outcome<ReadOk> {
         pqxx::work tx(c);
-        if (!install_is_current(tx, who)) return stale_install();
+        if (!install_is_current(tx, who) && !faults_.broken("rule.stale_install")) return stale_install();
         auto conv = load_conv(tx, rd.conv, false);
         if (!conv) return not_member();
         auto access = load_access(tx, rd.conv, who.user, conv->next_seq);
@@ -802,7 +807,7 @@ Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const
         if (faults_.hit("store.read_before_commit") == FaultKind::unavailable) return unavailable("injected fault");
         tx.commit();
         // The user's other devices learn of it through the gateways.
-        if (now > before) notes.push_back("r " + rd.conv + " " + who.user + " " + who.device + " " + std::to_string(now));
+        if (now > before && !faults_.broken("rule.read_hint")) notes.push_back("r " + rd.conv + " " + who.user + " " + who.device + " " + std::to_string(now));
         return ReadOk{rd.conv, now};
     });
 }
@@ -851,7 +856,8 @@ Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, c
         auto done = tx.exec_params("SELECT 1 FROM events WHERE conv_id = $1 AND kind = 'recall' AND target_seq = $2",
                                    rc.conv, rc.target);
         if (!done.empty()) return Error{Code::already_recalled, "already recalled"};
-        if (!ev[0][2].as<bool>()) return Error{Code::recall_window_expired, "past the recall window"};
+        if (!ev[0][2].as<bool>() && !faults_.broken("rule.recall_window"))
+            return Error{Code::recall_window_expired, "past the recall window"};
         if (!access.open) return not_member();
         auto a = append_event(tx, rc.conv, "recall", who.user, rc.cmid, std::nullopt, rc.target,
                               std::nullopt, recall_fp, target, false);

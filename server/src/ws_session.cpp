@@ -343,7 +343,7 @@ void WsSession::on_write(beast::error_code ec, std::size_t) {
 void WsSession::goaway() {
     if (closed_ || draining_) return;
     draining_ = true;
-    send(encode_goaway("shutdown", 1000));
+    if (!gw_->faults().broken("rule.goaway")) send(encode_goaway("shutdown", 1000)); // else: lab negative control
     if (queue_.empty() && !busy_) close(websocket::close_code::going_away);
 }
 

@@ -1,7 +1,10 @@
 // 09-*: markers across devices, installs; 10-*: two gateways on one database.
+#include "child.hpp"
 #include "lab.hpp"
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -64,14 +67,42 @@ Verdict stale_install(Lab& lab) {
                   "), hello with it STALE_INSTALL, new install acks (delivered 2)");
 }
 
-Verdict goaway_reconnect(Lab& lab) {
+// no_goaway: the negative control, gateway 1 drains without sending goaway.
+Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
     const std::string id1 = unique_name("gw-one"), id2 = unique_name("gw-two");
-    Tracked<ServerProcess> gw1(lab, lab.db(), std::vector<std::string>{"--quiet"}, id1);
+    std::vector<std::string> flags1{"--quiet"};
+    if (no_goaway) flags1 = {"--quiet", "--enable-faults", "--fault", "rule.goaway=skip"};
+    Tracked<ServerProcess> gw1(lab, lab.db(), flags1, id1);
     Tracked<ServerProcess> gw2(lab, lab.db(), std::vector<std::string>{"--quiet"}, id2);
     const int writers = 3, drafts = 20;
     std::vector<TestUser> users;
     for (int i = 0; i < writers; ++i) users.push_back(lab.user("w" + std::to_string(i)));
-    auto g = lab.conv("g-drain", "group", users);
+    // Besides the raw writers (which move to gateway 2 in this code), a real
+    // SDK process with both gateways in its server list must fail over on
+    // its own: its goaway handling, not test code, takes it to gateway 2.
+    auto sdk_user = lab.user("sdk");
+    auto members = users;
+    members.push_back(sdk_user);
+    auto g = lab.conv("g-drain", "group", members);
+    const auto sdk_bin = sdk_child_bin();
+    expect(!sdk_bin.empty() && std::filesystem::exists(sdk_bin),
+           "the SDK child was not built (ImSdk::ImSdk target absent in this build): cannot run a real SDK process");
+    TempDir dir("imlab-goaway");
+    const std::string sdk_db = dir.path() + "/client.db";
+    const int sdk_drafts = 40; // one per 100 ms: about half before the SIGTERM, half after
+    Child sdk({sdk_bin, "soak", sdk_db, gw1->url() + "," + gw2->url(), sdk_user.token, g, std::to_string(sdk_drafts)});
+    std::vector<std::string> sdk_cmids;
+    auto sdk_read_cmids = [&](std::size_t want, std::chrono::milliseconds within) {
+        const auto until = std::chrono::steady_clock::now() + within;
+        while (sdk_cmids.size() < want && std::chrono::steady_clock::now() < until) {
+            auto l = sdk.line(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()));
+            if (!l) break;
+            if (l->rfind("CMID ", 0) == 0) sdk_cmids.push_back(l->substr(5));
+        }
+        return sdk_cmids.size() >= want;
+    };
+    expect(sdk_read_cmids(5, 30s), "the SDK child sent fewer than 5 drafts through gateway 1: " + sdk.transcript() +
+                                       sdk.stderr_text());
     std::vector<std::vector<std::string>> cmids(writers);
     for (auto& v : cmids)
         for (int i = 0; i < drafts; ++i) v.push_back(uuid4());
@@ -119,9 +150,30 @@ Verdict goaway_reconnect(Lab& lab) {
         });
     }
     while (progress < writers * 5 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    const std::size_t sdk_before = sdk_cmids.size();
     int rc = gw1->terminate(20s);
     for (auto& t : threads) t.join();
     for (auto& e : errors) expect(e.empty(), e);
+    // The SDK keeps sending after gateway 1 is gone; then it drains, syncs
+    // and prints its rows.
+    expect(sdk_read_cmids(sdk_drafts, 60s), "the SDK child stopped sending after gateway 1 left (" +
+                                                std::to_string(sdk_cmids.size()) + "/" + std::to_string(sdk_drafts) +
+                                                "): " + sdk.stderr_text());
+    { std::ofstream(sdk_db + ".end") << "end\n"; }
+    std::vector<std::string> sdk_rows;
+    for (bool done = false; !done;) {
+        auto l = sdk.line(60s);
+        expect(l.has_value(), "the SDK child did not drain and sync after the failover: " + sdk.stderr_text());
+        if (l->rfind("ROW ", 0) == 0 && l->find(" msg ") != std::string::npos) sdk_rows.push_back(*l);
+        done = *l == "DONE";
+    }
+    std::string server_order;
+    for (const auto& k : sdk_cmids) expect(lab.rows(g, sdk_user.user, k) == 1, "SDK draft " + k + " not stored exactly once");
+    auto stored = lab.sql("SELECT string_agg(client_msg_id, ',' ORDER BY seq) FROM events WHERE conv_id = " + quote(g) +
+                          " AND sender_user = " + quote(sdk_user.user));
+    std::string created;
+    for (const auto& k : sdk_cmids) created += (created.empty() ? "" : ",") + k;
+    expect(stored == created, "the SDK's drafts were stored out of creation order across the failover");
     expect(rc == 0, "gateway 1 exit status after SIGTERM " + std::to_string(rc));
     expect(goaways == writers, "goaway seen by " + std::to_string(goaways) + "/" + std::to_string(writers));
     for (auto& gname : gateways) expect(gname == id2, "reconnected to '" + gname + "'");
@@ -129,8 +181,10 @@ Verdict goaway_reconnect(Lab& lab) {
     for (int w = 0; w < writers; ++w)
         for (auto& k : cmids[w]) exact += lab.rows(g, users[w].user, k) == 1;
     auto total = lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(g) + " AND kind = 'msg'");
-    expect(exact == writers * drafts && total == std::to_string(writers * drafts),
+    expect(exact == writers * drafts && total == std::to_string(writers * drafts + sdk_drafts),
            std::to_string(exact) + " drafts exactly once, " + total + " msg rows");
+    expect(sdk_rows.size() == static_cast<std::size_t>(writers * drafts + sdk_drafts),
+           "the SDK's store has " + std::to_string(sdk_rows.size()) + " messages, the server " + total);
     auto reader = connect(gw2->port(), users[0].token);
     std::int64_t head = 0;
     auto seqs = sync_all(*reader, g, 0, 200, &head);
@@ -140,7 +194,9 @@ Verdict goaway_reconnect(Lab& lab) {
     return passed("gw1 drained (exit 0), goaway to " + std::to_string(goaways.load()) + "/" + std::to_string(writers) +
                   " writers, all moved to " + id2 + ", " + std::to_string(retries.load()) + " resends; " +
                   std::to_string(exact) + "/" + std::to_string(writers * drafts) +
-                  " drafts exactly once, sync via gw2 1.." + std::to_string(head));
+                  " drafts exactly once, sync via gw2 1.." + std::to_string(head) + "; SDK child failed over on its own: " +
+                  std::to_string(sdk_before) + " drafts before the SIGTERM, " + std::to_string(sdk_drafts) +
+                  " in creation order exactly once, its store = the server's " + total + " messages");
 }
 
 // no_resync: the negative control, a gateway started with --lab-no-resync.
@@ -189,9 +245,13 @@ Verdict notify_loss_resync(Lab& lab, bool no_resync) {
 
 std::vector<Check> device_checks() {
     return {
-        {"09-read-across-devices", read_across_devices},
-        {"09-stale-install", stale_install},
-        {"10-goaway-reconnect", goaway_reconnect},
+        {"09-read-across-devices", read_across_devices, breaking("rule.read_hint", read_across_devices),
+         "gateway rule.read_hint=skip: no read hint to the user's other devices"},
+        {"09-stale-install", stale_install, breaking("rule.stale_install", stale_install),
+         "gateway rule.stale_install=skip: a superseded install is served"},
+        {"10-goaway-reconnect", [](Lab& l) { return goaway_reconnect(l, false); },
+         [](Lab& l) { return goaway_reconnect(l, true); },
+         "gateway 1 started with --fault rule.goaway=skip: it closes connections without goaway"},
         {"10-notify-loss-resync", [](Lab& l) { return notify_loss_resync(l, false); },
          [](Lab& l) { return notify_loss_resync(l, true); }, "imserver --lab-no-resync"},
     };

@@ -128,7 +128,8 @@ Verdict control_no_tombstone(Lab& lab) {
 
 std::vector<Check> retention_checks() {
     return {
-        {"11-recall-rejections", recall_rejections},
+        {"11-recall-rejections", recall_rejections, breaking("rule.recall_window", recall_rejections),
+         "gateway rule.recall_window=skip: recall ignores the window"},
         {"11-recall-idempotent", [](Lab& l) { return recall_idempotent_with(l, false); },
          [](Lab& l) { return recall_idempotent_with(l, true); }, "client double: the resent recall has a new cmid"},
         {"11-retention-purge", [](Lab& l) { return retention_purge_with(l, true); },

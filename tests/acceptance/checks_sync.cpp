@@ -257,10 +257,14 @@ Verdict left_member_history(Lab& lab) {
 std::vector<Check> sync_checks() {
     return {
         {"07-paging-under-writes", paging_under_writes},
-        {"07-cursor-ahead", cursor_ahead},
-        {"07-epoch-changed", epoch_changed},
-        {"08-fanout-event-vs-hint", fanout_event_vs_hint},
-        {"08-left-member-history", left_member_history},
+        {"07-cursor-ahead", cursor_ahead, breaking("rule.cursor_ahead", cursor_ahead),
+         "gateway rule.cursor_ahead=skip: sync answers a page beyond head"},
+        {"07-epoch-changed", epoch_changed, breaking("rule.epoch", epoch_changed),
+         "gateway rule.epoch=skip: sync ignores a stale epoch"},
+        {"08-fanout-event-vs-hint", fanout_event_vs_hint, breaking("rule.push_hint", fanout_event_vs_hint),
+         "gateway rule.push_hint=skip: full event pushes whatever push_full_max says"},
+        {"08-left-member-history", left_member_history, breaking("rule.membership_periods", left_member_history),
+         "gateway rule.membership_periods=skip: sync treats a closed period as open"},
     };
 }
 

@@ -48,6 +48,23 @@ void Lab::arm(ServerProcess& s, const std::string& spec) {
     if (status != 200) throw CheckFailed("POST /lab/fault " + spec + " -> " + std::to_string(status) + " " + body);
 }
 
+std::function<Verdict(Lab&)> breaking(const std::string& rule, std::function<Verdict(Lab&)> check) {
+    return [rule, check](Lab& lab) {
+        Lab::arm(lab.server(), rule + "=skip");
+        struct Disarm {
+            Lab& lab;
+            std::string spec;
+            ~Disarm() {
+                try {
+                    Lab::arm(lab.server(), spec);
+                } catch (...) {
+                }
+            }
+        } disarm{lab, rule + "=off"};
+        return check(lab);
+    };
+}
+
 void Lab::track(ServerProcess* s) {
     std::lock_guard lk(mu_);
     servers_.push_back(s);

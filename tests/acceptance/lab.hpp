@@ -127,6 +127,10 @@ struct Check {
     std::function<Verdict(Lab&)> control = {};
     std::string control_what = {};
 };
+/// A negative control: `check` run while the shared gateway breaks one rule of
+/// the contract (the rule.* fault point armed with `skip`, disarmed after).
+std::function<Verdict(Lab&)> breaking(const std::string& rule, std::function<Verdict(Lab&)> check);
+
 std::vector<Check> send_checks();      // 04-*
 std::vector<Check> fault_checks();     // lab-faults-off-by-default, 06-*
 std::vector<Check> sync_checks();      // 07-*, 08-*

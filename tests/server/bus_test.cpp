@@ -12,11 +12,9 @@
 namespace {
 
 std::optional<std::string> parse(std::vector<std::string> args, im::Config& cfg) {
-    args.insert(args.begin(), "imserver");
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    bool help = false;
-    return im::parse_config(static_cast<int>(argv.size()), argv.data(), cfg, help);
+    args.insert(args.begin(), "--config=");  // no configuration file: flags only
+    im::ConfigAction action = im::ConfigAction::run;
+    return im::parse_config(args, cfg, im::ConfigScope::gateway, action);
 }
 
 TEST(Bus, flag_takes_postgres_or_nats_urls_and_names_what_it_expects_otherwise) {

@@ -48,7 +48,15 @@ TEST(Resilience, sigterm_sends_goaway_finishes_in_flight_requests_and_exits_zero
     auto c = login(srv.port(), w.users[0]);
     c->request({{"t", "sub"}});
     c->send_json({{"t", "send"}, {"rid", "slow"}, {"conv", w.conv}, {"cmid", "inflight"}, {"body", "slow commit"}});
-    std::this_thread::sleep_for(300ms); // the send is now waiting before COMMIT
+    // Wait until the send really waits before COMMIT (its transaction open,
+    // the fault's delay running): only then does SIGTERM find it in flight.
+    bool in_flight = false;
+    for (int i = 0; i < 500 && !in_flight; ++i) {
+        in_flight = pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
+                              "AND application_name LIKE 'imserver-pool-%'") == "1";
+        if (!in_flight) std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(in_flight) << "the send never reached the point before COMMIT";
     ::kill(srv.pid(), SIGTERM);
     bool got_goaway = false, got_sent = false;
     while (auto f = c->next(10s)) {

@@ -3,19 +3,23 @@
 #include <im/client.h>
 #include <im/messagelistmodel.h>
 #include <QCoreApplication>
+#include <QDir>
 #include <QStandardPaths>
 
 int main(int argc, char **argv) {
     QCoreApplication app(argc, argv);
     im::Client client;
-    client.setServers({QUrl("ws://127.0.0.1:8080/v1/ws")});
+    client.setServers({QUrl(qEnvironmentVariable("IM_SERVER", "ws://127.0.0.1:8080/v1/ws"))});
     client.setCredentials(qEnvironmentVariable("IM_TOKEN"));   // from `imserver admin ... device add`
     const QString dir = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation);
+    QDir().mkpath(dir);
     if (!client.open(dir + "/chat.db"))                      // creates/migrates the local database
         qFatal("%s", qPrintable(client.lastError()));
     QObject::connect(&client, &im::Client::messageStateChanged,
-                     [](const QString &conv, const QString &cmid, qint64 seq, im::MessageState st, const QString &err) {
+                     [&app](const QString &conv, const QString &cmid, qint64 seq, im::MessageState st, const QString &err) {
                          qInfo() << conv << cmid << seq << st << err;
+                         if (st != im::MessageState::Pending)         // settled: this example is done
+                             app.exit(st == im::MessageState::Sent ? 0 : 1);
                      });
     QObject::connect(&client, &im::Client::errorOccurred,
                      [](const QString &code, const QString &msg) { qWarning() << code << msg; });

@@ -2,11 +2,16 @@
 # configure and build tests/sdk/package against it with find_package(ImSdk).
 # Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR.
 file(REMOVE_RECURSE "${WORK_DIR}")
-execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix"
-                RESULT_VARIABLE rc OUTPUT_QUIET)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "cmake --install failed: ${rc}")
-endif()
+# Only the SDK's components (the packages libimsdk0 and libimsdk-dev): the
+# server's component writes to /etc and /lib/systemd.
+foreach(component libimsdk0 libimsdk-dev)
+  execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix"
+                          --component ${component}
+                  RESULT_VARIABLE rc OUTPUT_QUIET)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "cmake --install --component ${component} failed: ${rc}")
+  endif()
+endforeach()
 foreach(f lib/cmake/ImSdk/ImSdkConfig.cmake include/im/client.h)
   if(NOT EXISTS "${WORK_DIR}/prefix/${f}")
     message(FATAL_ERROR "not installed: ${f}")

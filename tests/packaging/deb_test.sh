@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# packaging.debs: builds the Debian packages from this build with CPack,
+# checks their metadata and contents (dpkg-deb), lintian (no errors), the
+# systemd unit (systemd-analyze verify), unpacks them into a temporary root
+# and there: runs the packaged imserver, builds the SDK quick start against
+# the unpacked libimsdk-dev and runs it against that server until its message
+# is sent.
+# Usage: deb_test.sh BUILD_DIR QUICKSTART_SOURCE_DIR
+set -euo pipefail
+
+build=$1
+quickstart=$2
+work=$(mktemp -d /tmp/imdeb-XXXXXX)
+chmod 755 "$work"   # the embedded PostgreSQL runs as postgres when we are root
+server_pid=""
+cleanup() {
+    if [ -n "$server_pid" ]; then
+        kill -TERM "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+step() { echo "== $*"; }
+
+step "cpack -G DEB"
+(cd "$build" && cpack -G DEB -B "$work/debs" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; fail "cpack"; }
+version=$(sed -n 's/^set(CPACK_PACKAGE_VERSION "\(.*\)")$/\1/p' "$build/CPackConfig.cmake")
+[ -n "$version" ] || fail "no version in CPackConfig.cmake"
+arch=$(dpkg --print-architecture)
+deb() { echo "$work/debs/$1_${version}-1_${arch}.deb"; }
+for p in imserver libimsdk0 libimsdk-dev imdemo; do
+    [ -f "$(deb $p)" ] || { ls "$work/debs" >&2; fail "package $p not built"; }
+done
+
+step "metadata"
+field() { dpkg-deb -f "$(deb "$1")" "$2"; }
+for p in imserver libimsdk0 libimsdk-dev imdemo; do
+    [ "$(field $p Package)" = "$p" ] || fail "$p: Package field"
+    [ "$(field $p Version)" = "${version}-1" ] || fail "$p: Version field"
+    [ -n "$(field $p Maintainer)" ] || fail "$p: no Maintainer"
+done
+field imserver Depends | grep -q '\bpostgresql\b' || fail "imserver must depend on postgresql: $(field imserver Depends)"
+field imserver Depends | grep -q '\badduser\b' || fail "imserver must depend on adduser"
+field imserver Depends | grep -q 'libpqxx' || fail "imserver lacks its library dependencies: $(field imserver Depends)"
+field libimsdk-dev Depends | grep -q "libimsdk0 (= ${version}-1)" || fail "libimsdk-dev must pin libimsdk0"
+field imdemo Depends | grep -q "libimsdk0" || fail "imdemo must depend on libimsdk0"
+field libimsdk0 Depends | grep -q "libqt6websockets6" || fail "libimsdk0 lacks its Qt dependencies: $(field libimsdk0 Depends)"
+
+step "contents"
+contents() { dpkg-deb -c "$(deb "$1")" | awk '{print $6}' | sed 's|^\./|/|'; }
+has() {
+    local pkg=$1; shift
+    for f in "$@"; do contents "$pkg" | grep -qx -- "$f" || fail "$pkg lacks $f"; done
+}
+has imserver /usr/bin/imserver /lib/systemd/system/imserver.service /etc/imserver/imserver.conf \
+    /usr/share/man/man8/imserver.8.gz /usr/share/man/man8/imserver-admin.8.gz \
+    /usr/share/doc/imserver/copyright /usr/share/doc/imserver/operations.md.gz
+has libimsdk0 "/usr/lib/libimsdk.so.0" "/usr/lib/libimsdk.so.${version}" /usr/share/doc/libimsdk0/copyright
+has libimsdk-dev /usr/lib/libimsdk.so /usr/include/im/client.h /usr/lib/cmake/ImSdk/ImSdkConfig.cmake \
+    /usr/lib/cmake/ImSdk/ImSdkTargets.cmake
+has imdemo /usr/bin/imdemo
+if contents libimsdk0 | grep -q '^/usr/include/'; then fail "headers belong to libimsdk-dev"; fi
+dpkg-deb --ctrl-tarfile "$(deb imserver)" | tar -tf - | grep -qx './conffiles' || fail "imserver has no conffiles"
+dpkg-deb -I "$(deb imserver)" conffiles | grep -qx /etc/imserver/imserver.conf || fail "imserver.conf is not a conffile"
+dpkg-deb -I "$(deb libimsdk0)" shlibs | grep -q '^libimsdk 0 libimsdk0' || fail "libimsdk0 has no shlibs"
+
+step "lintian"
+lintian --no-tag-display-limit "$work"/debs/*.deb >"$work/lintian.log" 2>&1 || true
+if grep -q '^E: ' "$work/lintian.log"; then
+    cat "$work/lintian.log"
+    fail "lintian errors"
+fi
+grep -c '^W: ' "$work/lintian.log" | sed 's/^/lintian warnings: /' || true
+
+step "unpack"
+root="$work/root"
+for p in imserver libimsdk0 libimsdk-dev imdemo; do dpkg-deb -x "$(deb $p)" "$root"; done
+
+step "systemd-analyze verify"
+# verify checks that ExecStart exists and that man can open the pages of
+# Documentation=: point it at the unpacked binary and manual pages.
+mkdir -p "$work/unit"
+sed "s|/usr/bin/imserver|$root/usr/bin/imserver|" "$root/lib/systemd/system/imserver.service" >"$work/unit/imserver.service"
+MANPATH="$root/usr/share/man" systemd-analyze verify "$work/unit/imserver.service" >"$work/verify.log" 2>&1 || { cat "$work/verify.log"; fail "systemd-analyze verify"; }
+if grep -v -e 'Failed to open /dev/tty' "$work/verify.log" | grep -q .; then cat "$work/verify.log"; fail "systemd-analyze verify complained"; fi
+for key in 'User=imserver' 'NoNewPrivileges=yes' 'ProtectSystem=strict' 'ReadWritePaths=/var/lib/imserver' \
+           'PrivateTmp=yes' 'Restart=on-failure' 'KillSignal=SIGTERM'; do
+    grep -qx "$key" "$root/lib/systemd/system/imserver.service" || fail "unit lacks $key"
+done
+stop=$(sed -n 's/^TimeoutStopSec=//p' "$root/lib/systemd/system/imserver.service")
+drain_ms=$(IM_CONFIG= "$root/usr/bin/imserver" --config "$root/etc/imserver/imserver.conf" --print-config |
+           sed -n 's/^drain-timeout-ms = \([0-9]*\).*/\1/p')
+[ "$((stop * 1000))" -gt "$drain_ms" ] || fail "TimeoutStopSec=$stop must exceed the drain ($drain_ms ms)"
+
+step "packaged config and man pages"
+"$root/usr/bin/imserver" --config "$root/etc/imserver/imserver.conf" --print-config >"$work/print.txt"
+grep -q '^state-dir = /var/lib/imserver ' "$work/print.txt" || { cat "$work/print.txt"; fail "default config"; }
+for page in imserver imserver-admin; do
+    MANWIDTH=80 man --warnings -l "$root/usr/share/man/man8/$page.8.gz" >"$work/$page.txt" 2>"$work/man.err" ||
+        fail "man $page"
+    [ ! -s "$work/man.err" ] || { cat "$work/man.err"; fail "man $page warnings"; }
+    grep -q -- '--state-dir' "$work/$page.txt" || fail "$page(8) lacks --state-dir"
+done
+
+step "packaged imserver serves"
+state="$work/state"
+mkdir -p "$state"
+chmod 755 "$state"
+"$root/usr/bin/imserver" --config '' --state-dir "$state" --listen 127.0.0.1:0 --ready-file "$work/port" --quiet \
+    2>"$work/server.log" &
+server_pid=$!
+for _ in $(seq 1 600); do
+    [ -s "$work/port" ] && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log"; fail "imserver exited"; }
+    sleep 0.1
+done
+[ -s "$work/port" ] || { cat "$work/server.log"; fail "imserver did not get ready"; }
+port=$(cat "$work/port")
+"$root/usr/bin/imserver" admin --config '' --state-dir "$state" demo --out "$work/tokens.json" >/dev/null
+token=$("$root/usr/bin/imserver" admin --config '' --state-dir "$state" device add ana ana-quickstart)
+
+step "quick start against the unpacked libimsdk-dev"
+cmake -S "$quickstart" -B "$work/qs" -DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_FIND_PACKAGE_NO_SYSTEM_PACKAGE_REGISTRY=ON >"$work/qs.log" 2>&1 || { cat "$work/qs.log"; fail "configure"; }
+grep -q "ImSdk_DIR:PATH=$root/usr/lib/cmake/ImSdk" "$work/qs/CMakeCache.txt" || fail "did not find the unpacked ImSdk"
+cmake --build "$work/qs" >>"$work/qs.log" 2>&1 || { cat "$work/qs.log"; fail "build"; }
+ldd "$work/qs/mychat" | grep -q "libimsdk.so.0 => $root/usr/lib/libimsdk.so.0" ||
+    { ldd "$work/qs/mychat"; fail "mychat does not load the unpacked libimsdk.so.0"; }
+HOME="$work/home" XDG_DATA_HOME="$work/home/data" IM_SERVER="ws://127.0.0.1:$port/v1/ws" IM_TOKEN="$token" \
+    timeout 120 "$work/qs/mychat" >"$work/qs.out" 2>&1 || { cat "$work/qs.out"; fail "quick start did not get its message sent"; }
+grep -q 'MessageState::Sent' "$work/qs.out" || { cat "$work/qs.out"; fail "no Sent state printed"; }
+
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "imserver did not drain cleanly"
+server_pid=""
+echo "packages build, pass lintian and systemd-analyze, and the quick start runs against them"
