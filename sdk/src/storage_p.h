@@ -7,9 +7,11 @@
 
 #include <QtCore/QHash>
 #include <QtCore/QList>
+#include <QtCore/QLockFile>
 #include <QtCore/QString>
 #include <QtSql/QSqlDatabase>
 
+#include <memory>
 #include <optional>
 
 class QSqlQuery;
@@ -90,14 +92,20 @@ struct LocalMessage {
 class Storage {
 public:
     static constexpr int SchemaVersion = 2;
+    /// How long a statement waits for a database locked by someone else.
+    static constexpr int BusyTimeoutMs = 250;
 
     Storage();
     ~Storage();
     Storage(const Storage &) = delete;
     Storage &operator=(const Storage &) = delete;
 
+    /// Opens (creating the folder and the file if needed) and locks the
+    /// store: one process at a time (QLockFile `<path>.lock`). A store
+    /// locked by a live process fails at once, lockedByOther() true.
     bool open(const QString &path);
     void close();
+    bool lockedByOther() const { return lockedByOther_; }
     bool isOpen() const { return open_; }
     QString path() const { return path_; }
     const QString &lastError() const { return error_; }
@@ -202,6 +210,8 @@ private:
     QString path_;
     QString error_;
     bool open_ = false;
+    bool lockedByOther_ = false;
+    std::unique_ptr<QLockFile> lock_;
     int faultCountdown_ = 0;
     int eventFaultCountdown_ = 0;
     bool eventInsertFault();
