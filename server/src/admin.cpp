@@ -5,12 +5,15 @@
 #include "database.hpp"
 #include "db_pool.hpp"
 #include "log.hpp"
+#include "metrics.hpp"
+#include "nats_bus.hpp"
 #include "store.hpp"
 
 #include <boost/json.hpp>
 #include <pqxx/pqxx>
 
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <cerrno>
@@ -20,6 +23,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -169,6 +173,25 @@ std::string demo(pqxx::connection_base& c, Store& store, const std::string& out,
     return std::filesystem::absolute(out).string();
 }
 
+// Hands the committed command's notifications to the NATS bus, waiting
+// for a connection for up to 10 s. Without it the gateways would keep a
+// revoked device's connections open: failing here is exit status 1, and
+// running the same command again publishes again.
+void publish_after_commit(const std::string& url, const Notes& notes) {
+    Metrics metrics;
+    NatsBus bus(url, "admin", metrics);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool ok = bus.publish_and_wait(notes);
+    while (!ok && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100)); // the bus connects in the background
+        ok = bus.publish_and_wait(notes);
+    }
+    bus.stop();
+    if (!ok)
+        throw std::runtime_error("committed, but the notification could not be published on " + url +
+                                 ": gateways have not seen it (run the same command again once the bus is back)");
+}
+
 int run(int argc, char** argv) {
     std::vector<std::string> config_args;
     std::vector<std::string> words;
@@ -224,6 +247,8 @@ int run(int argc, char** argv) {
         if (auto e = faults.arm(f)) throw Usage("--fault " + f + ": " + *e);
     Store store(faults, cfg.lab);
     auto& c = *conn;
+    Notes notes; // another bus than PostgreSQL: published after the command committed
+    if (cfg.bus != "postgres") store.notify_after_commit(&notes);
 
     if (cmd == "user add") {
         need(args, 1, "user add USER");
@@ -276,6 +301,7 @@ int run(int argc, char** argv) {
         std::string server = args.has("--server") ? args.flag("--server") : "ws://127.0.0.1:8080/v1/ws";
         std::cout << demo(c, store, out, server) << '\n';
     }
+    if (!notes.empty()) publish_after_commit(cfg.bus, notes);
     return 0;
 }
 

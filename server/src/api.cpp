@@ -1,5 +1,8 @@
 #include "api.hpp"
 
+#include "db_pool.hpp"
+#include "metrics.hpp"
+
 #include <chrono>
 #include <future>
 
@@ -56,6 +59,12 @@ Handled send_reply(ApiContext& ctx, const Outcome<Store::SendResult>& o, const s
 
 } // namespace
 
+namespace {
+void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
+                  const std::vector<std::optional<std::string>>& rids, std::vector<Outcome<Store::SendResult>> results,
+                  RepliesDone done);
+} // namespace
+
 void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
                        const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
                        RepliesDone done) {
@@ -65,7 +74,15 @@ void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Ident
             out.push_back(error_reply(unavailable("database unreachable, retry with the same request"), rid));
         return done(std::move(out));
     }
-    auto results = ctx.store.send_batch(*conn, who, sends);
+    finish_sends(ctx, who, sends, rids, ctx.store.send_batch(*conn, who, sends), std::move(done));
+}
+
+namespace {
+
+// What follows a run's commit: its own subscribers, the bus, then the replies.
+void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
+                  const std::vector<std::optional<std::string>>& rids, std::vector<Outcome<Store::SendResult>> results,
+                  RepliesDone done) {
     Notes notes; // a duplicate publishes again (a gateway may have died before it did)
     std::vector<Event> events;
     for (std::size_t i = 0; i < results.size(); ++i) {
@@ -99,6 +116,56 @@ void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Ident
     };
     if (notes.empty() || !ctx.bus) return complete(true);
     ctx.bus->publish(std::move(notes), std::move(complete));
+}
+
+} // namespace
+
+SendCombiner::SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs)
+    : ctx_(ctx), pool_(pool), metrics_(metrics), max_runs_(max_runs) {}
+
+bool SendCombiner::submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
+                          RepliesDone done) {
+    std::uint64_t id;
+    {
+        std::lock_guard lk(mu_);
+        id = next_id_++;
+        queue_.push_back(Item{id, std::move(who), std::move(sends), std::move(rids), std::move(done)});
+    }
+    // One drain job per run: the first worker free takes every run queued
+    // by then; the later jobs find the queue empty and return at once.
+    if (pool_.submit([this](pqxx::connection_base* c) { drain(c); })) return true;
+    std::lock_guard lk(mu_);
+    for (auto it = queue_.begin(); it != queue_.end(); ++it)
+        if (it->id == id) {
+            queue_.erase(it);
+            return false;
+        }
+    return true; // an earlier drain job took it
+}
+
+void SendCombiner::drain(pqxx::connection_base* c) {
+    std::vector<Item> items;
+    {
+        std::lock_guard lk(mu_);
+        while (!queue_.empty() && items.size() < max_runs_) {
+            items.push_back(std::move(queue_.front()));
+            queue_.pop_front();
+        }
+    }
+    if (items.empty()) return;
+    if (!c) {
+        for (auto& it : items) handle_send_batch(ctx_, nullptr, it.who, it.sends, it.rids, std::move(it.done));
+        return;
+    }
+    std::vector<Store::SendRun> runs;
+    for (const auto& it : items) runs.push_back({&it.who, &it.sends});
+    auto results = ctx_.store.send_runs(*c, runs);
+    if (items.size() > 1) {
+        ++metrics_.send_group_commits;
+        metrics_.send_runs_grouped += static_cast<long long>(items.size());
+    }
+    for (std::size_t g = 0; g < items.size(); ++g)
+        finish_sends(ctx_, items[g].who, items[g].sends, items[g].rids, std::move(results[g]), std::move(items[g].done));
 }
 
 std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,

@@ -6,7 +6,10 @@
 #include "protocol.hpp"
 #include "store.hpp"
 
+#include <cstdint>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +49,41 @@ void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Ident
 std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
                                        const std::vector<req::Send>& sends,
                                        const std::vector<std::optional<std::string>>& rids);
+
+class DbPool;
+struct Metrics;
+
+/// Group commit: runs of sends from many connections that queue up while
+/// the database workers are busy go to the database together, in one
+/// statement and one commit (Store::send_runs), each item still judged
+/// alone and answered only after the commit and the bus hand-over. A run
+/// submitted while a worker is idle goes alone at once: grouping costs no
+/// latency, it only happens when sends would wait anyway.
+class SendCombiner {
+public:
+    SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs = 32);
+    /// Queues a run; false when the worker queue is full (answer UNAVAILABLE).
+    bool submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
+                RepliesDone done);
+
+private:
+    struct Item {
+        std::uint64_t id;
+        Identity who;
+        std::vector<req::Send> sends;
+        std::vector<std::optional<std::string>> rids;
+        RepliesDone done;
+    };
+    void drain(pqxx::connection_base* c);
+
+    ApiContext& ctx_;
+    DbPool& pool_;
+    Metrics& metrics_;
+    std::size_t max_runs_;
+    std::mutex mu_;
+    std::deque<Item> queue_;
+    std::uint64_t next_id_ = 0;
+};
 
 /// Replies that need no database (errors found on the I/O thread).
 Handled error_reply(const Error& e, const std::optional<std::string>& rid);

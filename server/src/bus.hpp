@@ -36,6 +36,9 @@ public:
     /// bus cannot take them (the request answers UNAVAILABLE; its resend is a
     /// duplicate, which publishes again). `done` may run on any thread.
     virtual void publish(std::vector<std::string> payloads, std::function<void(bool)> done) = 0;
+    /// True while the subscription is live (what /readyz reports): false
+    /// before the first connection and while the bus connection is down.
+    virtual bool connected() const = 0;
     /// publish() and wait for the outcome.
     bool publish_and_wait(std::vector<std::string> payloads);
 };

@@ -110,6 +110,11 @@ const std::vector<Option>& options() {
              return std::nullopt;
          },
          [](const Config& c) { return std::to_string(c.db_queue); }},
+        {"--send-group-max", "IM_SEND_GROUP_MAX", "N",
+         "group commit: at most this many connections' runs of sends in one database statement and commit, when "
+         "sends queue for a busy worker (default 32; 1: every run commits alone)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 256, c.send_group_max); },
+         [](const Config& c) { return std::to_string(c.send_group_max); }},
         {"--io-threads", "IM_IO_THREADS", "N", "network I/O threads (default 2)",
          [](Config& c, const std::string& v) { return to_int(v, 1, 64, c.io_threads); },
          [](const Config& c) { return std::to_string(c.io_threads); }},
@@ -167,7 +172,7 @@ const std::vector<Option>& options() {
          [](const Config& c) { return std::to_string(c.listen_probe_ms); }},
         {"--bus", "IM_BUS", "postgres|nats://HOST:PORT",
          "notification bus between gateways: PostgreSQL LISTEN/NOTIFY (default) or NATS (comma-separated URLs "
-         "of one NATS cluster)",
+         "of one NATS cluster); admin commands notify the gateways on it",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
              if (v == "postgres") {
                  c.bus = v;
@@ -189,7 +194,7 @@ const std::vector<Option>& options() {
              c.bus = v;
              return std::nullopt;
          },
-         [](const Config& c) { return c.bus; }},
+         [](const Config& c) { return c.bus; }, for_both},
         {"--quiet", "IM_QUIET", nullptr, "log warnings and errors only",
          [](Config& c, const std::string& v) { return to_bool(v, c.quiet); },
          [](const Config& c) { return yes_no(c.quiet); }},

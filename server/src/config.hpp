@@ -28,6 +28,7 @@ struct Config {
     std::string gateway_id = "gw-1";
     int db_pool = 4;
     std::size_t db_queue = 1024;
+    int send_group_max = 32;             // runs of sends of different connections per commit
     int io_threads = 2;
     std::string ready_file;
     bool enable_faults = false;

@@ -6,12 +6,14 @@
 #include "ws_session.hpp"
 
 #include <chrono>
+#include <set>
 
 namespace im {
 
 Gateway::Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& store, Metrics& metrics,
                  FaultRegistry& faults)
-    : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id, nullptr, {}} {
+    : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id, nullptr, {}},
+      sends_(api_, pool, metrics, static_cast<std::size_t>(cfg.send_group_max)) {
     if (!cfg.tls_cert.empty()) {
         tls_ = std::make_shared<TlsContexts>(cfg.tls_cert, cfg.tls_key);
         log_info("tls_enabled", {{"cert", cfg.tls_cert}, {"certificate", tls_->describe()}});
@@ -84,6 +86,7 @@ void Gateway::session_closed(WsSession* s, const std::string& user) {
     --metrics_.connections;
     std::lock_guard lk(mu_);
     sessions_.erase(s);
+    authed_.erase(s);
     if (user.empty()) return;
     auto it = subscribers_.find(user);
     if (it == subscribers_.end()) return;
@@ -115,14 +118,58 @@ void Gateway::release(const std::string& address) {
     if (it != per_address_.end() && --it->second <= 0) per_address_.erase(it);
 }
 
-void Gateway::close_device(const std::string& device) {
+void Gateway::close_device(const std::string& device, const std::string& token_sha256) {
     std::vector<std::shared_ptr<WsSession>> targets;
     {
         std::lock_guard lk(mu_);
         for (auto& [p, w] : sessions_)
             if (auto s = w.lock()) targets.push_back(s);
     }
-    for (auto& s : targets) s->post_revoked(device);
+    for (auto& s : targets) s->post_revoked(device, token_sha256);
+}
+
+void Gateway::authenticated(WsSession* s, const Identity& who, std::uint64_t hello_generation) {
+    {
+        std::lock_guard lk(mu_);
+        authed_[s] = {who.device, who.token_sha256};
+    }
+    // A resync's check ran while this hello was in flight and did not see
+    // it: a revocation whose notification was lost may have committed after
+    // the hello read the token. Check again, now with this connection.
+    if (hello_generation != resync_generation_) recheck_tokens();
+}
+
+void Gateway::recheck_tokens() {
+    ++resync_generation_; // before the snapshot: hellos not in it check again
+    Store::TokenPairs open;
+    {
+        std::lock_guard lk(mu_);
+        std::set<std::pair<std::string, std::string>> unique;
+        for (const auto& [s, a] : authed_) unique.insert(a);
+        open.assign(unique.begin(), unique.end());
+    }
+    if (open.empty()) return;
+    auto self = shared_from_this();
+    auto retry = [self] {
+        auto timer = std::make_shared<net::steady_timer>(self->ioc_, std::chrono::seconds(1));
+        timer->async_wait([self, timer](beast::error_code ec) {
+            if (!ec && !self->draining()) self->recheck_tokens();
+        });
+    };
+    bool queued = pool_.submit([self, open = std::move(open), retry](pqxx::connection_base* c) {
+        std::optional<Store::TokenPairs> stale;
+        if (c) {
+            try {
+                stale = self->api_.store.stale_tokens(*c, open);
+            } catch (const std::exception& e) {
+                log_warn("token_recheck_failed", {{"err", e.what()}});
+            }
+        }
+        if (!stale) return retry();
+        ++self->metrics_.token_rechecks;
+        for (const auto& [device, hash] : *stale) self->close_device(device, hash);
+    });
+    if (!queued) retry();
 }
 
 void Gateway::subscribe(const std::string& user, const std::shared_ptr<WsSession>& s) {

@@ -48,6 +48,7 @@ public:
     const std::shared_ptr<TlsContexts>& tls() const { return tls_; }
     /// SIGHUP: re-read the certificate and key (see TlsContexts::reload).
     void reload_tls();
+    SendCombiner& sends() { return sends_; }
     void session_opened(const std::shared_ptr<WsSession>& s);
     void subscribe(const std::string& user, const std::shared_ptr<WsSession>& s);
     /// Takes a connection slot for a client address; on a cap, returns the
@@ -66,8 +67,21 @@ public:
     bool has_subscribers(const std::string& user) const;
     bool has_any_subscriber() const;
     void resync_all();
-    /// The device was revoked or got a new token: close its connections.
-    void close_device(const std::string& device);
+    /// The device was revoked or got a new token: close its connections
+    /// (only those authenticated with `token_sha256`, when given).
+    void close_device(const std::string& device, const std::string& token_sha256 = {});
+
+    // Revocations missed while the bus was down (contract section 3): after
+    // every resync the tokens of the open connections are checked against
+    // the database, and the connections of tokens that stopped working
+    // close, as if the missed notification had arrived.
+    /// A connection proved `who` with a hello that started at generation
+    /// `hello_generation` (resync_generation() then).
+    void authenticated(WsSession* s, const Identity& who, std::uint64_t hello_generation);
+    std::uint64_t resync_generation() const { return resync_generation_; }
+    /// Checks every open connection's token; retried every second until the
+    /// database answers. Any thread.
+    void recheck_tokens();
 
 private:
     net::io_context& ioc_;
@@ -76,6 +90,7 @@ private:
     Metrics& metrics_;
     FaultRegistry& faults_;
     ApiContext api_;
+    SendCombiner sends_;
     std::shared_ptr<Listener> listener_;
     std::shared_ptr<TlsContexts> tls_;
     std::atomic<bool> draining_{false};
@@ -83,6 +98,8 @@ private:
     mutable std::mutex mu_;
     std::map<WsSession*, std::weak_ptr<WsSession>> sessions_;
     std::map<std::string, std::map<WsSession*, std::weak_ptr<WsSession>>> subscribers_;
+    std::map<WsSession*, std::pair<std::string, std::string>> authed_; // device, token hash
+    std::atomic<std::uint64_t> resync_generation_{0};
     int admitted_ = 0;
     std::map<std::string, int> per_address_;
 };

@@ -109,10 +109,15 @@ void HttpSession::readyz(http::request<http::string_body> req) {
                 ready = false;
             }
         }
+        // Without its bus a gateway cannot push other gateways' commits nor
+        // publish its own (sends answer UNAVAILABLE): not ready either.
+        const auto* bus = self->gw_->api().bus;
+        const bool bus_up = !bus || bus->connected();
         auto exec = self->with_stream([](auto& s) { return s.get_executor(); });
-        net::post(exec, [self, shared_req, ready] {
-            if (ready) self->respond(*shared_req, http::status::ok, "ready\n");
-            else self->respond(*shared_req, http::status::service_unavailable, "database unavailable\n");
+        net::post(exec, [self, shared_req, ready, bus_up] {
+            if (ready && bus_up) self->respond(*shared_req, http::status::ok, "ready\n");
+            else self->respond(*shared_req, http::status::service_unavailable,
+                               ready ? "notification bus unavailable\n" : "database unavailable\n");
         });
     });
     if (!ok) respond(*shared_req, http::status::service_unavailable, "busy\n");

@@ -59,6 +59,14 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_tls_reloads_total", "Certificate reloads on SIGHUP.", tls_reloads_total.load(), "counter");
     gauge("im_tls_reload_failures_total", "SIGHUP reloads refused (the old certificate stays).",
           tls_reload_failures_total.load(), "counter");
+    gauge("im_token_rechecks_total",
+          "Checks of every open connection's token after the bus came back (revocations it may have missed).",
+          token_rechecks.load(), "counter");
+    gauge("im_send_group_commits_total",
+          "Send statements (one commit each) that carried the runs of two or more connections (group commit).",
+          send_group_commits.load(), "counter");
+    gauge("im_send_runs_grouped_total", "Runs of sends committed inside those group statements.",
+          send_runs_grouped.load(), "counter");
     o << "# HELP im_pushes_total Server-initiated frames sent.\n# TYPE im_pushes_total counter\n"
       << "im_pushes_total{t=\"event\"} " << pushes_event.load() << '\n'
       << "im_pushes_total{t=\"hint\"} " << pushes_hint.load() << '\n'

@@ -42,6 +42,7 @@ public:
     void subscribe(Handlers h) override;
     void stop() override;
     void publish(std::vector<std::string> payloads, std::function<void(bool)> done) override;
+    bool connected() const override { return connected_; }
 
     static constexpr const char* subject = "im.notify";
     /// Joins payloads into NATS messages of at most max_bytes each.

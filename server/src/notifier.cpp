@@ -36,6 +36,7 @@ void Notifier::resync() {
         std::lock_guard lk(mu_);
         convs_.clear();
     }
+    gw_->recheck_tokens(); // revocations announced while the bus was away
     if (gw_->config().lab.no_resync) return; // the lab's negative control of 10-notify-loss-resync
     gw_->resync_all();
 }

@@ -160,6 +160,7 @@ void PgBus::listen_loop() {
                 handlers_.resync();
             }
             lost = true; // any exit from here on is a loss
+            listening_ = true;
             auto last_probe = std::chrono::steady_clock::now();
             while (!stop_) {
                 // Everything libpq has already read (on any earlier call) is
@@ -186,6 +187,7 @@ void PgBus::listen_loop() {
                 ::poll(fds, 2, static_cast<int>(std::max<long long>(1, wait)));
             }
         } catch (const std::exception& e) {
+            listening_ = false;
             if (stop_) break;
             log_warn("listen_lost", {{"err", e.what()}});
             lost = true;

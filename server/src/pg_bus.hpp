@@ -35,6 +35,7 @@ public:
     void subscribe(Handlers h) override;
     void stop() override;
     void publish(std::vector<std::string> payloads, std::function<void(bool)> done) override;
+    bool connected() const override { return listening_; }
 
     /// Per conversation one "e CONV SEQ [FROM]" is kept: the highest seq and,
     /// when lower, the lowest one (consumers read ranges); other payloads are
@@ -51,6 +52,7 @@ private:
     Watchdog watchdog_;
     Handlers handlers_;
     std::atomic<bool> stop_{false};
+    std::atomic<bool> listening_{false}; // the LISTEN session is up
     int wake_fd_ = -1; // eventfd: wakes the listener's poll() on stop
     std::thread listener_, publisher_;
 

@@ -80,6 +80,40 @@ Access load_access(pqxx::transaction_base& tx, const std::string& conv, const st
     return a;
 }
 
+// The conversation row and the caller's periods in one statement (one
+// round trip, one snapshot): what every read request starts with.
+std::optional<std::pair<ConvRow, Access>> load_conv_access(pqxx::transaction_base& tx, const std::string& conv,
+                                                           const std::string& user) {
+    auto r = tx.exec_params("SELECT c.kind, c.next_seq, c.epoch, c.min_seq, c.recall_window_ms, c.push_full_max, "
+                            "p.from_seq, p.to_seq, p.from_seq IS NOT NULL "
+                            "FROM conversations c LEFT JOIN membership_periods p "
+                            "ON p.conv_id = c.conv_id AND p.user_id = $2 "
+                            "WHERE c.conv_id = $1 ORDER BY p.from_seq",
+                            conv, user);
+    if (r.empty()) return std::nullopt;
+    ConvRow c;
+    c.kind = r[0][0].c_str();
+    c.next_seq = r[0][1].as<std::int64_t>();
+    c.epoch = r[0][2].as<std::int64_t>();
+    c.min_seq = r[0][3].as<std::int64_t>();
+    c.recall_window_ms = r[0][4].as<std::int64_t>();
+    c.push_full_max = r[0][5].as<std::int64_t>();
+    Access a;
+    std::int64_t last_to = 0;
+    for (const auto& row : r) {
+        if (!row[8].as<bool>()) continue; // no period: not a member
+        Access::Period p{row[6].as<std::int64_t>(), INT64_MAX};
+        if (row[7].is_null()) a.open = true;
+        else {
+            p.to = row[7].as<std::int64_t>();
+            last_to = std::max(last_to, p.to);
+        }
+        a.periods.push_back(p);
+    }
+    a.head = a.open ? c.next_seq - 1 : last_to;
+    return std::make_pair(std::move(c), std::move(a));
+}
+
 Event read_event(const pqxx::row& row) {
     // Columns: conv_id, seq, mid, kind, sender_user, body, target_seq, subject_user, ts, epoch, client_msg_id
     Event ev;
@@ -280,12 +314,13 @@ Error stale_install() { return {Code::stale_install, "a newer install of this de
 Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
     return guarded<Identity>("hello", [&]() -> Outcome<Identity> {
         pqxx::work tx(c);
+        const std::string hash = token_hash_hex(h.token);
         auto d = tx.exec_params("SELECT device_id, user_id FROM devices "
                                 "WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL "
                                 "FOR UPDATE",
-                                token_hash_hex(h.token));
+                                hash);
         if (d.empty()) return Error{Code::unauthenticated, "unknown or revoked device token"};
-        Identity who{d[0][1].c_str(), d[0][0].c_str(), h.install};
+        Identity who{d[0][1].c_str(), d[0][0].c_str(), h.install, hash};
         auto i = tx.exec_params("SELECT superseded_at IS NOT NULL FROM device_installs "
                                 "WHERE device_id = $1 AND install_id = $2",
                                 who.device, h.install);
@@ -419,6 +454,87 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
     return out;
 }
 
+std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::connection_base& c,
+                                                                      const std::vector<SendRun>& runs) {
+    using Results = std::vector<Outcome<SendResult>>;
+    std::vector<Results> out(runs.size());
+    auto one_by_one = [&] {
+        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = send_batch(c, *runs[g].who, *runs[g].sends);
+        return out;
+    };
+    if (runs.size() == 1 || faults_.enabled()) return one_by_one();
+    // Row locks in conversation order: two group statements never wait on
+    // each other in a cycle (a lone send locks one row only).
+    std::vector<std::size_t> order(runs.size());
+    for (std::size_t g = 0; g < order.size(); ++g) order[g] = g;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return runs[a].sends->front().conv < runs[b].sends->front().conv;
+    });
+    const std::string name = "im_send_group_" + std::to_string(runs.size());
+    std::string sql;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+        const std::size_t p = k * 4;
+        if (k) sql += " UNION ALL ";
+        sql += "SELECT " + std::to_string(k) + " AS g, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send($" +
+               std::to_string(p + 1) + ", $" + std::to_string(p + 2) + ", $" + std::to_string(p + 3) + "::text[], $" +
+               std::to_string(p + 4) + "::text[], $" + std::to_string(order.size() * 4 + 1) + ")";
+    }
+    sql += " ORDER BY g, r_item";
+    pqxx::result rows;
+    try {
+        c.prepare(name, sql);
+        std::vector<std::string> params;
+        for (std::size_t k : order) {
+            const auto& run = *runs[k].sends;
+            std::vector<std::string> cmids, bodies;
+            for (const auto& s : run) {
+                cmids.push_back(s.cmid);
+                bodies.push_back(s.body);
+            }
+            params.insert(params.end(), {run.front().conv, runs[k].who->user, text_array(cmids), text_array(bodies)});
+        }
+        params.push_back(lab_.no_unique_index ? "false" : "true");
+        pqxx::nontransaction tx(c); // autocommit: the statement is the transaction
+        rows = tx.exec_prepared(name, pqxx::prepare::make_dynamic_params(params));
+    } catch (const pqxx::unique_violation&) {
+        return one_by_one(); // as send_batch: its second pass answers the key as a duplicate
+    } catch (const pqxx::sql_error& e) {
+        if (!deterministic(e)) {
+            log_warn("db_error", {{"op", "send_group"}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
+            for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());
+            return out;
+        }
+        return one_by_one(); // nothing committed: each run alone, each item alone within it
+    } catch (const pqxx::in_doubt_error& e) {
+        log_warn("db_in_doubt", {{"op", "send_group"}, {"err", e.what()}});
+        for (std::size_t g = 0; g < runs.size(); ++g)
+            out[g] = Results(runs[g].sends->size(), unavailable("commit outcome unknown; retry with the same request"));
+        return out;
+    } catch (const std::exception& e) {
+        log_warn("db_error", {{"op", "send_group"}, {"err", e.what()}});
+        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());
+        return out;
+    }
+    for (const auto& row : rows) {
+        const std::size_t g = order.at(static_cast<std::size_t>(row[0].as<int>()));
+        const std::string& conv_id = runs[g].sends->front().conv;
+        const std::string_view code = row[2].c_str();
+        if (code == "NOT_MEMBER") out[g].push_back(not_member());
+        else if (code == "IDEMPOTENCY_MISMATCH")
+            out[g].push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
+        else if (code == "ORIGINAL_EXPIRED")
+            out[g].push_back(Error{Code::original_expired, "the original was purged by retention"});
+        else
+            out[g].push_back(SendResult{Sent{conv_id, row[3].as<std::int64_t>(), row[4].c_str(), row[6].as<bool>(),
+                                             row[5].as<std::int64_t>()},
+                                        false, row[7].as<std::int64_t>()});
+    }
+    for (std::size_t g = 0; g < runs.size(); ++g)
+        if (out[g].size() != runs[g].sends->size()) // committed, but the answer is unreadable: the resend is a dup
+            out[g] = Results(runs[g].sends->size(), unavailable());
+    return out;
+}
+
 // ---------------------------------------------------------------- sync / history
 
 namespace {
@@ -433,6 +549,19 @@ struct Collector {
     std::vector<Event> events;
     std::size_t bytes = 0;
     bool cut = false; // stopped early: readable events remain past the last one
+    bool raced = false; // a range had a hole: a purge ran between the statements
+
+    // Seqs in [lo, hi] are gap-free (purges only remove below min_seq), so a
+    // range read in its own statement must come back whole: first..last
+    // consecutive, as many rows as asked or the whole range.
+    bool whole(const pqxx::result& r, std::int64_t lo, std::int64_t hi, std::int64_t limit, bool newest_first) {
+        std::int64_t expect = newest_first ? hi : lo;
+        for (const auto& row : r) {
+            if (row[1].as<std::int64_t>() != expect) return false;
+            expect += newest_first ? -1 : 1;
+        }
+        return static_cast<std::int64_t>(r.size()) == std::min(limit, hi - lo + 1);
+    }
 
     // Adds the rows in order; false once the page is full.
     bool take(const pqxx::result& r) {
@@ -461,14 +590,30 @@ std::string Store::event_range_sql(bool newest_first) {
            (newest_first ? " DESC" : "") + " LIMIT $4";
 }
 
+// Read requests run as autocommit statements (no BEGIN/COMMIT round trips).
+// The first reads the conversation row and the caller's periods; every
+// event up to the head it saw is committed (commit order = seq order under
+// the row lock), so later statements see them all, unless a purge removed
+// some in between: then the reply is read again inside one snapshot.
+template <class T, class Read>
+Outcome<T> read_request(pqxx::connection_base& c, Read read) {
+    bool raced = false;
+    {
+        pqxx::nontransaction tx(c);
+        auto o = read(tx, raced);
+        if (!raced) return o;
+    }
+    pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+    return read(tx, raced);
+}
+
 Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const req::Sync& s) {
     return guarded<Page>("sync", [&]() -> Outcome<Page> {
-        // One snapshot for head and events: commit order = seq order, so the
-        // snapshot holds a gap-free prefix of every conversation.
-        pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
-        auto conv = load_conv(tx, s.conv, false);
-        if (!conv) return not_member();
-        auto access = load_access(tx, s.conv, who.user, conv->next_seq);
+      return read_request<Page>(c, [&](pqxx::transaction_base& tx, bool& raced) -> Outcome<Page> {
+        auto loaded = load_conv_access(tx, s.conv, who.user);
+        if (!loaded) return not_member();
+        auto& [conv_row, access] = *loaded;
+        const ConvRow* conv = &conv_row;
         if (!access.any()) return not_member();
         if (faults_.broken("rule.membership_periods")) { // lab negative control only
             for (auto& per : access.periods) per.to = INT64_MAX;
@@ -491,22 +636,29 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
             std::int64_t hi = std::min(per.to, access.head);
             if (lo > hi) continue;
             // One row more than still fits tells whether more remain.
-            auto r = tx.exec_params(event_range_sql(false), s.conv, lo, hi, col.want - static_cast<std::int64_t>(col.events.size()) + 1);
+            const std::int64_t limit = col.want - static_cast<std::int64_t>(col.events.size()) + 1;
+            auto r = tx.exec_params(event_range_sql(false), s.conv, lo, hi, limit);
+            if (!col.whole(r, lo, hi, limit, false)) {
+                raced = true;
+                return Error{Code::unavailable, "purged while read"};
+            }
             if (!col.take(r)) break;
         }
         p.events = std::move(col.events);
         p.has_more = col.cut;
         p.next_after = p.has_more ? p.events.back().seq : access.head;
         return p;
+      });
     });
 }
 
 Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& who, const req::History& h) {
     return guarded<HistoryPage>("history", [&]() -> Outcome<HistoryPage> {
-        pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
-        auto conv = load_conv(tx, h.conv, false);
-        if (!conv) return not_member();
-        auto access = load_access(tx, h.conv, who.user, conv->next_seq);
+      return read_request<HistoryPage>(c, [&](pqxx::transaction_base& tx, bool& raced) -> Outcome<HistoryPage> {
+        auto loaded = load_conv_access(tx, h.conv, who.user);
+        if (!loaded) return not_member();
+        auto& [conv_row, access] = *loaded;
+        const ConvRow* conv = &conv_row;
         if (!access.any()) return not_member();
         if (h.epoch && *h.epoch != conv->epoch)
             return Error{Code::epoch_changed, "epoch is now " + std::to_string(conv->epoch)};
@@ -525,7 +677,12 @@ Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& wh
             std::int64_t lo = std::max(it->from, conv->min_seq);
             std::int64_t hi = std::min({it->to, access.head, before - 1});
             if (lo > hi) continue;
-            auto r = tx.exec_params(event_range_sql(true), h.conv, lo, hi, col.want - static_cast<std::int64_t>(col.events.size()) + 1);
+            const std::int64_t limit = col.want - static_cast<std::int64_t>(col.events.size()) + 1;
+            auto r = tx.exec_params(event_range_sql(true), h.conv, lo, hi, limit);
+            if (!col.whole(r, lo, hi, limit, true)) {
+                raced = true;
+                return Error{Code::unavailable, "purged while read"};
+            }
             if (!col.take(r)) break;
         }
         std::reverse(col.events.begin(), col.events.end());
@@ -535,6 +692,7 @@ Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& wh
         // Purged events the caller could have read lie below this window.
         p.trimmed = !p.has_older && conv->min_seq > access.periods.front().from;
         return p;
+      });
     });
 }
 
@@ -542,10 +700,12 @@ Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& wh
 
 Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, const req::Fetch& f) {
     return guarded<Fetched>("fetch", [&]() -> Outcome<Fetched> {
-        pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
-        auto conv = load_conv(tx, f.conv, false);
-        if (!conv) return not_member();
-        auto access = load_access(tx, f.conv, who.user, conv->next_seq);
+        // Two autocommit statements: the event is committed if seq <= head;
+        // a purge in between makes it NOT_FOUND, as it would be a moment later.
+        pqxx::nontransaction tx(c);
+        auto loaded = load_conv_access(tx, f.conv, who.user);
+        if (!loaded) return not_member();
+        auto& access = loaded->second;
         if (!access.any()) return not_member();
         if (f.seq > access.head) return Error{Code::not_found, "no such event"};
         if (!access.can_read(f.seq)) return not_member();
@@ -779,6 +939,23 @@ Store::Members Store::push_members(pqxx::connection_base& c, const std::string& 
     return out;
 }
 
+Store::TokenPairs Store::stale_tokens(pqxx::connection_base& c, const TokenPairs& open) {
+    std::vector<std::string> devices, hashes;
+    for (const auto& [d, h] : open) {
+        devices.push_back(d);
+        hashes.push_back(h);
+    }
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec_params("SELECT o.dev, o.h FROM unnest($1::text[], $2::text[]) AS o(dev, h) "
+                            "LEFT JOIN devices d ON d.device_id = o.dev "
+                            "WHERE d.device_id IS NULL OR d.revoked_at IS NOT NULL "
+                            "   OR d.token_sha256 IS DISTINCT FROM decode(o.h, 'hex')",
+                            text_array(devices), text_array(hashes));
+    TokenPairs stale;
+    for (const auto& row : r) stale.emplace_back(row[0].c_str(), row[1].c_str());
+    return stale;
+}
+
 void Store::open_publisher(pqxx::connection_base& c) {
     pqxx::nontransaction(c).exec("SET synchronous_commit = off");
     c.prepare("im_publish", "SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p");
@@ -833,11 +1010,26 @@ ConvRow need_conv(pqxx::transaction_base& tx, const std::string& conv) {
     return *row;
 }
 
-std::int64_t open_member(pqxx::transaction_base& tx, const std::string& conv, const std::string& user) {
-    auto a = append_event(tx, conv, "join", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "", true);
-    tx.exec_params("INSERT INTO membership_periods (conv_id, user_id, from_seq) VALUES ($1, $2, $3)", conv, user,
-                   a.seq);
+// Operator commands announce their commits either inside the transaction
+// (PostgreSQL NOTIFY: delivered exactly when it commits) or, when the CLI
+// runs with another bus, into `sink`, published by the caller after COMMIT.
+void admin_note(pqxx::transaction_base& tx, Notes* sink, const std::string& payload) {
+    if (sink) sink->push_back(payload);
+    else notify(tx, payload);
+}
+
+std::int64_t admin_append(pqxx::transaction_base& tx, Notes* sink, const std::string& conv, const std::string& kind,
+                          const std::string& subject) {
+    auto a = append_event(tx, conv, kind, std::nullopt, std::nullopt, std::nullopt, std::nullopt, subject, "", "",
+                          sink == nullptr);
+    if (sink) sink->push_back("e " + conv + " " + std::to_string(a.seq));
     return a.seq;
+}
+
+std::int64_t open_member(pqxx::transaction_base& tx, Notes* sink, const std::string& conv, const std::string& user) {
+    auto seq = admin_append(tx, sink, conv, "join", user);
+    tx.exec_params("INSERT INTO membership_periods (conv_id, user_id, from_seq) VALUES ($1, $2, $3)", conv, user, seq);
+    return seq;
 }
 } // namespace
 
@@ -870,7 +1062,7 @@ std::string Store::reissue_token(pqxx::connection_base& c, const std::string& de
                             "WHERE device_id = $1 RETURNING 1",
                             device, token_hash_hex(token));
     if (r.empty()) throw std::runtime_error("no such device: " + device);
-    notify(tx, "d - " + device); // the old token's connections close on every gateway
+    admin_note(tx, after_commit_, "d - " + device); // the old token's connections close on every gateway
     tx.commit();
     return token;
 }
@@ -879,7 +1071,7 @@ void Store::revoke_device(pqxx::connection_base& c, const std::string& device) {
     pqxx::work tx(c);
     auto r = tx.exec_params("UPDATE devices SET revoked_at = now() WHERE device_id = $1 RETURNING 1", device);
     if (r.empty()) throw std::runtime_error("no such device: " + device);
-    notify(tx, "d - " + device); // its connections close on every gateway
+    admin_note(tx, after_commit_, "d - " + device); // its connections close on every gateway
     tx.commit();
 }
 
@@ -899,7 +1091,7 @@ void Store::create_conv(pqxx::connection_base& c, const std::string& conv, const
         auto row = need_conv(tx, conv);
         if (!tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2", conv, u).empty())
             throw std::runtime_error("member listed twice: " + u);
-        open_member(tx, conv, u);
+        open_member(tx, after_commit_, conv, u);
     }
     tx.commit();
 }
@@ -913,7 +1105,7 @@ std::int64_t Store::add_member(pqxx::connection_base& c, const std::string& conv
                         conv, user)
              .empty())
         throw std::runtime_error(user + " is already a member of " + conv);
-    auto seq = open_member(tx, conv, user);
+    auto seq = open_member(tx, after_commit_, conv, user);
     tx.commit();
     return seq;
 }
@@ -925,11 +1117,11 @@ std::int64_t Store::remove_member(pqxx::connection_base& c, const std::string& c
                        conv, user)
             .empty())
         throw std::runtime_error(user + " is not a member of " + conv);
-    auto a = append_event(tx, conv, "leave", std::nullopt, std::nullopt, std::nullopt, std::nullopt, user, "", "", true);
+    auto seq = admin_append(tx, after_commit_, conv, "leave", user);
     tx.exec_params("UPDATE membership_periods SET to_seq = $3 WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
-                   conv, user, a.seq);
+                   conv, user, seq);
     tx.commit();
-    return a.seq;
+    return seq;
 }
 
 void Store::set_conv(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> recall_window_ms,
@@ -940,7 +1132,7 @@ void Store::set_conv(pqxx::connection_base& c, const std::string& conv, std::opt
         tx.exec_params("UPDATE conversations SET recall_window_ms = $2 WHERE conv_id = $1", conv, *recall_window_ms);
     if (push_full_max)
         tx.exec_params("UPDATE conversations SET push_full_max = $2 WHERE conv_id = $1", conv, *push_full_max);
-    notify(tx, "m " + conv); // gateways drop their cached membership of it
+    admin_note(tx, after_commit_, "m " + conv); // gateways drop their cached membership of it
     tx.commit();
 }
 
@@ -948,7 +1140,7 @@ std::int64_t Store::bump_epoch(pqxx::connection_base& c, const std::string& conv
     pqxx::work tx(c);
     need_conv(tx, conv);
     auto r = tx.exec_params("UPDATE conversations SET epoch = epoch + 1 WHERE conv_id = $1 RETURNING epoch", conv);
-    notify(tx, "x " + conv);
+    admin_note(tx, after_commit_, "x " + conv);
     tx.commit();
     return r[0][0].as<std::int64_t>();
 }

@@ -19,6 +19,7 @@ namespace im {
 
 struct Identity {
     std::string user, device, install;
+    std::string token_sha256; // hex: which token of the device this connection proved (reissue check)
 };
 
 /// Channel for commit notifications (the PostgreSQL bus, pg_bus.hpp; the
@@ -47,6 +48,19 @@ public:
     /// in order, exactly as a lone send; replies only after the COMMIT.
     std::vector<Outcome<SendResult>> send_batch(pqxx::connection_base& c, const Identity& who,
                                                 const std::vector<req::Send>& batch);
+
+    /// Runs of sends of several connections (each run: one connection, one
+    /// conversation) in ONE statement, so one commit (one WAL flush) for all
+    /// of them: group commit. Each item is judged exactly as by send_batch;
+    /// a deterministic failure falls back to one send_batch per run, so it
+    /// fails only its own request. With lab faults armed, one send_batch
+    /// per run.
+    struct SendRun {
+        const Identity* who;
+        const std::vector<req::Send>* sends;
+    };
+    std::vector<std::vector<Outcome<SendResult>>> send_runs(pqxx::connection_base& c,
+                                                            const std::vector<SendRun>& runs);
 
     Outcome<Page> sync(pqxx::connection_base& c, const Identity& who, const req::Sync& r);
     Outcome<Fetched> fetch(pqxx::connection_base& c, const Identity& who, const req::Fetch& r);
@@ -90,6 +104,12 @@ public:
                                    std::int64_t to);
     Members push_members(pqxx::connection_base& c, const std::string& conv);
 
+    /// Of these (device, token_sha256 hex) pairs of open connections, the
+    /// ones whose token no longer works: device revoked, deleted or given a
+    /// new token. One autocommit statement.
+    using TokenPairs = std::vector<std::pair<std::string, std::string>>;
+    TokenPairs stale_tokens(pqxx::connection_base& c, const TokenPairs& open);
+
     bool ping(pqxx::connection_base& c) { return probe(c); }
     static bool probe(pqxx::connection_base& c);
 
@@ -101,6 +121,11 @@ public:
     static void publish(pqxx::connection_base& c, const Notes& payloads);
 
     // ---- operator commands (admin CLI); throw std::runtime_error on failure
+    /// Where these commands put their notifications: null (the default)
+    /// notifies inside each transaction (the PostgreSQL bus); otherwise the
+    /// payloads of committed commands are appended to `sink`, and the caller
+    /// publishes them on its bus after COMMIT (admin --bus nats://...).
+    void notify_after_commit(Notes* sink) { after_commit_ = sink; }
     void add_user(pqxx::connection_base& c, const std::string& user);
     std::string add_device(pqxx::connection_base& c, const std::string& user, const std::string& device);
     /// A new token for an existing device (the old one stops working).
@@ -131,6 +156,7 @@ public:
 private:
     FaultRegistry& faults_;
     LabSwitches lab_;
+    Notes* after_commit_ = nullptr;
 };
 
 } // namespace im

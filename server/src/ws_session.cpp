@@ -60,15 +60,18 @@ void WsSession::post_goaway() {
     net::post(executor(), [self = shared_from_this()] { self->goaway(); });
 }
 
-void WsSession::post_revoked(std::string device) {
-    net::post(executor(), [self = shared_from_this(), d = std::move(device)] { self->revoked(d); });
+void WsSession::post_revoked(std::string device, std::string token_sha256) {
+    net::post(executor(), [self = shared_from_this(), d = std::move(device), h = std::move(token_sha256)] {
+        self->revoked(d, h);
+    });
 }
 
 // The device lost its access (revoked, or a new token): nothing more is
 // read or written for it. Replies not yet written become UNAUTHENTICATED,
 // unsent pushes are dropped, and the connection closes with 1008.
-void WsSession::revoked(const std::string& device) {
+void WsSession::revoked(const std::string& device, const std::string& token_sha256) {
     if (!who_ || who_->device != device || revoked_ || closed_) return;
+    if (!token_sha256.empty() && who_->token_sha256 != token_sha256) return; // a newer token's connection
     revoked_ = true;
     ++gw_->metrics().revoked_closes;
     log_info("revoked_closed", {{"device", device}});
@@ -219,6 +222,7 @@ void WsSession::next() {
     if (gw_->draining()) return finish(item, error_reply(unavailable("gateway is draining; reconnect"), item.rid));
     if (std::holds_alternative<req::Hello>(item.req)) {
         if (who_) return finish(item, error_reply(invalid("already authenticated"), item.rid));
+        hello_generation_ = gw_->resync_generation();
     } else if (!who_) {
         Handled h = error_reply({Code::unauthenticated, "send hello first"}, item.rid);
         h.close_after = false; // only a failed hello closes the connection
@@ -247,29 +251,30 @@ void WsSession::next() {
     busy_ = true;
     auto self = shared_from_this();
     auto who = who_;
-    bool queued = gw_->pool().submit([self, who, batch](pqxx::connection_base* c) {
-        auto replies = [self, batch](std::vector<Handled> hs) {
-            net::post(self->executor(), [self, batch, hs = std::move(hs)]() mutable {
-                self->busy_ = false;
-                for (std::size_t i = 0; i < hs.size(); ++i)
-                    if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
-                self->after_reply();
-            });
-        };
-        if (std::holds_alternative<req::Send>(batch->front().req)) {
-            std::vector<req::Send> sends;
-            std::vector<std::optional<std::string>> rids;
-            for (const auto& p : *batch) {
-                sends.push_back(std::get<req::Send>(p.req));
-                rids.push_back(p.rid);
-            }
-            // The replies come once the events were handed to the bus; the
-            // worker is free for the next job meanwhile.
-            handle_send_batch(self->gw_->api(), c, *who, sends, rids, std::move(replies));
-        } else {
-            replies({handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid)});
+    auto replies = [self, batch](std::vector<Handled> hs) {
+        net::post(self->executor(), [self, batch, hs = std::move(hs)]() mutable {
+            self->busy_ = false;
+            for (std::size_t i = 0; i < hs.size(); ++i)
+                if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
+            self->after_reply();
+        });
+    };
+    bool queued;
+    if (std::holds_alternative<req::Send>(batch->front().req)) {
+        std::vector<req::Send> sends;
+        std::vector<std::optional<std::string>> rids;
+        for (const auto& p : *batch) {
+            sends.push_back(std::get<req::Send>(p.req));
+            rids.push_back(p.rid);
         }
-    });
+        // Group commit with other connections' sends when workers are busy;
+        // the replies come once the events were handed to the bus.
+        queued = gw_->sends().submit(*who, std::move(sends), std::move(rids), std::move(replies));
+    } else {
+        queued = gw_->pool().submit([self, who, batch, replies](pqxx::connection_base* c) {
+            replies({handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid)});
+        });
+    }
     if (!queued) {
         busy_ = false;
         for (auto& p : *batch)
@@ -291,6 +296,7 @@ bool WsSession::deliver(const Pending& item, Handled h) {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - item.received).count());
     if (h.identity) {
         who_ = std::move(h.identity);
+        gw_->authenticated(this, *who_, hello_generation_);
         log_info("hello", {{"user", who_->user}, {"device", who_->device}});
     }
     if (!h.frame.empty()) send(std::move(h.frame));

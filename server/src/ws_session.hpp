@@ -30,7 +30,7 @@ public:
     void post_frame(std::shared_ptr<const std::string> frame);
     void post_goaway();
     /// The device was revoked: close this connection if it is that device's.
-    void post_revoked(std::string device);
+    void post_revoked(std::string device, std::string token_sha256 = {});
 
     const std::optional<Identity>& identity() const { return who_; }
     std::string device() const { return who_ ? who_->device : std::string(); }
@@ -58,7 +58,7 @@ private:
     void do_write();
     void on_write(beast::error_code ec, std::size_t);
     void goaway();
-    void revoked(const std::string& device);
+    void revoked(const std::string& device, const std::string& token_sha256);
     void drop_unsent();
     void close(websocket::close_reason reason);
     void do_close();
@@ -82,6 +82,7 @@ private:
     std::deque<std::shared_ptr<const std::string>> out_;
     std::deque<Pending> queue_;
     std::optional<Identity> who_;
+    std::uint64_t hello_generation_ = 0; // the gateway's resync generation when the hello went out
     websocket::close_reason close_reason_{websocket::close_code::normal};
     using Clock = std::chrono::steady_clock;
     Clock::time_point last_rx_{}, last_ping_{}, opened_at_{}, write_started_{};

@@ -8,7 +8,7 @@
 //
 // Usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES]
 //                   [--warmup S] [--window S] [--db-pool N] [--db URL]
-//                   [--gateways N] [--bus postgres|nats://HOST:PORT]
+//                   [--gateways N] [--bus postgres|nats://HOST:PORT] [--server-arg ARG]...
 //                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
 // With --gateways N, N imservers share the database and the connections are
 // spread round-robin, so most pushes cross gateways through the bus.
@@ -60,6 +60,7 @@ struct Options {
     bool idle_big = false; // each idle connection first sends one ~60 KB frame
     int gateways = 1;      // connections spread round-robin over this many imservers
     std::string bus;       // imserver --bus (empty: its default, postgres)
+    std::vector<std::string> server_args; // more imserver flags, e.g. --send-group-max 1
 };
 
 double wall_ms() {
@@ -643,10 +644,11 @@ int main(int argc, char** argv) {
         else if (a == "--idle-big") o.idle_big = true;
         else if (a == "--gateways") o.gateways = std::max(1, std::stoi(next()));
         else if (a == "--bus") o.bus = next();
+        else if (a == "--server-arg") o.server_args.push_back(next());
         else {
             std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "
                                  "[--warmup S] [--window S] [--db-pool N] [--db URL] [--gateways N] [--bus postgres|nats://HOST:PORT] "
-                                 "[--idle CONNECTIONS [--idle-big]]\n");
+                                 "[--server-arg ARG]... [--idle CONNECTIONS [--idle-big]]\n");
             return 2;
         }
     }
@@ -676,6 +678,7 @@ int main(int argc, char** argv) {
     {
         std::vector<std::string> flags = {"--quiet", "--db-pool", std::to_string(o.db_pool)};
         if (!o.bus.empty()) flags.insert(flags.end(), {"--bus", o.bus});
+        flags.insert(flags.end(), o.server_args.begin(), o.server_args.end());
         std::vector<std::unique_ptr<im::test::ServerProcess>> gws;
         std::vector<im::test::ServerProcess*> ptrs;
         for (int g = 0; g < (o.idle > 0 ? 1 : o.gateways); ++g) {

@@ -13,6 +13,11 @@
 //   rolling-restart   3 gateways behind HAProxy, SIGTERM + restart each in
 //                     turn under send traffic from SDK clients
 //   rolling-restart-nats  the same with the NATS bus
+//   admin-nats        the admin CLI with --bus nats://...: joins, epoch bumps
+//                     and revocations reach gateways that listen only to
+//                     NATS; /readyz follows the NATS connection; a revocation
+//                     committed while NATS is down closes the device's
+//                     connections once the bus is back
 //   patroni-failover  the same fleet on a Patroni primary + synchronous
 //                     standby; SIGKILL the primary's node under traffic
 #include "fleet.hpp"
@@ -174,6 +179,83 @@ std::string cut_pg_listeners(const std::string& db) {
     return "terminated " + std::to_string(n) + " LISTEN sessions";
 }
 
+Outcome admin_on_nats(NatsServer& nats, const std::string& db) {
+    const std::vector<std::string> flags = gateway_flags({"--bus", nats.url()});
+    test::ServerProcess gw1(db, flags, "gw-1"), gw2(db, flags, "gw-2");
+    auto w = test::make_world(db, "adminnats", 2);
+    auto newcomer = test::make_user(db, test::unique_name("adminnats-new"));
+    auto late = test::make_user(db, test::unique_name("adminnats-late")); // revoked while the bus is down
+    auto admin = [&](std::vector<std::string> args) {
+        args.insert(args.begin(), {"--bus", nats.url()});
+        return test::admin(db, args);
+    };
+    auto login = [](unsigned short port, const test::TestUser& u) {
+        auto c = std::make_unique<test::WsClient>(port);
+        if (test::str(c->hello(u.token), "t") != "welcome") throw std::runtime_error("hello refused for " + u.user);
+        return c;
+    };
+    std::ostringstream figures;
+    auto watcher = login(gw2.port(), w.users[1]);
+    if (test::str(watcher->request({{"t", "sub"}}), "t") != "subscribed") return {false, "sub refused"};
+
+    auto [rc, out] = admin({"member", "add", w.conv, newcomer.user});
+    if (rc != 0) return {false, "admin member add exited " + std::to_string(rc) + ": " + out};
+    const std::int64_t join_seq = std::stoll(out);
+    auto joined = watcher->wait_push(
+        [&](const test::json::object& o) {
+            return test::str(o, "t") == "event" && o.at("ev").as_object().at("seq").as_int64() == join_seq;
+        },
+        20s);
+    if (!joined) return {false, "the join made by admin (seq " + std::to_string(join_seq) + ") was not pushed on gw2"};
+    figures << "admin's join pushed on gw2; ";
+
+    std::tie(rc, out) = admin({"epoch", "bump", w.conv});
+    if (rc != 0) return {false, "admin epoch bump exited " + std::to_string(rc) + ": " + out};
+    const std::int64_t epoch = std::stoll(out);
+    auto hinted = watcher->wait_push(
+        [&](const test::json::object& o) { return test::str(o, "t") == "hint" && test::num(o, "epoch") == epoch; }, 20s);
+    if (!hinted) return {false, figures.str() + "no hint with the new epoch " + std::to_string(epoch) + " on gw2"};
+    figures << "epoch bump hinted; ";
+
+    const auto& dev = w.users[0];
+    auto on1 = login(gw1.port(), dev);
+    auto on2 = login(gw2.port(), dev);
+    auto t0 = Clock::now();
+    std::tie(rc, out) = admin({"device", "revoke", dev.device});
+    if (rc != 0) return {false, figures.str() + "admin device revoke exited " + std::to_string(rc) + ": " + out};
+    int c1 = on1->wait_closed(20s), c2 = on2->wait_closed(20s);
+    if (c1 != 1008 || c2 != 1008)
+        return {false, figures.str() + "revoked device's connections closed with " + std::to_string(c1) + " / " +
+                           std::to_string(c2) + " (expected 1008 on both gateways)"};
+    figures << "revocation closed both connections after " << ms_since(t0) << " ms; ";
+
+    // The bus goes away: /readyz says so; a revocation committed meanwhile
+    // (admin cannot publish it: exit 1) still closes the connections once
+    // the bus is back, through the gateways' check after resync.
+    auto late1 = login(gw1.port(), late);
+    auto late2 = login(gw2.port(), late);
+    auto ready = [](test::ServerProcess& g) { return g.http("GET", "/readyz").first; };
+    if (ready(gw1) != 200 || ready(gw2) != 200) return {false, figures.str() + "/readyz not 200 with NATS up"};
+    nats.stop();
+    wait_until([&] { return ready(gw1) == 503 && ready(gw2) == 503; }, 30s, "/readyz 503 with NATS down");
+    figures << "/readyz 503 while NATS is down; ";
+    std::tie(rc, out) = admin({"device", "revoke", late.device});
+    if (rc != 1) return {false, figures.str() + "admin revoke with NATS down exited " + std::to_string(rc)};
+    if (late1->closed() || late2->closed()) return {false, figures.str() + "closed before the bus came back"};
+    t0 = Clock::now();
+    nats.start();
+    c1 = late1->wait_closed(30s);
+    c2 = late2->wait_closed(30s);
+    if (c1 != 1008 || c2 != 1008)
+        return {false, figures.str() + "revocation made while NATS was down: connections closed with " +
+                           std::to_string(c1) + " / " + std::to_string(c2) + " after the bus came back (expected 1008)"};
+    figures << "revocation made while NATS was down closed both connections " << ms_since(t0)
+            << " ms after NATS started; ";
+    wait_until([&] { return ready(gw1) == 200 && ready(gw2) == 200; }, 30s, "/readyz 200 with NATS back");
+    figures << "/readyz 200 again";
+    return {true, figures.str()};
+}
+
 Outcome patroni_failover(const LabEnv& env) {
     PatroniCluster ha(env.config_dir);
     const std::string db = ha.url();
@@ -247,6 +329,7 @@ int main(int argc, char** argv) {
         {"bus-nats", [&] { return bus_checks(env, "busnats", nats_bus(), single_pg, restart_nats); }},
         {"rolling-restart", [&] { return rolling_restart(env, "roll", {}, single_pg); }},
         {"rolling-restart-nats", [&] { return rolling_restart(env, "rollnats", nats_bus(), single_pg); }},
+        {"admin-nats", [&] { nats_bus(); return admin_on_nats(*nats, single_pg()); }},
         {"patroni-failover", [&] { return patroni_failover(env); }},
     };
     std::vector<std::string> wanted(argv + 1, argv + argc);

@@ -26,8 +26,10 @@ void NatsServer::start() {
 }
 
 void NatsServer::restart() {
-    proc_->kill();
+    stop();
     start();
 }
+
+void NatsServer::stop() { proc_->kill(); }
 
 } // namespace im::scaleout

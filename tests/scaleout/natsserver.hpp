@@ -17,9 +17,12 @@ public:
     std::string url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
     /// SIGKILL, then start again on the same port and wait until healthy.
     void restart();
+    /// SIGKILL (the bus is down until start()).
+    void stop();
+    /// Starts on the same port and waits until healthy.
+    void start();
 
 private:
-    void start();
     test::TempDir dir_;
     unsigned short port_ = 0, http_port_ = 0;
     std::unique_ptr<Proc> proc_;

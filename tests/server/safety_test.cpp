@@ -1,0 +1,254 @@
+// Safe by default (issue 9 point 8), one test per item, against a real
+// imserver and a real PostgreSQL: lab switches refuse a database they did
+// not create; start and /readyz check the idempotency index; /lab/fault
+// answers loopback callers only; the embedded cluster's folders are made
+// safely; secrets files are 0600 and never written through a symlink; the
+// raw token never reaches PostgreSQL; the database password comes from a
+// file (or the environment), never argv.
+#include "common.hpp"
+#include "pg_cluster.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <pqxx/pqxx>
+
+#include <filesystem>
+#include <fstream>
+
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace im::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+template <class Pred>
+bool wait_until(Pred pred, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(50ms);
+    }
+    return pred();
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// The cluster folder behind a TestPostgres URL ("host=ROOT/run ...").
+std::string cluster_root(const std::string& url) {
+    auto start = url.find("host=") + 5;
+    auto end = url.find(' ', start);
+    std::string run = url.substr(start, end - start);
+    return run.substr(0, run.size() - 4); // minus "/run"
+}
+
+bool index_present(const TestPostgres& pg, const std::string& db) {
+    return pg.scalar("SELECT count(*) FROM pg_indexes WHERE indexname = 'events_idempotency'", db) == "1";
+}
+
+// An address of this machine that is not loopback (IPv4), or "".
+std::string non_loopback_address() {
+    ifaddrs* all = nullptr;
+    if (::getifaddrs(&all) != 0) return {};
+    std::string found;
+    for (auto* a = all; a && found.empty(); a = a->ifa_next) {
+        if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+        auto bytes = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr;
+        auto addr = net::ip::address_v4(ntohl(bytes.s_addr));
+        if (!addr.is_loopback()) found = addr.to_string();
+    }
+    ::freeifaddrs(all);
+    return found;
+}
+
+// POST to host:port from a socket bound to `from`; returns the status.
+int post_from(const std::string& from, const std::string& host, unsigned short port, const std::string& target,
+              const std::string& body) {
+    net::io_context ioc;
+    beast::tcp_stream stream(ioc);
+    stream.socket().open(tcp::v4());
+    stream.socket().bind(tcp::endpoint(net::ip::make_address(from), 0));
+    stream.connect(tcp::endpoint(net::ip::make_address(host), port));
+    http::request<http::string_body> req{http::verb::post, target, 11};
+    req.set(http::field::host, host);
+    req.body() = body;
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(stream, buf, res);
+    return static_cast<int>(res.result_int());
+}
+
+} // namespace
+
+TEST(Safety, a_lab_switch_refuses_a_database_it_did_not_create_and_leaves_its_index) {
+    TestPostgres pg;
+    const std::string db = pg.create_database("users_db");
+    admin_ok(db, {"user", "add", "someone"}); // an operator's database: schema made by a normal run
+    ASSERT_TRUE(index_present(pg, "users_db"));
+    int rc = imserver_exit_code({"--db", db, "--listen", "127.0.0.1:0", "--quiet", "--enable-faults",
+                                 "--lab-no-unique-index"},
+                                60s);
+    EXPECT_EQ(rc, 2);
+    EXPECT_TRUE(index_present(pg, "users_db")) << "the lab switch dropped the index of a database it did not create";
+    // A database the lab run creates itself is its to alter.
+    const std::string lab = pg.create_database("lab_db");
+    {
+        ServerProcess srv(lab, {"--quiet", "--enable-faults", "--lab-no-unique-index"});
+        EXPECT_FALSE(index_present(pg, "lab_db"));
+    }
+}
+
+TEST(Safety, start_and_readyz_check_that_the_idempotency_index_exists) {
+    TestPostgres pg;
+    const std::string db = pg.url();
+    ServerProcess srv(db, {"--quiet"});
+    ASSERT_EQ(srv.http("GET", "/readyz").first, 200);
+    pg.scalar("DROP INDEX events_idempotency");
+    EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 503; }, 30s))
+        << "/readyz must say not ready without events_idempotency";
+    EXPECT_EQ(imserver_exit_code({"--db", db, "--listen", "127.0.0.1:0", "--quiet"}, 60s), 1)
+        << "a start without events_idempotency must refuse";
+}
+
+TEST(Safety, the_fault_endpoint_answers_loopback_callers_only) {
+    const std::string lan = non_loopback_address();
+    ASSERT_FALSE(lan.empty()) << "this test needs a non-loopback IPv4 address on the machine";
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet", "--enable-faults", "--listen", "0.0.0.0:0"});
+    EXPECT_EQ(post_from(lan, lan, srv.port(), "/lab/fault", "store.before_commit=delay:1"), 404)
+        << "a caller from " << lan << " reached /lab/fault";
+    EXPECT_EQ(post_from("127.0.0.1", "127.0.0.1", srv.port(), "/lab/fault", "off"), 200);
+}
+
+TEST(Safety, the_embedded_clusters_folder_is_private_and_a_planted_symlink_is_refused) {
+    TempDir state("imsafe");
+    TempDir elsewhere("imsafe-target");
+    // A symlink someone planted at STATE/pg, to a folder anyone can write to.
+    ::chmod(elsewhere.path().c_str(), 0777);
+    fs::create_symlink(elsewhere.path(), state.path() + "/pg");
+    EXPECT_THROW(im::cluster_root_for_state_dir(state.path()), std::runtime_error);
+    // ... or to a symlink (the target itself must be a real directory).
+    fs::remove(state.path() + "/pg");
+    fs::create_symlink(state.path() + "/pg-hop", state.path() + "/pg");
+    fs::create_symlink(elsewhere.path(), state.path() + "/pg-hop");
+    EXPECT_THROW(im::cluster_root_for_state_dir(state.path()), std::runtime_error);
+    // A link whose target is gone: a fresh mkdtemp folder, never the old path.
+    fs::remove(state.path() + "/pg");
+    fs::remove(state.path() + "/pg-hop");
+    const std::string gone = "/tmp/imserver-pg-gone-" + uuid4();
+    fs::create_symlink(gone, state.path() + "/pg");
+    std::string root = im::cluster_root_for_state_dir(state.path());
+    EXPECT_NE(root, gone);
+    EXPECT_FALSE(fs::exists(gone));
+    struct stat st {};
+    ASSERT_EQ(::lstat(root.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    EXPECT_EQ(fs::read_symlink(state.path() + "/pg").string(), root);
+    im::remove_cluster_for_state_dir(state.path());
+}
+
+TEST(Safety, the_demo_token_file_is_owner_only_and_never_written_through_a_symlink) {
+    TestPostgres pg;
+    TempDir dir("imsafe-demo");
+    const std::string out = dir.path() + "/tokens.json";
+    const std::string victim = dir.path() + "/victim";
+    std::ofstream(victim) << "untouched\n";
+    fs::create_symlink(victim, out + ".tmp"); // planted at the temp name
+    ::umask(0);                               // no help from the umask
+    std::string printed = admin_ok(pg.url(), {"demo", "--out", out});
+    ::umask(022);
+    EXPECT_EQ(printed, fs::absolute(out).string());
+    struct stat st {};
+    ASSERT_EQ(::lstat(out.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_NE(read_file(out).find("\"token\""), std::string::npos);
+    EXPECT_EQ(read_file(victim), "untouched\n");
+}
+
+TEST(Safety, the_raw_token_never_reaches_postgresql) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet"});
+    auto u = make_user(pg.url(), unique_name("hashed"));
+    pg.scalar("ALTER SYSTEM SET log_statement = 'all'");
+    pg.scalar("SELECT pg_reload_conf()");
+    const std::string log = cluster_root(pg.url()) + "/postgres.log";
+    // Statements (and their parameters) are logged from now on.
+    ASSERT_TRUE(wait_until(
+        [&] {
+            pg.scalar("SELECT 'log-probe-" + u.user + "'");
+            return read_file(log).find("log-probe-" + u.user) != std::string::npos;
+        },
+        30s));
+    auto c = login(srv.port(), u);
+    EXPECT_EQ(str(c->request({{"t", "convs"}}), "t"), "convs");
+    WsClient wrong(srv.port());
+    const std::string bad_token = "wrong-" + uuid4();
+    EXPECT_EQ(str(wrong.hello(bad_token), "code"), "UNAUTHENTICATED");
+    const std::string text = read_file(log);
+    EXPECT_NE(text.find("token_sha256 = decode("), std::string::npos) << "the hello statement was not logged";
+    EXPECT_EQ(text.find(u.token), std::string::npos) << "the raw token was sent to PostgreSQL";
+    EXPECT_EQ(text.find(bad_token), std::string::npos) << "a presented token was sent to PostgreSQL";
+}
+
+TEST(Safety, the_database_password_comes_from_a_file_or_the_environment_never_argv) {
+    TestPostgres pg;
+    const std::string secret = "pw-" + uuid4();
+    pg.scalar("CREATE ROLE im_pw LOGIN SUPERUSER PASSWORD '" + secret + "'");
+    // This role must prove its password on the local socket.
+    const std::string hba = cluster_root(pg.url()) + "/data/pg_hba.conf";
+    const std::string rules = read_file(hba);
+    std::ofstream(hba, std::ios::trunc) << "local all im_pw scram-sha-256\n" << rules;
+    pg.scalar("SELECT pg_reload_conf()");
+    std::string db = pg.url(); // "host=... port=... user=... dbname=..."
+    auto user_at = db.find("user=");
+    db.replace(user_at, db.find(' ', user_at) - user_at, "user=im_pw");
+    ASSERT_TRUE(wait_until(
+        [&] {
+            try {
+                pqxx::connection probe(db);
+                return false;
+            } catch (const std::exception&) {
+                return true; // fe_sendauth: no password supplied
+            }
+        },
+        30s))
+        << "without its password the role must be refused";
+
+    TempDir dir("imsafe-pw");
+    const std::string file = dir.path() + "/pw";
+    std::ofstream(file) << secret << "\n";
+    {
+        ServerProcess srv(db, {"--quiet", "--db-password-file", file});
+        EXPECT_EQ(srv.http("GET", "/readyz").first, 200);
+        const std::string cmdline = read_file("/proc/" + std::to_string(srv.pid()) + "/cmdline");
+        EXPECT_EQ(cmdline.find(secret), std::string::npos) << "the password is in argv";
+    }
+    {
+        ::setenv("IM_DB_PASSWORD_FILE", file.c_str(), 1);
+        ServerProcess srv(db, {"--quiet"});
+        ::unsetenv("IM_DB_PASSWORD_FILE");
+        EXPECT_EQ(srv.http("GET", "/readyz").first, 200);
+    }
+    EXPECT_EQ(imserver_exit_code({"--db", db, "--listen", "127.0.0.1:0", "--quiet", "--db-password-file",
+                                  dir.path() + "/missing"},
+                                 30s),
+              2);
+}
