@@ -1,4 +1,5 @@
 #include "client_p.h"
+#include "logging_p.h"
 
 #include <QtNetwork/QSslCertificate>
 
@@ -19,6 +20,11 @@ const QString StorageError = QStringLiteral("STORAGE_ERROR");
 
 ClientPrivate::ClientPrivate(Client *qq) : q(qq), conn(*this), outbox(*this), sync(*this), markers(*this) {
     connect(&conn, &Connection::sessionStarted, this, &ClientPrivate::onSessionStarted);
+    // Every report, typed: one place, whichever part raised it.
+    connect(q, &Client::errorOccurred, this, [this](const QString &code, const QString &message) {
+        qCWarning(lcClient, "%s: %s", qUtf8Printable(code), qUtf8Printable(message));
+        emit this->q->errorReported(errorFromCode(code), code, message);
+    });
     connect(&conn, &Connection::sessionEnded, this, [this] {
         sync.sessionEnded();
         markers.sessionEnded();
@@ -48,6 +54,16 @@ void ClientPrivate::storageFailed(const QString &what) {
 bool ClientPrivate::adoptIdentity(const QString &user, const QString &device) {
     if (user == userId && device == deviceId)
         return true;
+    if (!userId.isEmpty() && user != userId) {
+        // Obligation 10: the store belongs to the user of its first welcome.
+        // Nothing of this store is sent as another user, nothing of theirs
+        // is stored or shown: refuse the session for good (no reconnect).
+        lastError = QStringLiteral("this store belongs to user %1, but the server accepted the token as user %2; "
+                                   "open another store for %2")
+                        .arg(userId, user);
+        conn.refuse(QStringLiteral("WRONG_USER"), lastError);
+        return false;
+    }
     if (!storage.setMeta(QStringLiteral("user"), user) || !storage.setMeta(QStringLiteral("device"), device)) {
         storageFailed(QStringLiteral("cannot record identity"));
         return false;
@@ -126,7 +142,6 @@ void Client::setRetryBackoff(int initialMs, int maxMs) {
 }
 void Client::setReconnectBackoff(int initialMs, int maxMs) { d->conn.transport()->setBackoff(initialMs, maxMs); }
 void Client::setSyncPageSize(int limit) { d->sync.pageSize = std::clamp(limit, 1, 200); }
-void Client::setPipelineDepth(int requests) { d->outbox.pipelineDepth = std::max(1, requests); }
 void Client::setKeepAlive(int pingIntervalMs, int silenceTimeoutMs) {
     d->conn.setKeepAlive(pingIntervalMs, silenceTimeoutMs);
 }
@@ -136,7 +151,7 @@ bool Client::open(const QString &databasePath) {
     close();
     if (!d->storage.open(databasePath)) {
         d->lastError = d->storage.lastError();
-        emit errorOccurred(StorageError, d->lastError);
+        emit errorOccurred(d->storage.lockedByOther() ? QStringLiteral("STORE_LOCKED") : StorageError, d->lastError);
         return false;
     }
     auto fail = [this](const QString &what) {

@@ -1,6 +1,7 @@
 #include "connection_p.h"
 
 #include "client_p.h"
+#include "logging_p.h"
 
 namespace im {
 
@@ -37,6 +38,7 @@ void Connection::onKeepAlive() {
     if (sinceActivity_.isValid() && sinceActivity_.hasExpired(silenceMs_)) {
         // Nothing came back (not even a pong): the socket is dead (suspend,
         // network change, a peer gone without FIN). Reconnect.
+        qCInfo(lcConnection, "nothing heard for %d ms: dropping the connection", silenceMs_);
         transport_->abortNow();
         return;
     }
@@ -120,6 +122,7 @@ void Connection::onTransportState() {
 }
 
 void Connection::onOpened() {
+    qCDebug(lcConnection, "socket open to %s, sending hello", qUtf8Printable(transport_->currentUrl().toString()));
     helloDone_ = false;
     ++session_;
     waiting_.clear();
@@ -132,6 +135,7 @@ void Connection::onOpened() {
 
 void Connection::onClosed() {
     const bool hadHello = helloDone_;
+    qCInfo(lcConnection, "connection closed (%lld requests unanswered)", static_cast<long long>(waiting_.size()));
     helloDone_ = false;
     ++session_;
     // Every request on the wire is now "no reply": outbox entries stay and
@@ -244,11 +248,14 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
             return;
         }
         if (!d.adoptIdentity(w->user, w->device)) {
-            transport_->abortNow();
+            if (wantConnected_)
+                transport_->abortNow(); // a storage error: try again
             return;
         }
         gateway_ = w->gateway;
         helloDone_ = true;
+        qCInfo(lcConnection, "welcome: user %s, device %s, gateway %s", qUtf8Printable(w->user),
+               qUtf8Printable(w->device), qUtf8Printable(w->gateway));
         transport_->resetBackoff();
         state_ = ConnectionState::Reconnecting; // force the emission below
         setState(ConnectionState::Connected);
@@ -260,11 +267,16 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
         transport_->abortNow(); // reconnect with backoff
     } else {
         d.lastError = QStringLiteral("%1: %2").arg(code, proto::errorMessage(reply));
-        wantConnected_ = false;
-        transport_->stop();
-        setState(ConnectionState::Disconnected);
-        emit d.q->errorOccurred(code, proto::errorMessage(reply));
+        refuse(code, proto::errorMessage(reply));
     }
+}
+
+void Connection::refuse(const QString &code, const QString &message) {
+    qCInfo(lcConnection, "session refused for good (%s): no reconnect", qUtf8Printable(code));
+    wantConnected_ = false;
+    transport_->stop();
+    setState(ConnectionState::Disconnected);
+    emit d.q->errorOccurred(code, message);
 }
 
 void Connection::subscribe() {

@@ -56,6 +56,8 @@ public:
     bool isOffline() const { return offline_; }
     bool wantsConnection() const { return wantConnected_; }
     void setState(ConnectionState s);
+    /// Ends the session for good (no reconnect) and reports `code`.
+    void refuse(const QString &code, const QString &message);
     /// QA hooks.
     void dropNextReply() { dropNext_ = true; }
     void closeSocketNow() { transport_->abortNow(); }

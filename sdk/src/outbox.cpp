@@ -1,6 +1,7 @@
 #include "outbox_p.h"
 
 #include "client_p.h"
+#include "logging_p.h"
 
 #include <QtCore/QDateTime>
 #include <QtCore/QUuid>
@@ -28,7 +29,6 @@ void Outbox::clear() {
     items_.clear();
     ids_.clear();
     convs_.clear();
-    probing_.clear();
     finished_.clear();
     retries_.clear();
     inFlight_ = 0;
@@ -65,9 +65,8 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
 }
 
 void Outbox::resendPending() {
-    // A new connection: whatever the old one left unanswered is resent in
-    // order (what it committed comes back as dup), so no probing is needed.
-    probing_.clear();
+    // A new connection: each conversation's head is resent at once (what the
+    // old connection committed comes back as dup).
     for (auto &[id, item] : items_)
         if (!item.inFlight)
             item.dueAt = 0;
@@ -92,30 +91,24 @@ void Outbox::pump() {
     qint64 nextDue = std::numeric_limits<qint64>::max();
     QList<Item *> batch;
     int budget = window - inFlight_;
+    // Obligation 9: one request per conversation on the wire. The server may
+    // fail request k (UNAVAILABLE) and commit k+1 if both were on the wire,
+    // so k+1 goes out only once k has its verdict (committed or final).
+    // Conversations are independent: up to `window` of them go at once.
     for (auto c = convs_.cbegin(); c != convs_.cend() && budget > 0; ++c) {
-        const bool probing = probing_.contains(c.key());
-        int onWire = 0;
         for (const qint64 id : c.value()) {
-            if (budget <= 0 || onWire >= pipelineDepth)
-                break;
             Item &item = items_.at(id);
             if (item.settling)
                 continue; // answered; its write is queued
-            if (item.inFlight) {
-                if (probing)
-                    break;
-                ++onWire;
-                continue; // pipelined: the server keeps the connection's order
-            }
+            if (item.inFlight)
+                break; // the head is on the wire: the rest waits for its verdict
             if (item.dueAt > t) {
                 nextDue = std::min(nextDue, item.dueAt);
-                break; // later entries of this conversation wait behind it
+                break; // the head waits for its retry; so does the rest
             }
             batch.append(&item);
             --budget;
-            ++onWire;
-            if (probing)
-                break;
+            break;
         }
     }
     if (nextDue != std::numeric_limits<qint64>::max())
@@ -184,8 +177,9 @@ void Outbox::retry(Item &item, const QString &lastError) {
     item.row.lastError = lastError;
     const int delay = d.backoffMs(item.row.attempts);
     item.dueAt = now() + delay;
+    qCDebug(lcOutbox, "%s (attempt %d): %s, retry in %d ms; %s waits behind it", qUtf8Printable(item.row.cmid),
+            item.row.attempts, qUtf8Printable(lastError), delay, qUtf8Printable(item.row.conv));
     item.row.nextRetryAt = QDateTime::currentMSecsSinceEpoch() + delay; // for display only
-    probing_.insert(item.row.conv);
     retries_.append({item.row.cmid, item.row.attempts, item.row.lastError, item.row.nextRetryAt});
     scheduleFlush();
     schedulePump(); // arms the retry timer
@@ -244,19 +238,16 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         // A4: ORIGINAL_EXPIRED means "sent once, purged": Expired, never resent.
         f.state = int(code == proto::code::OriginalExpired ? MessageState::Expired : MessageState::Failed);
         f.errorCode = code;
+        qCInfo(lcOutbox, "%s in %s: final answer %s", qUtf8Printable(cmid), qUtf8Printable(item.row.conv),
+               qUtf8Printable(code));
     }
     if (item.inFlight) {
         item.inFlight = false;
         --inFlight_;
     }
+    // A verdict (committed, or a terminal error) frees the conversation's
+    // next entry at once: a terminal error does not hold up what follows.
     item.settling = true;
-    // A verdict on its head frees a conversation held by a retry (a terminal
-    // error does not hold up the next message either).
-    const std::set<qint64> &queue = convs_[item.row.conv];
-    if (!queue.empty() && *queue.begin() == *idIt && probing_.remove(item.row.conv))
-        for (const qint64 id : queue)
-            if (!items_.at(id).inFlight)
-                items_.at(id).dueAt = 0;
     finished_.append(f);
     scheduleFlush();
     schedulePump();

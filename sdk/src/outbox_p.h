@@ -3,11 +3,12 @@
 // window, the per-conversation order (obligation 9), and the classification
 // of each request's outcome into a final timeline state or a retry.
 //
-// Order: entries of one conversation go out in creation order, pipelined on
-// the connection (the server answers and commits one connection's requests
-// in the order received). An entry waiting for its retry holds back every
-// later entry of its conversation; until that conversation's head succeeds
-// again it is probed with one request at a time. Other conversations go on.
+// Order (obligation 9): entries of one conversation go out in creation
+// order, one at a time: the next leaves only once the one before has its
+// verdict (committed or final). Pipelining them is not safe: the server may
+// answer k UNAVAILABLE and commit k+1, already on the wire. An entry waiting
+// for its retry holds back its conversation; other conversations go on, up
+// to `window` requests on the wire at once.
 //
 // Answers are settled in batches: every final answer and retry that arrives
 // in one pass of the event loop is written in one SQLite transaction.
@@ -67,8 +68,7 @@ public:
     bool contains(const QString &cmid) const { return ids_.contains(cmid); }
     int size() const { return int(items_.size()); }
     const std::map<qint64, Item> &items() const { return items_; }
-    int window = 64;        ///< unanswered outbox requests on the connection
-    int pipelineDepth = 64; ///< unanswered requests per conversation
+    int window = 64; ///< unanswered outbox requests on the connection (one per conversation)
 
 private:
     void onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);
@@ -83,7 +83,6 @@ private:
     std::map<qint64, Item> items_;              // by outbox row id = creation order
     QHash<QString, qint64> ids_;                // cmid -> row id
     QHash<QString, std::set<qint64>> convs_;    // conv -> its row ids, in order
-    QSet<QString> probing_;                     // conversations whose head is being retried
     QList<detail::Storage::Finish> finished_;   // answers waiting for the batched write
     QList<detail::Storage::Retry> retries_;
     int inFlight_ = 0;

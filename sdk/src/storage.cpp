@@ -1,8 +1,12 @@
 #include "storage_p.h"
 
+#include "logging_p.h"
+
 #include <im/types.h>
 
 #include <QtCore/QDateTime>
+#include <QtCore/QDir>
+#include <QtCore/QFileInfo>
 #include <QtCore/QHash>
 #include <QtCore/QSet>
 #include <QtCore/QUuid>
@@ -106,12 +110,45 @@ bool Storage::fail(const QString &what) {
 bool Storage::open(const QString &path) {
     close();
     path_ = path;
+    lockedByOther_ = false;
+    const QFileInfo file(path);
+    if (!QDir().mkpath(file.absolutePath()))
+        return fail(QStringLiteral("cannot create the folder %1").arg(file.absolutePath()));
+    // One process per store (obligation 10). The lock names its holder's pid;
+    // a lock left by a process that died is taken over (QLockFile checks
+    // whether that process still runs), never by age.
+    lock_ = std::make_unique<QLockFile>(file.absoluteFilePath() + QStringLiteral(".lock"));
+    lock_->setStaleLockTime(0);
+    if (!lock_->tryLock(0)) {
+        const QLockFile::LockError why = lock_->error();
+        qint64 pid = 0;
+        QString host, app;
+        lock_->getLockInfo(&pid, &host, &app);
+        lock_.reset();
+        qCWarning(lcStorage, "store %s is locked by pid %lld", qUtf8Printable(path), static_cast<long long>(pid));
+        if (why == QLockFile::LockFailedError) {
+            lockedByOther_ = true;
+            return fail(QStringLiteral("the store %1 is in use by another process (pid %2%3%4); "
+                                       "one process at a time may open it")
+                            .arg(path)
+                            .arg(pid)
+                            .arg(app.isEmpty() ? QString() : QStringLiteral(", ") + app)
+                            .arg(host.isEmpty() ? QString() : QStringLiteral(" on ") + host));
+        }
+        return fail(QStringLiteral("cannot create the lock file %1.lock (permissions?)").arg(path));
+    }
     {
         QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), connection_);
         db.setDatabaseName(path);
-        db.setConnectOptions(QStringLiteral("QSQLITE_BUSY_TIMEOUT=5000"));
-        if (!db.open())
-            return fail(QStringLiteral("cannot open %1: %2").arg(path, db.lastError().text()));
+        // The lock keeps other processes of ours out, so a busy database can
+        // only be an outside tool holding it: wait briefly, then fail the
+        // write (reported, retried later) instead of freezing the thread.
+        db.setConnectOptions(QStringLiteral("QSQLITE_BUSY_TIMEOUT=%1").arg(BusyTimeoutMs));
+        if (!db.open()) {
+            const QString e = db.lastError().text();
+            close();
+            return fail(QStringLiteral("cannot open %1: %2").arg(path, e));
+        }
     }
     open_ = true;
     // WAL + synchronous=FULL: a committed outbox row survives power loss.
@@ -137,6 +174,7 @@ void Storage::close() {
         QSqlDatabase::removeDatabase(connection_);
     }
     open_ = false;
+    lock_.reset(); // unlocks
 }
 
 bool Storage::exec(QSqlQuery &q) {

@@ -6,9 +6,11 @@
 #include "codec_p.h"
 
 #include <QtCore/QList>
+#include <QtCore/QLockFile>
 #include <QtCore/QString>
 #include <QtSql/QSqlDatabase>
 
+#include <memory>
 #include <optional>
 
 class QSqlQuery;
@@ -71,14 +73,20 @@ struct LocalMessage {
 class Storage {
 public:
     static constexpr int SchemaVersion = 1;
+    /// How long a statement waits for a database locked by someone else.
+    static constexpr int BusyTimeoutMs = 250;
 
     Storage();
     ~Storage();
     Storage(const Storage &) = delete;
     Storage &operator=(const Storage &) = delete;
 
+    /// Opens (creating the folder and the file if needed) and locks the
+    /// store: one process at a time (QLockFile `<path>.lock`). A store
+    /// locked by a live process fails at once, lockedByOther() true.
     bool open(const QString &path);
     void close();
+    bool lockedByOther() const { return lockedByOther_; }
     bool isOpen() const { return open_; }
     QString path() const { return path_; }
     const QString &lastError() const { return error_; }
@@ -168,6 +176,8 @@ private:
     QString path_;
     QString error_;
     bool open_ = false;
+    bool lockedByOther_ = false;
+    std::unique_ptr<QLockFile> lock_;
     int faultCountdown_ = 0;
     int eventFaultCountdown_ = 0;
     bool eventInsertFault();

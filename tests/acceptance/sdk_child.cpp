@@ -16,12 +16,14 @@
 //                                         messages ("CMID <cmid>" each), one per 100 ms,
 //                                         through every outage; once the file DB.end
 //                                         exists (the soak is over) stop, drain the outbox,
-//                                         sync CONV, print "ROW <seq> <kind> <body>"
-//                                         per row and "DONE"
+//                                         print "DRAINED"; once DB.sync exists (every
+//                                         client drained) sync CONV, print
+//                                         "ROW <seq> <kind> <body>" per row and "DONE"
 #include <im/client.h>
 #include <im/messagelistmodel.h>
 
 #include <QtCore/QCoreApplication>
+#include <QtCore/QDateTime>
 #include <QtCore/QFile>
 #include <QtCore/QTimer>
 #include <QtCore/QUrl>
@@ -139,7 +141,6 @@ int main(int argc, char** argv) {
         if (a.size() < 7) return 2;
         const QString conv = a[5];
         const int count = a[6].toInt();
-        auto* model = new im::MessageListModel(&client, conv, &app);
         auto* pace = new QTimer(&app);
         auto sent = std::make_shared<int>(0);
         const QString endFlag = a[2] + QStringLiteral(".end");
@@ -161,12 +162,24 @@ int main(int argc, char** argv) {
         });
         // The soak is over when the lab creates the file DB.end: finish
         // sending, drain the outbox, sync once more, print the rows.
+        // Two steps: drained (say DRAINED), then, once every client drained
+        // (the lab creates DB.sync), one last sync and the rows.
         auto* finish = new QTimer(&app);
-        QObject::connect(finish, &QTimer::timeout, &app, [&client, model, conv, finish, endFlag] {
+        auto drained = std::make_shared<bool>(false);
+        const QString syncFlag = a[2] + QStringLiteral(".sync");
+        QObject::connect(finish, &QTimer::timeout, &app, [&client, conv, finish, endFlag, syncFlag, drained] {
             if (!QFile::exists(endFlag) || client.pendingCount() > 0 ||
                 client.connectionState() != im::ConnectionState::Connected)
                 return;
+            if (!*drained) {
+                *drained = true;
+                say(QStringLiteral("DRAINED"));
+            }
+            if (!QFile::exists(syncFlag)) return;
             finish->stop();
+            // The timeline as an app shows it, read once at the end (a live
+            // model would re-read the growing conversation on every push).
+            auto* model = new im::MessageListModel(&client, conv, &client);
             QObject::connect(&client, &im::Client::conversationSynced, model, [model, conv](const QString& c) {
                 if (c != conv) return;
                 model->refresh();
@@ -181,6 +194,26 @@ int main(int argc, char** argv) {
             client.sync(conv);
         });
         finish->start(100);
+        // Once the soak is over, what the client waits on (to stderr, for the
+        // lab's report if it does not converge).
+        auto* status = new QTimer(&app);
+        QObject::connect(status, &QTimer::timeout, &app, [&client, endFlag] {
+            if (!QFile::exists(endFlag)) return;
+            QString head;
+            const QList<im::OutboxEntry> entries = client.outbox();
+            for (int i = 0; i < std::min<int>(2, int(entries.size())); ++i)
+                head += QStringLiteral(" [%1 attempts=%2 inFlight=%3 last=%4 retryIn=%5ms]")
+                            .arg(entries[i].cmid.left(8))
+                            .arg(entries[i].attempts)
+                            .arg(entries[i].inFlight)
+                            .arg(entries[i].lastError)
+                            .arg(entries[i].nextRetryAt.isValid()
+                                     ? QDateTime::currentDateTimeUtc().msecsTo(entries[i].nextRetryAt)
+                                     : -1);
+            std::fprintf(stderr, "status: state=%d pending=%d%s\n", static_cast<int>(client.connectionState()),
+                         client.pendingCount(), qPrintable(head));
+        });
+        status->start(5000);
     } else {
         std::fprintf(stderr, "unknown mode %s\n", argv[1]);
         return 2;

@@ -7,6 +7,9 @@
 //       (prints "SENT" when the reply was processed).
 //   killhelper resend --db F --url U --token T
 //       connects and prints "DONE" once the outbox is empty, then exits 0.
+//   killhelper hold   --db F
+//       opens the database, prints "OPEN" and stays (holding the store's lock)
+//       until killed; "OPEN FAILED <reason>" and exit 2 if open() fails.
 //   killhelper sync   --db F --url U --token T --conv C [--page N]
 //       prints "PAGE <conv> <toSeq>" per applied page and "SYNCED <conv>"
 //       when the conversation reached head, then exits 0.
@@ -104,6 +107,9 @@ int main(int argc, char **argv) {
                 QCoreApplication::exit(0);
             }
         });
+    } else if (mode == u"hold") {
+        say(QStringLiteral("OPEN"));
+        return app.exec();
     } else {
         say(QStringLiteral("unknown mode ") + mode);
         return 2;

@@ -240,16 +240,21 @@ void TestClient::resend_after_reconnect_is_in_creation_order_with_the_same_cmids
     for (int i = 0; i < 5; ++i)
         cmids << f.client.send(QStringLiteral("c1"), QStringLiteral("m%1").arg(i));
     f.client.setRequestTimeout(10000);
-    f.server.dropReplies.insert(QStringLiteral("send"), 5); // first round: no answers
+    f.server.dropReplies.insert(QStringLiteral("send"), 1); // the head's answer is lost
     f.client.connectToServer();
-    QTRY_COMPARE(f.requestsOf(QStringLiteral("send")), 5);
-    // Connection lost with everything unanswered: resent after the next hello.
+    QTRY_VERIFY(f.requestsOf(QStringLiteral("send")) >= 1);
+    // Connection lost with the head unanswered: resent after the next hello.
     f.client.closeSocketNow();
     QTRY_COMPARE_WITH_TIMEOUT(f.client.pendingCount(), 0, 10000);
-    QStringList order;
-    for (const QJsonObject &o : f.server.requests(QStringLiteral("send")))
-        order << o.value(QStringLiteral("cmid")).toString();
-    QCOMPARE(order, cmids + cmids);
+    QStringList order; // the cmids on the wire, a repeat of the same one folded
+    for (const QJsonObject &o : f.server.requests(QStringLiteral("send"))) {
+        const QString cmid = o.value(QStringLiteral("cmid")).toString();
+        if (order.isEmpty() || order.last() != cmid)
+            order << cmid;
+    }
+    // One request per conversation on the wire (obligation 9): each message
+    // goes (and goes again) only after the one before it has its answer.
+    QCOMPARE(order, cmids);
     // The resends came after a second hello.
     QCOMPARE(f.requestsOf(QStringLiteral("hello")), 2);
     QCOMPARE(f.server.convs[QStringLiteral("c1")].head(), 5);
@@ -516,12 +521,14 @@ void TestClient::stale_install_on_hello_is_reported_and_stops_the_client() {
     QTest::qWait(500);
     QCOMPARE(f.server.connections, 1); // no reconnect loop on a stale install
     QCOMPARE(f.client.pendingCount(), 1);
-    // Remembered across restarts.
+    // Remembered across restarts (one Client at a time has the store open).
+    f.client.close();
     {
         Client again;
         QVERIFY(again.open(f.dir.filePath(QStringLiteral("client.db"))));
         QVERIFY(again.isInstallStale());
     }
+    QVERIFY(f.client.open(f.db));
     // The app decides to reset: new install id, outbox kept and delivered.
     const QString oldId = f.client.installId();
     QVERIFY(f.client.resetInstall());

@@ -4,8 +4,11 @@
 #include "fakeserver.h"
 #include "sdktestutil.h"
 
+#include <im/client.h>
+
 #include <QtCore/QProcess>
 #include <QtCore/QTemporaryDir>
+#include <QtTest/QSignalSpy>
 #include <QtTest/QtTest>
 
 #ifndef IM_KILLHELPER
@@ -30,7 +33,48 @@ private slots:
     void killed_sender_is_resent_once_with_the_same_cmid_data();
     void killed_sender_is_resent_once_with_the_same_cmid();
     void sync_killed_mid_conversation_resumes_without_loss_or_duplicates();
+    void a_store_is_opened_by_one_process_at_a_time();
 };
+
+// Obligation 10: a second process opening a store in use fails at once with
+// a clear error (no freeze on SQLite's busy lock, no second writer); once
+// the holder died (SIGKILL: no clean unlock), the store opens again.
+void TestKill::a_store_is_opened_by_one_process_at_a_time() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("data/locked.db")); // the folder does not exist yet
+    QProcess holder;
+    holder.start(QStringLiteral(IM_KILLHELPER), {QStringLiteral("hold"), QStringLiteral("--db"), db});
+    QVERIFY(holder.waitForStarted());
+    QCOMPARE(lineOrNone(waitForLine(holder, QStringLiteral("OPEN"))), QString());
+
+    im::Client second;
+    QSignalSpy errors(&second, &im::Client::errorOccurred);
+    QSignalSpy typed(&second, &im::Client::errorReported);
+    static QStringList categories; // what the SDK logged, by category
+    categories.clear();
+    const QtMessageHandler previous = qInstallMessageHandler([](QtMsgType, const QMessageLogContext &ctx, const QString &) {
+        categories.append(QString::fromUtf8(ctx.category));
+    });
+    const bool opened = second.open(db);
+    qInstallMessageHandler(previous);
+    QVERIFY(!opened);
+    QVERIFY(!second.isOpen());
+    QVERIFY2(second.lastError().contains(QStringLiteral("in use by another process")), qPrintable(second.lastError()));
+    QVERIFY2(second.lastError().contains(QString::number(holder.processId())), qPrintable(second.lastError()));
+    QCOMPARE(errors.size(), 1);
+    QCOMPARE(errors.at(0).at(0).toString(), QStringLiteral("STORE_LOCKED"));
+    QCOMPARE(typed.size(), 1); // the same report, typed
+    QCOMPARE(typed.at(0).at(0).value<im::Error>(), im::Error::StoreLocked);
+    QCOMPARE(im::errorFromCode(QStringLiteral("NOT_MEMBER")), im::Error::NotMember);
+    QCOMPARE(im::errorFromCode(QStringLiteral("SOMETHING_NEWER")), im::Error::Unknown);
+    QVERIFY2(categories.contains(QStringLiteral("im.sdk.storage")), qPrintable(categories.join(u',')));
+    QVERIFY2(categories.contains(QStringLiteral("im.sdk.client")), qPrintable(categories.join(u',')));
+
+    holder.kill(); // SIGKILL: the lock file stays behind, its process is gone
+    QVERIFY(finished(holder));
+    QVERIFY2(second.open(db), qPrintable(second.lastError()));
+    QVERIFY(second.send(QStringLiteral("c1"), QStringLiteral("after the holder died")).size() > 0);
+}
 
 void TestKill::killed_sender_is_resent_once_with_the_same_cmid_data() {
     QTest::addColumn<bool>("holdReply");

@@ -5,6 +5,7 @@
 #include "sdktestutil.h"
 
 #include <im/client.h>
+#include <im/messagelistmodel.h>
 
 #include <QtCore/QTemporaryDir>
 #include <QtTest/QSignalSpy>
@@ -43,6 +44,8 @@ class TestObligations : public QObject {
 private slots:
     void cleanup();
     void batches_failing_together_keep_per_conversation_send_order();
+    void a_failed_head_is_not_overtaken_by_later_messages();
+    void a_store_refuses_another_users_welcome();
     void a_silent_server_is_noticed_and_the_client_reconnects();
     void send_refuses_what_the_server_would_refuse_and_accepts_its_limit();
     void cancel_withdraws_an_unsent_message_and_discard_drops_a_failed_one();
@@ -79,14 +82,14 @@ std::unique_ptr<Client> TestObligations::makeClient(RealServer &server, const QS
     return c;
 }
 
-// Obligation 9: every request on the wire fails together (the server
-// answers each UNAVAILABLE: 60 interleaved sends to two conversations are 60
-// transactions, and 64 faults are armed), then the retries go through. Every
-// message of a conversation must still get its seq in creation order:
-// retries wait behind the conversation's head, not each on its own timer.
+// Obligation 9: the server answers UNAVAILABLE again and again (8 faults)
+// while 60 interleaved sends to two conversations wait, then the retries go
+// through. Every message of a conversation must still get its seq in
+// creation order: retries wait behind the conversation's head, not each on
+// its own timer, and a failing conversation does not stop the other.
 void TestObligations::batches_failing_together_keep_per_conversation_send_order() {
     auto server = start({QStringLiteral("--enable-faults"), QStringLiteral("--fault"),
-                         QStringLiteral("store.before_commit=unavailable:64")});
+                         QStringLiteral("store.before_commit=unavailable:8")});
     QVERIFY(server);
     auto ana = makeClient(*server, QStringLiteral("ana"), QStringLiteral("order.db"));
     QVERIFY(ana->isOpen());
@@ -124,8 +127,107 @@ void TestObligations::batches_failing_together_keep_per_conversation_send_order(
             last = seq;
         }
     }
-    // The faults did fire: every message was answered UNAVAILABLE at least once.
-    QCOMPARE(unavailable.size(), 60);
+    // The faults did fire: the heads of both conversations were answered
+    // UNAVAILABLE (one request per conversation is on the wire at a time).
+    QVERIFY(unavailable.contains(sent.value(convs.at(0)).first()));
+    QVERIFY(unavailable.contains(sent.value(convs.at(1)).first()));
+}
+
+// Obligation 9, the case that pipelining gets wrong: a backlog of 30
+// messages of one conversation, and the server fails only the first request
+// that reaches it (UNAVAILABLE, one fault). Had messages 2..30 been on the
+// wire behind message 1, the server would commit them (its fault is spent)
+// and message 1 would get seq 31 on its retry. The SDK must send message 2
+// only once message 1 has its verdict.
+void TestObligations::a_failed_head_is_not_overtaken_by_later_messages() {
+    auto server = start({QStringLiteral("--enable-faults"), QStringLiteral("--fault"),
+                         QStringLiteral("store.before_insert=unavailable:1")});
+    QVERIFY(server);
+    auto ana = makeClient(*server, QStringLiteral("ana"), QStringLiteral("head.db"));
+    QVERIFY(ana->isOpen());
+    QStringList sent;
+    for (int i = 0; i < 30; ++i) {
+        const QString cmid = ana->send(QStringLiteral("team"), QStringLiteral("backlog %1").arg(i));
+        QVERIFY(!cmid.isEmpty());
+        sent.append(cmid);
+    }
+    QHash<QString, qint64> seqOf;
+    connect(ana.get(), &Client::messageStateChanged, this,
+            [&](const QString &, const QString &cmid, qint64 seq, MessageState st, const QString &) {
+                if (st == MessageState::Sent)
+                    seqOf.insert(cmid, seq);
+            });
+    bool headFailed = false;
+    connect(ana.get(), &Client::outboxChanged, this, [&] {
+        for (const im::OutboxEntry &e : ana->outbox())
+            if (e.cmid == sent.first() && e.lastError == u"UNAVAILABLE")
+                headFailed = true;
+    });
+    ana->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->pendingCount(), 0, 120000);
+    QVERIFY(headFailed); // the fault did fire, on message 1
+    qint64 last = 0;
+    for (const QString &cmid : std::as_const(sent)) {
+        const qint64 seq = seqOf.value(cmid);
+        QVERIFY2(seq > last, qPrintable(QStringLiteral("seq %1 after %2").arg(seq).arg(last)));
+        last = seq;
+    }
+}
+
+// Obligation 10: the store belongs to the user of its first welcome. With
+// ben's token on ana's store the client refuses ben's welcome for good: ana's
+// draft is not sent as ben, the identity stays ana's, nothing reconnects.
+// Back with ana's token the draft goes out as ana, once.
+void TestObligations::a_store_refuses_another_users_welcome() {
+    auto server = start();
+    QVERIFY(server);
+    auto ana = makeClient(*server, QStringLiteral("ana"), QStringLiteral("owned.db"));
+    QVERIFY(ana->isOpen());
+    ana->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->connectionState(), ConnectionState::Connected, 60000);
+    QCOMPARE(ana->userId(), QStringLiteral("ana"));
+    ana->disconnectFromServer();
+    const QString draft = ana->send(QStringLiteral("ana-ben"), QStringLiteral("ana's draft"));
+    QVERIFY(!draft.isEmpty());
+
+    QStringList codes;
+    connect(ana.get(), &Client::errorOccurred, this, [&](const QString &code, const QString &) { codes.append(code); });
+    QSignalSpy identity(ana.get(), &Client::identityChanged);
+    QSignalSpy typed(ana.get(), &Client::errorReported);
+    ana->setCredentials(server->tokens.value(QStringLiteral("ben")));
+    ana->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(codes.contains(QStringLiteral("WRONG_USER")), 60000);
+    QCOMPARE(ana->connectionState(), ConnectionState::Disconnected);
+    QVERIFY2(ana->lastError().contains(QStringLiteral("belongs to user ana")), qPrintable(ana->lastError()));
+    QVERIFY(std::any_of(typed.cbegin(), typed.cend(),
+                        [](const QList<QVariant> &a) { return a.at(0).value<im::Error>() == im::Error::WrongUser; }));
+    QCOMPARE(ana->userId(), QStringLiteral("ana"));
+    QCOMPARE(identity.size(), 0);
+    QCOMPARE(ana->pendingCount(), 1);
+    QCOMPARE(ana->messageState(draft), MessageState::Pending);
+
+    ana->setCredentials(server->tokens.value(QStringLiteral("ana")));
+    ana->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(draft), MessageState::Sent, 60000);
+    QCOMPARE(codes.count(QStringLiteral("WRONG_USER")), 1); // refused once, no reconnect loop
+
+    // What the server stored: ben's own store shows the draft once, from ana.
+    auto ben = makeClient(*server, QStringLiteral("ben"), QStringLiteral("ben.db"));
+    QSignalSpy synced(ben.get(), &Client::conversationSynced);
+    ben->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(synced.count() > 0 && [&] {
+        for (const QList<QVariant> &args : std::as_const(synced))
+            if (args.at(0).toString() == u"ana-ben")
+                return true;
+        return false;
+    }(), 60000);
+    im::MessageListModel view(ben.get(), QStringLiteral("ana-ben"));
+    view.refresh();
+    QStringList senders;
+    for (int r = 0; r < view.count(); ++r)
+        if (view.get(r, im::MessageListModel::BodyRole).toString() == u"ana's draft")
+            senders.append(view.get(r, im::MessageListModel::SenderRole).toString());
+    QCOMPARE(senders, QStringList{QStringLiteral("ana")});
 }
 
 // Obligation 11: the server stops answering (SIGSTOP: the TCP connection

@@ -106,13 +106,11 @@ public:
     void setReconnectBackoff(int initialMs, int maxMs);
     /// Page size for `sync` (1..200).
     void setSyncPageSize(int limit);
-    /// How many outbox requests may be unanswered at once (default 64).
+    /// How many outbox requests may be unanswered at once (default 64). One
+    /// conversation has at most one on the wire: its next message leaves once
+    /// the one before has its verdict, so the server cannot commit message 2
+    /// of a conversation after failing message 1 (obligation 9, docs/sdk.md).
     void setSendWindow(int requests);
-    /// How many of one conversation's messages may be unanswered at once
-    /// (default 64: pipelined; the server commits one connection's requests
-    /// in the order sent). 1 keeps the per-conversation order even when the
-    /// server fails one request and commits the next (see docs/sdk.md, Order).
-    void setPipelineDepth(int requests);
     /// Liveness watchdog: a WebSocket ping every `pingIntervalMs` (default
     /// 10 s) while connected; a connection on which nothing (no frame, no
     /// pong) arrived for `silenceTimeoutMs` (default 25 s) is dropped and
@@ -223,6 +221,8 @@ Q_SIGNALS:
     /// (e.g. UNAUTHENTICATED, NOT_MEMBER, STALE_INSTALL), "STORAGE_ERROR",
     /// "PROTOCOL_ERROR" or "INVALID_ARGUMENT" (bad call).
     void errorOccurred(const QString &code, const QString &message);
+    /// The same report, typed: emitted right after every errorOccurred().
+    void errorReported(im::Error error, const QString &code, const QString &message);
 
 private:
     friend class ClientPrivate;

@@ -33,6 +33,36 @@ enum class MessageState {
 };
 Q_ENUM_NS(MessageState)
 
+/// Errors as a type, beside the code string that errorOccurred() carries
+/// (the string stays the reference: a code newer than this SDK maps to
+/// Unknown). Client::errorReported() gives both.
+enum class Error {
+    None,                ///< no error
+    Unknown,             ///< a code this SDK version does not know (see the code string)
+    InvalidArgument,     ///< INVALID_ARGUMENT: a bad call, or a request the server judged invalid
+    Unauthenticated,     ///< UNAUTHENTICATED: unknown or revoked token
+    NotMember,           ///< NOT_MEMBER: not (or no longer) a member, or no such conversation
+    NotFound,            ///< NOT_FOUND: no such event (recall, fetch)
+    NotSender,           ///< NOT_SENDER: recall of someone else's message
+    AlreadyRecalled,     ///< ALREADY_RECALLED
+    RecallWindowExpired, ///< RECALL_WINDOW_EXPIRED
+    IdempotencyMismatch, ///< IDEMPOTENCY_MISMATCH: a cmid reused with other content
+    OriginalExpired,     ///< ORIGINAL_EXPIRED: sent once, purged by retention
+    StaleInstall,        ///< STALE_INSTALL: a newer install of this device exists
+    Unavailable,         ///< UNAVAILABLE: transient server trouble (retried by the SDK)
+    EpochChanged,        ///< EPOCH_CHANGED: the conversation was rebuilt (handled by the SDK)
+    CursorAhead,         ///< CURSOR_AHEAD: the local cursor is past the server's head (handled)
+    ProtocolError,       ///< PROTOCOL_ERROR: the server sent something this SDK cannot read
+    StorageError,        ///< STORAGE_ERROR: a local database read or write failed
+    StoreLocked,         ///< STORE_LOCKED: another process has this store open
+    WrongUser,           ///< WRONG_USER: the token belongs to another user than the store
+};
+Q_ENUM_NS(Error)
+
+/// The typed error for a code string ("NOT_MEMBER" -> Error::NotMember);
+/// Error::Unknown for a code this SDK does not know, Error::None for "".
+IM_SDK_EXPORT Error errorFromCode(const QString &code);
+
 /// One entry of the durable outbox, for introspection (QA panels, badges).
 struct IM_SDK_EXPORT OutboxEntry {
     Q_GADGET

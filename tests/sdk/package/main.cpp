@@ -1,9 +1,9 @@
 // The quick start of docs/sdk.md, built by ctest (sdk.package_consumer)
-// against an installed ImSdk, exactly as an outside app would.
+// against an installed ImSdk as C++17, exactly as an outside app would, and
+// run against the real server (quickstart_run.cpp).
 #include <im/client.h>
 #include <im/messagelistmodel.h>
 #include <QCoreApplication>
-#include <QDir>
 #include <QStandardPaths>
 
 int main(int argc, char **argv) {
@@ -12,8 +12,7 @@ int main(int argc, char **argv) {
     client.setServers({QUrl(qEnvironmentVariable("IM_SERVER", "ws://127.0.0.1:8080/v1/ws"))});
     client.setCredentials(qEnvironmentVariable("IM_TOKEN"));   // from `imserver admin ... device add`
     const QString dir = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation);
-    QDir().mkpath(dir);
-    if (!client.open(dir + "/chat.db"))                      // creates/migrates the local database
+    if (!client.open(dir + "/chat.db"))                      // creates the folder, the database, the lock
         qFatal("%s", qPrintable(client.lastError()));
     QObject::connect(&client, &im::Client::messageStateChanged,
                      [&app](const QString &conv, const QString &cmid, qint64 seq, im::MessageState st, const QString &err) {

@@ -1,6 +1,8 @@
 # sdk.package_consumer: install this build into a temporary prefix, then
 # configure and build tests/sdk/package against it with find_package(ImSdk).
-# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR.
+# Then, given RUNNER (quickstart_run.cpp), run the built quick start against
+# the real server on a clean data folder.
+# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, optional RUNNER.
 file(REMOVE_RECURSE "${WORK_DIR}")
 # Only the SDK's components (the packages libimsdk0 and libimsdk-dev): the
 # server's component writes to /etc and /lib/systemd.
@@ -27,5 +29,11 @@ execute_process(COMMAND "${CMAKE_COMMAND}" --build "${WORK_DIR}/build" RESULT_VA
 if(NOT rc EQUAL 0 OR NOT EXISTS "${WORK_DIR}/build/mychat")
   message(FATAL_ERROR "consumer did not build: ${rc}")
 endif()
+if(RUNNER)
+  execute_process(COMMAND "${RUNNER}" "${WORK_DIR}/build/mychat" RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the quick start did not run against the real server: ${rc}")
+  endif()
+endif()
 file(REMOVE_RECURSE "${WORK_DIR}")
-message(STATUS "installed ImSdk package builds an outside app")
+message(STATUS "installed ImSdk package builds an outside app (C++17) and its quick start runs")
