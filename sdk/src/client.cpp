@@ -1,6 +1,8 @@
 #include "client_p.h"
 #include "logging_p.h"
 
+#include <QtNetwork/QSslCertificate>
+
 #include <QtCore/QRandomGenerator>
 #include <QtCore/QUuid>
 
@@ -100,6 +102,29 @@ void Client::setServers(const QList<QUrl> &servers) {
     d->conn.transport()->setUrls(servers);
 }
 QList<QUrl> Client::servers() const { return d->conn.urls; }
+bool Client::setTrustedCaFile(const QString &pemFile) {
+    QList<QSslCertificate> cas;
+    if (!pemFile.isEmpty()) {
+        cas = QSslCertificate::fromPath(pemFile, QSsl::Pem, QSslCertificate::PatternSyntax::FixedString);
+        if (cas.isEmpty()) {
+            d->lastError = QStringLiteral("no PEM certificate in %1").arg(pemFile);
+            return false;
+        }
+    }
+    d->conn.transport()->setTrustedCas(cas);
+    return true;
+}
+bool Client::setPinnedCertificateSha256(const QString &fingerprint) {
+    QString hex = fingerprint.trimmed();
+    hex.remove(QLatin1Char(':'));
+    const QByteArray digest = QByteArray::fromHex(hex.toLatin1());
+    if (!hex.isEmpty() && (hex.size() != 64 || digest.size() != 32 || digest.toHex().compare(hex.toLatin1(), Qt::CaseInsensitive) != 0)) {
+        d->lastError = QStringLiteral("not a SHA-256 fingerprint (64 hex digits): %1").arg(fingerprint);
+        return false;
+    }
+    d->conn.transport()->setPinnedSha256(digest);
+    return true;
+}
 void Client::setCredentials(const QString &token) { d->conn.token = token; }
 
 void Client::setRequestTimeout(int ms) {

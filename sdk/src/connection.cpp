@@ -15,6 +15,16 @@ Connection::Connection(ClientPrivate &dd) : d(dd) {
     connect(transport_, &detail::Transport::closed, this, &Connection::onClosed);
     connect(transport_, &detail::Transport::textReceived, this, &Connection::onText);
     connect(transport_, &detail::Transport::stateChanged, this, &Connection::onTransportState);
+    connect(transport_, &detail::Transport::tlsFailed, this, [this](const QString &message) {
+        // Terminal: an untrusted certificate does not fix itself by retrying,
+        // and it is never ignored.
+        d.lastError = QStringLiteral("TLS_ERROR: %1").arg(message);
+        wantConnected_ = false;
+        deadlineTimer_.stop();
+        keepAliveTimer_.stop();
+        setState(ConnectionState::Disconnected);
+        emit d.q->errorOccurred(QStringLiteral("TLS_ERROR"), message);
+    });
     connect(transport_, &detail::Transport::activity, this, [this] { sinceActivity_.start(); });
     deadlineTimer_.setSingleShot(true);
     connect(&deadlineTimer_, &QTimer::timeout, this, &Connection::onDeadline);

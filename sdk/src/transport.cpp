@@ -3,6 +3,9 @@
 #include <QtCore/QRandomGenerator>
 #include <QtCore/QVariant>
 #include <QtNetwork/QAbstractSocket>
+#include <QtCore/QCryptographicHash>
+#include <QtNetwork/QSslConfiguration>
+#include <QtNetwork/QSslError>
 #include <QtWebSockets/QWebSocket>
 
 #include <algorithm>
@@ -98,6 +101,8 @@ void Transport::attempt() {
         if (s != socket_)
             return;
         openTimer_.stop();
+        if (!pinnedSha256_.isEmpty() && s->sslConfiguration().peerCertificate().digest(QCryptographicHash::Sha256) != pinnedSha256_)
+            return failTls(QStringLiteral("the server's certificate does not have the pinned SHA-256 fingerprint"));
         // Small request/reply frames: no Nagle delay (it costs a delayed ACK, ~40 ms).
         // QWebSocket has no socket options of its own; its TCP socket is its child.
         if (auto *tcp = s->findChild<QAbstractSocket *>())
@@ -109,9 +114,38 @@ void Transport::attempt() {
         if (s == socket_)
             onLost();
     });
-    connect(s, qOverload<QAbstractSocket::SocketError>(&QWebSocket::error), this, [this, s](QAbstractSocket::SocketError) {
+    if (currentUrl().scheme() == QLatin1String("wss")) {
+        // The system's trust store (or the configured CAs) and host name
+        // check; TLS 1.2 or later. A certificate error is never ignored.
+        QSslConfiguration tls = QSslConfiguration::defaultConfiguration();
+        tls.setProtocol(QSsl::TlsV1_2OrLater);
+        tls.setPeerVerifyMode(QSslSocket::VerifyPeer);
+        if (!trustedCas_.isEmpty())
+            tls.setCaCertificates(trustedCas_);
+        s->setSslConfiguration(tls);
+        connect(s, &QWebSocket::sslErrors, this, [this, s](const QList<QSslError> &errors) {
+            if (s != socket_)
+                return;
+            if (pinnedOnly(s->sslConfiguration().peerCertificate(), errors)) {
+                // The pinned certificate itself is the trust: its chain and
+                // name need not check out (a self-signed server certificate).
+                s->ignoreSslErrors(errors);
+                return;
+            }
+            QStringList why;
+            for (const QSslError &e : errors)
+                why << e.errorString();
+            failTls(why.join(QStringLiteral("; ")));
+        });
+    }
+    connect(s, qOverload<QAbstractSocket::SocketError>(&QWebSocket::error), this, [this, s](QAbstractSocket::SocketError e) {
+        if (s != socket_)
+            return;
+        if (e == QAbstractSocket::SslHandshakeFailedError || e == QAbstractSocket::SslInternalError ||
+            e == QAbstractSocket::SslInvalidUserDataError)
+            return failTls(s->errorString());
         // Some failures (refused, host not found) report only an error.
-        if (s == socket_ && s->state() == QAbstractSocket::UnconnectedState)
+        if (s->state() == QAbstractSocket::UnconnectedState)
             onLost();
     });
     connect(s, &QWebSocket::textMessageReceived, this, [this, s](const QString &text) {
@@ -132,6 +166,33 @@ void Transport::attempt() {
     setState(State::Connecting);
     openTimer_.start(openTimeoutMs_);
     s->open(currentUrl());
+}
+
+bool Transport::pinnedOnly(const QSslCertificate &peer, const QList<QSslError> &errors) const {
+    if (pinnedSha256_.isEmpty() || peer.isNull() || peer.digest(QCryptographicHash::Sha256) != pinnedSha256_)
+        return false;
+    for (const QSslError &e : errors) {
+        switch (e.error()) {
+        case QSslError::SelfSignedCertificate:
+        case QSslError::SelfSignedCertificateInChain:
+        case QSslError::UnableToGetLocalIssuerCertificate:
+        case QSslError::UnableToGetIssuerCertificate:
+        case QSslError::UnableToVerifyFirstCertificate:
+        case QSslError::CertificateUntrusted:
+        case QSslError::HostNameMismatch:
+            break;
+        default:
+            return false; // expired, revoked, bad signature...: refused even when pinned
+        }
+    }
+    return true;
+}
+
+void Transport::failTls(const QString &message) {
+    if (!running_)
+        return;
+    stop();
+    emit tlsFailed(QStringLiteral("%1: %2").arg(currentUrl().toString(), message));
 }
 
 void Transport::onLost() {

@@ -11,6 +11,8 @@
 #include <QtCore/QUrl>
 #include <QtCore/QVariant>
 #include <QtNetwork/QAbstractSocket>
+#include <QtNetwork/QSslCertificate>
+#include <QtNetwork/QSslError>
 
 class QWebSocket;
 
@@ -28,6 +30,13 @@ public:
     void setUrls(const QList<QUrl> &urls);
     void setBackoff(int initialMs, int maxMs);
     void setOpenTimeout(int ms) { openTimeoutMs_ = ms; }
+    /// wss:// trust: these CA certificates instead of the system's store
+    /// (empty: the system's store). Never ignores a TLS error.
+    void setTrustedCas(const QList<QSslCertificate> &cas) { trustedCas_ = cas; }
+    /// wss:// pin: the server's certificate must have this SHA-256 digest
+    /// (32 bytes; empty: no pin). A pinned certificate is trusted even when
+    /// self-signed or not issued for the host name.
+    void setPinnedSha256(const QByteArray &digest) { pinnedSha256_ = digest; }
 
     /// Starts connecting to the current URL and keeps reconnecting on loss.
     void start();
@@ -71,6 +80,9 @@ signals:
     /// Something arrived on the open socket (a frame or a pong).
     void activity();
     void stateChanged(im::detail::Transport::State state);
+    /// The server's certificate was not trusted or the TLS handshake failed.
+    /// The transport has stopped: a TLS failure does not fix itself by retrying.
+    void tlsFailed(const QString &message);
 
 private:
     void attempt();
@@ -78,6 +90,8 @@ private:
     void scheduleReconnect(int delayMs);
     void setState(State s);
     void dropSocket();
+    void failTls(const QString &message);
+    bool pinnedOnly(const QSslCertificate &peer, const QList<QSslError> &errors) const;
 
     QList<QUrl> urls_;
     int urlIndex_ = 0;
@@ -89,6 +103,8 @@ private:
     bool running_ = false;
     State state_ = State::Idle;
     QDateTime nextAttemptAt_;
+    QList<QSslCertificate> trustedCas_;
+    QByteArray pinnedSha256_;
     QPointer<QWebSocket> socket_;
     QTimer reconnectTimer_;
     QTimer openTimer_;

@@ -52,6 +52,7 @@ const Command commands[] = {
     {"conv set CONV [--recall-window-ms N] [--push-full-max N]", "change a conversation's settings"},
     {"member add CONV USER | member remove CONV USER", "open/close a period; prints the event's seq"},
     {"epoch bump CONV", "start a new epoch; prints it"},
+    {"epoch bump --all", "start a new epoch in every conversation (after a database restore); prints how many"},
     {"purge (CONV | --all) (--before-seq N | --older-than DURATION)",
      "retention purge with tombstones; prints rows purged (DURATION: 30d, 12h, 15m, 45s, 500ms)"},
     {"demo [--out FILE] [--server URL]",
@@ -279,6 +280,18 @@ int run(int argc, char** argv) {
     } else if (cmd == "member remove") {
         need(args, 2, "member remove CONV USER");
         std::cout << store.remove_member(c, args.pos[0], args.pos[1]) << '\n';
+    } else if (cmd == "epoch bump" && args.has("--all")) {
+        // After a database restore: every conversation, each in its own
+        // transaction (a rerun after an interruption only bumps again).
+        if (!args.pos.empty()) throw Usage("usage: imserver admin epoch bump (CONV | --all)");
+        std::vector<std::string> convs;
+        {
+            pqxx::nontransaction tx(c);
+            for (const auto& row : tx.exec("SELECT conv_id FROM conversations ORDER BY conv_id"))
+                convs.push_back(row[0].as<std::string>());
+        }
+        for (const auto& conv : convs) store.bump_epoch(c, conv);
+        std::cout << convs.size() << '\n';
     } else if (cmd == "epoch bump") {
         need(args, 1, "epoch bump CONV");
         std::cout << store.bump_epoch(c, args.pos[0]) << '\n';

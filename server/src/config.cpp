@@ -86,6 +86,13 @@ const std::vector<Option>& options() {
              return std::nullopt;
          },
          [](const Config& c) { return c.db_password_file; }, for_both},
+        {"--tls-cert", "IM_TLS_CERT", "FILE",
+         "serve wss:// and https:// with this PEM certificate (chain allowed; needs --tls-key; reloaded on SIGHUP)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> { c.tls_cert = v; return std::nullopt; },
+         [](const Config& c) { return c.tls_cert; }},
+        {"--tls-key", "IM_TLS_KEY", "FILE", "the PEM private key of --tls-cert (reloaded on SIGHUP)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> { c.tls_key = v; return std::nullopt; },
+         [](const Config& c) { return c.tls_key; }},
         {"--state-dir", "IM_STATE_DIR", "DIR", "folder of the embedded PostgreSQL and demo tokens (default ./var)",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.state_dir = v; return std::nullopt; },
          [](const Config& c) { return c.state_dir; }, for_both},
@@ -371,6 +378,7 @@ std::optional<std::string> parse_config(const std::vector<std::string>& args, Co
         if (!cfg.db_url) return "--db-password-file needs --db (the embedded cluster has no password)";
         if (auto e = read_secret(cfg.db_password_file, cfg.db_password)) return "--db-password-file: " + *e;
     }
+    if (cfg.tls_cert.empty() != cfg.tls_key.empty()) return "--tls-cert and --tls-key go together";
     if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones ||
                                 cfg.lab.no_resync))
         return "--fault and --lab-* need --enable-faults";
@@ -528,6 +536,8 @@ std::string config_man(const std::string& version) {
          "database password.\n"
       << ".SH SIGNALS\n.TP\n\\fBSIGTERM\\fR, \\fBSIGINT\\fR\nDrain: tell clients to go (goaway), finish "
          "requests in flight for up to \\fB\\-\\-drain\\-timeout\\-ms\\fR, exit 0.\n"
+      << ".TP\n\\fBSIGHUP\\fR\nRe-read the TLS certificate and key: new connections use them, open ones keep "
+         "theirs. If the files are unusable the old ones stay and an error is logged.\n"
       << ".SH FILES\n.TP\n\\fI" << roff_escape(default_config_file) << "\\fR\nThe configuration file.\n"
       << ".TP\n\\fI/var/lib/imserver\\fR\nState directory of the packaged service (embedded PostgreSQL).\n"
       << ".SH EXIT STATUS\n0 after a drain, 1 on a fatal error, 2 on bad usage.\n"

@@ -22,6 +22,8 @@ struct Config {
     std::optional<std::string> db_url;   // none: the embedded cluster in state_dir
     std::string db_password_file;        // read into db_password
     std::string db_password;             // secret: never printed
+    std::string tls_cert;                // PEM certificate (chain allowed); with tls_key: wss:// and https://
+    std::string tls_key;                 // PEM private key file (a secret: only its path is configured)
     std::string state_dir = "./var";
     std::string gateway_id = "gw-1";
     int db_pool = 4;

@@ -2,6 +2,7 @@
 
 #include "listener.hpp"
 #include "log.hpp"
+#include "tls.hpp"
 #include "ws_session.hpp"
 
 #include <chrono>
@@ -12,7 +13,26 @@ namespace im {
 Gateway::Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& store, Metrics& metrics,
                  FaultRegistry& faults)
     : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id, nullptr, {}},
-      sends_(api_, pool, metrics, static_cast<std::size_t>(cfg.send_group_max)) {}
+      sends_(api_, pool, metrics, static_cast<std::size_t>(cfg.send_group_max)) {
+    if (!cfg.tls_cert.empty()) {
+        tls_ = std::make_shared<TlsContexts>(cfg.tls_cert, cfg.tls_key);
+        log_info("tls_enabled", {{"cert", cfg.tls_cert}, {"certificate", tls_->describe()}});
+    }
+}
+
+void Gateway::reload_tls() {
+    if (!tls_) {
+        log_info("sighup_ignored", {{"reason", "no TLS configured"}});
+        return;
+    }
+    if (auto e = tls_->reload()) {
+        ++metrics_.tls_reload_failures_total;
+        log_error("tls_reload_failed", {{"err", *e}, {"kept", tls_->describe()}});
+        return;
+    }
+    ++metrics_.tls_reloads_total;
+    log_info("tls_reloaded", {{"certificate", tls_->describe()}});
+}
 
 unsigned short Gateway::listen() {
     listener_ = std::make_shared<Listener>(ioc_, shared_from_this());

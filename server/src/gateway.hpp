@@ -23,6 +23,7 @@
 namespace im {
 
 class Listener;
+class TlsContexts;
 class WsSession;
 
 class Gateway : public std::enable_shared_from_this<Gateway> {
@@ -43,6 +44,10 @@ public:
     Metrics& metrics() { return metrics_; }
     FaultRegistry& faults() { return faults_; }
     ApiContext& api() { return api_; }
+    /// The TLS contexts (nullptr: plain ws:// and http://).
+    const std::shared_ptr<TlsContexts>& tls() const { return tls_; }
+    /// SIGHUP: re-read the certificate and key (see TlsContexts::reload).
+    void reload_tls();
     SendCombiner& sends() { return sends_; }
     void session_opened(const std::shared_ptr<WsSession>& s);
     void subscribe(const std::string& user, const std::shared_ptr<WsSession>& s);
@@ -87,6 +92,7 @@ private:
     ApiContext api_;
     SendCombiner sends_;
     std::shared_ptr<Listener> listener_;
+    std::shared_ptr<TlsContexts> tls_;
     std::atomic<bool> draining_{false};
 
     mutable std::mutex mu_;

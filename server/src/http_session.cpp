@@ -9,18 +9,49 @@
 
 namespace im {
 
+namespace {
+
+std::variant<beast::tcp_stream, tls_stream> make_stream(tcp::socket&& socket, ssl::context* tls) {
+    if (tls) return std::variant<beast::tcp_stream, tls_stream>(std::in_place_type<tls_stream>, std::move(socket), *tls);
+    return std::variant<beast::tcp_stream, tls_stream>(std::in_place_type<beast::tcp_stream>, std::move(socket));
+}
+
+} // namespace
+
 HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw)
-    : stream_(std::move(socket)), gw_(std::move(gw)) {}
+    : tls_(gw->tls() ? gw->tls()->current() : nullptr), stream_(make_stream(std::move(socket), tls_.get())),
+      gw_(std::move(gw)) {}
 
 void HttpSession::run() {
-    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::do_read, shared_from_this()));
+    auto exec = with_stream([](auto& s) { return s.get_executor(); });
+    net::dispatch(exec, [self = shared_from_this()] {
+        if (auto* tls = std::get_if<tls_stream>(&self->stream_)) {
+            beast::get_lowest_layer(*tls).expires_after(std::chrono::seconds(30));
+            tls->async_handshake(ssl::stream_base::server, self->buffer_.data(),
+                                 beast::bind_front_handler(&HttpSession::on_handshake, self));
+            return;
+        }
+        self->do_read();
+    });
+}
+
+void HttpSession::on_handshake(beast::error_code ec, std::size_t used) {
+    if (ec) {
+        ++gw_->metrics().tls_handshake_failures;
+        log_info("tls_handshake_failed", {{"err", ec.message()}});
+        return;
+    }
+    buffer_.consume(used);
+    do_read();
 }
 
 void HttpSession::do_read() {
     parser_.emplace();
     parser_->body_limit(8 * 1024);
-    stream_.expires_after(std::chrono::seconds(30));
-    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+    with_stream([this](auto& s) {
+        beast::get_lowest_layer(s).expires_after(std::chrono::seconds(30));
+        http::async_read(s, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+    });
 }
 
 void HttpSession::on_read(beast::error_code ec, std::size_t) {
@@ -28,8 +59,11 @@ void HttpSession::on_read(beast::error_code ec, std::size_t) {
     auto req = parser_->release();
     if (websocket::is_upgrade(req)) {
         if (req.target() != "/v1/ws" || gw_->draining()) return respond(req, http::status::not_found, "not found\n");
-        stream_.expires_never();
-        std::make_shared<WsSession>(stream_.release_socket(), gw_)->run(std::move(req));
+        with_stream([](auto& s) { beast::get_lowest_layer(s).expires_never(); });
+        if (auto* tls = std::get_if<tls_stream>(&stream_))
+            std::make_shared<WsSession>(std::move(*tls), tls_, gw_)->run(std::move(req));
+        else
+            std::make_shared<WsSession>(std::get<beast::tcp_stream>(stream_).release_socket(), gw_)->run(std::move(req));
         return;
     }
     auto target = std::string(req.target());
@@ -58,7 +92,7 @@ void HttpSession::on_read(beast::error_code ec, std::size_t) {
 // The lab endpoint answers only local callers, whatever --listen says.
 bool HttpSession::from_loopback() {
     beast::error_code ec;
-    auto ep = stream_.socket().remote_endpoint(ec);
+    auto ep = with_stream([&](auto& s) { return beast::get_lowest_layer(s).socket().remote_endpoint(ec); });
     return !ec && ep.address().is_loopback();
 }
 
@@ -79,7 +113,8 @@ void HttpSession::readyz(http::request<http::string_body> req) {
         // publish its own (sends answer UNAVAILABLE): not ready either.
         const auto* bus = self->gw_->api().bus;
         const bool bus_up = !bus || bus->connected();
-        net::post(self->stream_.get_executor(), [self, shared_req, ready, bus_up] {
+        auto exec = self->with_stream([](auto& s) { return s.get_executor(); });
+        net::post(exec, [self, shared_req, ready, bus_up] {
             if (ready && bus_up) self->respond(*shared_req, http::status::ok, "ready\n");
             else self->respond(*shared_req, http::status::service_unavailable,
                                ready ? "notification bus unavailable\n" : "database unavailable\n");
@@ -96,15 +131,23 @@ void HttpSession::respond(const http::request<http::string_body>& req, http::sta
     res->keep_alive(req.keep_alive());
     res->body() = std::move(body);
     res->prepare_payload();
-    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
-        if (ec) return fail(ec, "http_write");
-        if (!res->keep_alive()) {
-            beast::error_code ignored;
-            self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-            return;
-        }
-        self->do_read();
+    with_stream([&](auto& s) {
+        http::async_write(s, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+            if (ec) return fail(ec, "http_write");
+            if (!res->keep_alive()) return self->close();
+            self->do_read();
+        });
     });
+}
+
+void HttpSession::close() {
+    if (auto* tls = std::get_if<tls_stream>(&stream_)) {
+        beast::get_lowest_layer(*tls).expires_after(std::chrono::seconds(5));
+        tls->async_shutdown([self = shared_from_this()](beast::error_code) {});
+        return;
+    }
+    beast::error_code ignored;
+    std::get<beast::tcp_stream>(stream_).socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
 } // namespace im

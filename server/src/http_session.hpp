@@ -1,12 +1,15 @@
-// One plain HTTP connection: /healthz, /readyz, /metrics, the lab endpoint
-// (only with --enable-faults), and the upgrade to /v1/ws.
+// One HTTP connection, plain or TLS (after its handshake): /healthz, /readyz,
+// /metrics, the lab endpoint (only with --enable-faults), and the upgrade to
+// /v1/ws, which hands the stream on to a WsSession.
 #pragma once
 
 #include "net_common.hpp"
+#include "tls.hpp"
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 
 namespace im {
 
@@ -18,14 +21,20 @@ public:
     void run();
 
 private:
+    void on_handshake(beast::error_code ec, std::size_t used);
     void do_read();
     void on_read(beast::error_code ec, std::size_t);
     bool from_loopback();
     void readyz(http::request<http::string_body> req);
     void respond(const http::request<http::string_body>& req, http::status status, std::string body,
                  const char* type = "text/plain");
+    void close();
 
-    beast::tcp_stream stream_;
+    template <class F>
+    decltype(auto) with_stream(F&& f) { return std::visit(std::forward<F>(f), stream_); }
+
+    std::shared_ptr<ssl::context> tls_;   // outlives stream_: this connection's context, even after a reload
+    std::variant<beast::tcp_stream, tls_stream> stream_;
     beast::flat_buffer buffer_;
     std::optional<http::request_parser<http::string_body>> parser_;
     std::shared_ptr<Gateway> gw_;

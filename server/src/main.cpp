@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <chrono>
@@ -101,14 +102,26 @@ int serve(const im::Config& cfg) {
     notifier.start(bus);
     unsigned short port = gw->listen();
 
+    // SIGHUP: reload the TLS certificate and key; open connections keep theirs.
+    boost::asio::signal_set hup(ioc, SIGHUP);
+    std::function<void()> wait_hup = [&] {
+        hup.async_wait([&](const boost::system::error_code& ec, int) {
+            if (ec) return;
+            gw->reload_tls();
+            wait_hup();
+        });
+    };
+    wait_hup();
+
     boost::asio::signal_set signals(ioc, SIGTERM, SIGINT);
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
         im::log_info("signal", {{"signal", sig}});
+        hup.cancel();
         gw->drain([&ioc] { ioc.stop(); });
     });
 
-    im::log_info("listening", {{"host", cfg.listen_host}, {"port", static_cast<int>(port)}});
+    im::log_info("listening", {{"host", cfg.listen_host}, {"port", static_cast<int>(port)}, {"tls", gw->tls() ? "on" : "off"}});
     if (!cfg.ready_file.empty()) write_ready_file(cfg.ready_file, port);
 
     std::vector<std::thread> threads;

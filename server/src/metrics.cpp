@@ -54,6 +54,11 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
           db_timeouts.load(), "counter");
     gauge("im_revoked_closes_total", "Connections closed because their device was revoked or got a new token.",
           revoked_closes.load(), "counter");
+    gauge("im_tls_handshake_failures_total", "TLS handshakes that failed (bad client, untrusted certificate, old protocol).",
+          tls_handshake_failures.load(), "counter");
+    gauge("im_tls_reloads_total", "Certificate reloads on SIGHUP.", tls_reloads_total.load(), "counter");
+    gauge("im_tls_reload_failures_total", "SIGHUP reloads refused (the old certificate stays).",
+          tls_reload_failures_total.load(), "counter");
     gauge("im_token_rechecks_total",
           "Checks of every open connection's token after the bus came back (revocations it may have missed).",
           token_rechecks.load(), "counter");

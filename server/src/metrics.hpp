@@ -31,11 +31,14 @@ public:
     std::atomic<long long> rejected_total_cap{0};   // closed 1013: --max-connections reached
     std::atomic<long long> rejected_address_cap{0}; // closed 1013: --max-connections-per-address reached
     std::atomic<long long> accept_errors{0};        // accept() failures (EMFILE ...) that paused accepting
-    std::atomic<long long> revoked_closes{0};
+    std::atomic<long long> revoked_closes{0};       // connections closed because their device was revoked
     std::atomic<long long> token_rechecks{0};
     std::atomic<long long> send_group_commits{0}; // statements that carried runs of 2+ connections
     std::atomic<long long> send_runs_grouped{0};  // runs carried by those statements
-    std::atomic<long long> db_timeouts{0};          // database connections cut by --db-timeout-ms       // connections closed because their device was revoked
+    std::atomic<long long> db_timeouts{0};          // database connections cut by --db-timeout-ms
+    std::atomic<long long> tls_handshake_failures{0};
+    std::atomic<long long> tls_reloads_total{0};
+    std::atomic<long long> tls_reload_failures_total{0};
 
     /// code is "OK" for success replies.
     void count_request(std::string_view type, std::string_view code);

@@ -4,12 +4,14 @@
 
 #include "api.hpp"
 #include "net_common.hpp"
+#include "tls.hpp"
 
 #include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 
 namespace im {
 
@@ -18,6 +20,8 @@ class Gateway;
 class WsSession : public std::enable_shared_from_this<WsSession> {
 public:
     WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw);
+    /// Over TLS: the stream after its handshake, and the context it used.
+    WsSession(tls_stream&& stream, std::shared_ptr<ssl::context> tls, std::shared_ptr<Gateway> gw);
     ~WsSession();
 
     void run(http::request<http::string_body> req);
@@ -63,7 +67,15 @@ private:
     static constexpr std::size_t max_queued_ = 64;        // requests read ahead
     static constexpr std::size_t max_send_batch_ = 64;    // sends per transaction
 
-    websocket::stream<beast::tcp_stream> ws_;
+    template <class F>
+    decltype(auto) with_ws(F&& f) { return std::visit(std::forward<F>(f), ws_); }
+    net::any_io_executor executor() {
+        return with_ws([](auto& ws) -> net::any_io_executor { return ws.get_executor(); });
+    }
+    void note_address();
+
+    std::shared_ptr<ssl::context> tls_;   // outlives ws_ (nullptr: plain)
+    std::variant<websocket::stream<beast::tcp_stream>, websocket::stream<tls_stream>> ws_;
     beast::flat_buffer buffer_;
     std::shared_ptr<Gateway> gw_;
     net::steady_timer ping_timer_;

@@ -160,6 +160,7 @@ Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
                                                 std::to_string(sdk_cmids.size()) + "/" + std::to_string(sdk_drafts) +
                                                 "): " + sdk.stderr_text());
     { std::ofstream(sdk_db + ".end") << "end\n"; }
+    { std::ofstream(sdk_db + ".sync") << "sync\n"; } // the only SDK client: sync once drained
     std::vector<std::string> sdk_rows;
     for (bool done = false; !done;) {
         auto l = sdk.line(60s);

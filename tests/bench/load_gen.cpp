@@ -53,7 +53,7 @@ using namespace std::chrono_literals;
 namespace {
 
 struct Options {
-    int convs = 100, members = 5, senders = 16, body = 100, db_pool = 16;
+    int convs = 100, members = 5, senders = 16, body = 100, db_pool = 4; // db_pool: imserver's default
     double warmup = 3, window = 10;
     std::optional<std::string> db;
     int idle = 0;
@@ -210,7 +210,7 @@ Figure direct_baseline(const std::string& url, const Options& o, const std::vect
         o.senders, o, [&](int) { return std::make_unique<pqxx::connection>(url); },
         [&](pqxx::connection& c, int w, long k) {
             auto i = static_cast<std::size_t>(w) % convs.size();
-            im::Identity who{users[i], users[i] + "-d", "bench-install"};
+            im::Identity who{users[i], users[i] + "-d", "bench-install", {}};
             im::req::Send s;
             s.conv = convs[i];
             s.cmid = "d" + std::to_string(w) + "-" + std::to_string(k);

@@ -317,6 +317,16 @@ TEST_F(Contract, cursor_beyond_head_is_cursor_ahead) {
     EXPECT_EQ(str(sync_conv(*c, w.conv, 2), "t"), "page");
 }
 
+// After a restore: one command bumps every conversation's epoch once.
+TEST_F(Contract, epoch_bump_all_bumps_every_conversation_once) {
+    auto a = make_world(db(), "epall", 2);
+    auto b = make_world(db(), "epall", 2);
+    EXPECT_GE(std::stoll(admin_ok(db(), {"epoch", "bump", "--all"})), 2);
+    EXPECT_EQ(admin_ok(db(), {"epoch", "bump", a.conv}), "3");
+    EXPECT_EQ(admin_ok(db(), {"epoch", "bump", b.conv}), "3");
+    EXPECT_NE(admin(db(), {"epoch", "bump", "--all", a.conv}).first, 0);
+}
+
 TEST_F(Contract, epoch_bump_voids_old_cursors) {
     auto w = make_world(db(), "epoch", 2);
     auto c = login(port(), w.users[0]);

@@ -81,6 +81,20 @@ public:
     /// `goaway` moves to the next one.
     void setServers(const QList<QUrl> &servers);
     QList<QUrl> servers() const;
+    /// TLS (wss:// URLs): the server's certificate and host name are checked
+    /// against the system's trust store, TLS 1.2 or later. To trust only your
+    /// own CA instead, give its certificate(s) here (a PEM file; an empty path
+    /// goes back to the system's store). Returns false and sets lastError() if
+    /// the file holds no certificate. A TLS failure is never ignored: it stops
+    /// the connection (Disconnected, no reconnect) with errorOccurred("TLS_ERROR").
+    bool setTrustedCaFile(const QString &pemFile);
+    /// wss:// certificate pinning: the server's certificate must have this
+    /// SHA-256 fingerprint (64 hex digits, colons allowed, as printed by
+    /// `openssl x509 -noout -fingerprint -sha256`; empty removes the pin). A
+    /// pinned certificate is trusted even if self-signed or issued for another
+    /// name; any other certificate fails with TLS_ERROR. Returns false and sets
+    /// lastError() if the fingerprint is malformed.
+    bool setPinnedCertificateSha256(const QString &fingerprint);
     /// The device token issued by the server's admin CLI.
     void setCredentials(const QString &token);
     void setRequestTimeout(int ms);

@@ -1,0 +1,174 @@
+// The SDK over wss:// against the real imserver with a certificate from a
+// throwaway CA (openssl CLI): trusted via setTrustedCaFile it sends; a client
+// trusting another CA, or only the system's store, gets a terminal TLS_ERROR
+// and sends nothing.
+#include "realserver.h"
+
+#include <im/client.h>
+
+#include <QtCore/QProcess>
+#include <QtCore/QTemporaryDir>
+#include <QtTest/QtTest>
+
+using namespace im;
+
+class TstTls : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void cleanupTestCase();
+    void sendsOverWssTrustingTheServersCa();
+    void refusesAServerCertificateFromAnotherCa_data();
+    void refusesAServerCertificateFromAnotherCa();
+    void pinnedFingerprintIsTrustedAndAnotherRefused();
+
+private:
+    bool sh(const QString &cmd);
+    QString makeCa(const QString &name);
+    QString fingerprint(const QString &certFile);
+    QUrl wssUrl() const;
+
+    QTemporaryDir dir_;
+    RealServer server_{QStringLiteral(IM_SERVER_BIN)};
+    QString caOne_, caOther_;
+};
+
+bool TstTls::sh(const QString &cmd) {
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(QStringLiteral("sh"), {QStringLiteral("-c"), cmd});
+    if (!p.waitForFinished(60000) || p.exitCode() != 0) {
+        qWarning().noquote() << cmd << p.readAll();
+        return false;
+    }
+    return true;
+}
+
+// Writes NAME-ca.crt and a server certificate NAME.crt/NAME.key for
+// 127.0.0.1 signed by it; returns the CA file.
+QString TstTls::makeCa(const QString &name) {
+    const QString p = dir_.filePath(name);
+    const bool ok =
+        sh(QStringLiteral("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+                          "-subj '/CN=%1 CA' -keyout %2-ca.key -out %2-ca.crt").arg(name, p)) &&
+        sh(QStringLiteral("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj '/CN=localhost' "
+                          "-keyout %1.key -out %1.csr").arg(p)) &&
+        sh(QStringLiteral("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > %1.ext && "
+                          "openssl x509 -req -in %1.csr -CA %1-ca.crt -CAkey %1-ca.key -CAcreateserial -days 2 "
+                          "-extfile %1.ext -out %1.crt").arg(p));
+    return ok ? p + QStringLiteral("-ca.crt") : QString();
+}
+
+// "AB:CD:..." as printed by `openssl x509 -fingerprint -sha256`.
+QString TstTls::fingerprint(const QString &certFile) {
+    QProcess p;
+    p.start(QStringLiteral("openssl"), {QStringLiteral("x509"), QStringLiteral("-noout"), QStringLiteral("-fingerprint"),
+                                        QStringLiteral("-sha256"), QStringLiteral("-in"), certFile});
+    if (!p.waitForFinished(60000) || p.exitCode() != 0)
+        return {};
+    const QString out = QString::fromLatin1(p.readAllStandardOutput()).trimmed();
+    return out.mid(out.indexOf(QLatin1Char('=')) + 1);
+}
+
+QUrl TstTls::wssUrl() const {
+    QUrl u = server_.url;
+    u.setScheme(QStringLiteral("wss"));
+    return u;
+}
+
+void TstTls::initTestCase() {
+    QVERIFY(dir_.isValid());
+    caOne_ = makeCa(QStringLiteral("one"));
+    caOther_ = makeCa(QStringLiteral("other"));
+    QVERIFY(!caOne_.isEmpty() && !caOther_.isEmpty());
+    server_.serverArgs = {QStringLiteral("--tls-cert"), dir_.filePath(QStringLiteral("one.crt")),
+                          QStringLiteral("--tls-key"), dir_.filePath(QStringLiteral("one.key"))};
+    const QString err = server_.start();
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+}
+
+void TstTls::cleanupTestCase() { server_.stop(); }
+
+void TstTls::sendsOverWssTrustingTheServersCa() {
+    Client client;
+    client.setServers({wssUrl()});
+    client.setCredentials(server_.tokens.value(QStringLiteral("ana")));
+    QVERIFY(client.setTrustedCaFile(caOne_));
+    QVERIFY2(client.open(dir_.filePath(QStringLiteral("ok.db"))), qPrintable(client.lastError()));
+    QSignalSpy errors(&client, &Client::errorOccurred);
+    client.connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(client.connectionState(), ConnectionState::Connected, 30000);
+    QSignalSpy states(&client, &Client::messageStateChanged);
+    const QString cmid = client.send(QStringLiteral("team"), QStringLiteral("over TLS"));
+    QVERIFY(!cmid.isEmpty());
+    QTRY_VERIFY_WITH_TIMEOUT(
+        std::any_of(states.begin(), states.end(),
+                    [&](const QList<QVariant> &a) {
+                        return a.at(1).toString() == cmid && a.at(3).value<MessageState>() == MessageState::Sent &&
+                               a.at(2).toLongLong() > 0;
+                    }),
+        30000);
+    QCOMPARE(errors.count(), 0);
+}
+
+void TstTls::refusesAServerCertificateFromAnotherCa_data() {
+    QTest::addColumn<QString>("caFile");
+    QTest::newRow("trusting another CA") << QStringLiteral("other");
+    QTest::newRow("trusting the system store only") << QString();
+}
+
+void TstTls::refusesAServerCertificateFromAnotherCa() {
+    QFETCH(QString, caFile);
+    Client client;
+    client.setServers({wssUrl()});
+    client.setCredentials(server_.tokens.value(QStringLiteral("ana")));
+    if (!caFile.isEmpty())
+        QVERIFY(client.setTrustedCaFile(caOther_));
+    QVERIFY(client.open(dir_.filePath(QStringLiteral("refused-%1.db").arg(QTest::currentDataTag()).replace(' ', '_'))));
+    QSignalSpy errors(&client, &Client::errorOccurred);
+    const QString cmid = client.send(QStringLiteral("team"), QStringLiteral("must not leave"));
+    client.connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(!errors.isEmpty(), 30000);
+    QCOMPARE(errors.first().at(0).toString(), QStringLiteral("TLS_ERROR"));
+    QCOMPARE(client.connectionState(), ConnectionState::Disconnected);
+    QVERIFY2(client.lastError().startsWith(QStringLiteral("TLS_ERROR")), qPrintable(client.lastError()));
+    // Terminal: no reconnect is scheduled (that would be Reconnecting with a
+    // time), the message stays in the outbox.
+    QVERIFY(!client.nextReconnectAt().isValid());
+    QCOMPARE(client.messageState(cmid), MessageState::Pending);
+}
+
+// A pinned certificate needs no CA; a pin of another certificate fails with
+// TLS_ERROR even though the chain is trusted.
+void TstTls::pinnedFingerprintIsTrustedAndAnotherRefused() {
+    const QString pinOne = fingerprint(dir_.filePath(QStringLiteral("one.crt")));
+    const QString pinOther = fingerprint(dir_.filePath(QStringLiteral("other.crt")));
+    QVERIFY(pinOne.count(QLatin1Char(':')) == 31 && pinOther.size() == pinOne.size());
+    {
+        Client client;
+        QVERIFY(!client.setPinnedCertificateSha256(QStringLiteral("AB:CD")));
+        client.setServers({wssUrl()});
+        client.setCredentials(server_.tokens.value(QStringLiteral("ana")));
+        QVERIFY2(client.setPinnedCertificateSha256(pinOne), qPrintable(client.lastError()));
+        QVERIFY(client.open(dir_.filePath(QStringLiteral("pinned.db"))));
+        QSignalSpy errors(&client, &Client::errorOccurred);
+        client.connectToServer();
+        QTRY_COMPARE_WITH_TIMEOUT(client.connectionState(), ConnectionState::Connected, 30000);
+        QCOMPARE(errors.count(), 0);
+    }
+    Client client;
+    client.setServers({wssUrl()});
+    client.setCredentials(server_.tokens.value(QStringLiteral("ana")));
+    QVERIFY(client.setTrustedCaFile(caOne_));
+    QVERIFY(client.setPinnedCertificateSha256(pinOther));
+    QVERIFY(client.open(dir_.filePath(QStringLiteral("mispinned.db"))));
+    QSignalSpy errors(&client, &Client::errorOccurred);
+    client.connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(!errors.isEmpty(), 30000);
+    QCOMPARE(errors.first().at(0).toString(), QStringLiteral("TLS_ERROR"));
+    QCOMPARE(client.connectionState(), ConnectionState::Disconnected);
+    QVERIFY(!client.nextReconnectAt().isValid());
+}
+
+QTEST_GUILESS_MAIN(TstTls)
+#include "tst_tls.moc"

@@ -1,0 +1,133 @@
+// Group commit: runs of sends that different connections queued while the
+// database was busy share one transaction, each still judged as a lone send
+// (contract section 6), and a request the database rejects fails alone.
+#include "common.hpp"
+
+#include <pqxx/pqxx>
+
+#include <map>
+#include <thread>
+
+using namespace im::test;
+
+namespace {
+
+long long metric(ServerProcess& srv, const std::string& name) {
+    const auto m = srv.http("GET", "/metrics").second;
+    const auto at = m.find("\n" + name + " ");
+    return at == std::string::npos ? -1 : std::stoll(m.substr(at + name.size() + 2));
+}
+
+bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds within) {
+    const auto until = std::chrono::steady_clock::now() + within;
+    while (!cond()) {
+        if (std::chrono::steady_clock::now() > until) return false;
+        std::this_thread::sleep_for(10ms);
+    }
+    return true;
+}
+
+// One conversation per sender; the only database worker (--db-pool 1) is
+// held on a row lock by the test, so every other sender's run waits in the
+// queue until the lock goes, and the worker then takes them all at once.
+struct Queued {
+    TestPostgres pg;
+    ServerProcess srv{pg.url(), {"--quiet", "--db-pool", "1"}};
+    World blocker = make_world(pg.url(), "gcblock", 2);
+    std::vector<World> worlds;
+    std::vector<std::unique_ptr<WsClient>> clients, twins; // twins: a second connection of the same device
+
+    explicit Queued(int senders) {
+        for (int i = 0; i < senders; ++i) {
+            worlds.push_back(make_world(pg.url(), "gc" + std::to_string(i), 2));
+            const std::string install = uuid4();
+            clients.push_back(login(srv.port(), worlds.back().users[0], install));
+            twins.push_back(login(srv.port(), worlds.back().users[0], install));
+        }
+    }
+};
+
+} // namespace
+
+TEST(GroupCommit, runs_queued_by_many_connections_share_one_transaction_each_judged_alone) {
+    constexpr int senders = 12;
+    Queued qd(senders);
+    auto first = login(qd.srv.port(), qd.blocker.users[0]);
+    const long long before = metric(qd.srv, "im_send_group_commits_total");
+    {
+        pqxx::connection holder(qd.pg.url());
+        pqxx::work lock(holder);
+        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(qd.blocker.conv) + " FOR UPDATE");
+        first->send_json({{"t", "send"}, {"rid", "b"}, {"conv", qd.blocker.conv}, {"cmid", "b"}, {"body", "blocked"}});
+        ASSERT_TRUE(wait_for([&] {
+            return qd.pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                               "AND application_name LIKE 'imserver-pool-%'") == "1";
+        }, 20s)) << "the first send never reached the row lock";
+        // Every sender sends one message on two connections at once (the
+        // same key: a resend racing the original inside one transaction).
+        for (int i = 0; i < senders; ++i)
+            for (auto* c : {qd.clients[i].get(), qd.twins[i].get()})
+                c->send_json({{"t", "send"}, {"rid", "x"}, {"conv", qd.worlds[i].conv}, {"cmid", "k1"}, {"body", "one"}});
+        ASSERT_TRUE(wait_for([&] { return metric(qd.srv, "im_db_pool_queued") == 2 * senders; }, 20s))
+            << "queued runs: " << metric(qd.srv, "im_db_pool_queued");
+        lock.abort();
+    }
+    auto b = first->next(20s);
+    ASSERT_TRUE(b.has_value());
+    EXPECT_EQ(str(*b, "t"), "sent");
+    for (int i = 0; i < senders; ++i) {
+        auto r1 = qd.clients[i]->next(20s), r2 = qd.twins[i]->next(20s);
+        ASSERT_TRUE(r1.has_value() && r2.has_value()) << "sender " << i << ": missing replies";
+        // Joins are seqs 1-2: one original at seq 3, the other its duplicate.
+        EXPECT_EQ(str(*r1, "t"), "sent") << json::serialize(*r1);
+        EXPECT_EQ(str(*r2, "t"), "sent") << json::serialize(*r2);
+        EXPECT_EQ(num(*r1, "seq"), 3);
+        EXPECT_EQ(num(*r2, "seq"), 3);
+        EXPECT_NE(r1->at("dup").as_bool(), r2->at("dup").as_bool()) << json::serialize(*r1) << json::serialize(*r2);
+        EXPECT_EQ(count_rows(qd.pg, "conv_id = " + q(qd.worlds[i].conv) + " AND kind = 'msg'"), "1");
+    }
+    // Everything queued behind the blocked send went in one group commit
+    // (not one per connection): the rows share their transaction (xmin).
+    EXPECT_EQ(metric(qd.srv, "im_send_group_commits_total") - before, 1);
+    std::string convs;
+    for (const auto& w : qd.worlds) convs += (convs.empty() ? "" : ",") + q(w.conv);
+    EXPECT_EQ(qd.pg.scalar("SELECT count(DISTINCT xmin::text) FROM events WHERE kind = 'msg' AND conv_id IN (" +
+                           convs + ")"),
+              "1");
+}
+
+TEST(GroupCommit, a_request_the_database_rejects_fails_alone_among_other_connections_runs) {
+    constexpr int senders = 6;
+    Queued qd(senders);
+    auto first = login(qd.srv.port(), qd.blocker.users[0]);
+    // An operator's constraint that one body breaks, every time it is sent.
+    qd.pg.scalar("ALTER TABLE events ADD CONSTRAINT poison_check CHECK (body IS NULL OR body <> 'poison')");
+    {
+        pqxx::connection holder(qd.pg.url());
+        pqxx::work lock(holder);
+        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(qd.blocker.conv) + " FOR UPDATE");
+        first->send_json({{"t", "send"}, {"rid", "b"}, {"conv", qd.blocker.conv}, {"cmid", "b"}, {"body", "blocked"}});
+        ASSERT_TRUE(wait_for([&] {
+            return qd.pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                               "AND application_name LIKE 'imserver-pool-%'") == "1";
+        }, 20s));
+        for (int i = 0; i < senders; ++i)
+            qd.clients[i]->send_json({{"t", "send"}, {"rid", "x"}, {"conv", qd.worlds[i].conv}, {"cmid", "k1"},
+                                     {"body", i == 2 ? "poison" : "fine"}});
+        ASSERT_TRUE(wait_for([&] { return metric(qd.srv, "im_db_pool_queued") == senders; }, 20s));
+        lock.abort();
+    }
+    ASSERT_TRUE(first->next(20s).has_value());
+    for (int i = 0; i < senders; ++i) {
+        auto r = qd.clients[i]->next(20s);
+        ASSERT_TRUE(r.has_value()) << "sender " << i;
+        if (i == 2) {
+            EXPECT_EQ(str(*r, "code"), "INVALID_ARGUMENT") << json::serialize(*r);
+            EXPECT_EQ(count_rows(qd.pg, "conv_id = " + q(qd.worlds[i].conv) + " AND kind = 'msg'"), "0");
+        } else {
+            EXPECT_EQ(str(*r, "t"), "sent") << json::serialize(*r);
+            EXPECT_EQ(num(*r, "seq"), 3);
+            EXPECT_EQ(count_rows(qd.pg, "conv_id = " + q(qd.worlds[i].conv) + " AND kind = 'msg'"), "1");
+        }
+    }
+}
