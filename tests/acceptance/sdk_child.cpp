@@ -29,6 +29,7 @@
 #include <QtCore/QUrl>
 
 #include <cstdio>
+#include <limits>
 
 namespace {
 
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
         if (a.size() < 6) return 2;
         const QString conv = a[5];
         auto* model = new im::MessageListModel(&client, conv, &app);
+        model->setWindowRows(std::numeric_limits<int>::max()); // the whole store, not a window
         QObject::connect(&client, &im::Client::conversationSynced, &app, [model, conv](const QString& c) {
             if (c == conv) {
                 model->refresh();
@@ -183,6 +185,7 @@ int main(int argc, char** argv) {
             // The timeline as an app shows it, read once at the end (a live
             // model would re-read the growing conversation on every push).
             auto* model = new im::MessageListModel(&client, conv, &client);
+            model->setWindowRows(std::numeric_limits<int>::max()); // the whole store, not a window
             QObject::connect(&client, &im::Client::conversationSynced, model, [model, conv](const QString& c) {
                 if (c != conv) return;
                 model->refresh();

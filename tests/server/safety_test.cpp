@@ -237,7 +237,8 @@ TEST(Safety, the_database_password_comes_from_a_file_or_the_environment_never_ar
     std::ofstream(file) << secret << "\n";
     {
         ServerProcess srv(db, {"--quiet", "--db-password-file", file});
-        EXPECT_EQ(srv.http("GET", "/readyz").first, 200);
+        // Ready once its workers and its bus session are in (both need the password).
+        EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
         const std::string cmdline = read_file("/proc/" + std::to_string(srv.pid()) + "/cmdline");
         EXPECT_EQ(cmdline.find(secret), std::string::npos) << "the password is in argv";
     }
@@ -245,7 +246,7 @@ TEST(Safety, the_database_password_comes_from_a_file_or_the_environment_never_ar
         ::setenv("IM_DB_PASSWORD_FILE", file.c_str(), 1);
         ServerProcess srv(db, {"--quiet"});
         ::unsetenv("IM_DB_PASSWORD_FILE");
-        EXPECT_EQ(srv.http("GET", "/readyz").first, 200);
+        EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
     }
     EXPECT_EQ(imserver_exit_code({"--db", db, "--listen", "127.0.0.1:0", "--quiet", "--db-password-file",
                                   dir.path() + "/missing"},
