@@ -9,7 +9,7 @@
 set -euo pipefail
 # grep -q quits at the first match and its writer then dies of SIGPIPE, which
 # pipefail turns into a failure: read the whole input instead.
-has() { grep "$@" >/dev/null; }
+matches() { grep "$@" >/dev/null; }
 
 build=$1
 quickstart=$2
@@ -45,18 +45,18 @@ for p in imserver libimsdk0 libimsdk-dev imdemo; do
     [ "$(field $p Version)" = "${version}-1" ] || fail "$p: Version field"
     [ -n "$(field $p Maintainer)" ] || fail "$p: no Maintainer"
 done
-field imserver Depends | has '\bpostgresql\b' || fail "imserver must depend on postgresql: $(field imserver Depends)"
-field imserver Depends | has '\badduser\b' || fail "imserver must depend on adduser"
-field imserver Depends | has 'libpqxx' || fail "imserver lacks its library dependencies: $(field imserver Depends)"
-field libimsdk-dev Depends | has "libimsdk0 (= ${version}-1)" || fail "libimsdk-dev must pin libimsdk0"
-field imdemo Depends | has "libimsdk0" || fail "imdemo must depend on libimsdk0"
-field libimsdk0 Depends | has "libqt6websockets6" || fail "libimsdk0 lacks its Qt dependencies: $(field libimsdk0 Depends)"
+field imserver Depends | matches '\bpostgresql\b' || fail "imserver must depend on postgresql: $(field imserver Depends)"
+field imserver Depends | matches '\badduser\b' || fail "imserver must depend on adduser"
+field imserver Depends | matches 'libpqxx' || fail "imserver lacks its library dependencies: $(field imserver Depends)"
+field libimsdk-dev Depends | matches "libimsdk0 (= ${version}-1)" || fail "libimsdk-dev must pin libimsdk0"
+field imdemo Depends | matches "libimsdk0" || fail "imdemo must depend on libimsdk0"
+field libimsdk0 Depends | matches "libqt6websockets6" || fail "libimsdk0 lacks its Qt dependencies: $(field libimsdk0 Depends)"
 
 step "contents"
 contents() { dpkg-deb -c "$(deb "$1")" | awk '{print $6}' | sed 's|^\./|/|'; }
 has() {
     local pkg=$1; shift
-    for f in "$@"; do contents "$pkg" | has -x -- "$f" || fail "$pkg lacks $f"; done
+    for f in "$@"; do contents "$pkg" | matches -x -- "$f" || fail "$pkg lacks $f"; done
 }
 has imserver /usr/bin/imserver /lib/systemd/system/imserver.service /etc/imserver/imserver.conf \
     /usr/share/man/man8/imserver.8.gz /usr/share/man/man8/imserver-admin.8.gz \
@@ -65,10 +65,10 @@ has libimsdk0 "/usr/lib/libimsdk.so.0" "/usr/lib/libimsdk.so.${version}" /usr/sh
 has libimsdk-dev /usr/lib/libimsdk.so /usr/include/im/client.h /usr/lib/cmake/ImSdk/ImSdkConfig.cmake \
     /usr/lib/cmake/ImSdk/ImSdkTargets.cmake
 has imdemo /usr/bin/imdemo
-if contents libimsdk0 | has '^/usr/include/'; then fail "headers belong to libimsdk-dev"; fi
-dpkg-deb --ctrl-tarfile "$(deb imserver)" | tar -tf - | has -x './conffiles' || fail "imserver has no conffiles"
-dpkg-deb -I "$(deb imserver)" conffiles | has -x /etc/imserver/imserver.conf || fail "imserver.conf is not a conffile"
-dpkg-deb -I "$(deb libimsdk0)" shlibs | has '^libimsdk 0 libimsdk0' || fail "libimsdk0 has no shlibs"
+if contents libimsdk0 | matches '^/usr/include/'; then fail "headers belong to libimsdk-dev"; fi
+dpkg-deb --ctrl-tarfile "$(deb imserver)" | tar -tf - | matches -x './conffiles' || fail "imserver has no conffiles"
+dpkg-deb -I "$(deb imserver)" conffiles | matches -x /etc/imserver/imserver.conf || fail "imserver.conf is not a conffile"
+dpkg-deb -I "$(deb libimsdk0)" shlibs | matches '^libimsdk 0 libimsdk0' || fail "libimsdk0 has no shlibs"
 
 step "lintian"
 lintian --no-tag-display-limit "$work"/debs/*.deb >"$work/lintian.log" 2>&1 || true
@@ -88,7 +88,7 @@ step "systemd-analyze verify"
 mkdir -p "$work/unit"
 sed "s|/usr/bin/imserver|$root/usr/bin/imserver|" "$root/lib/systemd/system/imserver.service" >"$work/unit/imserver.service"
 MANPATH="$root/usr/share/man" systemd-analyze verify "$work/unit/imserver.service" >"$work/verify.log" 2>&1 || { cat "$work/verify.log"; fail "systemd-analyze verify"; }
-if grep -v -e 'Failed to open /dev/tty' "$work/verify.log" | has .; then cat "$work/verify.log"; fail "systemd-analyze verify complained"; fi
+if grep -v -e 'Failed to open /dev/tty' "$work/verify.log" | matches .; then cat "$work/verify.log"; fail "systemd-analyze verify complained"; fi
 for key in 'User=imserver' 'NoNewPrivileges=yes' 'ProtectSystem=strict' 'ReadWritePaths=/var/lib/imserver' \
            'PrivateTmp=yes' 'Restart=on-failure' 'KillSignal=SIGTERM'; do
     grep -qx "$key" "$root/lib/systemd/system/imserver.service" || fail "unit lacks $key"
@@ -130,7 +130,7 @@ cmake -S "$quickstart" -B "$work/qs" -DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_BUI
     -DCMAKE_FIND_PACKAGE_NO_SYSTEM_PACKAGE_REGISTRY=ON >"$work/qs.log" 2>&1 || { cat "$work/qs.log"; fail "configure"; }
 grep -q "ImSdk_DIR:PATH=$root/usr/lib/cmake/ImSdk" "$work/qs/CMakeCache.txt" || fail "did not find the unpacked ImSdk"
 cmake --build "$work/qs" >>"$work/qs.log" 2>&1 || { cat "$work/qs.log"; fail "build"; }
-ldd "$work/qs/mychat" | has "libimsdk.so.0 => $root/usr/lib/libimsdk.so.0" ||
+ldd "$work/qs/mychat" | matches "libimsdk.so.0 => $root/usr/lib/libimsdk.so.0" ||
     { ldd "$work/qs/mychat"; fail "mychat does not load the unpacked libimsdk.so.0"; }
 HOME="$work/home" XDG_DATA_HOME="$work/home/data" IM_SERVER="ws://127.0.0.1:$port/v1/ws" IM_TOKEN="$token" \
     timeout 120 "$work/qs/mychat" >"$work/qs.out" 2>&1 || { cat "$work/qs.out"; fail "quick start did not get its message sent"; }
