@@ -28,20 +28,25 @@ struct ConvRow {
     std::int64_t next_seq = 1, epoch = 1, min_seq = 1, recall_window_ms = 0, push_full_max = 0;
 };
 
+// Columns 0-5: kind, next_seq, epoch, min_seq, recall_window_ms, push_full_max.
+ConvRow conv_row(const pqxx::row& row) {
+    ConvRow c;
+    c.kind = row[0].c_str();
+    c.next_seq = row[1].as<std::int64_t>();
+    c.epoch = row[2].as<std::int64_t>();
+    c.min_seq = row[3].as<std::int64_t>();
+    c.recall_window_ms = row[4].as<std::int64_t>();
+    c.push_full_max = row[5].as<std::int64_t>();
+    return c;
+}
+
 std::optional<ConvRow> load_conv(pqxx::transaction_base& tx, const std::string& conv, bool lock) {
     auto r = tx.exec_params(std::string("SELECT kind, next_seq, epoch, min_seq, recall_window_ms, push_full_max "
                                         "FROM conversations WHERE conv_id = $1") +
                                 (lock ? " FOR UPDATE" : ""),
                             conv);
     if (r.empty()) return std::nullopt;
-    ConvRow c;
-    c.kind = r[0][0].c_str();
-    c.next_seq = r[0][1].as<std::int64_t>();
-    c.epoch = r[0][2].as<std::int64_t>();
-    c.min_seq = r[0][3].as<std::int64_t>();
-    c.recall_window_ms = r[0][4].as<std::int64_t>();
-    c.push_full_max = r[0][5].as<std::int64_t>();
-    return c;
+    return conv_row(r[0]);
 }
 
 // A user's membership periods in one conversation: read access is by seq.
@@ -91,13 +96,7 @@ std::optional<std::pair<ConvRow, Access>> load_conv_access(pqxx::transaction_bas
                             "WHERE c.conv_id = $1 ORDER BY p.from_seq",
                             conv, user);
     if (r.empty()) return std::nullopt;
-    ConvRow c;
-    c.kind = r[0][0].c_str();
-    c.next_seq = r[0][1].as<std::int64_t>();
-    c.epoch = r[0][2].as<std::int64_t>();
-    c.min_seq = r[0][3].as<std::int64_t>();
-    c.recall_window_ms = r[0][4].as<std::int64_t>();
-    c.push_full_max = r[0][5].as<std::int64_t>();
+    ConvRow c = conv_row(r[0]);
     Access a;
     std::int64_t last_to = 0;
     for (const auto& row : r) {
