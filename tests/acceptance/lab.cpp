@@ -159,6 +159,15 @@ std::string brief(const json::object& r) {
     return s.size() > 160 ? s.substr(0, 160) + "..." : s;
 }
 
+void use_built_binaries() {
+#ifdef IM_DEFAULT_IMSERVER_BIN
+    ::setenv("IMSERVER_BIN", IM_DEFAULT_IMSERVER_BIN, 0);
+#endif
+#ifdef IM_DEFAULT_SDK_CHILD_BIN
+    ::setenv("IM_SDK_CHILD_BIN", IM_DEFAULT_SDK_CHILD_BIN, 0);
+#endif
+}
+
 std::string sdk_child_bin() {
     const char* p = std::getenv("IM_SDK_CHILD_BIN");
     return p && *p ? std::string(p) : std::string();

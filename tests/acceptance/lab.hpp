@@ -140,5 +140,8 @@ std::vector<Check> crash_checks();     // lab-crash-*: fault points beyond send
 
 /// Path of the SDK child program, or empty when the SDK was not built.
 std::string sdk_child_bin();
+/// Points IMSERVER_BIN / IM_SDK_CHILD_BIN at the binaries built with this
+/// program, unless the environment already names others.
+void use_built_binaries();
 
 } // namespace im::lab

@@ -152,12 +152,7 @@ void print(const Result& r) {
 } // namespace
 
 int main(int argc, char** argv) {
-#ifdef IM_DEFAULT_IMSERVER_BIN
-    ::setenv("IMSERVER_BIN", IM_DEFAULT_IMSERVER_BIN, 0);
-#endif
-#ifdef IM_DEFAULT_SDK_CHILD_BIN
-    ::setenv("IM_SDK_CHILD_BIN", IM_DEFAULT_SDK_CHILD_BIN, 0);
-#endif
+    use_built_binaries();
     std::vector<std::string> only;
     std::string doc_path;
     for (int i = 1; i < argc; ++i) {

@@ -92,12 +92,7 @@ std::string row_key(const std::string& line) {
 } // namespace
 
 int main(int argc, char** argv) {
-#ifdef IM_DEFAULT_IMSERVER_BIN
-    ::setenv("IMSERVER_BIN", IM_DEFAULT_IMSERVER_BIN, 0);
-#endif
-#ifdef IM_DEFAULT_SDK_CHILD_BIN
-    ::setenv("IM_SDK_CHILD_BIN", IM_DEFAULT_SDK_CHILD_BIN, 0);
-#endif
+    use_built_binaries();
     long seconds = 60;
     int sdk_n = 2;
     unsigned seed = static_cast<unsigned>(std::random_device{}());
