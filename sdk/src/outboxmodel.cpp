@@ -2,6 +2,7 @@
 
 #include <im/client.h>
 
+#include "modelroles_p.h"
 #include "rowdiff_p.h"
 
 #include <QtCore/QPointer>
@@ -24,23 +25,40 @@ public:
     QPointer<Client> client;
     QList<Item> rows;
     QTimer reload;
+    QList<QMetaObject::Connection> links; // to the current client
 };
 
 OutboxModel::OutboxModel(Client *client, QObject *parent)
     : QAbstractListModel(parent), d(std::make_unique<OutboxModelPrivate>()) {
-    d->client = client;
     d->reload.setSingleShot(true);
     d->reload.setInterval(50);
     connect(&d->reload, &QTimer::timeout, this, &OutboxModel::refresh);
-    if (client)
-        connect(client, &Client::outboxChanged, this, [this] {
-            if (!d->reload.isActive())
-                d->reload.start();
-        });
-    refresh();
+    setClient(client);
+    if (!client)
+        refresh();
 }
 
 OutboxModel::~OutboxModel() = default;
+
+Client *OutboxModel::client() const { return d->client.data(); }
+
+void OutboxModel::setClient(Client *client) {
+    if (client == d->client && (client || d->links.isEmpty()))
+        return;
+    for (const QMetaObject::Connection &c : std::as_const(d->links))
+        disconnect(c);
+    d->links.clear();
+    d->client = client;
+    if (client) {
+        d->links << connect(client, &Client::outboxChanged, this, [this] {
+            if (!d->reload.isActive())
+                d->reload.start();
+        });
+        d->links << connect(client, &QObject::destroyed, this, [this] { setClient(nullptr); });
+    }
+    refresh();
+    emit clientChanged();
+}
 
 int OutboxModel::depth() const { return int(d->rows.size()); }
 
@@ -87,6 +105,10 @@ QVariant OutboxModel::data(const QModelIndex &index, int role) const {
 }
 
 QVariant OutboxModel::get(int row, int role) const { return data(index(row), role); }
+
+QVariant OutboxModel::get(int row, const QString &roleName) const { return detail::valueByRoleName(this, row, roleName); }
+
+QVariantMap OutboxModel::get(int row) const { return detail::rowByRoleName(this, row); }
 
 QHash<int, QByteArray> OutboxModel::roleNames() const {
     return {{CmidRole, "cmid"},         {ConvRole, "conv"},           {KindRole, "kind"},
