@@ -7,6 +7,7 @@
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
+#include <im/testing.h>
 
 #include <QtCore/QTimer>
 #include <QtGui/QAction>
@@ -95,7 +96,8 @@ QString ChatWindow::stateText(MessageState state, const QString &errorCode) {
 }
 
 ChatWindow::ChatWindow(const Session &session, QWidget *parent)
-    : QMainWindow(parent), session_(session), client_(new im::Client(this)), faults_(new FaultClient(this)),
+    : QMainWindow(parent), session_(session), client_(new im::Client(this)),
+      clientFaults_(new im::testing::Faults(client_, this)), faults_(new FaultClient(this)),
       tick_(new QTimer(this)), readTimer_(new QTimer(this)) {
     setAttribute(Qt::WA_DeleteOnClose);
     setObjectName(QStringLiteral("chatWindow"));
@@ -151,7 +153,7 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     tick_->start();
 
     connect(client_, &im::Client::connectionStateChanged, this, &ChatWindow::updateConnection);
-    connect(client_, &im::Client::offlineChanged, this, &ChatWindow::updateConnection);
+    connect(clientFaults_, &im::testing::Faults::offlineChanged, this, &ChatWindow::updateConnection);
     connect(client_, &im::Client::identityChanged, this, &ChatWindow::updateIdentity);
     connect(client_, &im::Client::installIdChanged, this, &ChatWindow::updateIdentity);
     connect(client_, &im::Client::installStaleChanged, this, [this](bool stale) {
@@ -488,8 +490,8 @@ QWidget *ChatWindow::buildFaultPanel() {
     offlineButton_ = new QPushButton(tr("Go offline"));
     offlineButton_->setObjectName(QStringLiteral("offlineButton"));
     offlineButton_->setCheckable(true);
-    connect(offlineButton_, &QPushButton::toggled, client_, &im::Client::setOffline);
-    connect(client_, &im::Client::offlineChanged, this, [this](bool off) {
+    connect(offlineButton_, &QPushButton::toggled, clientFaults_, &im::testing::Faults::setOffline);
+    connect(clientFaults_, &im::testing::Faults::offlineChanged, this, [this](bool off) {
         const QSignalBlocker block(offlineButton_);
         offlineButton_->setChecked(off);
         offlineButton_->setText(off ? tr("Go online") : tr("Go offline"));
@@ -498,12 +500,12 @@ QWidget *ChatWindow::buildFaultPanel() {
     drop->setObjectName(QStringLiteral("dropReplyButton"));
     drop->setToolTip(tr("The client ignores the next reply frame: the request times out and is resent with the same cmid"));
     connect(drop, &QPushButton::clicked, this, [this] {
-        client_->dropNextReply();
+        clientFaults_->dropNextReply();
         statusBar()->showMessage(tr("The next reply will be dropped"), 5000);
     });
     auto *closeNow = new QPushButton(tr("Close socket now"));
     closeNow->setObjectName(QStringLiteral("closeSocketButton"));
-    connect(closeNow, &QPushButton::clicked, client_, &im::Client::closeSocketNow);
+    connect(closeNow, &QPushButton::clicked, clientFaults_, &im::testing::Faults::closeSocketNow);
 
     timeoutSpin_ = new QSpinBox;
     timeoutSpin_->setObjectName(QStringLiteral("timeoutSpin"));
@@ -736,7 +738,7 @@ QString ChatWindow::connectionText() const {
     case ConnectionState::Disconnected:
         if (client_->isInstallStale())
             return QStringLiteral("Disconnected (stale install)");
-        return client_->isOffline() ? QStringLiteral("Offline (simulated)") : QStringLiteral("Disconnected");
+        return clientFaults_->isOffline() ? QStringLiteral("Offline (simulated)") : QStringLiteral("Disconnected");
     case ConnectionState::Connecting: return QStringLiteral("Connecting to %1").arg(url);
     case ConnectionState::Connected:
         return QStringLiteral("Connected - gateway %1 - %2").arg(client_->gatewayId(), url);
