@@ -9,6 +9,7 @@
 #include <im/outboxmodel.h>
 #include <im/testing.h>
 
+#include <QtCore/QFileInfo>
 #include <QtCore/QTimer>
 #include <QtGui/QAction>
 #include <QtGui/QClipboard>
@@ -31,6 +32,8 @@
 #include <QtWidgets/QStatusBar>
 #include <QtWidgets/QTableView>
 #include <QtWidgets/QVBoxLayout>
+
+#include <algorithm>
 
 using im::ConnectionState;
 using im::ConversationListModel;
@@ -103,6 +106,13 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     setObjectName(QStringLiteral("chatWindow"));
     client_->setServers(session.servers);
     client_->setCredentials(session.token);
+    // TLS settings the client refuses (unreadable CA, malformed pin) keep
+    // the window offline: connecting with weaker trust than asked is wrong.
+    QString tlsProblem;
+    if (!session.caFile.isEmpty() && !client_->setTrustedCaFile(session.caFile))
+        tlsProblem = client_->lastError();
+    if (tlsProblem.isEmpty() && !session.pinSha256.isEmpty() && !client_->setPinnedCertificateSha256(session.pinSha256))
+        tlsProblem = client_->lastError();
     const bool opened = client_->open(session.dbPath);
 
     convs_ = new ConversationListModel(client_, this);
@@ -184,6 +194,8 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
         errorLabel_->setText(QStringLiteral("Cannot open %1: %2").arg(session.dbPath, client_->lastError()));
         sendButton_->setEnabled(false);
         sendEdit_->setEnabled(false);
+    } else if (!tlsProblem.isEmpty()) {
+        errorLabel_->setText(QStringLiteral("TLS settings refused, not connecting: ") + tlsProblem);
     }
     staleBox_->setVisible(client_->isInstallStale());
     updateIdentity();
@@ -191,8 +203,22 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     updateOutboxDepth();
     reselectConversation();
     resize(1380, 860);
-    if (opened)
+    if (opened && tlsProblem.isEmpty())
         client_->connectToServer();
+}
+
+// "TLS: ..." for the connection panel: which trust the wss:// URLs use.
+QString ChatWindow::tlsText() const {
+    const bool wss = std::any_of(session_.servers.begin(), session_.servers.end(),
+                                 [](const QUrl &u) { return u.scheme() == QLatin1String("wss"); });
+    if (!wss)
+        return tr("TLS: off (ws://)");
+    QString trust = session_.caFile.isEmpty()
+                        ? tr("system trust store")
+                        : tr("system store + CA %1").arg(QFileInfo(session_.caFile).fileName());
+    if (!session_.pinSha256.isEmpty())
+        trust += tr(", pinned SHA-256 %1...").arg(session_.pinSha256.left(11));
+    return tr("TLS: wss:// with %1").arg(trust);
 }
 
 ChatWindow::~ChatWindow() {
@@ -447,6 +473,9 @@ QWidget *ChatWindow::buildConnectionPanel() {
     identityLabel_->setObjectName(QStringLiteral("identityLabel"));
     identityLabel_->setWordWrap(true);
     identityLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto *tlsLabel = new QLabel(tlsText());
+    tlsLabel->setObjectName(QStringLiteral("tlsLabel"));
+    tlsLabel->setWordWrap(true);
     errorLabel_ = new QLabel;
     errorLabel_->setObjectName(QStringLiteral("errorLabel"));
     errorLabel_->setWordWrap(true);
@@ -480,6 +509,7 @@ QWidget *ChatWindow::buildConnectionPanel() {
     auto *l = new QVBoxLayout;
     l->addWidget(connLabel_);
     l->addWidget(identityLabel_);
+    l->addWidget(tlsLabel);
     l->addWidget(staleBox_);
     l->addWidget(errorLabel_);
     l->addLayout(buttons);

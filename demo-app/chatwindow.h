@@ -47,6 +47,8 @@ public:
     ~ChatWindow() override;
 
     const Session &session() const { return session_; }
+    /// What the connection panel says about TLS ("TLS: off (ws://)", ...).
+    QString tlsText() const;
     im::Client *client() const { return client_; }
     im::ConversationListModel *conversations() const { return convs_; }
     im::MessageListModel *messages() const { return msgs_; }
