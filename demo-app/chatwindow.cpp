@@ -7,7 +7,9 @@
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
+#include <im/testing.h>
 
+#include <QtCore/QFileInfo>
 #include <QtCore/QTimer>
 #include <QtGui/QAction>
 #include <QtGui/QClipboard>
@@ -30,6 +32,8 @@
 #include <QtWidgets/QStatusBar>
 #include <QtWidgets/QTableView>
 #include <QtWidgets/QVBoxLayout>
+
+#include <algorithm>
 
 using im::ConnectionState;
 using im::ConversationListModel;
@@ -95,12 +99,20 @@ QString ChatWindow::stateText(MessageState state, const QString &errorCode) {
 }
 
 ChatWindow::ChatWindow(const Session &session, QWidget *parent)
-    : QMainWindow(parent), session_(session), client_(new im::Client(this)), faults_(new FaultClient(this)),
+    : QMainWindow(parent), session_(session), client_(new im::Client(this)),
+      clientFaults_(new im::testing::Faults(client_, this)), faults_(new FaultClient(this)),
       tick_(new QTimer(this)), readTimer_(new QTimer(this)) {
     setAttribute(Qt::WA_DeleteOnClose);
     setObjectName(QStringLiteral("chatWindow"));
     client_->setServers(session.servers);
     client_->setCredentials(session.token);
+    // TLS settings the client refuses (unreadable CA, malformed pin) keep
+    // the window offline: connecting with weaker trust than asked is wrong.
+    QString tlsProblem;
+    if (!session.caFile.isEmpty() && !client_->setTrustedCaFile(session.caFile))
+        tlsProblem = client_->lastError();
+    if (tlsProblem.isEmpty() && !session.pinSha256.isEmpty() && !client_->setPinnedCertificateSha256(session.pinSha256))
+        tlsProblem = client_->lastError();
     const bool opened = client_->open(session.dbPath);
 
     convs_ = new ConversationListModel(client_, this);
@@ -151,7 +163,7 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     tick_->start();
 
     connect(client_, &im::Client::connectionStateChanged, this, &ChatWindow::updateConnection);
-    connect(client_, &im::Client::offlineChanged, this, &ChatWindow::updateConnection);
+    connect(clientFaults_, &im::testing::Faults::offlineChanged, this, &ChatWindow::updateConnection);
     connect(client_, &im::Client::identityChanged, this, &ChatWindow::updateIdentity);
     connect(client_, &im::Client::installIdChanged, this, &ChatWindow::updateIdentity);
     connect(client_, &im::Client::installStaleChanged, this, [this](bool stale) {
@@ -182,6 +194,8 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
         errorLabel_->setText(QStringLiteral("Cannot open %1: %2").arg(session.dbPath, client_->lastError()));
         sendButton_->setEnabled(false);
         sendEdit_->setEnabled(false);
+    } else if (!tlsProblem.isEmpty()) {
+        errorLabel_->setText(QStringLiteral("TLS settings refused, not connecting: ") + tlsProblem);
     }
     staleBox_->setVisible(client_->isInstallStale());
     updateIdentity();
@@ -189,8 +203,22 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     updateOutboxDepth();
     reselectConversation();
     resize(1380, 860);
-    if (opened)
+    if (opened && tlsProblem.isEmpty())
         client_->connectToServer();
+}
+
+// "TLS: ..." for the connection panel: which trust the wss:// URLs use.
+QString ChatWindow::tlsText() const {
+    const bool wss = std::any_of(session_.servers.begin(), session_.servers.end(),
+                                 [](const QUrl &u) { return u.scheme() == QLatin1String("wss"); });
+    if (!wss)
+        return tr("TLS: off (ws://)");
+    QString trust = session_.caFile.isEmpty()
+                        ? tr("system trust store")
+                        : tr("system store + CA %1").arg(QFileInfo(session_.caFile).fileName());
+    if (!session_.pinSha256.isEmpty())
+        trust += tr(", pinned SHA-256 %1...").arg(session_.pinSha256.left(11));
+    return tr("TLS: wss:// with %1").arg(trust);
 }
 
 ChatWindow::~ChatWindow() {
@@ -445,6 +473,9 @@ QWidget *ChatWindow::buildConnectionPanel() {
     identityLabel_->setObjectName(QStringLiteral("identityLabel"));
     identityLabel_->setWordWrap(true);
     identityLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto *tlsLabel = new QLabel(tlsText());
+    tlsLabel->setObjectName(QStringLiteral("tlsLabel"));
+    tlsLabel->setWordWrap(true);
     errorLabel_ = new QLabel;
     errorLabel_->setObjectName(QStringLiteral("errorLabel"));
     errorLabel_->setWordWrap(true);
@@ -478,6 +509,7 @@ QWidget *ChatWindow::buildConnectionPanel() {
     auto *l = new QVBoxLayout;
     l->addWidget(connLabel_);
     l->addWidget(identityLabel_);
+    l->addWidget(tlsLabel);
     l->addWidget(staleBox_);
     l->addWidget(errorLabel_);
     l->addLayout(buttons);
@@ -488,8 +520,8 @@ QWidget *ChatWindow::buildFaultPanel() {
     offlineButton_ = new QPushButton(tr("Go offline"));
     offlineButton_->setObjectName(QStringLiteral("offlineButton"));
     offlineButton_->setCheckable(true);
-    connect(offlineButton_, &QPushButton::toggled, client_, &im::Client::setOffline);
-    connect(client_, &im::Client::offlineChanged, this, [this](bool off) {
+    connect(offlineButton_, &QPushButton::toggled, clientFaults_, &im::testing::Faults::setOffline);
+    connect(clientFaults_, &im::testing::Faults::offlineChanged, this, [this](bool off) {
         const QSignalBlocker block(offlineButton_);
         offlineButton_->setChecked(off);
         offlineButton_->setText(off ? tr("Go online") : tr("Go offline"));
@@ -498,12 +530,12 @@ QWidget *ChatWindow::buildFaultPanel() {
     drop->setObjectName(QStringLiteral("dropReplyButton"));
     drop->setToolTip(tr("The client ignores the next reply frame: the request times out and is resent with the same cmid"));
     connect(drop, &QPushButton::clicked, this, [this] {
-        client_->dropNextReply();
+        clientFaults_->dropNextReply();
         statusBar()->showMessage(tr("The next reply will be dropped"), 5000);
     });
     auto *closeNow = new QPushButton(tr("Close socket now"));
     closeNow->setObjectName(QStringLiteral("closeSocketButton"));
-    connect(closeNow, &QPushButton::clicked, client_, &im::Client::closeSocketNow);
+    connect(closeNow, &QPushButton::clicked, clientFaults_, &im::testing::Faults::closeSocketNow);
 
     timeoutSpin_ = new QSpinBox;
     timeoutSpin_->setObjectName(QStringLiteral("timeoutSpin"));
@@ -736,7 +768,7 @@ QString ChatWindow::connectionText() const {
     case ConnectionState::Disconnected:
         if (client_->isInstallStale())
             return QStringLiteral("Disconnected (stale install)");
-        return client_->isOffline() ? QStringLiteral("Offline (simulated)") : QStringLiteral("Disconnected");
+        return clientFaults_->isOffline() ? QStringLiteral("Offline (simulated)") : QStringLiteral("Disconnected");
     case ConnectionState::Connecting: return QStringLiteral("Connecting to %1").arg(url);
     case ConnectionState::Connected:
         return QStringLiteral("Connected - gateway %1 - %2").arg(client_->gatewayId(), url);

@@ -17,6 +17,9 @@ class Client;
 class ConversationListModel;
 class MessageListModel;
 class OutboxModel;
+namespace testing {
+class Faults;
+}
 } // namespace im
 
 class FaultClient;
@@ -44,10 +47,14 @@ public:
     ~ChatWindow() override;
 
     const Session &session() const { return session_; }
+    /// What the connection panel says about TLS ("TLS: off (ws://)", ...).
+    QString tlsText() const;
     im::Client *client() const { return client_; }
     im::ConversationListModel *conversations() const { return convs_; }
     im::MessageListModel *messages() const { return msgs_; }
     im::OutboxModel *outbox() const { return outbox_; }
+    /// The client's QA hooks (offline, dropped reply, dropped socket).
+    im::testing::Faults *clientFaults() const { return clientFaults_; }
     QString currentConversation() const { return currentConv_; }
     /// Shows `conv` in the message view (also selects it in the list).
     void selectConversation(const QString &conv);
@@ -89,6 +96,7 @@ private:
     RoleTableModel *convTable_;
     RoleTableModel *msgTable_;
     RoleTableModel *outboxTable_;
+    im::testing::Faults *clientFaults_;
     FaultClient *faults_;
     QString currentConv_;
     QHash<QString, qint64> readRequested_; ///< highest markRead sent per conv

@@ -36,7 +36,14 @@ int main(int argc, char **argv) {
     const QCommandLineOption dataDir(QStringLiteral("data-dir"),
                                      QStringLiteral("Directory of the per-user databases (default: the app data dir)."),
                                      QStringLiteral("DIR"));
-    cli.addOptions({server, tokenFile, user, token, db, dataDir});
+    const QCommandLineOption caFile(QStringLiteral("ca-file"),
+                                    QStringLiteral("wss://: trust this PEM CA besides the system store."),
+                                    QStringLiteral("PEM"));
+    const QCommandLineOption pin(QStringLiteral("pin-sha256"),
+                                 QStringLiteral("wss://: accept only the server certificate with this SHA-256 "
+                                                "fingerprint (as `openssl x509 -noout -fingerprint -sha256` prints it)."),
+                                 QStringLiteral("HEX"));
+    cli.addOptions({server, tokenFile, user, token, db, dataDir, caFile, pin});
     cli.process(app);
 
     auto fail = [](const QString &msg) {
@@ -54,6 +61,11 @@ int main(int argc, char **argv) {
     opts.servers = parseServerList(cli.values(server).join(QLatin1Char('\n')), &bad);
     if (!bad.isEmpty())
         return fail(QStringLiteral("--server %1 is not a ws:// or wss:// URL").arg(bad));
+    opts.caFile = cli.value(caFile);
+    opts.pinSha256 = cli.value(pin);
+    const QString tlsProblem = checkTlsSettings(opts.caFile, opts.pinSha256);
+    if (!tlsProblem.isEmpty())
+        return fail(tlsProblem);
     opts.dataDir = cli.isSet(dataDir) ? cli.value(dataDir)
                                       : QStandardPaths::writableLocation(QStandardPaths::AppDataLocation);
     if (!QDir().mkpath(opts.dataDir))
@@ -79,6 +91,7 @@ int main(int argc, char **argv) {
     } else {
         SignInDialog *dialog = windows.showSignIn(nullptr);
         dialog->setDatabasePath(cli.value(db));
+        dialog->setTlsSettings(opts.caFile, opts.pinSha256);
         QObject::connect(dialog, &QDialog::rejected, &app, &QCoreApplication::quit);
     }
     return app.exec();

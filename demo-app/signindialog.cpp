@@ -1,6 +1,7 @@
 #include "signindialog.h"
 
 #include <QtCore/QCryptographicHash>
+#include <QtCore/QFileInfo>
 #include <QtCore/QRegularExpression>
 #include <QtWidgets/QDialogButtonBox>
 #include <QtWidgets/QFileDialog>
@@ -20,6 +21,17 @@ QString Session::label() const {
         return user;
     const QByteArray h = QCryptographicHash::hash(token.toUtf8(), QCryptographicHash::Sha256).toHex().left(8);
     return QStringLiteral("token-%1").arg(QString::fromLatin1(h));
+}
+
+QString checkTlsSettings(const QString &caFile, const QString &pinSha256) {
+    if (!caFile.isEmpty() && !QFileInfo(caFile).isReadable())
+        return QObject::tr("CA file %1 cannot be read.").arg(caFile);
+    QString hex = pinSha256;
+    hex.remove(QLatin1Char(':'));
+    static const QRegularExpression sha256(QStringLiteral("^[0-9A-Fa-f]{64}$"));
+    if (!pinSha256.isEmpty() && !sha256.match(hex).hasMatch())
+        return QObject::tr("The pin is not a SHA-256 fingerprint (64 hex digits, colons allowed): %1").arg(pinSha256);
+    return {};
 }
 
 QList<QUrl> parseServerList(const QString &text, QString *bad) {
@@ -90,6 +102,25 @@ SignInDialog::SignInDialog(const TokenFile &tokens, const QList<QUrl> &servers, 
     dbEdit_->setPlaceholderText(tr("default: a per-user SQLite file in the app data dir"));
     form->addRow(tr("Database:"), dbEdit_);
 
+    auto *caRow = new QHBoxLayout;
+    caEdit_ = new QLineEdit;
+    caEdit_->setObjectName(QStringLiteral("caFileEdit"));
+    caEdit_->setPlaceholderText(tr("wss:// only: PEM CA to trust besides the system store"));
+    auto *caBrowse = new QPushButton(tr("Load..."));
+    caRow->addWidget(caEdit_, 1);
+    caRow->addWidget(caBrowse);
+    form->addRow(tr("TLS CA file:"), caRow);
+    connect(caBrowse, &QPushButton::clicked, this, [this] {
+        const QString f = QFileDialog::getOpenFileName(this, tr("CA certificate"), caEdit_->text(),
+                                                       tr("PEM (*.pem *.crt);;All files (*)"));
+        if (!f.isEmpty())
+            caEdit_->setText(f);
+    });
+    pinEdit_ = new QLineEdit;
+    pinEdit_->setObjectName(QStringLiteral("pinEdit"));
+    pinEdit_->setPlaceholderText(tr("wss:// only: server certificate SHA-256 (openssl x509 -fingerprint -sha256)"));
+    form->addRow(tr("TLS pin:"), pinEdit_);
+
     note_ = new QLabel;
     note_->setObjectName(QStringLiteral("signInNote"));
     note_->setWordWrap(true);
@@ -102,7 +133,7 @@ SignInDialog::SignInDialog(const TokenFile &tokens, const QList<QUrl> &servers, 
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     form->addRow(buttons);
     setLayout(form);
-    resize(520, 420);
+    resize(560, 480);
 
     connect(userList_, &QListWidget::currentRowChanged, this, &SignInDialog::updateNote);
     connect(userList_, &QListWidget::itemDoubleClicked, this, &SignInDialog::accept);
@@ -111,6 +142,11 @@ SignInDialog::SignInDialog(const TokenFile &tokens, const QList<QUrl> &servers, 
 }
 
 void SignInDialog::setDatabasePath(const QString &path) { dbEdit_->setText(path); }
+
+void SignInDialog::setTlsSettings(const QString &caFile, const QString &pinSha256) {
+    caEdit_->setText(caFile);
+    pinEdit_->setText(pinSha256);
+}
 
 void SignInDialog::loadTokenFile(const QString &path) {
     QString err;
@@ -185,6 +221,15 @@ void SignInDialog::accept() {
         s.device = u.device;
     }
     s.dbPath = dbEdit_->text().trimmed();
+    s.caFile = caEdit_->text().trimmed();
+    s.pinSha256 = pinEdit_->text().trimmed();
+    const QString tlsProblem = checkTlsSettings(s.caFile, s.pinSha256);
+    if (!tlsProblem.isEmpty()) {
+        // Said in the dialog (not a modal box): the user fixes the field and
+        // signs in again.
+        note_->setText(tlsProblem);
+        return;
+    }
     session_ = s;
     QDialog::accept();
 }

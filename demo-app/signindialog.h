@@ -20,10 +20,19 @@ struct Session {
     QString user;   ///< from the token file; empty for a pasted token
     QString device; ///< from the token file; empty for a pasted token
     QString dbPath; ///< empty: the window manager picks a per-user file
+    /// wss:// trust (im::Client::setTrustedCaFile): a PEM CA file trusted
+    /// beside the system store; empty: the system store only.
+    QString caFile;
+    /// wss:// pin (im::Client::setPinnedCertificateSha256); empty: no pin.
+    QString pinSha256;
 
     /// "ana" / "ana-d2" / "token 3f2a9c1e" (for titles and file names).
     QString label() const;
 };
+
+/// Checks the TLS fields of a session: the CA file is readable, the pin is
+/// 64 hex digits (colons allowed). Returns an empty string or the problem.
+QString checkTlsSettings(const QString &caFile, const QString &pinSha256);
 
 /// Parses "url" lines (blank lines and spaces ignored); sets *bad to the
 /// first line that is not a ws:// or wss:// URL.
@@ -39,6 +48,8 @@ public:
     Session session() const { return session_; }
     /// Pre-fills the database field (--db).
     void setDatabasePath(const QString &path);
+    /// Pre-fills the TLS fields (--ca-file, --pin-sha256, or the opener's).
+    void setTlsSettings(const QString &caFile, const QString &pinSha256);
 
     void accept() override;
 
@@ -55,5 +66,7 @@ private:
     QLineEdit *tokenEdit_;
     QPlainTextEdit *serversEdit_;
     QLineEdit *dbEdit_;
+    QLineEdit *caEdit_;
+    QLineEdit *pinEdit_;
     QLabel *note_;
 };

@@ -43,6 +43,10 @@ ChatWindow *WindowManager::openWindow(Session session) {
         session.servers = options_.servers;
     if (session.servers.isEmpty() && !options_.tokens.server.isEmpty())
         session.servers = {QUrl(options_.tokens.server)};
+    if (session.caFile.isEmpty() && session.pinSha256.isEmpty()) {
+        session.caFile = options_.caFile;
+        session.pinSha256 = options_.pinSha256;
+    }
     if (session.dbPath.isEmpty()) {
         QDir().mkpath(options_.dataDir);
         session.dbPath = defaultDatabasePath(session);
@@ -58,12 +62,18 @@ ChatWindow *WindowManager::openWindow(Session session) {
 SignInDialog *WindowManager::showSignIn(QWidget *parent, const QString &preferUser) {
     QStringList openDevices;
     QList<QUrl> servers = options_.servers;
+    QString caFile = options_.caFile;
+    QString pin = options_.pinSha256;
     for (ChatWindow *w : windows()) {
         openDevices << (w->client()->deviceId().isEmpty() ? w->session().device : w->client()->deviceId());
     }
-    if (auto *cw = qobject_cast<ChatWindow *>(parent))
+    if (auto *cw = qobject_cast<ChatWindow *>(parent)) {
         servers = cw->client()->servers();
+        caFile = cw->session().caFile;
+        pin = cw->session().pinSha256;
+    }
     auto *dialog = new SignInDialog(options_.tokens, servers, openDevices, preferUser, parent);
+    dialog->setTlsSettings(caFile, pin);
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     connect(dialog, &QDialog::accepted, this, [this, dialog] { openWindow(dialog->session()); });
     dialog->open();

@@ -218,7 +218,6 @@ QString Client::deviceId() const { return d->deviceId; }
 QString Client::installId() const { return d->installId; }
 bool Client::isInstallStale() const { return d->stale; }
 int Client::pendingCount() const { return d->outbox.size(); }
-bool Client::isOffline() const { return d->conn.isOffline(); }
 
 QList<OutboxEntry> Client::outbox() const {
     QList<OutboxEntry> out;
@@ -369,15 +368,5 @@ bool Client::resetInstall() {
     emit conversationsChanged();
     return true;
 }
-
-void Client::setOffline(bool offline) {
-    if (offline == d->conn.isOffline())
-        return;
-    d->conn.setOffline(offline);
-    emit offlineChanged(offline);
-}
-
-void Client::dropNextReply() { d->conn.dropNextReply(); }
-void Client::closeSocketNow() { d->conn.closeSocketNow(); }
 
 } // namespace im

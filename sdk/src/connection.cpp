@@ -86,6 +86,8 @@ void Connection::stop() {
 }
 
 void Connection::setOffline(bool offline) {
+    if (offline == offline_)
+        return;
     offline_ = offline;
     if (offline) {
         transport_->stop();
@@ -94,6 +96,7 @@ void Connection::setOffline(bool offline) {
         hadSession_ = false;
         transport_->start();
     }
+    emit offlineChanged(offline);
 }
 
 void Connection::request(const QString &rid, const QByteArray &frame, ReplyHandler onReply, Kind kind) {

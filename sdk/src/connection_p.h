@@ -52,13 +52,13 @@ public:
 
     void start();  ///< connect and keep reconnecting (connectToServer)
     void stop();   ///< disconnect and stay so
+    /// QA hooks (im::testing::Faults).
     void setOffline(bool offline);
     bool isOffline() const { return offline_; }
     bool wantsConnection() const { return wantConnected_; }
     void setState(ConnectionState s);
     /// Ends the session for good (no reconnect) and reports `code`.
     void refuse(const QString &code, const QString &message);
-    /// QA hooks.
     void dropNextReply() { dropNext_ = true; }
     void closeSocketNow() { transport_->abortNow(); }
 
@@ -79,6 +79,8 @@ Q_SIGNALS:
     void sessionStarted();
     /// The connection of an established (or starting) session is gone.
     void sessionEnded();
+    /// The QA hook `offline` changed.
+    void offlineChanged(bool offline);
 
 private:
     struct Waiting {

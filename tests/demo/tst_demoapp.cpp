@@ -13,6 +13,7 @@
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
+#include <im/testing.h>
 
 #include <QtGui/QAction>
 #include <QtNetwork/QTcpServer>
@@ -197,8 +198,8 @@ void TestDemoApp::initTestCase() {
 // starting state is rebuilt here, not left behind by an earlier test.
 void TestDemoApp::init() {
     QVERIFY(ana_);
-    if (ana_->client()->isOffline())
-        ana_->client()->setOffline(false);
+    if (ana_->clientFaults()->isOffline())
+        ana_->clientFaults()->setOffline(false);
     clearServerFaults();
     waitConnected(ana_);
     QTRY_COMPARE_WITH_TIMEOUT(ana_->client()->pendingCount(), 0, kSettle);
@@ -403,7 +404,7 @@ void TestDemoApp::offline_send_shows_pending_then_sent_exactly_once() {
     auto *offline = child<QPushButton>(ana_, "offlineButton");
     QCOMPARE(offline->text(), QStringLiteral("Go offline"));
     QTest::mouseClick(offline, Qt::LeftButton);
-    QTRY_VERIFY(ana_->client()->isOffline());
+    QTRY_VERIFY(ana_->clientFaults()->isOffline());
     QTRY_COMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
     QTRY_VERIFY(child<QLabel>(ana_, "connectionLabel")->text().contains(QStringLiteral("Offline")));
     QCOMPARE(offline->text(), QStringLiteral("Go online"));
@@ -426,7 +427,7 @@ void TestDemoApp::offline_send_shows_pending_then_sent_exactly_once() {
     QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 0);
 
     QTest::mouseClick(offline, Qt::LeftButton); // Go online
-    QTRY_VERIFY(!ana_->client()->isOffline());
+    QTRY_VERIFY(!ana_->clientFaults()->isOffline());
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
     QCOMPARE(shown(ana_, body, ChatWindow::StateColumn), QStringLiteral("Sent"));
     QCOMPARE(ana_->messages()->get(rowOf(ana_->messages(), body), MessageListModel::CmidRole).toString(), cmid);

@@ -14,6 +14,7 @@
 //       prints "PAGE <conv> <toSeq>" per applied page and "SYNCED <conv>"
 //       when the conversation reached head, then exits 0.
 #include <im/client.h>
+#include <im/testing.h>
 
 #include <QtCore/QCommandLineParser>
 #include <QtCore/QCoreApplication>
@@ -72,7 +73,7 @@ int main(int argc, char **argv) {
                              // dropped reply is the send's.
                              QTimer::singleShot(300, &client, [&client, conv, body, drop] {
                                  if (drop)
-                                     client.dropNextReply();
+                                     im::testing::Faults(&client).dropNextReply();
                                  const QString cmid = client.send(conv, body);
                                  say(QStringLiteral("CMID ") + cmid);
                              });

@@ -9,6 +9,7 @@
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
+#include <im/testing.h>
 
 #include <QtCore/QElapsedTimer>
 #include <QtCore/QJsonArray>
@@ -192,7 +193,7 @@ void TestClient::terminal_errors_remove_the_entry_with_their_final_state() {
     // Never resent: not on the next retry tick, not after a reconnect.
     f.server.failWith.clear();
     const int hellos = f.requestsOf(QStringLiteral("hello"));
-    f.client.closeSocketNow();
+    im::testing::Faults(&f.client).closeSocketNow();
     QTRY_VERIFY(f.requestsOf(QStringLiteral("hello")) > hellos);
     QTRY_COMPARE(f.client.connectionState(), ConnectionState::Connected);
     QTest::qWait(600);
@@ -244,7 +245,7 @@ void TestClient::resend_after_reconnect_is_in_creation_order_with_the_same_cmids
     f.client.connectToServer();
     QTRY_VERIFY(f.requestsOf(QStringLiteral("send")) >= 1);
     // Connection lost with the head unanswered: resent after the next hello.
-    f.client.closeSocketNow();
+    im::testing::Faults(&f.client).closeSocketNow();
     QTRY_COMPARE_WITH_TIMEOUT(f.client.pendingCount(), 0, 10000);
     QStringList order; // the cmids on the wire, a repeat of the same one folded
     for (const QJsonObject &o : f.server.requests(QStringLiteral("send"))) {
@@ -608,9 +609,9 @@ void TestClient::mark_read_sends_read_and_records_the_marker() {
     QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT read FROM conversations WHERE conv = 'c1'")).toLongLong(), 2);
     QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c1'")).toLongLong(), 1);
     // Offline: remembered and sent after the next hello.
-    f.client.setOffline(true);
+    im::testing::Faults(&f.client).setOffline(true);
     QVERIFY(f.client.markRead(QStringLiteral("c1"), 3));
-    f.client.setOffline(false);
+    im::testing::Faults(&f.client).setOffline(false);
     QTRY_COMPARE(f.server.requests(QStringLiteral("read")).size(), 2);
     QTRY_COMPARE(f.server.convs[QStringLiteral("c1")].read.value(QStringLiteral("ana")), 3);
 }
@@ -727,24 +728,32 @@ void TestClient::outbox_introspection_reports_attempts_last_error_and_depth() {
 void TestClient::qa_hooks_go_offline_drop_a_reply_and_close_the_socket() {
     Fixture f;
     QVERIFY(f.openAndConnect());
-    f.client.setOffline(true);
+    im::testing::Faults faults(&f.client);
+    im::testing::Faults other(&f.client); // a second panel on the same client
+    QSignalSpy offlineSpy(&other, &im::testing::Faults::offlineChanged);
+    faults.setOffline(true);
+    QVERIFY(other.isOffline());
+    QCOMPARE(offlineSpy.size(), 1);
+    QCOMPARE(offlineSpy.at(0).at(0).toBool(), true);
     QCOMPARE(f.client.connectionState(), ConnectionState::Disconnected);
     const QString queued = f.client.send(QStringLiteral("c1"), QStringLiteral("while offline"));
     QTest::qWait(300);
     QCOMPARE(f.server.connections, 1);
     QCOMPARE(f.requestsOf(QStringLiteral("send")), 0);
-    f.client.setOffline(false);
+    faults.setOffline(false);
+    QVERIFY(!other.isOffline());
+    QCOMPARE(offlineSpy.size(), 2);
     QTRY_COMPARE(f.client.messageState(queued), MessageState::Sent);
     // dropNextReply: the reply is ignored, the request is retried (same cmid).
     QTest::qWait(300); // let the acks of the first message settle
-    f.client.dropNextReply();
+    faults.dropNextReply();
     const QString dropped = f.client.send(QStringLiteral("c1"), QStringLiteral("reply dropped"));
     QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(dropped), MessageState::Sent, 5000);
     QCOMPARE(f.server.distinctCmids().count(dropped), 1);
     QCOMPARE(f.requestsOf(QStringLiteral("send")), 3);
     // closeSocketNow: reconnects by itself.
     const int conns = f.server.connections;
-    f.client.closeSocketNow();
+    faults.closeSocketNow();
     QTRY_COMPARE(f.server.connections, conns + 1);
     QTRY_COMPARE(f.client.connectionState(), ConnectionState::Connected);
 }

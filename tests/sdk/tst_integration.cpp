@@ -5,6 +5,7 @@
 #include "sdktestutil.h"
 
 #include <im/client.h>
+#include <im/testing.h>
 
 #include <QtCore/QProcess>
 #include <QtCore/QUuid>
@@ -120,7 +121,7 @@ void TestIntegration::two_clients_chat_one_goes_offline_both_converge() {
     const QString countSql = QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'ana-ben' AND body LIKE 'chat-%'");
     QTRY_COMPARE_WITH_TIMEOUT(sqlScalar(benDb, countSql).toInt(), 3, 20000);
 
-    ben->setOffline(true);
+    im::testing::Faults(ben.get()).setOffline(true);
     QCOMPARE(ben->connectionState(), ConnectionState::Disconnected);
     ana->send(conv, QStringLiteral("chat-a4"));
     ana->send(conv, QStringLiteral("chat-a5"));
@@ -128,7 +129,7 @@ void TestIntegration::two_clients_chat_one_goes_offline_both_converge() {
     ben->send(conv, QStringLiteral("chat-b2"));
     QCOMPARE(ben->pendingCount(), 2);
     QTRY_COMPARE_WITH_TIMEOUT(ana->pendingCount(), 0, 20000);
-    ben->setOffline(false);
+    im::testing::Faults(ben.get()).setOffline(false);
     QTRY_COMPARE_WITH_TIMEOUT(ben->pendingCount(), 0, 20000);
     QTRY_COMPARE_WITH_TIMEOUT(sqlScalar(benDb, countSql).toInt(), 7, 20000);
     QTRY_COMPARE_WITH_TIMEOUT(sqlScalar(anaDb, countSql).toInt(), 7, 20000);

@@ -3,6 +3,7 @@
 // trusting another CA, or only the system's store, gets a terminal TLS_ERROR
 // and sends nothing.
 #include "realserver.h"
+#include "throwawayca.h"
 
 #include <im/client.h>
 
@@ -23,52 +24,12 @@ private slots:
     void pinnedFingerprintIsTrustedAndAnotherRefused();
 
 private:
-    bool sh(const QString &cmd);
-    QString makeCa(const QString &name);
-    QString fingerprint(const QString &certFile);
     QUrl wssUrl() const;
 
     QTemporaryDir dir_;
     RealServer server_{QStringLiteral(IM_SERVER_BIN)};
     QString caOne_, caOther_;
 };
-
-bool TstTls::sh(const QString &cmd) {
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(QStringLiteral("sh"), {QStringLiteral("-c"), cmd});
-    if (!p.waitForFinished(60000) || p.exitCode() != 0) {
-        qWarning().noquote() << cmd << p.readAll();
-        return false;
-    }
-    return true;
-}
-
-// Writes NAME-ca.crt and a server certificate NAME.crt/NAME.key for
-// 127.0.0.1 signed by it; returns the CA file.
-QString TstTls::makeCa(const QString &name) {
-    const QString p = dir_.filePath(name);
-    const bool ok =
-        sh(QStringLiteral("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
-                          "-subj '/CN=%1 CA' -keyout %2-ca.key -out %2-ca.crt").arg(name, p)) &&
-        sh(QStringLiteral("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj '/CN=localhost' "
-                          "-keyout %1.key -out %1.csr").arg(p)) &&
-        sh(QStringLiteral("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > %1.ext && "
-                          "openssl x509 -req -in %1.csr -CA %1-ca.crt -CAkey %1-ca.key -CAcreateserial -days 2 "
-                          "-extfile %1.ext -out %1.crt").arg(p));
-    return ok ? p + QStringLiteral("-ca.crt") : QString();
-}
-
-// "AB:CD:..." as printed by `openssl x509 -fingerprint -sha256`.
-QString TstTls::fingerprint(const QString &certFile) {
-    QProcess p;
-    p.start(QStringLiteral("openssl"), {QStringLiteral("x509"), QStringLiteral("-noout"), QStringLiteral("-fingerprint"),
-                                        QStringLiteral("-sha256"), QStringLiteral("-in"), certFile});
-    if (!p.waitForFinished(60000) || p.exitCode() != 0)
-        return {};
-    const QString out = QString::fromLatin1(p.readAllStandardOutput()).trimmed();
-    return out.mid(out.indexOf(QLatin1Char('=')) + 1);
-}
 
 QUrl TstTls::wssUrl() const {
     QUrl u = server_.url;
@@ -78,8 +39,8 @@ QUrl TstTls::wssUrl() const {
 
 void TstTls::initTestCase() {
     QVERIFY(dir_.isValid());
-    caOne_ = makeCa(QStringLiteral("one"));
-    caOther_ = makeCa(QStringLiteral("other"));
+    caOne_ = throwawayca::make(QDir(dir_.path()), QStringLiteral("one"));
+    caOther_ = throwawayca::make(QDir(dir_.path()), QStringLiteral("other"));
     QVERIFY(!caOne_.isEmpty() && !caOther_.isEmpty());
     server_.serverArgs = {QStringLiteral("--tls-cert"), dir_.filePath(QStringLiteral("one.crt")),
                           QStringLiteral("--tls-key"), dir_.filePath(QStringLiteral("one.key"))};
@@ -141,8 +102,8 @@ void TstTls::refusesAServerCertificateFromAnotherCa() {
 // A pinned certificate needs no CA; a pin of another certificate fails with
 // TLS_ERROR even though the chain is trusted.
 void TstTls::pinnedFingerprintIsTrustedAndAnotherRefused() {
-    const QString pinOne = fingerprint(dir_.filePath(QStringLiteral("one.crt")));
-    const QString pinOther = fingerprint(dir_.filePath(QStringLiteral("other.crt")));
+    const QString pinOne = throwawayca::fingerprint(dir_.filePath(QStringLiteral("one.crt")));
+    const QString pinOther = throwawayca::fingerprint(dir_.filePath(QStringLiteral("other.crt")));
     QVERIFY(pinOne.count(QLatin1Char(':')) == 31 && pinOther.size() == pinOne.size());
     {
         Client client;

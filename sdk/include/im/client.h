@@ -67,8 +67,6 @@ class IM_SDK_EXPORT Client : public QObject {
     Q_PROPERTY(bool installStale READ isInstallStale NOTIFY installStaleChanged)
     /// Number of entries in the durable outbox (queue depth).
     Q_PROPERTY(int pendingCount READ pendingCount NOTIFY outboxChanged)
-    /// QA hook: when true the client stays disconnected (simulated offline).
-    Q_PROPERTY(bool offline READ isOffline WRITE setOffline NOTIFY offlineChanged)
     /// How long a request may stay unanswered before it counts as "no reply".
     Q_PROPERTY(int requestTimeout READ requestTimeout WRITE setRequestTimeout NOTIFY requestTimeoutChanged)
 
@@ -145,7 +143,6 @@ public:
     QString installId() const;
     bool isInstallStale() const;
     int pendingCount() const;
-    bool isOffline() const;
     /// The durable outbox in creation order, with attempts, last error and
     /// next retry time of each entry.
     QList<OutboxEntry> outbox() const;
@@ -194,20 +191,11 @@ public Q_SLOTS:
     /// the request key is (conv, user, cmid)). Returns false on a database error.
     bool resetInstall();
 
-    // --- QA hooks (fault panel) -------------------------------------------------
-    /// Go offline (close the socket, no reconnect) or back online.
-    void setOffline(bool offline);
-    /// Ignore the next reply frame that answers a request (it times out).
-    void dropNextReply();
-    /// Drop the socket right now without a close handshake; reconnect applies.
-    void closeSocketNow();
-
 Q_SIGNALS:
     void connectionStateChanged(im::ConnectionState state);
     void identityChanged();
     void installIdChanged();
     void installStaleChanged(bool stale);
-    void offlineChanged(bool offline);
     void requestTimeoutChanged(int ms);
     /// A message or recall request changed state. `seq` is 0 until known;
     /// `errorCode` is set for Failed / Expired.

@@ -14,7 +14,7 @@ Q_NAMESPACE_EXPORT(IM_SDK_EXPORT)
 /// Where the client is in its connection life cycle.
 enum class ConnectionState {
     Disconnected,  ///< not connected and not trying (initial state, after
-                   ///< disconnectFromServer(), setOffline(true), or a terminal
+                   ///< disconnectFromServer(), the QA hook offline, or a terminal
                    ///< hello error such as UNAUTHENTICATED / STALE_INSTALL)
     Connecting,    ///< socket opening or `hello` in flight
     Connected,     ///< `welcome` received; requests flow

@@ -19,6 +19,18 @@ foreach(f lib/cmake/ImSdk/ImSdkConfig.cmake include/im/client.h)
     message(FATAL_ERROR "not installed: ${f}")
   endif()
 endforeach()
+# The QA hooks are not API: im/testing.h is not installed, and no installed
+# header declares a hook (docs/sdk.md, "Testing hooks").
+if(EXISTS "${WORK_DIR}/prefix/include/im/testing.h")
+  message(FATAL_ERROR "installed: include/im/testing.h (the QA hooks are not part of the package)")
+endif()
+file(GLOB _im_headers "${WORK_DIR}/prefix/include/im/*.h")
+foreach(h ${_im_headers})
+  file(STRINGS "${h}" _hooks REGEX "setOffline|dropNextReply|closeSocketNow|offlineChanged")
+  if(_hooks)
+    message(FATAL_ERROR "${h} declares a QA hook: ${_hooks}")
+  endif()
+endforeach()
 execute_process(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${WORK_DIR}/build"
                         "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release
                 RESULT_VARIABLE rc)

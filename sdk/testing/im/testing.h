@@ -1,0 +1,51 @@
+// im::testing: QA hooks of a Client, for the SDK's tests and the demo app's
+// fault panel. Not part of the public API and not installed (docs/sdk.md,
+// "Testing hooks"): in-tree targets get it by linking ImSdk::Testing.
+#pragma once
+
+#include <im/global.h>
+
+#include <QtCore/QObject>
+#include <QtCore/QPointer>
+
+namespace im {
+
+class Client;
+
+namespace testing {
+
+/**
+ * Faults: simulated failures of one Client's connection. Any number of
+ * Faults may watch one Client; they share its state (offline is the
+ * client's, not the Faults object's). Calls on a destroyed client do nothing.
+ */
+class IM_SDK_EXPORT Faults : public QObject {
+    Q_OBJECT
+    /// When true the client stays disconnected (simulated offline): the
+    /// socket is closed and no reconnect is tried until it is set false.
+    Q_PROPERTY(bool offline READ isOffline WRITE setOffline NOTIFY offlineChanged)
+public:
+    explicit Faults(Client *client, QObject *parent = nullptr);
+    ~Faults() override;
+
+    Client *client() const;
+    bool isOffline() const;
+
+public Q_SLOTS:
+    /// Go offline (close the socket, no reconnect) or back online.
+    void setOffline(bool offline);
+    /// Ignore the next reply frame that answers a request (it times out and
+    /// counts as "no reply").
+    void dropNextReply();
+    /// Drop the socket right now without a close handshake; reconnect applies.
+    void closeSocketNow();
+
+Q_SIGNALS:
+    void offlineChanged(bool offline);
+
+private:
+    QPointer<Client> client_;
+};
+
+} // namespace testing
+} // namespace im
