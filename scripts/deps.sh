@@ -25,6 +25,7 @@ packages=(
   clang
   libfuzzer-14-dev
   qt6-declarative-dev
+  qt6-declarative-dev-tools
   qml6-module-qtqml-workerscript
   qml6-module-qtquick
   qml6-module-qtquick-controls

@@ -32,6 +32,7 @@ TestCase {
     }
 
     SignalSpy { id: stateSpy; target: client; signalName: "messageStateChanged" }
+    SignalSpy { id: errorSpy; target: client; signalName: "errorReported" }
 
     function rowOf(cmid) {
         for (let r = 0; r < msgs.count; ++r)
@@ -111,7 +112,16 @@ TestCase {
         compare(client.pendingCount, 0)
     }
 
-    function test_2_clientSwitch() {
+    function test_2_typedErrors() {
+        // A body the server would refuse: refused at once, typed by name.
+        errorSpy.clear()
+        compare(client.send("team", ""), "")
+        compare(errorSpy.count, 1)
+        compare(errorSpy.signalArguments[0][0], Im.Error.InvalidArgument)
+        compare(errorSpy.signalArguments[0][1], "INVALID_ARGUMENT")
+    }
+
+    function test_3_clientSwitch() {
         // Moving a model to another client shows that client's database.
         const other = Qt.createQmlObject("import ImSdk; Client { }", test)
         verify(other.open(dataDir + "/empty.db"), other.lastError())
