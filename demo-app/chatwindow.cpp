@@ -202,6 +202,7 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     updateConnection();
     updateOutboxDepth();
     reselectConversation();
+    updateHistoryControls();
     resize(1380, 860);
     if (opened && tlsProblem.isEmpty())
         client_->connectToServer();
@@ -355,6 +356,20 @@ QWidget *ChatWindow::buildMessagePanel() {
           [](const QModelIndex &s, int role) -> QVariant {
               const QString kind = s.data(MessageListModel::KindRole).toString();
               const auto st = MessageState(s.data(MessageListModel::StateRole).toInt());
+              if (kind == QLatin1String("gap")) {
+                  if (role == Qt::DisplayRole || role == Qt::ToolTipRole)
+                      return QStringLiteral("... gap: seqs %1-%2 not loaded (select it and press Fill gap)")
+                          .arg(s.data(MessageListModel::GapFromRole).toLongLong())
+                          .arg(s.data(MessageListModel::GapToRole).toLongLong());
+                  if (role == Qt::ForegroundRole)
+                      return QColor(0x80, 0x40, 0x00);
+                  if (role == Qt::FontRole) {
+                      QFont f;
+                      f.setItalic(true);
+                      return f;
+                  }
+                  return {};
+              }
               if (role == Qt::DisplayRole || role == Qt::ToolTipRole) {
                   if (kind == QLatin1String("join"))
                       return QStringLiteral("%1 joined").arg(s.data(MessageListModel::UserRole).toString());
@@ -375,6 +390,13 @@ QWidget *ChatWindow::buildMessagePanel() {
          {tr("State"),
           [](const QModelIndex &s, int role) -> QVariant {
               const auto st = MessageState(s.data(MessageListModel::StateRole).toInt());
+              if (s.data(MessageListModel::KindRole).toString() == QLatin1String("gap")) {
+                  if (role == Qt::DisplayRole)
+                      return QStringLiteral("Gap");
+                  if (role == Qt::BackgroundRole)
+                      return QColor(0xff, 0xe0, 0xb0);
+                  return {};
+              }
               if (role == Qt::DisplayRole)
                   return stateText(st, s.data(MessageListModel::ErrorCodeRole).toString());
               if (role == Qt::BackgroundRole)
@@ -451,13 +473,77 @@ QWidget *ChatWindow::buildMessagePanel() {
     sendRow->addWidget(sendEdit_, 1);
     sendRow->addWidget(sendButton_);
 
-    auto *hint = new QLabel(tr("Right-click one of your sent messages to recall it. Read markers advance as "
-                               "messages scroll into view."));
+    // History window: what the model shows and what the client loads.
+    loadOlderButton_ = new QPushButton(tr("Load older"));
+    loadOlderButton_->setObjectName(QStringLiteral("loadOlderButton"));
+    loadOlderButton_->setToolTip(tr("MessageListModel::fetchMore(): older rows from the local store, else a "
+                                    "history window from the server"));
+    connect(loadOlderButton_, &QPushButton::clicked, this, &ChatWindow::loadOlder);
+    fillGapButton_ = new QPushButton(tr("Fill gap"));
+    fillGapButton_->setObjectName(QStringLiteral("fillGapButton"));
+    fillGapButton_->setToolTip(tr("MessageListModel::fillGap(): loads the newest part of the selected gap row "
+                                  "(or of the newest gap when none is selected)"));
+    connect(fillGapButton_, &QPushButton::clicked, this, &ChatWindow::fillSelectedGap);
+    windowRowsSpin_ = new QSpinBox;
+    windowRowsSpin_->setObjectName(QStringLiteral("windowRowsSpin"));
+    windowRowsSpin_->setRange(1, 1000);
+    windowRowsSpin_->setValue(msgs_->windowRows());
+    windowRowsSpin_->setToolTip(tr("Rows shown at first and added by each Load older"));
+    connect(windowRowsSpin_, &QSpinBox::valueChanged, msgs_, &MessageListModel::setWindowRows);
+    historyWindowSpin_ = new QSpinBox;
+    historyWindowSpin_->setObjectName(QStringLiteral("historyWindowSpin"));
+    historyWindowSpin_->setRange(1, 200);
+    historyWindowSpin_->setValue(100);
+    historyWindowSpin_->setToolTip(tr("Client::setHistoryWindow(): events per history window from the server"));
+    connect(historyWindowSpin_, &QSpinBox::valueChanged, client_, &im::Client::setHistoryWindow);
+    backlogLimitSpin_ = new QSpinBox;
+    backlogLimitSpin_->setObjectName(QStringLiteral("backlogLimitSpin"));
+    backlogLimitSpin_->setRange(0, 1000000);
+    backlogLimitSpin_->setValue(1000);
+    backlogLimitSpin_->setSpecialValueText(tr("off"));
+    backlogLimitSpin_->setToolTip(tr("Client::setBacklogLimit(): a conversation further behind than this opens "
+                                     "with its newest window and a gap (0: always sync everything)"));
+    connect(backlogLimitSpin_, &QSpinBox::valueChanged, client_, &im::Client::setBacklogLimit);
+    historyLabel_ = new QLabel;
+    historyLabel_->setObjectName(QStringLiteral("historyLabel"));
+    connect(msgs_, &MessageListModel::loadingOlderChanged, this, &ChatWindow::updateHistoryControls);
+    connect(msgs_, &QAbstractItemModel::rowsInserted, this, &ChatWindow::updateHistoryControls);
+    connect(msgs_, &QAbstractItemModel::rowsRemoved, this, &ChatWindow::updateHistoryControls);
+    connect(msgs_, &QAbstractItemModel::modelReset, this, &ChatWindow::updateHistoryControls);
+    connect(msgs_, &QAbstractItemModel::dataChanged, this, &ChatWindow::updateHistoryControls);
+    auto *historyRow = new QHBoxLayout;
+    historyRow->addWidget(loadOlderButton_);
+    historyRow->addWidget(fillGapButton_);
+    historyRow->addWidget(new QLabel(tr("Rows:")));
+    historyRow->addWidget(windowRowsSpin_);
+    historyRow->addWidget(new QLabel(tr("Window:")));
+    historyRow->addWidget(historyWindowSpin_);
+    historyRow->addWidget(new QLabel(tr("Backlog limit:")));
+    historyRow->addWidget(backlogLimitSpin_);
+    historyRow->addWidget(historyLabel_, 1);
+
+    discardButton_ = new QPushButton(tr("Discard"));
+    discardButton_->setObjectName(QStringLiteral("discardButton"));
+    discardButton_->setToolTip(tr("Client::discard(): removes the selected Failed / Expired message of yours"));
+    connect(discardButton_, &QPushButton::clicked, this, [this] {
+        const QModelIndex cur = messageView_->currentIndex();
+        if (!cur.isValid()) {
+            statusBar()->showMessage(tr("Select a Failed or Expired message first"), 5000);
+            return;
+        }
+        discardMessage(msgTable_->sourceIndex(cur.row()).data(MessageListModel::CmidRole).toString());
+    });
+    sendRow->addWidget(discardButton_);
+
+    auto *hint = new QLabel(tr("Right-click one of your messages to recall it (Sent), cancel it (Pending, not on the "
+                               "wire yet) or discard it (Failed / Expired). Read markers advance as messages "
+                               "scroll into view."));
     hint->setStyleSheet(QStringLiteral("color: gray"));
     hint->setWordWrap(true);
 
     auto *l = new QVBoxLayout;
     l->addWidget(convHeader_);
+    l->addLayout(historyRow);
     l->addWidget(messageView_, 1);
     l->addLayout(sendRow);
     l->addWidget(hint);
@@ -664,10 +750,39 @@ QWidget *ChatWindow::buildOutboxPanel() {
     for (int c = 0; c < outboxTable_->columnCount(); ++c)
         outboxView_->horizontalHeader()->setSectionResizeMode(c, c == OWhat ? QHeaderView::Stretch
                                                                             : QHeaderView::ResizeToContents);
+    outboxView_->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(outboxView_, &QWidget::customContextMenuRequested, this, [this](const QPoint &pos) {
+        const QModelIndex idx = outboxView_->indexAt(pos);
+        if (!idx.isValid())
+            return;
+        const QString cmid = outbox_->get(idx.row(), OutboxModel::CmidRole).toString();
+        QMenu menu(this);
+        menu.setObjectName(QStringLiteral("outboxMenu"));
+        QAction *cancel = menu.addAction(tr("Cancel (not sent yet)"));
+        cancel->setObjectName(QStringLiteral("cancelOutboxAction"));
+        cancel->setEnabled(outbox_->get(idx.row(), OutboxModel::AttemptsRole).toInt() == 0);
+        connect(cancel, &QAction::triggered, this, [this, cmid] { cancelOutboxEntry(cmid); });
+        menu.exec(outboxView_->viewport()->mapToGlobal(pos));
+    });
     outboxDepth_ = new QLabel;
     outboxDepth_->setObjectName(QStringLiteral("outboxDepth"));
+    auto *cancelSelected = new QPushButton(tr("Cancel selected"));
+    cancelSelected->setObjectName(QStringLiteral("cancelOutboxButton"));
+    cancelSelected->setToolTip(tr("Client::cancel(): withdraws a Pending entry no attempt of which went on the wire; "
+                                  "one already sent is refused (recall it once it is Sent)"));
+    connect(cancelSelected, &QPushButton::clicked, this, [this] {
+        const QModelIndex cur = outboxView_->currentIndex();
+        if (!cur.isValid()) {
+            statusBar()->showMessage(tr("Select an outbox entry first"), 5000);
+            return;
+        }
+        cancelOutboxEntry(outbox_->get(cur.row(), OutboxModel::CmidRole).toString());
+    });
+    auto *top = new QHBoxLayout;
+    top->addWidget(outboxDepth_, 1);
+    top->addWidget(cancelSelected);
     auto *l = new QVBoxLayout;
-    l->addWidget(outboxDepth_);
+    l->addLayout(top);
     l->addWidget(outboxView_, 1);
     auto *g = group(tr("Outbox (durable, resent with the same cmid)"), QStringLiteral("outboxPanel"), l);
     g->setMinimumHeight(150);
@@ -695,6 +810,8 @@ void ChatWindow::selectConversation(const QString &conv) {
     const int row = convs_->indexOf(conv);
     if (row >= 0 && convView_->currentIndex().row() != row)
         convView_->setCurrentIndex(convTable_->index(row, 0));
+    else if (row < 0 && !conv.isEmpty())
+        convView_->setCurrentIndex(QModelIndex()); // not listed (yet): no stale highlight
     updateConversationHeader();
     scheduleReadMarker();
 }
@@ -755,11 +872,78 @@ void ChatWindow::showMessageMenu(const QPoint &pos) {
         recallCmids_.insert(rc);
         statusBar()->showMessage(tr("Recall of seq %1 queued (request %2)").arg(seq).arg(rc.left(8)), 10000);
     });
+    QAction *cancel = menu.addAction(tr("Cancel (not sent yet)"));
+    cancel->setObjectName(QStringLiteral("cancelAction"));
+    cancel->setEnabled(own && !cmid.isEmpty() && st == MessageState::Pending);
+    connect(cancel, &QAction::triggered, this, [this, cmid] { cancelOutboxEntry(cmid); });
+    QAction *discard = menu.addAction(tr("Discard"));
+    discard->setObjectName(QStringLiteral("discardAction"));
+    discard->setEnabled(!cmid.isEmpty() && (st == MessageState::Failed || st == MessageState::Expired));
+    connect(discard, &QAction::triggered, this, [this, cmid] { discardMessage(cmid); });
     QAction *copy = menu.addAction(tr("Copy cmid"));
     copy->setObjectName(QStringLiteral("copyCmidAction"));
     copy->setEnabled(!cmid.isEmpty());
     connect(copy, &QAction::triggered, this, [cmid] { QGuiApplication::clipboard()->setText(cmid); });
     menu.exec(messageView_->viewport()->mapToGlobal(pos));
+}
+
+void ChatWindow::cancelOutboxEntry(const QString &cmid) {
+    const bool ok = client_->cancel(cmid);
+    lastActionText_ = ok ? tr("Cancelled %1: it never left, it is gone from the outbox and the timeline").arg(cmid)
+                         : tr("Not cancelled: %1").arg(client_->lastError());
+    statusBar()->showMessage(lastActionText_, 10000);
+}
+
+void ChatWindow::discardMessage(const QString &cmid) {
+    const bool ok = !cmid.isEmpty() && client_->discard(cmid);
+    lastActionText_ = ok ? tr("Discarded %1").arg(cmid)
+                         : tr("Not discarded: %1")
+                               .arg(cmid.isEmpty() ? tr("not one of your messages") : client_->lastError());
+    statusBar()->showMessage(lastActionText_, 10000);
+}
+
+void ChatWindow::loadOlder() {
+    if (!msgs_->canFetchMore()) {
+        statusBar()->showMessage(tr("Nothing older to load"), 5000);
+        return;
+    }
+    msgs_->fetchMore();
+    updateHistoryControls();
+}
+
+void ChatWindow::fillSelectedGap() {
+    int row = -1;
+    const QModelIndex cur = messageView_->currentIndex();
+    if (cur.isValid() && msgs_->get(cur.row(), MessageListModel::KindRole).toString() == QLatin1String("gap"))
+        row = cur.row();
+    for (int r = msgs_->rowCount() - 1; row < 0 && r >= 0; --r)
+        if (msgs_->get(r, MessageListModel::KindRole).toString() == QLatin1String("gap"))
+            row = r;
+    if (row < 0) {
+        statusBar()->showMessage(tr("No gap in this view"), 5000);
+        return;
+    }
+    const qint64 from = msgs_->get(row, MessageListModel::GapFromRole).toLongLong();
+    const qint64 to = msgs_->get(row, MessageListModel::GapToRole).toLongLong();
+    const bool ok = msgs_->fillGap(row);
+    statusBar()->showMessage(ok ? tr("Loading the newest events of gap %1-%2").arg(from).arg(to)
+                                : tr("Gap %1-%2 not filled (offline or already loading)").arg(from).arg(to),
+                             5000);
+}
+
+void ChatWindow::updateHistoryControls() {
+    int gaps = 0;
+    for (int r = 0; r < msgs_->rowCount(); ++r)
+        if (msgs_->get(r, MessageListModel::KindRole).toString() == QLatin1String("gap"))
+            ++gaps;
+    loadOlderButton_->setEnabled(msgs_->canFetchMore());
+    fillGapButton_->setEnabled(gaps > 0);
+    historyLabel_->setText(msgs_->isLoadingOlder() ? tr("loading older...")
+                                                   : tr("%1 rows, %2 gap(s)%3")
+                                                         .arg(msgs_->rowCount())
+                                                         .arg(gaps)
+                                                         .arg(msgs_->canFetchMore() ? tr(", older exist")
+                                                                                    : QString()));
 }
 
 QString ChatWindow::connectionText() const {

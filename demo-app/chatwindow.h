@@ -63,6 +63,8 @@ public:
     static QString stateText(im::MessageState state, const QString &errorCode);
     /// The connection indicator text (plain), e.g. "Connected - gateway gw-1".
     QString connectionText() const;
+    /// What the last cancel / discard did ("Cancelled ...", "Not cancelled: ...").
+    QString lastActionText() const { return lastActionText_; }
 
 Q_SIGNALS:
     /// File > Open another window.
@@ -77,6 +79,11 @@ private:
     void buildMenus();
 
     void sendTyped();
+    void cancelOutboxEntry(const QString &cmid);
+    void discardMessage(const QString &cmid);
+    void loadOlder();
+    void fillSelectedGap();
+    void updateHistoryControls();
     void showMessageMenu(const QPoint &pos);
     void updateConnection();
     void updateIdentity();
@@ -102,6 +109,7 @@ private:
     QHash<QString, qint64> readRequested_; ///< highest markRead sent per conv
     QSet<QString> recallCmids_;
     bool followTail_ = true;
+    QString lastActionText_;
 
     QTableView *convView_;
     QTableView *messageView_;
@@ -109,6 +117,13 @@ private:
     QLabel *convHeader_;
     QLineEdit *sendEdit_;
     QPushButton *sendButton_;
+    QPushButton *discardButton_;
+    QPushButton *loadOlderButton_;
+    QPushButton *fillGapButton_;
+    QSpinBox *windowRowsSpin_;
+    QSpinBox *historyWindowSpin_;
+    QSpinBox *backlogLimitSpin_;
+    QLabel *historyLabel_;
     QLabel *connLabel_;
     QLabel *identityLabel_;
     QLabel *errorLabel_;

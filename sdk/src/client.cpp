@@ -222,21 +222,8 @@ int Client::pendingCount() const { return d->outbox.size(); }
 QList<OutboxEntry> Client::outbox() const {
     QList<OutboxEntry> out;
     out.reserve(d->outbox.size());
-    for (const auto &[id, item] : d->outbox.items()) {
-        OutboxEntry e;
-        e.cmid = item.row.cmid;
-        e.conv = item.row.conv;
-        e.kind = item.row.kind;
-        e.body = item.row.body;
-        e.target = item.row.target;
-        e.attempts = item.row.attempts;
-        e.lastError = item.row.lastError;
-        if (item.row.nextRetryAt > 0)
-            e.nextRetryAt = QDateTime::fromMSecsSinceEpoch(item.row.nextRetryAt);
-        e.createdAt = QDateTime::fromMSecsSinceEpoch(item.row.createdAt);
-        e.inFlight = item.inFlight;
-        out.append(e);
-    }
+    for (const auto &[id, item] : d->outbox.items())
+        out.append(Outbox::toEntry(item));
     return out;
 }
 

@@ -23,6 +23,23 @@ void Outbox::load(const QList<detail::OutboxRow> &rows) {
         ids_.insert(r.cmid, r.id);
         convs_[r.conv].insert(r.id);
     }
+    emit entriesReset();
+}
+
+OutboxEntry Outbox::toEntry(const Item &item) {
+    OutboxEntry e;
+    e.cmid = item.row.cmid;
+    e.conv = item.row.conv;
+    e.kind = item.row.kind;
+    e.body = item.row.body;
+    e.target = item.row.target;
+    e.attempts = item.row.attempts;
+    e.lastError = item.row.lastError;
+    if (item.row.nextRetryAt > 0)
+        e.nextRetryAt = QDateTime::fromMSecsSinceEpoch(item.row.nextRetryAt);
+    e.createdAt = QDateTime::fromMSecsSinceEpoch(item.row.createdAt);
+    e.inFlight = item.inFlight;
+    return e;
 }
 
 void Outbox::clear() {
@@ -33,6 +50,7 @@ void Outbox::clear() {
     retries_.clear();
     inFlight_ = 0;
     retryTimer_.stop();
+    emit entriesReset();
 }
 
 QString Outbox::enqueue(const QString &kind, const QString &conv, const QString &body, qint64 target) {
@@ -57,6 +75,7 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     items_.emplace(row.id, Item{row, false, false, {}, 0});
     ids_.insert(row.cmid, row.id);
     convs_[conv].insert(row.id);
+    emit entryAdded(row.id);
     emit d.q->messageStateChanged(conv, row.cmid, 0, MessageState::Pending, QString());
     emit d.q->outboxChanged();
     emit d.timelineChanged(conv);
@@ -128,8 +147,10 @@ void Outbox::pump() {
         schedulePump();
         return;
     }
-    for (Item *item : std::as_const(batch))
+    for (Item *item : std::as_const(batch)) {
         transmit(*item);
+        emit entryChanged(item->row.id);
+    }
     emit d.q->outboxChanged();
 }
 
@@ -181,6 +202,7 @@ void Outbox::retry(Item &item, const QString &lastError) {
             item.row.attempts, qUtf8Printable(lastError), delay, qUtf8Printable(item.row.conv));
     item.row.nextRetryAt = QDateTime::currentMSecsSinceEpoch() + delay; // for display only
     retries_.append({item.row.cmid, item.row.attempts, item.row.lastError, item.row.nextRetryAt});
+    emit entryChanged(item.row.id);
     scheduleFlush();
     schedulePump(); // arms the retry timer
 }
@@ -211,6 +233,7 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         if (current) {
             item.inFlight = false;
             --inFlight_;
+            emit entryChanged(item.row.id);
         }
         d.enterStale(proto::errorMessage(reply));
         return;
@@ -244,6 +267,7 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
     if (item.inFlight) {
         item.inFlight = false;
         --inFlight_;
+        emit entryChanged(item.row.id);
     }
     // A verdict (committed, or a terminal error) frees the conversation's
     // next entry at once: a terminal error does not hold up what follows.
@@ -267,6 +291,7 @@ void Outbox::forget(qint64 id) {
     const auto it = items_.find(id);
     if (it == items_.end())
         return;
+    emit entryAboutToBeRemoved(id);
     ids_.remove(it->second.row.cmid);
     auto c = convs_.find(it->second.row.conv);
     if (c != convs_.end()) {

@@ -65,10 +65,30 @@ public:
     /// too). False (lastError set) if it is unknown or may have been sent.
     bool cancel(const QString &cmid);
 
+    /// What the API shows of one entry (Client::outbox(), OutboxModel).
+    static OutboxEntry toEntry(const Item &item);
+    /// The entry with outbox row id `id`, or nullptr.
+    const Item *find(qint64 id) const {
+        const auto it = items_.find(id);
+        return it == items_.end() ? nullptr : &it->second;
+    }
+
     bool contains(const QString &cmid) const { return ids_.contains(cmid); }
     int size() const { return int(items_.size()); }
     const std::map<qint64, Item> &items() const { return items_; }
     int window = 64; ///< unanswered outbox requests on the connection (one per conversation)
+
+Q_SIGNALS:
+    // Row-level change notifications (OutboxModel follows them row by row).
+    /// Entry `id` was added (ids grow: it is the newest).
+    void entryAdded(qint64 id);
+    /// What an OutboxEntry shows of entry `id` changed (attempts, in flight,
+    /// last error, next retry).
+    void entryChanged(qint64 id);
+    /// Entry `id` leaves the outbox; it is still in items() during the call.
+    void entryAboutToBeRemoved(qint64 id);
+    /// All entries were replaced (a database opened or closed).
+    void entriesReset();
 
 private:
     void onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);

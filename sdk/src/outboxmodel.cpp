@@ -2,40 +2,80 @@
 
 #include <im/client.h>
 
+#include "client_p.h"
 #include "modelroles_p.h"
-#include "rowdiff_p.h"
 
 #include <QtCore/QPointer>
-#include <QtCore/QTimer>
+
+#include <algorithm>
 
 namespace im {
 
-namespace {
-struct Item {
-    OutboxEntry e;
-    bool operator==(const Item &o) const {
-        return e.cmid == o.e.cmid && e.attempts == o.e.attempts && e.lastError == o.e.lastError
-               && e.nextRetryAt == o.e.nextRetryAt && e.inFlight == o.e.inFlight;
-    }
-};
-} // namespace
-
+// The model keeps only the outbox row ids of its rows (creation order = id
+// order) and reads each entry from the client's outbox when a view asks. It
+// follows the outbox's row-level notifications: one insert, change or
+// removal per entry, never a copy of the whole outbox (docs/sdk.md).
 class OutboxModelPrivate {
 public:
+    explicit OutboxModelPrivate(OutboxModel *qq) : q(qq) {}
+
+    OutboxModel *q;
     QPointer<Client> client;
-    QList<Item> rows;
-    QTimer reload;
-    QList<QMetaObject::Connection> links; // to the current client
+    QList<qint64> ids; // ascending
+    QList<QMetaObject::Connection> links;
+
+    const Outbox *outbox() const { return client ? &ClientPrivate::get(client)->outbox : nullptr; }
+    int rowOf(qint64 id) const {
+        const auto it = std::lower_bound(ids.cbegin(), ids.cend(), id);
+        return it != ids.cend() && *it == id ? int(it - ids.cbegin()) : -1;
+    }
+
+    /// Follows `c`'s outbox from now on (nullptr: none) and shows its rows.
+    void attach(Client *c) {
+        for (const QMetaObject::Connection &l : std::as_const(links))
+            QObject::disconnect(l);
+        links.clear();
+        client = c;
+        if (const Outbox *ob = outbox()) {
+            links << QObject::connect(ob, &Outbox::entryAdded, q, [this](qint64 id) { added(id); });
+            links << QObject::connect(ob, &Outbox::entryChanged, q, [this](qint64 id) {
+                const int row = rowOf(id);
+                if (row >= 0)
+                    emit q->dataChanged(q->index(row), q->index(row));
+            });
+            links << QObject::connect(ob, &Outbox::entryAboutToBeRemoved, q, [this](qint64 id) { removed(id); });
+            links << QObject::connect(ob, &Outbox::entriesReset, q, &OutboxModel::refresh);
+            // The client (and its outbox) is gone: no rows, no client.
+            links << QObject::connect(c, &QObject::destroyed, q, [this] {
+                q->refresh();
+                emit q->clientChanged();
+            });
+        }
+        q->refresh();
+    }
+
+    void added(qint64 id) {
+        const int row = int(std::lower_bound(ids.cbegin(), ids.cend(), id) - ids.cbegin());
+        q->beginInsertRows({}, row, row);
+        ids.insert(row, id);
+        q->endInsertRows();
+        emit q->depthChanged();
+    }
+
+    void removed(qint64 id) {
+        const int row = rowOf(id);
+        if (row < 0)
+            return;
+        q->beginRemoveRows({}, row, row);
+        ids.remove(row);
+        q->endRemoveRows();
+        emit q->depthChanged();
+    }
 };
 
 OutboxModel::OutboxModel(Client *client, QObject *parent)
-    : QAbstractListModel(parent), d(std::make_unique<OutboxModelPrivate>()) {
-    d->reload.setSingleShot(true);
-    d->reload.setInterval(50);
-    connect(&d->reload, &QTimer::timeout, this, &OutboxModel::refresh);
-    setClient(client);
-    if (!client)
-        refresh();
+    : QAbstractListModel(parent), d(std::make_unique<OutboxModelPrivate>(this)) {
+    d->attach(client);
 }
 
 OutboxModel::~OutboxModel() = default;
@@ -43,51 +83,41 @@ OutboxModel::~OutboxModel() = default;
 Client *OutboxModel::client() const { return d->client.data(); }
 
 void OutboxModel::setClient(Client *client) {
-    if (client == d->client && (client || d->links.isEmpty()))
+    if (client == d->client)
         return;
-    for (const QMetaObject::Connection &c : std::as_const(d->links))
-        disconnect(c);
-    d->links.clear();
-    d->client = client;
-    if (client) {
-        d->links << connect(client, &Client::outboxChanged, this, [this] {
-            if (!d->reload.isActive())
-                d->reload.start();
-        });
-        d->links << connect(client, &QObject::destroyed, this, [this] { setClient(nullptr); });
-    }
-    refresh();
+    d->attach(client);
     emit clientChanged();
 }
 
-int OutboxModel::depth() const { return int(d->rows.size()); }
+int OutboxModel::depth() const { return int(d->ids.size()); }
 
 void OutboxModel::refresh() {
-    d->reload.stop();
-    QList<Item> fresh;
-    if (d->client)
-        for (const OutboxEntry &e : d->client->outbox())
-            fresh.append(Item{e});
-    const int before = int(d->rows.size());
-    detail::RowDiffOps ops;
-    ops.beginRemove = [this](int a, int b) { beginRemoveRows({}, a, b); };
-    ops.endRemove = [this] { endRemoveRows(); };
-    ops.beginInsert = [this](int a, int b) { beginInsertRows({}, a, b); };
-    ops.endInsert = [this] { endInsertRows(); };
-    ops.beginReset = [this] { beginResetModel(); };
-    ops.endReset = [this] { endResetModel(); };
-    ops.changed = [this](int r) { emit dataChanged(index(r), index(r)); };
-    detail::applyRowDiff(d->rows, fresh, [](const Item &r) { return r.e.cmid; }, ops);
-    if (before != int(d->rows.size()))
+    QList<qint64> fresh;
+    if (const Outbox *ob = d->outbox()) {
+        fresh.reserve(ob->size());
+        for (const auto &[id, item] : ob->items())
+            fresh.append(id);
+    }
+    if (fresh == d->ids)
+        return;
+    const int before = int(d->ids.size());
+    beginResetModel();
+    d->ids = std::move(fresh);
+    endResetModel();
+    if (before != int(d->ids.size()))
         emit depthChanged();
 }
 
-int OutboxModel::rowCount(const QModelIndex &parent) const { return parent.isValid() ? 0 : int(d->rows.size()); }
+int OutboxModel::rowCount(const QModelIndex &parent) const { return parent.isValid() ? 0 : int(d->ids.size()); }
 
 QVariant OutboxModel::data(const QModelIndex &index, int role) const {
-    if (!index.isValid() || index.row() < 0 || index.row() >= d->rows.size())
+    if (!index.isValid() || index.row() < 0 || index.row() >= d->ids.size())
         return {};
-    const OutboxEntry &e = d->rows.at(index.row()).e;
+    const Outbox *ob = d->outbox();
+    const Outbox::Item *item = ob ? ob->find(d->ids.at(index.row())) : nullptr;
+    if (!item)
+        return {};
+    const OutboxEntry e = Outbox::toEntry(*item);
     switch (role) {
     case Qt::DisplayRole:
     case CmidRole: return e.cmid;

@@ -43,7 +43,14 @@ inline constexpr std::string_view fault_points[] = {
     "rule.recall_window",      // recall ignores the window
     "rule.read_hint",          // a read marker's hint is not sent to the user's other devices
     "rule.push_hint",          // every group gets full `event` pushes, whatever its push_full_max
-    "rule.goaway"};            // a draining gateway closes connections without `goaway`
+    "rule.goaway",             // a draining gateway closes connections without `goaway`
+    // ... and inside the send function im_send (schema/004_send_lab_controls.sql):
+    "rule.send_membership",    // a stranger's send is appended (no membership check)
+    "rule.same_error",         // an unknown conversation answers apart from a non-member's
+    "rule.request_hash",       // a reused cmid is a duplicate whatever its body
+    "rule.fresh_dup",          // a fresh append is answered dup:true
+    // ... and in sync:
+    "rule.page_cursor"};       // next_after is the head read after the page, not the page's end
 
 /// True for the rule.* points, which take only the `skip` action.
 bool is_rule_point(std::string_view point);

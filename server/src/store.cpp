@@ -10,6 +10,8 @@
 #include <fstream>
 #include <functional>
 #include <stdexcept>
+#include <string_view>
+#include <utility>
 
 namespace im {
 
@@ -354,6 +356,14 @@ constexpr const char* send_stmt = "im_send";
 constexpr const char* send_sql =
     "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send($1, $2, $3::text[], $4::text[], $5)";
 
+// The send rules im_send can be told to break (schema/004), by fault point.
+constexpr std::pair<std::string_view, std::string_view> send_rule_controls[] = {
+    {"rule.send_membership", "send_membership"},
+    {"rule.same_error", "same_error"},
+    {"rule.request_hash", "request_hash"},
+    {"rule.fresh_dup", "fresh_dup"},
+};
+
 } // namespace
 
 std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base& c, const Identity& who,
@@ -394,6 +404,10 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                     pqxx::result rows;
                     if (faults_.enabled()) {
                         pqxx::work tx(c);
+                        std::string broken; // the lab's armed send-rule controls, for this transaction only
+                        for (auto [point, name] : send_rule_controls)
+                            if (faults_.broken(point)) broken += (broken.empty() ? "" : ",") + std::string(name);
+                        if (!broken.empty()) tx.exec_params("SELECT set_config('im.lab_broken', $1, true)", broken);
                         rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, lock);
                         auto fc = faults_.hit("store.before_commit");
                         if (fc == FaultKind::unavailable) return Results(to - from, unavailable("injected fault"));
@@ -413,6 +427,8 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                             part.push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
                         } else if (code == "ORIGINAL_EXPIRED") {
                             part.push_back(Error{Code::original_expired, "the original was purged by retention"});
+                        } else if (code == "NO_SUCH_CONV") { // only while the lab's rule.same_error is armed
+                            part.push_back(Error{Code::not_member, "no such conversation"});
                         } else {
                             part.push_back(SendResult{Sent{conv_id, row[2].as<std::int64_t>(), row[3].c_str(),
                                                            row[5].as<bool>(), row[4].as<std::int64_t>()},
@@ -646,6 +662,10 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
         p.events = std::move(col.events);
         p.has_more = col.cut;
         p.next_after = p.has_more ? p.events.back().seq : access.head;
+        if (faults_.broken("rule.page_cursor")) { // lab negative control only: the cursor is "the head now"
+            auto h = tx.exec_params("SELECT next_seq - 1 FROM conversations WHERE conv_id = $1", s.conv);
+            p.next_after = h[0][0].as<std::int64_t>();
+        }
         return p;
       });
     });

@@ -219,10 +219,14 @@ Verdict limits(Lab& lab) {
 
 std::vector<Check> send_checks() {
     return {
-        {"04-normal-history", normal_history},
-        {"04-non-member-rejected", non_member_rejected},
-        {"04-unknown-conv-same-error", unknown_conv_same_error},
-        {"04-idempotency-mismatch", idempotency_mismatch},
+        {"04-normal-history", normal_history, breaking("rule.fresh_dup", normal_history),
+         "gateway rule.fresh_dup=skip: a fresh append is answered dup:true"},
+        {"04-non-member-rejected", non_member_rejected, breaking("rule.send_membership", non_member_rejected),
+         "gateway rule.send_membership=skip: im_send appends a stranger's send"},
+        {"04-unknown-conv-same-error", unknown_conv_same_error, breaking("rule.same_error", unknown_conv_same_error),
+         "gateway rule.same_error=skip: an unknown conversation answers \"no such conversation\""},
+        {"04-idempotency-mismatch", idempotency_mismatch, breaking("rule.request_hash", idempotency_mismatch),
+         "gateway rule.request_hash=skip: a reused cmid is a duplicate whatever its body"},
         {"04-concurrent-replay-one-row", concurrent_replay_one_row, concurrent_replay_without_index,
          "imserver --lab-no-unique-index (no events_idempotency, no row lock)"},
         {"04-control-no-unique-index", control_no_unique_index},

@@ -252,11 +252,30 @@ Verdict left_member_history(Lab& lab) {
                   "NOT_MEMBER");
 }
 
+// 07-paging-under-writes' negative control: the cursor a page hands back is
+// the head read after the page (a second statement), so commits landing in
+// between, and the rest of a cut page, are skipped. Whether a commit lands
+// in that window is a race: up to 3 runs; the first one the check rejects
+// is the control's verdict.
+Verdict paging_with_cursor_at_head(Lab& lab) {
+    auto once = breaking("rule.page_cursor", paging_under_writes);
+    Verdict v;
+    for (int round = 1; round <= 3; ++round) {
+        try {
+            v = once(lab);
+        } catch (const CheckFailed& e) {
+            return failed(std::string(e.what()) + " (run " + std::to_string(round) + ")");
+        }
+    }
+    return v;
+}
+
 } // namespace
 
 std::vector<Check> sync_checks() {
     return {
-        {"07-paging-under-writes", paging_under_writes},
+        {"07-paging-under-writes", paging_under_writes, paging_with_cursor_at_head,
+         "gateway rule.page_cursor=skip: next_after is the head read after the page"},
         {"07-cursor-ahead", cursor_ahead, breaking("rule.cursor_ahead", cursor_ahead),
          "gateway rule.cursor_ahead=skip: sync answers a page beyond head"},
         {"07-epoch-changed", epoch_changed, breaking("rule.epoch", epoch_changed),

@@ -3,6 +3,7 @@
 // and mouse events on the offscreen platform; asserts on what the widgets
 // show and on the SDK models behind them.
 #include "realserver.h"
+#include "sdktestutil.h"
 
 #include "chatwindow.h"
 #include "faultclient.h"
@@ -27,6 +28,7 @@
 #include <QtWidgets/QMenu>
 #include <QtWidgets/QPushButton>
 #include <QtWidgets/QSpinBox>
+#include <QtWidgets/QStatusBar>
 #include <QtWidgets/QTableView>
 #include <QtTest/QtTest>
 
@@ -146,6 +148,9 @@ private slots:
     void fault_client_posts_to_lab_fault_and_reads_404_as_faults_disabled();
     void recall_from_the_context_menu_shows_recalled_on_both_sides();
     void close_socket_now_reconnects_and_the_outbox_drains();
+    void outbox_panel_cancels_a_pending_entry_and_refuses_one_on_the_wire();
+    void discard_removes_a_failed_message_from_the_view_and_the_store();
+    void history_view_shows_a_gap_fills_it_and_loads_older();
     void screenshot_of_the_main_window_is_saved();
 
 private:
@@ -266,7 +271,8 @@ void TestDemoApp::typeAndSend(ChatWindow *w, const QString &text, bool useEnter)
         QTest::keyClick(edit, Qt::Key_Return);
     else
         QTest::mouseClick(child<QPushButton>(w, "sendButton"), Qt::LeftButton);
-    QCOMPARE(edit->text(), QString()); // queued: the box is cleared
+    QVERIFY2(edit->text().isEmpty(), // queued: the box is cleared
+             qPrintable(QStringLiteral("not queued: %1").arg(w->statusBar()->currentMessage())));
 }
 
 // After a send whose reply is lost: our row (found by its cmid) is Pending
@@ -594,6 +600,191 @@ void TestDemoApp::close_socket_now_reconnects_and_the_outbox_drains() {
     QVERIFY(states.first().first().value<im::ConnectionState>() != im::ConnectionState::Connected);
     waitConnected(ana_);
     QTRY_VERIFY(child<QLabel>(ana_, "connectionLabel")->text().contains(QStringLiteral("Connected - gateway")));
+}
+
+// The outbox panel: "Cancel selected" withdraws a Pending entry that never
+// went on the wire (gone from the outbox table and the timeline, never seen
+// by the server), and refuses one already sent.
+void TestDemoApp::outbox_panel_cancels_a_pending_entry_and_refuses_one_on_the_wire() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    const QString db = ana_->session().dbPath;
+    auto *offline = child<QPushButton>(ana_, "offlineButton");
+    QTest::mouseClick(offline, Qt::LeftButton);
+    QTRY_VERIFY(ana_->clientFaults()->isOffline());
+
+    const QString body = QStringLiteral("cancel me before I leave");
+    typeAndSend(ana_, body);
+    QTRY_COMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
+    const QString cmid = ana_->messages()->get(rowOf(ana_->messages(), body), MessageListModel::CmidRole).toString();
+    auto *outbox = child<QTableView>(ana_, "outboxView");
+    QTRY_COMPARE(outbox->model()->rowCount(), 1);
+    QCOMPARE(outbox->model()->index(0, ChatWindow::OCmid).data().toString(), cmid);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {cmid}).toInt(), 1);
+    outbox->setCurrentIndex(outbox->model()->index(0, 0));
+    QTest::mouseClick(child<QPushButton>(ana_, "cancelOutboxButton"), Qt::LeftButton);
+    QVERIFY2(ana_->lastActionText().startsWith(QStringLiteral("Cancelled")), qPrintable(ana_->lastActionText()));
+    QCOMPARE(outbox->model()->rowCount(), 0);
+    QTRY_COMPARE(rowsWithBody(ana_->messages(), body).size(), 0);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {cmid}).toInt(), 0);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE cmid = ?"), {cmid}).toInt(), 0);
+
+    // Back online: the next message arrives, the cancelled one never does
+    // (one conversation is sent in order, so it would have come first).
+    QTest::mouseClick(offline, Qt::LeftButton);
+    QTRY_VERIFY(!ana_->clientFaults()->isOffline());
+    const QString after = QStringLiteral("sent after the cancel");
+    typeAndSend(ana_, after);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), after), MessageState::Sent, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), after), MessageState::Sent, kSettle);
+    QCOMPARE(ben_->messages()->get(rowOf(ben_->messages(), after), MessageListModel::SeqRole),
+             ana_->messages()->get(rowOf(ana_->messages(), after), MessageListModel::SeqRole));
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 0);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 0);
+
+    // On the wire (the server holds the insert 3 s): refused, kept, delivered.
+    auto *point = child<QComboBox>(ana_, "faultPoint");
+    auto *action = child<QComboBox>(ana_, "faultAction");
+    point->setCurrentIndex(point->findText(QStringLiteral("store.before_insert")));
+    action->setCurrentIndex(action->findText(QStringLiteral("delay:3000")));
+    child<QSpinBox>(ana_, "faultCount")->setValue(1);
+    QTest::mouseClick(child<QPushButton>(ana_, "armFaultButton"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(child<QLabel>(ana_, "faultAnswer")->text().startsWith(QStringLiteral("HTTP 200 armed")),
+                             10000);
+    const QString sent = QStringLiteral("already on the wire");
+    typeAndSend(ana_, sent);
+    QTRY_COMPARE(outbox->model()->rowCount(), 1);
+    QTRY_VERIFY(ana_->outbox()->get(0, im::OutboxModel::AttemptsRole).toInt() >= 1);
+    outbox->setCurrentIndex(outbox->model()->index(0, 0));
+    QTest::mouseClick(child<QPushButton>(ana_, "cancelOutboxButton"), Qt::LeftButton);
+    QVERIFY2(ana_->lastActionText().contains(QStringLiteral("already sent")), qPrintable(ana_->lastActionText()));
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), sent), MessageState::Sent, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), sent), MessageState::Sent, kSettle);
+    QTRY_COMPARE(outbox->model()->rowCount(), 0);
+}
+
+// "Discard" on a Failed message (a conversation ana is not in: NOT_MEMBER)
+// removes it from the view and the local store.
+void TestDemoApp::discard_removes_a_failed_message_from_the_view_and_the_store() {
+    const QString db = ana_->session().dbPath;
+    ana_->selectConversation(QStringLiteral("nobody-asked-me"));
+    QTRY_COMPARE(ana_->messages()->conversation(), QStringLiteral("nobody-asked-me"));
+    const QString body = QStringLiteral("this one fails");
+    typeAndSend(ana_, body);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Failed, kSettle);
+    QCOMPARE(shown(ana_, body, ChatWindow::StateColumn), QStringLiteral("Failed: NOT_MEMBER"));
+    const int row = rowOf(ana_->messages(), body);
+    const QString cmid = ana_->messages()->get(row, MessageListModel::CmidRole).toString();
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE cmid = ?"), {cmid}).toInt(), 1);
+    auto *view = child<QTableView>(ana_, "messageView");
+    // Discard refuses a message that is not Failed/Expired: nothing changes.
+    view->setCurrentIndex(QModelIndex());
+    QTest::mouseClick(child<QPushButton>(ana_, "discardButton"), Qt::LeftButton);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
+    view->setCurrentIndex(view->model()->index(row, ChatWindow::BodyColumn));
+    QTest::mouseClick(child<QPushButton>(ana_, "discardButton"), Qt::LeftButton);
+    QVERIFY2(ana_->lastActionText().startsWith(QStringLiteral("Discarded")), qPrintable(ana_->lastActionText()));
+    QTRY_COMPARE(rowsWithBody(ana_->messages(), body).size(), 0);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE cmid = ?"), {cmid}).toInt(), 0);
+    QCOMPARE(ana_->client()->pendingCount(), 0);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+}
+
+// History window view: ana comes back after more than the backlog limit of
+// ben's messages; the conversation opens with its newest window and a gap
+// row; "Fill gap" loads it window by window (the seqs are the server's);
+// "Load older" pages older rows into a small window.
+void TestDemoApp::history_view_shows_a_gap_fills_it_and_loads_older() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    // Something stored below the gap, so the gap is a row.
+    const QString before = QStringLiteral("before the gap");
+    typeAndSend(ana_, before);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), before), MessageState::Sent, kSettle);
+    child<QSpinBox>(ana_, "backlogLimitSpin")->setValue(5);
+    child<QSpinBox>(ana_, "historyWindowSpin")->setValue(4);
+    auto *offline = child<QPushButton>(ana_, "offlineButton");
+    QTest::mouseClick(offline, Qt::LeftButton);
+    QTRY_VERIFY(ana_->clientFaults()->isOffline());
+
+    constexpr int n = 12;
+    auto body = [](int i) { return QStringLiteral("while ana was away %1").arg(i); };
+    for (int i = 1; i <= n; ++i)
+        QVERIFY(!ben_->client()->send(QStringLiteral("ana-ben"), body(i)).isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(ben_->client()->pendingCount(), 0, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body(n)), MessageState::Sent, kSettle);
+    QList<qint64> seqs{0};
+    for (int i = 1; i <= n; ++i)
+        seqs << ben_->messages()->get(rowOf(ben_->messages(), body(i)), MessageListModel::SeqRole).toLongLong();
+
+    auto gapRows = [this] {
+        QList<int> rows;
+        for (int r = 0; r < ana_->messages()->rowCount(); ++r)
+            if (ana_->messages()->get(r, MessageListModel::KindRole).toString() == QLatin1String("gap"))
+                rows << r;
+        return rows;
+    };
+    QTest::mouseClick(offline, Qt::LeftButton); // back: the newest window only, and a gap
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body(n)), MessageState::Sent, kSettle);
+    QTRY_COMPARE(gapRows().size(), 1);
+    for (int i = n - 3; i <= n; ++i)
+        QCOMPARE(ana_->messages()->get(rowOf(ana_->messages(), body(i)), MessageListModel::SeqRole).toLongLong(),
+                 seqs[i]);
+    QCOMPARE(rowsWithBody(ana_->messages(), body(n - 4)).size(), 0);
+    int gap = gapRows().first();
+    QCOMPARE(ana_->messages()->get(gap, MessageListModel::GapToRole).toLongLong(), seqs[n - 4]);
+    QVERIFY(ana_->messages()->get(gap, MessageListModel::GapFromRole).toLongLong() <= seqs[1]);
+    auto *view = child<QTableView>(ana_, "messageView");
+    QCOMPARE(view->model()->index(gap, ChatWindow::StateColumn).data().toString(), QStringLiteral("Gap"));
+    QVERIFY(view->model()->index(gap, ChatWindow::BodyColumn).data().toString().contains(QStringLiteral("gap")));
+
+    // Fill gap (the gap row selected): the next window down, then the rest.
+    auto *fill = child<QPushButton>(ana_, "fillGapButton");
+    QVERIFY(fill->isEnabled());
+    view->setCurrentIndex(view->model()->index(gap, ChatWindow::BodyColumn));
+    QTest::mouseClick(fill, Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(rowsWithBody(ana_->messages(), body(n - 4)).size(), 1, kSettle);
+    QCOMPARE(rowsWithBody(ana_->messages(), body(n - 8)).size(), 0);
+    QTRY_COMPARE(gapRows().size(), 1);
+    QCOMPARE(ana_->messages()->get(gapRows().first(), MessageListModel::GapToRole).toLongLong(), seqs[n - 8]);
+    for (int round = 0; round < 5 && !gapRows().isEmpty(); ++round) {
+        QTest::mouseClick(fill, Qt::LeftButton); // no selection: the newest gap
+        const qint64 to = gapRows().isEmpty() ? 0 : ana_->messages()->get(gapRows().first(), MessageListModel::GapToRole).toLongLong();
+        QTRY_VERIFY_WITH_TIMEOUT(gapRows().isEmpty()
+                                     || ana_->messages()->get(gapRows().first(), MessageListModel::GapToRole).toLongLong() < to,
+                                 kSettle);
+    }
+    QVERIFY(gapRows().isEmpty());
+    QVERIFY(!fill->isEnabled());
+    for (int i = 1; i <= n; ++i) {
+        QCOMPARE(rowsWithBody(ana_->messages(), body(i)).size(), 1);
+        QCOMPARE(ana_->messages()->get(rowOf(ana_->messages(), body(i)), MessageListModel::SeqRole).toLongLong(), seqs[i]);
+    }
+    QCOMPARE(rowsWithBody(ana_->messages(), before).size(), 1);
+
+    // Load older: a 3-row window shows the newest 3, each click 3 more above.
+    child<QSpinBox>(ana_, "windowRowsSpin")->setValue(3);
+    ana_->selectConversation(QStringLiteral("nobody-asked-me"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    QTRY_COMPARE(ana_->messages()->rowCount(), 3);
+    QCOMPARE(ana_->messages()->get(2, MessageListModel::SeqRole).toLongLong(), seqs[n]);
+    auto *older = child<QPushButton>(ana_, "loadOlderButton");
+    QTRY_VERIFY(older->isEnabled());
+    QTest::mouseClick(older, Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(ana_->messages()->rowCount(), 6, kSettle);
+    QCOMPARE(ana_->messages()->get(0, MessageListModel::SeqRole).toLongLong(), seqs[n - 5]);
+    QCOMPARE(ana_->messages()->get(5, MessageListModel::SeqRole).toLongLong(), seqs[n]);
+
+    // Back to the defaults for the other tests.
+    child<QSpinBox>(ana_, "windowRowsSpin")->setValue(50);
+    child<QSpinBox>(ana_, "backlogLimitSpin")->setValue(1000);
+    child<QSpinBox>(ana_, "historyWindowSpin")->setValue(100);
+    ana_->selectConversation(QStringLiteral("nobody-asked-me"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
 }
 
 void TestDemoApp::screenshot_of_the_main_window_is_saved() {

@@ -16,6 +16,7 @@
 #include <QtCore/QTemporaryDir>
 #include <QtCore/QUuid>
 #include <QtNetwork/QTcpServer>
+#include <QtSql/QSqlError>
 #include <QtTest/QtTest>
 
 using im::Client;
@@ -94,6 +95,7 @@ private slots:
     void database_is_wal_synchronous_full_with_a_schema_version();
     void newer_schema_version_is_refused();
     void outbox_introspection_reports_attempts_last_error_and_depth();
+    void outbox_model_follows_one_send_row_by_row_on_a_long_backlog();
     void qa_hooks_go_offline_drop_a_reply_and_close_the_socket();
     void socket_has_no_nagle_delay();
     void failed_message_stays_where_it_was_sent();
@@ -723,6 +725,83 @@ void TestClient::outbox_introspection_reports_attempts_last_error_and_depth() {
              QStringLiteral("UNAVAILABLE"));
     QTRY_COMPARE_WITH_TIMEOUT(model.depth(), 0, 5000);
     QCOMPARE(f.client.pendingCount(), 0);
+}
+
+// Obligation 7 (idle cost): the outbox model is updated by rows from the
+// outbox's own notifications, at once, never by a reset or a re-read of the
+// whole outbox. 10,000 entries wait in conversation c1 (written straight into
+// the store, as a long offline spell would leave them).
+void TestClient::outbox_model_follows_one_send_row_by_row_on_a_long_backlog() {
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    f.client.close();
+    constexpr int backlog = 10000;
+    {
+        QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("backlog"));
+        db.setDatabaseName(f.db);
+        QVERIFY(db.open());
+        QVERIFY(db.transaction());
+        QSqlQuery o(db), m(db);
+        QVERIFY(o.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, created_at) VALUES(?, 'send', 'c1', ?, ?)")));
+        QVERIFY(m.prepare(QStringLiteral("INSERT INTO local_messages(cmid, kind, conv, body, created_at, state)"
+                                         " VALUES(?, 'send', 'c1', ?, ?, 0)")));
+        for (int i = 0; i < backlog; ++i) {
+            const QString cmid = QUuid::createUuid().toString(QUuid::WithoutBraces);
+            const QString body = QStringLiteral("backlog %1").arg(i);
+            for (QSqlQuery *q : {&o, &m}) {
+                q->addBindValue(cmid);
+                q->addBindValue(body);
+                q->addBindValue(QDateTime::currentMSecsSinceEpoch());
+                QVERIFY2(q->exec(), qPrintable(q->lastError().text()));
+            }
+        }
+        QVERIFY(db.commit());
+        db.close();
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("backlog"));
+
+    QVERIFY(f.client.open(f.db));
+    im::OutboxModel model(&f.client);
+    QCOMPARE(model.rowCount(), backlog);
+    QCOMPARE(model.get(0, im::OutboxModel::BodyRole).toString(), QStringLiteral("backlog 0"));
+    QSignalSpy resets(&model, &QAbstractItemModel::modelAboutToBeReset);
+    QSignalSpy layouts(&model, &QAbstractItemModel::layoutAboutToBeChanged);
+    QSignalSpy inserted(&model, &QAbstractItemModel::rowsInserted);
+    QSignalSpy removed(&model, &QAbstractItemModel::rowsRemoved);
+    QSignalSpy changed(&model, &QAbstractItemModel::dataChanged);
+
+    // One send: one row inserted at the end, before send() returns.
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("one more"));
+    QVERIFY(!cmid.isEmpty());
+    QCOMPARE(inserted.size(), 1);
+    QCOMPARE(inserted.at(0).at(1).toInt(), backlog);
+    QCOMPARE(inserted.at(0).at(2).toInt(), backlog);
+    QCOMPARE(model.rowCount(), backlog + 1);
+    QCOMPARE(model.depth(), backlog + 1);
+    QCOMPARE(model.get(backlog, im::OutboxModel::CmidRole).toString(), cmid);
+    // Cancelled (never on the wire): that row removed, nothing else.
+    QVERIFY(f.client.cancel(cmid));
+    QCOMPARE(removed.size(), 1);
+    QCOMPARE(removed.at(0).at(1).toInt(), backlog);
+    QCOMPARE(removed.at(0).at(2).toInt(), backlog);
+    QCOMPARE(model.rowCount(), backlog);
+
+    // Connected, the server answering UNAVAILABLE: only the conversation's
+    // head goes on the wire, and only its row changes (attempts, in flight).
+    f.server.unavailable.insert(QStringLiteral("send"), 1000000);
+    f.client.connectToServer();
+    QTRY_VERIFY(model.get(0, im::OutboxModel::AttemptsRole).toInt() >= 2);
+    QVERIFY(!changed.isEmpty());
+    for (const QList<QVariant> &c : std::as_const(changed)) {
+        QCOMPARE(c.at(0).toModelIndex().row(), 0);
+        QCOMPARE(c.at(1).toModelIndex().row(), 0);
+    }
+    QCOMPARE(model.get(0, im::OutboxModel::LastErrorRole).toString(), QStringLiteral("UNAVAILABLE"));
+    QCOMPARE(inserted.size(), 1);
+    QCOMPARE(removed.size(), 1);
+    QCOMPARE(resets.size(), 0);
+    QCOMPARE(layouts.size(), 0);
+    QCOMPARE(model.rowCount(), f.client.pendingCount());
 }
 
 void TestClient::qa_hooks_go_offline_drop_a_reply_and_close_the_socket() {

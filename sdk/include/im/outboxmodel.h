@@ -13,7 +13,10 @@ namespace im {
 
 class OutboxModelPrivate;
 
-/// The entries still in the durable outbox, in creation order, live.
+/// The entries still in the durable outbox, in creation order, live: each
+/// entry added, changed (attempt, in flight, last error) or removed is one
+/// row insert, dataChanged or removal, as it happens (no copy of the whole
+/// outbox; the model holds row ids and reads entries on demand).
 class IM_SDK_EXPORT OutboxModel : public QAbstractListModel {
     Q_OBJECT
     /// The Client whose database is shown; may be set (or changed) after
@@ -54,6 +57,8 @@ public:
     Q_INVOKABLE QVariantMap get(int row) const;
 
 public Q_SLOTS:
+    /// Re-reads the whole outbox (a model reset if it differs). Never needed:
+    /// the model follows the outbox row by row.
     void refresh();
 
 Q_SIGNALS:
@@ -61,6 +66,7 @@ Q_SIGNALS:
     void depthChanged();
 
 private:
+    friend class OutboxModelPrivate;
     std::unique_ptr<OutboxModelPrivate> d;
 };
 

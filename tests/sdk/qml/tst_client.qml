@@ -132,8 +132,24 @@ TestCase {
         compare(m.count, 0)
         m.client = client
         tryVerify(() => m.count > 0)
-        other.destroy()
         m.destroy()
+
+        // The outbox model too: `other` never connects, its message waits.
+        const o = Qt.createQmlObject("import ImSdk; OutboxModel { }", test)
+        compare(o.depth, 0)
+        verify(other.send("team", "waits in other's outbox") !== "")
+        o.client = other
+        compare(o.depth, 1)
+        compare(o.get(0).body, "waits in other's outbox")
+        compare(o.get(0, "conv"), "team")
+        o.client = client
+        compare(o.depth, 0)
+        o.client = other
+        compare(o.depth, 1)
+        other.destroy()
+        tryVerify(() => o.client === null)
+        compare(o.depth, 0)
+        o.destroy()
     }
 
     function cleanupTestCase() {
