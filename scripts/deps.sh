@@ -24,6 +24,15 @@ packages=(
   linux-perf
   clang
   libfuzzer-14-dev
+  qt6-declarative-dev
+  qt6-declarative-dev-tools
+  qml6-module-qtqml-workerscript
+  qml6-module-qtquick
+  qml6-module-qtquick-controls
+  qml6-module-qtquick-layouts
+  qml6-module-qtquick-templates
+  qml6-module-qtquick-window
+  qml6-module-qttest
 )
 
 missing=()

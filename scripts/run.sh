@@ -15,6 +15,8 @@ cat <<MSG
    ./build/demo-app/imdemo --server ws://$LISTEN/v1/ws --token-file $tokens --user ana
    ./build/demo-app/imdemo --server ws://$LISTEN/v1/ws --token-file $tokens --user ben
    (add --enable-faults to this script's imserver via IM_ENABLE_FAULTS=1 to use the fault panel's server faults)
+== Or the QML example (import ImSdk):
+   ./build/examples/qml-chat/qmlchat --token-file $tokens --user cy
 == Starting imserver on $LISTEN (Ctrl-C stops it and its PostgreSQL)
 
 MSG

@@ -3,6 +3,7 @@
 #include <im/client.h>
 
 #include "client_p.h"
+#include "modelroles_p.h"
 #include "rowdiff_p.h"
 
 #include <QtCore/QPointer>
@@ -28,24 +29,40 @@ public:
     QPointer<Client> client;
     QList<ConvItem> rows;
     QTimer reload;
+    QList<QMetaObject::Connection> links; // to the current client
 };
 
 ConversationListModel::ConversationListModel(Client *client, QObject *parent)
     : QAbstractListModel(parent), d(std::make_unique<ConversationListModelPrivate>()) {
-    d->client = client;
     d->reload.setSingleShot(true);
     d->reload.setInterval(20);
     connect(&d->reload, &QTimer::timeout, this, &ConversationListModel::refresh);
-    if (client) {
-        connect(client, &Client::conversationsChanged, this, [this] {
-            if (!d->reload.isActive())
-                d->reload.start();
-        });
-    }
-    refresh();
+    setClient(client);
+    if (!client)
+        refresh();
 }
 
 ConversationListModel::~ConversationListModel() = default;
+
+Client *ConversationListModel::client() const { return d->client.data(); }
+
+void ConversationListModel::setClient(Client *client) {
+    if (client == d->client && (client || d->links.isEmpty()))
+        return;
+    for (const QMetaObject::Connection &c : std::as_const(d->links))
+        disconnect(c);
+    d->links.clear();
+    d->client = client;
+    if (client) {
+        d->links << connect(client, &Client::conversationsChanged, this, [this] {
+            if (!d->reload.isActive())
+                d->reload.start();
+        });
+        d->links << connect(client, &QObject::destroyed, this, [this] { setClient(nullptr); });
+    }
+    refresh();
+    emit clientChanged();
+}
 
 int ConversationListModel::count() const { return int(d->rows.size()); }
 
@@ -106,6 +123,12 @@ QVariant ConversationListModel::data(const QModelIndex &index, int role) const {
 }
 
 QVariant ConversationListModel::get(int row, int role) const { return data(index(row), role); }
+
+QVariant ConversationListModel::get(int row, const QString &roleName) const {
+    return detail::valueByRoleName(this, row, roleName);
+}
+
+QVariantMap ConversationListModel::get(int row) const { return detail::rowByRoleName(this, row); }
 
 int ConversationListModel::indexOf(const QString &conv) const {
     for (int i = 0; i < d->rows.size(); ++i)

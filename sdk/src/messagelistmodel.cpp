@@ -3,6 +3,7 @@
 #include <im/client.h>
 
 #include "client_p.h"
+#include "modelroles_p.h"
 #include "rowdiff_p.h"
 
 #include <QtCore/QTimer>
@@ -24,22 +25,50 @@ public:
     bool localOlder = false;             // events below the floor, in the local database
     std::optional<detail::Gap> bottom;   // missing events below everything local
     bool fetching = false;               // a fetchMore() waits for the server
+    QList<QMetaObject::Connection> links; // to the current client
+
+    void forgetWindow() {
+        rows.clear();
+        floor = -1;
+        localOlder = false;
+        bottom.reset();
+    }
 };
 
 MessageListModel::MessageListModel(Client *client, const QString &conversation, QObject *parent)
     : QAbstractListModel(parent), d(std::make_unique<MessageListModelPrivate>()) {
-    d->client = client;
     d->conv = conversation;
     d->reload.setSingleShot(true);
     d->reload.setInterval(20); // coalesce bursts (a page, a resend storm) into one reload
     connect(&d->reload, &QTimer::timeout, this, &MessageListModel::refresh);
+    setClient(client);
+    if (!client)
+        refresh();
+}
+
+MessageListModel::~MessageListModel() = default;
+
+Client *MessageListModel::client() const { return d->client.data(); }
+
+void MessageListModel::setClient(Client *client) {
+    if (client == d->client && (client || d->links.isEmpty()))
+        return;
+    for (const QMetaObject::Connection &c : std::as_const(d->links))
+        disconnect(c);
+    d->links.clear();
+    d->client = client;
+    beginResetModel();
+    d->forgetWindow();
+    endResetModel();
+    if (std::exchange(d->fetching, false))
+        emit loadingOlderChanged();
     if (client) {
         ClientPrivate *cp = ClientPrivate::get(client);
-        connect(cp, &ClientPrivate::timelineChanged, this, [this](const QString &c) {
+        d->links << connect(cp, &ClientPrivate::timelineChanged, this, [this](const QString &c) {
             if (c == d->conv && !d->reload.isActive())
                 d->reload.start();
         });
-        connect(&cp->sync, &Sync::windowLoaded, this, [this](const QString &c, bool ok) {
+        d->links << connect(&cp->sync, &Sync::windowLoaded, this, [this](const QString &c, bool ok) {
             if (c != d->conv || !d->fetching)
                 return;
             d->fetching = false;
@@ -53,17 +82,13 @@ MessageListModel::MessageListModel(Client *client, const QString &conversation, 
             }
             refresh();
         });
-        connect(client, &Client::identityChanged, this, [this] { d->reload.start(); });
-        connect(client, &QObject::destroyed, this, [this] {
-            beginResetModel();
-            d->rows.clear();
-            endResetModel();
-        });
+        d->links << connect(client, &Client::identityChanged, this, [this] { d->reload.start(); });
+        d->links << connect(client, &QObject::destroyed, this, [this] { setClient(nullptr); });
     }
     refresh();
+    emit countChanged();
+    emit clientChanged();
 }
-
-MessageListModel::~MessageListModel() = default;
 
 QString MessageListModel::conversation() const { return d->conv; }
 
@@ -72,15 +97,13 @@ void MessageListModel::setConversation(const QString &conv) {
         return;
     d->conv = conv;
     beginResetModel();
-    d->rows.clear();
-    d->floor = -1;
-    d->localOlder = false;
-    d->bottom.reset();
+    d->forgetWindow();
     endResetModel();
     if (std::exchange(d->fetching, false))
         emit loadingOlderChanged();
     emit conversationChanged();
     refresh();
+    emit countChanged(); // the reset may have changed it even if refresh() sees no difference
 }
 
 int MessageListModel::count() const { return int(d->rows.size()); }
@@ -231,6 +254,12 @@ QVariant MessageListModel::data(const QModelIndex &index, int role) const {
 }
 
 QVariant MessageListModel::get(int row, int role) const { return data(index(row), role); }
+
+QVariant MessageListModel::get(int row, const QString &roleName) const {
+    return detail::valueByRoleName(this, row, roleName);
+}
+
+QVariantMap MessageListModel::get(int row) const { return detail::rowByRoleName(this, row); }
 
 QHash<int, QByteArray> MessageListModel::roleNames() const {
     return {{BodyRole, "body"},         {SenderRole, "sender"}, {SeqRole, "seq"},

@@ -3,6 +3,7 @@
 #include <im/client.h>
 
 #include "client_p.h"
+#include "modelroles_p.h"
 
 #include <QtCore/QPointer>
 
@@ -44,8 +45,11 @@ public:
             });
             links << QObject::connect(ob, &Outbox::entryAboutToBeRemoved, q, [this](qint64 id) { removed(id); });
             links << QObject::connect(ob, &Outbox::entriesReset, q, &OutboxModel::refresh);
-            // The client (and its outbox) is gone: no rows.
-            links << QObject::connect(c, &QObject::destroyed, q, &OutboxModel::refresh);
+            // The client (and its outbox) is gone: no rows, no client.
+            links << QObject::connect(c, &QObject::destroyed, q, [this] {
+                q->refresh();
+                emit q->clientChanged();
+            });
         }
         q->refresh();
     }
@@ -75,6 +79,15 @@ OutboxModel::OutboxModel(Client *client, QObject *parent)
 }
 
 OutboxModel::~OutboxModel() = default;
+
+Client *OutboxModel::client() const { return d->client.data(); }
+
+void OutboxModel::setClient(Client *client) {
+    if (client == d->client)
+        return;
+    d->attach(client);
+    emit clientChanged();
+}
 
 int OutboxModel::depth() const { return int(d->ids.size()); }
 
@@ -122,6 +135,10 @@ QVariant OutboxModel::data(const QModelIndex &index, int role) const {
 }
 
 QVariant OutboxModel::get(int row, int role) const { return data(index(row), role); }
+
+QVariant OutboxModel::get(int row, const QString &roleName) const { return detail::valueByRoleName(this, row, roleName); }
+
+QVariantMap OutboxModel::get(int row) const { return detail::rowByRoleName(this, row); }
 
 QHash<int, QByteArray> OutboxModel::roleNames() const {
     return {{CmidRole, "cmid"},         {ConvRole, "conv"},           {KindRole, "kind"},

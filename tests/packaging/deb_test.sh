@@ -4,7 +4,8 @@
 # systemd unit (systemd-analyze verify), unpacks them into a temporary root
 # and there: runs the packaged imserver, builds the SDK quick start against
 # the unpacked libimsdk-dev and runs it against that server until its message
-# is sent.
+# is sent, and runs a QML test (packaged_qml.qml, qmltestrunner) on the
+# unpacked qml6-module-imsdk against the same server.
 # Usage: deb_test.sh BUILD_DIR QUICKSTART_SOURCE_DIR
 set -euo pipefail
 # grep -q quits at the first match and its writer then dies of SIGPIPE, which
@@ -34,13 +35,14 @@ version=$(sed -n 's/^set(CPACK_PACKAGE_VERSION "\(.*\)")$/\1/p' "$build/CPackCon
 [ -n "$version" ] || fail "no version in CPackConfig.cmake"
 arch=$(dpkg --print-architecture)
 deb() { echo "$work/debs/$1_${version}-1_${arch}.deb"; }
-for p in imserver libimsdk0 libimsdk-dev imdemo; do
+packages="imserver libimsdk0 libimsdk-dev qml6-module-imsdk imdemo"
+for p in $packages; do
     [ -f "$(deb $p)" ] || { ls "$work/debs" >&2; fail "package $p not built"; }
 done
 
 step "metadata"
 field() { dpkg-deb -f "$(deb "$1")" "$2"; }
-for p in imserver libimsdk0 libimsdk-dev imdemo; do
+for p in $packages; do
     [ "$(field $p Package)" = "$p" ] || fail "$p: Package field"
     [ "$(field $p Version)" = "${version}-1" ] || fail "$p: Version field"
     [ -n "$(field $p Maintainer)" ] || fail "$p: no Maintainer"
@@ -51,6 +53,9 @@ field imserver Depends | matches 'libpqxx' || fail "imserver lacks its library d
 field libimsdk-dev Depends | matches "libimsdk0 (= ${version}-1)" || fail "libimsdk-dev must pin libimsdk0"
 field imdemo Depends | matches "libimsdk0" || fail "imdemo must depend on libimsdk0"
 field libimsdk0 Depends | matches "libqt6websockets6" || fail "libimsdk0 lacks its Qt dependencies: $(field libimsdk0 Depends)"
+if field libimsdk0 Depends | matches 'libqt6(qml|quick)'; then fail "libimsdk0 must not need Qt Qml/Quick: $(field libimsdk0 Depends)"; fi
+field qml6-module-imsdk Depends | matches "libimsdk0 (= ${version}-1)" || fail "qml6-module-imsdk must pin libimsdk0"
+field qml6-module-imsdk Depends | matches "libqt6qml6" || fail "qml6-module-imsdk lacks libqt6qml6: $(field qml6-module-imsdk Depends)"
 
 step "contents"
 contents() { dpkg-deb -c "$(deb "$1")" | awk '{print $6}' | sed 's|^\./|/|'; }
@@ -65,6 +70,9 @@ has libimsdk0 "/usr/lib/libimsdk.so.0" "/usr/lib/libimsdk.so.${version}" /usr/sh
 has libimsdk-dev /usr/lib/libimsdk.so /usr/include/im/client.h /usr/lib/cmake/ImSdk/ImSdkConfig.cmake \
     /usr/lib/cmake/ImSdk/ImSdkTargets.cmake
 has imdemo /usr/bin/imdemo
+qmldir=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/qt6/qml/ImSdk
+has qml6-module-imsdk "$qmldir/qmldir" "$qmldir/libimsdkqml.so" "$qmldir/imsdkqml.qmltypes" \
+    /usr/share/doc/qml6-module-imsdk/copyright
 if contents libimsdk0 | matches '^/usr/include/'; then fail "headers belong to libimsdk-dev"; fi
 dpkg-deb --ctrl-tarfile "$(deb imserver)" | tar -tf - | matches -x './conffiles' || fail "imserver has no conffiles"
 dpkg-deb -I "$(deb imserver)" conffiles | matches -x /etc/imserver/imserver.conf || fail "imserver.conf is not a conffile"
@@ -80,7 +88,7 @@ grep -c '^W: ' "$work/lintian.log" | sed 's/^/lintian warnings: /' || true
 
 step "unpack"
 root="$work/root"
-for p in imserver libimsdk0 libimsdk-dev imdemo; do dpkg-deb -x "$(deb $p)" "$root"; done
+for p in $packages; do dpkg-deb -x "$(deb $p)" "$root"; done
 
 step "systemd-analyze verify"
 # verify checks that ExecStart exists and that man can open the pages of
@@ -136,7 +144,17 @@ HOME="$work/home" XDG_DATA_HOME="$work/home/data" IM_SERVER="ws://127.0.0.1:$por
     timeout 120 "$work/qs/mychat" >"$work/qs.out" 2>&1 || { cat "$work/qs.out"; fail "quick start did not get its message sent"; }
 grep -q 'MessageState::Sent' "$work/qs.out" || { cat "$work/qs.out"; fail "no Sent state printed"; }
 
+step "import ImSdk from the unpacked qml6-module-imsdk"
+LD_LIBRARY_PATH="$root/usr/lib" ldd "$root$qmldir/libimsdkqml.so" | matches "libimsdk.so.0 => $root/usr/lib/libimsdk.so.0" ||
+    fail "the QML plugin does not link libimsdk.so.0"
+qml_token=$("$root/usr/bin/imserver" admin --config '' --state-dir "$state" device add ana ana-qml)
+sed -e "s|@URL@|ws://127.0.0.1:$port/v1/ws|" -e "s|@TOKEN@|$qml_token|" -e "s|@DB@|$work/qml.db|" \
+    "$(dirname "$0")/packaged_qml.qml" >"$work/tst_packaged.qml"
+HOME="$work/home" LD_LIBRARY_PATH="$root/usr/lib" QT_QPA_PLATFORM=offscreen QT_QUICK_BACKEND=software \
+    timeout 180 /usr/lib/qt6/bin/qmltestrunner -import "$root$(dirname "$qmldir")" -input "$work/tst_packaged.qml" \
+    >"$work/qml.out" 2>&1 || { cat "$work/qml.out"; fail "the packaged QML module did not send"; }
+
 kill -TERM "$server_pid"
 wait "$server_pid" || fail "imserver did not drain cleanly"
 server_pid=""
-echo "packages build, pass lintian and systemd-analyze, and the quick start runs against them"
+echo "packages build, pass lintian and systemd-analyze, and the quick start and the QML module run against them"

@@ -75,9 +75,10 @@ public:
     ~Client() override;
 
     // --- configuration ---------------------------------------------------
+    // (Q_INVOKABLE: callable from QML, see docs/sdk.md "QML")
     /// Server URLs (ws://HOST:PORT/v1/ws). Reconnects rotate through them;
     /// `goaway` moves to the next one.
-    void setServers(const QList<QUrl> &servers);
+    Q_INVOKABLE void setServers(const QList<QUrl> &servers);
     QList<QUrl> servers() const;
     /// TLS (wss:// URLs): the server's certificate and host name are checked
     /// against the system's trust store, TLS 1.2 or later. To trust only your
@@ -94,7 +95,7 @@ public:
     /// lastError() if the fingerprint is malformed.
     bool setPinnedCertificateSha256(const QString &fingerprint);
     /// The device token issued by the server's admin CLI.
-    void setCredentials(const QString &token);
+    Q_INVOKABLE void setCredentials(const QString &token);
     void setRequestTimeout(int ms);
     int requestTimeout() const;
     /// Retry backoff for unanswered/UNAVAILABLE requests while connected:
@@ -124,13 +125,13 @@ public:
     // --- local database --------------------------------------------------
     /// Opens (creating or migrating) the local database. Loads the outbox and
     /// the install id. Returns false and sets lastError() on failure.
-    bool open(const QString &databasePath);
-    bool isOpen() const;
+    Q_INVOKABLE bool open(const QString &databasePath);
+    Q_INVOKABLE bool isOpen() const;
     /// Closes the database (and disconnects).
-    void close();
+    Q_INVOKABLE void close();
     QString databasePath() const;
     /// Human-readable reason of the last failed call.
-    QString lastError() const;
+    Q_INVOKABLE QString lastError() const;
 
     // --- state -------------------------------------------------------------
     ConnectionState connectionState() const;
@@ -146,9 +147,9 @@ public:
     /// next retry time of each entry.
     QList<OutboxEntry> outbox() const;
     /// Local state of a message or recall request by cmid (Pending if unknown).
-    MessageState messageState(const QString &cmid) const;
+    Q_INVOKABLE MessageState messageState(const QString &cmid) const;
     /// Conversation ids known locally.
-    QStringList conversationIds() const;
+    Q_INVOKABLE QStringList conversationIds() const;
 
 public Q_SLOTS:
     /// Connects (asynchronously) and keeps reconnecting until

@@ -1,6 +1,7 @@
 // im::ConversationListModel: the conversations known to the local database.
 #pragma once
 
+#include <im/client.h>
 #include <im/global.h>
 
 #include <QtCore/QAbstractListModel>
@@ -9,7 +10,6 @@
 
 namespace im {
 
-class Client;
 class ConversationListModelPrivate;
 
 /**
@@ -18,6 +18,9 @@ class ConversationListModelPrivate;
  */
 class IM_SDK_EXPORT ConversationListModel : public QAbstractListModel {
     Q_OBJECT
+    /// The Client whose database is shown; may be set (or changed) after
+    /// construction, as QML does. Without one the model is empty.
+    Q_PROPERTY(im::Client *client READ client WRITE setClient NOTIFY clientChanged)
     Q_PROPERTY(int count READ count NOTIFY countChanged)
 public:
     enum Roles {
@@ -34,14 +37,22 @@ public:
     };
     Q_ENUM(Roles)
 
-    explicit ConversationListModel(Client *client, QObject *parent = nullptr);
+    explicit ConversationListModel(Client *client = nullptr, QObject *parent = nullptr);
     ~ConversationListModel() override;
+
+    Client *client() const;
+    void setClient(Client *client);
 
     int count() const;
     int rowCount(const QModelIndex &parent = QModelIndex()) const override;
     QVariant data(const QModelIndex &index, int role = Qt::DisplayRole) const override;
     QHash<int, QByteArray> roleNames() const override;
+    /// Value of `role` (a Roles value) at `row`.
     Q_INVOKABLE QVariant get(int row, int role) const;
+    /// Value of the role called `roleName` (a roleNames() name) at `row`.
+    Q_INVOKABLE QVariant get(int row, const QString &roleName) const;
+    /// Every role of `row` by role name (QML: `model.get(0).conv`); empty if no such row.
+    Q_INVOKABLE QVariantMap get(int row) const;
     /// Row of a conversation id, or -1.
     Q_INVOKABLE int indexOf(const QString &conv) const;
 
@@ -49,6 +60,7 @@ public Q_SLOTS:
     void refresh();
 
 Q_SIGNALS:
+    void clientChanged();
     void countChanged();
 
 private:

@@ -1,6 +1,7 @@
 // im::MessageListModel: the timeline of one conversation, from the local database.
 #pragma once
 
+#include <im/client.h>
 #include <im/global.h>
 #include <im/types.h>
 
@@ -11,7 +12,6 @@
 
 namespace im {
 
-class Client;
 class MessageListModelPrivate;
 
 /**
@@ -30,6 +30,9 @@ class MessageListModelPrivate;
  */
 class IM_SDK_EXPORT MessageListModel : public QAbstractListModel {
     Q_OBJECT
+    /// The Client whose database is shown; may be set (or changed) after
+    /// construction, as QML does. Without one the model is empty.
+    Q_PROPERTY(im::Client *client READ client WRITE setClient NOTIFY clientChanged)
     Q_PROPERTY(QString conversation READ conversation WRITE setConversation NOTIFY conversationChanged)
     Q_PROPERTY(int count READ count NOTIFY countChanged)
     Q_PROPERTY(bool loadingOlder READ isLoadingOlder NOTIFY loadingOlderChanged)
@@ -52,8 +55,11 @@ public:
     };
     Q_ENUM(Roles)
 
-    explicit MessageListModel(Client *client, const QString &conversation = {}, QObject *parent = nullptr);
+    explicit MessageListModel(Client *client = nullptr, const QString &conversation = {}, QObject *parent = nullptr);
     ~MessageListModel() override;
+
+    Client *client() const;
+    void setClient(Client *client);
 
     QString conversation() const;
     void setConversation(const QString &conv);
@@ -76,14 +82,19 @@ public:
     QVariant data(const QModelIndex &index, int role = Qt::DisplayRole) const override;
     QHash<int, QByteArray> roleNames() const override;
 
-    /// Value of `role` at `row` (convenience for tests and scripts).
+    /// Value of `role` (a Roles value) at `row`.
     Q_INVOKABLE QVariant get(int row, int role) const;
+    /// Value of the role called `roleName` (a roleNames() name) at `row`.
+    Q_INVOKABLE QVariant get(int row, const QString &roleName) const;
+    /// Every role of `row` by role name (QML: `model.get(0).body`); empty if no such row.
+    Q_INVOKABLE QVariantMap get(int row) const;
 
 public Q_SLOTS:
     /// Re-reads the database now (normally done automatically).
     void refresh();
 
 Q_SIGNALS:
+    void clientChanged();
     void conversationChanged();
     void countChanged();
     void loadingOlderChanged();

@@ -1,6 +1,7 @@
 // im::OutboxModel: the durable outbox, for QA panels and "sending..." badges.
 #pragma once
 
+#include <im/client.h>
 #include <im/global.h>
 #include <im/types.h>
 
@@ -10,7 +11,6 @@
 
 namespace im {
 
-class Client;
 class OutboxModelPrivate;
 
 /// The entries still in the durable outbox, in creation order, live: each
@@ -19,6 +19,9 @@ class OutboxModelPrivate;
 /// outbox; the model holds row ids and reads entries on demand).
 class IM_SDK_EXPORT OutboxModel : public QAbstractListModel {
     Q_OBJECT
+    /// The Client whose database is shown; may be set (or changed) after
+    /// construction, as QML does. Without one the model is empty.
+    Q_PROPERTY(im::Client *client READ client WRITE setClient NOTIFY clientChanged)
     /// Queue depth (same as Client::pendingCount).
     Q_PROPERTY(int depth READ depth NOTIFY depthChanged)
 public:
@@ -36,14 +39,22 @@ public:
     };
     Q_ENUM(Roles)
 
-    explicit OutboxModel(Client *client, QObject *parent = nullptr);
+    explicit OutboxModel(Client *client = nullptr, QObject *parent = nullptr);
     ~OutboxModel() override;
+
+    Client *client() const;
+    void setClient(Client *client);
 
     int depth() const;
     int rowCount(const QModelIndex &parent = QModelIndex()) const override;
     QVariant data(const QModelIndex &index, int role = Qt::DisplayRole) const override;
     QHash<int, QByteArray> roleNames() const override;
+    /// Value of `role` (a Roles value) at `row`.
     Q_INVOKABLE QVariant get(int row, int role) const;
+    /// Value of the role called `roleName` (a roleNames() name) at `row`.
+    Q_INVOKABLE QVariant get(int row, const QString &roleName) const;
+    /// Every role of `row` by role name (QML: `model.get(0).cmid`); empty if no such row.
+    Q_INVOKABLE QVariantMap get(int row) const;
 
 public Q_SLOTS:
     /// Re-reads the whole outbox (a model reset if it differs). Never needed:
@@ -51,6 +62,7 @@ public Q_SLOTS:
     void refresh();
 
 Q_SIGNALS:
+    void clientChanged();
     void depthChanged();
 
 private:

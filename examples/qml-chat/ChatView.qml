@@ -1,0 +1,188 @@
+// Sign in, the conversation list, one conversation's messages and a send
+// box: all on `import ImSdk`, no C++ glue.
+import QtQuick
+import QtQuick.Controls
+import QtQuick.Layouts
+import ImSdk
+
+Item {
+    id: view
+
+    property string serverUrl
+    property string token
+    property var users: []   // from a demo token file: [{user, device, token}]
+    property string user     // preselected entry of `users`
+    property string dataDir
+    property string status
+    property bool opened: false  // signIn() opened the local database
+    readonly property alias client: client
+    readonly property alias conversations: conversations
+    readonly property alias messages: messages
+    readonly property bool signedIn: opened
+
+    Client {
+        id: client
+        onErrorOccurred: (code, message) => view.status = code + ": " + message
+    }
+    ConversationListModel { id: conversations; client: client }
+    MessageListModel { id: messages; client: client }
+
+    function tokenFor(name) {
+        for (const u of view.users)
+            if (u.user === name || u.device === name)
+                return u.token
+        return ""
+    }
+
+    /// Opens the local database of this server + token (one store per
+    /// device token) and connects. Returns false with view.status set.
+    function signIn(url, deviceToken) {
+        if (url === "" || deviceToken === "") {
+            view.status = "a server URL and a token are needed"
+            return false
+        }
+        const db = view.dataDir + "/" + Qt.md5(url + " " + deviceToken) + ".db"
+        if (!client.open(db)) {
+            view.status = client.lastError()
+            return false
+        }
+        client.setServers([url])
+        client.setCredentials(deviceToken)
+        client.connectToServer()
+        view.opened = true
+        view.status = ""
+        return true
+    }
+
+    /// Sends `text` to the open conversation; returns the cmid ("" if refused).
+    function send(text) {
+        if (messages.conversation === "" || text === "")
+            return ""
+        return client.send(messages.conversation, text)
+    }
+
+    // --- sign in -------------------------------------------------------------
+    ColumnLayout {
+        visible: !view.signedIn
+        anchors.centerIn: parent
+        width: Math.min(parent.width - 40, 420)
+        spacing: 8
+
+        Label { text: "Sign in"; font.pixelSize: 20 }
+        TextField {
+            id: urlField
+            objectName: "urlField"
+            Layout.fillWidth: true
+            placeholderText: "ws://HOST:PORT/v1/ws"
+            text: view.serverUrl
+        }
+        ComboBox {
+            id: userBox
+            objectName: "userBox"
+            Layout.fillWidth: true
+            visible: view.users.length > 0
+            model: view.users.map(u => u.user)
+            Component.onCompleted: currentIndex = Math.max(0, find(view.user))
+        }
+        TextField {
+            id: tokenField
+            objectName: "tokenField"
+            Layout.fillWidth: true
+            visible: view.users.length === 0
+            placeholderText: "device token"
+            echoMode: TextInput.Password
+            text: view.token
+        }
+        Button {
+            objectName: "signInButton"
+            text: "Sign in"
+            onClicked: view.signIn(urlField.text,
+                                   view.users.length > 0 ? view.tokenFor(userBox.currentText) : tokenField.text)
+        }
+        Label { text: view.status; color: "firebrick"; wrapMode: Text.Wrap; Layout.fillWidth: true }
+    }
+
+    // --- chat ----------------------------------------------------------------
+    RowLayout {
+        visible: view.signedIn
+        anchors.fill: parent
+        anchors.margins: 8
+        spacing: 8
+
+        ListView {
+            id: convList
+            objectName: "conversationList"
+            Layout.preferredWidth: 200
+            Layout.fillHeight: true
+            clip: true
+            model: conversations
+            delegate: ItemDelegate {
+                required property string conv
+                required property double unread
+                width: ListView.view.width
+                text: unread > 0 ? conv + " (" + unread + ")" : conv
+                highlighted: messages.conversation === conv
+                onClicked: messages.conversation = conv
+            }
+        }
+
+        ColumnLayout {
+            Layout.fillWidth: true
+            Layout.fillHeight: true
+
+            Label {
+                text: (messages.conversation || "pick a conversation") + "  ·  "
+                      + ["disconnected", "connecting", "connected", "reconnecting"][client.connectionState]
+                font.bold: true
+            }
+            ListView {
+                id: messageList
+                objectName: "messageList"
+                Layout.fillWidth: true
+                Layout.fillHeight: true
+                clip: true
+                model: messages
+                verticalLayoutDirection: ListView.TopToBottom
+                onCountChanged: positionViewAtEnd()
+                // Older messages load when the top is reached (fetchMore).
+                onAtYBeginningChanged: if (atYBeginning && messages.canFetchMore(messages.index(-1, -1)))
+                                           messages.fetchMore(messages.index(-1, -1))
+                delegate: Label {
+                    required property string kind
+                    required property string sender
+                    required property string body
+                    required property int state
+                    required property string errorCode
+                    width: ListView.view.width
+                    wrapMode: Text.Wrap
+                    text: kind === "gap" ? "… older messages not loaded …"
+                        : kind !== "msg" ? "· " + kind
+                        : sender + ": " + body
+                          + (state === Im.Pending ? "  (sending…)"
+                             : state === Im.Failed || state === Im.Expired ? "  (not sent: " + errorCode + ")"
+                             : state === Im.Recalled ? "  (recalled)" : "")
+                    opacity: state === Im.Pending ? 0.6 : 1
+                }
+            }
+            RowLayout {
+                Layout.fillWidth: true
+                TextField {
+                    id: input
+                    objectName: "input"
+                    Layout.fillWidth: true
+                    placeholderText: "message"
+                    enabled: messages.conversation !== ""
+                    onAccepted: sendButton.clicked()
+                }
+                Button {
+                    id: sendButton
+                    objectName: "sendButton"
+                    text: "Send"
+                    enabled: input.text !== "" && messages.conversation !== ""
+                    onClicked: if (view.send(input.text) !== "") input.clear()
+                }
+            }
+            Label { text: view.status; color: "firebrick"; visible: text !== "" }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+// import ImSdk against the real server (run by tst_qml, see tst_qml.cpp for
+// setupError, serverUrl, tokens and dataDir): a Client and the models made
+// in QML, models bound to the client after construction, enums by name,
+// roles by name (get() and delegates' required properties).
+import QtQuick
+import QtTest
+import ImSdk
+
+TestCase {
+    id: test
+    name: "ImSdkQml"
+    width: 400
+    height: 400
+
+    Client { id: client }
+
+    // Created without a client; the binding sets it after construction.
+    ConversationListModel { id: convs; client: client }
+    MessageListModel { id: msgs; client: client }
+    OutboxModel { id: outbox; client: client }
+
+    // A view's delegates see the roles by name.
+    Repeater {
+        id: view
+        model: msgs
+        delegate: Item {
+            required property string body
+            required property string cmid
+            required property int state
+            required property double seq
+        }
+    }
+
+    SignalSpy { id: stateSpy; target: client; signalName: "messageStateChanged" }
+    SignalSpy { id: errorSpy; target: client; signalName: "errorReported" }
+
+    function rowOf(cmid) {
+        for (let r = 0; r < msgs.count; ++r)
+            if (msgs.get(r, "cmid") === cmid)
+                return r
+        return -1
+    }
+
+    function initTestCase() {
+        verify(setupError === "", setupError)
+    }
+
+    function test_0_modelsWithoutClient() {
+        // A model made in QML before any client is empty, not broken.
+        const lone = Qt.createQmlObject("import ImSdk; MessageListModel { conversation: 'team' }", test)
+        verify(lone.client === null)
+        compare(lone.count, 0)
+        compare(Object.keys(lone.get(0)).length, 0)
+        lone.destroy()
+        compare(convs.client, client)
+        compare(msgs.client, client)
+        compare(outbox.client, client)
+    }
+
+    function test_1_sendFromQml() {
+        verify(client.open(dataDir + "/ana.db"), client.lastError())
+        client.setServers([serverUrl])
+        client.setCredentials(tokens["ana"])
+        client.connectToServer()
+        tryCompare(client, "connectionState", Im.Connected, 120000)
+        compare(client.connectionState, Im.ConnectionState.Connected)
+        compare(client.userId, "ana")
+
+        // The demo data set gives ana "ana-ben" and "team".
+        tryVerify(() => convs.indexOf("team") >= 0, 120000, "team never listed")
+        const team = convs.indexOf("team")
+        compare(convs.get(team).conv, "team")
+        compare(convs.get(team, "kind"), "group")
+        compare(convs.get(team, ConversationListModel.KindRole), "group")
+
+        msgs.conversation = "team"
+        const cmid = client.send("team", "hello from QML")
+        verify(cmid !== "", client.lastError())
+        tryVerify(() => rowOf(cmid) >= 0, 30000, "the message never showed")
+
+        // Sent, with the seq the server gave it.
+        tryVerify(() => { const r = rowOf(cmid); return r >= 0 && msgs.get(r, "state") === Im.MessageState.Sent },
+                  120000, "the message never became Sent")
+        const r = rowOf(cmid)
+        const row = msgs.get(r)
+        compare(row.state, Im.Sent)
+        compare(row.body, "hello from QML")
+        compare(row.sender, "ana")
+        compare(row.isOwn, true)
+        verify(row.seq > 0, "no server seq: " + row.seq)
+        compare(client.messageState(cmid), Im.MessageState.Sent)
+
+        let signalled = 0
+        for (let i = 0; i < stateSpy.count; ++i) {
+            const a = stateSpy.signalArguments[i]
+            if (a[1] === cmid && a[3] === Im.Sent)
+                signalled = a[2]
+        }
+        compare(signalled, row.seq)
+
+        // The delegate made for that row sees the same values by role name.
+        tryVerify(() => view.count === msgs.count)
+        const item = view.itemAt(r)
+        compare(item.cmid, cmid)
+        compare(item.body, "hello from QML")
+        compare(item.state, Im.Sent)
+        compare(item.seq, row.seq)
+
+        // The conversation's head reached it; the outbox is empty.
+        tryVerify(() => convs.get(convs.indexOf("team"), "head") >= row.seq, 60000)
+        tryCompare(outbox, "depth", 0, 60000)
+        compare(client.pendingCount, 0)
+    }
+
+    function test_2_typedErrors() {
+        // A body the server would refuse: refused at once, typed by name.
+        errorSpy.clear()
+        compare(client.send("team", ""), "")
+        compare(errorSpy.count, 1)
+        compare(errorSpy.signalArguments[0][0], Im.Error.InvalidArgument)
+        compare(errorSpy.signalArguments[0][1], "INVALID_ARGUMENT")
+    }
+
+    function test_3_clientSwitch() {
+        // Moving a model to another client shows that client's database.
+        const other = Qt.createQmlObject("import ImSdk; Client { }", test)
+        verify(other.open(dataDir + "/empty.db"), other.lastError())
+        const m = Qt.createQmlObject("import ImSdk; MessageListModel { conversation: 'team' }", test)
+        m.client = client
+        tryVerify(() => m.count > 0)
+        m.client = other
+        compare(m.count, 0)
+        m.client = client
+        tryVerify(() => m.count > 0)
+        m.destroy()
+
+        // The outbox model too: `other` never connects, its message waits.
+        const o = Qt.createQmlObject("import ImSdk; OutboxModel { }", test)
+        compare(o.depth, 0)
+        verify(other.send("team", "waits in other's outbox") !== "")
+        o.client = other
+        compare(o.depth, 1)
+        compare(o.get(0).body, "waits in other's outbox")
+        compare(o.get(0, "conv"), "team")
+        o.client = client
+        compare(o.depth, 0)
+        o.client = other
+        compare(o.depth, 1)
+        other.destroy()
+        tryVerify(() => o.client === null)
+        compare(o.depth, 0)
+        o.destroy()
+    }
+
+    function cleanupTestCase() {
+        client.disconnectFromServer()
+        client.close()
+    }
+}
