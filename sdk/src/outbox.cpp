@@ -6,6 +6,7 @@
 #include <QtCore/QDateTime>
 #include <QtCore/QUuid>
 
+#include <algorithm>
 #include <limits>
 
 namespace im {
@@ -43,6 +44,7 @@ OutboxEntry Outbox::toEntry(const Item &item) {
 }
 
 void Outbox::clear() {
+    recovering_.clear();
     items_.clear();
     ids_.clear();
     convs_.clear();
@@ -110,24 +112,41 @@ void Outbox::pump() {
     qint64 nextDue = std::numeric_limits<qint64>::max();
     QList<Item *> batch;
     int budget = window - inFlight_;
-    // Obligation 9: one request per conversation on the wire. The server may
-    // fail request k (UNAVAILABLE) and commit k+1 if both were on the wire,
-    // so k+1 goes out only once k has its verdict (committed or final).
-    // Conversations are independent: up to `window` of them go at once.
+    // Obligation 9: a conversation's entries leave in creation order,
+    // pipelined (see outbox_p.h for why that is safe). Conversations are
+    // independent.
+    const auto isRecall = [](const Item &i) { return i.row.kind == u"recall"; };
     for (auto c = convs_.cbegin(); c != convs_.cend() && budget > 0; ++c) {
+        if (recovering_.contains(c.key())) {
+            // A retry here: every answer of this conversation comes in first.
+            const bool answersOut = std::any_of(c.value().begin(), c.value().end(),
+                                                [this](qint64 id) { return items_.at(id).inFlight; });
+            if (answersOut)
+                continue;
+            recovering_.remove(c.key());
+        }
+        int onWire = 0;
         for (const qint64 id : c.value()) {
             Item &item = items_.at(id);
             if (item.settling)
                 continue; // answered; its write is queued
-            if (item.inFlight)
-                break; // the head is on the wire: the rest waits for its verdict
+            if (item.inFlight) {
+                if (isRecall(item))
+                    break; // a recall is alone on the wire
+                ++onWire;
+                continue; // on the wire ahead of what follows
+            }
             if (item.dueAt > t) {
                 nextDue = std::min(nextDue, item.dueAt);
-                break; // the head waits for its retry; so does the rest
+                break; // it waits for its retry; so does the rest
             }
+            if (budget == 0 || onWire >= convWindow || (isRecall(item) && onWire > 0))
+                break;
             batch.append(&item);
             --budget;
-            break;
+            ++onWire;
+            if (isRecall(item))
+                break; // alone on the wire
         }
     }
     if (nextDue != std::numeric_limits<qint64>::max())
@@ -195,6 +214,7 @@ void Outbox::transmit(Item &item) {
 void Outbox::retry(Item &item, const QString &lastError) {
     item.inFlight = false;
     --inFlight_;
+    recovering_.insert(item.row.conv); // what is behind it on the wire may be refused: restart from the oldest
     item.row.lastError = lastError;
     const int delay = d.backoffMs(item.row.attempts);
     item.dueAt = now() + delay;

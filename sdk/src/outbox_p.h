@@ -4,11 +4,16 @@
 // of each request's outcome into a final timeline state or a retry.
 //
 // Order (obligation 9): entries of one conversation go out in creation
-// order, one at a time: the next leaves only once the one before has its
-// verdict (committed or final). Pipelining them is not safe: the server may
-// answer k UNAVAILABLE and commit k+1, already on the wire. An entry waiting
-// for its retry holds back its conversation; other conversations go on, up
-// to `window` requests on the wire at once.
+// order, pipelined up to `convWindow` sends behind each other. That is safe
+// because the server keeps a connection's sends to a conversation in order
+// across failures: once it answers send k UNAVAILABLE, it refuses k+1...
+// (UNAVAILABLE, not run) until k comes again (docs/protocol.md, "Send order
+// after UNAVAILABLE"). On our side, any retry in a conversation stops its
+// pipeline until every answer of the conversation is in ("recovering"); then
+// it starts again from the oldest entry, which is resent first. An entry
+// waiting for its retry holds back everything after it. A recall goes alone
+// (nothing of its conversation on the wire with it). Up to `window` requests
+// are on the wire at once over all conversations.
 //
 // Answers are settled in batches: every final answer and retry that arrives
 // in one pass of the event loop is written in one SQLite transaction.
@@ -76,7 +81,8 @@ public:
     bool contains(const QString &cmid) const { return ids_.contains(cmid); }
     int size() const { return int(items_.size()); }
     const std::map<qint64, Item> &items() const { return items_; }
-    int window = 64; ///< unanswered outbox requests on the connection (one per conversation)
+    int window = 256;    ///< unanswered outbox requests on the connection
+    int convWindow = 64; ///< unanswered sends of one conversation (the server commits up to 64 in one transaction)
 
 Q_SIGNALS:
     // Row-level change notifications (OutboxModel follows them row by row).
@@ -105,6 +111,7 @@ private:
     QHash<QString, std::set<qint64>> convs_;    // conv -> its row ids, in order
     QList<detail::Storage::Finish> finished_;   // answers waiting for the batched write
     QList<detail::Storage::Retry> retries_;
+    QSet<QString> recovering_;                  // convs with a retry: no new sends until their answers are in
     int inFlight_ = 0;
     bool pumpQueued_ = false;
     bool flushQueued_ = false;

@@ -50,8 +50,13 @@ Handled send_reply(ApiContext& ctx, const Outcome<Store::SendResult>& o, const s
     if (!o) return error_reply(o.error(), rid);
     // The commit is durable now; this point tests replies lost after it.
     auto f = ctx.faults.hit("api.after_send_commit");
-    if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
+    if (f == FaultKind::unavailable) {
+        Handled h = error_reply(unavailable("injected fault"), rid);
+        h.committed = true;
+        return h;
+    }
     Handled h;
+    h.committed = true;
     if (o->drop_reply || f == FaultKind::drop_reply) h.code = "DROPPED";
     else h.frame = encode_reply(o->sent, rid);
     return h;
@@ -106,12 +111,17 @@ void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::S
     // Contract section 6, send step 5: the replies only after the events'
     // notification was handed to the bus.
     auto complete = [&ctx, results = std::move(results), rids, done = std::move(done)](bool published) mutable {
-        if (!published)
-            for (auto& r : results)
-                if (r) r = unpublished();
         std::vector<Handled> out;
         out.reserve(results.size());
-        for (std::size_t i = 0; i < results.size(); ++i) out.push_back(send_reply(ctx, results[i], rids[i]));
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            if (published || !results[i]) {
+                out.push_back(send_reply(ctx, results[i], rids[i]));
+                continue;
+            }
+            Handled h = error_reply(unpublished(), rids[i]); // committed: the resend is its duplicate
+            h.committed = true;
+            out.push_back(std::move(h));
+        }
         done(std::move(out));
     };
     if (notes.empty() || !ctx.bus) return complete(true);

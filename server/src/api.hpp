@@ -20,6 +20,7 @@ struct Handled {
     std::string frame;                  // the reply (empty when dropped)
     std::string code = "OK";            // for metrics
     bool close_after = false;           // UNAUTHENTICATED / STALE_INSTALL
+    bool committed = false;             // a send whose event is committed (even if the reply is an error)
     std::optional<Identity> identity;   // set by a successful hello
 };
 

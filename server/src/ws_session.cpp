@@ -252,7 +252,30 @@ void WsSession::next() {
             queue_.pop_front();
         }
     }
-    if (std::holds_alternative<req::Send>(batch->front().req)) ++gw_->metrics().send_transactions;
+    if (const auto* first = std::get_if<req::Send>(&batch->front().req)) {
+        // Per-conversation order across failures (docs/protocol.md, "Send
+        // order after UNAVAILABLE"): after this connection's send X to a
+        // conversation was answered UNAVAILABLE, a later send to it must not
+        // commit ahead of X. Sends that arrive before X comes again are
+        // answered UNAVAILABLE without running; X's return lifts the fence
+        // for X and what follows it.
+        if (auto fence = send_fences_.find(first->conv); fence != send_fences_.end()) {
+            std::size_t k = 0;
+            while (k < batch->size() && std::get<req::Send>((*batch)[k].req).cmid != fence->second) ++k;
+            for (std::size_t i = 0; i < k; ++i)
+                if (!deliver((*batch)[i],
+                             error_reply(unavailable("an earlier send to this conversation failed; resend it first"),
+                                         (*batch)[i].rid)))
+                    return;
+            if (k < batch->size()) send_fences_.erase(fence);
+            batch->erase(batch->begin(), batch->begin() + static_cast<std::ptrdiff_t>(k));
+            if (batch->empty()) {
+                net::post(executor(), [self = shared_from_this()] { self->after_reply(); });
+                return;
+            }
+        }
+        ++gw_->metrics().send_transactions;
+    }
     busy_ = true;
     auto self = shared_from_this();
     auto who = who_;
@@ -296,6 +319,8 @@ bool WsSession::deliver(const Pending& item, Handled h) {
         h.close_after = false;
     }
     gw_->metrics().count_request(item.type, h.code);
+    if (h.code == code_name(Code::unavailable) && !h.committed) // see next()
+        if (const auto* s = std::get_if<req::Send>(&item.req)) send_fences_.emplace(s->conv, s->cmid);
     if (item.type == "send")
         gw_->metrics().observe_send_seconds(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - item.received).count());

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,6 +82,10 @@ private:
     net::steady_timer ping_timer_;
     std::deque<std::shared_ptr<const std::string>> out_;
     std::deque<Pending> queue_;
+    // Send order across failures: conversation -> the cmid of this
+    // connection's send to it that was answered UNAVAILABLE; later sends to
+    // that conversation are refused until that request comes again (next()).
+    std::map<std::string, std::string, std::less<>> send_fences_;
     std::optional<Identity> who_;
     std::uint64_t hello_generation_ = 0; // the gateway's resync generation when the hello went out
     websocket::close_reason close_reason_{websocket::close_code::normal};

@@ -128,17 +128,17 @@ void TestObligations::batches_failing_together_keep_per_conversation_send_order(
         }
     }
     // The faults did fire: the heads of both conversations were answered
-    // UNAVAILABLE (one request per conversation is on the wire at a time).
+    // UNAVAILABLE.
     QVERIFY(unavailable.contains(sent.value(convs.at(0)).first()));
     QVERIFY(unavailable.contains(sent.value(convs.at(1)).first()));
 }
 
-// Obligation 9, the case that pipelining gets wrong: a backlog of 30
-// messages of one conversation, and the server fails only the first request
-// that reaches it (UNAVAILABLE, one fault). Had messages 2..30 been on the
-// wire behind message 1, the server would commit them (its fault is spent)
-// and message 1 would get seq 31 on its retry. The SDK must send message 2
-// only once message 1 has its verdict.
+// Obligation 9, the case naive pipelining gets wrong: a backlog of 30
+// messages of one conversation goes out pipelined, and the server fails only
+// the first request that reaches it (UNAVAILABLE, one fault). Messages 2..30
+// are on the wire behind message 1; they must not be committed ahead of it
+// (the server refuses them until message 1 comes again, and the SDK restarts
+// the conversation from message 1 once every answer is in).
 void TestObligations::a_failed_head_is_not_overtaken_by_later_messages() {
     auto server = start({QStringLiteral("--enable-faults"), QStringLiteral("--fault"),
                          QStringLiteral("store.before_insert=unavailable:1")});

@@ -164,4 +164,38 @@ TEST(Resilience, a_crash_after_commit_keeps_the_row_and_the_resend_is_a_dup) {
     EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'k'"), "1");
 }
 
+// Send order across failures (docs/protocol.md, "Send order after
+// UNAVAILABLE"): after this connection's send X to a conversation was
+// answered UNAVAILABLE, later sends to it are refused unexecuted until X
+// comes again; then X and what follows commit in the order they were sent.
+TEST(Resilience, after_unavailable_later_sends_wait_for_the_failed_one_so_seqs_keep_the_order) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet", "--enable-faults", "--fault", "store.before_insert=unavailable:1"});
+    auto w = make_world(pg.url(), "fence", 2);
+    auto c = login(srv.port(), w.users[0]);
+    const std::string in_conv = "conv_id = " + q(w.conv) + " AND client_msg_id IN ('x', 'm2', 'm3')";
+    EXPECT_EQ(str(send_msg(*c, w.conv, "x", "first"), "code"), "UNAVAILABLE"); // the armed fault
+    // m2 and m3 come before X is resent: refused, nothing committed.
+    auto m2 = send_msg(*c, w.conv, "m2", "second");
+    EXPECT_EQ(str(m2, "code"), "UNAVAILABLE") << json::serialize(m2);
+    EXPECT_EQ(str(send_msg(*c, w.conv, "m3", "third"), "code"), "UNAVAILABLE");
+    EXPECT_EQ(count_rows(pg, in_conv), "0");
+    // Another member's connection is not held up.
+    auto other = login(srv.port(), w.users[1]);
+    EXPECT_EQ(str(send_msg(*other, w.conv, "o1", "from the other member"), "t"), "sent");
+    // X again, then m2 and m3: committed in that order.
+    auto x = send_msg(*c, w.conv, "x", "first");
+    ASSERT_EQ(str(x, "t"), "sent") << json::serialize(x);
+    EXPECT_FALSE(x.at("dup").as_bool());
+    m2 = send_msg(*c, w.conv, "m2", "second");
+    auto m3 = send_msg(*c, w.conv, "m3", "third");
+    ASSERT_EQ(str(m2, "t"), "sent") << json::serialize(m2);
+    ASSERT_EQ(str(m3, "t"), "sent") << json::serialize(m3);
+    EXPECT_LT(num(x, "seq"), num(m2, "seq"));
+    EXPECT_LT(num(m2, "seq"), num(m3, "seq"));
+    EXPECT_EQ(count_rows(pg, in_conv), "3");
+    // The fence is gone: a new send goes through at once.
+    EXPECT_EQ(str(send_msg(*c, w.conv, "m4", "fourth"), "t"), "sent");
+}
+
 } // namespace

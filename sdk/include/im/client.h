@@ -111,10 +111,13 @@ public:
     /// a gap instead of syncing everything (default 1000 events; <= 0: never).
     void setHistoryWindow(int events);
     void setBacklogLimit(int events);
-    /// How many outbox requests may be unanswered at once (default 64). One
-    /// conversation has at most one on the wire: its next message leaves once
-    /// the one before has its verdict, so the server cannot commit message 2
-    /// of a conversation after failing message 1 (obligation 9, docs/sdk.md).
+    /// How many outbox requests may be unanswered at once over all
+    /// conversations (default 256). One conversation pipelines up to 64
+    /// sends, in creation order; after any retry in a conversation, its
+    /// pipeline stops until every answer is in and restarts from the oldest
+    /// message, and the server refuses a connection's later sends to a
+    /// conversation until its failed one is resent, so message 2 is never
+    /// committed ahead of a failed message 1 (obligation 9, docs/sdk.md).
     void setSendWindow(int requests);
     /// Liveness watchdog: a WebSocket ping every `pingIntervalMs` (default
     /// 10 s) while connected; a connection on which nothing (no frame, no
