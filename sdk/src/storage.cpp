@@ -87,6 +87,14 @@ const QList<QStringList> &migrations() {
             QStringLiteral("CREATE TABLE gaps(conv TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,"
                            " PRIMARY KEY(conv, lo)) WITHOUT ROWID"),
         },
+        // 2 -> 3: "is seq recalled?" must be an index lookup. SQLite's planner
+        // never picked the partial index events_recall for it (it scanned the
+        // conversation by primary key: one scan per row of every model read
+        // and unread recount, cubic over a full sync; docs/benchmarks.md).
+        {
+            QStringLiteral("DROP INDEX events_recall"),
+            QStringLiteral("CREATE INDEX events_recall_target ON events(conv, target, kind)"),
+        },
     };
     return steps;
 }

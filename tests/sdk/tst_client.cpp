@@ -94,6 +94,7 @@ private slots:
     void failed_outbox_write_is_surfaced_and_nothing_is_sent();
     void database_is_wal_synchronous_full_with_a_schema_version();
     void newer_schema_version_is_refused();
+    void recalled_lookup_is_an_index_search();
     void outbox_introspection_reports_attempts_last_error_and_depth();
     void outbox_model_follows_one_send_row_by_row_on_a_long_backlog();
     void qa_hooks_go_offline_drop_a_reply_and_close_the_socket();
@@ -693,6 +694,29 @@ void TestClient::database_is_wal_synchronous_full_with_a_schema_version() {
     QVERIFY(f.client.open(f.db)); // reopening an up-to-date database migrates nothing
     QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT COUNT(*) FROM schema_version")).toInt(),
              im::detail::Storage::SchemaVersion);
+}
+
+// "Is seq recalled?" (every model row, every unread recount) must be an index
+// search, not a scan of the conversation: a scan made a full sync cubic.
+void TestClient::recalled_lookup_is_an_index_search() {
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    f.client.close();
+    QStringList plan;
+    {
+        QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("plan"));
+        db.setDatabaseName(f.db);
+        QVERIFY(db.open());
+        QSqlQuery q(db);
+        QVERIFY(q.exec(QStringLiteral("EXPLAIN QUERY PLAN SELECT 1 FROM events r"
+                                      " WHERE r.conv = 'c1' AND r.kind = 'recall' AND r.target = 7")));
+        while (q.next())
+            plan << q.value(3).toString();
+        db.close();
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("plan"));
+    QCOMPARE(plan.size(), 1);
+    QVERIFY2(plan.first().contains(QStringLiteral("target=?")), qPrintable(plan.first()));
 }
 
 void TestClient::newer_schema_version_is_refused() {
