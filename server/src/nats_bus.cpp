@@ -5,6 +5,7 @@
 
 #include <nats/nats.h>
 
+#include <chrono>
 #include <stdexcept>
 
 namespace im {
@@ -30,6 +31,12 @@ struct NatsCallbacks {
         auto* bus = static_cast<NatsBus*>(self);
         bus->connected_ = true;
         bus->mark_back();
+    }
+    static void closed(natsConnection*, void* self) {
+        auto* bus = static_cast<NatsBus*>(self);
+        std::lock_guard lk(bus->closed_mu_);
+        bus->closed_ = true;
+        bus->closed_cv_.notify_all();
     }
     static void error(natsConnection*, natsSubscription*, natsStatus err, void* self) {
         // A subscriber that fell behind had messages dropped by the library.
@@ -70,6 +77,7 @@ NatsBus::NatsBus(std::string url, std::string gateway_id, Metrics& metrics)
     check(natsOptions_SetDisconnectedCB(opts_, &NatsCallbacks::disconnected, this), "disconnected cb");
     check(natsOptions_SetReconnectedCB(opts_, &NatsCallbacks::reconnected, this), "reconnected cb");
     check(natsOptions_SetErrorHandler(opts_, &NatsCallbacks::error, this), "error cb");
+    check(natsOptions_SetClosedCB(opts_, &NatsCallbacks::closed, this), "closed cb");
     natsStatus s = natsConnection_Connect(&conn_, opts_);
     if (s == NATS_OK) connected_ = true;
     else if (s != NATS_NOT_YET_CONNECTED) check(s, "connect");
@@ -101,7 +109,14 @@ void NatsBus::stop() {
     in_cv_.notify_all();
     if (publisher_.joinable()) publisher_.join();
     if (sub_) natsSubscription_Unsubscribe(sub_);
-    if (conn_) natsConnection_Close(conn_);
+    if (conn_) {
+        natsConnection_Close(conn_);
+        // A callback still queued (a late reconnected, say) must not reach a
+        // destroyed object: the closed callback comes last.
+        std::unique_lock lk(closed_mu_);
+        if (!closed_cv_.wait_for(lk, std::chrono::seconds(5), [&] { return closed_; }))
+            log_warn("bus_close_unconfirmed", {{"bus", "nats"}});
+    }
     if (deliverer_.joinable()) deliverer_.join();
 }
 

@@ -80,6 +80,12 @@ private:
     struct Resync {};
     std::mutex in_mu_;
     std::condition_variable in_cv_;
+    // The library's callbacks run on its own thread and may still come after
+    // natsConnection_Close: stop() waits for the closed callback, the last
+    // one, before this object can go away.
+    std::mutex closed_mu_;
+    std::condition_variable closed_cv_;
+    bool closed_ = false;
     std::deque<std::variant<std::vector<std::string>, Resync>> in_;
     std::thread deliverer_;
 };
