@@ -1,8 +1,11 @@
 #include "transport_p.h"
 
+#include "logging_p.h"
+
 #include <QtCore/QRandomGenerator>
 #include <QtCore/QVariant>
 #include <QtNetwork/QAbstractSocket>
+#include <QtNetwork/QNetworkInformation>
 #include <QtCore/QCryptographicHash>
 #include <QtNetwork/QSslConfiguration>
 #include <QtNetwork/QSslError>
@@ -15,6 +18,18 @@ namespace im::detail {
 Transport::Transport(QObject *parent) : QObject(parent) {
     reconnectTimer_.setSingleShot(true);
     connect(&reconnectTimer_, &QTimer::timeout, this, &Transport::attempt);
+    // Network changes, where Qt has a backend for this platform (Network
+    // Manager on Linux, the system APIs on Windows and macOS); without one
+    // the liveness watchdog and the backoff still recover, only later.
+    if (QNetworkInformation::loadBackendByFeatures(QNetworkInformation::Feature::Reachability)) {
+        QNetworkInformation *info = QNetworkInformation::instance();
+        connect(info, &QNetworkInformation::reachabilityChanged, this, [this](QNetworkInformation::Reachability r) {
+            if (r != QNetworkInformation::Reachability::Disconnected && r != QNetworkInformation::Reachability::Unknown)
+                onNetworkReachable();
+        });
+        if (info->supports(QNetworkInformation::Feature::TransportMedium))
+            connect(info, &QNetworkInformation::transportMediumChanged, this, &Transport::onNetworkPathChanged);
+    }
     openTimer_.setSingleShot(true);
     connect(&openTimer_, &QTimer::timeout, this, [this] {
         // The handshake did not finish in time: count it as a lost attempt.
@@ -235,6 +250,31 @@ void Transport::moveToNextServer(int delayMs) {
     if (!urls_.isEmpty())
         urlIndex_ = (urlIndex_ + 1) % urls_.size();
     scheduleReconnect(std::max(0, delayMs));
+}
+
+void Transport::onNetworkReachable() {
+    if (!running_ || state_ != State::Waiting)
+        return;
+    qCInfo(lcConnection, "network reachable: reconnecting now instead of after the backoff");
+    failures_ = 0;
+    attempt();
+}
+
+void Transport::onNetworkPathChanged() {
+    if (!running_)
+        return;
+    if (state_ == State::Waiting)
+        return onNetworkReachable();
+    if (state_ != State::Open && state_ != State::Connecting)
+        return;
+    qCInfo(lcConnection, "network path changed: reconnecting to %s now", qUtf8Printable(currentUrl().toString()));
+    openTimer_.stop();
+    const bool wasOpen = state_ == State::Open;
+    dropSocket();
+    if (wasOpen)
+        emit closed();
+    failures_ = 0;
+    attempt();
 }
 
 void Transport::abortNow() {

@@ -47,6 +47,15 @@ public:
     void moveToNextServer(int delayMs);
     /// Drops the socket now (no close handshake); reconnect logic applies.
     void abortNow();
+    /// The system reports the network reachable again (QNetworkInformation,
+    /// where the platform has a backend): a reconnect waiting for its backoff
+    /// is tried at once, with the backoff from the start.
+    void onNetworkReachable();
+    /// The system's network path changed (another transport medium, e.g.
+    /// Wi-Fi to Ethernet): an open socket or an attempt may be bound to a
+    /// route that is gone, so it is dropped and the same server is tried at
+    /// once, rather than waiting for the liveness timeout.
+    void onNetworkPathChanged();
     /// Call once the session is established (hello answered): the next loss
     /// starts the backoff from the beginning again.
     void resetBackoff() { failures_ = 0; }

@@ -6,6 +6,7 @@
 
 #include <im/client.h>
 
+#include <QtCore/QDateTime>
 #include <QtCore/QSet>
 #include <QtCore/QTemporaryDir>
 #include <QtTest/QSignalSpy>
@@ -22,7 +23,61 @@ private slots:
     void unknown_server_frame_types_are_ignored_not_protocol_errors();
     void goaway_reconnects_after_a_jittered_delay_never_at_once();
     void a_reconnect_syncs_only_the_conversation_that_moved();
+    void network_reachable_again_reconnects_at_once_not_after_the_backoff();
+    void network_path_change_replaces_the_open_connection_at_once();
 };
+
+// ana connected to a fresh fake server holding c1; a lost connection of
+// this client waits 30-60 s before it reconnects.
+void connectWithSlowBackoff(FakeServer &server, Client &client, const QTemporaryDir &dir) {
+    QVERIFY(server.listen());
+    server.createConv(QStringLiteral("c1"), {QStringLiteral("ana"), QStringLiteral("ben")});
+    client.setServers({server.url()});
+    client.setCredentials(QStringLiteral("tok-ana"));
+    client.setReconnectBackoff(60000, 60000);
+    QVERIFY(client.open(dir.filePath(QStringLiteral("a.db"))));
+    client.connectToServer();
+    QTRY_COMPARE(client.connectionState(), ConnectionState::Connected);
+    QCOMPARE(server.connections, 1);
+}
+
+// QNetworkInformation's reachabilityChanged (Online) is wired to the
+// transport's onNetworkReachable (a real network change cannot be made in
+// CI, so the test calls the slot the signal reaches).
+void TestReconnect::network_reachable_again_reconnects_at_once_not_after_the_backoff() {
+    QTemporaryDir dir;
+    FakeServer server;
+    Client client;
+    connectWithSlowBackoff(server, client, dir);
+    if (QTest::currentTestFailed())
+        return;
+    server.closeAll(); // the network went away
+    QTRY_COMPARE(client.connectionState(), ConnectionState::Reconnecting);
+    QVERIFY(QDateTime::currentDateTimeUtc().msecsTo(client.nextReconnectAt()) > 20000);
+    const QString cmid = client.send(QStringLiteral("c1"), QStringLiteral("typed while away"));
+    ClientPrivate::get(&client)->conn.transport()->onNetworkReachable(); // ... and came back
+    QTRY_COMPARE_WITH_TIMEOUT(client.connectionState(), ConnectionState::Connected, 10000);
+    QCOMPARE(server.connections, 2);
+    QTRY_COMPARE_WITH_TIMEOUT(client.messageState(cmid), MessageState::Sent, 10000);
+}
+
+// transportMediumChanged (say Wi-Fi to Ethernet) while connected: the old
+// socket may be bound to a route that is gone, so it is replaced at once
+// instead of after the liveness timeout.
+void TestReconnect::network_path_change_replaces_the_open_connection_at_once() {
+    QTemporaryDir dir;
+    FakeServer server;
+    Client client;
+    connectWithSlowBackoff(server, client, dir);
+    if (QTest::currentTestFailed())
+        return;
+    ClientPrivate::get(&client)->conn.transport()->onNetworkPathChanged();
+    QTRY_COMPARE_WITH_TIMEOUT(server.connections, 2, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(client.connectionState(), ConnectionState::Connected, 10000);
+    const QString cmid = client.send(QStringLiteral("c1"), QStringLiteral("over the new path"));
+    QTRY_COMPARE_WITH_TIMEOUT(client.messageState(cmid), MessageState::Sent, 10000);
+    QCOMPARE(server.connections, 2);
+}
 
 void TestReconnect::a_reconnect_syncs_only_the_conversation_that_moved() {
     QTemporaryDir dir;
