@@ -241,11 +241,15 @@ Verdict sdk_kill_resend(Lab& lab, bool lose_store) {
     expect(r1.pending_at_restart == "1", "draft 1: the restarted SDK found " + r1.pending_at_restart +
                                              " pending (wanted 1: the draft in the durable outbox)");
     expect(r1.rows == 1, "draft 1 (" + r1.cmid + "): rows " + std::to_string(r1.rows) + " after the restart");
-    // Round 2: killed after the request went on the wire but before the reply
-    // was processed (the server holds the reply back 1.5 s after COMMIT): the
-    // restarted SDK must still hold the draft, resend the same key and
-    // settle on the original seq, leaving one row.
-    Lab::arm(lab.server(), "api.after_send_commit=delay:1500:1");
+    // Round 2: killed after the request went on the wire but before anything
+    // came back: the server holds the send 1.5 s before its COMMIT, so it
+    // commits (and pushes the event, which would settle the draft too) only
+    // once the client is dead. The restarted SDK must still hold the draft,
+    // resend the same key and settle on the original seq, leaving one row.
+    // (Holding only the reply is not enough: the pushed event of one's own
+    // send arrives right after the COMMIT and settles the draft before the
+    // kill when the machine is quick.)
+    Lab::arm(lab.server(), "store.before_commit=delay:1500:1");
     std::string seq2;
     auto r2 = sdk_round(lab, bin, "send-inflight", dbfile, a, c, "committed while dead", [&] {
         // The in-flight send commits without the client (a condition, not a sleep).
