@@ -282,7 +282,7 @@ TEST(Revocation, a_revocation_committed_while_the_listen_session_is_down_closes_
     auto other = make_user(pg.url(), unique_name("bystander"));
     auto c = login(srv.port(), u);
     auto bystander = login(srv.port(), other);
-    ASSERT_EQ(srv.http("GET", "/readyz").first, 200);
+    ASSERT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
 
     // The gateway's LISTEN session is cut and cannot come back: the
     // database refuses new sessions (ours below was opened before).

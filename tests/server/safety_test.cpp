@@ -118,7 +118,8 @@ TEST(Safety, start_and_readyz_check_that_the_idempotency_index_exists) {
     TestPostgres pg;
     const std::string db = pg.url();
     ServerProcess srv(db, {"--quiet"});
-    ASSERT_EQ(srv.http("GET", "/readyz").first, 200);
+    // Ready once its LISTEN session is up too, which may trail the ready file.
+    ASSERT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
     pg.scalar("DROP INDEX events_idempotency");
     EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 503; }, 30s))
         << "/readyz must say not ready without events_idempotency";
