@@ -1,5 +1,6 @@
 #include <im/conversationlistmodel.h>
 
+#include "clientlink_p.h"
 #include <im/client.h>
 
 #include "client_p.h"
@@ -47,12 +48,8 @@ ConversationListModel::~ConversationListModel() = default;
 Client *ConversationListModel::client() const { return d->client.data(); }
 
 void ConversationListModel::setClient(Client *client) {
-    if (client == d->client && (client || d->links.isEmpty()))
+    if (!detail::relink(d->client, d->links, client))
         return;
-    for (const QMetaObject::Connection &c : std::as_const(d->links))
-        disconnect(c);
-    d->links.clear();
-    d->client = client;
     if (client) {
         d->links << connect(client, &Client::conversationsChanged, this, [this] {
             if (!d->reload.isActive())

@@ -1,5 +1,6 @@
 #include <im/messagelistmodel.h>
 
+#include "clientlink_p.h"
 #include <im/client.h>
 
 #include "client_p.h"
@@ -51,12 +52,8 @@ MessageListModel::~MessageListModel() = default;
 Client *MessageListModel::client() const { return d->client.data(); }
 
 void MessageListModel::setClient(Client *client) {
-    if (client == d->client && (client || d->links.isEmpty()))
+    if (!detail::relink(d->client, d->links, client))
         return;
-    for (const QMetaObject::Connection &c : std::as_const(d->links))
-        disconnect(c);
-    d->links.clear();
-    d->client = client;
     beginResetModel();
     d->forgetWindow();
     endResetModel();

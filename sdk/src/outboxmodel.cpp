@@ -1,5 +1,6 @@
 #include <im/outboxmodel.h>
 
+#include "clientlink_p.h"
 #include <im/client.h>
 
 #include "client_p.h"
@@ -32,10 +33,7 @@ public:
 
     /// Follows `c`'s outbox from now on (nullptr: none) and shows its rows.
     void attach(Client *c) {
-        for (const QMetaObject::Connection &l : std::as_const(links))
-            QObject::disconnect(l);
-        links.clear();
-        client = c;
+        detail::relink(client, links, c);
         if (const Outbox *ob = outbox()) {
             links << QObject::connect(ob, &Outbox::entryAdded, q, [this](qint64 id) { added(id); });
             links << QObject::connect(ob, &Outbox::entryChanged, q, [this](qint64 id) {
