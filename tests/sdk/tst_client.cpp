@@ -166,9 +166,17 @@ void TestClient::own_event_with_our_cmid_settles_a_send_whose_reply_was_lost() {
         return rows;
     };
     QTRY_COMPARE(rowsFor(QStringLiteral("reply lost")), 1);
-    QTest::qWait(200);
+    // Barrier: a second message of the same conversation. Entries of one
+    // conversation leave in creation order, each after the one before has its
+    // verdict (obligation 9), so a resend of the first would be on the wire
+    // before this one; and its event, applied after the first's, shows in the
+    // model only after any second row of the first would have.
+    const QString next = f.client.send(QStringLiteral("c1"), QStringLiteral("barrier"));
+    QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(next), MessageState::Sent, 5000);
+    QTRY_COMPARE(rowsFor(QStringLiteral("barrier")), 1);
     QCOMPARE(rowsFor(QStringLiteral("reply lost")), 1);
-    QCOMPARE(f.requestsOf(QStringLiteral("send")), 1); // settled without a resend
+    QCOMPARE(f.server.distinctCmids(), (QStringList{cmid, next}));
+    QCOMPARE(f.requestsOf(QStringLiteral("send")), 2); // settled without a resend
 }
 
 void TestClient::terminal_errors_remove_the_entry_with_their_final_state_data() {
@@ -199,8 +207,16 @@ void TestClient::terminal_errors_remove_the_entry_with_their_final_state() {
     im::testing::Faults(&f.client).closeSocketNow();
     QTRY_VERIFY(f.requestsOf(QStringLiteral("hello")) > hellos);
     QTRY_COMPARE(f.client.connectionState(), ConnectionState::Connected);
-    QTest::qWait(600);
-    QCOMPARE(f.requestsOf(QStringLiteral("send")), 1);
+    // Barrier: a second message of the same conversation, sent once the new
+    // session is up. An entry still in the outbox (due after the reconnect or
+    // waiting for a retry) is its conversation's head and would go on the
+    // wire, and get its answer, before this one leaves (obligation 9).
+    const QString probe = f.client.send(QStringLiteral("c1"), QStringLiteral("probe"));
+    QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(probe), MessageState::Sent, 5000);
+    QStringList wire;
+    for (const QJsonObject &o : f.server.requests(QStringLiteral("send")))
+        wire << o.value(QStringLiteral("cmid")).toString();
+    QCOMPARE(wire, (QStringList{cmid, probe}));
     QCOMPARE(f.client.messageState(cmid), MessageState(state));
 }
 
@@ -522,8 +538,17 @@ void TestClient::stale_install_on_hello_is_reported_and_stops_the_client() {
     QVERIFY(f.client.isInstallStale());
     QCOMPARE(errors.last().at(0).toString(), QStringLiteral("STALE_INSTALL"));
     QCOMPARE(f.client.connectionState(), ConnectionState::Disconnected);
-    QTest::qWait(500);
-    QCOMPARE(f.server.connections, 1); // no reconnect loop on a stale install
+    // No reconnect loop on a stale install: the transport is stopped, with no
+    // attempt scheduled. Every reconnect (after a loss, after a backoff) is
+    // an attempt of a running transport, and only connectToServer() (refused
+    // while stale) or coming back online (likewise) starts it again. The
+    // public state alone would not show it: a transport that goes on waiting
+    // for its next attempt still reads Disconnected here.
+    const im::detail::Transport *transport = im::ClientPrivate::get(&f.client)->conn.transport();
+    QVERIFY(!transport->isRunning());
+    QCOMPARE(transport->state(), im::detail::Transport::State::Idle);
+    QVERIFY(!transport->nextAttemptAt().isValid());
+    QCOMPARE(f.server.connections, 1);
     QCOMPARE(f.client.pendingCount(), 1);
     // Remembered across restarts (one Client at a time has the store open).
     f.client.close();
@@ -673,13 +698,17 @@ void TestClient::failed_outbox_write_is_surfaced_and_nothing_is_sent() {
     QCOMPARE(errors.size(), 1);
     QCOMPARE(errors.at(0).at(0).toString(), QStringLiteral("STORAGE_ERROR"));
     QVERIFY(!f.client.lastError().isEmpty());
-    QTest::qWait(200);
-    QCOMPARE(f.requestsOf(QStringLiteral("send")), 0);
     QCOMPARE(f.outboxRows(), 0);
     QCOMPARE(f.client.pendingCount(), 0);
     // The database is usable afterwards (the transaction was rolled back).
     const QString ok = f.client.send(QStringLiteral("c1"), QStringLiteral("fine"));
     QTRY_COMPARE(f.client.messageState(ok), MessageState::Sent);
+    // Barrier: "fine" left after the refused send() returned, on the same
+    // socket, and its answer is in; a frame of the refused one would have
+    // reached the server first. The only send on the wire is "fine".
+    const QList<QJsonObject> sends = f.server.requests(QStringLiteral("send"));
+    QCOMPARE(sends.size(), 1);
+    QCOMPARE(sends.first().value(QStringLiteral("cmid")).toString(), ok);
 }
 
 void TestClient::database_is_wal_synchronous_full_with_a_schema_version() {
@@ -840,7 +869,14 @@ void TestClient::qa_hooks_go_offline_drop_a_reply_and_close_the_socket() {
     QCOMPARE(offlineSpy.at(0).at(0).toBool(), true);
     QCOMPARE(f.client.connectionState(), ConnectionState::Disconnected);
     const QString queued = f.client.send(QStringLiteral("c1"), QStringLiteral("while offline"));
-    QTest::qWait(300);
+    // Offline means no reconnect: the transport is stopped, with no attempt
+    // scheduled (a reconnect is an attempt of a running transport; only
+    // setOffline(false) starts it again). The public state would read
+    // Disconnected even for a transport waiting to reconnect.
+    const im::detail::Transport *transport = im::ClientPrivate::get(&f.client)->conn.transport();
+    QVERIFY(!transport->isRunning());
+    QCOMPARE(transport->state(), im::detail::Transport::State::Idle);
+    QVERIFY(!transport->nextAttemptAt().isValid());
     QCOMPARE(f.server.connections, 1);
     QCOMPARE(f.requestsOf(QStringLiteral("send")), 0);
     faults.setOffline(false);
@@ -848,7 +884,11 @@ void TestClient::qa_hooks_go_offline_drop_a_reply_and_close_the_socket() {
     QCOMPARE(offlineSpy.size(), 2);
     QTRY_COMPARE(f.client.messageState(queued), MessageState::Sent);
     // dropNextReply: the reply is ignored, the request is retried (same cmid).
-    QTest::qWait(300); // let the acks of the first message settle
+    // It drops the next reply of any request, so first the ack of the first
+    // message must have its answer: the client records `delivered` from the
+    // `acked` reply (the ack goes out after the event is applied, debounced).
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 1);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT delivered FROM conversations WHERE conv = 'c1'")).toLongLong(), 1);
     faults.dropNextReply();
     const QString dropped = f.client.send(QStringLiteral("c1"), QStringLiteral("reply dropped"));
     QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(dropped), MessageState::Sent, 5000);
@@ -882,7 +922,12 @@ void TestClient::failed_message_stays_where_it_was_sent() {
     const QString failed = f.client.send(QStringLiteral("c1"), QStringLiteral("refused"));
     QTRY_COMPARE(f.client.messageState(failed), MessageState::Failed);
     f.server.failWith.clear();
-    QTest::qWait(20); // a later wall-clock millisecond for what follows
+    // What follows must carry a later wall-clock millisecond than the failed
+    // message's creation (the failed row sorts after the events up to then).
+    const qint64 failedAt =
+        sqlScalar(f.db, QStringLiteral("SELECT created_at FROM local_messages WHERE cmid = ?"), {failed}).toLongLong();
+    QVERIFY(failedAt > 0);
+    QVERIFY(QTest::qWaitFor([failedAt] { return QDateTime::currentMSecsSinceEpoch() > failedAt; }, 5000));
     f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("after"));
     f.server.pushToAll(QJsonObject{{QStringLiteral("t"), QStringLiteral("hint")}, {QStringLiteral("conv"), QStringLiteral("c1")},
                                    {QStringLiteral("head"), 2}, {QStringLiteral("epoch"), 1}});
