@@ -36,6 +36,9 @@ public:
     /// SIGTERM: stop accepting, goaway to all, finish in-flight, close;
     /// calls done once every connection is gone or the drain timeout passed.
     void drain(std::function<void()> done);
+    /// After the I/O threads have returned: drops the listener, which holds
+    /// this gateway (the pair would otherwise keep each other alive).
+    void release_listener() { listener_.reset(); }
     bool draining() const { return draining_.load(); }
 
     // Used by sessions.

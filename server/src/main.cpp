@@ -128,6 +128,7 @@ int serve(const im::Config& cfg) {
     for (int i = 1; i < cfg.io_threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
     ioc.run();
     for (auto& t : threads) t.join();
+    gw->release_listener();
 
     pool.stop(); // in-flight requests still publish
     bus.stop();

@@ -245,9 +245,11 @@ void WsSession::next() {
     auto batch = std::make_shared<std::vector<Pending>>();
     batch->push_back(std::move(item));
     if (const auto* first = std::get_if<req::Send>(&batch->front().req)) {
+        // A copy: push_back below may move batch's elements (and `first`).
+        const std::string conv = first->conv;
         while (!queue_.empty() && batch->size() < max_send_batch_) {
             const auto* s = std::get_if<req::Send>(&queue_.front().req);
-            if (!s || s->conv != first->conv) break;
+            if (!s || s->conv != conv) break;
             batch->push_back(std::move(queue_.front()));
             queue_.pop_front();
         }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -266,6 +267,15 @@ ServerProcess::ServerProcess(const std::string& db_url, std::vector<std::string>
 
 ServerProcess::~ServerProcess() {
     if (pid_ > 0) kill();
+    // A sanitizer build reports into the server's stderr, which goes away
+    // with this directory: pass any report on to the test's own output.
+    const std::string text = log();
+    for (const char* mark : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
+                             "runtime error:"})
+        if (text.find(mark) != std::string::npos) {
+            std::cerr << "---- imserver (" << mark << "), its stderr:\n" << text << "---- end of imserver stderr\n";
+            break;
+        }
 }
 
 void ServerProcess::spawn() {
