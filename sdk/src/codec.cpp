@@ -250,11 +250,14 @@ QByteArray encodeHello(const QString &rid, const QString &token, const QString &
     return toFrame(o);
 }
 
-QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body) {
+QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body,
+                      const QString &prev) {
     QJsonObject o = request("send", rid);
     o.insert(QStringLiteral("conv"), conv);
     o.insert(QStringLiteral("cmid"), cmid);
     o.insert(QStringLiteral("body"), body);
+    if (!prev.isEmpty())
+        o.insert(QStringLiteral("prev"), prev);
     return toFrame(o);
 }
 
@@ -363,8 +366,8 @@ QString checkSend(const QString &conv, const QString &body) {
             --points; // a pair is one code point (isValidUtf16: every high one is paired)
     if (points > MaxBodyCodePoints)
         return QStringLiteral("the body has %1 code points (at most %2)").arg(points).arg(MaxBodyCodePoints);
-    // The longest cmid and rid the SDK uses; JSON escaping can grow the body.
-    const QByteArray frame = encodeSend(QString(64, u'r'), conv, QString(36, u'c'), body);
+    // The longest cmid, prev and rid the SDK uses; JSON escaping can grow the body.
+    const QByteArray frame = encodeSend(QString(64, u'r'), conv, QString(36, u'c'), body, QString(36, u'p'));
     if (frame.size() > MaxFrameBytes)
         return QStringLiteral("the send frame would be %1 bytes (at most %2)").arg(frame.size()).arg(MaxFrameBytes);
     return {};

@@ -79,7 +79,11 @@ std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString 
 
 // Request encoders: each returns one compact JSON text frame.
 QByteArray encodeHello(const QString &rid, const QString &token, const QString &install);
-QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body);
+/// `prev` (empty: none): the cmid of this sender's previous message in the
+/// conversation, which the server requires committed before it appends this
+/// one (pipelined sends keep their order; docs/protocol.md, "Send").
+QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body,
+                      const QString &prev = {});
 QByteArray encodeSync(const QString &rid, const QString &conv, qint64 after, int limit,
                       std::optional<qint64> epoch);
 QByteArray encodeAck(const QString &rid, const QString &conv, qint64 seq);

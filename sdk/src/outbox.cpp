@@ -19,7 +19,7 @@ Outbox::Outbox(ClientPrivate &dd) : d(dd) {
 
 void Outbox::load(const QList<detail::OutboxRow> &rows) {
     for (const detail::OutboxRow &r : rows) {
-        items_.emplace(r.id, Item{r, false, false, {}, 0});
+        items_.emplace(r.id, Item{r, false, false, {}, {}, 0});
         ids_.insert(r.cmid, r.id);
         convs_[r.conv].insert(r.id);
     }
@@ -72,7 +72,7 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
         d.storageFailed(QStringLiteral("cannot write outbox"));
         return {};
     }
-    items_.emplace(row.id, Item{row, false, false, {}, 0});
+    items_.emplace(row.id, Item{row, false, false, {}, {}, 0});
     ids_.insert(row.cmid, row.id);
     convs_[conv].insert(row.id);
     emit entryAdded(row.id);
@@ -108,26 +108,36 @@ void Outbox::pump() {
         return;
     const qint64 t = now();
     qint64 nextDue = std::numeric_limits<qint64>::max();
-    QList<Item *> batch;
+    QList<QPair<Item *, QString>> batch; // entry, the `prev` it names
     int budget = window - inFlight_;
-    // Obligation 9: one request per conversation on the wire. The server may
-    // fail request k (UNAVAILABLE) and commit k+1 if both were on the wire,
-    // so k+1 goes out only once k has its verdict (committed or final).
-    // Conversations are independent: up to `window` of them go at once.
+    // Obligation 9: each conversation in creation order, pipelined. A send
+    // names the nearest earlier entry still on the wire as `prev`; the server
+    // appends it only after that one is committed. Entries already answered
+    // (settling) need no `prev`: committed, or final and never to be.
     for (auto c = convs_.cbegin(); c != convs_.cend() && budget > 0; ++c) {
+        QString prev;
         for (const qint64 id : c.value()) {
             Item &item = items_.at(id);
+            const bool recall = item.row.kind == u"recall";
             if (item.settling)
-                continue; // answered; its write is queued
-            if (item.inFlight)
-                break; // the head is on the wire: the rest waits for its verdict
+                continue;
+            if (item.inFlight) {
+                if (recall)
+                    break; // a recall on the wire: what follows waits for its verdict
+                prev = item.row.cmid;
+                continue;
+            }
             if (item.dueAt > t) {
                 nextDue = std::min(nextDue, item.dueAt);
-                break; // the head waits for its retry; so does the rest
+                break; // waits for its retry; so does the rest
             }
-            batch.append(&item);
+            if (budget <= 0 || (recall && !prev.isEmpty()))
+                break; // the window is full / a recall waits for all before it
+            batch.append({&item, prev});
             --budget;
-            break;
+            if (recall)
+                break;
+            prev = item.row.cmid;
         }
     }
     if (nextDue != std::numeric_limits<qint64>::max())
@@ -138,17 +148,17 @@ void Outbox::pump() {
     // (cancel() refuses them, also after a crash and restart).
     QList<QPair<QString, int>> marks;
     marks.reserve(batch.size());
-    for (const Item *item : std::as_const(batch))
+    for (const auto &[item, prev] : std::as_const(batch))
         marks.append({item->row.cmid, item->row.attempts + 1});
     if (!d.storage.markOnWire(marks)) {
         d.storageFailed(QStringLiteral("cannot record outbox attempt"));
-        for (Item *item : std::as_const(batch))
+        for (const auto &[item, prev] : std::as_const(batch))
             item->dueAt = t + d.backoffMs(item->row.attempts + 1);
         schedulePump();
         return;
     }
-    for (Item *item : std::as_const(batch)) {
-        transmit(*item);
+    for (const auto &[item, prev] : std::as_const(batch)) {
+        transmit(*item, prev);
         emit entryChanged(item->row.id);
     }
     emit d.q->outboxChanged();
@@ -177,14 +187,15 @@ bool Outbox::cancel(const QString &cmid) {
     return true;
 }
 
-void Outbox::transmit(Item &item) {
+void Outbox::transmit(Item &item, const QString &prev) {
     const QString rid = d.conn.nextRid();
     const QByteArray frame = item.row.kind == u"recall"
                                  ? proto::encodeRecall(rid, item.row.conv, item.row.target, item.row.cmid)
-                                 : proto::encodeSend(rid, item.row.conv, item.row.cmid, item.row.body);
+                                 : proto::encodeSend(rid, item.row.conv, item.row.cmid, item.row.body, prev);
     ++item.row.attempts;
     item.inFlight = true;
     item.rid = rid;
+    item.sentPrev = prev;
     ++inFlight_;
     const QString cmid = item.row.cmid;
     d.conn.request(
@@ -196,7 +207,12 @@ void Outbox::retry(Item &item, const QString &lastError) {
     item.inFlight = false;
     --inFlight_;
     item.row.lastError = lastError;
-    const int delay = d.backoffMs(item.row.attempts);
+    // Sent behind an unanswered `prev`: most likely refused because that one
+    // was not committed yet. Due at once: the walk in pump() keeps it behind
+    // its predecessors, so it goes again right after them (and without a
+    // `prev` if they are answered by then). Only an entry that went with no
+    // `prev` waits out a back-off.
+    const int delay = item.sentPrev.isEmpty() ? d.backoffMs(item.row.attempts) : 0;
     item.dueAt = now() + delay;
     qCDebug(lcOutbox, "%s (attempt %d): %s, retry in %d ms; %s waits behind it", qUtf8Printable(item.row.cmid),
             item.row.attempts, qUtf8Printable(lastError), delay, qUtf8Printable(item.row.conv));

@@ -4,11 +4,16 @@
 // of each request's outcome into a final timeline state or a retry.
 //
 // Order (obligation 9): entries of one conversation go out in creation
-// order, one at a time: the next leaves only once the one before has its
-// verdict (committed or final). Pipelining them is not safe: the server may
-// answer k UNAVAILABLE and commit k+1, already on the wire. An entry waiting
-// for its retry holds back its conversation; other conversations go on, up
-// to `window` requests on the wire at once.
+// order, pipelined: several may be on the wire at once, each send naming as
+// `prev` the entry before it that is still unanswered. The server appends a
+// send only once its `prev` is committed (else UNAVAILABLE, nothing written),
+// so when entry k fails, k+1.. already on the wire cannot overtake it. An
+// entry waiting for its retry holds back its conversation; other
+// conversations go on. A send refused behind an unanswered `prev` is due
+// again at once (it waits behind k in the walk, not on its own timer); only
+// an entry sent with no `prev` backs off. A recall goes alone: it waits for
+// every earlier entry of its conversation to be answered, and later ones
+// wait for it. At most `window` requests are on the wire in all.
 //
 // Answers are settled in batches: every final answer and retry that arrives
 // in one pass of the event loop is written in one SQLite transaction.
@@ -41,6 +46,7 @@ public:
         bool inFlight = false;
         bool settling = false; ///< final answer taken, its write is queued
         QString rid;
+        QString sentPrev;      ///< the `prev` the attempt on the wire names (empty: none)
         qint64 dueAt = 0;      ///< monotonic ms (clock()) of the next attempt; 0: due
     };
 
@@ -76,7 +82,7 @@ public:
     bool contains(const QString &cmid) const { return ids_.contains(cmid); }
     int size() const { return int(items_.size()); }
     const std::map<qint64, Item> &items() const { return items_; }
-    int window = 64; ///< unanswered outbox requests on the connection (one per conversation)
+    int window = 128; ///< unanswered outbox requests on the connection, all conversations together
 
 Q_SIGNALS:
     // Row-level change notifications (OutboxModel follows them row by row).
@@ -92,7 +98,7 @@ Q_SIGNALS:
 
 private:
     void onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);
-    void transmit(Item &item);
+    void transmit(Item &item, const QString &prev);
     void retry(Item &item, const QString &lastError);
     void scheduleFlush();
     void flush();

@@ -34,11 +34,11 @@ struct Fields {
         return std::nullopt;
     }
 
-    std::optional<std::string> cmid(std::string& out) const {
-        if (auto e = str("cmid", out)) return e;
+    std::optional<std::string> cmid(std::string& out, std::string_view key = "cmid") const {
+        if (auto e = str(key, out)) return e;
         auto n = utf8_code_points(out);
         if (!n || *n < 1 || *n > max_cmid_chars || out.find('\0') != std::string::npos)
-            return std::string("field 'cmid' must be 1-64 characters");
+            return "field '" + std::string(key) + "' must be 1-64 characters";
         return std::nullopt;
     }
 
@@ -79,6 +79,10 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         if (!n) return bad("field 'body' must be valid UTF-8");
         if (*n < 1 || *n > max_body_code_points) return bad("field 'body' must be 1-4000 code points");
         if (r.body.find('\0') != std::string::npos) return bad("field 'body' must not contain U+0000");
+        if (o.contains("prev")) {
+            if (auto e = f.cmid(r.prev, "prev")) return bad(*e);
+            if (r.prev == r.cmid) return bad("field 'prev' must name another message than 'cmid'");
+        }
         return r;
     }
     if (t == "sync") {

@@ -31,7 +31,10 @@ inline constexpr std::size_t page_item_budget = max_frame_bytes - frame_envelope
 
 namespace req {
 struct Hello { std::string token, install; };
-struct Send { std::string conv, cmid, body; };
+// `prev` (optional, empty when absent): the cmid of the caller's previous
+// message in this conversation, which must be committed before this one may
+// be (pipelined sends keep their order; docs/protocol.md, "Send").
+struct Send { std::string conv, cmid, body, prev; };
 struct Sync { std::string conv; std::int64_t after = 0; std::int64_t limit = default_sync_limit; std::optional<std::int64_t> epoch; };
 struct Ack { std::string conv; std::int64_t seq = 0; };
 struct Read { std::string conv; std::int64_t seq = 0; };

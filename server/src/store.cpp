@@ -142,18 +142,27 @@ std::string event_columns() {
 
 // A PostgreSQL text[] literal (a bound parameter): every element quoted,
 // `"` and `\` escaped.
-std::string text_array(const std::vector<std::string>& items) {
+// An absent element is NULL.
+std::string text_array(const std::vector<std::optional<std::string>>& items) {
     std::string out = "{";
     for (std::size_t i = 0; i < items.size(); ++i) {
         if (i) out += ',';
+        if (!items[i]) {
+            out += "NULL";
+            continue;
+        }
         out += '"';
-        for (char ch : items[i]) {
+        for (char ch : *items[i]) {
             if (ch == '"' || ch == '\\') out += '\\';
             out += ch;
         }
         out += '"';
     }
     return out + "}";
+}
+
+std::string text_array(const std::vector<std::string>& items) {
+    return text_array(std::vector<std::optional<std::string>>(items.begin(), items.end()));
 }
 
 // A failure the same request would meet on every retry (a data exception,
@@ -354,7 +363,7 @@ namespace {
 // trip per send or per pipelined run of sends to one conversation.
 constexpr const char* send_stmt = "im_send";
 constexpr const char* send_sql =
-    "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send($1, $2, $3::text[], $4::text[], $5)";
+    "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send($1, $2, $3::text[], $4::text[], $5::text[], $6)";
 
 // The send rules im_send can be told to break (schema/004), by fault point.
 constexpr std::pair<std::string_view, std::string_view> send_rule_controls[] = {
@@ -362,7 +371,16 @@ constexpr std::pair<std::string_view, std::string_view> send_rule_controls[] = {
     {"rule.same_error", "same_error"},
     {"rule.request_hash", "request_hash"},
     {"rule.fresh_dup", "fresh_dup"},
+    {"rule.send_prev", "send_prev"},
 };
+
+// The `prev` of each send as a text[] literal, NULL where a send has none.
+std::string prev_array(std::vector<req::Send>::const_iterator from, std::vector<req::Send>::const_iterator to) {
+    std::vector<std::optional<std::string>> prevs;
+    for (auto it = from; it != to; ++it)
+        prevs.push_back(it->prev.empty() ? std::nullopt : std::optional<std::string>(it->prev));
+    return text_array(prevs);
+}
 
 } // namespace
 
@@ -399,7 +417,8 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                         cmid_list.push_back(batch[i].cmid);
                         body_list.push_back(batch[i].body);
                     }
-                    const std::string cmids = text_array(cmid_list), bodies = text_array(body_list);
+                    const std::string cmids = text_array(cmid_list), bodies = text_array(body_list),
+                                      prevs = prev_array(batch.begin() + from, batch.begin() + to);
                     const bool lock = !lab_.no_unique_index;
                     pqxx::result rows;
                     if (faults_.enabled()) {
@@ -408,7 +427,7 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                         for (auto [point, name] : send_rule_controls)
                             if (faults_.broken(point)) broken += (broken.empty() ? "" : ",") + std::string(name);
                         if (!broken.empty()) tx.exec_params("SELECT set_config('im.lab_broken', $1, true)", broken);
-                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, lock);
+                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, prevs, lock);
                         auto fc = faults_.hit("store.before_commit");
                         if (fc == FaultKind::unavailable) return Results(to - from, unavailable("injected fault"));
                         tx.commit();
@@ -416,7 +435,7 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                             for (std::size_t i = from; i < to; ++i) drop[i] = true;
                     } else {
                         pqxx::nontransaction tx(c); // autocommit: the call is the transaction
-                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, lock);
+                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, prevs, lock);
                     }
                     Results part;
                     for (const auto& row : rows) {
@@ -427,6 +446,8 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                             part.push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
                         } else if (code == "ORIGINAL_EXPIRED") {
                             part.push_back(Error{Code::original_expired, "the original was purged by retention"});
+                        } else if (code == "PREV_NOT_COMMITTED") {
+                            part.push_back(unavailable("the message named by 'prev' is not committed; send it first"));
                         } else if (code == "NO_SUCH_CONV") { // only while the lab's rule.same_error is armed
                             part.push_back(Error{Code::not_member, "no such conversation"});
                         } else {
@@ -488,11 +509,12 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
     const std::string name = "im_send_group_" + std::to_string(runs.size());
     std::string sql;
     for (std::size_t k = 0; k < order.size(); ++k) {
-        const std::size_t p = k * 4;
+        const std::size_t p = k * 5;
         if (k) sql += " UNION ALL ";
         sql += "SELECT " + std::to_string(k) + " AS g, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send($" +
                std::to_string(p + 1) + ", $" + std::to_string(p + 2) + ", $" + std::to_string(p + 3) + "::text[], $" +
-               std::to_string(p + 4) + "::text[], $" + std::to_string(order.size() * 4 + 1) + ")";
+               std::to_string(p + 4) + "::text[], $" + std::to_string(p + 5) + "::text[], $" +
+               std::to_string(order.size() * 5 + 1) + ")";
     }
     sql += " ORDER BY g, r_item";
     pqxx::result rows;
@@ -506,7 +528,8 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
                 cmids.push_back(s.cmid);
                 bodies.push_back(s.body);
             }
-            params.insert(params.end(), {run.front().conv, runs[k].who->user, text_array(cmids), text_array(bodies)});
+            params.insert(params.end(), {run.front().conv, runs[k].who->user, text_array(cmids), text_array(bodies),
+                                         prev_array(run.begin(), run.end())});
         }
         params.push_back(lab_.no_unique_index ? "false" : "true");
         pqxx::nontransaction tx(c); // autocommit: the statement is the transaction

@@ -291,6 +291,11 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
             }
             return dup;
         }
+        // As imserver: a send naming a `prev` of this sender that is not
+        // committed is refused as retryable, nothing appended.
+        const QString prev = req.value(QStringLiteral("prev")).toString();
+        if (t == u"send" && !prev.isEmpty() && !c.keys.contains(ses.user + QLatin1Char('\n') + prev))
+            return err(QStringLiteral("UNAVAILABLE"));
         qint64 seq = 0;
         if (t == u"send") {
             seq = append(convId, ses.user, req.value(QStringLiteral("body")).toString(), cmid);

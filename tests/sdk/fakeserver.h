@@ -6,7 +6,8 @@
 // Like imserver (spec/contract.md): a request key (conv, sender, cmid) with
 // another body/target answers IDEMPOTENCY_MISMATCH; a second recall of one
 // target answers ALREADY_RECALLED; a recall past the conversation's window
-// answers RECALL_WINDOW_EXPIRED; events carry the sender's cmid when
+// answers RECALL_WINDOW_EXPIRED; a send whose `prev` names a key of the
+// sender not yet stored answers UNAVAILABLE; events carry the sender's cmid when
 // eventsCarryCmid is set; createConv()/
 // addMember()/removeMember() append join/leave events as imserver's admin does.
 #pragma once

@@ -266,18 +266,42 @@ void TestClient::resend_after_reconnect_is_in_creation_order_with_the_same_cmids
     // Connection lost with the head unanswered: resent after the next hello.
     im::testing::Faults(&f.client).closeSocketNow();
     QTRY_COMPARE_WITH_TIMEOUT(f.client.pendingCount(), 0, 10000);
-    QStringList order; // the cmids on the wire, a repeat of the same one folded
-    for (const QJsonObject &o : f.server.requests(QStringLiteral("send"))) {
-        const QString cmid = o.value(QStringLiteral("cmid")).toString();
-        if (order.isEmpty() || order.last() != cmid)
-            order << cmid;
-    }
-    // One request per conversation on the wire (obligation 9): each message
-    // goes (and goes again) only after the one before it has its answer.
-    QCOMPARE(order, cmids);
-    // The resends came after a second hello.
-    QCOMPARE(f.requestsOf(QStringLiteral("hello")), 2);
+    // Stored once each, in creation order (seq order = creation order).
+    const FakeServer::Conv &c1 = f.server.convs[QStringLiteral("c1")];
+    QStringList stored(c1.head());
+    for (auto k = c1.keys.cbegin(); k != c1.keys.cend(); ++k)
+        stored[k.value() - 1] = k.key().section(QLatin1Char('\n'), 1);
+    QCOMPARE(stored, cmids);
     QCOMPARE(f.server.convs[QStringLiteral("c1")].head(), 5);
+    // Every attempt used one of the original cmids; each connection put its
+    // sends on the wire in creation order (pipelined, obligation 9), each
+    // send after the first naming the one before it as `prev`; and the head,
+    // whose answer was lost, went again after the second hello.
+    QList<QStringList> perConnection;
+    for (const QJsonObject &o : std::as_const(f.server.received)) {
+        const QString t = o.value(QStringLiteral("t")).toString();
+        if (t == u"hello")
+            perConnection.append(QStringList());
+        else if (t == u"send") {
+            QVERIFY(!perConnection.isEmpty());
+            perConnection.last() << o.value(QStringLiteral("cmid")).toString();
+            const QString prev = o.value(QStringLiteral("prev")).toString();
+            if (!prev.isEmpty())
+                QVERIFY2(cmids.indexOf(prev) == cmids.indexOf(perConnection.last().last()) - 1,
+                         "prev names the message just before");
+        }
+    }
+    QCOMPARE(perConnection.size(), 2);
+    for (const QStringList &wire : std::as_const(perConnection)) {
+        qsizetype last = -1;
+        for (const QString &cmid : wire) {
+            QVERIFY2(cmids.indexOf(cmid) > last, "sends of one connection in creation order");
+            last = cmids.indexOf(cmid);
+        }
+    }
+    QCOMPARE(perConnection.at(0), cmids); // all five pipelined at once
+    QVERIFY(!perConnection.at(1).isEmpty());
+    QCOMPARE(perConnection.at(1).first(), cmids.first());
 }
 
 void TestClient::unanswered_requests_are_retried_with_capped_exponential_backoff() {
@@ -839,16 +863,21 @@ void TestClient::outbox_model_follows_one_send_row_by_row_on_a_long_backlog() {
     QCOMPARE(removed.at(0).at(2).toInt(), backlog);
     QCOMPARE(model.rowCount(), backlog);
 
-    // Connected, the server answering UNAVAILABLE: only the conversation's
-    // head goes on the wire, and only its row changes (attempts, in flight).
+    // Connected, the server answering UNAVAILABLE: the conversation's first
+    // `window` entries go on the wire (pipelined, each behind the one before)
+    // and again after the head's back-off; only their rows change (attempts,
+    // in flight), each by itself, never the rows behind them.
+    const int window = im::ClientPrivate::get(&f.client)->outbox.window;
+    QVERIFY(window < backlog / 2);
     f.server.unavailable.insert(QStringLiteral("send"), 1000000);
     f.client.connectToServer();
     QTRY_VERIFY(model.get(0, im::OutboxModel::AttemptsRole).toInt() >= 2);
     QVERIFY(!changed.isEmpty());
     for (const QList<QVariant> &c : std::as_const(changed)) {
-        QCOMPARE(c.at(0).toModelIndex().row(), 0);
-        QCOMPARE(c.at(1).toModelIndex().row(), 0);
+        QVERIFY(c.at(0).toModelIndex().row() < window);
+        QCOMPARE(c.at(1).toModelIndex().row(), c.at(0).toModelIndex().row());
     }
+    QCOMPARE(model.get(window, im::OutboxModel::AttemptsRole).toInt(), 0);
     QCOMPARE(model.get(0, im::OutboxModel::LastErrorRole).toString(), QStringLiteral("UNAVAILABLE"));
     QCOMPARE(inserted.size(), 1);
     QCOMPARE(removed.size(), 1);

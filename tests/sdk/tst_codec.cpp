@@ -115,6 +115,9 @@ void TestCodec::encodes_requests_as_the_contract_spells_them_data() {
                            << QByteArray(R"({"install":"inst","rid":"h1","t":"hello","token":"tok"})");
     QTest::newRow("send") << encodeSend(QStringLiteral("r1"), QStringLiteral("c"), QStringLiteral("u-1"), QStringLiteral("hé"))
                           << QByteArray(R"({"body":"hé","cmid":"u-1","conv":"c","rid":"r1","t":"send"})");
+    QTest::newRow("send with prev")
+        << encodeSend(QStringLiteral("r1"), QStringLiteral("c"), QStringLiteral("u-2"), QStringLiteral("x"), QStringLiteral("u-1"))
+        << QByteArray(R"({"body":"x","cmid":"u-2","conv":"c","prev":"u-1","rid":"r1","t":"send"})");
     QTest::newRow("sync first") << encodeSync(QStringLiteral("r2"), QStringLiteral("c"), 0, 50, std::nullopt)
                                 << QByteArray(R"({"after":0,"conv":"c","limit":50,"rid":"r2","t":"sync"})");
     QTest::newRow("sync with epoch") << encodeSync(QStringLiteral("r3"), QStringLiteral("c"), 12, 100, 3)

@@ -164,6 +164,61 @@ TEST_F(Contract, pipelined_sends_are_each_judged_alone_and_keep_their_order) {
     EXPECT_LT(used, static_cast<long long>(frames.size()));
 }
 
+// `prev` (docs/protocol.md, "Send"): a send naming the caller's previous
+// message of the conversation is appended only once that one is committed.
+TEST_F(Contract, a_send_is_appended_only_after_the_message_its_prev_names) {
+    auto w = make_world(db(), "prev", 2);
+    auto c = login(port(), w.users[0]);
+    auto other = login(port(), w.users[1]);
+    auto send_prev = [](WsClient& cl, const std::string& conv, const std::string& cmid, const std::string& prev) {
+        return cl.request({{"t", "send"}, {"conv", conv}, {"cmid", cmid}, {"body", "after p1"}, {"prev", prev}});
+    };
+    // Never sent: refused as retryable, nothing written.
+    auto r = send_prev(*c, w.conv, "n1", "never-sent");
+    EXPECT_EQ(str(r, "code"), "UNAVAILABLE") << json::serialize(r);
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'n1'"), "0");
+    // Another sender's key of the same name does not count: keys are per sender.
+    ASSERT_EQ(str(send_msg(*other, w.conv, "theirs", "ben's"), "t"), "sent");
+    r = send_prev(*c, w.conv, "n1", "theirs");
+    EXPECT_EQ(str(r, "code"), "UNAVAILABLE") << json::serialize(r);
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'n1'"), "0");
+    // Committed: appended.
+    const auto p = send_msg(*c, w.conv, "p1", "first");
+    ASSERT_EQ(str(p, "t"), "sent");
+    r = send_prev(*c, w.conv, "n1", "p1");
+    ASSERT_EQ(str(r, "t"), "sent") << json::serialize(r);
+    EXPECT_EQ(num(r, "seq"), num(p, "seq") + 1);
+    // A resend of a committed message is its duplicate whatever it names.
+    r = send_prev(*c, w.conv, "n1", "never-sent");
+    ASSERT_EQ(str(r, "t"), "sent") << json::serialize(r);
+    EXPECT_TRUE(r.at("dup").as_bool());
+    // A chain on the wire at once (one transaction or several): each link
+    // sees the one before it, so all are appended, in order.
+    std::string prev = "n1";
+    for (int i = 0; i < 20; ++i) {
+        const std::string cmid = "chain" + std::to_string(i);
+        c->send_json({{"t", "send"}, {"rid", cmid}, {"conv", w.conv}, {"cmid", cmid}, {"body", "link"}, {"prev", prev}});
+        prev = cmid;
+    }
+    std::map<std::string, json::object> replies;
+    while (replies.size() < 20) {
+        auto f = c->next(10s);
+        ASSERT_TRUE(f.has_value()) << "missing replies";
+        replies[str(*f, "rid")] = *f;
+    }
+    for (int i = 0; i < 20; ++i) {
+        const auto& link = replies["chain" + std::to_string(i)];
+        ASSERT_EQ(str(link, "t"), "sent") << json::serialize(link);
+        EXPECT_EQ(num(link, "seq"), num(p, "seq") + 2 + i);
+    }
+    // Malformed: INVALID_ARGUMENT, nothing written.
+    for (const json::value& bad : {json::value(5), json::value(""), json::value(std::string(65, 'x')), json::value("self")}) {
+        r = c->request({{"t", "send"}, {"conv", w.conv}, {"cmid", "self"}, {"body", "x"}, {"prev", bad}});
+        EXPECT_EQ(str(r, "code"), "INVALID_ARGUMENT") << json::serialize(bad);
+    }
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'self'"), "0");
+}
+
 TEST_F(Contract, a_stranger_gets_not_member_without_waiting_on_a_held_row_lock) {
     auto w = make_world(db(), "lockprobe", 2);
     auto stranger = make_user(db(), unique_name("stranger"));

@@ -145,6 +145,60 @@ TEST(Resilience, two_gateways_on_one_database_push_each_others_commits) {
     EXPECT_EQ(num(ev->at("ev").as_object(), "seq"), num(s, "seq"));
 }
 
+// Pipelined sends of one conversation: the first fails (UNAVAILABLE, not
+// committed) in one transaction, and the ones naming it as `prev` reach the
+// database in a later one (a `sync` between them ends the run). They must
+// not be appended ahead of it. The lab's control rule.send_prev (the check
+// skipped) shows the same sequence committing out of order.
+TEST(Resilience, a_failed_send_holds_back_the_pipelined_sends_that_name_it_as_prev) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet", "--enable-faults"});
+    auto w = make_world(pg.url(), "prevfail", 2);
+    auto c = login(srv.port(), w.users[0]);
+    auto pipeline = [&](const std::string& tag) {
+        const std::string p = tag + "-p", n = tag + "-n", m = tag + "-m";
+        c->send_json({{"t", "send"}, {"rid", p}, {"conv", w.conv}, {"cmid", p}, {"body", "first"}});
+        c->send_json({{"t", "sync"}, {"rid", tag + "-sync"}, {"conv", w.conv}, {"after", 0}, {"limit", 1}});
+        c->send_json({{"t", "send"}, {"rid", n}, {"conv", w.conv}, {"cmid", n}, {"body", "second"}, {"prev", p}});
+        c->send_json({{"t", "send"}, {"rid", m}, {"conv", w.conv}, {"cmid", m}, {"body", "third"}, {"prev", n}});
+        std::map<std::string, json::object> replies;
+        while (replies.size() < 4) {
+            auto f = c->next(10s);
+            if (!f) break;
+            replies[str(*f, "rid")] = *f;
+        }
+        return replies;
+    };
+    auto seq_of = [&](const std::string& cmid) {
+        return pg.scalar("SELECT coalesce(max(seq), 0) FROM events WHERE conv_id = " + q(w.conv) +
+                         " AND client_msg_id = " + q(cmid));
+    };
+
+    ASSERT_EQ(srv.http("POST", "/lab/fault", "store.before_insert=unavailable:1").first, 200);
+    auto r = pipeline("a");
+    ASSERT_EQ(r.size(), 4u);
+    EXPECT_EQ(str(r["a-p"], "code"), "UNAVAILABLE");
+    EXPECT_EQ(str(r["a-sync"], "t"), "page");
+    EXPECT_EQ(str(r["a-n"], "code"), "UNAVAILABLE") << json::serialize(r["a-n"]);
+    EXPECT_EQ(str(r["a-m"], "code"), "UNAVAILABLE") << json::serialize(r["a-m"]);
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "0");
+    // The client resends from the first: all three land, in order.
+    r = pipeline("a");
+    for (const char* k : {"a-p", "a-n", "a-m"}) ASSERT_EQ(str(r[k], "t"), "sent") << k << json::serialize(r[k]);
+    EXPECT_LT(num(r["a-p"], "seq"), num(r["a-n"], "seq"));
+    EXPECT_LT(num(r["a-n"], "seq"), num(r["a-m"], "seq"));
+
+    // Negative control: the same with the check skipped commits the later
+    // sends ahead of the failed first one.
+    ASSERT_EQ(srv.http("POST", "/lab/fault", "store.before_insert=unavailable:1").first, 200);
+    ASSERT_EQ(srv.http("POST", "/lab/fault", "rule.send_prev=skip:2").first, 200);
+    r = pipeline("b");
+    EXPECT_EQ(str(r["b-p"], "code"), "UNAVAILABLE");
+    EXPECT_EQ(str(r["b-n"], "t"), "sent") << "control: without the check the second lands first";
+    EXPECT_EQ(seq_of("b-p"), "0");
+    EXPECT_NE(seq_of("b-n"), "0");
+}
+
 TEST(Resilience, a_crash_after_commit_keeps_the_row_and_the_resend_is_a_dup) {
     TestPostgres pg;
     ServerProcess srv(pg.url(), {"--quiet", "--enable-faults", "--fault", "api.after_send_commit=crash:1"});

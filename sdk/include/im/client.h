@@ -111,10 +111,11 @@ public:
     /// a gap instead of syncing everything (default 1000 events; <= 0: never).
     void setHistoryWindow(int events);
     void setBacklogLimit(int events);
-    /// How many outbox requests may be unanswered at once (default 64). One
-    /// conversation has at most one on the wire: its next message leaves once
-    /// the one before has its verdict, so the server cannot commit message 2
-    /// of a conversation after failing message 1 (obligation 9, docs/sdk.md).
+    /// How many outbox requests may be unanswered at once, all conversations
+    /// together (default 128). A conversation's messages are pipelined in
+    /// creation order, each naming the one before it as `prev`, so the
+    /// server never commits message 2 of a conversation after failing
+    /// message 1 (obligation 9, docs/sdk.md). 1 sends one request at a time.
     void setSendWindow(int requests);
     /// Liveness watchdog: a WebSocket ping every `pingIntervalMs` (default
     /// 10 s) while connected; a connection on which nothing (no frame, no
