@@ -5,16 +5,16 @@
 #                    clusters the tests start and remove themselves, SDK and
 #                    demo-app tests (offscreen Qt), the acceptance lab with its
 #                    negative controls, the 60 s invariant soak
-#   2. build-asan/   ASan+UBSan: the server's and the SDK's test suites
-#   3. build-tsan/   TSan: the server's contract and resilience tests
-#   4. build-fuzz/   libFuzzer (clang): request parser and SDK frame decoder,
+#   2. build-fuzz/   libFuzzer (clang): request parser and SDK frame decoder,
 #                    kept regression inputs, then IM_FUZZ_SECONDS (60) each
-# IM_TEST_STAGES (default "plain fuzz"; "plain asan tsan fuzz" for all) picks stages.
+#   3. build-asan/   ASan+UBSan: the server's and the SDK's test suites
+#   4. build-tsan/   TSan: the server's contract and resilience tests
+# IM_TEST_STAGES (default "plain fuzz asan tsan") picks stages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 export QT_QPA_PLATFORM=offscreen
-stages="${IM_TEST_STAGES:-plain fuzz}"
+stages="${IM_TEST_STAGES:-plain fuzz asan tsan}"
 jobs="$(nproc)"
 status=0
 summary=()
@@ -41,9 +41,11 @@ asan() {
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_SANITIZE=address,undefined \
         -DIM_BUILD_DEMO=OFF >/dev/null
     cmake --build build-asan -j"$jobs" --target imserver server_codec_test server_contract_test \
-        server_resilience_test server_fuzz_test tst_codec tst_client tst_kill tst_integration im_sdk_killhelper
+        server_resilience_test server_fuzz_test tst_codec tst_client tst_kill tst_integration tst_obligations \
+        tst_reconnect im_sdk_killhelper
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        ctest -j2 --output-on-failure --timeout 1800 -R '^(server_(codec|contract|resilience|fuzz)_test|sdk\.tst_)')
+        ctest -j2 --output-on-failure --timeout 1800 \
+        -R '^(server_(codec|contract|resilience|fuzz)_test|sdk\.tst_(codec|client|kill|integration|obligations|reconnect))$')
 }
 
 tsan() {
