@@ -374,6 +374,21 @@ constexpr std::pair<std::string_view, std::string_view> send_rule_controls[] = {
     {"rule.send_prev", "send_prev"},
 };
 
+// One result row of im_send as the send's outcome; `at` is the column of
+// r_code (r_seq, r_mid, r_epoch, r_dup, r_ts follow it).
+Outcome<Store::SendResult> send_outcome(const std::string& conv_id, const pqxx::row& row, int at) {
+    const std::string_view code = row[at].c_str();
+    if (code == "NOT_MEMBER") return not_member();
+    if (code == "IDEMPOTENCY_MISMATCH") return Error{Code::idempotency_mismatch, "cmid already used with different content"};
+    if (code == "ORIGINAL_EXPIRED") return Error{Code::original_expired, "the original was purged by retention"};
+    if (code == "PREV_NOT_COMMITTED") return unavailable("the message named by 'prev' is not committed; send it first");
+    if (code == "NO_SUCH_CONV") return Error{Code::not_member, "no such conversation"}; // lab: rule.same_error armed
+    if (code != "OK") throw std::runtime_error("im_send: unknown result code " + std::string(code));
+    return Store::SendResult{Sent{conv_id, row[at + 1].as<std::int64_t>(), row[at + 2].c_str(), row[at + 4].as<bool>(),
+                                  row[at + 3].as<std::int64_t>()},
+                             false, row[at + 5].as<std::int64_t>()};
+}
+
 // The `prev` of each send as a text[] literal, NULL where a send has none.
 std::string prev_array(std::vector<req::Send>::const_iterator from, std::vector<req::Send>::const_iterator to) {
     std::vector<std::optional<std::string>> prevs;
@@ -438,24 +453,7 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                         rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, prevs, lock);
                     }
                     Results part;
-                    for (const auto& row : rows) {
-                        const std::string_view code = row[1].c_str();
-                        if (code == "NOT_MEMBER") {
-                            part.push_back(not_member());
-                        } else if (code == "IDEMPOTENCY_MISMATCH") {
-                            part.push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
-                        } else if (code == "ORIGINAL_EXPIRED") {
-                            part.push_back(Error{Code::original_expired, "the original was purged by retention"});
-                        } else if (code == "PREV_NOT_COMMITTED") {
-                            part.push_back(unavailable("the message named by 'prev' is not committed; send it first"));
-                        } else if (code == "NO_SUCH_CONV") { // only while the lab's rule.same_error is armed
-                            part.push_back(Error{Code::not_member, "no such conversation"});
-                        } else {
-                            part.push_back(SendResult{Sent{conv_id, row[2].as<std::int64_t>(), row[3].c_str(),
-                                                           row[5].as<bool>(), row[4].as<std::int64_t>()},
-                                                      false, row[6].as<std::int64_t>()});
-                        }
-                    }
+                    for (const auto& row : rows) part.push_back(send_outcome(conv_id, row, 1));
                     if (part.size() != to - from) throw std::runtime_error("im_send: wrong number of results");
                     return part;
                 });
@@ -553,19 +551,15 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
         for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());
         return out;
     }
-    for (const auto& row : rows) {
-        const std::size_t g = order.at(static_cast<std::size_t>(row[0].as<int>()));
-        const std::string& conv_id = runs[g].sends->front().conv;
-        const std::string_view code = row[2].c_str();
-        if (code == "NOT_MEMBER") out[g].push_back(not_member());
-        else if (code == "IDEMPOTENCY_MISMATCH")
-            out[g].push_back(Error{Code::idempotency_mismatch, "cmid already used with different content"});
-        else if (code == "ORIGINAL_EXPIRED")
-            out[g].push_back(Error{Code::original_expired, "the original was purged by retention"});
-        else
-            out[g].push_back(SendResult{Sent{conv_id, row[3].as<std::int64_t>(), row[4].c_str(), row[6].as<bool>(),
-                                             row[5].as<std::int64_t>()},
-                                        false, row[7].as<std::int64_t>()});
+    try {
+        for (const auto& row : rows) {
+            const std::size_t g = order.at(static_cast<std::size_t>(row[0].as<int>()));
+            const std::string& conv_id = runs[g].sends->front().conv;
+            out[g].push_back(send_outcome(conv_id, row, 2));
+        }
+    } catch (const std::exception& e) { // committed, but unreadable: the resends are dups
+        log_warn("db_error", {{"op", "send_group_result"}, {"err", e.what()}});
+        for (auto& o : out) o.clear();
     }
     for (std::size_t g = 0; g < runs.size(); ++g)
         if (out[g].size() != runs[g].sends->size()) // committed, but the answer is unreadable: the resend is a dup

@@ -131,3 +131,44 @@ TEST(GroupCommit, a_request_the_database_rejects_fails_alone_among_other_connect
         }
     }
 }
+
+// `prev` inside a group statement: each run's check sees only its own
+// sender's committed keys, whatever else the statement carries.
+TEST(GroupCommit, prev_is_judged_per_run_inside_a_group_commit) {
+    constexpr int senders = 6;
+    Queued qd(senders);
+    for (int i = 0; i < senders; ++i)
+        ASSERT_EQ(str(send_msg(*qd.clients[i], qd.worlds[i].conv, "k0", "zero"), "t"), "sent");
+    auto first = login(qd.srv.port(), qd.blocker.users[0]);
+    const long long before = metric(qd.srv, "im_send_group_commits_total");
+    {
+        pqxx::connection holder(qd.pg.url());
+        pqxx::work lock(holder);
+        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(qd.blocker.conv) + " FOR UPDATE");
+        first->send_json({{"t", "send"}, {"rid", "b"}, {"conv", qd.blocker.conv}, {"cmid", "b"}, {"body", "blocked"}});
+        ASSERT_TRUE(wait_for([&] {
+            return qd.pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                               "AND application_name LIKE 'imserver-pool-%'") == "1";
+        }, 20s)) << "the first send never reached the row lock";
+        // One connection names the committed k0, the other a key never sent.
+        for (int i = 0; i < senders; ++i) {
+            qd.clients[i]->send_json({{"t", "send"}, {"rid", "ok"}, {"conv", qd.worlds[i].conv}, {"cmid", "k1"},
+                                      {"body", "one"}, {"prev", "k0"}});
+            qd.twins[i]->send_json({{"t", "send"}, {"rid", "no"}, {"conv", qd.worlds[i].conv}, {"cmid", "k2"},
+                                    {"body", "two"}, {"prev", "never-sent"}});
+        }
+        ASSERT_TRUE(wait_for([&] { return metric(qd.srv, "im_db_pool_queued") == 2 * senders; }, 20s))
+            << "queued runs: " << metric(qd.srv, "im_db_pool_queued");
+        lock.abort();
+    }
+    ASSERT_TRUE(first->next(20s).has_value());
+    for (int i = 0; i < senders; ++i) {
+        auto ok = qd.clients[i]->next(20s), no = qd.twins[i]->next(20s);
+        ASSERT_TRUE(ok.has_value() && no.has_value()) << "sender " << i << ": missing replies " << ok.has_value() << no.has_value() << qd.srv.log();
+        EXPECT_EQ(str(*ok, "t"), "sent") << json::serialize(*ok);
+        EXPECT_EQ(num(*ok, "seq"), 4); // joins 1-2, k0 3
+        EXPECT_EQ(str(*no, "code"), "UNAVAILABLE") << json::serialize(*no);
+        EXPECT_EQ(count_rows(qd.pg, "conv_id = " + q(qd.worlds[i].conv) + " AND client_msg_id = 'k2'"), "0");
+    }
+    EXPECT_EQ(metric(qd.srv, "im_send_group_commits_total") - before, 1);
+}
