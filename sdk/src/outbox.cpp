@@ -114,9 +114,16 @@ void Outbox::pump() {
     // names the nearest earlier entry still on the wire as `prev`; the server
     // appends it only after that one is committed. Entries already answered
     // (settling) need no `prev`: committed, or final and never to be.
-    for (auto c = convs_.cbegin(); c != convs_.cend() && budget > 0; ++c) {
+    // Fairness: one conversation takes at most half the window, and the walk
+    // starts one conversation further on each time, so a backlog of
+    // thousands in one conversation does not hold up a new message in another.
+    const int perConv = std::max(1, window / 2);
+    const QList<QString> convs = convs_.keys();
+    const qsizetype start = convs.isEmpty() ? 0 : qsizetype(rotor_++ % quint64(convs.size()));
+    for (qsizetype k = 0; k < convs.size() && budget > 0; ++k) {
         QString prev;
-        for (const qint64 id : c.value()) {
+        int onWire = 0;
+        for (const qint64 id : *convs_.constFind(convs.at((start + k) % convs.size()))) {
             Item &item = items_.at(id);
             const bool recall = item.row.kind == u"recall";
             if (item.settling)
@@ -125,16 +132,18 @@ void Outbox::pump() {
                 if (recall)
                     break; // a recall on the wire: what follows waits for its verdict
                 prev = item.row.cmid;
+                ++onWire;
                 continue;
             }
             if (item.dueAt > t) {
                 nextDue = std::min(nextDue, item.dueAt);
                 break; // waits for its retry; so does the rest
             }
-            if (budget <= 0 || (recall && !prev.isEmpty()))
-                break; // the window is full / a recall waits for all before it
+            if (budget <= 0 || onWire >= perConv || (recall && !prev.isEmpty()))
+                break; // the window is full / this conversation's share / a recall waits for all before it
             batch.append({&item, prev});
             --budget;
+            ++onWire;
             if (recall)
                 break;
             prev = item.row.cmid;

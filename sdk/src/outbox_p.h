@@ -13,7 +13,9 @@
 // again at once (it waits behind k in the walk, not on its own timer); only
 // an entry sent with no `prev` backs off. A recall goes alone: it waits for
 // every earlier entry of its conversation to be answered, and later ones
-// wait for it. At most `window` requests are on the wire in all.
+// wait for it. At most `window` requests are on the wire in all, at most
+// half of them of one conversation, and the walk over conversations starts
+// one further on each time (a big backlog does not starve the others).
 //
 // Answers are settled in batches: every final answer and retry that arrives
 // in one pass of the event loop is written in one SQLite transaction.
@@ -112,6 +114,7 @@ private:
     QList<detail::Storage::Finish> finished_;   // answers waiting for the batched write
     QList<detail::Storage::Retry> retries_;
     int inFlight_ = 0;
+    quint64 rotor_ = 0;                         // where pump()'s walk over conversations starts
     bool pumpQueued_ = false;
     bool flushQueued_ = false;
     QElapsedTimer clock_;                       // monotonic: wall-clock jumps do not matter

@@ -73,6 +73,7 @@ private slots:
     void retryable_outcomes_keep_the_entry_and_resend_the_same_cmid_data();
     void retryable_outcomes_keep_the_entry_and_resend_the_same_cmid();
     void resend_after_reconnect_is_in_creation_order_with_the_same_cmids();
+    void a_backlog_in_one_conversation_leaves_room_for_the_others();
     void unanswered_requests_are_retried_with_capped_exponential_backoff();
     void interrupted_page_apply_keeps_the_old_cursor_and_no_events();
     void sync_loops_while_has_more_and_acks_the_highest_applied_seq();
@@ -302,6 +303,34 @@ void TestClient::resend_after_reconnect_is_in_creation_order_with_the_same_cmids
     QCOMPARE(perConnection.at(0), cmids); // all five pipelined at once
     QVERIFY(!perConnection.at(1).isEmpty());
     QCOMPARE(perConnection.at(1).first(), cmids.first());
+}
+
+// Pipelining shares the window: one conversation's backlog takes at most
+// half of it, so a message of another conversation goes on the wire in the
+// same pass, not after thousands.
+void TestClient::a_backlog_in_one_conversation_leaves_room_for_the_others() {
+    Fixture f;
+    f.server.convs[QStringLiteral("c2")].members = {QStringLiteral("ana"), QStringLiteral("ben")};
+    f.client.setRequestTimeout(60000); // the held replies must not time out
+    QVERIFY(f.client.open(f.db));
+    for (int i = 0; i < 300; ++i)
+        QVERIFY(!f.client.send(QStringLiteral("c1"), QStringLiteral("backlog %1").arg(i)).isEmpty());
+    const QString other = f.client.send(QStringLiteral("c2"), QStringLiteral("elsewhere"));
+    const int window = im::ClientPrivate::get(&f.client)->outbox.window;
+    QVERIFY(window >= 4);
+    f.server.holdReplies.insert(QStringLiteral("send"), 1000000);
+    f.client.connectToServer();
+    QTRY_VERIFY(f.requestsOf(QStringLiteral("send")) >= window / 2 + 1);
+    QHash<QString, int> perConv;
+    for (const QJsonObject &o : f.server.requests(QStringLiteral("send")))
+        ++perConv[o.value(QStringLiteral("conv")).toString()];
+    QCOMPARE(perConv.value(QStringLiteral("c2")), 1);
+    QCOMPARE(perConv.value(QStringLiteral("c1")), window / 2);
+    f.server.holdReplies.clear();
+    f.server.releaseHeld();
+    QTRY_COMPARE_WITH_TIMEOUT(f.client.pendingCount(), 0, 30000);
+    QCOMPARE(f.client.messageState(other), MessageState::Sent);
+    QCOMPARE(f.server.convs[QStringLiteral("c1")].head(), 300);
 }
 
 void TestClient::unanswered_requests_are_retried_with_capped_exponential_backoff() {
