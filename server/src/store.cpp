@@ -141,18 +141,19 @@ std::string event_columns() {
 }
 
 // A PostgreSQL text[] literal (a bound parameter): every element quoted,
-// `"` and `\` escaped.
-// An absent element is NULL.
-std::string text_array(const std::vector<std::optional<std::string>>& items) {
+// `"` and `\` escaped; `at(i)` gives element i, nullptr for NULL.
+template <class At>
+std::string text_array_of(std::size_t n, At at) {
     std::string out = "{";
-    for (std::size_t i = 0; i < items.size(); ++i) {
+    for (std::size_t i = 0; i < n; ++i) {
         if (i) out += ',';
-        if (!items[i]) {
+        const std::string* item = at(i);
+        if (!item) {
             out += "NULL";
             continue;
         }
         out += '"';
-        for (char ch : *items[i]) {
+        for (char ch : *item) {
             if (ch == '"' || ch == '\\') out += '\\';
             out += ch;
         }
@@ -162,7 +163,7 @@ std::string text_array(const std::vector<std::optional<std::string>>& items) {
 }
 
 std::string text_array(const std::vector<std::string>& items) {
-    return text_array(std::vector<std::optional<std::string>>(items.begin(), items.end()));
+    return text_array_of(items.size(), [&](std::size_t i) { return &items[i]; });
 }
 
 // A failure the same request would meet on every retry (a data exception,
@@ -389,12 +390,13 @@ Outcome<Store::SendResult> send_outcome(const std::string& conv_id, const pqxx::
                              false, row[at + 5].as<std::int64_t>()};
 }
 
-// The `prev` of each send as a text[] literal, NULL where a send has none.
-std::string prev_array(std::vector<req::Send>::const_iterator from, std::vector<req::Send>::const_iterator to) {
-    std::vector<std::optional<std::string>> prevs;
-    for (auto it = from; it != to; ++it)
-        prevs.push_back(it->prev.empty() ? std::nullopt : std::optional<std::string>(it->prev));
-    return text_array(prevs);
+// One field of each send as a text[] literal (an empty `prev` is NULL).
+std::string send_field_array(std::vector<req::Send>::const_iterator from, std::vector<req::Send>::const_iterator to,
+                             std::string req::Send::*field) {
+    return text_array_of(static_cast<std::size_t>(to - from), [&](std::size_t i) {
+        const std::string& v = (*(from + static_cast<std::ptrdiff_t>(i))).*field;
+        return field == &req::Send::prev && v.empty() ? nullptr : &v;
+    });
 }
 
 } // namespace
@@ -427,13 +429,11 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
             try {
                 auto r = guarded<Results, true>("send", [&]() -> Outcome<Results> {
                     c.prepare(send_stmt, send_sql);
-                    std::vector<std::string> cmid_list, body_list;
-                    for (std::size_t i = from; i < to; ++i) {
-                        cmid_list.push_back(batch[i].cmid);
-                        body_list.push_back(batch[i].body);
-                    }
-                    const std::string cmids = text_array(cmid_list), bodies = text_array(body_list),
-                                      prevs = prev_array(batch.begin() + from, batch.begin() + to);
+                    const auto first = batch.begin() + static_cast<std::ptrdiff_t>(from),
+                               last = batch.begin() + static_cast<std::ptrdiff_t>(to);
+                    const std::string cmids = send_field_array(first, last, &req::Send::cmid),
+                                      bodies = send_field_array(first, last, &req::Send::body),
+                                      prevs = send_field_array(first, last, &req::Send::prev);
                     const bool lock = !lab_.no_unique_index;
                     pqxx::result rows;
                     if (faults_.enabled()) {
@@ -521,13 +521,10 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
         std::vector<std::string> params;
         for (std::size_t k : order) {
             const auto& run = *runs[k].sends;
-            std::vector<std::string> cmids, bodies;
-            for (const auto& s : run) {
-                cmids.push_back(s.cmid);
-                bodies.push_back(s.body);
-            }
-            params.insert(params.end(), {run.front().conv, runs[k].who->user, text_array(cmids), text_array(bodies),
-                                         prev_array(run.begin(), run.end())});
+            params.insert(params.end(), {run.front().conv, runs[k].who->user,
+                                         send_field_array(run.begin(), run.end(), &req::Send::cmid),
+                                         send_field_array(run.begin(), run.end(), &req::Send::body),
+                                         send_field_array(run.begin(), run.end(), &req::Send::prev)});
         }
         params.push_back(lab_.no_unique_index ? "false" : "true");
         pqxx::nontransaction tx(c); // autocommit: the statement is the transaction

@@ -29,28 +29,34 @@ private slots:
 
 // ana connected to a fresh fake server holding c1; a lost connection of
 // this client waits 30-60 s before it reconnects.
-void connectWithSlowBackoff(FakeServer &server, Client &client, const QTemporaryDir &dir) {
-    QVERIFY(server.listen());
-    server.createConv(QStringLiteral("c1"), {QStringLiteral("ana"), QStringLiteral("ben")});
-    client.setServers({server.url()});
-    client.setCredentials(QStringLiteral("tok-ana"));
-    client.setReconnectBackoff(60000, 60000);
-    QVERIFY(client.open(dir.filePath(QStringLiteral("a.db"))));
-    client.connectToServer();
-    QTRY_COMPARE(client.connectionState(), ConnectionState::Connected);
-    QCOMPARE(server.connections, 1);
-}
+struct SlowBackoff {
+    QTemporaryDir dir;
+    FakeServer server;
+    Client client;
+
+    bool connect() {
+        if (!server.listen())
+            return false;
+        server.createConv(QStringLiteral("c1"), {QStringLiteral("ana"), QStringLiteral("ben")});
+        client.setServers({server.url()});
+        client.setCredentials(QStringLiteral("tok-ana"));
+        client.setReconnectBackoff(60000, 60000);
+        if (!client.open(dir.filePath(QStringLiteral("a.db"))))
+            return false;
+        client.connectToServer();
+        return QTest::qWaitFor([this] { return client.connectionState() == ConnectionState::Connected; }, 5000)
+               && server.connections == 1;
+    }
+};
 
 // QNetworkInformation's reachabilityChanged (Online) is wired to the
 // transport's onNetworkReachable (a real network change cannot be made in
 // CI, so the test calls the slot the signal reaches).
 void TestReconnect::network_reachable_again_reconnects_at_once_not_after_the_backoff() {
-    QTemporaryDir dir;
-    FakeServer server;
-    Client client;
-    connectWithSlowBackoff(server, client, dir);
-    if (QTest::currentTestFailed())
-        return;
+    SlowBackoff f;
+    QVERIFY(f.connect());
+    FakeServer &server = f.server;
+    Client &client = f.client;
     server.closeAll(); // the network went away
     QTRY_COMPARE(client.connectionState(), ConnectionState::Reconnecting);
     QVERIFY(QDateTime::currentDateTimeUtc().msecsTo(client.nextReconnectAt()) > 20000);
@@ -65,12 +71,10 @@ void TestReconnect::network_reachable_again_reconnects_at_once_not_after_the_bac
 // socket may be bound to a route that is gone, so it is replaced at once
 // instead of after the liveness timeout.
 void TestReconnect::network_path_change_replaces_the_open_connection_at_once() {
-    QTemporaryDir dir;
-    FakeServer server;
-    Client client;
-    connectWithSlowBackoff(server, client, dir);
-    if (QTest::currentTestFailed())
-        return;
+    SlowBackoff f;
+    QVERIFY(f.connect());
+    FakeServer &server = f.server;
+    Client &client = f.client;
     ClientPrivate::get(&client)->conn.transport()->onNetworkPathChanged();
     QTRY_COMPARE_WITH_TIMEOUT(server.connections, 2, 10000);
     QTRY_COMPARE_WITH_TIMEOUT(client.connectionState(), ConnectionState::Connected, 10000);

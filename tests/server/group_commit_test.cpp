@@ -45,6 +45,24 @@ struct Queued {
             twins.push_back(login(srv.port(), worlds.back().users[0], install));
         }
     }
+
+    // Holds the only worker: `first` sends to the blocker conversation while
+    // the test holds its row lock; then `queue` sends the runs to be grouped,
+    // and once `runs` of them wait in the pool's queue the lock goes.
+    void hold_worker_while(WsClient& first, int runs, const std::function<void()>& queue) {
+        pqxx::connection holder(pg.url());
+        pqxx::work lock(holder);
+        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(blocker.conv) + " FOR UPDATE");
+        first.send_json({{"t", "send"}, {"rid", "b"}, {"conv", blocker.conv}, {"cmid", "b"}, {"body", "blocked"}});
+        ASSERT_TRUE(wait_for([&] {
+            return pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                             "AND application_name LIKE 'imserver-pool-%'") == "1";
+        }, 20s)) << "the first send never reached the row lock";
+        queue();
+        ASSERT_TRUE(wait_for([&] { return metric(srv, "im_db_pool_queued") == runs; }, 20s))
+            << "queued runs: " << metric(srv, "im_db_pool_queued");
+        lock.abort();
+    }
 };
 
 } // namespace
@@ -54,24 +72,13 @@ TEST(GroupCommit, runs_queued_by_many_connections_share_one_transaction_each_jud
     Queued qd(senders);
     auto first = login(qd.srv.port(), qd.blocker.users[0]);
     const long long before = metric(qd.srv, "im_send_group_commits_total");
-    {
-        pqxx::connection holder(qd.pg.url());
-        pqxx::work lock(holder);
-        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(qd.blocker.conv) + " FOR UPDATE");
-        first->send_json({{"t", "send"}, {"rid", "b"}, {"conv", qd.blocker.conv}, {"cmid", "b"}, {"body", "blocked"}});
-        ASSERT_TRUE(wait_for([&] {
-            return qd.pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                               "AND application_name LIKE 'imserver-pool-%'") == "1";
-        }, 20s)) << "the first send never reached the row lock";
+    ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, 2 * senders, [&] {
         // Every sender sends one message on two connections at once (the
         // same key: a resend racing the original inside one transaction).
         for (int i = 0; i < senders; ++i)
             for (auto* c : {qd.clients[i].get(), qd.twins[i].get()})
                 c->send_json({{"t", "send"}, {"rid", "x"}, {"conv", qd.worlds[i].conv}, {"cmid", "k1"}, {"body", "one"}});
-        ASSERT_TRUE(wait_for([&] { return metric(qd.srv, "im_db_pool_queued") == 2 * senders; }, 20s))
-            << "queued runs: " << metric(qd.srv, "im_db_pool_queued");
-        lock.abort();
-    }
+    }));
     auto b = first->next(20s);
     ASSERT_TRUE(b.has_value());
     EXPECT_EQ(str(*b, "t"), "sent");
@@ -102,21 +109,11 @@ TEST(GroupCommit, a_request_the_database_rejects_fails_alone_among_other_connect
     auto first = login(qd.srv.port(), qd.blocker.users[0]);
     // An operator's constraint that one body breaks, every time it is sent.
     qd.pg.scalar("ALTER TABLE events ADD CONSTRAINT poison_check CHECK (body IS NULL OR body <> 'poison')");
-    {
-        pqxx::connection holder(qd.pg.url());
-        pqxx::work lock(holder);
-        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(qd.blocker.conv) + " FOR UPDATE");
-        first->send_json({{"t", "send"}, {"rid", "b"}, {"conv", qd.blocker.conv}, {"cmid", "b"}, {"body", "blocked"}});
-        ASSERT_TRUE(wait_for([&] {
-            return qd.pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                               "AND application_name LIKE 'imserver-pool-%'") == "1";
-        }, 20s));
+    ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, senders, [&] {
         for (int i = 0; i < senders; ++i)
             qd.clients[i]->send_json({{"t", "send"}, {"rid", "x"}, {"conv", qd.worlds[i].conv}, {"cmid", "k1"},
                                      {"body", i == 2 ? "poison" : "fine"}});
-        ASSERT_TRUE(wait_for([&] { return metric(qd.srv, "im_db_pool_queued") == senders; }, 20s));
-        lock.abort();
-    }
+    }));
     ASSERT_TRUE(first->next(20s).has_value());
     for (int i = 0; i < senders; ++i) {
         auto r = qd.clients[i]->next(20s);
@@ -141,15 +138,7 @@ TEST(GroupCommit, prev_is_judged_per_run_inside_a_group_commit) {
         ASSERT_EQ(str(send_msg(*qd.clients[i], qd.worlds[i].conv, "k0", "zero"), "t"), "sent");
     auto first = login(qd.srv.port(), qd.blocker.users[0]);
     const long long before = metric(qd.srv, "im_send_group_commits_total");
-    {
-        pqxx::connection holder(qd.pg.url());
-        pqxx::work lock(holder);
-        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(qd.blocker.conv) + " FOR UPDATE");
-        first->send_json({{"t", "send"}, {"rid", "b"}, {"conv", qd.blocker.conv}, {"cmid", "b"}, {"body", "blocked"}});
-        ASSERT_TRUE(wait_for([&] {
-            return qd.pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                               "AND application_name LIKE 'imserver-pool-%'") == "1";
-        }, 20s)) << "the first send never reached the row lock";
+    ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, 2 * senders, [&] {
         // One connection names the committed k0, the other a key never sent.
         for (int i = 0; i < senders; ++i) {
             qd.clients[i]->send_json({{"t", "send"}, {"rid", "ok"}, {"conv", qd.worlds[i].conv}, {"cmid", "k1"},
@@ -157,14 +146,11 @@ TEST(GroupCommit, prev_is_judged_per_run_inside_a_group_commit) {
             qd.twins[i]->send_json({{"t", "send"}, {"rid", "no"}, {"conv", qd.worlds[i].conv}, {"cmid", "k2"},
                                     {"body", "two"}, {"prev", "never-sent"}});
         }
-        ASSERT_TRUE(wait_for([&] { return metric(qd.srv, "im_db_pool_queued") == 2 * senders; }, 20s))
-            << "queued runs: " << metric(qd.srv, "im_db_pool_queued");
-        lock.abort();
-    }
+    }));
     ASSERT_TRUE(first->next(20s).has_value());
     for (int i = 0; i < senders; ++i) {
         auto ok = qd.clients[i]->next(20s), no = qd.twins[i]->next(20s);
-        ASSERT_TRUE(ok.has_value() && no.has_value()) << "sender " << i << ": missing replies " << ok.has_value() << no.has_value() << qd.srv.log();
+        ASSERT_TRUE(ok.has_value() && no.has_value()) << "sender " << i << ": missing replies";
         EXPECT_EQ(str(*ok, "t"), "sent") << json::serialize(*ok);
         EXPECT_EQ(num(*ok, "seq"), 4); // joins 1-2, k0 3
         EXPECT_EQ(str(*no, "code"), "UNAVAILABLE") << json::serialize(*no);
