@@ -516,6 +516,9 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
         return t;
     };
     const double cpu_self0 = self_cpu(), cpu_srv0 = gateways_cpu(), cpu_pg0 = postgres_cpu(pg);
+    // A marker for profiling the server window (e.g. a script that starts `perf record -a` on it).
+    std::fprintf(stderr, "server window: %.0f s from now, imserver pid %d, postmaster pid %d\n", o.window,
+                 static_cast<int>(gws.front()->pid()), static_cast<int>(pg));
     std::this_thread::sleep_until(run.w1);
     const double cpu_self1 = self_cpu(), cpu_srv1 = gateways_cpu(), cpu_pg1 = postgres_cpu(pg);
     // Senders stop by themselves at w1; wait for the last replies and pushes.

@@ -158,3 +158,69 @@ TEST(GroupCommit, prev_is_judged_per_run_inside_a_group_commit) {
     }
     EXPECT_EQ(metric(qd.srv, "im_send_group_commits_total") - before, 1);
 }
+
+// im_send takes a conversation's counters once under its row lock and writes
+// them back once per call (schema/006): runs of several sends, and several
+// runs of one conversation inside one group statement, must leave the same
+// counters as one UPDATE per message did. Three connections per
+// conversation (two of one device, one of the other member) each send a
+// first message while the worker is held, so those runs share one group
+// statement, then three more pipelined behind it (one run of three, `prev`
+// naming the one before).
+TEST(GroupCommit, counters_follow_the_events_when_runs_of_one_conversation_share_a_statement) {
+    constexpr int convs = 3, per_conn = 4;
+    Queued qd(convs);
+    std::vector<std::unique_ptr<WsClient>> others;
+    for (int i = 0; i < convs; ++i) others.push_back(login(qd.srv.port(), qd.worlds[i].users[1]));
+    auto first = login(qd.srv.port(), qd.blocker.users[0]);
+    auto send = [](WsClient& c, const std::string& conv, const std::string& tag, int k) {
+        json::object f{{"t", "send"}, {"rid", tag + std::to_string(k)}, {"conv", conv},
+                       {"cmid", tag + std::to_string(k)}, {"body", "message " + std::to_string(k) + " of " + tag}};
+        if (k > 0) f["prev"] = tag + std::to_string(k - 1);
+        c.send_json(f);
+    };
+    auto conns = [&](int i) {
+        return std::vector<std::pair<WsClient*, std::string>>{
+            {qd.clients[i].get(), "a"}, {qd.twins[i].get(), "b"}, {others[i].get(), "c"}};
+    };
+    const long long before = metric(qd.srv, "im_send_group_commits_total");
+    ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, 3 * convs, [&] {
+        for (int i = 0; i < convs; ++i)
+            for (auto& [c, tag] : conns(i)) send(*c, qd.worlds[i].conv, tag, 0);
+    }));
+    // The first messages wait in the pool's queue; the rest wait behind them
+    // in their sessions and go as one run each once the first is answered.
+    for (int i = 0; i < convs; ++i)
+        for (auto& [c, tag] : conns(i))
+            for (int k = 1; k < per_conn; ++k) send(*c, qd.worlds[i].conv, tag, k);
+    ASSERT_TRUE(first->next(20s).has_value());
+    std::string in;
+    for (int i = 0; i < convs; ++i) {
+        in += (in.empty() ? "" : ",") + q(qd.worlds[i].conv);
+        for (auto& [c, tag] : conns(i)) {
+            long long last = 0;
+            for (int k = 0; k < per_conn; ++k) {
+                auto r = c->next(20s);
+                ASSERT_TRUE(r.has_value()) << "conv " << i << " " << tag << k << ": no reply";
+                ASSERT_EQ(str(*r, "t"), "sent") << json::serialize(*r);
+                EXPECT_FALSE(r->at("dup").as_bool());
+                EXPECT_GT(num(*r, "seq"), last) << tag << k; // each connection's run in its order
+                last = num(*r, "seq");
+            }
+        }
+    }
+    EXPECT_GE(metric(qd.srv, "im_send_group_commits_total") - before, 1);
+    // 2 joins + 12 messages per conversation, gap-free, counters in step.
+    EXPECT_EQ(qd.pg.scalar("SELECT count(*) FROM conversations c WHERE c.conv_id IN (" + in + ") AND "
+                           "c.next_seq = 15 AND c.msg_count = 12 AND (SELECT count(*) FROM events e "
+                           "WHERE e.conv_id = c.conv_id AND e.seq BETWEEN 1 AND 14) = 14"),
+              std::to_string(convs));
+    // Each message's running counts (what `unread` reads) match its position.
+    EXPECT_EQ(qd.pg.scalar("SELECT count(*) FROM (SELECT kind, msg_ordinal, sender_ordinal, "
+                           "count(*) FILTER (WHERE kind = 'msg') OVER (PARTITION BY conv_id ORDER BY seq) AS mo, "
+                           "row_number() OVER (PARTITION BY conv_id, sender_user, kind ORDER BY seq) AS so "
+                           "FROM events WHERE conv_id IN (" + in + ")) x "
+                           "WHERE kind = 'msg' AND (msg_ordinal <> mo OR sender_ordinal <> so)"),
+              "0");
+    EXPECT_EQ(count_rows(qd.pg, "conv_id IN (" + in + ") AND kind = 'msg'"), std::to_string(convs * 3 * per_conn));
+}
