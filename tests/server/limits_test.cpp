@@ -11,6 +11,7 @@
 
 #include <map>
 #include <set>
+#include <thread>
 
 using namespace im::test;
 
@@ -243,6 +244,57 @@ TEST_F(Limits, a_rejoined_members_gap_is_skipped_by_index_range_scans) {
         EXPECT_LE(scan.at("Actual Rows").to_number<double>(), 51.0) << json::serialize(scan);
         EXPECT_FALSE(scan.contains("Rows Removed by Filter")) << json::serialize(scan);
     }
+}
+
+
+// A fresh send looks its request key up through the key's own index, however
+// long the conversation and whatever the planner believes about the key's
+// column. Here the statistics claim two distinct keys in 200,000 events (the
+// worst a stale or misleading statistic can say): before migration 006 the
+// generic plan of the lookup then served its ORDER BY seq from the primary
+// key and read the whole conversation for every key that was not there, which
+// made a long outbox flush quadratic. Own server with one database worker, so
+// the one backend runs the lookup often enough to settle on its generic plan.
+TEST(SendPlan, a_fresh_send_reads_a_bounded_number_of_index_entries_in_a_long_conversation) {
+    TestPostgres pg;
+    ServerProcess srv{pg.url(), {"--quiet", "--db-pool", "1"}};
+    auto w = make_world(pg.url(), "long", 2); // joins at 1, 2
+    const std::int64_t n = 200000;
+    {
+        pqxx::connection conn(pg.url());
+        pqxx::work tx(conn);
+        tx.exec_params("INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, body, epoch, msg_ordinal, "
+                       "sender_ordinal) SELECT $1, g + 2, 'msg', $2, 'seed-' || g, 'old', 1, g, g "
+                       "FROM generate_series(1, $3::bigint) g",
+                       w.conv, w.users[0].user, n);
+        tx.exec_params("UPDATE conversations SET next_seq = $2, msg_count = $3 WHERE conv_id = $1", w.conv, n + 3, n);
+        tx.exec("ALTER TABLE events ALTER COLUMN client_msg_id SET (n_distinct = 2)");
+        tx.commit();
+        pqxx::nontransaction(conn).exec("ANALYZE events");
+    }
+    auto stat = [&](const std::string& view, const std::string& name, const char* column) {
+        return std::stoll(pg.scalar(std::string("SELECT ") + column + " FROM " + view + " WHERE " +
+                                    (view == "pg_stat_user_tables" ? "relname" : "indexrelname") + " = '" + name + "'"));
+    };
+    auto inserted = [&] { return stat("pg_stat_user_tables", "events", "n_tup_ins"); };
+    auto pkey_reads = [&] { return stat("pg_stat_user_indexes", "events_pkey", "idx_tup_read"); };
+    auto key_scans = [&] { return stat("pg_stat_user_indexes", "events_idempotency", "idx_scan"); };
+    const long long inserted0 = inserted(), pkey_reads0 = pkey_reads(), key_scans0 = key_scans();
+    auto a = login(srv.port(), w.users[0]);
+    constexpr int sends = 20;
+    for (int i = 0; i < sends; ++i) {
+        auto r = send_msg(*a, w.conv, "fresh-" + std::to_string(i), "new", 30s);
+        ASSERT_EQ(str(r, "t"), "sent") << json::serialize(r);
+        EXPECT_EQ(num(r, "seq"), n + 3 + i);
+    }
+    // Backends report their statistics when idle, within ~10 s: wait until
+    // every send's insert is counted (the same report carries its reads).
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (inserted() - inserted0 < sends && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(100ms);
+    ASSERT_GE(inserted() - inserted0, sends) << "the statistics of the sends never came";
+    EXPECT_LT(pkey_reads() - pkey_reads0, sends * 50) << "sends read the conversation through its primary key";
+    EXPECT_GE(key_scans() - key_scans0, sends) << "sends did not look their key up through its index";
 }
 
 } // namespace
