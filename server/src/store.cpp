@@ -860,10 +860,12 @@ Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, c
         auto access = load_access(tx, rc.conv, who.user, conv->next_seq);
         if (!access.any()) return not_member(); // C4: nothing else is revealed
         const std::string target = std::to_string(rc.target);
-        // The request key, as for send, with the recall fingerprint.
+        // The request key, as for send, with the recall fingerprint (looked up
+        // through the key's index: OFFSET 0 keeps ORDER BY seq from choosing
+        // a walk of the conversation by primary key, as in im_send).
         auto k = tx.exec_params(std::string("SELECT seq, request_hash = ") + recall_fp +
-                                    " FROM events WHERE conv_id = $1 AND sender_user = $2 AND client_msg_id = $3 "
-                                    "ORDER BY seq LIMIT 1",
+                                    " FROM (SELECT seq, request_hash FROM events WHERE conv_id = $1 AND sender_user = $2 "
+                                    "AND client_msg_id = $3 OFFSET 0) found ORDER BY seq LIMIT 1",
                                 rc.conv, who.user, rc.cmid, target);
         if (!k.empty()) {
             if (!k[0][1].as<bool>())

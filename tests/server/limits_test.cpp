@@ -247,7 +247,7 @@ TEST_F(Limits, a_rejoined_members_gap_is_skipped_by_index_range_scans) {
 }
 
 
-// A fresh send looks its request key up through the key's own index, however
+// A fresh send (or recall) looks its request key up through the key's own index, however
 // long the conversation and whatever the planner believes about the key's
 // column. Here the statistics claim two distinct keys in 200,000 events (the
 // worst a stale or misleading statistic can say): before migration 006 the
@@ -255,7 +255,7 @@ TEST_F(Limits, a_rejoined_members_gap_is_skipped_by_index_range_scans) {
 // key and read the whole conversation for every key that was not there, which
 // made a long outbox flush quadratic. Own server with one database worker, so
 // the one backend runs the lookup often enough to settle on its generic plan.
-TEST(SendPlan, a_fresh_send_reads_a_bounded_number_of_index_entries_in_a_long_conversation) {
+TEST(SendPlan, a_fresh_send_or_recall_reads_a_bounded_number_of_index_entries_in_a_long_conversation) {
     TestPostgres pg;
     ServerProcess srv{pg.url(), {"--quiet", "--db-pool", "1"}};
     auto w = make_world(pg.url(), "long", 2); // joins at 1, 2
@@ -287,14 +287,22 @@ TEST(SendPlan, a_fresh_send_reads_a_bounded_number_of_index_entries_in_a_long_co
         ASSERT_EQ(str(r, "t"), "sent") << json::serialize(r);
         EXPECT_EQ(num(r, "seq"), n + 3 + i);
     }
+    // A recall's key takes the same kind of lookup.
+    constexpr int recalls = 5;
+    for (int i = 0; i < recalls; ++i) {
+        auto r = a->request({{"t", "recall"}, {"conv", w.conv}, {"target", n + 3 + i}, {"cmid", "undo-" + std::to_string(i)}},
+                            30s);
+        ASSERT_EQ(str(r, "t"), "recalled") << json::serialize(r);
+    }
     // Backends report their statistics when idle, within ~10 s: wait until
     // every send's insert is counted (the same report carries its reads).
     const auto until = std::chrono::steady_clock::now() + 30s;
-    while (inserted() - inserted0 < sends && std::chrono::steady_clock::now() < until)
+    while (inserted() - inserted0 < sends + recalls && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(100ms);
-    ASSERT_GE(inserted() - inserted0, sends) << "the statistics of the sends never came";
-    EXPECT_LT(pkey_reads() - pkey_reads0, sends * 50) << "sends read the conversation through its primary key";
-    EXPECT_GE(key_scans() - key_scans0, sends) << "sends did not look their key up through its index";
+    ASSERT_GE(inserted() - inserted0, sends + recalls) << "the statistics of the requests never came";
+    EXPECT_LT(pkey_reads() - pkey_reads0, (sends + recalls) * 50)
+        << "requests read the conversation through its primary key";
+    EXPECT_GE(key_scans() - key_scans0, sends + recalls) << "requests did not look their key up through its index";
 }
 
 } // namespace
