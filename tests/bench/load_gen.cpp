@@ -17,6 +17,7 @@
 #include "harness.hpp"
 #include "store.hpp"
 
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
@@ -145,7 +146,7 @@ struct Figure {
 // S closed-loop workers; `op(worker, k)` does one message. Counts the ones
 // that started inside the window.
 template <class Setup, class Op>
-Figure closed_loop(int workers, const Options& o, Setup setup, Op op) {
+Figure closed_loop(int workers, const Options& o, Setup setup, Op op, int messages_per_op = 1) {
     std::vector<Samples> lat(static_cast<std::size_t>(workers));
     std::vector<long> done(static_cast<std::size_t>(workers)), errors(static_cast<std::size_t>(workers));
     const auto t0 = clk::now();
@@ -176,7 +177,7 @@ Figure closed_loop(int workers, const Options& o, Setup setup, Op op) {
         f.rate += static_cast<double>(done[static_cast<std::size_t>(w)]);
         f.errors += errors[static_cast<std::size_t>(w)];
     }
-    f.rate /= o.window;
+    f.rate = f.rate * messages_per_op / o.window;
     f.p50 = all.pct(50);
     f.p90 = all.pct(90);
     f.p99 = all.pct(99);
@@ -217,6 +218,51 @@ Figure direct_baseline(const std::string& url, const Options& o, const std::vect
             s.body = body;
             return static_cast<bool>(store.send(c, who, s));
         });
+}
+
+// The server's SQL as the server runs it under load: the senders' sends
+// grouped into one statement per database worker (Store::send_runs, the
+// group commit), `db_pool` workers, each carrying senders / db_pool runs of
+// one send to its own conversations. Latency is per statement.
+Figure grouped_baseline(const std::string& url, const Options& o, const std::vector<std::string>& convs,
+                        const std::vector<std::string>& users) {
+    im::FaultRegistry faults(false);
+    im::Store store(faults, {});
+    const std::string body = body_of(o.body);
+    const int workers = std::max(1, std::min(o.db_pool, o.senders));
+    const int per = std::max(1, o.senders / workers);
+    struct State {
+        explicit State(const std::string& u) : c(u) {}
+        pqxx::connection c;
+        std::vector<im::Identity> who;
+        std::vector<std::vector<im::req::Send>> sends;
+    };
+    return closed_loop(
+        workers, o,
+        [&](int w) {
+            auto st = std::make_unique<State>(url);
+            for (int r = 0; r < per; ++r) {
+                const auto i = static_cast<std::size_t>(w * per + r) % convs.size();
+                st->who.push_back(im::Identity{users[i], users[i] + "-d", "bench-install", {}});
+                im::req::Send s;
+                s.conv = convs[i];
+                s.body = body;
+                st->sends.push_back({s});
+            }
+            return st;
+        },
+        [&](State& st, int w, long k) {
+            std::vector<im::Store::SendRun> runs;
+            for (std::size_t r = 0; r < st.sends.size(); ++r) {
+                st.sends[r][0].cmid = "g" + std::to_string(w) + "-" + std::to_string(r) + "-" + std::to_string(k);
+                runs.push_back({&st.who[r], &st.sends[r]});
+            }
+            bool ok = true;
+            for (const auto& run : store.send_runs(st.c, runs))
+                for (const auto& one : run) ok = ok && static_cast<bool>(one);
+            return ok;
+        },
+        per);
 }
 
 // ---------------------------------------------------------------- WebSocket client
@@ -477,6 +523,7 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     }
     Figure raw = raw_baseline(url, o);
     Figure direct = direct_baseline(url, o, sql_convs, sql_users);
+    Figure grouped = grouped_baseline(url, o, sql_convs, sql_users);
 
     // The server run.
     net::io_context ioc;
@@ -515,12 +562,29 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
         for (auto* g : gws) t += cpu_seconds(g->pid());
         return t;
     };
+    // How the sends reached the database: runs (one connection's pipelined
+    // sends), and group statements that carried several runs in one commit.
+    auto send_counters = [&] {
+        std::array<double, 3> t{}; // runs, group statements, runs inside them
+        const char* names[] = {"im_send_transactions_total", "im_send_group_commits_total", "im_send_runs_grouped_total"};
+        for (auto* g : gws) {
+            const std::string m = g->http("GET", "/metrics").second;
+            for (std::size_t i = 0; i < t.size(); ++i) {
+                const std::string key = std::string("\n") + names[i] + " ";
+                const auto at = m.find(key);
+                if (at != std::string::npos) t[i] += std::stod(m.substr(at + key.size()));
+            }
+        }
+        return t;
+    };
+    const auto sends0 = send_counters();
     const double cpu_self0 = self_cpu(), cpu_srv0 = gateways_cpu(), cpu_pg0 = postgres_cpu(pg);
     // A marker for profiling the server window (e.g. a script that starts `perf record -a` on it).
     std::fprintf(stderr, "server window: %.0f s from now, imserver pid %d, postmaster pid %d\n", o.window,
                  static_cast<int>(gws.front()->pid()), static_cast<int>(pg));
     std::this_thread::sleep_until(run.w1);
     const double cpu_self1 = self_cpu(), cpu_srv1 = gateways_cpu(), cpu_pg1 = postgres_cpu(pg);
+    const auto sends1 = send_counters();
     // Senders stop by themselves at w1; wait for the last replies and pushes.
     long expected = 0;
     wait_until(
@@ -559,6 +623,7 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     std::printf("\n%-36s %9s %8s %8s %8s %8s %9s\n", "", "msg/s", "p50 ms", "p90 ms", "p99 ms", "x raw", "x direct");
     row("raw INSERT+COMMIT (libpqxx)", raw);
     row("server send SQL direct (libpqxx)", direct);
+    row("same, grouped per db worker", grouped);
     row("imserver over WebSocket", srvf);
     std::printf("\nfan-out, commit (event ts) -> pushed to another member: p50 %.1f ms, p99 %.1f ms (%zu samples)\n",
                 st.fanout.pct(50), st.fanout.pct(99), st.fanout.v.size());
@@ -569,9 +634,16 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     std::printf("\npush order violations: %ld, seq gaps: %ld\n", st.order_violations, st.gaps);
     std::printf("durability: %ld committed msg rows, %ld acknowledged sends: %s\n", rows, st.acked_total,
                 rows == st.acked_total ? "equal" : "DIFFERENT");
-    std::printf("baseline errors: raw %ld, direct %ld\n", raw.errors, direct.errors);
+    std::printf("baseline errors: raw %ld, direct %ld, grouped %ld\n", raw.errors, direct.errors, grouped.errors);
     const double cores = static_cast<double>(std::thread::hardware_concurrency());
     auto share = [&](double a, double b) { return 100.0 * (b - a) / o.window; };
+    {
+        const double runs = sends1[0] - sends0[0], groups = sends1[1] - sends0[1], grouped = sends1[2] - sends0[2];
+        const double statements = runs - grouped + groups;
+        std::printf("database statements for sends in the window: %.0f (%.0f runs, %.0f of them in %.0f group "
+                    "statements): %.2f sends per statement\n",
+                    statements, runs, grouped, groups, statements > 0 ? double(st.acked_window) / statements : 0.0);
+    }
     std::printf("CPU during the server window (%% of one core; machine has %.0f): generator %.0f%%, imserver %.0f%%, "
                 "postgres %.0f%%\n",
                 cores, share(cpu_self0, cpu_self1), share(cpu_srv0, cpu_srv1), share(cpu_pg0, cpu_pg1));
