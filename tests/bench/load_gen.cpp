@@ -3,12 +3,15 @@
 //   raw     one INSERT + COMMIT of a message row per message (libpqxx)
 //   direct  the server's own send SQL (im::Store::send) driven through libpqxx
 //   server  imserver over WebSocket: hello, sub, send -> wait `sent` -> next
+//           (or, with --rate R, open loop: R sends/s offered in all, on a
+//           fixed schedule, whatever the replies do)
 // at the same concurrency, on the same database (the embedded PostgreSQL
 // configuration, fsync on, unless --db says otherwise).
 //
 // Usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES]
 //                   [--warmup S] [--window S] [--db-pool N] [--db URL]
 //                   [--gateways N] [--bus postgres|nats://HOST:PORT] [--server-arg ARG]...
+//                   [--rate SENDS_PER_S]
 //                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
 // With --gateways N, N imservers share the database and the connections are
 // spread round-robin, so most pushes cross gateways through the bus.
@@ -26,6 +29,7 @@
 #include <pqxx/pqxx>
 
 #include <algorithm>
+#include <deque>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -62,6 +66,7 @@ struct Options {
     int gateways = 1;      // connections spread round-robin over this many imservers
     std::string bus;       // imserver --bus (empty: its default, postgres)
     std::vector<std::string> server_args; // more imserver flags, e.g. --send-group-max 1
+    double rate = 0;       // > 0: open loop, this many sends/s offered over all senders
 };
 
 double wall_ms() {
@@ -285,6 +290,7 @@ struct Run {
     std::atomic<bool> sending{false};
     clk::time_point w0, w1;
     std::string body;
+    clk::duration interval{}; // open loop: each sender's time between sends (zero: closed loop)
 };
 
 class Client : public std::enable_shared_from_this<Client> {
@@ -292,7 +298,8 @@ public:
     Client(Run& run, std::string token, std::string install, std::string conv, std::string user, bool sender,
            int index, std::optional<net::ip::address> bind_to = std::nullopt)
         : run_(run), ws_(net::make_strand(run.ioc)), token_(std::move(token)), install_(std::move(install)),
-          conv_(std::move(conv)), user_(std::move(user)), sender_(sender), index_(index), bind_to_(bind_to) {}
+          conv_(std::move(conv)), user_(std::move(user)), sender_(sender), index_(index), bind_to_(bind_to),
+          timer_(ws_.get_executor()) {}
 
     void start(bool subscribe, bool big_first = false) {
         subscribe_ = subscribe;
@@ -319,7 +326,13 @@ public:
     }
 
     void begin_sending() {
-        net::post(ws_.get_executor(), [self = shared_from_this()] { self->send_next(); });
+        net::post(ws_.get_executor(), [self = shared_from_this()] {
+            if (self->run_.interval == clk::duration::zero()) return self->send_next();
+            // Open loop: sends on a fixed schedule from a staggered start; a
+            // late tick sends at once (the schedule does not slip with the server).
+            self->start_ = clk::now() + self->run_.interval * (self->index_ % 97) / 97;
+            self->tick();
+        });
     }
 
     void close() {
@@ -358,9 +371,19 @@ private:
         });
     }
 
-    void send_next() {
+    void tick() {
+        const auto at = start_ + run_.interval * ticks_++;
+        timer_.expires_at(at);
+        timer_.async_wait([self = shared_from_this(), at](beast::error_code ec) {
+            if (ec || !self->run_.sending || clk::now() >= self->run_.w1) return;
+            self->send_next(at); // latency counts from the schedule, not from a late timer
+            self->tick();
+        });
+    }
+
+    void send_next(std::optional<clk::time_point> scheduled = std::nullopt) {
         if (!run_.sending || clk::now() >= run_.w1) return;
-        sent_at_ = clk::now();
+        sent_at_.push_back(scheduled.value_or(clk::now())); // replies come in request order
         ++k_;
         write(json::serialize(json::object{{"t", "send"},
                                            {"rid", "s"},
@@ -392,15 +415,17 @@ private:
             ++run_.ready;
         } else if (type == "event") {
             on_event(o.at("ev").as_object());
-        } else if (o.contains("rid") && sender_ && o.at("rid").as_string() == "s") {
+        } else if (o.contains("rid") && sender_ && o.at("rid").as_string() == "s" && !sent_at_.empty()) {
             auto now = clk::now();
+            const auto sent_at = sent_at_.front();
+            sent_at_.pop_front();
             {
                 std::lock_guard lk(run_.stats.mu);
                 if (type == "sent") {
                     ++run_.stats.acked_total;
-                    if (sent_at_ >= run_.w0 && sent_at_ < run_.w1) {
+                    if (sent_at >= run_.w0 && sent_at < run_.w1) {
                         ++run_.stats.acked_window;
-                        run_.stats.ack.v.push_back(std::chrono::duration<double, std::milli>(now - sent_at_).count());
+                        run_.stats.ack.v.push_back(std::chrono::duration<double, std::milli>(now - sent_at).count());
                     }
                 } else {
                     ++run_.stats.other_replies;
@@ -408,7 +433,7 @@ private:
                     ++run_.stats.other_codes[code && code->is_string() ? std::string(code->as_string()) : std::string(type)];
                 }
             }
-            send_next();
+            if (run_.interval == clk::duration::zero()) send_next();
         } else if (big_first_ && o.contains("rid") && o.at("rid").as_string() == "big") {
             ++run_.ready;
         } else if (type == "error") {
@@ -444,8 +469,11 @@ private:
     bool sender_ = false, subscribe_ = true, failed_ = false, big_first_ = false;
     int index_ = 0;
     std::optional<net::ip::address> bind_to_;
-    clk::time_point sent_at_{};
+    net::steady_timer timer_; // open loop: the next send
+    std::deque<clk::time_point> sent_at_; // sends not answered yet, oldest first
     long k_ = 0;
+    clk::time_point start_{};
+    long ticks_ = 0;
     std::int64_t last_seq_ = 0;
 };
 
@@ -500,9 +528,14 @@ pid_t postmaster_pid(const std::string& url) {
 }
 
 int run_load(const Options& o, const std::string& url, const std::vector<im::test::ServerProcess*>& gws) {
-    std::printf("im_loadgen: %d conversations x %d members, %d closed-loop senders, %d-byte bodies, "
+    std::printf("im_loadgen: %d conversations x %d members, %d %s senders, %d-byte bodies, "
                 "warm-up %.0f s, window %.0f s, imserver --db-pool %d\n",
-                o.convs, o.members, o.senders, o.body, o.warmup, o.window, o.db_pool);
+                o.convs, o.members, o.senders, o.rate > 0 ? "open-loop" : "closed-loop", o.body, o.warmup, o.window,
+                o.db_pool);
+    if (o.rate > 0)
+        std::printf("open loop: %.0f sends/s offered in all (%.1f per sender), on a fixed schedule; the server row "
+                    "below is what was acknowledged, its latency from the scheduled send\n",
+                    o.rate, o.rate / o.senders);
     std::printf("gateways: %zu (connections round-robin, so members of one conversation sit on different "
                 "gateways), bus: %s\n",
                 gws.size(), o.bus.empty() ? "postgres" : o.bus.c_str());
@@ -530,6 +563,8 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     Run run(ioc);
     for (auto* g : gws) run.ports.push_back(g->port());
     run.body = body_of(o.body);
+    if (o.rate > 0)
+        run.interval = std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o.senders / o.rate));
     auto guard = net::make_work_guard(ioc);
     std::thread io([&] { ioc.run(); });
     std::vector<std::shared_ptr<Client>> clients, senders;
@@ -720,10 +755,11 @@ int main(int argc, char** argv) {
         else if (a == "--gateways") o.gateways = std::max(1, std::stoi(next()));
         else if (a == "--bus") o.bus = next();
         else if (a == "--server-arg") o.server_args.push_back(next());
+        else if (a == "--rate") o.rate = std::stod(next());
         else {
             std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "
                                  "[--warmup S] [--window S] [--db-pool N] [--db URL] [--gateways N] [--bus postgres|nats://HOST:PORT] "
-                                 "[--server-arg ARG]... [--idle CONNECTIONS [--idle-big]]\n");
+                                 "[--server-arg ARG]... [--rate SENDS_PER_S] [--idle CONNECTIONS [--idle-big]]\n");
             return 2;
         }
     }
