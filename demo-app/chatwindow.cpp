@@ -743,6 +743,18 @@ QWidget *ChatWindow::buildOutboxPanel() {
               return role == Qt::DisplayRole
                          ? (s.data(OutboxModel::InFlightRole).toBool() ? QStringLiteral("yes") : QStringLiteral("no"))
                          : QVariant();
+          }},
+         // The pipelining order: the unanswered message this one was sent
+         // behind (its `prev`), which the server must commit first.
+         {tr("After (prev)"),
+          [](const QModelIndex &s, int role) -> QVariant {
+              const QString prev = s.data(OutboxModel::PrevRole).toString();
+              if (role == Qt::DisplayRole)
+                  return prev.isEmpty() ? QStringLiteral("-") : prev.left(8);
+              if (role == Qt::ToolTipRole)
+                  return prev.isEmpty() ? tr("sent behind nothing unanswered")
+                                        : tr("sent behind %1: appended only once that one is committed").arg(prev);
+              return {};
           }}},
         this);
     outboxView_ = makeTable(QStringLiteral("outboxView"));

@@ -39,7 +39,7 @@ public:
     /// Columns of the message view.
     enum MessageColumn { SeqColumn, TimeColumn, SenderColumn, BodyColumn, StateColumn, DupColumn, CmidColumn };
     /// Columns of the outbox panel.
-    enum OutboxColumn { OCmid, OKind, OConv, OWhat, OAttempts, OLastError, ONextRetry, OInFlight };
+    enum OutboxColumn { OCmid, OKind, OConv, OWhat, OAttempts, OLastError, ONextRetry, OInFlight, OPrev };
 
     /// Opens the session's database and connects. A failed open shows the
     /// reason in the window (and disables sending).

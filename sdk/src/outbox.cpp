@@ -39,6 +39,7 @@ OutboxEntry Outbox::toEntry(const Item &item) {
         e.nextRetryAt = QDateTime::fromMSecsSinceEpoch(item.row.nextRetryAt);
     e.createdAt = QDateTime::fromMSecsSinceEpoch(item.row.createdAt);
     e.inFlight = item.inFlight;
+    e.prev = item.sentPrev;
     return e;
 }
 

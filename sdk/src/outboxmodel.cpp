@@ -128,6 +128,7 @@ QVariant OutboxModel::data(const QModelIndex &index, int role) const {
     case NextRetryAtRole: return e.nextRetryAt;
     case CreatedAtRole: return e.createdAt;
     case InFlightRole: return e.inFlight;
+    case PrevRole: return e.prev;
     default: return {};
     }
 }
@@ -142,7 +143,7 @@ QHash<int, QByteArray> OutboxModel::roleNames() const {
     return {{CmidRole, "cmid"},         {ConvRole, "conv"},           {KindRole, "kind"},
             {BodyRole, "body"},         {TargetRole, "target"},       {AttemptsRole, "attempts"},
             {LastErrorRole, "lastError"}, {NextRetryAtRole, "nextRetryAt"}, {CreatedAtRole, "createdAt"},
-            {InFlightRole, "inFlight"}};
+            {InFlightRole, "inFlight"},   {PrevRole, "prev"}};
 }
 
 } // namespace im

@@ -93,6 +93,17 @@ MessageState stateOf(const MessageListModel *model, const QString &body) {
     return r < 0 ? MessageState(-1) : MessageState(model->get(r, MessageListModel::StateRole).toInt());
 }
 
+/// Arms `point`=`action` for `count` hits (0: until cleared) through the
+/// window's server fault panel; the panel's answer label says how it went.
+void armServerFault(ChatWindow *w, const QString &point, const QString &action, int count) {
+    auto *p = child<QComboBox>(w, "faultPoint");
+    auto *a = child<QComboBox>(w, "faultAction");
+    p->setCurrentIndex(p->findText(point));
+    a->setCurrentIndex(a->findText(action));
+    child<QSpinBox>(w, "faultCount")->setValue(count);
+    QTest::mouseClick(child<QPushButton>(w, "armFaultButton"), Qt::LeftButton);
+}
+
 /// What the message view shows in `column` for the row of `body`.
 QString shown(ChatWindow *w, const QString &body, int column) {
     const int r = rowOf(w->messages(), body);
@@ -149,6 +160,7 @@ private slots:
     void recall_from_the_context_menu_shows_recalled_on_both_sides();
     void close_socket_now_reconnects_and_the_outbox_drains();
     void outbox_panel_cancels_a_pending_entry_and_refuses_one_on_the_wire();
+    void outbox_panel_shows_what_a_pipelined_message_waits_behind();
     void discard_removes_a_failed_message_from_the_view_and_the_store();
     void history_view_shows_a_gap_fills_it_and_loads_older();
     void screenshot_of_the_main_window_is_saved();
@@ -488,12 +500,7 @@ void TestDemoApp::server_fault_drop_reply_settles_sent_once() {
     ensureBen();
     QVERIFY(ben_);
     clickConversation(ana_, QStringLiteral("ana-ben"));
-    auto *point = child<QComboBox>(ana_, "faultPoint");
-    auto *action = child<QComboBox>(ana_, "faultAction");
-    point->setCurrentIndex(point->findText(QStringLiteral("api.after_send_commit")));
-    action->setCurrentIndex(action->findText(QStringLiteral("drop_reply")));
-    child<QSpinBox>(ana_, "faultCount")->setValue(1);
-    QTest::mouseClick(child<QPushButton>(ana_, "armFaultButton"), Qt::LeftButton);
+    armServerFault(ana_, QStringLiteral("api.after_send_commit"), QStringLiteral("drop_reply"), 1);
     auto *answer = child<QLabel>(ana_, "faultAnswer");
     QTRY_VERIFY_WITH_TIMEOUT(answer->text().startsWith(QStringLiteral("HTTP 200 armed")), 10000);
     QVERIFY(answer->text().contains(QStringLiteral("api.after_send_commit=drop_reply:1")));
@@ -645,12 +652,7 @@ void TestDemoApp::outbox_panel_cancels_a_pending_entry_and_refuses_one_on_the_wi
     QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 0);
 
     // On the wire (the server holds the insert 3 s): refused, kept, delivered.
-    auto *point = child<QComboBox>(ana_, "faultPoint");
-    auto *action = child<QComboBox>(ana_, "faultAction");
-    point->setCurrentIndex(point->findText(QStringLiteral("store.before_insert")));
-    action->setCurrentIndex(action->findText(QStringLiteral("delay:3000")));
-    child<QSpinBox>(ana_, "faultCount")->setValue(1);
-    QTest::mouseClick(child<QPushButton>(ana_, "armFaultButton"), Qt::LeftButton);
+    armServerFault(ana_, QStringLiteral("store.before_insert"), QStringLiteral("delay:3000"), 1);
     QTRY_VERIFY_WITH_TIMEOUT(child<QLabel>(ana_, "faultAnswer")->text().startsWith(QStringLiteral("HTTP 200 armed")),
                              10000);
     const QString sent = QStringLiteral("already on the wire");
@@ -663,6 +665,38 @@ void TestDemoApp::outbox_panel_cancels_a_pending_entry_and_refuses_one_on_the_wi
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), sent), MessageState::Sent, kSettle);
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), sent), MessageState::Sent, kSettle);
     QTRY_COMPARE(outbox->model()->rowCount(), 0);
+}
+
+// Pipelining in the outbox panel: the server holds the first message's
+// insert 3 s; the second goes on the wire behind it, and its "After (prev)"
+// column names the first; both are committed in that order.
+void TestDemoApp::outbox_panel_shows_what_a_pipelined_message_waits_behind() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    armServerFault(ana_, QStringLiteral("store.before_insert"), QStringLiteral("delay:3000"), 1);
+    QTRY_VERIFY_WITH_TIMEOUT(child<QLabel>(ana_, "faultAnswer")->text().startsWith(QStringLiteral("HTTP 200 armed")),
+                             10000);
+    const QString first = QStringLiteral("held by the server"), second = QStringLiteral("pipelined behind it");
+    typeAndSend(ana_, first);
+    auto *outbox = child<QTableView>(ana_, "outboxView");
+    QTRY_COMPARE(outbox->model()->rowCount(), 1);
+    QTRY_COMPARE(outbox->model()->index(0, ChatWindow::OInFlight).data().toString(), QStringLiteral("yes"));
+    typeAndSend(ana_, second);
+    QTRY_COMPARE(outbox->model()->rowCount(), 2);
+    QTRY_COMPARE(outbox->model()->index(1, ChatWindow::OInFlight).data().toString(), QStringLiteral("yes"));
+    const QString firstCmid = outbox->model()->index(0, ChatWindow::OCmid).data().toString();
+    QCOMPARE(outbox->model()->index(0, ChatWindow::OPrev).data().toString(), QStringLiteral("-"));
+    QCOMPARE(outbox->model()->index(1, ChatWindow::OPrev).data().toString(), firstCmid.left(8));
+    QVERIFY(outbox->model()->index(1, ChatWindow::OPrev).data(Qt::ToolTipRole).toString().contains(firstCmid));
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), second), MessageState::Sent, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), second), MessageState::Sent, kSettle);
+    QTRY_COMPARE(outbox->model()->rowCount(), 0);
+    const auto seqOf = [&](const QString &body) {
+        return ben_->messages()->get(rowOf(ben_->messages(), body), MessageListModel::SeqRole).toLongLong();
+    };
+    QCOMPARE(seqOf(second), seqOf(first) + 1);
 }
 
 // "Discard" on a Failed message (a conversation ana is not in: NOT_MEMBER)
@@ -793,12 +827,7 @@ void TestDemoApp::screenshot_of_the_main_window_is_saved() {
     clickConversation(ana_, QStringLiteral("ana-ben"));
     // Something in the outbox for the picture: the server answers UNAVAILABLE
     // (store.before_insert) until the fault is cleared.
-    auto *point = child<QComboBox>(ana_, "faultPoint");
-    auto *action = child<QComboBox>(ana_, "faultAction");
-    point->setCurrentIndex(point->findText(QStringLiteral("store.before_insert")));
-    action->setCurrentIndex(action->findText(QStringLiteral("unavailable")));
-    child<QSpinBox>(ana_, "faultCount")->setValue(0); // until off
-    QTest::mouseClick(child<QPushButton>(ana_, "armFaultButton"), Qt::LeftButton);
+    armServerFault(ana_, QStringLiteral("store.before_insert"), QStringLiteral("unavailable"), 0); // 0: until cleared
     auto *answer = child<QLabel>(ana_, "faultAnswer");
     QTRY_VERIFY_WITH_TIMEOUT(answer->text().startsWith(QStringLiteral("HTTP 200 armed")), 10000);
     const QString body = QStringLiteral("retried while the server says UNAVAILABLE");

@@ -326,6 +326,33 @@ void TestClient::a_backlog_in_one_conversation_leaves_room_for_the_others() {
         ++perConv[o.value(QStringLiteral("conv")).toString()];
     QCOMPARE(perConv.value(QStringLiteral("c2")), 1);
     QCOMPARE(perConv.value(QStringLiteral("c1")), window / 2);
+    // The outbox shows what each entry on the wire waits behind (its `prev`),
+    // the same on the entries and in the model, and as it went on the wire.
+    QHash<QString, QString> wirePrev;
+    for (const QJsonObject &o : f.server.requests(QStringLiteral("send")))
+        wirePrev.insert(o.value(QStringLiteral("cmid")).toString(), o.value(QStringLiteral("prev")).toString());
+    im::OutboxModel model(&f.client);
+    const QList<im::OutboxEntry> entries = f.client.outbox();
+    QCOMPARE(model.rowCount(), entries.size());
+    QString before;
+    int onWire = 0;
+    for (qsizetype i = 0; i < entries.size(); ++i) {
+        const im::OutboxEntry &e = entries.at(i);
+        QCOMPARE(model.get(int(i), im::OutboxModel::PrevRole).toString(), e.prev);
+        if (!e.inFlight) {
+            QVERIFY2(e.prev.isEmpty(), qPrintable(e.cmid));
+            continue;
+        }
+        ++onWire;
+        QCOMPARE(e.prev, wirePrev.value(e.cmid));
+        if (e.conv == u"c2")
+            QVERIFY(e.prev.isEmpty()); // nothing of c2 was unanswered
+        else
+            QCOMPARE(e.prev, before); // the c1 entry just before it (empty for the first)
+        if (e.conv == u"c1")
+            before = e.cmid;
+    }
+    QCOMPARE(onWire, window / 2 + 1);
     f.server.holdReplies.clear();
     f.server.releaseHeld();
     QTRY_COMPARE_WITH_TIMEOUT(f.client.pendingCount(), 0, 30000);

@@ -36,6 +36,7 @@ public:
         NextRetryAtRole, ///< QDateTime
         CreatedAtRole,   ///< QDateTime
         InFlightRole,    ///< bool
+        PrevRole,        ///< QString the cmid its latest attempt named as `prev` (OutboxEntry::prev)
     };
     Q_ENUM(Roles)
 

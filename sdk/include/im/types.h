@@ -76,6 +76,7 @@ struct IM_SDK_EXPORT OutboxEntry {
     Q_PROPERTY(QDateTime nextRetryAt MEMBER nextRetryAt)
     Q_PROPERTY(QDateTime createdAt MEMBER createdAt)
     Q_PROPERTY(bool inFlight MEMBER inFlight)
+    Q_PROPERTY(QString prev MEMBER prev)
 public:
     QString cmid;          ///< the client message id (UUID v4), the request key
     QString conv;          ///< conversation id
@@ -87,6 +88,11 @@ public:
     QDateTime nextRetryAt; ///< earliest next attempt while connected (invalid: as soon as possible)
     QDateTime createdAt;   ///< when send()/recall() committed it
     bool inFlight = false; ///< a request for it is on the wire, unanswered
+    /// The cmid its latest attempt named as `prev`: the unanswered message of
+    /// the same conversation sent just before it, which the server must have
+    /// committed before it appends this one. Empty: none (nothing of its
+    /// conversation was unanswered then, or it was never put on the wire).
+    QString prev;
 };
 
 } // namespace im
