@@ -602,14 +602,8 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     auto send_counters = [&] {
         std::array<double, 3> t{}; // runs, group statements, runs inside them
         const char* names[] = {"im_send_transactions_total", "im_send_group_commits_total", "im_send_runs_grouped_total"};
-        for (auto* g : gws) {
-            const std::string m = g->http("GET", "/metrics").second;
-            for (std::size_t i = 0; i < t.size(); ++i) {
-                const std::string key = std::string("\n") + names[i] + " ";
-                const auto at = m.find(key);
-                if (at != std::string::npos) t[i] += std::stod(m.substr(at + key.size()));
-            }
-        }
+        for (auto* g : gws)
+            for (std::size_t i = 0; i < t.size(); ++i) t[i] += static_cast<double>(std::max(0LL, g->metric(names[i])));
         return t;
     };
     const auto sends0 = send_counters();

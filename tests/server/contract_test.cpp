@@ -125,11 +125,7 @@ TEST_F(Contract, pipelined_sends_are_each_judged_alone_and_keep_their_order) {
     for (int i = 0; i < 8; ++i) frames.emplace_back("p" + std::to_string(i), "body " + std::to_string(i));
     frames.insert(frames.begin() + 5, {"p3", "body 3"});      // duplicate
     frames.insert(frames.begin() + 7, {"p5", "other body"});  // mismatch
-    auto transactions = [&] {
-        auto m = srv->http("GET", "/metrics").second;
-        auto at = m.find("\nim_send_transactions_total ");
-        return at == std::string::npos ? -1LL : std::stoll(m.substr(at + 28));
-    };
+    auto transactions = [&] { return srv->metric("im_send_transactions_total"); };
     const long long before = transactions();
     for (std::size_t i = 0; i < frames.size(); ++i)
         c->send_json({{"t", "send"}, {"rid", "q" + std::to_string(i)}, {"conv", w.conv},
@@ -251,11 +247,7 @@ TEST_F(Contract, a_request_the_database_rejects_is_terminal_and_fails_alone_in_i
     pg->scalar("ALTER TABLE events ADD CONSTRAINT \"" + check + "\" CHECK (conv_id <> " + q(w.conv) +
                " OR body IS NULL OR body <> 'poison')");
     auto c = login(port(), w.users[0]);
-    auto send_transactions = [&] {
-        auto m = srv->http("GET", "/metrics").second;
-        auto at = m.find("\nim_send_transactions_total ");
-        return at == std::string::npos ? -1LL : std::stoll(m.substr(at + 28));
-    };
+    auto send_transactions = [&] { return srv->metric("im_send_transactions_total"); };
     const long long before = send_transactions();
     // The row lock held elsewhere makes the first send wait inside the
     // database, so the next three queue up and go as one batch.

@@ -12,11 +12,6 @@ using namespace im::test;
 
 namespace {
 
-long long metric(ServerProcess& srv, const std::string& name) {
-    const auto m = srv.http("GET", "/metrics").second;
-    const auto at = m.find("\n" + name + " ");
-    return at == std::string::npos ? -1 : std::stoll(m.substr(at + name.size() + 2));
-}
 
 bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds within) {
     const auto until = std::chrono::steady_clock::now() + within;
@@ -59,8 +54,8 @@ struct Queued {
                              "AND application_name LIKE 'imserver-pool-%'") == "1";
         }, 20s)) << "the first send never reached the row lock";
         queue();
-        ASSERT_TRUE(wait_for([&] { return metric(srv, "im_db_pool_queued") == runs; }, 20s))
-            << "queued runs: " << metric(srv, "im_db_pool_queued");
+        ASSERT_TRUE(wait_for([&] { return srv.metric("im_db_pool_queued") == runs; }, 20s))
+            << "queued runs: " << srv.metric("im_db_pool_queued");
         lock.abort();
     }
 };
@@ -71,7 +66,7 @@ TEST(GroupCommit, runs_queued_by_many_connections_share_one_transaction_each_jud
     constexpr int senders = 12;
     Queued qd(senders);
     auto first = login(qd.srv.port(), qd.blocker.users[0]);
-    const long long before = metric(qd.srv, "im_send_group_commits_total");
+    const long long before = qd.srv.metric("im_send_group_commits_total");
     ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, 2 * senders, [&] {
         // Every sender sends one message on two connections at once (the
         // same key: a resend racing the original inside one transaction).
@@ -95,7 +90,7 @@ TEST(GroupCommit, runs_queued_by_many_connections_share_one_transaction_each_jud
     }
     // Everything queued behind the blocked send went in one group commit
     // (not one per connection): the rows share their transaction (xmin).
-    EXPECT_EQ(metric(qd.srv, "im_send_group_commits_total") - before, 1);
+    EXPECT_EQ(qd.srv.metric("im_send_group_commits_total") - before, 1);
     std::string convs;
     for (const auto& w : qd.worlds) convs += (convs.empty() ? "" : ",") + q(w.conv);
     EXPECT_EQ(qd.pg.scalar("SELECT count(DISTINCT xmin::text) FROM events WHERE kind = 'msg' AND conv_id IN (" +
@@ -137,7 +132,7 @@ TEST(GroupCommit, prev_is_judged_per_run_inside_a_group_commit) {
     for (int i = 0; i < senders; ++i)
         ASSERT_EQ(str(send_msg(*qd.clients[i], qd.worlds[i].conv, "k0", "zero"), "t"), "sent");
     auto first = login(qd.srv.port(), qd.blocker.users[0]);
-    const long long before = metric(qd.srv, "im_send_group_commits_total");
+    const long long before = qd.srv.metric("im_send_group_commits_total");
     ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, 2 * senders, [&] {
         // One connection names the committed k0, the other a key never sent.
         for (int i = 0; i < senders; ++i) {
@@ -156,7 +151,7 @@ TEST(GroupCommit, prev_is_judged_per_run_inside_a_group_commit) {
         EXPECT_EQ(str(*no, "code"), "UNAVAILABLE") << json::serialize(*no);
         EXPECT_EQ(count_rows(qd.pg, "conv_id = " + q(qd.worlds[i].conv) + " AND client_msg_id = 'k2'"), "0");
     }
-    EXPECT_EQ(metric(qd.srv, "im_send_group_commits_total") - before, 1);
+    EXPECT_EQ(qd.srv.metric("im_send_group_commits_total") - before, 1);
 }
 
 // im_send takes a conversation's counters once under its row lock and writes
@@ -183,7 +178,7 @@ TEST(GroupCommit, counters_follow_the_events_when_runs_of_one_conversation_share
         return std::vector<std::pair<WsClient*, std::string>>{
             {qd.clients[i].get(), "a"}, {qd.twins[i].get(), "b"}, {others[i].get(), "c"}};
     };
-    const long long before = metric(qd.srv, "im_send_group_commits_total");
+    const long long before = qd.srv.metric("im_send_group_commits_total");
     ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, 3 * convs, [&] {
         for (int i = 0; i < convs; ++i)
             for (auto& [c, tag] : conns(i)) send(*c, qd.worlds[i].conv, tag, 0);
@@ -209,7 +204,7 @@ TEST(GroupCommit, counters_follow_the_events_when_runs_of_one_conversation_share
             }
         }
     }
-    EXPECT_GE(metric(qd.srv, "im_send_group_commits_total") - before, 1);
+    EXPECT_GE(qd.srv.metric("im_send_group_commits_total") - before, 1);
     // 2 joins + 12 messages per conversation, gap-free, counters in step.
     EXPECT_EQ(qd.pg.scalar("SELECT count(*) FROM conversations c WHERE c.conv_id IN (" + in + ") AND "
                            "c.next_seq = 15 AND c.msg_count = 12 AND (SELECT count(*) FROM events e "

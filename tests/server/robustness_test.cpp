@@ -26,17 +26,6 @@ namespace beast = boost::beast;
 namespace websocket = beast::websocket;
 using tcp = net::ip::tcp;
 
-// A counter or gauge from GET /metrics ("name" or "name{labels}").
-long long metric(const ServerProcess& srv, const std::string& name) {
-    auto [status, body] = srv.http("GET", "/metrics");
-    if (status != 200) return -1;
-    std::istringstream in(body);
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind(name + " ", 0) == 0) return std::stoll(line.substr(name.size() + 1));
-    }
-    return -1;
-}
 
 template <class Pred>
 bool wait_until(Pred pred, std::chrono::milliseconds timeout) {
@@ -97,7 +86,7 @@ TEST(Admission, a_socket_that_never_sends_hello_is_closed_with_1008_after_10_s) 
     auto u = make_user(pg.url(), unique_name("hello"));
     auto polite = login(srv.port(), u);
     EXPECT_EQ(idle.wait_closed(30s), 1008);
-    EXPECT_EQ(metric(srv, "im_hello_timeouts_total"), 1);
+    EXPECT_EQ(srv.metric("im_hello_timeouts_total"), 1);
     // An authenticated connection is not affected.
     EXPECT_FALSE(polite->closed());
     EXPECT_EQ(str(polite->request({{"t", "convs"}}), "t"), "convs");
@@ -113,16 +102,16 @@ TEST(Admission, connection_caps_close_with_1013_and_free_slots_are_reused) {
     RawWs b1(srv.port(), "127.0.0.2");
     RawWs c1(srv.port(), "127.0.0.3");
     EXPECT_EQ(c1.read_until_close(), 1013); // total
-    EXPECT_EQ(metric(srv, "im_connections_rejected_total{cap=\"address\"}"), 1);
-    EXPECT_EQ(metric(srv, "im_connections_rejected_total{cap=\"total\"}"), 1);
+    EXPECT_EQ(srv.metric("im_connections_rejected_total{cap=\"address\"}"), 1);
+    EXPECT_EQ(srv.metric("im_connections_rejected_total{cap=\"total\"}"), 1);
     // The gauge counts a connection once the server has run its accept
     // handler, which may come a moment after the client saw the handshake
     // answer: wait for it rather than read it once.
-    EXPECT_TRUE(wait_until([&] { return metric(srv, "im_connections") == 3; }, 10s))
-        << "im_connections = " << metric(srv, "im_connections");
+    EXPECT_TRUE(wait_until([&] { return srv.metric("im_connections") == 3; }, 10s))
+        << "im_connections = " << srv.metric("im_connections");
 
     a1.reset(); // frees a slot of 127.0.0.1 and of the total
-    ASSERT_TRUE(wait_until([&] { return metric(srv, "im_connections") == 2; }, 10s));
+    ASSERT_TRUE(wait_until([&] { return srv.metric("im_connections") == 2; }, 10s));
     auto u = make_user(pg.url(), unique_name("cap"));
     auto again = login(srv.port(), u);
     EXPECT_EQ(str(again->request({{"t", "convs"}}), "t"), "convs");
@@ -167,7 +156,7 @@ TEST(Admission, running_out_of_descriptors_pauses_accepting_and_the_server_recov
     auto u = make_user(pg.url(), unique_name("emfile"));
     auto c = login(srv->port(), u);
     EXPECT_EQ(str(c->request({{"t", "convs"}}), "t"), "convs");
-    EXPECT_GE(metric(*srv, "im_accept_errors_total"), 3);
+    EXPECT_GE(srv->metric("im_accept_errors_total"), 3);
 }
 
 TEST(BackPressure, a_client_that_pipelines_5000_syncs_and_never_reads_is_closed_with_1013_in_bounded_memory) {
@@ -208,12 +197,12 @@ TEST(BackPressure, a_client_that_pipelines_5000_syncs_and_never_reads_is_closed_
             peak = std::max(peak, rss_kib(srv.pid()));
             // Others are served throughout.
             EXPECT_EQ(str(sync_conv(*other, w.conv, 0, 1), "t"), "page");
-            return metric(srv, "im_unsent_budget_closes_total") >= 1;
+            return srv.metric("im_unsent_budget_closes_total") >= 1;
         },
         60s);
     EXPECT_TRUE(closed);
     peak = std::max(peak, rss_kib(srv.pid()));
-    EXPECT_GE(metric(srv, "im_read_pauses_total"), 1);
+    EXPECT_GE(srv.metric("im_read_pauses_total"), 1);
     // The stated bound: the budget plus one page, far below what 5,000
     // replies would take; 16 MiB above the idle process (measured: about 1.2 MiB) leaves room for the
     // allocator and the database workers.
@@ -244,7 +233,7 @@ TEST(Revocation, revoking_a_device_closes_its_connections_on_both_gateways_and_a
     // A send that is inside its transaction when the revocation lands.
     ASSERT_EQ(gw1.http("POST", "/lab/fault", "store.before_commit=delay:3000:1").first, 200);
     on1->send_json({{"t", "send"}, {"rid", "racing"}, {"conv", w.conv}, {"cmid", "r1"}, {"body", "racing"}});
-    ASSERT_TRUE(wait_until([&] { return metric(gw1, "im_db_pool_in_use") >= 1; }, 10s));
+    ASSERT_TRUE(wait_until([&] { return gw1.metric("im_db_pool_in_use") >= 1; }, 10s));
     admin_ok(pg.url(), {"device", "revoke", dev.device});
 
     EXPECT_EQ(on2->wait_closed(10s), 1008);
@@ -253,8 +242,8 @@ TEST(Revocation, revoking_a_device_closes_its_connections_on_both_gateways_and_a
     while (auto f = on1->next(100ms))
         if (str(*f, "rid") == "racing") refused = str(*f, "code") == "UNAUTHENTICATED";
     EXPECT_TRUE(refused) << "the racing send must be answered UNAUTHENTICATED";
-    EXPECT_EQ(metric(gw1, "im_revoked_closes_total"), 1);
-    EXPECT_EQ(metric(gw2, "im_revoked_closes_total"), 1);
+    EXPECT_EQ(gw1.metric("im_revoked_closes_total"), 1);
+    EXPECT_EQ(gw2.metric("im_revoked_closes_total"), 1);
     // Other devices keep their connections; the revoked token is refused.
     EXPECT_FALSE(bystander->closed());
     EXPECT_EQ(str(bystander->request({{"t", "convs"}}), "t"), "convs");
@@ -300,8 +289,8 @@ TEST(Revocation, a_revocation_committed_while_the_listen_session_is_down_closes_
     ctl.exec("ALTER DATABASE " + dbname + " ALLOW_CONNECTIONS true");
 
     EXPECT_EQ(c->wait_closed(20s), 1008) << "the revoked device's connection outlived the bus outage";
-    EXPECT_GE(metric(srv, "im_token_rechecks_total"), 1);
-    EXPECT_EQ(metric(srv, "im_revoked_closes_total"), 1);
+    EXPECT_GE(srv.metric("im_token_rechecks_total"), 1);
+    EXPECT_EQ(srv.metric("im_revoked_closes_total"), 1);
     EXPECT_FALSE(bystander->closed());
     EXPECT_EQ(str(bystander->request({{"t", "convs"}}), "t"), "convs");
     EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
@@ -330,7 +319,7 @@ TEST(HungDatabase, sigstopped_database_gives_unavailable_recovers_after_sigcont_
     auto during = send_msg(*c, w.conv, "during", "sent while frozen", 30s);
     EXPECT_EQ(str(during, "code"), "UNAVAILABLE") << json::serialize(during);
     EXPECT_EQ(srv.http("GET", "/readyz").first, 503);
-    EXPECT_GE(metric(srv, "im_db_timeouts_total"), 1);
+    EXPECT_GE(srv.metric("im_db_timeouts_total"), 1);
 
     for (pid_t p : pids) ::kill(p, SIGCONT);
     json::object r;

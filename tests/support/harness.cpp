@@ -390,6 +390,16 @@ std::pair<int, std::string> ServerProcess::http(const std::string& method, const
     return {static_cast<int>(res.result_int()), res.body()};
 }
 
+long long ServerProcess::metric(const std::string& name) const {
+    auto [status, body] = http("GET", "/metrics");
+    if (status != 200) return -1;
+    std::istringstream in(body);
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind(name + " ", 0) == 0) return std::stoll(line.substr(name.size() + 1));
+    return -1;
+}
+
 // ------------------------------------------------------------------ WsClient
 
 struct WsClient::Impl {

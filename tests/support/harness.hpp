@@ -92,6 +92,9 @@ public:
     /// Plain HTTP request to the gateway; returns {status, body}.
     std::pair<int, std::string> http(const std::string& method, const std::string& target,
                                      const std::string& body = {}) const;
+    /// One counter or gauge of GET /metrics ("name" or "name{labels}"); -1
+    /// when it is not there or /metrics does not answer 200.
+    long long metric(const std::string& name) const;
 
 private:
     void spawn();
