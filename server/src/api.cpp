@@ -3,6 +3,7 @@
 #include "db_pool.hpp"
 #include "metrics.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 
@@ -120,52 +121,76 @@ void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::S
 
 } // namespace
 
-SendCombiner::SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs)
-    : ctx_(ctx), pool_(pool), metrics_(metrics), max_runs_(max_runs) {}
+SendCombiner::SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs,
+                           std::size_t max_workers, std::size_t max_queue)
+    : ctx_(ctx), pool_(pool), metrics_(metrics), max_runs_(std::max<std::size_t>(1, max_runs)),
+      max_workers_(std::max<std::size_t>(1, max_workers)), max_queue_(max_queue) {
+    metrics_.send_workers = static_cast<long long>(max_workers_);
+}
 
 bool SendCombiner::submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
                           RepliesDone done) {
-    std::uint64_t id;
-    {
-        std::lock_guard lk(mu_);
-        id = next_id_++;
-        queue_.push_back(Item{id, std::move(who), std::move(sends), std::move(rids), std::move(done)});
-    }
-    // One drain job per run: the first worker free takes every run queued
-    // by then; the later jobs find the queue empty and return at once.
-    if (pool_.submit([this](pqxx::connection_base* c) { drain(c); })) return true;
     std::lock_guard lk(mu_);
-    for (auto it = queue_.begin(); it != queue_.end(); ++it)
-        if (it->id == id) {
-            queue_.erase(it);
-            return false;
-        }
-    return true; // an earlier drain job took it
+    if (queue_.size() >= max_queue_) return false;
+    queue_.push_back(Item{std::move(who), std::move(sends), std::move(rids), std::move(done)});
+    metrics_.send_runs_queued = static_cast<long long>(queue_.size());
+    // Every send worker busy: the first to finish its group takes this run.
+    if (active_ >= max_workers_) return true;
+    ++active_;
+    // The pool's lock is taken under ours (never the other way round).
+    if (pool_.submit([this](pqxx::connection_base* c) { drain(c); })) return true;
+    --active_;
+    queue_.pop_back();
+    metrics_.send_runs_queued = static_cast<long long>(queue_.size());
+    return false;
+}
+
+std::vector<SendCombiner::Item> SendCombiner::take() {
+    std::vector<Item> items;
+    std::lock_guard lk(mu_);
+    while (!queue_.empty() && items.size() < max_runs_) {
+        items.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+    }
+    metrics_.send_runs_queued = static_cast<long long>(queue_.size());
+    // Signing off under the same lock that submit() checks: a run queued
+    // after this sees the slot free and schedules a worker of its own.
+    if (items.empty()) --active_;
+    return items;
 }
 
 void SendCombiner::drain(pqxx::connection_base* c) {
-    std::vector<Item> items;
-    {
-        std::lock_guard lk(mu_);
-        while (!queue_.empty() && items.size() < max_runs_) {
-            items.push_back(std::move(queue_.front()));
-            queue_.pop_front();
+    for (;;) {
+        if (c && !c->is_open()) {
+            // The connection broke in the last group: a fresh job takes the
+            // rest, so the pool replaces the connection first.
+            std::lock_guard lk(mu_);
+            if (queue_.empty()) {
+                --active_;
+                return;
+            }
+            if (pool_.submit([this](pqxx::connection_base* n) { drain(n); })) return; // the slot goes with it
+            c = nullptr; // the pool is stopping: what is left gets UNAVAILABLE here
         }
+        auto items = take();
+        if (items.empty()) return;
+        // The round-trip watchdog bounds one group, not a worker's whole busy spell.
+        Watchdog::progress();
+        if (!c) {
+            for (auto& it : items) handle_send_batch(ctx_, nullptr, it.who, it.sends, it.rids, std::move(it.done));
+            continue;
+        }
+        std::vector<Store::SendRun> runs;
+        for (const auto& it : items) runs.push_back({&it.who, &it.sends});
+        auto results = ctx_.store.send_runs(*c, runs);
+        if (items.size() > 1) {
+            ++metrics_.send_group_commits;
+            metrics_.send_runs_grouped += static_cast<long long>(items.size());
+        }
+        for (std::size_t g = 0; g < items.size(); ++g)
+            finish_sends(ctx_, items[g].who, items[g].sends, items[g].rids, std::move(results[g]),
+                         std::move(items[g].done));
     }
-    if (items.empty()) return;
-    if (!c) {
-        for (auto& it : items) handle_send_batch(ctx_, nullptr, it.who, it.sends, it.rids, std::move(it.done));
-        return;
-    }
-    std::vector<Store::SendRun> runs;
-    for (const auto& it : items) runs.push_back({&it.who, &it.sends});
-    auto results = ctx_.store.send_runs(*c, runs);
-    if (items.size() > 1) {
-        ++metrics_.send_group_commits;
-        metrics_.send_runs_grouped += static_cast<long long>(items.size());
-    }
-    for (std::size_t g = 0; g < items.size(); ++g)
-        finish_sends(ctx_, items[g].who, items[g].sends, items[g].rids, std::move(results[g]), std::move(items[g].done));
 }
 
 std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,

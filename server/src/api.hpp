@@ -54,35 +54,45 @@ class DbPool;
 struct Metrics;
 
 /// Group commit: runs of sends from many connections that queue up while
-/// the database workers are busy go to the database together, in one
-/// statement and one commit (Store::send_runs), each item still judged
-/// alone and answered only after the commit and the bus hand-over. A run
-/// submitted while a worker is idle goes alone at once: grouping costs no
+/// the send workers are busy go to the database together, in one statement
+/// and one commit (Store::send_runs), each item still judged alone and
+/// answered only after the commit and the bus hand-over. A run submitted
+/// while a send worker is idle goes alone at once: grouping costs no
 /// latency, it only happens when sends would wait anyway.
+///
+/// At most `max_workers` database workers run sends at once (--send-workers);
+/// a worker that finished a group takes the next one while runs are queued,
+/// so under load the groups grow instead of more transactions competing for
+/// the same cores. The other workers stay free for reads.
 class SendCombiner {
 public:
-    SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs = 32);
-    /// Queues a run; false when the worker queue is full (answer UNAVAILABLE).
+    SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs, std::size_t max_workers,
+                 std::size_t max_queue);
+    /// Queues a run; false when too many runs wait already (answer UNAVAILABLE).
     bool submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
                 RepliesDone done);
+    std::size_t workers() const { return max_workers_; }
 
 private:
     struct Item {
-        std::uint64_t id;
         Identity who;
         std::vector<req::Send> sends;
         std::vector<std::optional<std::string>> rids;
         RepliesDone done;
     };
     void drain(pqxx::connection_base* c);
+    /// The next group under the lock; empty (and this worker signed off) when none is queued.
+    std::vector<Item> take();
 
     ApiContext& ctx_;
     DbPool& pool_;
     Metrics& metrics_;
     std::size_t max_runs_;
+    std::size_t max_workers_;
+    std::size_t max_queue_;
     std::mutex mu_;
     std::deque<Item> queue_;
-    std::uint64_t next_id_ = 0;
+    std::size_t active_ = 0; // send workers running or scheduled in the pool
 };
 
 /// Replies that need no database (errors found on the I/O thread).

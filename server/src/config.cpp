@@ -1,11 +1,13 @@
 #include "config.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <thread>
 
 namespace im {
 
@@ -115,6 +117,17 @@ const std::vector<Option>& options() {
          "sends queue for a busy worker (default 32; 1: every run commits alone)",
          [](Config& c, const std::string& v) { return to_int(v, 1, 256, c.send_group_max); },
          [](const Config& c) { return std::to_string(c.send_group_max); }},
+        {"--send-workers", "IM_SEND_WORKERS", "N|auto",
+         "database workers that may run sends at once; the others stay free for reads, and under load the "
+         "sends queue into larger group commits (default auto: the CPU cores, at least 2, at most --db-pool)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             if (v == "auto") {
+                 c.send_workers = 0;
+                 return std::nullopt;
+             }
+             return to_int(v, 1, 256, c.send_workers);
+         },
+         [](const Config& c) { return c.send_workers == 0 ? std::string("auto") : std::to_string(c.send_workers); }},
         {"--io-threads", "IM_IO_THREADS", "N", "network I/O threads (default 2)",
          [](Config& c, const std::string& v) { return to_int(v, 1, 64, c.io_threads); },
          [](const Config& c) { return std::to_string(c.io_threads); }},
@@ -543,6 +556,12 @@ std::string config_man(const std::string& version) {
       << ".SH EXIT STATUS\n0 after a drain, 1 on a fatal error, 2 on bad usage.\n"
       << ".SH SEE ALSO\n\\fBimserver\\-admin\\fR(8), \\fBsystemctl\\fR(1), /usr/share/doc/imserver/operations.md\n";
     return o.str();
+}
+
+int effective_send_workers(const Config& c) {
+    int n = c.send_workers;
+    if (n == 0) n = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+    return std::max(1, std::min(n, c.db_pool));
 }
 
 } // namespace im

@@ -29,6 +29,7 @@ struct Config {
     int db_pool = 4;
     std::size_t db_queue = 1024;
     int send_group_max = 32;             // runs of sends of different connections per commit
+    int send_workers = 0;                // database workers running sends at once; 0: auto (effective_send_workers)
     int io_threads = 2;
     std::string ready_file;
     bool enable_faults = false;
@@ -52,6 +53,10 @@ struct Config {
     std::string config_file;                     // the file that was read ("" if none)
     std::map<std::string, std::string> origin;   // option key -> where its value came from
 };
+
+/// --send-workers as the gateway uses it: auto is the CPU cores (at least
+/// 2), never more than --db-pool.
+int effective_send_workers(const Config& c);
 
 /// Which program reads the options: the gateway reads them all, `imserver
 /// admin` only those marked for it (the database and the lab switches); both

@@ -62,6 +62,9 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_token_rechecks_total",
           "Checks of every open connection's token after the bus came back (revocations it may have missed).",
           token_rechecks.load(), "counter");
+    gauge("im_send_workers", "Database workers that may run sends at once (--send-workers).", send_workers.load());
+    gauge("im_send_runs_queued", "Runs of sends waiting for a send worker (they go in the next group commit).",
+          send_runs_queued.load());
     gauge("im_send_group_commits_total",
           "Send statements (one commit each) that carried the runs of two or more connections (group commit).",
           send_group_commits.load(), "counter");

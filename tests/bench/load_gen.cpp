@@ -227,14 +227,15 @@ Figure direct_baseline(const std::string& url, const Options& o, const std::vect
 
 // The server's SQL as the server runs it under load: the senders' sends
 // grouped into one statement per database worker (Store::send_runs, the
-// group commit), `db_pool` workers, each carrying senders / db_pool runs of
-// one send to its own conversations. Latency is per statement.
-Figure grouped_baseline(const std::string& url, const Options& o, const std::vector<std::string>& convs,
-                        const std::vector<std::string>& users) {
+// group commit), as many workers as the server lets run sends at once
+// (`im_send_workers`), each carrying senders / workers runs of one send to
+// its own conversations. Latency is per statement.
+Figure grouped_baseline(const std::string& url, const Options& o, int send_workers,
+                        const std::vector<std::string>& convs, const std::vector<std::string>& users) {
     im::FaultRegistry faults(false);
     im::Store store(faults, {});
     const std::string body = body_of(o.body);
-    const int workers = std::max(1, std::min(o.db_pool, o.senders));
+    const int workers = std::max(1, std::min(send_workers, o.senders));
     const int per = std::max(1, o.senders / workers);
     struct State {
         explicit State(const std::string& u) : c(u) {}
@@ -528,10 +529,12 @@ pid_t postmaster_pid(const std::string& url) {
 }
 
 int run_load(const Options& o, const std::string& url, const std::vector<im::test::ServerProcess*>& gws) {
+    long long send_workers = gws.front()->metric("im_send_workers");
+    if (send_workers <= 0) send_workers = o.db_pool;
     std::printf("im_loadgen: %d conversations x %d members, %d %s senders, %d-byte bodies, "
-                "warm-up %.0f s, window %.0f s, imserver --db-pool %d\n",
+                "warm-up %.0f s, window %.0f s, imserver --db-pool %d (send workers %lld)\n",
                 o.convs, o.members, o.senders, o.rate > 0 ? "open-loop" : "closed-loop", o.body, o.warmup, o.window,
-                o.db_pool);
+                o.db_pool, send_workers);
     if (o.rate > 0)
         std::printf("open loop: %.0f sends/s offered in all (%.1f per sender), on a fixed schedule; the server row "
                     "below is what was acknowledged, its latency from the scheduled send\n",
@@ -556,7 +559,7 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     }
     Figure raw = raw_baseline(url, o);
     Figure direct = direct_baseline(url, o, sql_convs, sql_users);
-    Figure grouped = grouped_baseline(url, o, sql_convs, sql_users);
+    Figure grouped = grouped_baseline(url, o, static_cast<int>(send_workers), sql_convs, sql_users);
 
     // The server run.
     net::io_context ioc;

@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include <sys/wait.h>
 
@@ -117,6 +119,33 @@ TEST(Config, password_file_is_added_to_the_connection_string) {
     EXPECT_EQ(*db_conninfo(c), "host=db1 dbname=im password='p@ss word\\'\\\\'");
     c.db_password.clear();
     EXPECT_EQ(*db_conninfo(c), "host=db1 dbname=im");
+}
+
+TEST(Config, send_workers_are_the_cores_by_default_and_never_more_than_the_pool) {
+    const int cores = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+    Config c;
+    c.db_pool = 64;
+    EXPECT_EQ(effective_send_workers(c), std::min(cores, 64)); // auto
+    c.db_pool = 1;
+    EXPECT_EQ(effective_send_workers(c), 1);
+    c.db_pool = 16;
+    c.send_workers = 3;
+    EXPECT_EQ(effective_send_workers(c), 3);
+    c.db_pool = 2;
+    EXPECT_EQ(effective_send_workers(c), 2);
+
+    TempDir dir("imcfg");
+    auto r = run_imserver(dir, "IM_SEND_WORKERS=5", "--config '' --print-config");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(line_of(r.out, "send-workers").substr(0, 16), "send-workers = 5");
+    r = run_imserver(dir, "", "--config '' --send-workers auto --print-config");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(line_of(r.out, "send-workers").substr(0, 19), "send-workers = auto");
+    for (const char* bad : {"0", "many", "-1"}) {
+        r = run_imserver(dir, "", std::string("--config '' --send-workers ") + bad + " --print-config");
+        EXPECT_EQ(r.code, 2) << bad;
+        EXPECT_NE(r.err.find("send-workers"), std::string::npos) << r.err;
+    }
 }
 
 TEST(Config, bad_file_lines_are_refused_with_file_and_line) {

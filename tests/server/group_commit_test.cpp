@@ -43,7 +43,7 @@ struct Queued {
 
     // Holds the only worker: `first` sends to the blocker conversation while
     // the test holds its row lock; then `queue` sends the runs to be grouped,
-    // and once `runs` of them wait in the pool's queue the lock goes.
+    // and once `runs` of them wait for the send worker the lock goes.
     void hold_worker_while(WsClient& first, int runs, const std::function<void()>& queue) {
         pqxx::connection holder(pg.url());
         pqxx::work lock(holder);
@@ -54,8 +54,8 @@ struct Queued {
                              "AND application_name LIKE 'imserver-pool-%'") == "1";
         }, 20s)) << "the first send never reached the row lock";
         queue();
-        ASSERT_TRUE(wait_for([&] { return srv.metric("im_db_pool_queued") == runs; }, 20s))
-            << "queued runs: " << srv.metric("im_db_pool_queued");
+        ASSERT_TRUE(wait_for([&] { return srv.metric("im_send_runs_queued") == runs; }, 20s))
+            << "queued runs: " << srv.metric("im_send_runs_queued");
         lock.abort();
     }
 };
@@ -183,7 +183,7 @@ TEST(GroupCommit, counters_follow_the_events_when_runs_of_one_conversation_share
         for (int i = 0; i < convs; ++i)
             for (auto& [c, tag] : conns(i)) send(*c, qd.worlds[i].conv, tag, 0);
     }));
-    // The first messages wait in the pool's queue; the rest wait behind them
+    // The first messages wait for the send worker; the rest wait behind them
     // in their sessions and go as one run each once the first is answered.
     for (int i = 0; i < convs; ++i)
         for (auto& [c, tag] : conns(i))
@@ -218,4 +218,89 @@ TEST(GroupCommit, counters_follow_the_events_when_runs_of_one_conversation_share
                            "WHERE kind = 'msg' AND (msg_ordinal <> mo OR sender_ordinal <> so)"),
               "0");
     EXPECT_EQ(count_rows(qd.pg, "conv_id IN (" + in + ") AND kind = 'msg'"), std::to_string(convs * 3 * per_conn));
+}
+
+// --send-workers: at most that many database workers run sends at once.
+// With one send worker held on a row lock, a send to another conversation
+// waits for it (and goes in its next group) although two workers are idle,
+// and those idle workers still answer reads at once.
+TEST(SendWorkers, sends_take_at_most_their_workers_and_reads_pass_the_queued_sends) {
+    TestPostgres pg;
+    ServerProcess srv{pg.url(), {"--quiet", "--db-pool", "3", "--send-workers", "1"}};
+    EXPECT_EQ(srv.metric("im_send_workers"), 1);
+    auto a = make_world(pg.url(), "swa", 2), b = make_world(pg.url(), "swb", 2);
+    auto ca = login(srv.port(), a.users[0]), cb = login(srv.port(), b.users[0]);
+    auto reader = login(srv.port(), b.users[1]);
+    {
+        pqxx::connection holder(pg.url());
+        pqxx::work lock(holder);
+        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(a.conv) + " FOR UPDATE");
+        ca->send_json({{"t", "send"}, {"rid", "a"}, {"conv", a.conv}, {"cmid", "a1"}, {"body", "blocked"}});
+        ASSERT_TRUE(wait_for([&] {
+            return pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                             "AND application_name LIKE 'imserver-pool-%'") == "1";
+        }, 20s)) << "the first send never reached the row lock";
+        cb->send_json({{"t", "send"}, {"rid", "b"}, {"conv", b.conv}, {"cmid", "b1"}, {"body", "queued"}});
+        ASSERT_TRUE(wait_for([&] { return srv.metric("im_send_runs_queued") == 1; }, 20s))
+            << "queued runs: " << srv.metric("im_send_runs_queued");
+        // Another connection's read is answered by an idle worker (well
+        // inside the 5 s database round-trip limit that ends the wait) ...
+        const auto asked = std::chrono::steady_clock::now();
+        reader->send_json({{"t", "sync"}, {"rid", "r"}, {"conv", b.conv}, {"after", 0}});
+        auto r = reader->next(10s);
+        EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s);
+        ASSERT_TRUE(r.has_value()) << "the read waited behind the queued send";
+        ASSERT_EQ(str(*r, "rid"), "r") << json::serialize(*r);
+        EXPECT_EQ(str(*r, "t"), "page") << json::serialize(*r);
+        EXPECT_EQ(num(*r, "head"), 2) << json::serialize(*r); // the two joins only
+        // ... while the send still waits, unwritten: it never took a second worker.
+        EXPECT_EQ(srv.metric("im_send_runs_queued"), 1);
+        EXPECT_EQ(count_rows(pg, "conv_id = " + q(b.conv) + " AND kind = 'msg'"), "0");
+        EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND application_name LIKE 'imserver-pool-%'"),
+                  "1");
+        lock.abort();
+    }
+    for (auto* c : {ca.get(), cb.get()}) {
+        std::optional<json::object> sent;
+        while (!sent) {
+            auto f = c->next(20s);
+            ASSERT_TRUE(f.has_value()) << "missing reply";
+            if (str(*f, "t") == "sent" || str(*f, "t") == "error") sent = f;
+        }
+        EXPECT_EQ(str(*sent, "t"), "sent") << json::serialize(*sent);
+    }
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(b.conv) + " AND kind = 'msg'"), "1");
+    EXPECT_EQ(srv.metric("im_send_runs_queued"), 0);
+}
+
+// A send worker that stays busy takes one group after another without
+// going back to the pool; the database watchdog (--db-timeout-ms) must time
+// each group, not the whole busy spell, or a steady load would see its
+// connection cut and its sends answered UNAVAILABLE. Four runs of one send
+// each (--send-group-max 1), each held 600 ms before its commit, keep the
+// one send worker busy 2.4 s against a 1.5 s limit.
+TEST(SendWorkers, a_send_worker_busy_longer_than_the_round_trip_limit_keeps_its_connection) {
+    TestPostgres pg;
+    ServerProcess srv{pg.url(), {"--quiet", "--enable-faults", "--db-pool", "2", "--send-workers", "1",
+                                 "--send-group-max", "1", "--db-timeout-ms", "1500"}};
+    constexpr int senders = 4;
+    std::vector<World> worlds;
+    std::vector<std::unique_ptr<WsClient>> clients;
+    for (int i = 0; i < senders; ++i) {
+        worlds.push_back(make_world(pg.url(), "swbusy" + std::to_string(i), 2));
+        clients.push_back(login(srv.port(), worlds.back().users[0]));
+    }
+    ASSERT_EQ(srv.http("POST", "/lab/fault", "store.before_commit=delay:600:" + std::to_string(senders)).first, 200);
+    const long long before = srv.metric("im_send_transactions_total");
+    for (int i = 0; i < senders; ++i)
+        clients[i]->send_json({{"t", "send"}, {"rid", "x"}, {"conv", worlds[i].conv}, {"cmid", "k"}, {"body", "slow"}});
+    for (int i = 0; i < senders; ++i) {
+        auto r = clients[i]->next(20s);
+        ASSERT_TRUE(r.has_value()) << "sender " << i;
+        EXPECT_EQ(str(*r, "t"), "sent") << "sender " << i << ": " << json::serialize(*r);
+        EXPECT_EQ(count_rows(pg, "conv_id = " + q(worlds[i].conv) + " AND kind = 'msg'"), "1");
+    }
+    EXPECT_EQ(srv.metric("im_db_timeouts_total"), 0);
+    EXPECT_EQ(srv.metric("im_send_transactions_total") - before, senders); // one group each, as set up
 }
