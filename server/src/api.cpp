@@ -1,6 +1,7 @@
 #include "api.hpp"
 
 #include "db_pool.hpp"
+#include "log.hpp"
 #include "metrics.hpp"
 
 #include <algorithm>
@@ -145,26 +146,38 @@ bool SendCombiner::submit(Identity who, std::vector<req::Send> sends, std::vecto
     return false;
 }
 
-std::vector<SendCombiner::Item> SendCombiner::take() {
+std::vector<SendCombiner::Item> SendCombiner::take(const std::vector<std::string>& done) {
     std::vector<Item> items;
     std::lock_guard lk(mu_);
-    while (!queue_.empty() && items.size() < max_runs_) {
-        items.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+    for (const auto& conv : done) held_.erase(held_.find(conv));
+    // Oldest first; several runs of one conversation may share the group
+    // (the statement runs them in order under one row lock).
+    for (auto it = queue_.begin(); it != queue_.end() && items.size() < max_runs_;) {
+        if (held_.count(it->sends.front().conv)) {
+            ++it;
+            continue;
+        }
+        items.push_back(std::move(*it));
+        it = queue_.erase(it);
     }
+    for (const auto& it : items) held_.insert(it.sends.front().conv);
     metrics_.send_runs_queued = static_cast<long long>(queue_.size());
     // Signing off under the same lock that submit() checks: a run queued
-    // after this sees the slot free and schedules a worker of its own.
+    // after this sees the slot free and schedules a worker of its own. Runs
+    // skipped here belong to a group still running; its worker takes them.
     if (items.empty()) --active_;
     return items;
 }
 
 void SendCombiner::drain(pqxx::connection_base* c) {
+    std::vector<std::string> held; // the conversations of this worker's last group
     for (;;) {
         if (c && !c->is_open()) {
             // The connection broke in the last group: a fresh job takes the
             // rest, so the pool replaces the connection first.
             std::lock_guard lk(mu_);
+            for (const auto& conv : held) held_.erase(held_.find(conv));
+            held.clear();
             if (queue_.empty()) {
                 --active_;
                 return;
@@ -172,8 +185,10 @@ void SendCombiner::drain(pqxx::connection_base* c) {
             if (pool_.submit([this](pqxx::connection_base* n) { drain(n); })) return; // the slot goes with it
             c = nullptr; // the pool is stopping: what is left gets UNAVAILABLE here
         }
-        auto items = take();
+        auto items = take(held);
+        held.clear();
         if (items.empty()) return;
+        for (const auto& it : items) held.push_back(it.sends.front().conv);
         // The round-trip watchdog bounds one group, not a worker's whole busy spell.
         Watchdog::progress();
         if (!c) {
@@ -182,7 +197,15 @@ void SendCombiner::drain(pqxx::connection_base* c) {
         }
         std::vector<Store::SendRun> runs;
         for (const auto& it : items) runs.push_back({&it.who, &it.sends});
-        auto results = ctx_.store.send_runs(*c, runs);
+        std::vector<std::vector<Outcome<Store::SendResult>>> results;
+        try {
+            results = ctx_.store.send_runs(*c, runs);
+        } catch (const std::exception& e) { // never strand a run (or this worker's slot)
+            log_error("send_group_failed", {{"err", e.what()}});
+            results.clear();
+            for (const auto& it : items)
+                results.emplace_back(it.sends.size(), unavailable("retry with the same request"));
+        }
         if (items.size() > 1) {
             ++metrics_.send_group_commits;
             metrics_.send_runs_grouped += static_cast<long long>(items.size());

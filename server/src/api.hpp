@@ -11,6 +11,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,7 +64,10 @@ struct Metrics;
 /// At most `max_workers` database workers run sends at once (--send-workers);
 /// a worker that finished a group takes the next one while runs are queued,
 /// so under load the groups grow instead of more transactions competing for
-/// the same cores. The other workers stay free for reads.
+/// the same cores. The other workers stay free for reads. A run for a
+/// conversation that another send worker's group holds waits in the queue
+/// (it would only wait on that group's row lock inside the database), so one
+/// busy or stuck conversation occupies one send worker, never all of them.
 class SendCombiner {
 public:
     SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs, std::size_t max_workers,
@@ -81,8 +85,10 @@ private:
         RepliesDone done;
     };
     void drain(pqxx::connection_base* c);
-    /// The next group under the lock; empty (and this worker signed off) when none is queued.
-    std::vector<Item> take();
+    /// The next group under the lock, skipping conversations other groups
+    /// hold; empty (and this worker signed off) when nothing can be taken.
+    /// `done` are the conversations of this worker's last group, released.
+    std::vector<Item> take(const std::vector<std::string>& done);
 
     ApiContext& ctx_;
     DbPool& pool_;
@@ -93,6 +99,7 @@ private:
     std::mutex mu_;
     std::deque<Item> queue_;
     std::size_t active_ = 0; // send workers running or scheduled in the pool
+    std::multiset<std::string> held_; // conversations of the groups being run now
 };
 
 /// Replies that need no database (errors found on the I/O thread).

@@ -5,6 +5,7 @@
 
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <map>
 #include <thread>
 
@@ -20,6 +21,13 @@ bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds withi
         std::this_thread::sleep_for(10ms);
     }
     return true;
+}
+
+// The reply carrying `rid`, skipping pushes; nothing within 20 s: none.
+std::optional<json::object> reply_to(WsClient& c, const std::string& rid) {
+    while (auto f = c.next(20s))
+        if (str(*f, "rid") == rid) return f;
+    return std::nullopt;
 }
 
 // One conversation per sender; the only database worker (--db-pool 1) is
@@ -261,13 +269,9 @@ TEST(SendWorkers, sends_take_at_most_their_workers_and_reads_pass_the_queued_sen
                   "1");
         lock.abort();
     }
-    for (auto* c : {ca.get(), cb.get()}) {
-        std::optional<json::object> sent;
-        while (!sent) {
-            auto f = c->next(20s);
-            ASSERT_TRUE(f.has_value()) << "missing reply";
-            if (str(*f, "t") == "sent" || str(*f, "t") == "error") sent = f;
-        }
+    for (auto [c, rid] : {std::pair{ca.get(), "a"}, std::pair{cb.get(), "b"}}) {
+        auto sent = reply_to(*c, rid);
+        ASSERT_TRUE(sent.has_value()) << "missing reply";
         EXPECT_EQ(str(*sent, "t"), "sent") << json::serialize(*sent);
     }
     EXPECT_EQ(count_rows(pg, "conv_id = " + q(b.conv) + " AND kind = 'msg'"), "1");
@@ -303,4 +307,52 @@ TEST(SendWorkers, a_send_worker_busy_longer_than_the_round_trip_limit_keeps_its_
     }
     EXPECT_EQ(srv.metric("im_db_timeouts_total"), 0);
     EXPECT_EQ(srv.metric("im_send_transactions_total") - before, senders); // one group each, as set up
+}
+
+// A conversation whose row lock is held elsewhere (a stuck transaction, a
+// long purge) takes one send worker, however many of its members send: the
+// second member's run waits in the queue instead of blocking the second
+// worker on the same lock, and other conversations' sends still commit.
+TEST(SendWorkers, a_conversation_held_elsewhere_occupies_one_send_worker_and_others_go_on) {
+    TestPostgres pg;
+    // The watchdog well past the server's 10 s lock timeout: only the lock ends a wait here.
+    ServerProcess srv{pg.url(), {"--quiet", "--db-pool", "3", "--send-workers", "2", "--db-timeout-ms", "30000"}};
+    auto a = make_world(pg.url(), "swhot", 3), b = make_world(pg.url(), "swcold", 2);
+    auto a1 = login(srv.port(), a.users[0]), a2 = login(srv.port(), a.users[1]), b1 = login(srv.port(), b.users[0]);
+    auto waiting_on_locks = [&] {
+        return pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                         "AND application_name LIKE 'imserver-pool-%'");
+    };
+    {
+        pqxx::connection holder(pg.url());
+        pqxx::work lock(holder);
+        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(a.conv) + " FOR UPDATE");
+        a1->send_json({{"t", "send"}, {"rid", "a1"}, {"conv", a.conv}, {"cmid", "a1"}, {"body", "first"}});
+        ASSERT_TRUE(wait_for([&] { return waiting_on_locks() == "1"; }, 20s)) << "a1 never reached the row lock";
+        a2->send_json({{"t", "send"}, {"rid", "a2"}, {"conv", a.conv}, {"cmid", "a2"}, {"body", "second"}});
+        ASSERT_TRUE(wait_for([&] { return srv.metric("im_send_runs_queued") == 1; }, 20s))
+            << "queued runs: " << srv.metric("im_send_runs_queued");
+        b1->send_json({{"t", "send"}, {"rid", "b1"}, {"conv", b.conv}, {"cmid", "b1"}, {"body", "elsewhere"}});
+        auto rb = reply_to(*b1, "b1");
+        ASSERT_TRUE(rb.has_value()) << "no reply for the other conversation";
+        EXPECT_EQ(str(*rb, "t"), "sent") << json::serialize(*rb);
+        // Answered while both of a's sends still wait (before the lock
+        // timeout could have freed a worker), with one worker on the lock.
+        EXPECT_FALSE(a1->next(200ms).has_value()) << "a1 was answered before the lock went";
+        EXPECT_FALSE(a2->next(200ms).has_value()) << "a2 was answered before the lock went";
+        EXPECT_EQ(waiting_on_locks(), "1");
+        EXPECT_EQ(srv.metric("im_send_runs_queued"), 1);
+        EXPECT_EQ(count_rows(pg, "conv_id = " + q(b.conv) + " AND kind = 'msg'"), "1");
+        lock.abort();
+    }
+    std::vector<long long> seqs;
+    for (auto [c, rid] : {std::pair{a1.get(), "a1"}, std::pair{a2.get(), "a2"}}) {
+        auto sent = reply_to(*c, rid);
+        ASSERT_TRUE(sent.has_value()) << "missing reply";
+        ASSERT_EQ(str(*sent, "t"), "sent") << json::serialize(*sent);
+        seqs.push_back(num(*sent, "seq"));
+    }
+    std::sort(seqs.begin(), seqs.end());
+    EXPECT_EQ(seqs, (std::vector<long long>{4, 5})); // after the three joins, gap-free
+    EXPECT_EQ(srv.metric("im_send_runs_queued"), 0);
 }
