@@ -123,9 +123,9 @@ void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::S
 } // namespace
 
 SendCombiner::SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs,
-                           std::size_t max_workers, std::size_t max_queue)
+                           std::size_t max_workers, std::size_t max_queue, bool per_conversation)
     : ctx_(ctx), pool_(pool), metrics_(metrics), max_runs_(std::max<std::size_t>(1, max_runs)),
-      max_workers_(std::max<std::size_t>(1, max_workers)), max_queue_(max_queue) {
+      max_workers_(std::max<std::size_t>(1, max_workers)), max_queue_(max_queue), per_conversation_(per_conversation) {
     metrics_.send_workers = static_cast<long long>(max_workers_);
 }
 
@@ -153,7 +153,7 @@ std::vector<SendCombiner::Item> SendCombiner::take(const std::vector<std::string
     // Oldest first; several runs of one conversation may share the group
     // (the statement runs them in order under one row lock).
     for (auto it = queue_.begin(); it != queue_.end() && items.size() < max_runs_;) {
-        if (held_.count(it->sends.front().conv)) {
+        if (per_conversation_ && held_.count(it->sends.front().conv)) {
             ++it;
             continue;
         }

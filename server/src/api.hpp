@@ -70,8 +70,10 @@ struct Metrics;
 /// busy or stuck conversation occupies one send worker, never all of them.
 class SendCombiner {
 public:
+    /// per_conversation false (the lab's --lab-no-unique-index control only):
+    /// runs of one conversation may run in several workers at once again.
     SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs, std::size_t max_workers,
-                 std::size_t max_queue);
+                 std::size_t max_queue, bool per_conversation = true);
     /// Queues a run; false when too many runs wait already (answer UNAVAILABLE).
     bool submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
                 RepliesDone done);
@@ -96,6 +98,7 @@ private:
     std::size_t max_runs_;
     std::size_t max_workers_;
     std::size_t max_queue_;
+    bool per_conversation_;
     std::mutex mu_;
     std::deque<Item> queue_;
     std::size_t active_ = 0; // send workers running or scheduled in the pool

@@ -227,7 +227,8 @@ const std::vector<Option>& options() {
          },
          [](const Config& c) { return join(c.faults); }, for_both},
         {"--lab-no-unique-index", "IM_LAB_NO_UNIQUE_INDEX", nullptr,
-         "LAB ONLY negative control: drop events_idempotency and check-then-insert without the row lock",
+         "LAB ONLY negative control: drop events_idempotency and check-then-insert without the row lock, and let "
+         "one conversation's sends run in several send workers at once",
          [](Config& c, const std::string& v) { return to_bool(v, c.lab.no_unique_index); },
          [](const Config& c) { return yes_no(c.lab.no_unique_index); }},
         {"--lab-no-resync", "IM_LAB_NO_RESYNC", nullptr,

@@ -80,9 +80,10 @@ struct Replay {
     std::vector<std::string> odd;
 };
 
-// Shared by 04-concurrent-replay-one-row and its negative control.
-Replay concurrent_replay(Lab& lab, unsigned short port, const std::string& db_url, const std::string& database,
-                         int n) {
+// Shared by 04-concurrent-replay-one-row and its negative control. The
+// connections are dealt round-robin over the gateways' ports.
+Replay concurrent_replay(Lab& lab, const std::vector<unsigned short>& ports, const std::string& db_url,
+                         const std::string& database, int n) {
     std::string u1 = unique_name("ana"), u2 = unique_name("ben");
     auto a = make_user(db_url, u1);
     auto b = make_user(db_url, u2);
@@ -90,7 +91,7 @@ Replay concurrent_replay(Lab& lab, unsigned short port, const std::string& db_ur
     admin_ok(db_url, {"conv", "create", c, "--kind", "direct", "--members", u1 + "," + u2});
     std::string install = uuid4(), cmid = uuid4();
     std::vector<std::unique_ptr<WsClient>> conns;
-    for (int i = 0; i < n; ++i) conns.push_back(connect(port, a.token, install));
+    for (int i = 0; i < n; ++i) conns.push_back(connect(ports[static_cast<std::size_t>(i) % ports.size()], a.token, install));
     // Every thread is ready before any sends (a latch), so the 32 frames
     // leave at once and the sends overlap on the server.
     std::vector<std::thread> threads;
@@ -131,25 +132,30 @@ Verdict judge_replay(const Replay& r) {
     return passed(d);
 }
 
+// Two gateways: one gateway queues a conversation's runs behind the one
+// its send worker holds (SendCombiner), so only sends through different
+// gateways meet in the database at once, where C1 must hold them.
 Verdict concurrent_replay_one_row(Lab& lab) {
-    return judge_replay(concurrent_replay(lab, lab.server().port(), lab.db(), "im", 32));
+    Tracked<ServerProcess> other(lab, lab.db(), std::vector<std::string>{"--quiet"}, unique_name("gw-replay"));
+    return judge_replay(concurrent_replay(lab, {lab.server().port(), other->port()}, lab.db(), "im", 32));
 }
 
 // The check's negative control: the same burst against a gateway whose
 // database lacks events_idempotency (--lab-no-unique-index: check-then-insert
-// without the index and without the row lock). The defect is a race, so up
-// to 5 bursts; the first one the check rejects is the control's verdict.
+// without the index and without the row lock, and one conversation's sends in
+// up to 8 send workers at once). The defect is a race, so up to 5 bursts; the
+// first one the check rejects is the control's verdict.
 Verdict concurrent_replay_without_index(Lab& lab) {
     std::string name = "lab_nouniq_ctl";
     auto url = lab.pg().create_database(name);
     Tracked<ServerProcess> srv(lab, url,
                                std::vector<std::string>{"--enable-faults", "--lab-no-unique-index", "--quiet",
-                                                        "--db-pool", "8"},
+                                                        "--db-pool", "8", "--send-workers", "8"},
                                unique_name("gw-nouniq-ctl"));
     Verdict v;
     for (int round = 1; round <= 5; ++round) {
         try {
-            v = judge_replay(concurrent_replay(lab, srv->port(), url, name, 32));
+            v = judge_replay(concurrent_replay(lab, {srv->port()}, url, name, 32));
         } catch (const CheckFailed& e) {
             return failed(std::string(e.what()) + " (burst " + std::to_string(round) + ")");
         }
@@ -163,14 +169,14 @@ Verdict control_no_unique_index(Lab& lab) {
     auto url = lab.pg().create_database(name);
     Tracked<ServerProcess> srv(lab, url,
                                std::vector<std::string>{"--enable-faults", "--lab-no-unique-index", "--quiet",
-                                                        "--db-pool", "8"},
+                                                        "--db-pool", "8", "--send-workers", "8"},
                                unique_name("gw-nouniq"));
     auto idx = lab.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'events_idempotency'", name);
     Replay r;
     int rounds = 0;
     // The defect is a race: give it a few chances to show (it normally does at once).
     for (rounds = 1; rounds <= 5; ++rounds) {
-        r = concurrent_replay(lab, srv->port(), url, name, 32);
+        r = concurrent_replay(lab, {srv->port()}, url, name, 32);
         if (r.rows > 1) break;
     }
     std::string d = "events_idempotency present: " + idx + ", rows " + std::to_string(r.rows) + ", mids " +

@@ -575,7 +575,10 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     for (int c = 0; c < o.convs; ++c)
         for (int m = 0; m < o.members; ++m) {
             const auto& u = ws_world.members[static_cast<std::size_t>(c)][static_cast<std::size_t>(m)];
-            bool is_sender = m == 0 && c < o.senders;
+            // Senders fill the conversations' first members first: one per
+            // conversation while senders <= convs (the workload),
+            // several members of each (a busy group) beyond that.
+            bool is_sender = m * o.convs + c < o.senders;
             auto cl = std::make_shared<Client>(run, u.token, "bench-install", ws_world.convs[static_cast<std::size_t>(c)],
                                                u.user, is_sender, index++);
             clients.push_back(cl);
@@ -760,7 +763,7 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    if (o.senders > o.convs) o.senders = o.convs;
+    if (o.senders > o.convs * o.members) o.senders = o.convs * o.members;
     // Many sockets: raise the descriptor limit (imserver inherits it).
     rlimit rl{};
     ::getrlimit(RLIMIT_NOFILE, &rl);
