@@ -8,7 +8,7 @@
 #   2. build-fuzz/   libFuzzer (clang): request parser and SDK frame decoder,
 #                    kept regression inputs, then IM_FUZZ_SECONDS (60) each
 #   3. build-asan/   ASan+UBSan: the server's and the SDK's test suites
-#   4. build-tsan/   TSan: the server's contract and resilience tests
+#   4. build-tsan/   TSan: the server's contract, resilience and group-commit tests
 # IM_TEST_STAGES (default "plain fuzz asan tsan") picks stages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,19 +41,20 @@ asan() {
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_SANITIZE=address,undefined \
         -DIM_BUILD_DEMO=OFF >/dev/null
     cmake --build build-asan -j"$jobs" --target imserver server_codec_test server_contract_test \
-        server_resilience_test server_fuzz_test tst_codec tst_client tst_kill tst_integration tst_obligations \
+        server_resilience_test server_group_commit_test server_fuzz_test tst_codec tst_client tst_kill tst_integration tst_obligations \
         tst_reconnect im_sdk_killhelper
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         ctest -j2 --output-on-failure --timeout 1800 \
-        -R '^(server_(codec|contract|resilience|fuzz)_test|sdk\.tst_(codec|client|kill|integration|obligations|reconnect))$')
+        -R '^(server_(codec|contract|resilience|group_commit|fuzz)_test|sdk\.tst_(codec|client|kill|integration|obligations|reconnect))$')
 }
 
 tsan() {
     cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_SANITIZE=thread \
         -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null
-    cmake --build build-tsan -j"$jobs" --target imserver server_contract_test server_resilience_test
+    cmake --build build-tsan -j"$jobs" --target imserver server_contract_test server_resilience_test \
+        server_group_commit_test
     (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        ctest -j1 --output-on-failure --timeout 1800 -R '^server_(contract|resilience)_test$')
+        ctest -j1 --output-on-failure --timeout 1800 -R '^server_(contract|resilience|group_commit)_test$')
 }
 
 fuzz() {
