@@ -146,10 +146,15 @@ bool SendCombiner::submit(Identity who, std::vector<req::Send> sends, std::vecto
     return false;
 }
 
-std::vector<SendCombiner::Item> SendCombiner::take(const std::vector<std::string>& done) {
+void SendCombiner::release(std::vector<std::string>& done) {
+    for (const auto& conv : done) held_.erase(held_.find(conv));
+    done.clear();
+}
+
+std::vector<SendCombiner::Item> SendCombiner::take(std::vector<std::string>& done) {
     std::vector<Item> items;
     std::lock_guard lk(mu_);
-    for (const auto& conv : done) held_.erase(held_.find(conv));
+    release(done);
     // Oldest first; several runs of one conversation may share the group
     // (the statement runs them in order under one row lock).
     for (auto it = queue_.begin(); it != queue_.end() && items.size() < max_runs_;) {
@@ -176,8 +181,7 @@ void SendCombiner::drain(pqxx::connection_base* c) {
             // The connection broke in the last group: a fresh job takes the
             // rest, so the pool replaces the connection first.
             std::lock_guard lk(mu_);
-            for (const auto& conv : held) held_.erase(held_.find(conv));
-            held.clear();
+            release(held);
             if (queue_.empty()) {
                 --active_;
                 return;
@@ -186,7 +190,6 @@ void SendCombiner::drain(pqxx::connection_base* c) {
             c = nullptr; // the pool is stopping: what is left gets UNAVAILABLE here
         }
         auto items = take(held);
-        held.clear();
         if (items.empty()) return;
         for (const auto& it : items) held.push_back(it.sends.front().conv);
         // The round-trip watchdog bounds one group, not a worker's whole busy spell.
@@ -202,7 +205,6 @@ void SendCombiner::drain(pqxx::connection_base* c) {
             results = ctx_.store.send_runs(*c, runs);
         } catch (const std::exception& e) { // never strand a run (or this worker's slot)
             log_error("send_group_failed", {{"err", e.what()}});
-            results.clear();
             for (const auto& it : items)
                 results.emplace_back(it.sends.size(), unavailable("retry with the same request"));
         }

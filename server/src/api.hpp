@@ -77,7 +77,6 @@ public:
     /// Queues a run; false when too many runs wait already (answer UNAVAILABLE).
     bool submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
                 RepliesDone done);
-    std::size_t workers() const { return max_workers_; }
 
 private:
     struct Item {
@@ -90,7 +89,9 @@ private:
     /// The next group under the lock, skipping conversations other groups
     /// hold; empty (and this worker signed off) when nothing can be taken.
     /// `done` are the conversations of this worker's last group, released.
-    std::vector<Item> take(const std::vector<std::string>& done);
+    std::vector<Item> take(std::vector<std::string>& done);
+    /// Gives back the conversations of a finished group (mu_ held); clears `done`.
+    void release(std::vector<std::string>& done);
 
     ApiContext& ctx_;
     DbPool& pool_;

@@ -264,8 +264,7 @@ TEST_F(Contract, a_request_the_database_rejects_is_terminal_and_fails_alone_in_i
         frame(0);
         bool waiting = false;
         for (int i = 0; i < 400 && !waiting; ++i) {
-            waiting = pg->scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                 "AND application_name LIKE 'imserver-pool-%'") == "1";
+            waiting = pg->pool_workers_waiting_on_locks() == 1;
             if (!waiting) std::this_thread::sleep_for(25ms);
         }
         ASSERT_TRUE(waiting) << "the first send never reached the row lock";

@@ -58,8 +58,7 @@ struct Queued {
         lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(blocker.conv) + " FOR UPDATE");
         first.send_json({{"t", "send"}, {"rid", "b"}, {"conv", blocker.conv}, {"cmid", "b"}, {"body", "blocked"}});
         ASSERT_TRUE(wait_for([&] {
-            return pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                             "AND application_name LIKE 'imserver-pool-%'") == "1";
+            return pg.pool_workers_waiting_on_locks() == 1;
         }, 20s)) << "the first send never reached the row lock";
         queue();
         ASSERT_TRUE(wait_for([&] { return srv.metric("im_send_runs_queued") == runs; }, 20s))
@@ -245,8 +244,7 @@ TEST(SendWorkers, sends_take_at_most_their_workers_and_reads_pass_the_queued_sen
         lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(a.conv) + " FOR UPDATE");
         ca->send_json({{"t", "send"}, {"rid", "a"}, {"conv", a.conv}, {"cmid", "a1"}, {"body", "blocked"}});
         ASSERT_TRUE(wait_for([&] {
-            return pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                             "AND application_name LIKE 'imserver-pool-%'") == "1";
+            return pg.pool_workers_waiting_on_locks() == 1;
         }, 20s)) << "the first send never reached the row lock";
         cb->send_json({{"t", "send"}, {"rid", "b"}, {"conv", b.conv}, {"cmid", "b1"}, {"body", "queued"}});
         ASSERT_TRUE(wait_for([&] { return srv.metric("im_send_runs_queued") == 1; }, 20s))
@@ -264,9 +262,7 @@ TEST(SendWorkers, sends_take_at_most_their_workers_and_reads_pass_the_queued_sen
         // ... while the send still waits, unwritten: it never took a second worker.
         EXPECT_EQ(srv.metric("im_send_runs_queued"), 1);
         EXPECT_EQ(count_rows(pg, "conv_id = " + q(b.conv) + " AND kind = 'msg'"), "0");
-        EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                            "AND application_name LIKE 'imserver-pool-%'"),
-                  "1");
+        EXPECT_EQ(pg.pool_workers_waiting_on_locks(), 1);
         lock.abort();
     }
     for (auto [c, rid] : {std::pair{ca.get(), "a"}, std::pair{cb.get(), "b"}}) {
@@ -319,16 +315,13 @@ TEST(SendWorkers, a_conversation_held_elsewhere_occupies_one_send_worker_and_oth
     ServerProcess srv{pg.url(), {"--quiet", "--db-pool", "3", "--send-workers", "2", "--db-timeout-ms", "30000"}};
     auto a = make_world(pg.url(), "swhot", 3), b = make_world(pg.url(), "swcold", 2);
     auto a1 = login(srv.port(), a.users[0]), a2 = login(srv.port(), a.users[1]), b1 = login(srv.port(), b.users[0]);
-    auto waiting_on_locks = [&] {
-        return pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                         "AND application_name LIKE 'imserver-pool-%'");
-    };
     {
         pqxx::connection holder(pg.url());
         pqxx::work lock(holder);
         lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(a.conv) + " FOR UPDATE");
         a1->send_json({{"t", "send"}, {"rid", "a1"}, {"conv", a.conv}, {"cmid", "a1"}, {"body", "first"}});
-        ASSERT_TRUE(wait_for([&] { return waiting_on_locks() == "1"; }, 20s)) << "a1 never reached the row lock";
+        ASSERT_TRUE(wait_for([&] { return pg.pool_workers_waiting_on_locks() == 1; }, 20s))
+            << "a1 never reached the row lock";
         a2->send_json({{"t", "send"}, {"rid", "a2"}, {"conv", a.conv}, {"cmid", "a2"}, {"body", "second"}});
         ASSERT_TRUE(wait_for([&] { return srv.metric("im_send_runs_queued") == 1; }, 20s))
             << "queued runs: " << srv.metric("im_send_runs_queued");
@@ -340,7 +333,7 @@ TEST(SendWorkers, a_conversation_held_elsewhere_occupies_one_send_worker_and_oth
         // timeout could have freed a worker), with one worker on the lock.
         EXPECT_FALSE(a1->next(200ms).has_value()) << "a1 was answered before the lock went";
         EXPECT_FALSE(a2->next(200ms).has_value()) << "a2 was answered before the lock went";
-        EXPECT_EQ(waiting_on_locks(), "1");
+        EXPECT_EQ(pg.pool_workers_waiting_on_locks(), 1);
         EXPECT_EQ(srv.metric("im_send_runs_queued"), 1);
         EXPECT_EQ(count_rows(pg, "conv_id = " + q(b.conv) + " AND kind = 'msg'"), "1");
         lock.abort();

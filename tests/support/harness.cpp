@@ -123,6 +123,11 @@ std::string TestPostgres::scalar(const std::string& sql, const std::string& db) 
     return r[0][0].c_str();
 }
 
+long long TestPostgres::pool_workers_waiting_on_locks() const {
+    return std::stoll(scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                             "AND application_name LIKE 'imserver-pool-%'"));
+}
+
 std::vector<pid_t> TestPostgres::pids() const {
     std::vector<pid_t> out;
     std::ifstream pidfile(root_ + "/data/postmaster.pid");

@@ -50,6 +50,9 @@ public:
     /// The PIDs of this cluster's processes (postmaster first), and only
     /// of this cluster: for freezing it with SIGSTOP.
     std::vector<pid_t> pids() const;
+    /// imserver's database workers (any gateway's pool) now waiting on a
+    /// lock, e.g. a conversation's row lock held by the test.
+    long long pool_workers_waiting_on_locks() const;
 
 private:
     TempDir dir_;
