@@ -253,6 +253,16 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         emit d.q->outboxChanged();
         return;
     }
+    if (code == proto::code::Unauthenticated) {
+        // Not a verdict on the message: the device lost its access (revoked,
+        // or a new token) and the server wrote nothing. The entry stays
+        // Pending for when the app signs in again; the server closes this
+        // connection, and the next hello reports UNAUTHENTICATED.
+        if (current)
+            retry(item, code);
+        emit d.q->outboxChanged();
+        return;
+    }
     if (code == proto::code::StaleInstall) {
         // Not a verdict on the message: the install is stale. Keep the entry
         // (resetInstall() keeps the outbox) and stop.

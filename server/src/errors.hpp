@@ -40,6 +40,8 @@ inline constexpr std::string_view not_member_msg = "conversation not visible";
 
 inline Error not_member() { return {Code::not_member, std::string(not_member_msg)}; }
 inline Error invalid(std::string msg) { return {Code::invalid_argument, std::move(msg)}; }
+/// Section 4: the device was revoked or got a new token (the connection closes).
+inline Error device_revoked() { return {Code::unauthenticated, "device revoked"}; }
 inline Error unavailable(std::string msg = "service unavailable, retry with the same request") {
     return {Code::unavailable, std::move(msg)};
 }

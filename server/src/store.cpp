@@ -87,17 +87,31 @@ Access load_access(pqxx::transaction_base& tx, const std::string& conv, const st
     return a;
 }
 
-// The conversation row and the caller's periods in one statement (one
-// round trip, one snapshot): what every read request starts with.
-std::optional<std::pair<ConvRow, Access>> load_conv_access(pqxx::transaction_base& tx, const std::string& conv,
-                                                           const std::string& user) {
+// "The caller's device still has its access" (section 4): the device
+// proved at hello, with the token it proved, not revoked. $dev, $user and
+// $tok are the parameter numbers of device id, user id and token hash (hex).
+std::string device_valid_sql(int dev, int user, int tok) {
+    return "EXISTS (SELECT 1 FROM devices d WHERE d.device_id = $" + std::to_string(dev) + " AND d.user_id = $" +
+           std::to_string(user) + " AND d.token_sha256 = decode($" + std::to_string(tok) +
+           ", 'hex') AND d.revoked_at IS NULL)";
+}
+
+// The caller's device still valid (section 4: a revoked device reads no
+// more events), the conversation row and the caller's periods, in one
+// statement (one round trip, one snapshot): what every read request starts
+// with. A read is ordered by this statement: one that began before a
+// revocation committed is answered as of then.
+Outcome<std::pair<ConvRow, Access>> load_conv_access(pqxx::transaction_base& tx, const std::string& conv,
+                                                     const Identity& who) {
     auto r = tx.exec_params("SELECT c.kind, c.next_seq, c.epoch, c.min_seq, c.recall_window_ms, c.push_full_max, "
-                            "p.from_seq, p.to_seq, p.from_seq IS NOT NULL "
-                            "FROM conversations c LEFT JOIN membership_periods p "
-                            "ON p.conv_id = c.conv_id AND p.user_id = $2 "
-                            "WHERE c.conv_id = $1 ORDER BY p.from_seq",
-                            conv, user);
-    if (r.empty()) return std::nullopt;
+                            "p.from_seq, p.to_seq, p.from_seq IS NOT NULL, dv.ok "
+                            "FROM (SELECT " + device_valid_sql(3, 2, 4) + " AS ok) dv "
+                            "LEFT JOIN conversations c ON c.conv_id = $1 "
+                            "LEFT JOIN membership_periods p ON p.conv_id = c.conv_id AND p.user_id = $2 "
+                            "ORDER BY p.from_seq",
+                            conv, who.user, who.device, who.token_sha256);
+    if (!r[0][9].as<bool>()) return device_revoked();
+    if (r[0][0].is_null()) return not_member(); // no such conversation
     ConvRow c = conv_row(r[0]);
     Access a;
     std::int64_t last_to = 0;
@@ -294,10 +308,16 @@ std::int64_t unread_in(pqxx::transaction_base& tx, const std::string& conv, cons
     return std::max<std::int64_t>(total, 0);
 }
 
-bool install_is_current(pqxx::transaction_base& tx, const Identity& who) {
-    auto r = tx.exec_params("SELECT current_install FROM devices WHERE device_id = $1 AND revoked_at IS NULL",
-                            who.device);
-    return !r.empty() && !r[0][0].is_null() && who.install == r[0][0].c_str();
+// The caller's device row, held (FOR SHARE) until the transaction ends, as
+// im_send_as does for sends (schema/007): a revocation or a new token
+// waits for this transaction, and one that committed first leaves no row
+// here. Its current install, or nothing when the device lost its access.
+std::optional<std::string> hold_device(pqxx::transaction_base& tx, const Identity& who) {
+    auto r = tx.exec_params("SELECT coalesce(current_install, '') FROM devices WHERE device_id = $1 AND user_id = $2 "
+                            "AND token_sha256 = decode($3, 'hex') AND revoked_at IS NULL FOR SHARE",
+                            who.device, who.user, who.token_sha256);
+    if (r.empty()) return std::nullopt;
+    return std::string(r[0][0].c_str());
 }
 
 // Device tokens never leave the process: PostgreSQL sees (and logs, and
@@ -360,11 +380,13 @@ Outcome<Store::SendResult> Store::send(pqxx::connection_base& c, const Identity&
 namespace {
 
 // Every query of `send`: steps 0-5 of contract section 6 run inside the
-// server-side function im_send (schema/003_send_function.sql), one round
-// trip per send or per pipelined run of sends to one conversation.
+// server-side function im_send (schema/003_send_function.sql, last
+// redefined by 006), one round trip per send or per pipelined run of sends
+// to one conversation. It is called through im_send_as (schema/007), which
+// first holds the sending device's row: a revoked device writes nothing.
 constexpr const char* send_stmt = "im_send";
-constexpr const char* send_sql =
-    "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send($1, $2, $3::text[], $4::text[], $5::text[], $6)";
+constexpr const char* send_sql = "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts "
+                                 "FROM im_send_as($1, $2, $3, $4, $5::text[], $6::text[], $7::text[], $8)";
 
 // The send rules im_send can be told to break (schema/004), by fault point.
 constexpr std::pair<std::string_view, std::string_view> send_rule_controls[] = {
@@ -384,6 +406,7 @@ Outcome<Store::SendResult> send_outcome(const std::string& conv_id, const pqxx::
     if (code == "ORIGINAL_EXPIRED") return Error{Code::original_expired, "the original was purged by retention"};
     if (code == "PREV_NOT_COMMITTED") return unavailable("the message named by 'prev' is not committed; send it first");
     if (code == "NO_SUCH_CONV") return Error{Code::not_member, "no such conversation"}; // lab: rule.same_error armed
+    if (code == "UNAUTHENTICATED") return device_revoked();
     if (code != "OK") throw std::runtime_error("im_send: unknown result code " + std::string(code));
     return Store::SendResult{Sent{conv_id, row[at + 1].as<std::int64_t>(), row[at + 2].c_str(), row[at + 4].as<bool>(),
                                   row[at + 3].as<std::int64_t>()},
@@ -442,7 +465,8 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                         for (auto [point, name] : send_rule_controls)
                             if (faults_.broken(point)) broken += (broken.empty() ? "" : ",") + std::string(name);
                         if (!broken.empty()) tx.exec_params("SELECT set_config('im.lab_broken', $1, true)", broken);
-                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, prevs, lock);
+                        rows = tx.exec_prepared(send_stmt, who.device, who.token_sha256, conv_id, who.user, cmids,
+                                                bodies, prevs, lock);
                         auto fc = faults_.hit("store.before_commit");
                         if (fc == FaultKind::unavailable) return Results(to - from, unavailable("injected fault"));
                         tx.commit();
@@ -450,7 +474,8 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                             for (std::size_t i = from; i < to; ++i) drop[i] = true;
                     } else {
                         pqxx::nontransaction tx(c); // autocommit: the call is the transaction
-                        rows = tx.exec_prepared(send_stmt, conv_id, who.user, cmids, bodies, prevs, lock);
+                        rows = tx.exec_prepared(send_stmt, who.device, who.token_sha256, conv_id, who.user, cmids,
+                                                bodies, prevs, lock);
                     }
                     Results part;
                     for (const auto& row : rows) part.push_back(send_outcome(conv_id, row, 1));
@@ -506,13 +531,15 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
     });
     const std::string name = "im_send_group_" + std::to_string(runs.size());
     std::string sql;
+    constexpr std::size_t per_run = 7; // device, token hash, conv, user, cmids, bodies, prevs
+    auto arg = [](std::size_t n) { return "$" + std::to_string(n); };
     for (std::size_t k = 0; k < order.size(); ++k) {
-        const std::size_t p = k * 5;
+        const std::size_t p = k * per_run;
         if (k) sql += " UNION ALL ";
-        sql += "SELECT " + std::to_string(k) + " AS g, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send($" +
-               std::to_string(p + 1) + ", $" + std::to_string(p + 2) + ", $" + std::to_string(p + 3) + "::text[], $" +
-               std::to_string(p + 4) + "::text[], $" + std::to_string(p + 5) + "::text[], $" +
-               std::to_string(order.size() * 5 + 1) + ")";
+        sql += "SELECT " + std::to_string(k) + " AS g, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send_as(" +
+               arg(p + 1) + ", " + arg(p + 2) + ", " + arg(p + 3) + ", " + arg(p + 4) + ", " + arg(p + 5) +
+               "::text[], " + arg(p + 6) + "::text[], " + arg(p + 7) + "::text[], " +
+               arg(order.size() * per_run + 1) + ")";
     }
     sql += " ORDER BY g, r_item";
     pqxx::result rows;
@@ -521,7 +548,8 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
         std::vector<std::string> params;
         for (std::size_t k : order) {
             const auto& run = *runs[k].sends;
-            params.insert(params.end(), {run.front().conv, runs[k].who->user,
+            params.insert(params.end(), {runs[k].who->device, runs[k].who->token_sha256, run.front().conv,
+                                         runs[k].who->user,
                                          send_field_array(run.begin(), run.end(), &req::Send::cmid),
                                          send_field_array(run.begin(), run.end(), &req::Send::body),
                                          send_field_array(run.begin(), run.end(), &req::Send::prev)});
@@ -639,9 +667,9 @@ Outcome<T> read_request(pqxx::connection_base& c, Read read) {
 Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const req::Sync& s) {
     return guarded<Page>("sync", [&]() -> Outcome<Page> {
       return read_request<Page>(c, [&](pqxx::transaction_base& tx, bool& raced) -> Outcome<Page> {
-        auto loaded = load_conv_access(tx, s.conv, who.user);
-        if (!loaded) return not_member();
-        auto& [conv_row, access] = *loaded;
+        auto loaded = load_conv_access(tx, s.conv, who);
+        if (!loaded) return loaded.error();
+        auto& [conv_row, access] = loaded.value();
         const ConvRow* conv = &conv_row;
         if (!access.any()) return not_member();
         if (faults_.broken("rule.membership_periods")) { // lab negative control only
@@ -688,9 +716,9 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
 Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& who, const req::History& h) {
     return guarded<HistoryPage>("history", [&]() -> Outcome<HistoryPage> {
       return read_request<HistoryPage>(c, [&](pqxx::transaction_base& tx, bool& raced) -> Outcome<HistoryPage> {
-        auto loaded = load_conv_access(tx, h.conv, who.user);
-        if (!loaded) return not_member();
-        auto& [conv_row, access] = *loaded;
+        auto loaded = load_conv_access(tx, h.conv, who);
+        if (!loaded) return loaded.error();
+        auto& [conv_row, access] = loaded.value();
         const ConvRow* conv = &conv_row;
         if (!access.any()) return not_member();
         if (h.epoch && *h.epoch != conv->epoch)
@@ -736,8 +764,8 @@ Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, con
         // Two autocommit statements: the event is committed if seq <= head;
         // a purge in between makes it NOT_FOUND, as it would be a moment later.
         pqxx::nontransaction tx(c);
-        auto loaded = load_conv_access(tx, f.conv, who.user);
-        if (!loaded) return not_member();
+        auto loaded = load_conv_access(tx, f.conv, who);
+        if (!loaded) return loaded.error();
         auto& access = loaded->second;
         if (!access.any()) return not_member();
         if (f.seq > access.head) return Error{Code::not_found, "no such event"};
@@ -754,6 +782,9 @@ Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, con
 Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who, const req::Convs& q) {
     return guarded<ConvList>("convs", [&]() -> Outcome<ConvList> {
         pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+        if (!tx.exec_params("SELECT " + device_valid_sql(1, 2, 3), who.device, who.user, who.token_sha256)[0][0]
+                 .as<bool>())
+            return device_revoked();
         // The user's conversations in conv_id order after `after`: a range
         // scan of membership_by_user (user_id, conv_id), one row more than
         // asked tells whether more remain.
@@ -803,7 +834,9 @@ Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who, co
 Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const req::Ack& a) {
     return guarded<Acked>("ack", [&]() -> Outcome<Acked> {
         pqxx::work tx(c);
-        if (!install_is_current(tx, who) && !faults_.broken("rule.stale_install")) return stale_install();
+        const auto install = hold_device(tx, who);
+        if (!install) return device_revoked();
+        if (*install != who.install && !faults_.broken("rule.stale_install")) return stale_install();
         auto conv = load_conv(tx, a.conv, false);
         if (!conv) return not_member();
         auto access = load_access(tx, a.conv, who.user, conv->next_seq);
@@ -823,7 +856,9 @@ Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const r
 Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const req::Read& rd, Notes& notes) {
     return guarded<ReadOk>("read", [&]() -> Outcome<ReadOk> {
         pqxx::work tx(c);
-        if (!install_is_current(tx, who) && !faults_.broken("rule.stale_install")) return stale_install();
+        const auto install = hold_device(tx, who);
+        if (!install) return device_revoked();
+        if (*install != who.install && !faults_.broken("rule.stale_install")) return stale_install();
         auto conv = load_conv(tx, rd.conv, false);
         if (!conv) return not_member();
         auto access = load_access(tx, rd.conv, who.user, conv->next_seq);
@@ -855,6 +890,7 @@ Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, c
                            who.user)
                 .empty())
             return not_member();
+        if (!hold_device(tx, who)) return device_revoked();
         auto conv = load_conv(tx, rc.conv, true);
         if (!conv) return not_member();
         auto access = load_access(tx, rc.conv, who.user, conv->next_seq);

@@ -72,8 +72,12 @@ void WsSession::post_revoked(std::string device, std::string token_sha256) {
 }
 
 // The device lost its access (revoked, or a new token): nothing more is
-// read or written for it. Replies not yet written become UNAUTHENTICATED,
-// unsent pushes are dropped, and the connection closes with 1008.
+// read or written for it. Requests still queued are answered
+// UNAUTHENTICATED, unsent pushes are dropped, and the connection closes with
+// 1008 at once, even with a request in the database: that request either
+// committed before the revocation (the database orders them, schema/007),
+// and a resend with a valid token finds it as a duplicate, or it is refused
+// there. Its reply, if it comes, is not written.
 void WsSession::revoked(const std::string& device, const std::string& token_sha256) {
     if (!who_ || who_->device != device || revoked_ || closed_) return;
     if (!token_sha256.empty() && who_->token_sha256 != token_sha256) return; // a newer token's connection
@@ -83,10 +87,10 @@ void WsSession::revoked(const std::string& device, const std::string& token_sha2
     drop_unsent();
     for (auto& p : queue_) {
         gw_->metrics().count_request(p.type, code_name(Code::unauthenticated));
-        send(encode_error({Code::unauthenticated, "device revoked"}, p.rid));
+        send(encode_error(device_revoked(), p.rid));
     }
     queue_.clear();
-    if (!busy_) close({websocket::close_code::policy_error, "device revoked"});
+    close({websocket::close_code::policy_error, "device revoked"});
 }
 
 // Drops the frames not yet handed to the socket (the front one is).
@@ -293,8 +297,8 @@ void WsSession::next() {
 
 // Writes one reply; false when the connection is closing because of it.
 bool WsSession::deliver(const Pending& item, Handled h) {
-    if (revoked_) { // the device was revoked while this request ran
-        h = error_reply({Code::unauthenticated, "device revoked"}, item.rid);
+    if (revoked_) { // the device was revoked while this request ran: not written (closing)
+        h = error_reply(device_revoked(), item.rid);
         h.close_after = false;
     }
     gw_->metrics().count_request(item.type, h.code);

@@ -208,7 +208,7 @@ Figure raw_baseline(const std::string& url, const Options& o) {
 }
 
 Figure direct_baseline(const std::string& url, const Options& o, const std::vector<std::string>& convs,
-                       const std::vector<std::string>& users) {
+                       const std::vector<im::Identity>& users) {
     im::FaultRegistry faults(false);
     im::Store store(faults, {});
     const std::string body = body_of(o.body);
@@ -216,7 +216,7 @@ Figure direct_baseline(const std::string& url, const Options& o, const std::vect
         o.senders, o, [&](int) { return std::make_unique<pqxx::connection>(url); },
         [&](pqxx::connection& c, int w, long k) {
             auto i = static_cast<std::size_t>(w) % convs.size();
-            im::Identity who{users[i], users[i] + "-d", "bench-install", {}};
+            const im::Identity& who = users[i];
             im::req::Send s;
             s.conv = convs[i];
             s.cmid = "d" + std::to_string(w) + "-" + std::to_string(k);
@@ -231,7 +231,7 @@ Figure direct_baseline(const std::string& url, const Options& o, const std::vect
 // (`im_send_workers`), each carrying senders / workers runs of one send to
 // its own conversations. Latency is per statement.
 Figure grouped_baseline(const std::string& url, const Options& o, int send_workers,
-                        const std::vector<std::string>& convs, const std::vector<std::string>& users) {
+                        const std::vector<std::string>& convs, const std::vector<im::Identity>& users) {
     im::FaultRegistry faults(false);
     im::Store store(faults, {});
     const std::string body = body_of(o.body);
@@ -249,7 +249,7 @@ Figure grouped_baseline(const std::string& url, const Options& o, int send_worke
             auto st = std::make_unique<State>(url);
             for (int r = 0; r < per; ++r) {
                 const auto i = static_cast<std::size_t>(w * per + r) % convs.size();
-                st->who.push_back(im::Identity{users[i], users[i] + "-d", "bench-install", {}});
+                st->who.push_back(users[i]);
                 im::req::Send s;
                 s.conv = convs[i];
                 s.body = body;
@@ -552,10 +552,20 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     auto sql_world = provision(url, "sq", std::min(o.convs, o.senders), 1);
     const pid_t pg = postmaster_pid(url);
 
-    std::vector<std::string> sql_convs, sql_users;
-    for (std::size_t i = 0; i < sql_world.convs.size(); ++i) {
-        sql_convs.push_back(sql_world.convs[i]);
-        sql_users.push_back(sql_world.members[i][0].user);
+    // Each SQL sender's identity as the server holds it after hello (the
+    // send checks the device and the token hash it proved).
+    std::vector<std::string> sql_convs;
+    std::vector<im::Identity> sql_users;
+    {
+        im::FaultRegistry faults(false);
+        im::Store store(faults, {});
+        pqxx::connection c(url);
+        for (std::size_t i = 0; i < sql_world.convs.size(); ++i) {
+            sql_convs.push_back(sql_world.convs[i]);
+            auto who = store.hello(c, {sql_world.members[i][0].token, "bench-install"});
+            if (!who) throw std::runtime_error("hello refused for " + sql_world.members[i][0].user);
+            sql_users.push_back(who.value());
+        }
     }
     Figure raw = raw_baseline(url, o);
     Figure direct = direct_baseline(url, o, sql_convs, sql_users);

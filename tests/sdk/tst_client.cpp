@@ -87,6 +87,7 @@ private slots:
     void reconnect_rotates_through_urls_with_backoff();
     void stale_install_on_hello_is_reported_and_stops_the_client();
     void stale_install_on_ack_is_reported();
+    void a_send_answered_unauthenticated_stays_pending_and_goes_once_accepted_again();
     void install_id_is_generated_once_and_sent_in_hello();
     void recall_goes_through_the_outbox_and_the_target_shows_recalled();
     void mark_read_sends_read_and_records_the_marker();
@@ -655,6 +656,31 @@ void TestClient::stale_install_on_ack_is_reported() {
     QVERIFY(f.openAndConnect());
     QTRY_COMPARE(stale.size(), 1);
     QCOMPARE(f.client.connectionState(), ConnectionState::Disconnected);
+}
+
+// A device revoked while its send was on the way: the server answers
+// UNAUTHENTICATED and writes nothing. That is no verdict on the message: it
+// stays Pending (never Failed) and goes once the server accepts the client
+// again (here: the fake server stops refusing; in real life a new token).
+void TestClient::a_send_answered_unauthenticated_stays_pending_and_goes_once_accepted_again() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    f.server.failWith.insert(QStringLiteral("send"), QStringLiteral("UNAUTHENTICATED"));
+    QSignalSpy states(&f.client, &Client::messageStateChanged);
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("kept"));
+    auto lastError = [&] {
+        const auto entries = f.client.outbox();
+        return entries.isEmpty() ? QString() : entries.first().lastError;
+    };
+    QTRY_COMPARE(lastError(), QStringLiteral("UNAUTHENTICATED"));
+    QCOMPARE(f.client.messageState(cmid), MessageState::Pending);
+    QCOMPARE(f.client.pendingCount(), 1);
+    QCOMPARE(f.outboxRows(), 1);
+    for (const auto &s : states)
+        QVERIFY(s.at(3).value<MessageState>() != MessageState::Failed);
+    f.server.failWith.clear();
+    QTRY_COMPARE(f.client.messageState(cmid), MessageState::Sent);
+    QCOMPARE(f.outboxRows(), 0);
 }
 
 void TestClient::install_id_is_generated_once_and_sent_in_hello() {

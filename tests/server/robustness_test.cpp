@@ -221,34 +221,135 @@ TEST(BackPressure, a_client_that_pipelines_5000_syncs_and_never_reads_is_closed_
     EXPECT_EQ(str(sync_conv(*other, w.conv, 0, 1), "t"), "page");
 }
 
-TEST(Revocation, revoking_a_device_closes_its_connections_on_both_gateways_and_a_racing_request_is_refused) {
+// Milliseconds from `t0` until each of `cs` is seen closed (watched
+// together, every 10 ms; 10 s at most).
+std::vector<long long> ms_until_closed(const std::vector<WsClient*>& cs, std::chrono::steady_clock::time_point t0) {
+    std::vector<long long> ms(cs.size(), -1);
+    for (;;) {
+        const auto now = std::chrono::steady_clock::now();
+        const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(now - t0).count();
+        bool all = true;
+        for (std::size_t i = 0; i < cs.size(); ++i) {
+            if (ms[i] < 0 && cs[i]->closed()) ms[i] = elapsed;
+            all = all && ms[i] >= 0;
+        }
+        if (all || elapsed > 10000) return ms;
+        std::this_thread::sleep_for(10ms);
+    }
+}
+
+// Contract section 4: the revoked device's connections on every gateway
+// close within 2 s, also one whose request is still waiting for a database
+// worker; that request, reaching the database after the revocation, writes
+// nothing.
+TEST(Revocation, revoking_a_device_closes_its_connections_on_both_gateways_within_2_s_even_with_a_request_waiting) {
     TestPostgres pg;
-    ServerProcess gw1(pg.url(), {"--quiet", "--enable-faults"}, "gw-1");
+    ServerProcess gw1(pg.url(), {"--quiet", "--enable-faults", "--db-pool", "1"}, "gw-1");
     ServerProcess gw2(pg.url(), {"--quiet"}, "gw-2");
     auto w = make_world(pg.url(), "revoke", 2);
     const auto& dev = w.users[0];
     auto on1 = login(gw1.port(), dev);
     auto on2 = login(gw2.port(), dev);
     auto bystander = login(gw1.port(), w.users[1]);
-    // A send that is inside its transaction when the revocation lands.
+    // The bystander's send holds gw1's only database worker for 3 s ...
     ASSERT_EQ(gw1.http("POST", "/lab/fault", "store.before_commit=delay:3000:1").first, 200);
-    on1->send_json({{"t", "send"}, {"rid", "racing"}, {"conv", w.conv}, {"cmid", "r1"}, {"body", "racing"}});
+    bystander->send_json({{"t", "send"}, {"rid", "hold"}, {"conv", w.conv}, {"cmid", "hold"}, {"body", "hold"}});
     ASSERT_TRUE(wait_until([&] { return gw1.metric("im_db_pool_in_use") >= 1; }, 10s));
+    // ... so the device's send waits in the gateway's queue.
+    on1->send_json({{"t", "send"}, {"rid", "queued"}, {"conv", w.conv}, {"cmid", "queued"}, {"body", "queued"}});
+    ASSERT_TRUE(wait_until([&] { return gw1.metric("im_send_runs_queued") >= 1; }, 10s));
     admin_ok(pg.url(), {"device", "revoke", dev.device});
+    const auto revoked_at = std::chrono::steady_clock::now();
 
-    EXPECT_EQ(on2->wait_closed(10s), 1008);
-    EXPECT_EQ(on1->wait_closed(10s), 1008);
-    bool refused = false;
-    while (auto f = on1->next(100ms))
-        if (str(*f, "rid") == "racing") refused = str(*f, "code") == "UNAUTHENTICATED";
-    EXPECT_TRUE(refused) << "the racing send must be answered UNAUTHENTICATED";
+    const auto ms = ms_until_closed({on1.get(), on2.get()}, revoked_at);
+    const long long ms1 = ms[0], ms2 = ms[1];
+    EXPECT_EQ(on1->wait_closed(1s), 1008);
+    EXPECT_EQ(on2->wait_closed(1s), 1008);
+    EXPECT_TRUE(ms1 >= 0 && ms1 <= 2000) << "the connection with a request waiting closed " << ms1 << " ms after the revocation";
+    EXPECT_TRUE(ms2 >= 0 && ms2 <= 2000) << "the other gateway's connection closed " << ms2 << " ms after the revocation";
     EXPECT_EQ(gw1.metric("im_revoked_closes_total"), 1);
     EXPECT_EQ(gw2.metric("im_revoked_closes_total"), 1);
+    // The bystander is answered; the queued send then runs and is refused.
+    std::optional<json::object> held;
+    while (!held)
+        if (auto f = bystander->next(20s); !f) break;
+        else if (str(*f, "rid") == "hold") held = f;
+    ASSERT_TRUE(held);
+    EXPECT_EQ(str(*held, "t"), "sent");
+    ASSERT_TRUE(wait_until([&] { return gw1.metric("im_send_runs_queued") == 0 && gw1.metric("im_db_pool_in_use") == 0; },
+                           20s));
+    EXPECT_EQ(count_rows(pg, "client_msg_id = 'queued'"), "0") << "a revoked device's send was written";
+    EXPECT_EQ(count_rows(pg, "client_msg_id = 'hold'"), "1");
     // Other devices keep their connections; the revoked token is refused.
     EXPECT_FALSE(bystander->closed());
     EXPECT_EQ(str(bystander->request({{"t", "convs"}}), "t"), "convs");
     WsClient fresh(gw2.port());
     EXPECT_EQ(str(fresh.hello(dev.token), "code"), "UNAUTHENTICATED");
+}
+
+// A send already inside its transaction when the revocation comes holds the
+// device's row: the revocation waits for its COMMIT. It took effect before
+// the revocation, so it is never answered as if it had not.
+TEST(Revocation, a_send_committing_when_the_revocation_comes_is_ordered_before_it_and_never_answered_unauthenticated) {
+    TestPostgres pg;
+    ServerProcess gw(pg.url(), {"--quiet", "--enable-faults"});
+    auto w = make_world(pg.url(), "ordered", 2);
+    const auto& dev = w.users[0];
+    auto c = login(gw.port(), dev);
+    ASSERT_EQ(gw.http("POST", "/lab/fault", "store.before_commit=delay:2000:1").first, 200);
+    c->send_json({{"t", "send"}, {"rid", "inside"}, {"conv", w.conv}, {"cmid", "inside"}, {"body", "inside"}});
+    ASSERT_TRUE(wait_until([&] { return gw.metric("im_db_pool_in_use") >= 1; }, 10s));
+    const auto t0 = std::chrono::steady_clock::now();
+    admin_ok(pg.url(), {"device", "revoke", dev.device});
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(count_rows(pg, "client_msg_id = 'inside'"), "1");
+    EXPECT_GE(waited, 1000) << "the revocation did not wait for the send holding the device";
+    EXPECT_EQ(c->wait_closed(10s), 1008);
+    // Its reply, if it was written before the close, is the truth.
+    while (auto f = c->next(100ms)) {
+        if (str(*f, "rid") == "inside") {
+            EXPECT_EQ(str(*f, "t"), "sent") << json::serialize(*f);
+        }
+    }
+}
+
+// A request that reaches the database after the revocation committed, before
+// the gateway heard of it (here: it never hears, the revocation is written
+// straight into the table), is refused there: UNAUTHENTICATED, the
+// connection closed, nothing written, nothing read.
+TEST(Revocation, a_request_reaching_the_database_after_the_revocation_gets_unauthenticated_and_changes_nothing) {
+    TestPostgres pg;
+    ServerProcess gw(pg.url(), {"--quiet"});
+    auto w = make_world(pg.url(), "raced", 2);
+    const auto& dev = w.users[0];
+    auto sender = login(gw.port(), dev);
+    auto reader = login(gw.port(), dev);
+    auto marker = login(gw.port(), dev);
+    auto recaller = login(gw.port(), dev);
+    auto lister = login(gw.port(), dev);
+    auto before = sender->request({{"t", "send"}, {"conv", w.conv}, {"cmid", "before"}, {"body", "before"}});
+    ASSERT_EQ(str(before, "t"), "sent");
+    {
+        pqxx::connection op(pg.url());
+        pqxx::work tx(op);
+        tx.exec_params("UPDATE devices SET revoked_at = now() WHERE device_id = $1", dev.device);
+        tx.commit();
+    }
+    auto refused = [](WsClient& c, json::object req) {
+        auto r = c.request(std::move(req));
+        EXPECT_EQ(str(r, "code"), "UNAUTHENTICATED") << json::serialize(r);
+        EXPECT_EQ(c.wait_closed(10s), 1008);
+    };
+    refused(*sender, {{"t", "send"}, {"conv", w.conv}, {"cmid", "after"}, {"body", "after"}});
+    refused(*reader, {{"t", "sync"}, {"conv", w.conv}, {"after", 0}});
+    refused(*marker, {{"t", "read"}, {"conv", w.conv}, {"seq", num(before, "seq")}});
+    refused(*recaller, {{"t", "recall"}, {"conv", w.conv}, {"cmid", "rc"}, {"target", num(before, "seq")}});
+    refused(*lister, {{"t", "convs"}});
+    EXPECT_EQ(count_rows(pg, "client_msg_id IN ('after', 'rc')"), "0");
+    pqxx::connection op(pg.url());
+    pqxx::nontransaction tx(op);
+    EXPECT_EQ(tx.exec_params("SELECT count(*) FROM read_markers WHERE conv_id = $1", w.conv)[0][0].as<int>(), 0);
 }
 
 TEST(Revocation, a_new_token_closes_the_connections_of_the_old_one) {
