@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include "nats_bus.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -191,11 +193,8 @@ const std::vector<Option>& options() {
                  c.bus = v;
                  return std::nullopt;
              }
-             std::stringstream ss(v);
-             std::string url;
-             int n = 0;
-             while (std::getline(ss, url, ',')) {
-                 ++n;
+             // Split as the bus splits it (one URL per server of the list).
+             for (const auto& url : NatsBus::servers(v)) {
                  const std::string scheme = "nats://";
                  auto colon = url.rfind(':');
                  int port = 0;
@@ -203,7 +202,6 @@ const std::vector<Option>& options() {
                      to_int(url.substr(colon + 1), 1, 65535, port))
                      return "expected 'postgres' or nats://HOST:PORT[,nats://HOST:PORT...], got '" + v + "'";
              }
-             if (n == 0) return std::string("expected 'postgres' or nats://HOST:PORT");
              c.bus = v;
              return std::nullopt;
          },

@@ -64,7 +64,10 @@ NatsBus::NatsBus(std::string url, std::string gateway_id, Metrics& metrics)
     : url_(std::move(url)), gateway_id_(std::move(gateway_id)), metrics_(metrics) {
     check(natsOptions_Create(&opts_), "options");
     const std::string name = "imserver-" + gateway_id_;
-    check(natsOptions_SetURL(opts_, url_.c_str()), "url");
+    const auto urls = servers(url_);
+    std::vector<const char*> list;
+    for (const auto& u : urls) list.push_back(u.c_str());
+    check(natsOptions_SetServers(opts_, list.data(), static_cast<int>(list.size())), "servers");
     check(natsOptions_SetName(opts_, name.c_str()), "name");
     check(natsOptions_SetMaxReconnect(opts_, -1), "reconnect");
     check(natsOptions_SetReconnectWait(opts_, 100), "reconnect wait");
@@ -118,6 +121,17 @@ void NatsBus::stop() {
             log_warn("bus_close_unconfirmed", {{"bus", "nats"}});
     }
     if (deliverer_.joinable()) deliverer_.join();
+}
+
+std::vector<std::string> NatsBus::servers(const std::string& url) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    for (;;) {
+        auto comma = url.find(',', start);
+        out.push_back(url.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (comma == std::string::npos) return out;
+        start = comma + 1;
+    }
 }
 
 std::vector<std::string> NatsBus::pack(const std::vector<std::string>& payloads, std::size_t max_bytes) {

@@ -7,6 +7,9 @@
 //   SENT <cmid> <body>       send() returned (the draft is in the durable outbox)
 //   ACK <cmid> <seq>         the server acknowledged it (MessageState::Sent)
 //   FAILED <cmid> <code>     a terminal error (the lab counts it as a failure)
+//   RETRY <cmid> <error> <n> attempt n was answered with a retryable error
+//                            (OutboxEntry::lastError: UNAVAILABLE, TIMEOUT,
+//                            DISCONNECTED) and the entry waits to be resent
 //   GATEWAY <id>             connected (again) to this gateway
 //   DRAINED                  STOPFILE appeared, sending stopped, outbox empty
 //   CONVERGED <n> <maxseq> <digest>
@@ -94,6 +97,21 @@ int main(int argc, char** argv) {
         finishIfSettled();
     });
     QObject::connect(&client, &im::Client::outboxChanged, &app, finishIfSettled);
+    // One RETRY line per failed attempt. An entry already back on the wire
+    // (inFlight) carries the error of the attempt before the current one.
+    std::map<QString, int> retried; // cmid -> the last attempt reported
+    QObject::connect(&client, &im::Client::outboxChanged, &app, [&] {
+        std::map<QString, int> still;
+        for (const auto& e : client.outbox()) {
+            int& reported = still[e.cmid];
+            if (auto it = retried.find(e.cmid); it != retried.end()) reported = it->second;
+            const int failed = e.inFlight ? e.attempts - 1 : e.attempts;
+            if (e.lastError.isEmpty() || failed <= reported) continue;
+            reported = failed;
+            say(QStringLiteral("RETRY %1 %2 %3").arg(e.cmid, e.lastError).arg(failed));
+        }
+        retried.swap(still);
+    });
     QObject::connect(sender, &QTimer::timeout, &app, [&] {
         if (QFile::exists(stopFile)) {
             sender->stop();
@@ -132,7 +150,9 @@ int main(int argc, char** argv) {
                 .arg(h, 16, 16, QLatin1Char('0')));
         QCoreApplication::exit(0);
     });
-    QTimer::singleShot(300000, &app, [] {
+    // A stray client ends by itself; the lab's longest runs
+    // (IM_SCALEOUT_ROUNDS) stay well inside this.
+    QTimer::singleShot(1800000, &app, [] {
         std::fprintf(stderr, "client timed out\n");
         QCoreApplication::exit(3);
     });

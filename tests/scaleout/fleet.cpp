@@ -89,6 +89,7 @@ ClientFacts facts_of(const ClientRun& c) {
         else if (word == "ACK") f.acked[a] = std::stoll(b);
         else if (word == "FAILED") f.failed.push_back(a + " " + b);
         else if (word == "GATEWAY") f.gateways.push_back(a);
+        else if (word == "RETRY") ++f.retries[b.substr(0, b.find(' '))];
         else if (word == "DRAINED") f.drained = true;
         else if (word == "CONVERGED") f.converged = a + " " + b;
     }
@@ -178,7 +179,10 @@ std::string Verdict::summary() const {
     std::ostringstream o;
     o << "sent=" << sent << " acked=" << acked << " lost=" << lost << " doubled=" << doubled
       << " unacked=" << unacked << " failed=" << failed << " gaps=" << gaps << " diverged=" << diverged
-      << " stray=" << stray << " reconnects=" << reconnects;
+      << " stray=" << stray << " reconnects=" << reconnects << " retries=";
+    if (retries.empty()) o << 0;
+    for (auto it = retries.begin(); it != retries.end(); ++it)
+        o << (it == retries.begin() ? "" : ",") << it->first << ":" << it->second;
     return o.str();
 }
 
@@ -235,6 +239,7 @@ Verdict verify(const std::string& db_url, const Clients& clients) {
         v.acked += static_cast<long>(f.acked.size());
         v.failed += static_cast<long>(f.failed.size());
         v.reconnects += f.gateways.empty() ? 0 : static_cast<long>(f.gateways.size()) - 1;
+        for (const auto& [error, n] : f.retries) v.retries[error] += n;
         for (const auto& e : f.failed) v.problems.push_back(r.user + ": failed " + e);
         for (const auto& [cmid, body] : f.sent) {
             all_bodies.insert(body);

@@ -50,6 +50,7 @@ struct ClientFacts {
     std::map<std::string, std::string> sent;           // cmid -> body
     std::map<std::string, std::int64_t> acked;         // cmid -> seq
     std::vector<std::string> failed, gateways;
+    std::map<std::string, long> retries;               // retryable error -> failed attempts
     bool drained = false;
     std::optional<std::string> converged;              // "n maxseq digest"
 };
@@ -81,6 +82,7 @@ private:
 struct Verdict {
     long sent = 0, acked = 0, lost = 0, doubled = 0, unacked = 0, failed = 0, gaps = 0, diverged = 0, stray = 0,
          reconnects = 0;
+    std::map<std::string, long> retries; // every client's failed attempts, by retryable error
     std::vector<std::string> problems;
     bool ok() const { return problems.empty(); }
     std::string summary() const;

@@ -5,10 +5,16 @@
 //
 //   im_scaleout [SCENARIO...]     default: all of them
 //
+// IM_SCALEOUT_ROUNDS=N (default 1, ctest's) repeats the rolling restart of
+// all three gateways N times and fails over N times (the killed node
+// rejoins as the standby between failovers): the longer run of
+// docs/scaling.md.
+//
 // Scenarios:
 //   bus-postgres      pushes across gateways in seq order; LISTEN sessions
 //                     terminated -> every subscriber gets resync
-//   bus-nats          the same with --bus nats://...; nats-server killed and
+//   bus-nats          the same with --bus nats://DEAD,nats://LIVE (a list
+//                     with a node that is down); nats-server killed and
 //                     started again -> every subscriber gets resync
 //   rolling-restart   3 gateways behind HAProxy, SIGTERM + restart each in
 //                     turn under send traffic from SDK clients
@@ -17,9 +23,12 @@
 //                     and revocations reach gateways that listen only to
 //                     NATS; /readyz follows the NATS connection; a revocation
 //                     committed while NATS is down closes the device's
-//                     connections once the bus is back
+//                     connections once the bus is back; a send while NATS
+//                     is down answers UNAVAILABLE, and its resend once the
+//                     bus is back leaves one row for the key
 //   patroni-failover  the same fleet on a Patroni primary + synchronous
-//                     standby; SIGKILL the primary's node under traffic
+//                     standby; SIGKILL the primary's node under traffic;
+//                     the clients must have seen UNAVAILABLE and resent
 #include "fleet.hpp"
 #include "natsserver.hpp"
 #include "patroni.hpp"
@@ -46,6 +55,24 @@ long ms_since(Clock::time_point t) {
     return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
 }
 
+// IM_SCALEOUT_ROUNDS: how often the rolling restart and the failover repeat.
+int rounds() {
+    const char* v = std::getenv("IM_SCALEOUT_ROUNDS");
+    if (!v || !*v) return 1;
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (*end || n < 1 || n > 100) throw std::runtime_error(std::string("IM_SCALEOUT_ROUNDS: expected 1..100, got ") + v);
+    return static_cast<int>(n);
+}
+
+// "min-max ms (median m)" of a scenario's repeated timings.
+std::string spread(std::vector<long> ms) {
+    std::sort(ms.begin(), ms.end());
+    std::ostringstream o;
+    o << ms.front() << "-" << ms.back() << " ms (median " << ms[ms.size() / 2] << ")";
+    return o.str();
+}
+
 // Common gateway flags: quick drain so a rolling restart takes seconds.
 std::vector<std::string> gateway_flags(std::vector<std::string> extra = {}) {
     std::vector<std::string> f = {"--quiet", "--drain-timeout-ms", "5000", "--db-pool", "2", "--io-threads", "1"};
@@ -59,9 +86,12 @@ std::vector<test::World> make_worlds(const std::string& db, const std::string& p
     return {test::make_world(db, prefix + "a", 2), test::make_world(db, prefix + "b", 2)};
 }
 
-Outcome judge(const std::string& db, Clients& clients, std::ostringstream& figures) {
+// `extra` may add problems of its own to the verdict (a scenario's own demand).
+Outcome judge(const std::string& db, Clients& clients, std::ostringstream& figures,
+              const std::function<void(Verdict&)>& extra = {}) {
     clients.stop_and_converge(180s);
     auto v = verify(db, clients);
+    if (extra) extra(v);
     figures << v.summary();
     if (v.ok()) return {true, figures.str()};
     std::string detail = figures.str();
@@ -75,20 +105,26 @@ Outcome rolling_restart(const LabEnv& env, const std::string& label, const std::
     Fleet fleet(env, db, gateway_flags(bus_flags));
     Clients clients(env, fleet.ws_url(), make_worlds(db, label), 40);
     clients.wait_each_acked(5, 120s);
+    std::vector<long> drained, back;
+    const int n = rounds();
+    for (int round = 1; round <= n; ++round)
+        for (std::size_t i = 0; i < fleet.size(); ++i) {
+            auto t0 = Clock::now();
+            int rc = fleet.gateway(i).terminate(30s);
+            drained.push_back(ms_since(t0));
+            if (rc != 0)
+                return {false, "round " + std::to_string(round) + ": gw" + std::to_string(i + 1) + " exited " +
+                                   std::to_string(rc) + " on SIGTERM"};
+            fleet.gateway(i).restart();
+            wait_until([&] { return fleet.status(i) == "UP"; }, 60s, "HAProxy to see the restarted gateway UP");
+            back.push_back(ms_since(t0));
+            // Traffic must flow again before the next gateway goes.
+            auto before = clients.total_acked();
+            wait_until([&] { return clients.total_acked() >= before + 20; }, 60s, "sends to be acknowledged again");
+        }
     std::ostringstream figures;
-    for (std::size_t i = 0; i < fleet.size(); ++i) {
-        auto t0 = Clock::now();
-        int rc = fleet.gateway(i).terminate(30s);
-        long drained_ms = ms_since(t0);
-        if (rc != 0) return {false, "gw" + std::to_string(i + 1) + " exited " + std::to_string(rc) + " on SIGTERM"};
-        fleet.gateway(i).restart();
-        wait_until([&] { return fleet.status(i) == "UP"; }, 60s, "HAProxy to see the restarted gateway UP");
-        long back_ms = ms_since(t0);
-        // Traffic must flow again before the next gateway goes.
-        auto before = clients.total_acked();
-        wait_until([&] { return clients.total_acked() >= before + 20; }, 60s, "sends to be acknowledged again");
-        figures << "gw" << i + 1 << " drained " << drained_ms << " ms, UP again " << back_ms << " ms; ";
-    }
+    figures << drained.size() << " restarts in " << n << (n == 1 ? " round" : " rounds") << ": drained "
+            << spread(drained) << ", UP again " << spread(back) << "; ";
     auto outcome = judge(db, clients, figures);
     // Every client was on one of the restarted gateways: each must have moved.
     for (const auto& r : clients.runs()) {
@@ -180,13 +216,13 @@ std::string cut_pg_listeners(const std::string& db) {
 }
 
 Outcome admin_on_nats(NatsServer& nats, const std::string& db) {
-    const std::vector<std::string> flags = gateway_flags({"--bus", nats.url()});
+    const std::vector<std::string> flags = gateway_flags({"--bus", nats.cluster_url()});
     test::ServerProcess gw1(db, flags, "gw-1"), gw2(db, flags, "gw-2");
     auto w = test::make_world(db, "adminnats", 2);
     auto newcomer = test::make_user(db, test::unique_name("adminnats-new"));
     auto late = test::make_user(db, test::unique_name("adminnats-late")); // revoked while the bus is down
     auto admin = [&](std::vector<std::string> args) {
-        args.insert(args.begin(), {"--bus", nats.url()});
+        args.insert(args.begin(), {"--bus", nats.cluster_url()});
         return test::admin(db, args);
     };
     auto login = [](unsigned short port, const test::TestUser& u) {
@@ -241,6 +277,14 @@ Outcome admin_on_nats(NatsServer& nats, const std::string& db) {
     figures << "/readyz 503 while NATS is down; ";
     std::tie(rc, out) = admin({"device", "revoke", late.device});
     if (rc != 1) return {false, figures.str() + "admin revoke with NATS down exited " + std::to_string(rc)};
+    // A send while the bus is down commits but cannot be published: the
+    // sender must hear UNAVAILABLE (and resend the same key later).
+    const test::json::object down_send = {{"t", "send"}, {"conv", w.conv}, {"cmid", "while-nats-down"}, {"body", "d"}};
+    auto refused = watcher->request(down_send, 10s);
+    if (test::str(refused, "code") != "UNAVAILABLE")
+        return {false, figures.str() + "send with NATS down answered " + test::json::serialize(refused) +
+                           " (expected UNAVAILABLE)"};
+    figures << "send with NATS down answered UNAVAILABLE; ";
     if (late1->closed() || late2->closed()) return {false, figures.str() + "closed before the bus came back"};
     t0 = Clock::now();
     nats.start();
@@ -252,7 +296,20 @@ Outcome admin_on_nats(NatsServer& nats, const std::string& db) {
     figures << "revocation made while NATS was down closed both connections " << ms_since(t0)
             << " ms after NATS started; ";
     wait_until([&] { return ready(gw1) == 200 && ready(gw2) == 200; }, 30s, "/readyz 200 with NATS back");
-    figures << "/readyz 200 again";
+    figures << "/readyz 200 again; ";
+    // The resend of the refused key, once the bus is back: one row, and the
+    // reply names it.
+    auto resent = watcher->request(down_send, 10s);
+    if (test::str(resent, "t") != "sent")
+        return {false, figures.str() + "resend with NATS back answered " + test::json::serialize(resent)};
+    pqxx::connection pc(db);
+    pqxx::nontransaction tx(pc);
+    auto rows = tx.exec_params("SELECT count(*), min(seq) FROM events WHERE conv_id = $1 AND client_msg_id = $2",
+                               w.conv, "while-nats-down")[0];
+    if (rows[0].as<long>() != 1 || rows[1].as<std::int64_t>() != test::num(resent, "seq"))
+        return {false, figures.str() + "the key sent while NATS was down has " + rows[0].c_str() +
+                           " rows (expected 1, at the resend's seq " + std::to_string(test::num(resent, "seq")) + ")"};
+    figures << "its resend after: one row, seq " << test::num(resent, "seq");
     return {true, figures.str()};
 }
 
@@ -278,23 +335,48 @@ Outcome patroni_failover(const LabEnv& env) {
     };
     if (!write_ok("probe-before")) return {false, "the probe could not send before the failover"};
 
-    auto old_primary = ha.primary();
-    if (!old_primary) return {false, "no primary before the failover"};
-    auto acked_at_kill = clients.total_acked();
-    auto t0 = Clock::now();
-    ha.kill_node(*old_primary);
-    wait_until([&] { auto p = ha.primary(); return p && *p != *old_primary; }, 120s, "Patroni to promote the standby");
-    long promoted_ms = ms_since(t0);
-    int probes = 0;
-    wait_until([&] { return write_ok("probe-" + std::to_string(++probes)); }, 120s, "a write through HAProxy");
-    long writes_ms = ms_since(t0);
-    wait_until([&] { return clients.total_acked() >= acked_at_kill + 40; }, 120s, "the clients' sends to resume");
-    long clients_ms = ms_since(t0);
-
     std::ostringstream figures;
-    figures << "primary SIGKILLed; standby promoted after " << promoted_ms << " ms, writes through HAProxy after "
-            << writes_ms << " ms, clients' sends flowing after " << clients_ms << " ms; ";
-    return judge(db, clients, figures);
+    int probes = 0;
+    const int n = rounds();
+    for (int round = 1; round <= n; ++round) {
+        auto old_primary = ha.primary();
+        if (!old_primary) return {false, figures.str() + "no primary before failover " + std::to_string(round)};
+        auto acked_at_kill = clients.total_acked();
+        auto t0 = Clock::now();
+        ha.kill_node(*old_primary);
+        try {
+            wait_until([&] { auto p = ha.primary(); return p && *p != *old_primary; }, 120s,
+                       "Patroni to promote the standby");
+        } catch (const std::exception& e) {
+            return {false, figures.str() + e.what() + "\n" + ha.log_tail(1 - *old_primary)};
+        }
+        long promoted_ms = ms_since(t0);
+        wait_until([&] { return write_ok("probe-" + std::to_string(++probes)); }, 120s, "a write through HAProxy");
+        long writes_ms = ms_since(t0);
+        wait_until([&] { return clients.total_acked() >= acked_at_kill + 40; }, 120s, "the clients' sends to resume");
+        long clients_ms = ms_since(t0);
+        figures << (n == 1 ? "" : "failover " + std::to_string(round) + ": ")
+                << "primary SIGKILLed; standby promoted after " << promoted_ms << " ms, writes through HAProxy after "
+                << writes_ms << " ms, clients' sends flowing after " << clients_ms << " ms; ";
+        if (round == n) break;
+        // The killed node comes back as the standby for the next failover.
+        t0 = Clock::now();
+        ha.restart_node(*old_primary);
+        try {
+            wait_until([&] { return ha.has_sync_standby() && ha.is_sync_standby(*old_primary); }, 180s,
+                       "the old primary to rejoin as synchronous standby");
+        } catch (const std::exception& e) {
+            return {false, figures.str() + e.what() + "\n" + ha.log_tail(*old_primary)};
+        }
+        figures << "old primary back as synchronous standby after " << ms_since(t0) << " ms; ";
+    }
+    // What the senders saw while no primary answered: their gateway's
+    // database session broke or could not be opened, which answers
+    // UNAVAILABLE, and the SDK resent the same key (docs/scaling.md).
+    return judge(db, clients, figures, [](Verdict& v) {
+        if (!v.retries.count("UNAVAILABLE"))
+            v.problems.push_back("no client saw UNAVAILABLE (and resent) during the failover");
+    });
 }
 
 } // namespace
@@ -318,7 +400,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<NatsServer> nats; // shared by the scenarios on the NATS bus
     auto nats_bus = [&]() -> std::vector<std::string> {
         if (!nats) nats = std::make_unique<NatsServer>(env.config_dir);
-        return {"--bus", nats->url()};
+        return {"--bus", nats->cluster_url()};
     };
     auto restart_nats = [&](const std::string&) {
         nats->restart();

@@ -5,6 +5,7 @@ namespace im::scaleout {
 NatsServer::NatsServer(const std::string& config_dir) : dir_("imnats") {
     port_ = free_port();
     http_port_ = free_port();
+    dead_port_ = free_port();
     render(config_dir + "/nats.conf", dir_.path() + "/nats.conf",
            {{"PORT", std::to_string(port_)}, {"HTTP_PORT", std::to_string(http_port_)}});
     start();

@@ -15,6 +15,10 @@ class NatsServer {
 public:
     explicit NatsServer(const std::string& config_dir);
     std::string url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
+    /// What a deployment passes to --bus: every node of a NATS cluster. Here
+    /// a node that is down (a loopback port nobody listens on) first, then
+    /// this server: a bus that took the list as one URL never connects.
+    std::string cluster_url() const { return "nats://127.0.0.1:" + std::to_string(dead_port_) + "," + url(); }
     /// SIGKILL, then start again on the same port and wait until healthy.
     void restart();
     /// SIGKILL (the bus is down until start()).
@@ -24,7 +28,7 @@ public:
 
 private:
     test::TempDir dir_;
-    unsigned short port_ = 0, http_port_ = 0;
+    unsigned short port_ = 0, http_port_ = 0, dead_port_ = 0;
     std::unique_ptr<Proc> proc_;
 };
 

@@ -16,7 +16,7 @@ namespace im::scaleout {
 
 namespace fs = std::filesystem;
 
-PatroniCluster::PatroniCluster(const std::string& config_dir) : dir_("imha") {
+PatroniCluster::PatroniCluster(const std::string& config_dir) : dir_("imha"), config_dir_(config_dir) {
     scope_ = test::unique_name("im-lab");
     etcd_client_ = free_port();
     etcd_peer_ = free_port();
@@ -122,6 +122,12 @@ bool PatroniCluster::has_sync_standby() const {
     }
 }
 
+bool PatroniCluster::is_sync_standby(std::size_t i) const {
+    if (!nodes_[i].patroni) return false;
+    auto r = http_get(nodes_[i].rest_port, "/sync");
+    return r && r->first == 200;
+}
+
 void PatroniCluster::kill_postgres(const Node& n) {
     // Patroni starts the postmaster in a session of its own: find it by the
     // pid file of this node's data directory and kill its process group.
@@ -142,6 +148,10 @@ void PatroniCluster::kill_node(std::size_t i) {
     if (n.patroni) n.patroni->kill(); // first, so it cannot start PostgreSQL again
     kill_postgres(n);
     n.patroni.reset();
+}
+
+void PatroniCluster::restart_node(std::size_t i) {
+    if (!nodes_[i].patroni) start_node(nodes_[i], config_dir_);
 }
 
 std::string PatroniCluster::log_tail(std::size_t i) const {

@@ -24,8 +24,14 @@ public:
     std::optional<std::size_t> primary() const;
     /// True when the primary reports a synchronous standby streaming.
     bool has_sync_standby() const;
+    /// True when Patroni on node i says it is the synchronous standby (REST
+    /// GET /sync): only such a node is promoted in synchronous_mode.
+    bool is_sync_standby(std::size_t i) const;
     /// SIGKILL node i: its Patroni and every PostgreSQL process of it.
     void kill_node(std::size_t i);
+    /// Starts the killed node i's Patroni again on its data directory: it
+    /// rejoins as a standby of the current primary (pg_rewind if needed).
+    void restart_node(std::size_t i);
     std::string log_tail(std::size_t i) const;
     std::string patroni_yml(std::size_t i) const;
 
@@ -39,7 +45,7 @@ private:
     void kill_postgres(const Node& n);
 
     test::TempDir dir_;
-    std::string scope_;
+    std::string config_dir_, scope_;
     unsigned short etcd_client_ = 0, etcd_peer_ = 0;
     std::unique_ptr<Proc> etcd_;
     std::vector<Node> nodes_;

@@ -27,13 +27,25 @@ TEST(Bus, flag_takes_postgres_or_nats_urls_and_names_what_it_expects_otherwise) 
     EXPECT_FALSE(parse({"--bus", "postgres"}, cfg));
     EXPECT_EQ(cfg.bus, "postgres");
     for (const char* bad : {"kafka://x:1", "nats://", "nats://host", "nats://host:0", "nats://host:99999",
-                            "nats://a:1,redis://b:2", ""}) {
+                            "nats://a:1,redis://b:2", "nats://a:1,", "nats://a:1,,nats://b:2",
+                            "nats://a:1, nats://b:2", ""}) {
         im::Config c;
         auto e = parse({"--bus", bad}, c);
         ASSERT_TRUE(e) << bad;
         EXPECT_NE(e->find("--bus"), std::string::npos) << *e;
         EXPECT_EQ(c.bus, "postgres") << "a refused value changes nothing";
     }
+}
+
+TEST(Bus, a_nats_url_list_becomes_one_server_per_url_for_the_client_library) {
+    using V = std::vector<std::string>;
+    EXPECT_EQ(im::NatsBus::servers("nats://127.0.0.1:4222"), V{"nats://127.0.0.1:4222"});
+    EXPECT_EQ(im::NatsBus::servers("nats://a:4222,nats://b:4223,nats://c:4224"),
+              (V{"nats://a:4222", "nats://b:4223", "nats://c:4224"}));
+    // Empty items stay, so that --bus refuses them (above) instead of the
+    // bus quietly dropping a server the operator meant to list.
+    EXPECT_EQ(im::NatsBus::servers("nats://a:1,"), (V{"nats://a:1", ""}));
+    EXPECT_EQ(im::NatsBus::servers(""), V{""});
 }
 
 TEST(Bus, nats_messages_carry_every_payload_once_in_order_within_the_size_limit) {
