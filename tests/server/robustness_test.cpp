@@ -440,11 +440,12 @@ TEST(Revocation, a_revocation_committed_while_the_listen_session_is_down_closes_
     EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
 }
 
-TEST(HungDatabase, sigstopped_database_gives_unavailable_recovers_after_sigcont_and_sigterm_does_not_hang) {
+TEST(HungDatabase, sigstopped_database_gives_unavailable_in_the_stated_time_recovers_and_sigterm_does_not_hang) {
     TestPostgres pg;
-    ServerProcess srv(pg.url(), {"--quiet", "--db-timeout-ms", "2000"});
+    constexpr long long db_timeout_ms = 2000;
+    auto srv = with_short_deadline(pg, "db-timeout-ms", "5000", db_timeout_ms);
     auto w = make_world(pg.url(), "frozen", 2);
-    auto c = login(srv.port(), w.users[0]);
+    auto c = login(srv->port(), w.users[0]);
     ASSERT_EQ(str(send_msg(*c, w.conv, "before", "committed before the freeze"), "t"), "sent");
 
     // Traffic while frozen: a few pipelined sends, then one we wait for.
@@ -457,13 +458,36 @@ TEST(HungDatabase, sigstopped_database_gives_unavailable_recovers_after_sigcont_
         }
     } thaw{pids};
     for (pid_t p : pids) ASSERT_EQ(::kill(p, SIGSTOP), 0);
-    for (int i = 0; i < 5; ++i)
-        c->send_json({{"t", "send"}, {"rid", "f" + std::to_string(i)}, {"conv", w.conv},
-                      {"cmid", "frozen" + std::to_string(i)}, {"body", "while frozen"}});
-    auto during = send_msg(*c, w.conv, "during", "sent while frozen", 30s);
-    EXPECT_EQ(str(during, "code"), "UNAVAILABLE") << json::serialize(during);
-    EXPECT_EQ(srv.http("GET", "/readyz").first, 503);
-    EXPECT_GE(srv.metric("im_db_timeouts_total"), 1);
+    const auto frozen = Clock::now();
+    std::vector<std::string> rids;
+    for (int i = 0; i < 6; ++i) {
+        rids.push_back(i < 5 ? "f" + std::to_string(i) : "during");
+        c->send_json({{"t", "send"}, {"rid", rids.back()}, {"conv", w.conv},
+                      {"cmid", i < 5 ? "frozen" + std::to_string(i) : "during"}, {"body", "sent while frozen"}});
+    }
+    // The stated time (docs/operations.md, "Database hung"): a stalled round
+    // trip is cut after --db-timeout-ms, a reconnect to the frozen database
+    // gives up after the 3 s connect timeout, and a connection's requests
+    // are answered in order. So each answer comes within the longer of the
+    // two after the one before it (the first: after the freeze), whether its
+    // worker's connection was open (cut) or had to be made (connect
+    // timeout); 1 s of margin for a loaded machine.
+    const long long step_ms = std::max<long long>(db_timeout_ms, 3000);
+    long long previous_ms = 0;
+    std::string times;
+    for (std::size_t i = 0; i < rids.size(); ++i) {
+        auto f = c->next(30s);
+        ASSERT_TRUE(f.has_value()) << "no answer while the database was frozen";
+        EXPECT_EQ(str(*f, "code"), "UNAVAILABLE") << json::serialize(*f);
+        const long long at_ms = ms_since(frozen);
+        EXPECT_LE(at_ms - previous_ms, step_ms + 1000)
+            << str(*f, "rid") << " answered " << at_ms - previous_ms << " ms after the answer before it";
+        times += " " + str(*f, "rid") + "@" + std::to_string(at_ms);
+        previous_ms = at_ms;
+    }
+    std::printf("frozen database: UNAVAILABLE at%s ms (--db-timeout-ms %lld)\n", times.c_str(), db_timeout_ms);
+    EXPECT_EQ(srv->http("GET", "/readyz").first, 503);
+    EXPECT_GE(srv->metric("im_db_timeouts_total"), 1);
 
     for (pid_t p : pids) ::kill(p, SIGCONT);
     json::object r;
@@ -475,14 +499,82 @@ TEST(HungDatabase, sigstopped_database_gives_unavailable_recovers_after_sigcont_
         60s);
     EXPECT_TRUE(landed) << json::serialize(r);
     EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'during'"), "1");
-    EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
+    EXPECT_TRUE(wait_until([&] { return srv->http("GET", "/readyz").first == 200; }, 30s));
 
     // Frozen again, SIGTERM must still end the process.
     for (pid_t p : pids) ::kill(p, SIGSTOP);
     c->send_json({{"t", "send"}, {"rid", "x"}, {"conv", w.conv}, {"cmid", "x"}, {"body", "stuck"}});
-    int status = srv.terminate(60s);
+    int status = srv->terminate(60s);
     for (pid_t p : pids) ::kill(p, SIGCONT);
     EXPECT_NE(status, -1) << "imserver did not exit after SIGTERM with the database frozen";
+}
+
+TEST(HungGateway, a_gateway_frozen_inside_a_send_does_not_keep_the_conversation_locked) {
+    TestPostgres pg;
+    // Gateway A's own round-trip limit is far away: what must free the row
+    // lock is PostgreSQL ending A's session idle in transaction (10 s, set
+    // by imserver on its connections), not anything A does.
+    ServerProcess gw_a(pg.url(), {"--quiet", "--enable-faults", "--db-timeout-ms", "60000"}, "gw-a");
+    ServerProcess gw_b(pg.url(), {"--quiet", "--db-timeout-ms", "30000"}, "gw-b");
+    auto w = make_world(pg.url(), "cutoff", 2);
+    auto on_a = login(gw_a.port(), w.users[0]);
+    auto on_b = login(gw_b.port(), w.users[1]);
+
+    // A's send holds the conversation's row lock, then sits before COMMIT.
+    ASSERT_EQ(gw_a.http("POST", "/lab/fault", "store.before_commit=delay:5000:1").first, 200);
+    on_a->send_json({{"t", "send"}, {"rid", "a"}, {"conv", w.conv}, {"cmid", "cut"}, {"body", "cut off"}});
+    std::string backend;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            backend = pg.scalar("SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' "
+                                "AND application_name LIKE 'imserver-pool-%'");
+            return !backend.empty();
+        },
+        10s))
+        << "gateway A's send never sat inside its transaction";
+    const auto idle_since = Clock::now(); // PostgreSQL's idle clock started a moment before
+    // The gateway is cut off: it never sends COMMIT, nor closes its socket.
+    struct Thaw {
+        pid_t pid;
+        ~Thaw() { ::kill(pid, SIGCONT); }
+    } thaw{gw_a.pid()};
+    ASSERT_EQ(::kill(gw_a.pid(), SIGSTOP), 0);
+
+    // B's send to the same conversation commits once PostgreSQL has ended
+    // A's session (resent with the same key should B's lock wait time out).
+    json::object r;
+    const bool committed = wait_until(
+        [&] {
+            r = send_msg(*on_b, w.conv, "after-cut", "from gateway B", 30s);
+            return str(r, "t") == "sent";
+        },
+        30s);
+    const long long waited_ms = ms_since(idle_since);
+    ASSERT_TRUE(committed) << json::serialize(r);
+    // idle_in_transaction_session_timeout (10 s) plus a 5 s margin; and not
+    // before it: the lock really was held until then.
+    EXPECT_LE(waited_ms, 10000 + 5000) << "the conversation stayed locked past the idle-in-transaction timeout";
+    EXPECT_GE(waited_ms, 8000) << "B did not wait for A's lock: the test did not hold it";
+    std::printf("gateway frozen mid-send: B committed %lld ms after A went idle in transaction\n", waited_ms);
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = " + backend), "0")
+        << "A's backend outlived the timeout";
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'after-cut'"), "1");
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'cut'"), "0")
+        << "the cut-off transaction must not commit";
+
+    // A comes back: its send was rolled back (UNAVAILABLE), and the resend
+    // with the same key is stored once, after B's.
+    ASSERT_EQ(::kill(gw_a.pid(), SIGCONT), 0);
+    std::optional<json::object> a_reply;
+    while (!a_reply || str(*a_reply, "rid") != "a") {
+        a_reply = on_a->next(20s);
+        ASSERT_TRUE(a_reply.has_value()) << "no reply to A's send after SIGCONT";
+    }
+    EXPECT_EQ(str(*a_reply, "code"), "UNAVAILABLE") << json::serialize(*a_reply);
+    auto resent = send_msg(*on_a, w.conv, "cut", "cut off");
+    EXPECT_EQ(str(resent, "t"), "sent") << json::serialize(resent);
+    EXPECT_GT(num(resent, "seq"), num(r, "seq"));
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'cut'"), "1");
 }
 
 } // namespace
