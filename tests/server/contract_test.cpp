@@ -227,14 +227,24 @@ TEST_F(Contract, a_stranger_gets_not_member_without_waiting_on_a_held_row_lock) 
     ASSERT_EQ(lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE").size(), 1u);
     auto c = login(port(), stranger);
     // Step 0 (C4): no lock is taken for a caller without any period, so the
-    // answer comes while the lock is still held (waiting would end in the
-    // server's lock timeout and UNAVAILABLE instead).
-    auto s = send_msg(*c, w.conv, "probe", "hello?", 30s);
+    // answer comes while the lock is still held, at once: waiting would take
+    // the server's round-trip limit (--db-timeout-ms, 5 s) or its lock
+    // timeout (10 s) and end in UNAVAILABLE. 2 s is far from both.
+    auto timed = [&](const json::object& req) {
+        const auto asked = std::chrono::steady_clock::now();
+        auto reply = c->request(req, 30s);
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked);
+        EXPECT_LT(ms.count(), 2000) << json::serialize(req) << " waited on the held row lock";
+        return reply;
+    };
+    auto s = timed({{"t", "send"}, {"conv", w.conv}, {"cmid", "probe"}, {"body", "hello?"}});
     EXPECT_EQ(str(s, "code"), "NOT_MEMBER") << json::serialize(s);
-    auto r = c->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(first, "seq")}, {"cmid", "r1"}}, 30s);
+    auto r = timed({{"t", "recall"}, {"conv", w.conv}, {"target", num(first, "seq")}, {"cmid", "r1"}});
     EXPECT_EQ(str(r, "code"), "NOT_MEMBER") << json::serialize(r);
-    auto u = send_msg(*c, unique_name("nosuchconv"), "probe", "hello?", 30s);
+    auto u = timed({{"t", "send"}, {"conv", unique_name("nosuchconv")}, {"cmid", "probe"}, {"body", "hello?"}});
     EXPECT_EQ(str(u, "code"), "NOT_MEMBER") << json::serialize(u);
+    // Still held: the answers came while it was.
+    EXPECT_EQ(lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE NOWAIT").size(), 1u);
     lock.abort();
     EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv)), "3");
 }
