@@ -14,8 +14,16 @@
 #include <fstream>
 #include <regex>
 
+#include <filesystem>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 using namespace im::test;
 
@@ -507,6 +515,147 @@ TEST(HungDatabase, sigstopped_database_gives_unavailable_in_the_stated_time_reco
     int status = srv->terminate(60s);
     for (pid_t p : pids) ::kill(p, SIGCONT);
     EXPECT_NE(status, -1) << "imserver did not exit after SIGTERM with the database frozen";
+}
+
+// A TCP front on 127.0.0.1 for the test cluster's Unix socket, so a gateway
+// reaches PostgreSQL over TCP (keepalives and tcp_user_timeout act on TCP
+// only). Each connection is relayed byte for byte by two threads.
+class TcpFront {
+public:
+    explicit TcpFront(std::string unix_path) : path_(std::move(unix_path)) {
+        listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(listener_, 64) != 0 ||
+            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+            throw std::runtime_error("TcpFront: cannot listen");
+        port_ = ntohs(a.sin_port);
+        acceptor_ = std::thread([this] { run(); });
+    }
+    ~TcpFront() {
+        ::shutdown(listener_, SHUT_RDWR);
+        acceptor_.join();
+        ::close(listener_);
+        std::lock_guard lk(mu_);
+        for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+        for (auto& t : relays_) t.join();
+        for (int fd : fds_) ::close(fd);
+    }
+    unsigned short port() const { return port_; }
+
+private:
+    void run() {
+        for (;;) {
+            int in = ::accept(listener_, nullptr, nullptr);
+            if (in < 0) return;
+            int out = ::socket(AF_UNIX, SOCK_STREAM, 0);
+            sockaddr_un u{};
+            u.sun_family = AF_UNIX;
+            std::snprintf(u.sun_path, sizeof u.sun_path, "%s", path_.c_str());
+            if (::connect(out, reinterpret_cast<sockaddr*>(&u), sizeof u) != 0) {
+                ::close(in);
+                ::close(out);
+                continue;
+            }
+            std::lock_guard lk(mu_);
+            fds_.push_back(in);
+            fds_.push_back(out);
+            relays_.emplace_back([in, out] { relay(in, out); });
+            relays_.emplace_back([in, out] { relay(out, in); });
+        }
+    }
+    static void relay(int from, int to) {
+        char buf[16384];
+        for (;;) {
+            ssize_t n = ::read(from, buf, sizeof buf);
+            if (n <= 0) break;
+            for (ssize_t off = 0; off < n;) {
+                ssize_t w = ::write(to, buf + off, static_cast<std::size_t>(n - off));
+                if (w <= 0) return (void)::shutdown(from, SHUT_RDWR);
+                off += w;
+            }
+        }
+        ::shutdown(to, SHUT_RDWR);
+    }
+    std::string path_;
+    int listener_ = -1;
+    unsigned short port_ = 0;
+    std::thread acceptor_;
+    std::mutex mu_;
+    std::vector<int> fds_;
+    std::vector<std::thread> relays_;
+};
+
+// The TCP options of process `pid`'s sockets connected to 127.0.0.1:port,
+// read from copies of its descriptors (pidfd_getfd; the test is its parent).
+struct TcpOptions {
+    int keepalive = -1, idle = -1, interval = -1, count = -1;
+    unsigned user_timeout_ms = 0;
+};
+std::vector<TcpOptions> tcp_options_towards(pid_t pid, unsigned short port) {
+    std::vector<TcpOptions> out;
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) return out;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+        const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, std::stoi(e.path().filename()), 0));
+        if (fd < 0) continue;
+        sockaddr_in peer{};
+        socklen_t len = sizeof peer;
+        if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 && peer.sin_family == AF_INET &&
+            ntohs(peer.sin_port) == port) {
+            TcpOptions o;
+            socklen_t n = sizeof(int);
+            ::getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &o.keepalive, &n);
+            ::getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &o.idle, &n);
+            ::getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &o.interval, &n);
+            ::getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &o.count, &n);
+            n = sizeof o.user_timeout_ms;
+            ::getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &o.user_timeout_ms, &n);
+            out.push_back(o);
+        }
+        ::close(fd);
+    }
+    ::close(pidfd);
+    return out;
+}
+
+TEST(HungDatabase, every_database_connection_of_a_gateway_sets_keepalives_and_tcp_user_timeout) {
+    TestPostgres pg;
+    // "host=ROOT/run port=5432 ...": the socket file, and the same URL over TCP.
+    const std::string url = pg.url();
+    const std::regex host_port("host=(\\S+) port=(\\d+)");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(url, m, host_port)) << url;
+    TcpFront front(m[1].str() + "/.s.PGSQL." + m[2].str());
+    const std::string tcp_url =
+        std::regex_replace(url, host_port, "host=127.0.0.1 port=" + std::to_string(front.port()));
+    ServerProcess srv(tcp_url, {"--quiet"});
+    auto w = make_world(pg.url(), "keepalive", 2);
+    auto c = login(srv.port(), w.users[0]);
+    ASSERT_EQ(str(send_msg(*c, w.conv, "k", "over tcp"), "t"), "sent");
+    ASSERT_EQ(str(c->request({{"t", "sub"}}), "t"), "subscribed");
+    ASSERT_EQ(str(send_msg(*c, w.conv, "k2", "pushed"), "t"), "sent");
+    // The LISTEN session, pool workers, the fan-out's reader: every one.
+    std::vector<TcpOptions> conns;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            conns = tcp_options_towards(srv.pid(), front.port());
+            return conns.size() >= 3;
+        },
+        10s))
+        << conns.size() << " TCP connections to the database seen";
+    for (const auto& o : conns) {
+        EXPECT_EQ(o.keepalive, 1);
+        EXPECT_EQ(o.idle, 5);
+        EXPECT_EQ(o.interval, 2);
+        EXPECT_EQ(o.count, 3);
+        EXPECT_EQ(o.user_timeout_ms, 10000u);
+    }
+    std::printf("%zu database connections over TCP: keepalive idle 5 s, interval 2 s, count 3, "
+                "tcp_user_timeout 10000 ms each\n",
+                conns.size());
 }
 
 TEST(HungGateway, a_gateway_frozen_inside_a_send_does_not_keep_the_conversation_locked) {
