@@ -241,7 +241,8 @@ int run(int argc, char** argv) {
             if (d.started_cluster) d.cluster->stop();
         }
     } stopper{d};
-    prepare_schema(d.url, 5000);
+    const int applied = prepare_schema(d.url, 5000);
+    if (auto refusal = refuse_foreign_lab_database(d.url, applied, cfg)) throw Usage(*refusal);
     auto conn = open_connection(d.url, "imserver-admin");
     FaultRegistry faults(cfg.enable_faults);
     for (const auto& f : cfg.faults)

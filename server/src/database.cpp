@@ -3,6 +3,7 @@
 #include "db_pool.hpp"
 #include "log.hpp"
 #include "migrations.hpp"
+#include "store.hpp"
 
 #include <pqxx/pqxx>
 
@@ -38,6 +39,20 @@ int prepare_schema(const std::string& url, int wait_ms) {
             std::this_thread::sleep_for(std::chrono::milliseconds(500));
         }
     }
+}
+
+std::optional<std::string> refuse_foreign_lab_database(const std::string& url, int applied, const Config& cfg) {
+    if (!cfg.enable_faults) return std::nullopt; // parse_config refuses every --lab-* without it
+    const bool fresh = applied == static_cast<int>(all_migrations().size());
+    auto c = open_connection(url, "imserver-lab");
+    const bool lab = Store::lab_database(*c, fresh); // marks the database this start created
+    const char* harmful = cfg.lab.no_unique_index            ? "--lab-no-unique-index"
+                          : cfg.lab.purge_without_tombstones ? "--lab-purge-without-tombstones"
+                                                             : nullptr;
+    if (!harmful || lab) return std::nullopt;
+    return std::string(harmful) +
+           " refuses this database: it was not created by a lab run (its schema existed before; a lab run "
+           "only alters a database whose schema a start with --enable-faults made)";
 }
 
 } // namespace im

@@ -2,6 +2,7 @@
 // directory, started on demand.
 #pragma once
 
+#include "config.hpp"
 #include "pg_cluster.hpp"
 
 #include <memory>
@@ -22,5 +23,14 @@ Database open_database(const std::optional<std::string>& db_url, const std::stri
 /// Connects and applies migrations, retrying for up to `wait_ms` while the
 /// database is not reachable yet. Throws on failure.
 int prepare_schema(const std::string& url, int wait_ms);
+
+/// The lab's database guard, for the gateway and `imserver admin` alike. A
+/// start with --enable-faults whose prepare_schema() made the whole schema
+/// (`applied` = every migration) marks the database as the lab's own
+/// (`lab_marker`). The switches that harm data (--lab-no-unique-index,
+/// --lab-purge-without-tombstones) work only on such a database: otherwise
+/// this returns the refusal to print (exit status 2), before anything is
+/// altered.
+std::optional<std::string> refuse_foreign_lab_database(const std::string& url, int applied, const Config& cfg);
 
 } // namespace im

@@ -6,7 +6,6 @@
 #include "db_pool.hpp"
 #include "log.hpp"
 #include "metrics.hpp"
-#include "migrations.hpp"
 #include "gateway.hpp"
 #include "notifier.hpp"
 #include "nats_bus.hpp"
@@ -50,17 +49,15 @@ int serve(const im::Config& cfg) {
         }
     } stopper{db};
     const int applied = im::prepare_schema(db.url, 30000);
-    const bool fresh = applied == static_cast<int>(im::all_migrations().size());
+    if (auto refusal = im::refuse_foreign_lab_database(db.url, applied, cfg)) {
+        std::cerr << "imserver: " << *refusal << '\n';
+        return 2;
+    }
 
     if (cfg.lab.no_unique_index) {
         // The switch drops an index: only on a database a lab run created
-        // (its schema made by this start, or marked by such a start before).
+        // (checked above).
         auto c = im::open_connection(db.url, "imserver-lab");
-        if (!im::Store::lab_database(*c, fresh)) {
-            std::cerr << "imserver: --lab-no-unique-index refuses this database: it was not created by a lab run "
-                         "(its schema existed before; a lab run only alters an empty database it set up itself)\n";
-            return 2;
-        }
         im::Store::lab_drop_unique_index(*c);
         im::log_warn("lab_control_no_unique_index");
     } else {

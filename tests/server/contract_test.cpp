@@ -227,32 +227,50 @@ TEST_F(Contract, a_stranger_gets_not_member_without_waiting_on_a_held_row_lock) 
     ASSERT_EQ(lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE").size(), 1u);
     auto c = login(port(), stranger);
     // Step 0 (C4): no lock is taken for a caller without any period, so the
-    // answer comes while the lock is still held (waiting would end in the
-    // server's lock timeout and UNAVAILABLE instead).
-    auto s = send_msg(*c, w.conv, "probe", "hello?", 30s);
+    // answer comes while the lock is still held, at once: waiting would take
+    // the server's round-trip limit (--db-timeout-ms, 5 s) or its lock
+    // timeout (10 s) and end in UNAVAILABLE. 2 s is far from both.
+    auto timed = [&](const json::object& req) {
+        const auto asked = std::chrono::steady_clock::now();
+        auto reply = c->request(req, 30s);
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked);
+        EXPECT_LT(ms.count(), 2000) << json::serialize(req) << " waited on the held row lock";
+        return reply;
+    };
+    auto s = timed({{"t", "send"}, {"conv", w.conv}, {"cmid", "probe"}, {"body", "hello?"}});
     EXPECT_EQ(str(s, "code"), "NOT_MEMBER") << json::serialize(s);
-    auto r = c->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(first, "seq")}, {"cmid", "r1"}}, 30s);
+    auto r = timed({{"t", "recall"}, {"conv", w.conv}, {"target", num(first, "seq")}, {"cmid", "r1"}});
     EXPECT_EQ(str(r, "code"), "NOT_MEMBER") << json::serialize(r);
-    auto u = send_msg(*c, unique_name("nosuchconv"), "probe", "hello?", 30s);
+    auto u = timed({{"t", "send"}, {"conv", unique_name("nosuchconv")}, {"cmid", "probe"}, {"body", "hello?"}});
     EXPECT_EQ(str(u, "code"), "NOT_MEMBER") << json::serialize(u);
+    // Still held: the answers came while it was.
+    EXPECT_EQ(lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE NOWAIT").size(), 1u);
     lock.abort();
     EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv)), "3");
 }
 
-TEST_F(Contract, a_request_the_database_rejects_is_terminal_and_fails_alone_in_its_batch) {
-    auto w = make_world(db(), "poison", 2);
-    // An operator's constraint that exactly one body breaks: a failure every
-    // retry of that request meets, and no other request does.
-    const std::string check = unique_name("poison_check");
-    pg->scalar("ALTER TABLE events ADD CONSTRAINT \"" + check + "\" CHECK (conv_id <> " + q(w.conv) +
-               " OR body IS NULL OR body <> 'poison')");
-    auto c = login(port(), w.users[0]);
-    auto send_transactions = [&] { return srv->metric("im_send_transactions_total"); };
+// Four pipelined sends that go as one batch, the third of which the
+// database rejects on every try because of `check`, an operator's CHECK
+// expression on events that only the body "poison" fails (for a CHECK
+// violation) or cannot evaluate (for a data exception). `sqlstate_class`:
+// the two digits the rejection must carry ("23", "22").
+void expect_rejected_alone_in_its_batch(TestPostgres& pg, ServerProcess& srv, const World& w,
+                                        const std::string& check, const std::string& sqlstate_class) {
+    const std::string name = unique_name("poison_check");
+    pg.scalar("ALTER TABLE events ADD CONSTRAINT \"" + name + "\" CHECK (conv_id <> " + q(w.conv) +
+              " OR body IS NULL OR (" + check + "))");
+    struct Drop {
+        TestPostgres& pg;
+        std::string name;
+        ~Drop() { pg.scalar("ALTER TABLE events DROP CONSTRAINT \"" + name + "\""); }
+    } drop{pg, name};
+    auto c = login(srv.port(), w.users[0]);
+    auto send_transactions = [&] { return srv.metric("im_send_transactions_total"); };
     const long long before = send_transactions();
     // The row lock held elsewhere makes the first send wait inside the
     // database, so the next three queue up and go as one batch.
     {
-        pqxx::connection holder(db());
+        pqxx::connection holder(pg.url());
         pqxx::work lock(holder);
         lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE");
         const std::vector<std::pair<std::string, std::string>> frames = {
@@ -264,7 +282,7 @@ TEST_F(Contract, a_request_the_database_rejects_is_terminal_and_fails_alone_in_i
         frame(0);
         bool waiting = false;
         for (int i = 0; i < 400 && !waiting; ++i) {
-            waiting = pg->pool_workers_waiting_on_locks() == 1;
+            waiting = pg.pool_workers_waiting_on_locks() == 1;
             if (!waiting) std::this_thread::sleep_for(25ms);
         }
         ASSERT_TRUE(waiting) << "the first send never reached the row lock";
@@ -285,15 +303,29 @@ TEST_F(Contract, a_request_the_database_rejects_is_terminal_and_fails_alone_in_i
     EXPECT_EQ(str(replies["a"], "t"), "sent") << json::serialize(replies["a"]);
     EXPECT_EQ(str(replies["b"], "t"), "sent") << json::serialize(replies["b"]);
     EXPECT_EQ(str(replies["p"], "code"), "INVALID_ARGUMENT") << json::serialize(replies["p"]);
+    EXPECT_NE(str(replies["p"], "msg").find("(" + sqlstate_class), std::string::npos)
+        << "not the database's class " << sqlstate_class << " rejection: " << json::serialize(replies["p"]);
     EXPECT_EQ(str(replies["d"], "t"), "sent") << json::serialize(replies["d"]);
     EXPECT_EQ(num(replies["b"], "seq"), num(replies["a"], "seq") + 1);
     EXPECT_EQ(num(replies["d"], "seq"), num(replies["b"], "seq") + 1) << "the rejected one takes no seq";
     // Terminal: the resend meets the same answer, never UNAVAILABLE.
     auto again = send_msg(*c, w.conv, "p", "poison");
     EXPECT_EQ(str(again, "code"), "INVALID_ARGUMENT") << json::serialize(again);
-    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "3");
-    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'p'"), "0");
-    pg->scalar("ALTER TABLE events DROP CONSTRAINT \"" + check + "\"");
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "3");
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'p'"), "0");
+}
+
+TEST_F(Contract, a_request_the_database_rejects_is_terminal_and_fails_alone_in_its_batch) {
+    // A constraint violation (class 23).
+    expect_rejected_alone_in_its_batch(*pg, *srv, make_world(db(), "poison", 2), "body <> 'poison'", "23");
+}
+
+TEST_F(Contract, a_data_exception_is_terminal_and_fails_alone_in_its_batch) {
+    // A data exception (class 22: 22P02, invalid input syntax for type
+    // integer) that the body "poison" raises, as an operator's check or
+    // trigger that casts message text would.
+    expect_rejected_alone_in_its_batch(*pg, *srv, make_world(db(), "dataexc", 2),
+                                       "(CASE WHEN body = 'poison' THEN body ELSE '0' END)::int >= 0", "22");
 }
 
 TEST_F(Contract, a_removed_member_resending_an_old_key_gets_dup_not_not_member) {

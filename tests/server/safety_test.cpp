@@ -114,6 +114,46 @@ TEST(Safety, a_lab_switch_refuses_a_database_it_did_not_create_and_leaves_its_in
     }
 }
 
+TEST(Safety, purge_without_tombstones_refuses_a_database_it_did_not_create_and_purges_nothing) {
+    TestPostgres pg;
+    // Two messages with request keys in a conversation of `db`, sent through
+    // a gateway started with `gateway_flags` (its start makes the schema).
+    auto two_messages = [&](const std::string& db, std::vector<std::string> gateway_flags) {
+        ServerProcess srv(db, std::move(gateway_flags));
+        auto w = make_world(db, "purge", 2);
+        auto c = login(srv.port(), w.users[0]);
+        for (const char* cmid : {"k1", "k2"}) EXPECT_EQ(str(send_msg(*c, w.conv, cmid, "old"), "t"), "sent");
+        return w.conv;
+    };
+    auto purge_args = [](const std::string& conv) {
+        return std::vector<std::string>{"--enable-faults", "--lab-purge-without-tombstones", "purge", conv,
+                                        "--before-seq", "100"};
+    };
+
+    // An operator's database (schema made by a normal start).
+    const std::string db = pg.create_database("users_db");
+    const std::string conv = two_messages(db, {"--quiet"});
+    auto [rc, out] = admin(db, purge_args(conv));
+    EXPECT_EQ(rc, 2) << "admin --lab-purge-without-tombstones ran on a database it did not create: " << out;
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM events WHERE conv_id = " + q(conv), "users_db"), "4")
+        << "events were purged (without tombstones) from an operator's database";
+    EXPECT_EQ(pg.scalar("SELECT min_seq FROM conversations WHERE conv_id = " + q(conv), "users_db"), "1");
+    EXPECT_EQ(imserver_exit_code({"--db", db, "--listen", "127.0.0.1:0", "--quiet", "--enable-faults",
+                                  "--lab-purge-without-tombstones"},
+                                 60s),
+              2)
+        << "a gateway with the switch started on a database it did not create";
+
+    // A database whose schema a lab start (--enable-faults) made is the lab's.
+    const std::string lab = pg.create_database("lab_db");
+    const std::string lab_conv = two_messages(lab, {"--quiet", "--enable-faults"});
+    auto [lab_rc, purged] = admin(lab, purge_args(lab_conv));
+    EXPECT_EQ(lab_rc, 0);
+    EXPECT_EQ(purged, "4\n");
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM idem_tombstones WHERE conv_id = " + q(lab_conv), "lab_db"), "0")
+        << "the lab's negative control must purge without tombstones";
+}
+
 TEST(Safety, start_and_readyz_check_that_the_idempotency_index_exists) {
     TestPostgres pg;
     const std::string db = pg.url();
