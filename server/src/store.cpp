@@ -309,7 +309,7 @@ std::int64_t unread_in(pqxx::transaction_base& tx, const std::string& conv, cons
 }
 
 // The caller's device row, held (FOR SHARE) until the transaction ends, as
-// im_send_as does for sends (schema/007): a revocation or a new token
+// im_send does for sends (schema/007): a revocation or a new token
 // waits for this transaction, and one that committed first leaves no row
 // here. Its current install, or nothing when the device lost its access.
 std::optional<std::string> hold_device(pqxx::transaction_base& tx, const Identity& who) {
@@ -381,12 +381,12 @@ namespace {
 
 // Every query of `send`: steps 0-5 of contract section 6 run inside the
 // server-side function im_send (schema/003_send_function.sql, last
-// redefined by 006), one round trip per send or per pipelined run of sends
-// to one conversation. It is called through im_send_as (schema/007), which
-// first holds the sending device's row: a revoked device writes nothing.
+// redefined by 007), one round trip per send or per pipelined run of sends
+// to one conversation. Since 007 it first holds the sending device's row
+// (with the conversation's): a revoked device writes nothing.
 constexpr const char* send_stmt = "im_send";
 constexpr const char* send_sql = "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts "
-                                 "FROM im_send_as($1, $2, $3, $4, $5::text[], $6::text[], $7::text[], $8)";
+                                 "FROM im_send($1, $2, $3, $4, $5::text[], $6::text[], $7::text[], $8)";
 
 // The send rules im_send can be told to break (schema/004), by fault point.
 constexpr std::pair<std::string_view, std::string_view> send_rule_controls[] = {
@@ -536,7 +536,7 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
     for (std::size_t k = 0; k < order.size(); ++k) {
         const std::size_t p = k * per_run;
         if (k) sql += " UNION ALL ";
-        sql += "SELECT " + std::to_string(k) + " AS g, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send_as(" +
+        sql += "SELECT " + std::to_string(k) + " AS g, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send(" +
                arg(p + 1) + ", " + arg(p + 2) + ", " + arg(p + 3) + ", " + arg(p + 4) + ", " + arg(p + 5) +
                "::text[], " + arg(p + 6) + "::text[], " + arg(p + 7) + "::text[], " +
                arg(order.size() * per_run + 1) + ")";
