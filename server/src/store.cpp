@@ -87,13 +87,19 @@ Access load_access(pqxx::transaction_base& tx, const std::string& conv, const st
     return a;
 }
 
-// "The caller's device still has its access" (section 4): the device
-// proved at hello, with the token it proved, not revoked. $dev, $user and
-// $tok are the parameter numbers of device id, user id and token hash (hex).
+// "The caller's device still has its access" (section 4), as a condition
+// on `devices d`: the device proved at hello, with the token it proved, not
+// revoked. $dev, $user and $tok are the parameter numbers of device id,
+// user id and token hash (hex). (im_send, schema/007, spells the same rule
+// in SQL.)
+std::string device_valid_where(int dev, int user, int tok) {
+    return "d.device_id = $" + std::to_string(dev) + " AND d.user_id = $" + std::to_string(user) +
+           " AND d.token_sha256 = decode($" + std::to_string(tok) + ", 'hex') AND d.revoked_at IS NULL";
+}
+
+// The same as a boolean expression.
 std::string device_valid_sql(int dev, int user, int tok) {
-    return "EXISTS (SELECT 1 FROM devices d WHERE d.device_id = $" + std::to_string(dev) + " AND d.user_id = $" +
-           std::to_string(user) + " AND d.token_sha256 = decode($" + std::to_string(tok) +
-           ", 'hex') AND d.revoked_at IS NULL)";
+    return "EXISTS (SELECT 1 FROM devices d WHERE " + device_valid_where(dev, user, tok) + ")";
 }
 
 // The caller's device still valid (section 4: a revoked device reads no
@@ -103,13 +109,14 @@ std::string device_valid_sql(int dev, int user, int tok) {
 // revocation committed is answered as of then.
 Outcome<std::pair<ConvRow, Access>> load_conv_access(pqxx::transaction_base& tx, const std::string& conv,
                                                      const Identity& who) {
-    auto r = tx.exec_params("SELECT c.kind, c.next_seq, c.epoch, c.min_seq, c.recall_window_ms, c.push_full_max, "
-                            "p.from_seq, p.to_seq, p.from_seq IS NOT NULL, dv.ok "
-                            "FROM (SELECT " + device_valid_sql(3, 2, 4) + " AS ok) dv "
-                            "LEFT JOIN conversations c ON c.conv_id = $1 "
-                            "LEFT JOIN membership_periods p ON p.conv_id = c.conv_id AND p.user_id = $2 "
-                            "ORDER BY p.from_seq",
-                            conv, who.user, who.device, who.token_sha256);
+    static const std::string sql =
+        "SELECT c.kind, c.next_seq, c.epoch, c.min_seq, c.recall_window_ms, c.push_full_max, "
+        "p.from_seq, p.to_seq, p.from_seq IS NOT NULL, dv.ok "
+        "FROM (SELECT " + device_valid_sql(3, 2, 4) + " AS ok) dv "
+        "LEFT JOIN conversations c ON c.conv_id = $1 "
+        "LEFT JOIN membership_periods p ON p.conv_id = c.conv_id AND p.user_id = $2 "
+        "ORDER BY p.from_seq";
+    auto r = tx.exec_params(sql, conv, who.user, who.device, who.token_sha256);
     if (!r[0][9].as<bool>()) return device_revoked();
     if (r[0][0].is_null()) return not_member(); // no such conversation
     ConvRow c = conv_row(r[0]);
@@ -313,9 +320,9 @@ std::int64_t unread_in(pqxx::transaction_base& tx, const std::string& conv, cons
 // waits for this transaction, and one that committed first leaves no row
 // here. Its current install, or nothing when the device lost its access.
 std::optional<std::string> hold_device(pqxx::transaction_base& tx, const Identity& who) {
-    auto r = tx.exec_params("SELECT coalesce(current_install, '') FROM devices WHERE device_id = $1 AND user_id = $2 "
-                            "AND token_sha256 = decode($3, 'hex') AND revoked_at IS NULL FOR SHARE",
-                            who.device, who.user, who.token_sha256);
+    static const std::string sql =
+        "SELECT coalesce(d.current_install, '') FROM devices d WHERE " + device_valid_where(1, 2, 3) + " FOR SHARE";
+    auto r = tx.exec_params(sql, who.device, who.user, who.token_sha256);
     if (r.empty()) return std::nullopt;
     return std::string(r[0][0].c_str());
 }
@@ -782,8 +789,8 @@ Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, con
 Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who, const req::Convs& q) {
     return guarded<ConvList>("convs", [&]() -> Outcome<ConvList> {
         pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
-        if (!tx.exec_params("SELECT " + device_valid_sql(1, 2, 3), who.device, who.user, who.token_sha256)[0][0]
-                 .as<bool>())
+        static const std::string device_ok = "SELECT " + device_valid_sql(1, 2, 3);
+        if (!tx.exec_params(device_ok, who.device, who.user, who.token_sha256)[0][0].as<bool>())
             return device_revoked();
         // The user's conversations in conv_id order after `after`: a range
         // scan of membership_by_user (user_id, conv_id), one row more than

@@ -7,9 +7,22 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
+#include <thread>
 
 namespace im::test {
+
+/// Polls pred every 50 ms until it holds or timeout passes; its last answer.
+template <class Pred>
+bool wait_until(Pred pred, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(50ms);
+    }
+    return pred();
+}
 
 inline json::object send_msg(WsClient& c, const std::string& conv, const std::string& cmid, const std::string& body,
                              std::chrono::milliseconds timeout = 10s) {

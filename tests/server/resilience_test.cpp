@@ -39,12 +39,8 @@ TEST(Resilience, a_stopped_database_gives_unavailable_and_the_server_recovers_wi
     EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'during'"), "1");
     // Ready again without a restart (the bus session may come back a moment
     // after the pool's).
-    bool ready = false;
-    for (int i = 0; i < 300 && !ready; ++i) {
-        ready = srv.http("GET", "/readyz").first == 200;
-        if (!ready) std::this_thread::sleep_for(100ms);
-    }
-    EXPECT_TRUE(ready) << "/readyz did not come back to 200 after the database did";
+    EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s))
+        << "/readyz did not come back to 200 after the database did";
     EXPECT_FALSE(srv.wait_exit(10ms).has_value());
 }
 

@@ -35,15 +35,6 @@ namespace websocket = beast::websocket;
 using tcp = net::ip::tcp;
 
 
-template <class Pred>
-bool wait_until(Pred pred, std::chrono::milliseconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(50ms);
-    }
-    return pred();
-}
 
 using Clock = std::chrono::steady_clock;
 
