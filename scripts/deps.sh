@@ -3,11 +3,11 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ccache
   qt6-base-dev qt6-websockets-dev libqt6sql6-sqlite libgl-dev qt6-qpa-plugins
   libboost1.81-dev libboost-json1.81-dev libpqxx-dev
   postgresql libgtest-dev
-  libssl-dev
+  libssl-dev libjwt-dev
   openssl
   dpkg-dev
   file
