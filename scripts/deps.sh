@@ -1,14 +1,34 @@
 #!/usr/bin/env bash
-# Installs what building and testing need on Debian 12, only if missing.
+# Installs, only if missing, the Debian 12 packages one of the two jobs needs:
+#   bash scripts/deps.sh run    build and run the server, the demo app and the QML example
+#   bash scripts/deps.sh test   the above, plus what the tests and their stages use
+# (no argument: test, i.e. everything).
 set -euo pipefail
 
-packages=(
+run_packages=(
   build-essential cmake pkg-config ccache
   qt6-base-dev qt6-websockets-dev libqt6sql6-sqlite libgl-dev qt6-qpa-plugins
   libboost1.81-dev libboost-json1.81-dev libpqxx-dev
-  postgresql libgtest-dev
+  postgresql
   libssl-dev libjwt-dev
   openssl
+  libnats-dev
+  qt6-declarative-dev
+  qt6-declarative-dev-tools
+  qml6-module-qtqml-workerscript
+  qml6-module-qtquick
+  qml6-module-qtquick-controls
+  qml6-module-qtquick-layouts
+  qml6-module-qtquick-templates
+  qml6-module-qtquick-window
+)
+
+# The test command's own needs: GoogleTest, the packaging test (dpkg-dev,
+# file, lintian, man-db, systemd for systemd-analyze), the scale-out lab
+# (HAProxy, Patroni with etcd, NATS), the fuzz stage (clang, libFuzzer),
+# the QML test, and perf for the benchmarks' profiles.
+test_packages=(
+  libgtest-dev
   dpkg-dev
   file
   lintian
@@ -20,20 +40,18 @@ packages=(
   python3-psycopg2
   etcd-server
   nats-server
-  libnats-dev
   linux-perf
   clang
   libfuzzer-14-dev
-  qt6-declarative-dev
-  qt6-declarative-dev-tools
-  qml6-module-qtqml-workerscript
-  qml6-module-qtquick
-  qml6-module-qtquick-controls
-  qml6-module-qtquick-layouts
-  qml6-module-qtquick-templates
-  qml6-module-qtquick-window
+  libclang-rt-14-dev
   qml6-module-qttest
 )
+
+case "${1:-test}" in
+  run) packages=("${run_packages[@]}") ;;
+  test) packages=("${run_packages[@]}" "${test_packages[@]}") ;;
+  *) echo "usage: deps.sh [run|test]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,78 +1,110 @@
 #!/usr/bin/env bash
-# Builds everything and runs every test, in four stages (each in its own
-# build directory, the plain suite first so its result comes soonest):
-#   1. build/        every test: unit, integration against real PostgreSQL
-#                    clusters the tests start and remove themselves, SDK and
-#                    demo-app tests (offscreen Qt), the acceptance lab with its
-#                    negative controls, the 60 s invariant soak
-#   2. build-fuzz/   libFuzzer (clang): request parser and SDK frame decoder,
-#                    kept regression inputs, then IM_FUZZ_SECONDS (60) each
-#   3. build-asan/   ASan+UBSan: the server's and the SDK's test suites
-#   4. build-tsan/   TSan: the server's contract, resilience and group-commit tests
-# IM_TEST_STAGES (default "plain fuzz asan tsan") picks stages.
+# Builds and runs every test, in stages (each builds only what it runs):
+#   plain   build/        every ctest test but the benchmarks: unit, integration
+#                         against real PostgreSQL clusters the tests start and
+#                         remove themselves, SDK and demo-app tests (offscreen
+#                         Qt), the acceptance lab with its negative controls,
+#                         the scale-out lab, the packaging tests, the soak
+#   bench   build/        compiles the four benchmarks and runs each once, briefly
+#   fuzz    build-fuzz/   libFuzzer (clang): kept regression inputs, then
+#                         IM_FUZZ_SECONDS (60) per target
+#   asan    build-asan/   ASan+UBSan (-O1): the server's and the SDK's suites
+#   tsan    build-tsan/   TSan (-O1): the server suites that run threads
+# IM_TEST_STAGES (default "plain bench fuzz asan tsan") picks stages; what is
+# left out is named in the summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+all_stages="plain bench fuzz asan tsan"
+stages="${IM_TEST_STAGES:-$all_stages}"
+for s in $stages; do
+    case " $all_stages " in *" $s "*) ;; *) echo "unknown stage $s (stages: $all_stages)"; exit 2 ;; esac
+done
+bash scripts/deps.sh test
+source scripts/ccache-env.sh
 export QT_QPA_PLATFORM=offscreen
-stages="${IM_TEST_STAGES:-plain fuzz asan tsan}"
 jobs="$(nproc)"
 status=0
 summary=()
+logs="$(mktemp -d /tmp/imtest-logs-XXXXXX)"
 
 stage() { # name, then the command
     local name="$1"; shift
     local t0=$SECONDS
-    echo "== stage $name"
-    if "$@"; then
-        summary+=("$name: passed in $((SECONDS - t0)) s")
+    echo "== stage $name ($(date -u +%H:%M:%S))"
+    if "$@" 2>&1 | tee "$logs/$name.log"; then
+        summary+=("$name: passed in $((SECONDS - t0)) s ($(tests_line "$name"))")
     else
-        summary+=("$name: FAILED after $((SECONDS - t0)) s")
+        summary+=("$name: FAILED after $((SECONDS - t0)) s ($(tests_line "$name"))")
         status=1
     fi
 }
-
-plain() {
-    (cd build && ctest -j2 --output-on-failure --timeout 1200)
+tests_line() { # ctest's own count of what the stage ran
+    grep -Eo '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$logs/$1.log" | tail -1 || true
+}
+configure_plain() {
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_BUILD_TESTS=ON >/dev/null
 }
 
-# Sanitizer builds: Debug-ish optimisation keeps reports readable and the
-# build short; the demo app is left out (its GUI test is in the plain stage).
+# Each stage chains its steps with && : inside `if` (stage), set -e is off.
+plain() {
+    configure_plain &&
+    cmake --build build -j"$jobs" &&
+    (cd build && ctest -j2 --output-on-failure --timeout 1200 -LE bench)
+}
+
+bench() {
+    configure_plain &&
+    cmake --build build -j"$jobs" --target benchmarks &&
+    (cd build && ctest -j1 --output-on-failure -L bench)
+}
+
+# Sanitizer builds at -O1 (with -g): readable reports, a shorter build, and
+# still fast enough for the timing of the integration tests. The demo app is
+# left out (its GUI test is in the plain stage).
 asan() {
-    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_SANITIZE=address,undefined \
-        -DIM_BUILD_DEMO=OFF >/dev/null
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DIM_SANITIZE=address,undefined \
+        -DIM_BUILD_DEMO=OFF -DIM_BUILD_QML=OFF >/dev/null &&
     cmake --build build-asan -j"$jobs" --target imserver server_codec_test server_contract_test \
         server_resilience_test server_group_commit_test server_fuzz_test tst_codec tst_client tst_kill tst_integration tst_obligations \
-        tst_reconnect im_sdk_killhelper
+        tst_reconnect im_sdk_killhelper &&
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         ctest -j2 --output-on-failure --timeout 1800 \
         -R '^(server_(codec|contract|resilience|group_commit|fuzz)_test|sdk\.tst_(codec|client|kill|integration|obligations|reconnect))$')
 }
 
 tsan() {
-    cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_SANITIZE=thread \
-        -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null
+    cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DIM_SANITIZE=thread \
+        -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null &&
     cmake --build build-tsan -j"$jobs" --target imserver server_contract_test server_resilience_test \
-        server_group_commit_test
+        server_group_commit_test &&
     (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         ctest -j1 --output-on-failure --timeout 1800 -R '^server_(contract|resilience|group_commit)_test$')
 }
 
 fuzz() {
     cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_FUZZ=ON \
-        -DIM_BUILD_SERVER=OFF -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null
-    cmake --build build-fuzz -j"$jobs" --target fuzz_server_request fuzz_sdk_frame
+        -DIM_BUILD_SERVER=OFF -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null &&
+    cmake --build build-fuzz -j"$jobs" --target fuzz_server_request fuzz_sdk_frame &&
     (cd build-fuzz && ctest -j2 --output-on-failure -L fuzz)
 }
 
 for s in $stages; do
     case "$s" in
         plain) stage plain plain ;;
+        bench) stage bench bench ;;
+        fuzz) stage fuzz fuzz ;;
         asan) stage asan+ubsan asan ;;
         tsan) stage tsan tsan ;;
-        fuzz) stage fuzz fuzz ;;
-        *) echo "unknown stage $s"; exit 2 ;;
     esac
 done
-echo "== summary (total $SECONDS s)"
+left_out=()
+for s in $all_stages; do
+    case " $stages " in *" $s "*) ;; *) left_out+=("$s") ;; esac
+done
+echo "== summary (total $SECONDS s; logs in $logs)"
 printf '%s\n' "${summary[@]}"
+if [ ${#left_out[@]} -gt 0 ]; then
+    echo "left out by IM_TEST_STAGES: ${left_out[*]} (the whole proof is all of: $all_stages)"
+fi
+ccache -s 2>/dev/null | grep -E "Hits|Misses" | head -3 || true
 exit $status

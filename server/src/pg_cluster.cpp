@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -179,6 +180,49 @@ int PgCluster::run_tool(const std::vector<std::string>& argv, bool quiet) const 
     return spawn(argv, quiet ? root_ + "/tools.log" : "");
 }
 
+void PgCluster::initdb(const std::string& data, bool no_sync) const {
+    std::vector<std::string> argv = {bin_dir() + "/initdb", "-D", data, "-U", db_user, "--auth=trust",
+                                     "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"};
+    if (no_sync) argv.push_back("--no-sync");
+    int rc = run_tool(argv);
+    if (rc != 0) {
+        // Some minimal systems lack C.UTF-8; plain C with UTF8 encoding works anywhere.
+        fs::remove_all(data);
+        argv[6] = "--locale=C";
+        rc = run_tool(argv);
+    }
+    if (rc != 0) throw std::runtime_error("initdb failed; see " + root_ + "/tools.log");
+}
+
+// Throwaway (fast) clusters start as a copy of one initdb'd template per
+// machine user and PostgreSQL version: an initdb costs 1-2 s of CPU, a copy
+// a tenth of that, and a test run makes dozens. The template is built once
+// under a lock (tests run in parallel) and never started itself.
+std::string PgCluster::template_data() const {
+    const std::string bin = bin_dir();
+    const std::string ver = fs::path(bin).parent_path().filename().string();
+    const std::string dir = "/tmp/imserver-pg-template-" + std::to_string(::geteuid()) + "-" + ver;
+    int lock = ::open((dir + ".lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (lock < 0) throw std::runtime_error("cannot open " + dir + ".lock: " + std::strerror(errno));
+    struct Unlock {
+        int fd;
+        ~Unlock() { ::close(fd); } // closing drops the flock
+    } unlock{lock};
+    while (::flock(lock, LOCK_EX) != 0 && errno == EINTR) {
+    }
+    if (!fs::exists(dir)) {
+        fs::create_directory(dir);
+        ::chmod(dir.c_str(), 0700);
+        chown_tree(dir);
+    }
+    if (!safe_cluster_dir(dir)) throw std::runtime_error("refusing template folder " + dir + ": not private to us");
+    if (!fs::exists(dir + "/data/PG_VERSION")) {
+        fs::remove_all(dir + "/data");
+        PgCluster(dir).initdb(dir + "/data", /*no_sync=*/true);
+    }
+    return dir + "/data";
+}
+
 void PgCluster::ensure_initialized(bool fast) {
     fs::create_directories(root_);
     chown_tree(root_);
@@ -186,15 +230,13 @@ void PgCluster::ensure_initialized(bool fast) {
     if (fs::exists(root_ + "/data/PG_VERSION")) return;
     fs::create_directories(root_ + "/run");
     chown_tree(root_ + "/run");
-    int rc = run_tool({bin_dir() + "/initdb", "-D", root_ + "/data", "-U", db_user, "--auth=trust",
-                       "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"});
-    if (rc != 0) {
-        // Some minimal systems lack C.UTF-8; plain C with UTF8 encoding works anywhere.
-        fs::remove_all(root_ + "/data");
-        rc = run_tool({bin_dir() + "/initdb", "-D", root_ + "/data", "-U", db_user, "--auth=trust",
-                       "--encoding=UTF8", "--locale=C", "--no-instructions"});
+    const char* no_template = std::getenv("IM_PG_NO_TEMPLATE");
+    if (fast && !(no_template && *no_template)) {
+        if (run_tool({"/bin/cp", "-a", template_data(), root_ + "/data"}) != 0)
+            throw std::runtime_error("copying the template cluster failed; see " + root_ + "/tools.log");
+    } else {
+        initdb(root_ + "/data", fast);
     }
-    if (rc != 0) throw std::runtime_error("initdb failed; see " + root_ + "/tools.log");
     std::ofstream conf(root_ + "/data/postgresql.conf", std::ios::app);
     conf << "\n# written by imserver: private cluster on a Unix socket only\n"
          << "listen_addresses = ''\n"

@@ -3,8 +3,8 @@
 # checks their metadata and contents (dpkg-deb), lintian (no errors), the
 # systemd unit (systemd-analyze verify), unpacks them into a temporary root
 # and there: runs the packaged imserver, builds the SDK quick start against
-# the unpacked libimsdk-dev and runs it against that server until its message
-# is sent, and runs a QML test (packaged_qml.qml, qmltestrunner) on the
+# the unpacked libimsdk-dev and checks it loads the unpacked library (running
+# it against a server is sdk.package_consumer's part), and runs a QML test (packaged_qml.qml, qmltestrunner) on the
 # unpacked qml6-module-imsdk against the same server.
 # Usage: deb_test.sh BUILD_DIR QUICKSTART_SOURCE_DIR
 set -euo pipefail
@@ -131,7 +131,6 @@ done
 [ -s "$work/port" ] || { cat "$work/server.log"; fail "imserver did not get ready"; }
 port=$(cat "$work/port")
 "$root/usr/bin/imserver" admin --config '' --state-dir "$state" demo --out "$work/tokens.json" >/dev/null
-token=$("$root/usr/bin/imserver" admin --config '' --state-dir "$state" device add ana ana-quickstart)
 
 step "quick start against the unpacked libimsdk-dev"
 cmake -S "$quickstart" -B "$work/qs" -DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_BUILD_TYPE=Release \
@@ -140,9 +139,9 @@ grep -q "ImSdk_DIR:PATH=$root/usr/lib/cmake/ImSdk" "$work/qs/CMakeCache.txt" || 
 cmake --build "$work/qs" >>"$work/qs.log" 2>&1 || { cat "$work/qs.log"; fail "build"; }
 ldd "$work/qs/mychat" | matches "libimsdk.so.0 => $root/usr/lib/libimsdk.so.0" ||
     { ldd "$work/qs/mychat"; fail "mychat does not load the unpacked libimsdk.so.0"; }
-HOME="$work/home" XDG_DATA_HOME="$work/home/data" IM_SERVER="ws://127.0.0.1:$port/v1/ws" IM_TOKEN="$token" \
-    timeout 120 "$work/qs/mychat" >"$work/qs.out" 2>&1 || { cat "$work/qs.out"; fail "quick start did not get its message sent"; }
-grep -q 'MessageState::Sent' "$work/qs.out" || { cat "$work/qs.out"; fail "no Sent state printed"; }
+# Running the quick start against a server is sdk.package_consumer's job (the
+# same program from the same install components); here it must build and
+# load the unpacked library, which is what the package adds.
 
 step "import ImSdk from the unpacked qml6-module-imsdk"
 LD_LIBRARY_PATH="$root/usr/lib" ldd "$root$qmldir/libimsdkqml.so" | matches "libimsdk.so.0 => $root/usr/lib/libimsdk.so.0" ||
@@ -157,4 +156,4 @@ HOME="$work/home" LD_LIBRARY_PATH="$root/usr/lib" QT_QPA_PLATFORM=offscreen QT_Q
 kill -TERM "$server_pid"
 wait "$server_pid" || fail "imserver did not drain cleanly"
 server_pid=""
-echo "packages build, pass lintian and systemd-analyze, and the quick start and the QML module run against them"
+echo "packages build, pass lintian and systemd-analyze, the quick start builds against them and the QML module runs"
