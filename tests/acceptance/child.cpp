@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,8 @@ Child::Child(const std::vector<std::string>& argv) {
     if (::pipe(p) != 0) throw std::runtime_error("pipe failed");
     pid_ = ::fork();
     if (pid_ == 0) {
+        // Never outlive the lab (ctest's timeout SIGKILLs it, no destructor runs).
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
         ::dup2(p[1], 1);
         ::dup2(efd, 2);
         ::close(p[0]);

@@ -15,6 +15,9 @@
 #include <QtCore/QUrl>
 #include <QtTest/QtTest>
 
+#include <cstdio>
+#include <cstdlib>
+
 class RealServer {
 public:
     explicit RealServer(QString binary) : bin_(std::move(binary)) {}
@@ -77,10 +80,32 @@ public:
         if (proc_.state() == QProcess::NotRunning)
             return;
         proc_.terminate(); // SIGTERM: goaway, drain, stop PostgreSQL
-        if (!proc_.waitForFinished(60000)) {
+        bool clean = proc_.waitForFinished(60000);
+        if (!clean) {
             proc_.kill();
             proc_.waitForFinished();
         }
+#ifdef IM_SANITIZED
+        // A sanitizer build: a report in imserver's output, or an exit that is
+        // not a clean 0 after SIGTERM (LeakSanitizer exits non-zero), fails
+        // the test binary at exit.
+        const QByteArray out = proc_.readAll();
+        clean = clean && proc_.exitStatus() == QProcess::NormalExit && proc_.exitCode() == 0;
+        for (const char *mark : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
+                                 "runtime error:"})
+            clean = clean && !out.contains(mark);
+        if (!clean) {
+            std::fprintf(stderr, "---- imserver (exit %d) reported a sanitizer error or did not stop cleanly:\n%s\n"
+                                 "---- end of imserver output\n",
+                         proc_.exitCode(), out.constData());
+            static const bool registered = (std::atexit([] {
+                std::fprintf(stderr, "==== a child imserver failed its sanitizer check: failing the test\n");
+                std::fflush(nullptr);
+                std::_Exit(1);
+            }), true);
+            (void)registered;
+        }
+#endif
     }
 
     QString output() { return QString::fromUtf8(proc_.readAll()); }

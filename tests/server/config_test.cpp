@@ -77,6 +77,19 @@ TEST(Config, flag_beats_environment_beats_file_beats_default) {
     EXPECT_NE(line_of(r.out, "db-queue").find("# default"), std::string::npos);
 }
 
+// Contract section 3: a ping every 20 s and a silent connection closed
+// after 60 s, by default (the behaviour itself is tested with short values
+// in the resilience test; these are the values a default start runs with).
+TEST(Config, the_default_ping_period_is_20_s_and_the_idle_limit_60_s) {
+    TempDir dir("imcfg");
+    auto r = run_imserver(dir, "", "--config '' --print-config");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(line_of(r.out, "ping-interval-ms").substr(0, 24), "ping-interval-ms = 20000");
+    EXPECT_NE(line_of(r.out, "ping-interval-ms").find("# default"), std::string::npos);
+    EXPECT_EQ(line_of(r.out, "idle-timeout-ms").substr(0, 23), "idle-timeout-ms = 60000");
+    EXPECT_NE(line_of(r.out, "idle-timeout-ms").find("# default"), std::string::npos);
+}
+
 TEST(Config, printed_configuration_reads_back_as_the_same_configuration) {
     TempDir dir("imcfg");
     auto first = run_imserver(dir, "IM_GATEWAY_ID=gw-x IM_LISTEN=0.0.0.0:9443",

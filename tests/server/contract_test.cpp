@@ -41,6 +41,23 @@ TEST_F(Contract, resend_of_the_same_key_returns_the_original_seq_and_mid_with_du
     EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'k1'"), "1");
 }
 
+// Section 6, step 5: a send answered dup:true publishes its notification
+// again, so a gateway that died between COMMIT and its publish heals on the
+// sender's resend.
+TEST_F(Contract, a_resend_answered_dup_publishes_the_notification_again) {
+    auto w = make_world(db(), "duppub", 2);
+    auto c = login(port(), w.users[0]);
+    auto first = send_msg(*c, w.conv, "k1", "hello");
+    ASSERT_EQ(str(first, "t"), "sent") << json::serialize(first);
+    auto publishes = [&] { return srv->metric("im_bus_publishes_total"); };
+    ASSERT_TRUE(wait_until([&] { return publishes() > 0; }, 5s)) << "the first send was never published";
+    const long long before = publishes();
+    auto again = send_msg(*c, w.conv, "k1", "hello");
+    ASSERT_TRUE(again.at("dup").as_bool()) << json::serialize(again);
+    EXPECT_TRUE(wait_until([&] { return publishes() > before; }, 5s))
+        << "the duplicate was answered without publishing its notification again";
+}
+
 TEST_F(Contract, same_key_other_body_is_refused_and_the_stored_body_is_untouched) {
     auto w = make_world(db(), "mismatch", 2);
     auto c = login(port(), w.users[0]);
@@ -87,11 +104,15 @@ TEST_F(Contract, non_member_and_unknown_conversation_get_the_same_not_member) {
     }
 }
 
+// Across two gateways: one gateway queues a conversation's sends in its own
+// process, which alone would keep this test green without the unique index
+// and the row lock; two processes can only meet in the database.
 TEST_F(Contract, thirty_two_concurrent_identical_sends_make_one_row_and_one_dup_false) {
     auto w = make_world(db(), "conc", 2);
+    ServerProcess second(db(), {"--quiet"}, "gw-2");
     constexpr int n = 32;
     std::vector<std::unique_ptr<WsClient>> clients;
-    for (int i = 0; i < n; ++i) clients.push_back(login(port(), w.users[0]));
+    for (int i = 0; i < n; ++i) clients.push_back(login(i % 2 ? second.port() : port(), w.users[0]));
     std::vector<json::object> replies(n);
     std::barrier sync_point(n);
     std::vector<std::thread> threads;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -89,7 +90,33 @@ TempDir::~TempDir() {
 
 // ------------------------------------------------------------------ Postgres
 
+namespace {
+
+// A test that ctest's timeout killed (SIGKILL: no destructor ran) leaves its
+// cluster running. Each new test cluster first stops and removes the ones
+// whose test process is gone (owner.pid names it).
+void sweep_orphan_clusters() {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind("impg-", 0) != 0 || !e.is_directory(ec)) continue;
+        std::ifstream f(e.path() / "owner.pid");
+        pid_t owner = 0;
+        if (!(f >> owner) || owner <= 0 || ::kill(owner, 0) == 0 || errno != ESRCH) continue;
+        try {
+            if (fs::exists(e.path() / "pg" / "data", ec)) im::PgCluster(fs::canonical(e.path() / "pg").string()).stop("immediate");
+        } catch (...) {
+        }
+        im::remove_cluster_for_state_dir(e.path().string());
+        fs::remove_all(e.path(), ec);
+    }
+}
+
+} // namespace
+
 TestPostgres::TestPostgres() : dir_("impg") {
+    sweep_orphan_clusters();
+    std::ofstream(dir_.path() + "/owner.pid") << ::getpid() << '\n';
     root_ = im::cluster_root_for_state_dir(dir_.path());
     im::PgCluster c(root_);
     c.ensure_initialized(/*fast=*/true);
@@ -270,17 +297,60 @@ ServerProcess::ServerProcess(const std::string& db_url, std::vector<std::string>
     spawn();
 }
 
+namespace {
+
+// Under a sanitizer build (IM_SANITIZED, set by CMake with IM_SANITIZE) a
+// report in a child imserver's stderr, or a child that does not stop cleanly
+// on SIGTERM (LeakSanitizer runs at exit and exits non-zero), fails the test
+// binary: its exit status turns 1 at exit, whatever the tests said.
+#ifdef IM_SANITIZED
+constexpr bool sanitized_build = true;
+#else
+constexpr bool sanitized_build = false;
+#endif
+
+std::atomic<int> sanitizer_failures{0};
+
+void fail_at_exit_if_reported() {
+    if (const int n = sanitizer_failures.load()) {
+        std::cerr << "==== " << n << " imserver process(es) of this test reported a sanitizer error or did not "
+                     "exit 0 on SIGTERM: failing the test (see above)\n";
+        std::fflush(nullptr);
+        ::_exit(1);
+    }
+}
+
+constexpr const char* sanitizer_marks[] = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                                           "WARNING: ThreadSanitizer", "runtime error:"};
+
+} // namespace
+
+void note_sanitizer_failure(const std::string& what, const std::string& log) {
+    static const bool registered = (std::atexit(fail_at_exit_if_reported), true);
+    (void)registered;
+    ++sanitizer_failures;
+    std::cerr << "---- imserver: " << what << "; its stderr:\n" << log << "---- end of imserver stderr\n";
+}
+
 ServerProcess::~ServerProcess() {
-    if (pid_ > 0) kill();
-    // A sanitizer build reports into the server's stderr, which goes away
-    // with this directory: pass any report on to the test's own output.
-    const std::string text = log();
-    for (const char* mark : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
-                             "runtime error:"})
-        if (text.find(mark) != std::string::npos) {
-            std::cerr << "---- imserver (" << mark << "), its stderr:\n" << text << "---- end of imserver stderr\n";
-            break;
+    std::string stop_problem;
+    if (pid_ > 0) {
+        if (sanitized_build) {
+            // SIGTERM, so the leak check at exit runs and its verdict counts.
+            const int rc = terminate(60s);
+            if (rc != 0) stop_problem = rc < 0 ? "did not exit within 60 s of SIGTERM" : "exited " + std::to_string(rc) + " on SIGTERM";
+        } else {
+            kill();
         }
+    }
+    const std::string text = log();
+    for (const char* mark : sanitizer_marks)
+        if (text.find(mark) != std::string::npos) {
+            if (sanitized_build) note_sanitizer_failure(std::string("sanitizer report (") + mark + ")", text);
+            else std::cerr << "---- imserver (" << mark << "), its stderr:\n" << text << "---- end of imserver stderr\n";
+            return;
+        }
+    if (!stop_problem.empty()) note_sanitizer_failure(stop_problem, text);
 }
 
 void ServerProcess::spawn() {

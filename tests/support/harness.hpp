@@ -70,7 +70,13 @@ int imserver_exit_code(const std::vector<std::string>& args, std::chrono::millis
 /// As admin(), but throws unless it exits 0; returns stdout trimmed.
 std::string admin_ok(const std::string& db_url, const std::vector<std::string>& args);
 
-/// An imserver child process on 127.0.0.1 with an OS-chosen port.
+/// Under a sanitizer build: records that a child imserver reported an error
+/// (printing `log`); the test binary then exits 1 at exit.
+void note_sanitizer_failure(const std::string& what, const std::string& log);
+
+/// An imserver child process on 127.0.0.1 with an OS-chosen port. On
+/// destruction it is SIGKILLed, or, in a sanitizer build, stopped with
+/// SIGTERM and its exit status and stderr checked (note_sanitizer_failure).
 class ServerProcess {
 public:
     /// extra: more flags, e.g. {"--enable-faults", "--fault", "..."}.
