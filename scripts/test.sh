@@ -9,7 +9,9 @@
 #   fuzz    build-fuzz/   libFuzzer (clang): kept regression inputs, then
 #                         IM_FUZZ_SECONDS (60) per target
 #   asan    build-asan/   ASan+UBSan (-O1): the server's and the SDK's suites
-#   tsan    build-tsan/   TSan (-O1): the server suites that run threads
+#   tsan    build-tsan/   TSan (-O1): the server suites whose threads meet: send
+#                         workers and group commit, push fan-out, revocation
+#                         across gateways, TLS reload
 # IM_TEST_STAGES (default "plain bench fuzz asan tsan") picks stages; what is
 # left out is named in the summary.
 set -euo pipefail
@@ -76,9 +78,9 @@ tsan() {
     cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DIM_SANITIZE=thread \
         -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null &&
     cmake --build build-tsan -j"$jobs" --target imserver server_contract_test server_resilience_test \
-        server_group_commit_test &&
+        server_group_commit_test server_push_test server_safety_test server_tls_test &&
     (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        ctest -j1 --output-on-failure --timeout 1800 -R '^server_(contract|resilience|group_commit)_test$')
+        ctest -j2 --output-on-failure --timeout 1800 -R '^server_(contract|resilience|group_commit|push|safety|tls)_test$')
 }
 
 fuzz() {

@@ -153,7 +153,12 @@ void Transport::attempt() {
             failTls(why.join(QStringLiteral("; ")));
         });
     }
-    connect(s, qOverload<QAbstractSocket::SocketError>(&QWebSocket::error), this, [this, s](QAbstractSocket::SocketError e) {
+#if QT_VERSION >= QT_VERSION_CHECK(6, 5, 0)
+    constexpr auto socketError = &QWebSocket::errorOccurred; // QWebSocket::error is deprecated from 6.5
+#else
+    constexpr auto socketError = qOverload<QAbstractSocket::SocketError>(&QWebSocket::error);
+#endif
+    connect(s, socketError, this, [this, s](QAbstractSocket::SocketError e) {
         if (s != socket_)
             return;
         if (e == QAbstractSocket::SslHandshakeFailedError || e == QAbstractSocket::SslInternalError ||
