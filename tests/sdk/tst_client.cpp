@@ -104,6 +104,7 @@ private slots:
     void failed_message_stays_where_it_was_sent();
     // Issue 26, items 2, 5, 6, 13.
     void a_server_restored_with_a_loss_above_the_backlog_limit_converges_without_a_loop();
+    void a_server_restored_with_a_loss_below_the_backlog_limit_drops_the_lost_events();
     void unread_badge_is_the_servers_count_also_across_a_gap();
     void own_messages_are_matched_by_cmid_not_by_seq();
     void a_draft_written_under_another_users_token_is_never_sent();
@@ -1095,6 +1096,24 @@ void TestClient::a_server_restored_with_a_loss_above_the_backlog_limit_converges
     f.server.append(c1, QStringLiteral("ben"), QStringLiteral("b6 new"));
     QTRY_COMPARE(f.cursor(c1), 6);
     QCOMPARE(f.server.historyRequests, 1);
+}
+
+// Issue 26 item 2, the short loss: rebuilt by sync from 0 (no window); the
+// events the server lost (4, 5) do not stay on screen as delivered.
+void TestClient::a_server_restored_with_a_loss_below_the_backlog_limit_drops_the_lost_events() {
+    Fixture f;
+    const QString c1 = QStringLiteral("c1");
+    for (int i = 1; i <= 5; ++i)
+        f.server.append(c1, QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(c1), 5);
+    f.server.convs[c1].events.resize(3);
+    f.client.sync(c1);
+    QTRY_COMPARE(f.cursor(c1), 3);
+    QTRY_COMPARE(f.eventCount(c1), 3);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT MAX(seq) FROM events WHERE conv = ?"), {c1}).toLongLong(), 3);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT head FROM conversations WHERE conv = ?"), {c1}).toLongLong(), 3);
+    QCOMPARE(f.server.historyRequests, 0);
 }
 
 // Issue 26 item 5. Ten unread messages, of which the client downloads only
