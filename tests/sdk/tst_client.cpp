@@ -105,6 +105,7 @@ private slots:
     // Issue 26, items 2, 5, 6, 13.
     void a_server_restored_with_a_loss_above_the_backlog_limit_converges_without_a_loop();
     void a_server_restored_with_a_loss_below_the_backlog_limit_drops_the_lost_events();
+    void an_outbox_write_never_runs_under_a_synchronous_left_relaxed();
     void unread_badge_is_the_servers_count_also_across_a_gap();
     void own_messages_are_matched_by_cmid_not_by_seq();
     void a_draft_written_under_another_users_token_is_never_sent();
@@ -1114,6 +1115,33 @@ void TestClient::a_server_restored_with_a_loss_below_the_backlog_limit_drops_the
     QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT MAX(seq) FROM events WHERE conv = ?"), {c1}).toLongLong(), 3);
     QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT head FROM conversations WHERE conv = ?"), {c1}).toLongLong(), 3);
     QCOMPARE(f.server.historyRequests, 0);
+}
+
+// Issue 26 items 3 and 4. Hints and markers commit under
+// synchronous=NORMAL and put FULL back; if that cannot be confirmed (here:
+// a relaxed write failed at its PRAGMA, and the connection really was left
+// at NORMAL), the next outbox write restores FULL before it writes.
+void TestClient::an_outbox_write_never_runs_under_a_synchronous_left_relaxed() {
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    im::detail::Storage &st = im::ClientPrivate::get(&f.client)->storage;
+    const QString c1 = QStringLiteral("c1");
+    QVERIFY(st.ensureConversation(c1)); // a relaxed write (hint, markRead)
+    QCOMPARE(st.pragma(QStringLiteral("synchronous")), QStringLiteral("2")); // FULL again
+    st.injectFaultAfter(1);
+    QVERIFY(!st.updateHead(c1, 5)); // fails at its PRAGMA: durability unknown
+    st.pragma(QStringLiteral("synchronous=NORMAL")); // ... and left relaxed
+    QCOMPARE(st.pragma(QStringLiteral("synchronous")), QStringLiteral("1"));
+    const QString cmid = f.client.send(c1, QStringLiteral("must be flushed"));
+    QVERIFY(!cmid.isEmpty());
+    QCOMPARE(st.pragma(QStringLiteral("synchronous")), QStringLiteral("2"));
+    QCOMPARE(f.outboxRows(), 1);
+    // Where FULL cannot be put back, the outbox write fails instead.
+    st.injectFaultAfter(1);
+    QVERIFY(!st.updateHead(c1, 6));
+    st.injectFaultAfter(1);
+    QVERIFY(f.client.send(c1, QStringLiteral("not without a flush")).isEmpty());
+    QCOMPARE(f.outboxRows(), 1);
 }
 
 // Issue 26 item 5. Ten unread messages, of which the client downloads only
