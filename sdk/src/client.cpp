@@ -36,6 +36,15 @@ ClientPrivate::~ClientPrivate() = default;
 void ClientPrivate::onSessionStarted() {
     sync.requestConvs(true);
     markers.sendPendingReads();
+    if (!outbox.bindCredential(conn.token))
+        storageFailed(QStringLiteral("cannot bind drafts to their user"));
+    if (const int held = outbox.heldCount(); held > 0)
+        emit q->errorOccurred(QStringLiteral("WRONG_USER"),
+                              QStringLiteral("%1 outbox entries were written under another user's credential; "
+                                             "they are held, never sent as %2 (cancel() them, or open the store "
+                                             "with that user's token)")
+                                  .arg(held)
+                                  .arg(userId));
     outbox.resendPending();
 }
 
@@ -72,6 +81,13 @@ bool ClientPrivate::adoptIdentity(const QString &user, const QString &device) {
     deviceId = device;
     emit q->identityChanged();
     return true;
+}
+
+void ClientPrivate::endSession(const std::optional<proto::Incoming> &reply) {
+    if (proto::errorCode(reply) == proto::code::StaleInstall)
+        enterStale(proto::errorMessage(reply));
+    else
+        qCInfo(lcClient, "%s: the session ends; entries wait for the next one", qUtf8Printable(proto::errorCode(reply)));
 }
 
 void ClientPrivate::enterStale(const QString &message) {

@@ -33,6 +33,10 @@ public:
     int backoffMs(int attempt) const;
     void storageFailed(const QString &what);
     void enterStale(const QString &message);
+    /// A reply classified EndSession (proto::classify): what ending the
+    /// session means for its code (STALE_INSTALL: stale; UNAUTHENTICATED:
+    /// the server closes the connection, the next hello reports it).
+    void endSession(const std::optional<proto::Incoming> &reply);
     /// A `welcome` named this identity: record it (false on a storage error).
     bool adoptIdentity(const QString &user, const QString &device);
 

@@ -329,10 +329,13 @@ Disposition classify(const std::optional<Incoming> &reply) {
     if (!reply)
         return Disposition::Retry; // no reply: outcome unknown, the key makes a resend safe
     if (const auto *err = std::get_if<Error>(&reply->body)) {
-        // Contract C6: UNAVAILABLE is the only retryable code. Everything
+        // Contract C6: UNAVAILABLE is the only retryable code. UNAUTHENTICATED
+        // and STALE_INSTALL judge the session, not the request. Everything
         // else, including codes this SDK version does not know, is terminal.
         if (err->code == u"UNAVAILABLE")
             return Disposition::Retry;
+        if (err->code == code::Unauthenticated || err->code == code::StaleInstall)
+            return Disposition::EndSession;
         return Disposition::Terminal;
     }
     return Disposition::Success;

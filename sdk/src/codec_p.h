@@ -110,6 +110,11 @@ enum class Disposition {
     Success,   ///< took effect: drop from the outbox, record the ids
     Terminal,  ///< never will take effect: drop from the outbox, tell the user
     Retry,     ///< unknown or not applied: keep, resend later with the same key
+    /// Not a verdict on the request: the session itself may not go on
+    /// (UNAUTHENTICATED: the token is no longer accepted; STALE_INSTALL: the
+    /// install is superseded). Keep the entry, end the session; the entry
+    /// goes once a session is accepted again.
+    EndSession,
 };
 
 /// THE classification function, and the only place in the SDK that knows

@@ -16,15 +16,14 @@ Connection::Connection(ClientPrivate &dd) : d(dd) {
     connect(transport_, &detail::Transport::textReceived, this, &Connection::onText);
     connect(transport_, &detail::Transport::stateChanged, this, &Connection::onTransportState);
     connect(transport_, &detail::Transport::tlsFailed, this, [this](const QString &message) {
-        // Terminal: an untrusted certificate does not fix itself by retrying,
-        // and it is never ignored.
+        // Never ignored, and reported on every attempt (lastError keeps it
+        // while the state reads Reconnecting); the transport tries again
+        // after its backoff: a captive portal's certificate goes away.
         d.lastError = QStringLiteral("TLS_ERROR: %1").arg(message);
-        wantConnected_ = false;
-        deadlineTimer_.stop();
-        keepAliveTimer_.stop();
-        setState(ConnectionState::Disconnected);
         emit d.q->errorOccurred(QStringLiteral("TLS_ERROR"), message);
     });
+    stableTimer_.setSingleShot(true);
+    connect(&stableTimer_, &QTimer::timeout, this, [this] { transport_->resetBackoff(); });
     connect(transport_, &detail::Transport::activity, this, [this] { sinceActivity_.start(); });
     deadlineTimer_.setSingleShot(true);
     connect(&deadlineTimer_, &QTimer::timeout, this, &Connection::onDeadline);
@@ -164,6 +163,7 @@ void Connection::onClosed() {
     failures_.clear();
     deadlineTimer_.stop();
     keepAliveTimer_.stop();
+    stableTimer_.stop();
     emit sessionEnded();
     if (hadHello)
         hadSession_ = true;
@@ -223,7 +223,7 @@ void Connection::onText(const QByteArray &frame) {
     // STALE_INSTALL is a verdict on the install, not on the request; the
     // outbox handles it itself (it keeps the entry).
     if (w.kind == Kind::Plain && !w.timedOut && proto::errorCode(in) == proto::code::StaleInstall
-        && proto::classify(in) == proto::Disposition::Terminal && helloDone_) {
+        && proto::classify(in) == proto::Disposition::EndSession && helloDone_) {
         d.enterStale(proto::errorMessage(in));
         return;
     }
@@ -275,7 +275,10 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
         helloDone_ = true;
         qCInfo(lcConnection, "welcome: user %s, device %s, gateway %s", qUtf8Printable(w->user),
                qUtf8Printable(w->device), qUtf8Printable(w->gateway));
-        transport_->resetBackoff();
+        // The reconnect backoff starts over only once this session has
+        // stayed up a while: a gateway that drops every session right after
+        // its welcome is not hammered at the first backoff step.
+        stableTimer_.start(stableSessionMs);
         state_ = ConnectionState::Reconnecting; // force the emission below
         setState(ConnectionState::Connected);
         subscribe();
@@ -304,7 +307,7 @@ void Connection::subscribe() {
         const proto::Disposition disp = proto::classify(reply);
         if (disp == proto::Disposition::Retry)
             retryLater(QStringLiteral("sub"), [this] { subscribe(); });
-        else if (disp == proto::Disposition::Terminal)
+        else if (disp != proto::Disposition::Success)
             emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
     });
 }

@@ -47,6 +47,8 @@ public:
     void retrySucceeded(const QString &key) { failures_.remove(key); }
 
     bool isSessionUp() const { return helloDone_ && state_ == ConnectionState::Connected; }
+    /// The session has been up stableSessionMs: the reconnect backoff starts over.
+    bool sessionStable() const { return isSessionUp() && !stableTimer_.isActive(); }
     ConnectionState state() const { return state_; }
     QString gateway() const { return gateway_; }
 
@@ -71,6 +73,8 @@ public:
     /// Server-initiated frames of unknown types seen (and ignored).
     int ignoredFrames() const { return ignoredFrames_; }
     int requestTimeoutMs = 10000;
+    /// A session up this long resets the reconnect backoff.
+    int stableSessionMs = 30000;
     QString token;
     QList<QUrl> urls;
 
@@ -116,6 +120,7 @@ private:
     QHash<QString, int> failures_;     // retry key -> failed attempts this session
     QTimer deadlineTimer_;    // the earliest request deadline only
     QTimer keepAliveTimer_;
+    QTimer stableTimer_;      // stableSessionMs after welcome: backoff reset
     QElapsedTimer sinceActivity_; // monotonic: last frame or pong
     int pingMs_ = 10000;
     int silenceMs_ = 25000;

@@ -45,6 +45,9 @@ void Markers::onAcked(const QString &conv, const std::optional<proto::Incoming> 
     } else if (disp == proto::Disposition::Retry) {
         ackSent_.remove(conv); // the next applied page or push acks again
         d.conn.retryLater(QStringLiteral("ack:") + conv, [this, conv] { ackNow(conv); });
+    } else if (disp == proto::Disposition::EndSession) {
+        ackSent_.remove(conv);
+        d.endSession(reply);
     } else {
         emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
     }
@@ -92,6 +95,8 @@ void Markers::onRead(const QString &conv, const std::optional<proto::Incoming> &
         }
     } else if (disp == proto::Disposition::Retry) {
         d.conn.retryLater(QStringLiteral("read:") + conv, [this] { sendPendingReads(); });
+    } else if (disp == proto::Disposition::EndSession) {
+        d.endSession(reply); // the marker stays pending for the next session
     } else {
         if (!d.storage.clearReadPending(conv))
             d.storageFailed(QStringLiteral("cannot clear read marker"));

@@ -3,7 +3,10 @@
 #include "client_p.h"
 #include "logging_p.h"
 
+#include <QtCore/QCryptographicHash>
 #include <QtCore/QDateTime>
+#include <QtCore/QJsonDocument>
+#include <QtCore/QJsonObject>
 #include <QtCore/QUuid>
 
 #include <limits>
@@ -67,6 +70,13 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     row.body = body;
     row.target = target;
     row.createdAt = QDateTime::currentMSecsSinceEpoch();
+    // Bound to the credential it is written under: never sent on a session
+    // of another user (a JWT names its user offline; an opaque token is
+    // bound to its user at its first welcome; a store that has a user binds
+    // to it).
+    row.owner = credentialOf(d.conn.token);
+    if (!row.owner.startsWith(u"user:") && !d.userId.isEmpty())
+        row.owner = QStringLiteral("user:") + d.userId;
     // A2: committed (WAL, synchronous=FULL) before anything is transmitted.
     row.id = d.storage.enqueue(row);
     if (row.id == 0) {
@@ -82,6 +92,53 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     emit d.timelineChanged(conv);
     schedulePump();
     return row.cmid;
+}
+
+QString Outbox::credentialOf(const QString &token) {
+    if (token.isEmpty())
+        return {};
+    const QList<QStringView> parts = QStringView(token).split(u'.');
+    if (parts.size() == 3) {
+        const auto payload = QByteArray::fromBase64Encoding(
+            parts.at(1).toLatin1(), QByteArray::Base64UrlEncoding | QByteArray::OmitTrailingEquals);
+        if (payload) {
+            const QJsonValue sub = QJsonDocument::fromJson(*payload).object().value(QLatin1String("sub"));
+            if (sub.isString() && !sub.toString().isEmpty())
+                return QStringLiteral("user:") + sub.toString();
+        }
+    }
+    return QStringLiteral("token:")
+        + QString::fromLatin1(QCryptographicHash::hash(token.toUtf8(), QCryptographicHash::Sha256).toHex());
+}
+
+bool Outbox::bindCredential(const QString &token) {
+    const QString from = credentialOf(token);
+    const QString to = QStringLiteral("user:") + d.userId;
+    if (!from.startsWith(u"token:") || d.userId.isEmpty())
+        return true;
+    bool any = false;
+    for (const auto &[id, item] : items_)
+        any = any || item.row.owner == from;
+    if (!any)
+        return true;
+    if (!d.storage.rebindOutbox(from, to))
+        return false;
+    for (auto &[id, item] : items_)
+        if (item.row.owner == from)
+            item.row.owner = to;
+    return true;
+}
+
+bool Outbox::belongsToSession(const Item &item) const {
+    const QString &owner = item.row.owner;
+    return owner.isEmpty() || (owner.startsWith(u"user:") && QStringView(owner).mid(5) == d.userId);
+}
+
+int Outbox::heldCount() const {
+    int n = 0;
+    for (const auto &[id, item] : items_)
+        n += belongsToSession(item) ? 0 : 1;
+    return n;
 }
 
 void Outbox::resendPending() {
@@ -127,8 +184,8 @@ void Outbox::pump() {
         for (const qint64 id : *convs_.constFind(convs.at((start + k) % convs.size()))) {
             Item &item = items_.at(id);
             const bool recall = item.row.kind == u"recall";
-            if (item.settling)
-                continue;
+            if (item.settling || !belongsToSession(item))
+                continue; // answered / another user's draft: never on this session
             if (item.inFlight) {
                 if (recall)
                     break; // a recall on the wire: what follows waits for its verdict
@@ -253,25 +310,14 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         emit d.q->outboxChanged();
         return;
     }
-    if (code == proto::code::Unauthenticated) {
-        // Not a verdict on the message: the device lost its access (revoked,
-        // or a new token) and the server wrote nothing. The entry stays
-        // Pending for when the app signs in again; the server closes this
-        // connection, and the next hello reports UNAUTHENTICATED.
+    if (disp == proto::Disposition::EndSession) {
+        // Not a verdict on the message (the token is no longer accepted, or
+        // the install is stale) and the server wrote nothing: the entry stays
+        // Pending for the next accepted session, and this one ends.
         if (current)
             retry(item, code);
         emit d.q->outboxChanged();
-        return;
-    }
-    if (code == proto::code::StaleInstall) {
-        // Not a verdict on the message: the install is stale. Keep the entry
-        // (resetInstall() keeps the outbox) and stop.
-        if (current) {
-            item.inFlight = false;
-            --inFlight_;
-            emit entryChanged(item.row.id);
-        }
-        d.enterStale(proto::errorMessage(reply));
+        d.endSession(reply);
         return;
     }
 

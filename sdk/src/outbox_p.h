@@ -73,6 +73,21 @@ public:
     /// too). False (lastError set) if it is unknown or may have been sent.
     bool cancel(const QString &cmid);
 
+    /// The credential a draft written under `token` belongs to (obligation
+    /// 10, issue 26 item 13): "user:<sub>" for a JWT (its `sub`, read offline,
+    /// signature unchecked: only the server can check it), else
+    /// "token:<SHA-256 of the token>"; empty without a token.
+    static QString credentialOf(const QString &token);
+    /// A session was accepted for d.userId under `token`: drafts bound to
+    /// that token's fingerprint are that user's from now on. Returns false on
+    /// a storage error.
+    bool bindCredential(const QString &token);
+    /// Whether `item` may go on the wire in the current session: written
+    /// under no credential (before schema 4), or under this session's user.
+    bool belongsToSession(const Item &item) const;
+    /// Entries held back because they were written under another credential.
+    int heldCount() const;
+
     /// What the API shows of one entry (Client::outbox(), OutboxModel).
     static OutboxEntry toEntry(const Item &item);
     /// The entry with outbox row id `id`, or nullptr.

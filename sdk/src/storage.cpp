@@ -14,6 +14,7 @@
 #include <QtSql/QSqlError>
 #include <QtSql/QSqlQuery>
 
+#include <algorithm>
 #include <atomic>
 
 namespace im::detail {
@@ -95,16 +96,21 @@ const QList<QStringList> &migrations() {
             QStringLiteral("DROP INDEX events_recall"),
             QStringLiteral("CREATE INDEX events_recall_target ON events(conv, target, kind)"),
         },
+        // 3 -> 4: own messages are matched by cmid (an event keeps its
+        // sender's cmid); the unread badge is the server's count plus what
+        // arrived above the head it was counted at (unread_head), never a
+        // local recount; each draft names the credential it was written
+        // under (owner), so it is never sent on another user's session.
+        {
+            QStringLiteral("ALTER TABLE events ADD COLUMN cmid TEXT"),
+            QStringLiteral("CREATE INDEX events_cmid ON events(conv, cmid) WHERE cmid IS NOT NULL"),
+            QStringLiteral("ALTER TABLE conversations ADD COLUMN unread_head INTEGER NOT NULL DEFAULT 0"),
+            QStringLiteral("UPDATE conversations SET unread_head = head"),
+            QStringLiteral("ALTER TABLE outbox ADD COLUMN owner TEXT"),
+        },
     };
     return steps;
 }
-
-const QString unreadSql = QStringLiteral(
-    "UPDATE conversations SET unread = (SELECT COUNT(*) FROM events e"
-    " WHERE e.conv = conversations.conv AND e.kind = 'msg' AND e.seq > conversations.read"
-    " AND e.sender IS NOT :self"
-    " AND NOT EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq))"
-    " WHERE conv = :conv");
 
 QVariant nullIfEmpty(const QString &s) { return s.isNull() ? QVariant(QMetaType(QMetaType::QString)) : QVariant(s); }
 
@@ -170,7 +176,7 @@ bool Storage::open(const QString &path) {
         return fail(QStringLiteral("cannot enable WAL journal mode on %1").arg(path));
     }
     if (!execSql(QStringLiteral("PRAGMA synchronous=FULL")) || !execSql(QStringLiteral("PRAGMA foreign_keys=ON"))
-        || !migrate()) {
+        || !appleFullFsync() || !migrate()) {
         const QString e = error_;
         close();
         return fail(e);
@@ -205,13 +211,33 @@ bool Storage::execSql(const QString &sql) {
     return exec(q);
 }
 
+bool Storage::appleFullFsync() {
+#if defined(Q_OS_DARWIN)
+    // On Apple systems fsync() only reaches the drive's cache; F_FULLFSYNC
+    // reaches the platter. Without it a power cut can lose a "durable"
+    // draft. checkpoint_fullfsync covers the WAL checkpoints as well.
+    return execSql(QStringLiteral("PRAGMA fullfsync=ON")) && execSql(QStringLiteral("PRAGMA checkpoint_fullfsync=ON"));
+#else
+    return true;
+#endif
+}
+
 bool Storage::begin(Durability durability) {
     if (!open_)
         return fail(QStringLiteral("database not open"));
     if (durability == Durability::Relaxed) {
-        if (!execSql(QStringLiteral("PRAGMA synchronous=NORMAL")))
+        if (!execSql(QStringLiteral("PRAGMA synchronous=NORMAL"))) {
+            durabilityUnknown_ = true; // the setting may have changed all the same
             return false;
+        }
         relaxed_ = true;
+    } else if (durabilityUnknown_) {
+        // A relaxed write could not put synchronous=FULL back: this write
+        // (an outbox row) must not be stored without a flush. Put it back
+        // now, or fail the write.
+        if (!execSql(QStringLiteral("PRAGMA synchronous=FULL")))
+            return fail(QStringLiteral("cannot restore synchronous=FULL: %1").arg(error_));
+        durabilityUnknown_ = false;
     }
     // IMMEDIATE: take the write lock up front so a busy database fails here,
     // not half way through a page.
@@ -237,7 +263,25 @@ void Storage::restoreDurability() {
         return;
     relaxed_ = false;
     QSqlQuery q(QSqlDatabase::database(connection_, false));
-    q.exec(QStringLiteral("PRAGMA synchronous=FULL"));
+    if (!q.exec(QStringLiteral("PRAGMA synchronous=FULL"))) {
+        // Not this write's failure (it needed no flush), but the next Full
+        // one must not run under NORMAL: begin(Full) retries, or fails.
+        durabilityUnknown_ = true;
+        qCWarning(lcStorage, "cannot restore synchronous=FULL: %s", qUtf8Printable(q.lastError().text()));
+    }
+}
+
+bool Storage::execRelaxed(QSqlQuery &q) {
+    if (!begin(Durability::Relaxed))
+        return false;
+    if (exec(q)) {
+        q.finish();
+        return commit();
+    }
+    const QString e = error_;
+    q.finish();
+    rollback();
+    return fail(e);
 }
 
 void Storage::rollback() {
@@ -320,14 +364,15 @@ qint64 Storage::enqueue(const OutboxRow &row) {
     qint64 id = 0;
     {
         QSqlQuery q(QSqlDatabase::database(connection_, false));
-        q.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, target, created_at)"
-                                 " VALUES(?, ?, ?, ?, ?, ?)"));
+        q.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, target, created_at, owner)"
+                                 " VALUES(?, ?, ?, ?, ?, ?, ?)"));
         q.addBindValue(row.cmid);
         q.addBindValue(row.kind);
         q.addBindValue(row.conv);
         q.addBindValue(nullIfEmpty(row.body));
         q.addBindValue(row.kind == u"recall" ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
         q.addBindValue(row.createdAt);
+        q.addBindValue(nullIfEmpty(row.owner));
         if (!exec(q)) { q = QSqlQuery(); rollback(); return 0; }
         id = q.lastInsertId().toLongLong();
         QSqlQuery m(QSqlDatabase::database(connection_, false));
@@ -350,7 +395,7 @@ qint64 Storage::enqueue(const OutboxRow &row) {
 std::optional<QList<OutboxRow>> Storage::loadOutbox() {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral("SELECT id, cmid, kind, conv, body, target, created_at, attempts, last_error,"
-                             " next_retry_at FROM outbox ORDER BY id"));
+                             " next_retry_at, owner FROM outbox ORDER BY id"));
     if (!exec(q))
         return std::nullopt;
     QList<OutboxRow> rows;
@@ -366,9 +411,18 @@ std::optional<QList<OutboxRow>> Storage::loadOutbox() {
         r.attempts = q.value(7).toInt();
         r.lastError = q.value(8).toString();
         r.nextRetryAt = q.value(9).toLongLong();
+        r.owner = q.value(10).toString();
         rows.append(r);
     }
     return rows;
+}
+
+bool Storage::rebindOutbox(const QString &from, const QString &to) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE outbox SET owner = ? WHERE owner = ?"));
+    q.addBindValue(to);
+    q.addBindValue(from);
+    return execRelaxed(q);
 }
 
 bool Storage::finishOutbox(const QString &cmid, int state, const QString &errorCode, qint64 seq, bool dup,
@@ -582,17 +636,30 @@ std::optional<QHash<QString, Cursor>> Storage::cursors() {
 }
 
 bool Storage::upsertConversations(const QList<proto::ConvInfo> &convs) {
-    if (!begin())
+    const std::optional<QString> self = meta(QStringLiteral("user"));
+    if (!self)
+        return false;
+    if (!begin(Durability::Relaxed))
         return false;
     for (const proto::ConvInfo &c : convs) {
         QSqlQuery q(QSqlDatabase::database(connection_, false));
-        // The server's markers never go down; neither do ours.
+        // The server's markers never go down; neither do ours. The unread
+        // badge is the server's count (the one source of truth: it sees the
+        // events inside our gaps), plus the events we applied above the head
+        // it was counted at (pushes that overtook this answer); those are
+        // counted once more only as they arrive (unread_head).
         q.prepare(QStringLiteral(
-            "INSERT INTO conversations(conv, kind, head, delivered, read, unread, min_seq)"
-            " VALUES(:conv, :kind, :head, :delivered, :read, :unread, :min_seq)"
+            "INSERT INTO conversations(conv, kind, head, delivered, read, unread, unread_head, min_seq)"
+            " VALUES(:conv, :kind, :head, :delivered, :read, :unread, :head, :min_seq)"
             " ON CONFLICT(conv) DO UPDATE SET kind = excluded.kind, head = MAX(head, excluded.head),"
             " delivered = MAX(delivered, excluded.delivered), read = MAX(read, excluded.read),"
-            " unread = excluded.unread, min_seq = MAX(min_seq, excluded.min_seq)"));
+            " unread = excluded.unread + (SELECT COUNT(*) FROM events e WHERE e.conv = excluded.conv"
+            "  AND e.seq > excluded.head AND e.seq > MAX(conversations.read, excluded.read) AND e.kind = 'msg'"
+            "  AND e.sender IS NOT :self"
+            "  AND NOT EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)),"
+            " unread_head = MAX(excluded.head, conversations.after),"
+            " min_seq = MAX(min_seq, excluded.min_seq)"));
+        q.bindValue(QStringLiteral(":self"), *self);
         q.bindValue(QStringLiteral(":conv"), c.conv);
         q.bindValue(QStringLiteral(":kind"), c.kind);
         q.bindValue(QStringLiteral(":head"), c.head);
@@ -609,15 +676,15 @@ bool Storage::ensureConversation(const QString &conv) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
     q.addBindValue(conv);
-    return exec(q);
+    return execRelaxed(q);
 }
 
 bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     // Keyed by (conv, seq): re-applying is harmless (events are immutable on
     // the server; REPLACE also heals a rebuild after CURSOR_AHEAD).
-    q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user)"
-                             " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user, cmid)"
+                             " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
     q.addBindValue(e.conv);
     q.addBindValue(e.seq);
     q.addBindValue(e.mid);
@@ -628,16 +695,89 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     q.addBindValue(epoch);
     q.addBindValue(e.kind == u"recall" ? QVariant(e.target) : QVariant(QMetaType(QMetaType::LongLong)));
     q.addBindValue(nullIfEmpty(e.user));
+    q.addBindValue(e.cmid.isEmpty() ? QVariant(QMetaType(QMetaType::QString)) : QVariant(e.cmid));
     return !eventInsertFault() && exec(q);
 }
 
-bool Storage::recountUnread(const QString &conv) {
+bool Storage::countArrivals(const QString &conv, const QList<proto::Event> &events) {
+    // No recount: only the events above unread_head (the highest seq the
+    // badge already accounts for) change it, by what they are. Index
+    // lookups only, whatever the length of the conversation.
+    if (events.isEmpty())
+        return true;
     const std::optional<QString> self = meta(QStringLiteral("user"));
-    QSqlQuery q(QSqlDatabase::database(connection_, false));
-    q.prepare(unreadSql);
-    q.bindValue(QStringLiteral(":self"), self.value_or(QString()));
-    q.bindValue(QStringLiteral(":conv"), conv);
-    return exec(q);
+    if (!self)
+        return false;
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    QSqlQuery c(db);
+    c.prepare(QStringLiteral("SELECT read, unread_head FROM conversations WHERE conv = ?"));
+    c.addBindValue(conv);
+    if (!exec(c))
+        return false;
+    if (!c.next())
+        return true;
+    const qint64 read = c.value(0).toLongLong();
+    const qint64 counted = c.value(1).toLongLong();
+    c.finish();
+    qint64 delta = 0, top = counted;
+    QSqlQuery t(db);
+    t.prepare(QStringLiteral("SELECT 1 FROM events WHERE conv = ? AND seq = ? AND kind = 'msg' AND sender IS NOT ?"));
+    for (const proto::Event &e : events) {
+        if (e.seq <= counted)
+            continue;
+        top = std::max(top, e.seq);
+        if (e.seq <= read)
+            continue;
+        if (e.kind == u"msg" && e.sender != *self) {
+            ++delta;
+        } else if (e.kind == u"recall" && e.target > read) {
+            // The recalled message was counted if it is another's message.
+            t.addBindValue(conv);
+            t.addBindValue(e.target);
+            t.addBindValue(*self);
+            if (!exec(t))
+                return false;
+            if (t.next())
+                --delta;
+            t.finish();
+        }
+    }
+    QSqlQuery u(db);
+    u.prepare(QStringLiteral("UPDATE conversations SET unread = MAX(0, unread + ?), unread_head = ? WHERE conv = ?"));
+    u.addBindValue(delta);
+    u.addBindValue(top);
+    u.addBindValue(conv);
+    return exec(u);
+}
+
+bool Storage::startRebuild(const QString &conv, qint64 head) {
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    QSqlQuery q(db);
+    q.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
+    q.addBindValue(conv);
+    if (!exec(q))
+        return false;
+    q.prepare(QStringLiteral("SELECT epoch FROM conversations WHERE conv = ?"));
+    q.addBindValue(conv);
+    if (!exec(q) || !q.next())
+        return false;
+    const bool rebuilding = q.value(0).toLongLong() == 0;
+    q.finish();
+    if (!rebuilding)
+        return true;
+    // No cursor (new here, or dropped after CURSOR_AHEAD): the server's head
+    // is the truth. What we hold above it the server no longer has (restored
+    // from a backup); our old head must not keep asking for it.
+    for (const QString &sql : {QStringLiteral("DELETE FROM events WHERE conv = :conv AND seq > :head"),
+                               QStringLiteral("DELETE FROM gaps WHERE conv = :conv AND lo > :head"),
+                               QStringLiteral("UPDATE conversations SET head = :head WHERE conv = :conv")}) {
+        q.prepare(sql);
+        q.bindValue(QStringLiteral(":conv"), conv);
+        q.bindValue(QStringLiteral(":head"), head);
+        if (!exec(q))
+            return false;
+    }
+    return true;
 }
 
 bool Storage::applyPage(const proto::Page &page) {
@@ -648,12 +788,8 @@ bool Storage::applyPage(const proto::Page &page) {
         rollback();
         return fail(e);
     };
-    {
-        QSqlQuery ensure(QSqlDatabase::database(connection_, false));
-        ensure.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
-        ensure.addBindValue(page.conv);
-        if (!exec(ensure)) { ensure = QSqlQuery(); return abort(); }
-    }
+    if (!startRebuild(page.conv, page.head))
+        return abort();
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
@@ -671,7 +807,7 @@ bool Storage::applyPage(const proto::Page &page) {
         q.bindValue(QStringLiteral(":conv"), page.conv);
         if (!exec(q)) { q = QSqlQuery(); return abort(); }
     }
-    if (!recountUnread(page.conv))
+    if (!countArrivals(page.conv, page.events))
         return abort();
     return commit();
 }
@@ -706,7 +842,7 @@ bool Storage::applyPushedEvent(const proto::Event &ev, bool *applied) {
         u.bindValue(QStringLiteral(":conv"), ev.conv);
         if (!exec(u)) { u = QSqlQuery(); return abort(); }
     }
-    if (!recountUnread(ev.conv))
+    if (!countArrivals(ev.conv, {ev}))
         return abort();
     if (!commit())
         return false;
@@ -720,7 +856,7 @@ bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *
         return false;
     struct Cursor { qint64 after = 0, epoch = 0; };
     QHash<QString, Cursor> cursors;
-    QSet<QString> touched;
+    QHash<QString, QList<proto::Event>> touched;
     bool ok = true;
     {
         QSqlDatabase db = QSqlDatabase::database(connection_, false);
@@ -755,13 +891,12 @@ bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *
                 break;
             }
             it->after = ev.seq;
-            touched.insert(ev.conv);
+            touched[ev.conv].append(ev);
             (*applied)[i] = true;
         }
     }
-    for (const QString &conv : std::as_const(touched))
-        if (ok && !recountUnread(conv))
-            ok = false;
+    for (auto t = touched.cbegin(); ok && t != touched.cend(); ++t)
+        ok = countArrivals(t.key(), t.value());
     if (!ok) {
         const QString e = error_;
         rollback();
@@ -776,7 +911,7 @@ bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *
 }
 
 bool Storage::resetConversation(const QString &conv, bool dropEvents) {
-    if (!begin())
+    if (!begin(Durability::Relaxed))
         return false;
     {
         if (dropEvents) {
@@ -820,23 +955,17 @@ bool Storage::setDelivered(const QString &conv, qint64 delivered) {
 }
 
 bool Storage::setRead(const QString &conv, qint64 read) {
-    if (!begin())
-        return false;
-    {
-        QSqlQuery q(QSqlDatabase::database(connection_, false));
-        q.prepare(QStringLiteral("UPDATE conversations SET read = MAX(read, ?),"
-                                 " read_pending = CASE WHEN read_pending <= ? THEN 0 ELSE read_pending END"
-                                 " WHERE conv = ?"));
-        q.addBindValue(read);
-        q.addBindValue(read);
-        q.addBindValue(conv);
-        if (!exec(q)) { q = QSqlQuery(); rollback(); return false; }
-    }
-    if (!recountUnread(conv)) {
-        rollback();
-        return false;
-    }
-    return commit();
+    // Read up to what the badge accounts for: nothing is unread. Read part of
+    // the way: the badge stays until the server's count comes (the caller
+    // refreshes `convs`); it is never recounted locally.
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE conversations SET read = MAX(read, :read),"
+                             " read_pending = CASE WHEN read_pending <= :read THEN 0 ELSE read_pending END,"
+                             " unread = CASE WHEN :read >= unread_head THEN 0 ELSE unread END"
+                             " WHERE conv = :conv"));
+    q.bindValue(QStringLiteral(":read"), read);
+    q.bindValue(QStringLiteral(":conv"), conv);
+    return execRelaxed(q);
 }
 
 bool Storage::setReadPending(const QString &conv, qint64 seq) {
@@ -844,7 +973,7 @@ bool Storage::setReadPending(const QString &conv, qint64 seq) {
     q.prepare(QStringLiteral("UPDATE conversations SET read_pending = MAX(read_pending, ?) WHERE conv = ?"));
     q.addBindValue(seq);
     q.addBindValue(conv);
-    return exec(q);
+    return execRelaxed(q);
 }
 
 bool Storage::updateHead(const QString &conv, qint64 head) {
@@ -852,7 +981,7 @@ bool Storage::updateHead(const QString &conv, qint64 head) {
     q.prepare(QStringLiteral("UPDATE conversations SET head = MAX(head, ?) WHERE conv = ?"));
     q.addBindValue(head);
     q.addBindValue(conv);
-    return exec(q);
+    return execRelaxed(q);
 }
 
 bool Storage::resetInstallState(const QString &newInstallId) {
@@ -878,8 +1007,13 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         "  lm.state AS state, lm.error_code AS error_code, COALESCE(lm.dup, 0) AS dup,"
         "  EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq) AS recalled,"
         "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own"
+        // Ours by the cmid the event carries (a seq can name another's
+        // message after an epoch change or a restore); an event stored
+        // before schema 4 has none and falls back to (seq, epoch), ours only.
         " FROM events e LEFT JOIN local_messages lm"
-        "  ON lm.conv = e.conv AND lm.kind = 'send' AND lm.seq = e.seq AND lm.epoch = e.epoch"
+        "  ON lm.cmid = COALESCE(e.cmid, (SELECT l2.cmid FROM local_messages l2 WHERE l2.conv = e.conv"
+        "   AND l2.seq = e.seq AND l2.epoch = e.epoch AND l2.kind = 'send'))"
+        "  AND lm.conv = e.conv AND lm.kind = 'send' AND e.sender = :self"
         " WHERE e.conv = :conv AND e.seq >= :from AND e.kind <> 'recall'"
         " UNION ALL"
         " SELECT CASE WHEN lm.seq IS NOT NULL THEN lm.seq WHEN lm.state = :pending THEN 9.0e18"
@@ -889,7 +1023,8 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         " FROM local_messages lm LEFT JOIN conversations c ON c.conv = lm.conv"
         " WHERE lm.conv = :conv AND lm.kind = 'send' AND (lm.seq IS NULL OR ("
         "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
-        "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.seq = lm.seq)))"
+        "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.sender = :self"
+        "   AND (e2.cmid = lm.cmid OR (e2.cmid IS NULL AND e2.seq = lm.seq)))))"
         ") WHERE pos >= :from ORDER BY pos, ts"));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":from"), from);
@@ -928,12 +1063,8 @@ bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo) 
         return fail(e);
     };
     QSqlDatabase db = QSqlDatabase::database(connection_, false);
-    {
-        QSqlQuery ensure(db);
-        ensure.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
-        ensure.addBindValue(page.conv);
-        if (!exec(ensure)) { ensure = QSqlQuery(); return abort(); }
-    }
+    if (before == 0 && !startRebuild(page.conv, page.head))
+        return abort();
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
@@ -969,7 +1100,7 @@ bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo) 
         g.addBindValue(missingHi);
         if (!exec(g)) { g = QSqlQuery(); return abort(); }
     }
-    if (!recountUnread(page.conv))
+    if (!countArrivals(page.conv, page.events))
         return abort();
     return commit();
 }
@@ -1050,9 +1181,12 @@ QString Storage::pragma(const QString &name) {
 
 QString Storage::cmidAt(const QString &conv, qint64 seq) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
-    q.prepare(QStringLiteral("SELECT cmid FROM local_messages WHERE conv = ? AND seq = ? AND kind = 'send'"));
-    q.addBindValue(conv);
-    q.addBindValue(seq);
+    // Not ours if the event stored at that seq carries another cmid.
+    q.prepare(QStringLiteral("SELECT lm.cmid FROM local_messages lm WHERE lm.conv = :conv AND lm.seq = :seq"
+                             " AND lm.kind = 'send' AND NOT EXISTS(SELECT 1 FROM events e WHERE e.conv = :conv"
+                             " AND e.seq = :seq AND e.cmid IS NOT NULL AND e.cmid <> lm.cmid)"));
+    q.bindValue(QStringLiteral(":conv"), conv);
+    q.bindValue(QStringLiteral(":seq"), seq);
     if (!exec(q) || !q.next())
         return {};
     return q.value(0).toString();
@@ -1062,7 +1196,7 @@ bool Storage::clearReadPending(const QString &conv) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral("UPDATE conversations SET read_pending = 0 WHERE conv = ?"));
     q.addBindValue(conv);
-    return exec(q);
+    return execRelaxed(q);
 }
 
 } // namespace im::detail

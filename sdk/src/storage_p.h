@@ -29,6 +29,7 @@ struct OutboxRow {
     int attempts = 0;
     QString lastError;
     qint64 nextRetryAt = 0; // ms since epoch, 0 = none
+    QString owner;          // the credential it was written under (Outbox::credentialOf); empty: none
 };
 
 struct ConvRow {
@@ -91,7 +92,7 @@ struct LocalMessage {
 
 class Storage {
 public:
-    static constexpr int SchemaVersion = 3;
+    static constexpr int SchemaVersion = 4;
     /// How long a statement waits for a database locked by someone else.
     static constexpr int BusyTimeoutMs = 250;
 
@@ -118,6 +119,8 @@ public:
     // committed transaction; it returns the outbox row id, or 0 on failure.
     qint64 enqueue(const OutboxRow &row);
     std::optional<QList<OutboxRow>> loadOutbox();
+    // Drafts bound to credential `from` are bound to `to` from now on.
+    bool rebindOutbox(const QString &from, const QString &to);
     // Final answer: outbox row deleted and timeline row updated, one transaction.
     bool finishOutbox(const QString &cmid, int state, const QString &errorCode, qint64 seq,
                       bool dup, qint64 epoch);
@@ -197,14 +200,27 @@ private:
     bool begin(Durability durability = Durability::Full);
     bool commit();
     void restoreDurability();
+    // One statement in its own Relaxed transaction.
+    bool execRelaxed(QSqlQuery &q);
+    // PRAGMA fullfsync on Apple systems (a no-op elsewhere).
+    bool appleFullFsync();
     bool relaxed_ = false;
+    // A relaxed transaction could not put synchronous=FULL back: the next
+    // Full one restores it first, or fails.
+    bool durabilityUnknown_ = false;
     void rollback();
     bool migrate();
     bool fail(const QString &what);
     // Inside a transaction: one event row (idempotent on (conv, seq)).
     bool insertEvent(const proto::Event &e, qint64 epoch);
-    // Inside a transaction: recompute a conversation's local unread count.
-    bool recountUnread(const QString &conv);
+    // Inside a transaction, before a page or newest window is stored: the
+    // conversation's row exists; if it has no cursor (epoch 0: new, or reset
+    // after CURSOR_AHEAD) local events and gaps above the server's `head`
+    // go and head becomes that head (a restored server lost them).
+    bool startRebuild(const QString &conv, qint64 head);
+    // Inside a transaction: the unread badge after `events` were stored
+    // (only those above unread_head change it; never a recount).
+    bool countArrivals(const QString &conv, const QList<proto::Event> &events);
 
     QString connection_;
     QString path_;

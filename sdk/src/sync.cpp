@@ -246,9 +246,14 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
     syncs_[conv].running = false;
     const proto::Disposition disp = proto::classify(reply);
     const QString code = proto::errorCode(reply);
-    if (disp != proto::Disposition::Terminal) {
+    if (disp == proto::Disposition::Retry) {
         release(conv);
         d.conn.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
+        return;
+    }
+    if (disp == proto::Disposition::EndSession) {
+        release(conv); // the next accepted session syncs again
+        d.endSession(reply);
         return;
     }
     if (code == proto::code::EpochChanged) {
@@ -270,9 +275,6 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
         }
         emit d.q->conversationsChanged();
         start(conv);
-    } else if (code == proto::code::StaleInstall) {
-        release(conv);
-        d.enterStale(proto::errorMessage(reply));
     } else {
         release(conv);
         emit d.q->errorOccurred(code, proto::errorMessage(reply));
@@ -315,8 +317,11 @@ void Sync::onConvs(const std::optional<proto::Incoming> &reply) {
         d.conn.retryLater(QStringLiteral("convs"), [this, after] { requestConvsPage(after); });
         return;
     }
-    if (disp == proto::Disposition::Terminal) {
-        emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+    if (disp == proto::Disposition::Terminal || disp == proto::Disposition::EndSession) {
+        if (disp == proto::Disposition::EndSession)
+            d.endSession(reply);
+        else
+            emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
         endWalk();
         return;
     }

@@ -211,8 +211,11 @@ bool Transport::pinnedOnly(const QSslCertificate &peer, const QList<QSslError> &
 void Transport::failTls(const QString &message) {
     if (!running_)
         return;
-    stop();
+    // Never ignored, but not final either: a captive portal or a proxy that
+    // intercepts TLS gives way, and a server's certificate gets renewed.
+    // Reported, then retried with the backoff like any lost attempt.
     emit tlsFailed(QStringLiteral("%1: %2").arg(currentUrl().toString(), message));
+    onLost();
 }
 
 void Transport::onLost() {

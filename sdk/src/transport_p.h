@@ -90,7 +90,7 @@ signals:
     void activity();
     void stateChanged(im::detail::Transport::State state);
     /// The server's certificate was not trusted or the TLS handshake failed.
-    /// The transport has stopped: a TLS failure does not fix itself by retrying.
+    /// The attempt counts as lost: the next one follows after the backoff.
     void tlsFailed(const QString &message);
 
 private:

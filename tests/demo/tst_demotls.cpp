@@ -3,7 +3,8 @@
 // the real widgets on the offscreen platform: a window trusting the server's
 // CA (--ca-file) connects and sends; the sign-in dialog's pin field refuses a
 // malformed pin and connects with the right one; a window trusting another
-// CA shows TLS_ERROR, stays disconnected and keeps the message in its outbox.
+// CA shows TLS_ERROR, never connects (it retries with the backoff) and keeps
+// the message in its outbox.
 #include "realserver.h"
 #include "throwawayca.h"
 
@@ -199,17 +200,18 @@ void TestDemoTls::window_trusting_another_ca_shows_tls_error_and_keeps_the_messa
     QVERIFY(QTest::qWaitForWindowExposed(w));
     auto *error = widget<QLabel>(w, "errorLabel");
     QTRY_VERIFY_WITH_TIMEOUT(error->text().contains(QStringLiteral("TLS_ERROR")), kSettle);
-    QCOMPARE(w->client()->connectionState(), ConnectionState::Disconnected);
-    QVERIFY(widget<QLabel>(w, "statusConnection")->text().startsWith(QStringLiteral("Disconnected")));
-    // Terminal: no reconnect is scheduled.
-    QVERIFY(!w->client()->nextReconnectAt().isValid());
+    // Never connected; retried with the backoff (issue 26 item 8: a captive
+    // portal goes away), so not Disconnected for good either.
+    QVERIFY(w->client()->connectionState() != ConnectionState::Connected);
+    QTRY_VERIFY_WITH_TIMEOUT(w->client()->connectionState() == ConnectionState::Reconnecting, kSettle);
+    QVERIFY(w->client()->lastError().startsWith(QStringLiteral("TLS_ERROR")));
     // The store of this install knows no conversation yet: send through the
     // client (the send box needs a selected conversation) and see it kept.
     const QString cmid = w->client()->send(QStringLiteral("team"), QStringLiteral("never over a wrong CA"));
     QVERIFY(!cmid.isEmpty());
     QCOMPARE(w->client()->messageState(cmid), MessageState::Pending);
     QCOMPARE(w->client()->pendingCount(), 1);
-    QCOMPARE(w->client()->connectionState(), ConnectionState::Disconnected);
+    QVERIFY(w->client()->connectionState() != ConnectionState::Connected);
 }
 
 void TestDemoTls::unreadable_ca_file_keeps_the_window_from_connecting() {

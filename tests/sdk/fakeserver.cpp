@@ -358,6 +358,32 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
                            {QStringLiteral("trimmed"), after < c.minSeq - 1},
                            {QStringLiteral("epoch"), c.epoch}};
     }
+    if (t == u"history") { // contract section 6: the newest `limit` events below `before`
+        const qint64 before = req.value(QStringLiteral("before")).toInteger();
+        const qint64 limit = req.contains(QStringLiteral("limit")) ? req.value(QStringLiteral("limit")).toInteger() : 50;
+        if (req.contains(QStringLiteral("epoch")) && req.value(QStringLiteral("epoch")).toInteger() != c.epoch)
+            return err(QStringLiteral("EPOCH_CHANGED"));
+        const qint64 top = before == 0 ? c.head() : std::min(before - 1, c.head());
+        qint64 oldest = top + 1;
+        QList<QJsonObject> window;
+        for (qint64 seq = top; seq >= c.minSeq && seq >= 1 && window.size() < limit; --seq) {
+            window.prepend(c.events.at(seq - 1));
+            oldest = seq;
+        }
+        QJsonArray evs;
+        for (const QJsonObject &e : std::as_const(window))
+            evs.append(e);
+        ++historyRequests;
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("page")},
+                           {QStringLiteral("conv"), convId},
+                           {QStringLiteral("events"), evs},
+                           {QStringLiteral("oldest"), oldest},
+                           {QStringLiteral("has_older"), oldest > std::max<qint64>(c.minSeq, 1)},
+                           {QStringLiteral("head"), c.head()},
+                           {QStringLiteral("min_seq"), c.minSeq},
+                           {QStringLiteral("trimmed"), false},
+                           {QStringLiteral("epoch"), c.epoch}};
+    }
     if (t == u"ack" || t == u"read") {
         const qint64 seq = req.value(QStringLiteral("seq")).toInteger();
         if (seq > c.head())

@@ -1,7 +1,8 @@
 // An in-process fake of the chat server for SDK tests: a QWebSocketServer on
 // 127.0.0.1 (port 0) that speaks the wire contract with a tiny in-memory
 // store, plus knobs to misbehave (drop replies, UNAVAILABLE, close mid-request,
-// reorder pushes, bump epochs, trim, goaway, STALE_INSTALL).
+// reorder pushes, bump epochs, trim, goaway, STALE_INSTALL). `history`
+// answers windows as imserver does (contract section 6).
 //
 // Like imserver (spec/contract.md): a request key (conv, sender, cmid) with
 // another body/target answers IDEMPOTENCY_MISMATCH; a second recall of one
@@ -54,6 +55,7 @@ public:
     QList<QJsonObject> received;       // every request frame, in arrival order
     QStringList installsSeen;
     int connections = 0;
+    int historyRequests = 0;           // `history` windows answered (contract section 6)
 
     // knobs (per request type "send", "sync", ...): how many to affect
     QHash<QString, int> dropReplies;   // process, but do not reply

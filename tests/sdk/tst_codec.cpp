@@ -145,15 +145,21 @@ void TestCodec::encodes_requests_as_the_contract_spells_them() {
 void TestCodec::only_unavailable_and_no_reply_are_retryable_data() {
     QTest::addColumn<QByteArray>("frame"); // empty = no reply
     QTest::addColumn<int>("disposition");
-    const int S = int(Disposition::Success), T = int(Disposition::Terminal), R = int(Disposition::Retry);
+    const int S = int(Disposition::Success), T = int(Disposition::Terminal), R = int(Disposition::Retry),
+              E = int(Disposition::EndSession);
     QTest::newRow("no reply") << QByteArray() << R;
     QTest::newRow("sent") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":1,"mid":"m","dup":false})") << S;
     QTest::newRow("sent dup") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":1,"mid":"m","dup":true})") << S;
     QTest::newRow("UNAVAILABLE") << QByteArray(R"({"t":"error","rid":"r","code":"UNAVAILABLE"})") << R;
-    for (const char *code : {"INVALID_ARGUMENT", "UNAUTHENTICATED", "NOT_MEMBER", "IDEMPOTENCY_MISMATCH",
+    for (const char *code : {"INVALID_ARGUMENT", "NOT_MEMBER", "IDEMPOTENCY_MISMATCH",
                              "ORIGINAL_EXPIRED", "NOT_SENDER", "ALREADY_RECALLED", "RECALL_WINDOW_EXPIRED",
-                             "NOT_FOUND", "CURSOR_AHEAD", "EPOCH_CHANGED", "STALE_INSTALL", "SOME_FUTURE_CODE"})
+                             "NOT_FOUND", "CURSOR_AHEAD", "EPOCH_CHANGED", "SOME_FUTURE_CODE"})
         QTest::newRow(code) << (QByteArray(R"({"t":"error","rid":"r","code":")") + code + "\"}") << T;
+    // Verdicts on the session, not on the request (issue 26 item 7): the
+    // outbox keeps the entry and the session ends; classify() says so, no
+    // caller overrides it.
+    for (const char *code : {"UNAUTHENTICATED", "STALE_INSTALL"})
+        QTest::newRow(code) << (QByteArray(R"({"t":"error","rid":"r","code":")") + code + "\"}") << E;
 }
 
 void TestCodec::only_unavailable_and_no_reply_are_retryable() {

@@ -46,6 +46,7 @@ private slots:
     void batches_failing_together_keep_per_conversation_send_order();
     void a_failed_head_is_not_overtaken_by_later_messages();
     void a_store_refuses_another_users_welcome();
+    void a_draft_queued_offline_under_one_user_never_goes_out_as_another();
     void a_silent_server_is_noticed_and_the_client_reconnects();
     void send_refuses_what_the_server_would_refuse_and_accepts_its_limit();
     void cancel_withdraws_an_unsent_message_and_discard_drops_a_failed_one();
@@ -324,6 +325,49 @@ void TestObligations::cancel_withdraws_an_unsent_message_and_discard_drops_a_fai
     QTRY_VERIFY_WITH_TIMEOUT(!ben->conversationIds().isEmpty(), 30000);
     QCOMPARE(sqlScalar(ben->databasePath(), QStringLiteral("SELECT COUNT(*) FROM events WHERE body = 'cancelled'")).toInt(),
              0);
+}
+
+// Issue 26 item 13 against the real server (its device tokens): a store
+// used offline first, ana's draft written under her token before the store
+// ever connected; the store is then opened with ben's token. The store
+// becomes ben's, his own message goes out, ana's draft never does.
+void TestObligations::a_draft_queued_offline_under_one_user_never_goes_out_as_another() {
+    auto server = start();
+    QVERIFY(server);
+    const QString conv = QStringLiteral("ana-ben");
+    QString draft;
+    {
+        auto ana = makeClient(*server, QStringLiteral("ana"), QStringLiteral("first-offline.db"));
+        QVERIFY(ana->isOpen());
+        draft = ana->send(conv, QStringLiteral("ana's offline draft"));
+        QVERIFY(!draft.isEmpty());
+    }
+    auto ben = makeClient(*server, QStringLiteral("ben"), QStringLiteral("first-offline.db"));
+    QVERIFY(ben->isOpen());
+    QStringList codes;
+    connect(ben.get(), &Client::errorOccurred, this, [&](const QString &code, const QString &) { codes.append(code); });
+    ben->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ben->connectionState(), ConnectionState::Connected, 60000);
+    QCOMPARE(ben->userId(), QStringLiteral("ben"));
+    const QString own = ben->send(conv, QStringLiteral("ben's own"));
+    QTRY_COMPARE_WITH_TIMEOUT(ben->messageState(own), MessageState::Sent, 60000);
+    QCOMPARE(ben->messageState(draft), MessageState::Pending);
+    QVERIFY(codes.contains(QStringLiteral("WRONG_USER")));
+
+    // What the server stored, seen by a fresh store of ana's.
+    auto check = makeClient(*server, QStringLiteral("ana"), QStringLiteral("ana-check.db"));
+    QSignalSpy synced(check.get(), &Client::conversationSynced);
+    check->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(std::any_of(synced.cbegin(), synced.cend(),
+                                         [&](const QList<QVariant> &a) { return a.at(0).toString() == conv; }),
+                             60000);
+    const QString db = dir_.filePath(QStringLiteral("ana-check.db"));
+    const auto count = [&](const QString &body) {
+        return sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = ? AND body = ?"), {conv, body})
+            .toLongLong();
+    };
+    QCOMPARE(count(QStringLiteral("ben's own")), 1);
+    QCOMPARE(count(QStringLiteral("ana's offline draft")), 0);
 }
 
 QTEST_GUILESS_MAIN(TestObligations)

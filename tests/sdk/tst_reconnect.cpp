@@ -7,6 +7,9 @@
 #include <im/client.h>
 
 #include <QtCore/QDateTime>
+#include <QtCore/QElapsedTimer>
+#include <QtNetwork/QTcpServer>
+#include <QtNetwork/QTcpSocket>
 #include <QtCore/QSet>
 #include <QtCore/QTemporaryDir>
 #include <QtTest/QSignalSpy>
@@ -25,6 +28,8 @@ private slots:
     void a_reconnect_syncs_only_the_conversation_that_moved();
     void network_reachable_again_reconnects_at_once_not_after_the_backoff();
     void network_path_change_replaces_the_open_connection_at_once();
+    void a_gateway_that_drops_every_session_after_welcome_meets_a_growing_backoff();
+    void a_tls_handshake_failure_is_retried_with_backoff_and_stays_reported();
 };
 
 // ana connected to a fresh fake server holding c1; a lost connection of
@@ -167,6 +172,78 @@ void TestReconnect::goaway_reconnects_after_a_jittered_delay_never_at_once() {
     QVERIFY2(QDateTime::currentDateTimeUtc().msecsTo(at) > 100, "goaway without retry_ms reconnected at once");
     QTRY_COMPARE_WITH_TIMEOUT(server.connections, 2, 10000);
     QTRY_COMPARE(client.connectionState(), ConnectionState::Connected);
+}
+
+// Issue 26 item 8. A gateway that accepts hello and drops the session at
+// once: the backoff grows (it starts over only after a session stayed up
+// stableSessionMs), instead of a reconnect every initial step. Backoff 200 ms
+// doubling: connections 2-5 come after at least 100+200+400+800 ms; reset at
+// every welcome they came within 4 x 200 ms.
+void TestReconnect::a_gateway_that_drops_every_session_after_welcome_meets_a_growing_backoff() {
+    QTemporaryDir dir;
+    FakeServer server;
+    QVERIFY(server.listen());
+    server.createConv(QStringLiteral("c1"), {QStringLiteral("ana"), QStringLiteral("ben")});
+    server.closeOn.insert(QStringLiteral("sub"), 1000); // the first request after welcome
+    Client client;
+    client.setServers({server.url()});
+    client.setCredentials(QStringLiteral("tok-ana"));
+    client.setReconnectBackoff(200, 3200);
+    QVERIFY(client.open(dir.filePath(QStringLiteral("a.db"))));
+    QSignalSpy connected(&client, &Client::connectionStateChanged);
+    client.connectToServer();
+    QTRY_COMPARE(server.connections, 1);
+    QElapsedTimer t;
+    t.start();
+    QTRY_COMPARE_WITH_TIMEOUT(server.connections, 5, 10000);
+    QVERIFY2(t.elapsed() >= 1400, qPrintable(QStringLiteral("5 sessions within %1 ms").arg(t.elapsed())));
+    QVERIFY(std::any_of(connected.cbegin(), connected.cend(), [](const QList<QVariant> &a) {
+        return a.at(0).value<ConnectionState>() == ConnectionState::Connected;
+    })); // each one got its welcome
+    // A session that stays up resets it: the next loss waits the first step.
+    ClientPrivate::get(&client)->conn.stableSessionMs = 300;
+    server.closeOn.clear();
+    QTRY_COMPARE_WITH_TIMEOUT(client.connectionState(), ConnectionState::Connected, 10000);
+    QTRY_COMPARE(server.subscribedCount(), 1);
+    QTRY_VERIFY(ClientPrivate::get(&client)->conn.sessionStable()); // up past stableSessionMs
+    server.closeAll();
+    QTRY_COMPARE(client.connectionState(), ConnectionState::Reconnecting);
+    QVERIFY(QDateTime::currentDateTimeUtc().msecsTo(client.nextReconnectAt()) <= 250);
+}
+
+// Issue 26 item 8. A TLS handshake that fails (here a captive portal
+// answering plain HTTP on the wss port) is reported as TLS_ERROR and retried
+// with the backoff, not given up for good; lastError keeps saying TLS_ERROR.
+void TestReconnect::a_tls_handshake_failure_is_retried_with_backoff_and_stays_reported() {
+    QTemporaryDir dir;
+    QTcpServer portal;
+    QVERIFY(portal.listen(QHostAddress::LocalHost));
+    int accepted = 0;
+    connect(&portal, &QTcpServer::newConnection, this, [&] {
+        while (QTcpSocket *s = portal.nextPendingConnection()) {
+            ++accepted;
+            connect(s, &QTcpSocket::readyRead, s, [s] {
+                s->readAll();
+                s->write("HTTP/1.1 302 Found\r\nLocation: http://portal.example/\r\nContent-Length: 0\r\n\r\n");
+                s->disconnectFromHost();
+            });
+            connect(s, &QTcpSocket::disconnected, s, &QObject::deleteLater);
+        }
+    });
+    Client client;
+    client.setServers({QUrl(QStringLiteral("wss://127.0.0.1:%1/").arg(portal.serverPort()))});
+    client.setCredentials(QStringLiteral("tok-ana"));
+    client.setReconnectBackoff(100, 400);
+    QVERIFY(client.open(dir.filePath(QStringLiteral("a.db"))));
+    QStringList codes;
+    connect(&client, &Client::errorOccurred, this, [&](const QString &code, const QString &) { codes.append(code); });
+    const QString cmid = client.send(QStringLiteral("c1"), QStringLiteral("waits for a real server"));
+    client.connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(accepted >= 3, 10000);
+    QVERIFY(codes.count(QStringLiteral("TLS_ERROR")) >= 2);
+    QVERIFY2(client.lastError().startsWith(QStringLiteral("TLS_ERROR")), qPrintable(client.lastError()));
+    QVERIFY(client.connectionState() != ConnectionState::Disconnected);
+    QCOMPARE(client.messageState(cmid), MessageState::Pending);
 }
 
 QTEST_GUILESS_MAIN(TestReconnect)

@@ -84,8 +84,9 @@ public:
     /// against the system's trust store, TLS 1.2 or later. To trust only your
     /// own CA instead, give its certificate(s) here (a PEM file; an empty path
     /// goes back to the system's store). Returns false and sets lastError() if
-    /// the file holds no certificate. A TLS failure is never ignored: it stops
-    /// the connection (Disconnected, no reconnect) with errorOccurred("TLS_ERROR").
+    /// the file holds no certificate. A TLS failure is never ignored: the
+    /// attempt fails with errorOccurred("TLS_ERROR") (lastError() keeps it) and
+    /// is retried after the reconnect backoff (a captive portal goes away).
     bool setTrustedCaFile(const QString &pemFile);
     /// wss:// certificate pinning: the server's certificate must have this
     /// SHA-256 fingerprint (64 hex digits, colons allowed, as printed by
@@ -94,14 +95,17 @@ public:
     /// name; any other certificate fails with TLS_ERROR. Returns false and sets
     /// lastError() if the fingerprint is malformed.
     bool setPinnedCertificateSha256(const QString &fingerprint);
-    /// The device token issued by the server's admin CLI.
+    /// The device token issued by the server's admin CLI. What send() and
+    /// recall() queue is bound to this credential (a JWT's `sub`, else the
+    /// token's fingerprint) and never sent on a session of another user.
     Q_INVOKABLE void setCredentials(const QString &token);
     void setRequestTimeout(int ms);
     int requestTimeout() const;
     /// Retry backoff for unanswered/UNAVAILABLE requests while connected:
     /// min(maxMs, initialMs * 2^(attempt-1)), jittered into [d/2, d].
     void setRetryBackoff(int initialMs, int maxMs);
-    /// Backoff between reconnect attempts (same shape as above).
+    /// Backoff between reconnect attempts (same shape as above). It starts
+    /// over once a session has stayed up 30 s, not at every welcome.
     void setReconnectBackoff(int initialMs, int maxMs);
     /// Page size for `sync` (1..200).
     void setSyncPageSize(int limit);
