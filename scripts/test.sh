@@ -5,7 +5,7 @@
 #                    clusters the tests start and remove themselves, SDK and
 #                    demo-app tests (offscreen Qt), the acceptance lab with its
 #                    negative controls, the 60 s invariant soak
-#   2. build-fuzz/   libFuzzer (clang): request parser and SDK frame decoder,
+#   2. build-fuzz/   libFuzzer (clang): request parser, SDK frame decoder, JWT parsing,
 #                    kept regression inputs, then IM_FUZZ_SECONDS (60) each
 #   3. build-asan/   ASan+UBSan: the server's and the SDK's test suites
 #   4. build-tsan/   TSan: the server's contract, resilience and group-commit tests
@@ -60,7 +60,7 @@ tsan() {
 fuzz() {
     cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_FUZZ=ON \
         -DIM_BUILD_SERVER=OFF -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null
-    cmake --build build-fuzz -j"$jobs" --target fuzz_server_request fuzz_sdk_frame
+    cmake --build build-fuzz -j"$jobs" --target fuzz_server_request fuzz_sdk_frame fuzz_jwt
     (cd build-fuzz && ctest -j2 --output-on-failure -L fuzz)
 }
 
