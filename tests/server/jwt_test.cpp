@@ -62,7 +62,7 @@ std::string mint_hmac(const json::object& header, const json::object& claims, co
 
 /// A key pair made by this test; `jwk` is its public half for the JWKS.
 struct KeyPair {
-    std::string kid, private_pem;
+    std::string kid, private_pem, public_pem;
     json::object jwk;
     jwt_alg_t alg;
 };
@@ -84,7 +84,12 @@ KeyPair make_key(const std::string& kid, bool rsa) {
     PEM_write_bio_PrivateKey(bio, k, nullptr, nullptr, 0, nullptr, nullptr);
     char* data = nullptr;
     long n = BIO_get_mem_data(bio, &data);
-    KeyPair kp{kid, std::string(data, static_cast<std::size_t>(n)), {}, rsa ? JWT_ALG_RS256 : JWT_ALG_ES256};
+    KeyPair kp{kid, std::string(data, static_cast<std::size_t>(n)), {}, {}, rsa ? JWT_ALG_RS256 : JWT_ALG_ES256};
+    BIO_free(bio);
+    bio = BIO_new(BIO_s_mem());
+    PEM_write_bio_PUBKEY(bio, k);
+    n = BIO_get_mem_data(bio, &data);
+    kp.public_pem.assign(data, static_cast<std::size_t>(n));
     BIO_free(bio);
     if (rsa) {
         kp.jwk = {{"kty", "RSA"}, {"kid", kid}, {"use", "sig"}, {"alg", "RS256"},
@@ -230,6 +235,9 @@ TEST_F(Jwt, every_refused_token_is_unauthenticated_and_closes) {
         {"unknown kid", mint_signed(unknown, base)},
         {"HS secret claiming RS256", mint_hmac({{"alg", "RS256"}, {"kid", "rsa-1"}}, base, secret)},
         {"HS secret claiming RS256 without kid", mint_hmac({{"alg", "RS256"}}, base, secret)},
+        // The classic confusion: HS256 keyed with the public key everybody may know.
+        {"HS256 keyed with the RSA public key", mint_hmac({{"alg", "HS256"}, {"kid", "rsa-1"}}, base, rsa->public_pem)},
+        {"HS256 keyed with the EC public key", mint_hmac({{"alg", "HS256"}, {"kid", "ec-1"}}, base, ec->public_pem)},
         {"RS256 naming the EC key", mint_hmac({{"alg", "RS256"}, {"kid", "ec-1"}}, base, secret)},
         {"HS384", mint_hmac({{"alg", "HS384"}}, base, secret)},
         {"HS256 with a wrong secret", mint_hmac({{"alg", "HS256"}}, base, secret + "x")},
