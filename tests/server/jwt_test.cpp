@@ -146,7 +146,13 @@ protected:
         rsa = new KeyPair(make_key("rsa-1", true));
         ec = new KeyPair(make_key("ec-1", false));
         write_file(dir->path() + "/hs.secret", secret + "\n");
-        write_file(dir->path() + "/jwks.json", jwks_of({rsa, ec}));
+        // Besides ours, keys the server must skip (not for signatures, another
+        // type or curve), as identity providers' JWKS documents hold them.
+        json::object doc = json::parse(jwks_of({rsa, ec})).as_object();
+        doc["keys"].as_array().push_back(json::object{{"kty", "RSA"}, {"kid", "enc-1"}, {"use", "enc"}, {"n", "AQAB"}, {"e", "AQAB"}});
+        doc["keys"].as_array().push_back(json::object{{"kty", "oct"}, {"kid", "oct-1"}, {"k", "c2VjcmV0"}});
+        doc["keys"].as_array().push_back(json::object{{"kty", "EC"}, {"kid", "p384"}, {"crv", "P-384"}});
+        write_file(dir->path() + "/jwks.json", json::serialize(doc));
         srv = new ServerProcess(pg->url(), {"--quiet", "--jwt-hs256-secret-file", dir->path() + "/hs.secret",
                                             "--jwt-jwks", dir->path() + "/jwks.json", "--jwt-issuer", issuer,
                                             "--jwt-audience", audience});
@@ -233,6 +239,7 @@ TEST_F(Jwt, every_refused_token_is_unauthenticated_and_closes) {
         {"alg none", b64url(R"({"alg":"none","typ":"JWT"})") + "." + payload + "."},
         {"alg none with a signature", mint_hmac({{"alg", "none"}}, base, secret)},
         {"unknown kid", mint_signed(unknown, base)},
+        {"kid of a skipped (enc) key", mint_hmac({{"alg", "RS256"}, {"kid", "enc-1"}}, base, secret)},
         {"HS secret claiming RS256", mint_hmac({{"alg", "RS256"}, {"kid", "rsa-1"}}, base, secret)},
         {"HS secret claiming RS256 without kid", mint_hmac({{"alg", "RS256"}}, base, secret)},
         // The classic confusion: HS256 keyed with the public key everybody may know.
