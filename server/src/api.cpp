@@ -227,6 +227,19 @@ std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* c
     return result.get();
 }
 
+Outcome<jwt::Claims> check_jwt(const ApiContext& ctx, const std::string& token) {
+    if (!ctx.jwt) return Error{Code::unauthenticated, "signed tokens are not enabled on this server"};
+    const auto now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+    auto v = ctx.jwt->verify(token, now_s);
+    if (auto* r = std::get_if<jwt::Refusal>(&v)) {
+        log_info("jwt_refused", {{"reason", r->reason}});
+        return Error{Code::unauthenticated, "invalid token"};
+    }
+    return std::get<jwt::Claims>(std::move(v));
+}
+
 Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
                        const Request& req, const std::optional<std::string>& rid) {
     if (!conn) return error_reply(unavailable("database unreachable, retry with the same request"), rid);
@@ -235,11 +248,18 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
         [&](const auto& r) -> Handled {
             using T = std::decay_t<decltype(r)>;
             if constexpr (std::is_same_v<T, req::Hello>) {
-                auto o = ctx.store.hello(c, r);
-                if (!o) return error_reply(o.error(), rid);
+                std::optional<Outcome<Identity>> o;
+                if (jwt::looks_like_jwt(r.token)) {
+                    auto claims = check_jwt(ctx, r.token);
+                    if (!claims) return error_reply(claims.error(), rid);
+                    o = ctx.store.hello_jwt(c, claims->sub, claims->device, r.install, claims->exp_ms);
+                } else {
+                    o = ctx.store.hello(c, r);
+                }
+                if (!*o) return error_reply(o->error(), rid);
                 Handled h;
-                h.frame = encode_reply(Welcome{o->user, o->device, ctx.gateway_id, now_ms()}, rid);
-                h.identity = o.value();
+                h.frame = encode_reply(Welcome{(*o)->user, (*o)->device, ctx.gateway_id, now_ms()}, rid);
+                h.identity = o->value();
                 return h;
             } else if constexpr (std::is_same_v<T, req::Send>) {
                 return handle_send_batch(ctx, conn, *who, {r}, {rid}).front();

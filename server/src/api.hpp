@@ -3,6 +3,7 @@
 #pragma once
 
 #include "bus.hpp"
+#include "jwt.hpp"
 #include "protocol.hpp"
 #include "store.hpp"
 
@@ -33,7 +34,13 @@ struct ApiContext {
     NotificationBus* bus = nullptr;
     /// Events this gateway committed, for its own subscribers (notifier.hpp).
     std::function<void(const std::vector<Event>&)> committed;
+    /// Signed device tokens (contract section 4a); null when not configured.
+    const jwt::Verifier* jwt = nullptr;
 };
+
+/// Checks a JWT handed over by hello or refresh; the claims, or the
+/// UNAUTHENTICATED error to answer (the reason is logged, not sent).
+Outcome<jwt::Claims> check_jwt(const ApiContext& ctx, const std::string& token);
 
 /// `conn` is nullptr when the database is unreachable.
 Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,

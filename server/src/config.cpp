@@ -97,6 +97,25 @@ const std::vector<Option>& options() {
         {"--tls-key", "IM_TLS_KEY", "FILE", "the PEM private key of --tls-cert (reloaded on SIGHUP)",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.tls_key = v; return std::nullopt; },
          [](const Config& c) { return c.tls_key; }},
+        {"--jwt-hs256-secret-file", "IM_JWT_HS256_SECRET_FILE", "FILE",
+         "accept JWTs signed with HS256 by this shared secret (the file's first line, at least 32 bytes) as "
+         "hello tokens (reloaded on SIGHUP)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             c.jwt_hs256_secret_file = v;
+             return std::nullopt;
+         },
+         [](const Config& c) { return c.jwt_hs256_secret_file; }},
+        {"--jwt-jwks", "IM_JWT_JWKS", "FILE",
+         "accept JWTs signed with RS256 or ES256 by the public keys of this JWKS file, selected by kid "
+         "(reloaded on SIGHUP)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> { c.jwt_jwks = v; return std::nullopt; },
+         [](const Config& c) { return c.jwt_jwks; }},
+        {"--jwt-issuer", "IM_JWT_ISSUER", "ISS", "a JWT's iss claim must equal this (default: not checked)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> { c.jwt_issuer = v; return std::nullopt; },
+         [](const Config& c) { return c.jwt_issuer; }},
+        {"--jwt-audience", "IM_JWT_AUDIENCE", "AUD", "a JWT's aud claim must contain this (default: not checked)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> { c.jwt_audience = v; return std::nullopt; },
+         [](const Config& c) { return c.jwt_audience; }},
         {"--state-dir", "IM_STATE_DIR", "DIR", "folder of the embedded PostgreSQL and demo tokens (default ./var)",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.state_dir = v; return std::nullopt; },
          [](const Config& c) { return c.state_dir; }, for_both},
@@ -391,6 +410,8 @@ std::optional<std::string> parse_config(const std::vector<std::string>& args, Co
         if (auto e = read_secret(cfg.db_password_file, cfg.db_password)) return "--db-password-file: " + *e;
     }
     if (cfg.tls_cert.empty() != cfg.tls_key.empty()) return "--tls-cert and --tls-key go together";
+    if ((!cfg.jwt_issuer.empty() || !cfg.jwt_audience.empty()) && !cfg.jwt_enabled())
+        return "--jwt-issuer and --jwt-audience need --jwt-hs256-secret-file or --jwt-jwks";
     if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones ||
                                 cfg.lab.no_resync))
         return "--fault and --lab-* need --enable-faults";
@@ -549,7 +570,9 @@ std::string config_man(const std::string& version) {
       << ".SH SIGNALS\n.TP\n\\fBSIGTERM\\fR, \\fBSIGINT\\fR\nDrain: tell clients to go (goaway), finish "
          "requests in flight for up to \\fB\\-\\-drain\\-timeout\\-ms\\fR, exit 0.\n"
       << ".TP\n\\fBSIGHUP\\fR\nRe-read the TLS certificate and key: new connections use them, open ones keep "
-         "theirs. If the files are unusable the old ones stay and an error is logged.\n"
+         "theirs. Re-read the JWT keys (\\fB\\-\\-jwt\\-hs256\\-secret\\-file\\fR, \\fB\\-\\-jwt\\-jwks\\fR): "
+         "tokens are checked with the new keys from then on, also at refresh. If a file is unusable the old "
+         "certificate or keys stay and an error is logged.\n"
       << ".SH FILES\n.TP\n\\fI" << roff_escape(default_config_file) << "\\fR\nThe configuration file.\n"
       << ".TP\n\\fI/var/lib/imserver\\fR\nState directory of the packaged service (embedded PostgreSQL).\n"
       << ".SH EXIT STATUS\n0 after a drain, 1 on a fatal error, 2 on bad usage.\n"

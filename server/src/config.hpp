@@ -24,6 +24,12 @@ struct Config {
     std::string db_password;             // secret: never printed
     std::string tls_cert;                // PEM certificate (chain allowed); with tls_key: wss:// and https://
     std::string tls_key;                 // PEM private key file (a secret: only its path is configured)
+    // Signed device tokens (contract section 4a); reloaded on SIGHUP.
+    std::string jwt_hs256_secret_file;   // HS256 shared secret (a secret: only its path is configured)
+    std::string jwt_jwks;                // JWKS file of RS256/ES256 public keys, by kid
+    std::string jwt_issuer;              // `iss` must equal this when set
+    std::string jwt_audience;            // `aud` must contain this when set
+    bool jwt_enabled() const { return !jwt_hs256_secret_file.empty() || !jwt_jwks.empty(); }
     std::string state_dir = "./var";
     std::string gateway_id = "gw-1";
     int db_pool = 4;

@@ -11,19 +11,33 @@
 namespace im {
 
 Gateway::Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& store, Metrics& metrics,
-                 FaultRegistry& faults)
+                 FaultRegistry& faults, std::unique_ptr<jwt::Verifier> jwt)
     : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id, nullptr, {}},
       sends_(api_, pool, metrics, static_cast<std::size_t>(cfg.send_group_max),
-             static_cast<std::size_t>(effective_send_workers(cfg)), cfg.db_queue, !cfg.lab.no_unique_index) {
+             static_cast<std::size_t>(effective_send_workers(cfg)), cfg.db_queue, !cfg.lab.no_unique_index),
+      jwt_(std::move(jwt)) {
     if (!cfg.tls_cert.empty()) {
         tls_ = std::make_shared<TlsContexts>(cfg.tls_cert, cfg.tls_key);
         log_info("tls_enabled", {{"cert", cfg.tls_cert}, {"certificate", tls_->describe()}});
     }
+    if (jwt_) {
+        api_.jwt = jwt_.get();
+        log_info("jwt_enabled", {{"keys", jwt_->describe()}});
+    }
 }
 
-void Gateway::reload_tls() {
+void Gateway::reload_on_hup() {
+    if (jwt_) {
+        if (auto e = jwt_->reload()) {
+            ++metrics_.jwt_reload_failures_total;
+            log_error("jwt_reload_failed", {{"err", *e}, {"kept", jwt_->describe()}});
+        } else {
+            ++metrics_.jwt_reloads_total;
+            log_info("jwt_reloaded", {{"keys", jwt_->describe()}});
+        }
+    }
     if (!tls_) {
-        log_info("sighup_ignored", {{"reason", "no TLS configured"}});
+        if (!jwt_) log_info("sighup_ignored", {{"reason", "no TLS or JWT keys configured"}});
         return;
     }
     if (auto e = tls_->reload()) {

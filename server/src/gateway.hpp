@@ -28,8 +28,9 @@ class WsSession;
 
 class Gateway : public std::enable_shared_from_this<Gateway> {
 public:
+    /// jwt: the signed-token keys, loaded (null: no signed tokens).
     Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& store, Metrics& metrics,
-            FaultRegistry& faults);
+            FaultRegistry& faults, std::unique_ptr<jwt::Verifier> jwt = nullptr);
 
     /// Binds and starts accepting; returns the bound port.
     unsigned short listen();
@@ -49,8 +50,9 @@ public:
     ApiContext& api() { return api_; }
     /// The TLS contexts (nullptr: plain ws:// and http://).
     const std::shared_ptr<TlsContexts>& tls() const { return tls_; }
-    /// SIGHUP: re-read the certificate and key (see TlsContexts::reload).
-    void reload_tls();
+    /// SIGHUP: re-read the certificate and key (see TlsContexts::reload)
+    /// and the JWT keys; a file that is unusable keeps the old ones.
+    void reload_on_hup();
     SendCombiner& sends() { return sends_; }
     void session_opened(const std::shared_ptr<WsSession>& s);
     void subscribe(const std::string& user, const std::shared_ptr<WsSession>& s);
@@ -94,6 +96,7 @@ private:
     FaultRegistry& faults_;
     ApiContext api_;
     SendCombiner sends_;
+    std::unique_ptr<jwt::Verifier> jwt_; // null: no signed tokens
     std::shared_ptr<Listener> listener_;
     std::shared_ptr<TlsContexts> tls_;
     std::atomic<bool> draining_{false};

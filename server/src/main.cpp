@@ -37,6 +37,16 @@ void write_ready_file(const std::string& path, unsigned short port) {
 int serve(const im::Config& cfg) {
     im::set_log_gateway(cfg.gateway_id);
     im::set_log_quiet(cfg.quiet);
+    // The signed-token keys first: a bad key file stops the start at once.
+    std::unique_ptr<im::jwt::Verifier> jwt;
+    if (cfg.jwt_enabled()) {
+        jwt = std::make_unique<im::jwt::Verifier>(cfg.jwt_hs256_secret_file, cfg.jwt_jwks,
+                                                  im::jwt::Settings{cfg.jwt_issuer, cfg.jwt_audience});
+        if (auto e = jwt->reload()) {
+            std::cerr << "imserver: " << *e << '\n';
+            return 1;
+        }
+    }
     im::Database db = im::open_database(im::db_conninfo(cfg), cfg.state_dir);
     struct StopCluster {
         im::Database& d;
@@ -92,19 +102,20 @@ int serve(const im::Config& cfg) {
     else bus_owner = std::make_unique<im::NatsBus>(cfg.bus, cfg.gateway_id, metrics);
     im::NotificationBus& bus = *bus_owner;
     im::log_info("bus", {{"bus", cfg.bus == "postgres" ? std::string("postgres") : std::string("nats")}});
-    auto gw = std::make_shared<im::Gateway>(ioc, cfg, pool, store, metrics, faults);
+    auto gw = std::make_shared<im::Gateway>(ioc, cfg, pool, store, metrics, faults, std::move(jwt));
     gw->api().bus = &bus;
     im::Notifier notifier(db.url, gw, store, metrics);
     gw->api().committed = [&notifier](const std::vector<im::Event>& events) { notifier.committed_here(events); };
     notifier.start(bus);
     unsigned short port = gw->listen();
 
-    // SIGHUP: reload the TLS certificate and key; open connections keep theirs.
+    // SIGHUP: reload the TLS certificate and key (open connections keep
+    // theirs) and the JWT keys.
     boost::asio::signal_set hup(ioc, SIGHUP);
     std::function<void()> wait_hup = [&] {
         hup.async_wait([&](const boost::system::error_code& ec, int) {
             if (ec) return;
-            gw->reload_tls();
+            gw->reload_on_hup();
             wait_hup();
         });
     };

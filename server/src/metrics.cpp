@@ -59,6 +59,11 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_tls_reloads_total", "Certificate reloads on SIGHUP.", tls_reloads_total.load(), "counter");
     gauge("im_tls_reload_failures_total", "SIGHUP reloads refused (the old certificate stays).",
           tls_reload_failures_total.load(), "counter");
+    gauge("im_jwt_reloads_total", "JWT key reloads on SIGHUP.", jwt_reloads_total.load(), "counter");
+    gauge("im_jwt_reload_failures_total", "SIGHUP JWT key reloads refused (the old keys stay).",
+          jwt_reload_failures_total.load(), "counter");
+    gauge("im_jwt_expired_closes_total", "Connections closed with 4001 because their JWT reached exp unrefreshed.",
+          jwt_expired_closes.load(), "counter");
     gauge("im_token_rechecks_total",
           "Checks of every open connection's token after the bus came back (revocations it may have missed).",
           token_rechecks.load(), "counter");

@@ -41,6 +41,9 @@ public:
     std::atomic<long long> tls_handshake_failures{0};
     std::atomic<long long> tls_reloads_total{0};
     std::atomic<long long> tls_reload_failures_total{0};
+    std::atomic<long long> jwt_reloads_total{0};
+    std::atomic<long long> jwt_reload_failures_total{0};
+    std::atomic<long long> jwt_expired_closes{0};   // JWT connections closed with 4001 at exp
 
     /// code is "OK" for success replies.
     void count_request(std::string_view type, std::string_view code);

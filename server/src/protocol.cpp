@@ -66,7 +66,7 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         req::Hello r;
         if (auto e = f.str("token", r.token)) return bad(*e);
         if (auto e = f.str("install", r.install)) return bad(*e);
-        if (r.token.empty() || r.token.size() > 256) return bad("field 'token' must be 1-256 characters");
+        if (r.token.empty() || r.token.size() > max_token_chars) return bad("field 'token' must be 1-4096 characters");
         if (!valid_id(r.install)) return bad("field 'install' must be 1-64 characters of [A-Za-z0-9._:-]");
         return r;
     }
@@ -135,6 +135,12 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         return r;
     }
     if (t == "sub") return req::Sub{};
+    if (t == "refresh") {
+        req::Refresh r;
+        if (auto e = f.str("token", r.token)) return bad(*e);
+        if (r.token.empty() || r.token.size() > max_token_chars) return bad("field 'token' must be 1-4096 characters");
+        return r;
+    }
     return bad("unknown request type '" + std::string(t) + "'");
 }
 
@@ -205,7 +211,7 @@ std::optional<std::size_t> utf8_code_points(std::string_view s) {
 
 std::string_view request_name(const Request& r) {
     static constexpr std::string_view names[] = {"hello", "send", "sync", "ack", "read",
-                                                 "recall", "convs", "fetch", "sub", "history"};
+                                                 "recall", "convs", "fetch", "sub", "history", "refresh"};
     return names[r.index()];
 }
 
@@ -229,7 +235,7 @@ Parsed parse_request(std::string_view frame) {
         return p;
     }
     static constexpr std::string_view known[] = {"hello", "send", "sync", "ack", "read",
-                                                 "recall", "convs", "fetch", "sub", "history"};
+                                                 "recall", "convs", "fetch", "sub", "history", "refresh"};
     std::string_view tv = t->get_string();
     p.type = "other";
     for (auto k : known)
@@ -289,6 +295,8 @@ std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) 
                 o["t"] = "fetched"; o["ev"] = event_json(x.ev);
             } else if constexpr (std::is_same_v<T, Subscribed>) {
                 o["t"] = "subscribed";
+            } else if constexpr (std::is_same_v<T, Refreshed>) {
+                o["t"] = "refreshed"; o["exp"] = x.exp;
             }
         },
         r);
@@ -315,6 +323,10 @@ std::string encode_goaway(std::string_view reason, std::optional<std::int64_t> r
     json::object o{{"t", "goaway"}, {"reason", reason}};
     if (retry_ms) o["retry_ms"] = *retry_ms;
     return json::serialize(o);
+}
+
+std::string encode_token_expiring(std::int64_t exp_ms) {
+    return json::serialize(json::object{{"t", "token_expiring"}, {"exp", exp_ms}});
 }
 
 } // namespace im

@@ -19,6 +19,8 @@ inline constexpr std::size_t max_rid_chars = 64;
 inline constexpr std::size_t max_cmid_chars = 64;
 inline constexpr std::size_t max_body_code_points = 4000;
 inline constexpr std::size_t max_id_chars = 64; // conv ids, install ids
+/// hello.token and refresh.token: a random device token or a JWT.
+inline constexpr std::size_t max_token_chars = 4096;
 inline constexpr std::int64_t default_sync_limit = 50;
 inline constexpr std::int64_t max_sync_limit = 200;
 inline constexpr std::int64_t default_convs_limit = 100;
@@ -43,10 +45,12 @@ struct History { std::string conv; std::int64_t before = 0; std::int64_t limit =
 struct Convs { std::string after; std::int64_t limit = default_convs_limit; };
 struct Fetch { std::string conv; std::int64_t seq = 0; };
 struct Sub {};
+/// A new JWT for the open connection (contract section 4a).
+struct Refresh { std::string token; };
 } // namespace req
 
 using Request = std::variant<req::Hello, req::Send, req::Sync, req::Ack, req::Read,
-                             req::Recall, req::Convs, req::Fetch, req::Sub, req::History>;
+                             req::Recall, req::Convs, req::Fetch, req::Sub, req::History, req::Refresh>;
 
 /// The request type name as it appears in `t` (for metrics and logs).
 std::string_view request_name(const Request& r);
@@ -113,8 +117,10 @@ struct ConvInfo {
 struct ConvList { std::vector<ConvInfo> convs; std::string next_after; bool has_more = false; };
 struct Fetched { Event ev; };
 struct Subscribed {};
+struct Refreshed { std::int64_t exp = 0; }; // the new token's `exp`, ms
 
-using Reply = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, ConvList, Fetched, Subscribed, HistoryPage>;
+using Reply = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, ConvList, Fetched, Subscribed, HistoryPage,
+                           Refreshed>;
 
 std::string encode_reply(const Reply& r, const std::optional<std::string>& rid);
 std::string encode_error(const Error& e, const std::optional<std::string>& rid);
@@ -129,5 +135,7 @@ std::string encode_hint(std::string_view conv, std::int64_t head, std::int64_t e
                         std::optional<std::int64_t> read);
 std::string encode_resync();
 std::string encode_goaway(std::string_view reason, std::optional<std::int64_t> retry_ms);
+/// {"t":"token_expiring","exp":<ms>}: the connection's JWT runs out at exp.
+std::string encode_token_expiring(std::int64_t exp_ms);
 
 } // namespace im

@@ -343,11 +343,37 @@ std::string token_hash_hex(const std::string& token) {
     return out;
 }
 
+std::string random_token(); // 32 random bytes as hex (admin commands below)
+
 Error stale_install() { return {Code::stale_install, "a newer install of this device exists"}; }
 
 } // namespace
 
 // ---------------------------------------------------------------- hello
+
+namespace {
+
+// The install rule of section 4 for a device proved at hello (its row held
+// FOR UPDATE by the caller): a new install supersedes the older ones; a
+// superseded one is STALE_INSTALL.
+std::optional<Error> register_install(pqxx::transaction_base& tx, FaultRegistry& faults, const Identity& who) {
+    auto i = tx.exec_params("SELECT superseded_at IS NOT NULL FROM device_installs "
+                            "WHERE device_id = $1 AND install_id = $2",
+                            who.device, who.install);
+    if (!i.empty()) {
+        if (i[0][0].as<bool>() && !faults.broken("rule.stale_install")) return stale_install();
+        return std::nullopt;
+    }
+    // A new install supersedes every older one of this device.
+    tx.exec_params("UPDATE device_installs SET superseded_at = now() "
+                   "WHERE device_id = $1 AND superseded_at IS NULL",
+                   who.device);
+    tx.exec_params("INSERT INTO device_installs (device_id, install_id) VALUES ($1, $2)", who.device, who.install);
+    tx.exec_params("UPDATE devices SET current_install = $2 WHERE device_id = $1", who.device, who.install);
+    return std::nullopt;
+}
+
+} // namespace
 
 Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
     return guarded<Identity>("hello", [&]() -> Outcome<Identity> {
@@ -359,20 +385,30 @@ Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
                                 hash);
         if (d.empty()) return Error{Code::unauthenticated, "unknown or revoked device token"};
         Identity who{d[0][1].c_str(), d[0][0].c_str(), h.install, hash};
-        auto i = tx.exec_params("SELECT superseded_at IS NOT NULL FROM device_installs "
-                                "WHERE device_id = $1 AND install_id = $2",
-                                who.device, h.install);
-        if (!i.empty()) {
-            if (i[0][0].as<bool>() && !faults_.broken("rule.stale_install")) return stale_install();
-        } else {
-            // A new install supersedes every older one of this device.
-            tx.exec_params("UPDATE device_installs SET superseded_at = now() "
-                           "WHERE device_id = $1 AND superseded_at IS NULL",
-                           who.device);
-            tx.exec_params("INSERT INTO device_installs (device_id, install_id) VALUES ($1, $2)", who.device,
-                           h.install);
-            tx.exec_params("UPDATE devices SET current_install = $2 WHERE device_id = $1", who.device, h.install);
-        }
+        if (auto e = register_install(tx, faults_, who)) return *e;
+        tx.commit();
+        return who;
+    });
+}
+
+Outcome<Identity> Store::hello_jwt(pqxx::connection_base& c, const std::string& user, const std::string& device,
+                                   const std::string& install, std::int64_t exp_ms) {
+    return guarded<Identity>("hello", [&]() -> Outcome<Identity> {
+        pqxx::work tx(c);
+        if (tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", user).empty())
+            return Error{Code::unauthenticated, "unknown user"};
+        // The first valid hello creates the device; its token hash is of a
+        // random secret nobody holds (only `device token` hands one out).
+        tx.exec_params("INSERT INTO devices (device_id, user_id, token_sha256) "
+                       "VALUES ($1, $2, decode($3, 'hex')) ON CONFLICT (device_id) DO NOTHING",
+                       device, user, token_hash_hex(random_token()));
+        auto d = tx.exec_params("SELECT user_id, revoked_at IS NOT NULL, encode(token_sha256, 'hex') "
+                                "FROM devices WHERE device_id = $1 FOR UPDATE",
+                                device);
+        if (d.empty() || d[0][0].c_str() != user) return Error{Code::unauthenticated, "device belongs to another user"};
+        if (d[0][1].as<bool>()) return device_revoked();
+        Identity who{user, device, install, d[0][2].c_str(), exp_ms};
+        if (auto e = register_install(tx, faults_, who)) return *e;
         tx.commit();
         return who;
     });

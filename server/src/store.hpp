@@ -20,6 +20,10 @@ namespace im {
 struct Identity {
     std::string user, device, install;
     std::string token_sha256; // hex: which token of the device this connection proved (reissue check)
+    /// A JWT connection (contract section 4a): its token's `exp` in ms; 0 for
+    /// a random device token. token_sha256 is then the device row's current
+    /// token hash at hello, so a revocation or a new token ends it too.
+    std::int64_t token_exp_ms = 0;
 };
 
 /// Channel for commit notifications (the PostgreSQL bus, pg_bus.hpp; the
@@ -40,6 +44,12 @@ public:
     Store(FaultRegistry& faults, LabSwitches lab) : faults_(faults), lab_(lab) {}
 
     Outcome<Identity> hello(pqxx::connection_base& c, const req::Hello& r);
+    /// hello with a verified JWT (contract section 4a): `user` must exist;
+    /// the device row is created for it on its first hello (with a random
+    /// token hash nobody holds); a device of another user, or a revoked
+    /// one, is UNAUTHENTICATED.
+    Outcome<Identity> hello_jwt(pqxx::connection_base& c, const std::string& user, const std::string& device,
+                                const std::string& install, std::int64_t exp_ms);
 
     struct SendResult { Sent sent; bool drop_reply = false; std::int64_t ts = 0; };
     Outcome<SendResult> send(pqxx::connection_base& c, const Identity& who, const req::Send& r);

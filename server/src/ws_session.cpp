@@ -10,13 +10,13 @@ namespace im {
 
 WsSession::WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw)
     : ws_(std::in_place_type<websocket::stream<beast::tcp_stream>>, std::move(socket)), gw_(std::move(gw)),
-      ping_timer_(executor()) {
+      ping_timer_(executor()), token_timer_(executor()) {
     note_address();
 }
 
 WsSession::WsSession(tls_stream&& stream, std::shared_ptr<ssl::context> tls, std::shared_ptr<Gateway> gw)
     : tls_(std::move(tls)), ws_(std::in_place_type<websocket::stream<tls_stream>>, std::move(stream)),
-      gw_(std::move(gw)), ping_timer_(executor()) {
+      gw_(std::move(gw)), ping_timer_(executor()), token_timer_(executor()) {
     note_address();
 }
 
@@ -91,6 +91,85 @@ void WsSession::revoked(const std::string& device, const std::string& token_sha2
     }
     queue_.clear();
     close({websocket::close_code::policy_error, "device revoked"});
+}
+
+namespace {
+std::int64_t system_now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+constexpr std::int64_t token_warning_ms = 60000; // token_expiring this long before exp
+} // namespace
+
+// A JWT connection (re)armed with its token's exp: token_expiring once,
+// 60 s before exp (at once if less is left), then close 4001 at exp. The
+// exp is wall-clock time (the backend's); the timer re-checks the wall
+// clock when it fires and waits again if it fired early.
+void WsSession::arm_token_timer() {
+    token_warned_ = false;
+    wait_token_timer(++token_gen_);
+}
+
+void WsSession::wait_token_timer(std::uint64_t gen) {
+    const std::int64_t left = who_->token_exp_ms - system_now_ms();
+    const std::int64_t wait = token_warned_ ? left : left - token_warning_ms;
+    // At most an hour per wait (a far exp must not overflow the timer); it re-checks then.
+    token_timer_.expires_after(std::chrono::milliseconds(std::clamp<std::int64_t>(wait, 0, 3600000)));
+    token_timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+        if (ec || gen != self->token_gen_) return; // cancelled or re-armed by a refresh
+        self->on_token_timer(gen);
+    });
+}
+
+void WsSession::on_token_timer(std::uint64_t gen) {
+    if (closed_ || close_requested_ || revoked_ || expired_) return;
+    if (token_past_exp()) return token_expired();
+    if (!token_warned_ && system_now_ms() >= who_->token_exp_ms - token_warning_ms) {
+        token_warned_ = true;
+        send(encode_token_expiring(who_->token_exp_ms));
+    }
+    wait_token_timer(gen);
+}
+
+bool WsSession::token_past_exp() const { return who_ && who_->token_exp_ms && system_now_ms() >= who_->token_exp_ms; }
+
+// The token reached exp unrefreshed: as for a revocation, nothing more is
+// read or written for it; requests still queued are answered
+// UNAUTHENTICATED and the connection closes with 4001.
+void WsSession::token_expired() {
+    if (expired_ || closed_) return;
+    expired_ = true;
+    ++gw_->metrics().jwt_expired_closes;
+    log_info("token_expired_closed", {{"device", who_->device}});
+    drop_unsent();
+    for (auto& p : queue_) {
+        gw_->metrics().count_request(p.type, code_name(Code::unauthenticated));
+        send(encode_error({Code::unauthenticated, "token expired"}, p.rid));
+    }
+    queue_.clear();
+    websocket::close_reason reason;
+    reason.code = 4001;
+    reason.reason = "token expired";
+    close(std::move(reason));
+}
+
+// refresh (section 4a): a valid JWT for the same user and device moves the
+// connection's exp; anything else is UNAUTHENTICATED and closes. A
+// connection opened with a random device token has no `sub` to match: its
+// refresh is refused the same way (docs/protocol.md).
+Handled WsSession::refresh(const req::Refresh& r, const std::optional<std::string>& rid) {
+    if (!who_->token_exp_ms)
+        return error_reply({Code::unauthenticated, "refresh needs a connection opened with a signed token"}, rid);
+    auto claims = check_jwt(gw_->api(), r.token);
+    if (!claims) return error_reply(claims.error(), rid);
+    if (claims->sub != who_->user || claims->device != who_->device)
+        return error_reply({Code::unauthenticated, "token is for another user or device"}, rid);
+    who_->token_exp_ms = claims->exp_ms;
+    arm_token_timer();
+    Handled h;
+    h.frame = encode_reply(Refreshed{claims->exp_ms}, rid);
+    return h;
 }
 
 // Drops the frames not yet handed to the socket (the front one is).
@@ -175,7 +254,7 @@ void WsSession::tick() {
 // Reads the next request unless too many are waiting or too much output is
 // unsent; resumes (with some slack) once the writes catch up.
 void WsSession::do_read() {
-    if (reading_ || closed_ || close_requested_ || revoked_) return;
+    if (reading_ || closed_ || close_requested_ || revoked_ || expired_) return;
     const std::size_t high = gw_->config().max_unsent_bytes / 2;
     if (out_bytes_ >= high && !output_paused_) { // counted once per episode
         output_paused_ = true;
@@ -223,7 +302,10 @@ void WsSession::on_frame(const std::string& text) {
 }
 
 void WsSession::next() {
-    if (busy_ || queue_.empty() || closed_ || revoked_) return;
+    if (busy_ || queue_.empty() || closed_ || revoked_ || expired_) return;
+    // A request taken after the token's exp (racing the timer) is answered
+    // UNAUTHENTICATED with the rest of the queue and does nothing.
+    if (token_past_exp()) return token_expired();
     Pending item = std::move(queue_.front());
     queue_.pop_front();
     do_read();
@@ -237,6 +319,7 @@ void WsSession::next() {
         h.close_after = false; // only a failed hello closes the connection
         return finish(item, std::move(h));
     }
+    if (const auto* rf = std::get_if<req::Refresh>(&item.req)) return finish(item, refresh(*rf, item.rid));
     if (std::holds_alternative<req::Sub>(item.req)) {
         gw_->subscribe(who_->user, shared_from_this());
         subscribed_ = true;
@@ -297,8 +380,8 @@ void WsSession::next() {
 
 // Writes one reply; false when the connection is closing because of it.
 bool WsSession::deliver(const Pending& item, Handled h) {
-    if (revoked_) { // the device was revoked while this request ran: not written (closing)
-        h = error_reply(device_revoked(), item.rid);
+    if (revoked_ || expired_) { // revoked or expired while this request ran: not written (closing)
+        h = error_reply(revoked_ ? device_revoked() : Error{Code::unauthenticated, "token expired"}, item.rid);
         h.close_after = false;
     }
     gw_->metrics().count_request(item.type, h.code);
@@ -308,7 +391,8 @@ bool WsSession::deliver(const Pending& item, Handled h) {
     if (h.identity) {
         who_ = std::move(h.identity);
         gw_->authenticated(this, *who_, hello_generation_);
-        log_info("hello", {{"user", who_->user}, {"device", who_->device}});
+        log_info("hello", {{"user", who_->user}, {"device", who_->device}, {"auth", who_->token_exp_ms ? "jwt" : "token"}});
+        if (who_->token_exp_ms) arm_token_timer();
     }
     if (!h.frame.empty()) send(std::move(h.frame));
     if (h.close_after) {
@@ -320,6 +404,7 @@ bool WsSession::deliver(const Pending& item, Handled h) {
 
 void WsSession::after_reply() {
     if (revoked_) return close({websocket::close_code::policy_error, "device revoked"});
+    if (expired_) return; // token_expired() is closing it
     if (draining_ && queue_.empty() && !busy_) return close(websocket::close_code::going_away);
     next();
 }
@@ -397,6 +482,7 @@ void WsSession::shutdown() {
     if (closed_) return;
     closed_ = true;
     ping_timer_.cancel();
+    token_timer_.cancel();
     queue_.clear();
     if (opened_) gw_->session_closed(this, subscribed_ ? who_->user : std::string());
 }

@@ -58,6 +58,14 @@ private:
     void do_write();
     void on_write(beast::error_code ec, std::size_t);
     void goaway();
+    // Signed tokens (contract section 4a): token_expiring 60 s before exp,
+    // close 4001 at exp; refresh swaps the token's exp.
+    void arm_token_timer();
+    void wait_token_timer(std::uint64_t gen);
+    void on_token_timer(std::uint64_t gen);
+    bool token_past_exp() const;
+    void token_expired();
+    Handled refresh(const req::Refresh& r, const std::optional<std::string>& rid);
     void revoked(const std::string& device, const std::string& token_sha256);
     void drop_unsent();
     void close(websocket::close_reason reason);
@@ -79,6 +87,9 @@ private:
     beast::flat_buffer buffer_;
     std::shared_ptr<Gateway> gw_;
     net::steady_timer ping_timer_;
+    net::steady_timer token_timer_;        // JWT connections: token_expiring, then 4001
+    std::uint64_t token_gen_ = 0;          // bumped by each (re)arm: stale waits do nothing
+    bool token_warned_ = false;            // token_expiring sent for the current token
     std::deque<std::shared_ptr<const std::string>> out_;
     std::deque<Pending> queue_;
     std::optional<Identity> who_;
@@ -91,7 +102,7 @@ private:
     std::size_t out_bytes_ = 0;           // bytes in out_ (the unsent output budget)
     bool admitted_ = false, opened_ = false, reading_ = false, busy_ = false, pinging_ = false, subscribed_ = false;
     bool draining_ = false, close_requested_ = false, closed_ = false;
-    bool read_paused_ = false, output_paused_ = false, writing_ = false, revoked_ = false;
+    bool read_paused_ = false, output_paused_ = false, writing_ = false, revoked_ = false, expired_ = false;
 };
 
 } // namespace im

@@ -79,6 +79,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"invalid_utf8", "{\"t\":\"send\",\"conv\":\"c\",\"cmid\":\"a\",\"body\":\"\xC3\x28\"}", "INVALID_ARGUMENT"},
         Case{"hello_ok", R"({"t":"hello","token":"abc","install":"i-1"})", "hello"},
         Case{"hello_no_install", R"({"t":"hello","token":"abc"})", "INVALID_ARGUMENT"},
+        Case{"hello_jwt_4096_chars_ok", R"({"t":"hello","token":")" + rep(4096) + R"(","install":"i-1"})", "hello"},
+        Case{"hello_token_4097_chars", R"({"t":"hello","token":")" + rep(4097) + R"(","install":"i-1"})", "INVALID_ARGUMENT"},
+        Case{"refresh_ok", R"({"t":"refresh","rid":"r1","token":"aaa.bbb.ccc"})", "refresh"},
+        Case{"refresh_no_token", R"({"t":"refresh","rid":"r1"})", "INVALID_ARGUMENT"},
+        Case{"refresh_token_empty", R"({"t":"refresh","token":""})", "INVALID_ARGUMENT"},
+        Case{"refresh_token_number", R"({"t":"refresh","token":5})", "INVALID_ARGUMENT"},
+        Case{"refresh_token_4097_chars", R"({"t":"refresh","token":")" + rep(4097) + R"("})", "INVALID_ARGUMENT"},
         Case{"ack_seq_neg", R"({"t":"ack","conv":"c","seq":-1})", "INVALID_ARGUMENT"},
         Case{"fetch_seq_0", R"({"t":"fetch","conv":"c","seq":0})", "INVALID_ARGUMENT"},
         Case{"recall_ok", R"({"t":"recall","conv":"c","target":3,"cmid":"k"})", "recall"},
@@ -93,6 +100,14 @@ TEST(Codec, error_reply_echoes_a_readable_rid) {
     std::string out = encode_error(std::get<Error>(p.body), p.rid);
     EXPECT_NE(out.find("\"rid\":\"q7\""), std::string::npos);
     EXPECT_NE(out.find("\"code\":\"INVALID_ARGUMENT\""), std::string::npos);
+}
+
+TEST(Codec, refresh_carries_its_token_and_refreshed_its_exp) {
+    Parsed p = parse_request(R"({"t":"refresh","rid":"r9","token":"h.p.s"})");
+    EXPECT_EQ(std::get<req::Refresh>(std::get<Request>(p.body)).token, "h.p.s");
+    EXPECT_EQ(p.type, "refresh");
+    EXPECT_EQ(encode_reply(Refreshed{1732870060000}, p.rid), R"({"t":"refreshed","exp":1732870060000,"rid":"r9"})");
+    EXPECT_EQ(encode_token_expiring(1732870060000), R"({"t":"token_expiring","exp":1732870060000})");
 }
 
 TEST(Codec, limit_above_200_is_cut_to_200) {
