@@ -25,6 +25,7 @@ ClientPrivate::ClientPrivate(Client *qq) : q(qq), conn(*this), outbox(*this), sy
         qCWarning(lcClient, "%s: %s", qUtf8Printable(code), qUtf8Printable(message));
         emit this->q->errorReported(errorFromCode(code), code, message);
     });
+    connect(&conn, &Connection::tokenExpiryChanged, q, &Client::tokenExpiresAtChanged);
     connect(&conn, &Connection::sessionEnded, this, [this] {
         sync.sessionEnded();
         markers.sessionEnded();
@@ -125,7 +126,9 @@ bool Client::setPinnedCertificateSha256(const QString &fingerprint) {
     d->conn.transport()->setPinnedSha256(digest);
     return true;
 }
-void Client::setCredentials(const QString &token) { d->conn.token = token; }
+void Client::setCredentials(const QString &token) { d->conn.setToken(token); }
+QDateTime Client::tokenExpiresAt() const { return d->conn.tokenExpiresAt(); }
+bool Client::isAwaitingCredentials() const { return d->conn.awaitsCredentials(); }
 
 void Client::setRequestTimeout(int ms) {
     ms = std::max(1, ms);
