@@ -223,6 +223,12 @@ void TestViews::a_qml_listview_kept_at_the_newest_message_holds_a_window_and_loa
             }
         },
         [&] { QMetaObject::invokeMethod(list.get(), "positionViewAtEnd"); });
+    // Laid out bottom to top: the newest row (the beginning) is at the
+    // bottom, so "at the newest" reads atYEnd (what examples/qml-chat's
+    // "follow while atYEnd" relies on).
+    QMetaObject::invokeMethod(list.get(), "positionViewAtBeginning");
+    QTRY_VERIFY(list->property("atYEnd").toBool());
+    QVERIFY(!list->property("atYBeginning").toBool());
     list.reset();
 }
 
