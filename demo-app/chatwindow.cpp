@@ -159,6 +159,7 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
             updateConnection();
         if (outbox_->depth() > 0)
             outboxTable_->refreshColumn(ONextRetry);
+        updateTokenExpiry();
     });
     tick_->start();
 
@@ -199,6 +200,7 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     }
     staleBox_->setVisible(client_->isInstallStale());
     updateIdentity();
+    updateTokenExpiry();
     updateConnection();
     updateOutboxDepth();
     reselectConversation();
@@ -441,17 +443,21 @@ QWidget *ChatWindow::buildMessagePanel() {
         h->setSectionResizeMode(c, c == BodyColumn ? QHeaderView::Stretch : QHeaderView::ResizeToContents);
     messageView_->setContextMenuPolicy(Qt::CustomContextMenu);
     connect(messageView_, &QWidget::customContextMenuRequested, this, &ChatWindow::showMessageMenu);
+    // The timeline is newest first (obligation 15): the newest message is the
+    // top row. Follow it while the view is at the top. The table itself never
+    // loads older rows (RoleTableModel does not forward fetchMore): that is
+    // the "Load older" button, one fetchMore() per click.
     connect(msgTable_, &QAbstractItemModel::rowsAboutToBeInserted, this, [this] {
         const QScrollBar *sb = messageView_->verticalScrollBar();
-        followTail_ = sb->value() >= sb->maximum();
+        followTail_ = sb->value() <= sb->minimum();
     });
     connect(msgTable_, &QAbstractItemModel::rowsInserted, this, [this] {
         if (followTail_)
-            QTimer::singleShot(0, messageView_, &QTableView::scrollToBottom);
+            QTimer::singleShot(0, messageView_, &QTableView::scrollToTop);
         scheduleReadMarker();
     });
     connect(msgTable_, &QAbstractItemModel::modelReset, this, [this] {
-        QTimer::singleShot(0, messageView_, &QTableView::scrollToBottom);
+        QTimer::singleShot(0, messageView_, &QTableView::scrollToTop);
         scheduleReadMarker();
     });
     connect(msgTable_, &QAbstractItemModel::dataChanged, this, &ChatWindow::scheduleReadMarker);
@@ -567,6 +573,55 @@ QWidget *ChatWindow::buildConnectionPanel() {
     errorLabel_->setWordWrap(true);
     errorLabel_->setStyleSheet(QStringLiteral("color: #b00000"));
 
+    // Credentials (obligation 14): when the token runs out, what the client
+    // asked for, and a way to hand over a new one (setCredentials: a JWT is
+    // swapped in on the open connection with `refresh`; after a rejection
+    // the client reconnects with it).
+    tokenExpiryLabel_ = new QLabel;
+    tokenExpiryLabel_->setObjectName(QStringLiteral("tokenExpiryLabel"));
+    credentialsLabel_ = new QLabel(tr("Credentials: no request from the client"));
+    credentialsLabel_->setObjectName(QStringLiteral("credentialsLabel"));
+    credentialsLabel_->setWordWrap(true);
+    newTokenEdit_ = new QLineEdit;
+    newTokenEdit_->setObjectName(QStringLiteral("newTokenEdit"));
+    newTokenEdit_->setPlaceholderText(tr("paste a new token (device token or JWT)"));
+    newTokenEdit_->setEchoMode(QLineEdit::PasswordEchoOnEdit);
+    auto *useToken = new QPushButton(tr("Use token"));
+    useToken->setObjectName(QStringLiteral("useTokenButton"));
+    useToken->setToolTip(tr("Client::setCredentials(): used for the next hello; a JWT is also sent as "
+                            "`refresh` on the open connection"));
+    auto handOver = [this] {
+        const QString token = newTokenEdit_->text().trimmed();
+        if (token.isEmpty())
+            return;
+        const bool connected = client_->connectionState() == ConnectionState::Connected;
+        // Said first: setCredentials() may ask again at once (a JWT close to its exp).
+        credentialsLabel_->setText(connected ? tr("Credentials: new token handed over on the open connection")
+                                             : tr("Credentials: new token handed over, used for the next hello"));
+        credentialsLabel_->setStyleSheet(QString());
+        newTokenEdit_->clear();
+        client_->setCredentials(token);
+        updateTokenExpiry();
+    };
+    connect(useToken, &QPushButton::clicked, this, handOver);
+    connect(newTokenEdit_, &QLineEdit::returnPressed, this, handOver);
+    connect(client_, &im::Client::credentialsNeeded, this, [this](im::Client::CredentialsReason reason) {
+        credentialsLabel_->setText(reason == im::Client::CredentialsReason::Expiring
+                                       ? tr("Credentials needed: the token expires soon (paste a new one)")
+                                       : tr("Credentials needed: the server rejected the token; not reconnecting "
+                                            "until a new one is pasted"));
+        credentialsLabel_->setStyleSheet(QStringLiteral("color: #b00000"));
+    });
+    connect(client_, &im::Client::awaitingCredentialsChanged, this, [this](bool waiting) {
+        if (!waiting)
+            credentialsLabel_->setStyleSheet(QString());
+        updateTokenExpiry();
+    });
+    connect(client_, &im::Client::tokenExpiresAtChanged, this, &ChatWindow::updateTokenExpiry);
+    auto *tokenRow = new QHBoxLayout;
+    tokenRow->addWidget(newTokenEdit_, 1);
+    tokenRow->addWidget(useToken);
+
     staleBox_ = new QWidget;
     auto *staleRow = new QHBoxLayout(staleBox_);
     staleRow->setContentsMargins(0, 0, 0, 0);
@@ -597,6 +652,9 @@ QWidget *ChatWindow::buildConnectionPanel() {
     l->addWidget(identityLabel_);
     l->addWidget(tlsLabel);
     l->addWidget(staleBox_);
+    l->addWidget(tokenExpiryLabel_);
+    l->addWidget(credentialsLabel_);
+    l->addLayout(tokenRow);
     l->addWidget(errorLabel_);
     l->addLayout(buttons);
     return group(tr("Connection"), QStringLiteral("connectionPanel"), l);
@@ -928,7 +986,7 @@ void ChatWindow::fillSelectedGap() {
     const QModelIndex cur = messageView_->currentIndex();
     if (cur.isValid() && msgs_->get(cur.row(), MessageListModel::KindRole).toString() == QLatin1String("gap"))
         row = cur.row();
-    for (int r = msgs_->rowCount() - 1; row < 0 && r >= 0; --r)
+    for (int r = 0; row < 0 && r < msgs_->rowCount(); ++r) // newest first: the newest gap
         if (msgs_->get(r, MessageListModel::KindRole).toString() == QLatin1String("gap"))
             row = r;
     if (row < 0) {
@@ -1034,29 +1092,45 @@ void ChatWindow::updateOutboxDepth() {
     outboxDepth_->setText(tr("Queue depth: <b>%1</b>").arg(n));
 }
 
+void ChatWindow::updateTokenExpiry() {
+    QString text;
+    const QDateTime at = client_->tokenExpiresAt();
+    if (client_->isAwaitingCredentials())
+        text = tr("Token rejected: paste a new one");
+    else if (!at.isValid())
+        text = tr("Token expiry unknown (not a JWT, no token_expiring yet)");
+    else if (const qint64 left = QDateTime::currentDateTimeUtc().secsTo(at); left >= 0)
+        text = tr("Token expires in %1 s").arg(left);
+    else
+        text = tr("Token expired %1 s ago").arg(-left);
+    if (tokenExpiryLabel_->text() != text)
+        tokenExpiryLabel_->setText(text);
+}
+
 void ChatWindow::scheduleReadMarker() {
     if (!readTimer_->isActive())
         readTimer_->start();
 }
 
-// Marks read up to the newest message the user can see in the view: the last
-// row inside the viewport (all rows when they fit).
+// Marks read up to the newest message the user can see in the view: the
+// timeline is newest first, so the rows inside the viewport, the newest on top.
 void ChatWindow::advanceReadMarker() {
     if (currentConv_.isEmpty() || !isVisible() || isMinimized() || msgs_->conversation() != currentConv_)
         return;
     const int rows = msgTable_->rowCount();
     if (rows == 0)
         return;
+    const int first = std::max(0, messageView_->rowAt(0));
     int last = messageView_->rowAt(messageView_->viewport()->height() - 1);
     if (last < 0)
         last = rows - 1;
     qint64 seq = 0;
-    for (int r = 0; r <= last && r < rows; ++r)
+    for (int r = first; r <= last && r < rows; ++r)
         seq = qMax(seq, msgs_->get(r, MessageListModel::SeqRole).toLongLong());
     const int crow = convs_->indexOf(currentConv_);
-    // The bottom row is in view: everything applied so far has been seen,
-    // including events that are not rows (recalls).
-    if (last >= rows - 1 && crow >= 0)
+    // The top (newest) row is in view: everything applied so far has been
+    // seen, including events that are not rows (recalls).
+    if (first == 0 && crow >= 0)
         seq = qMax(seq, convs_->get(crow, ConversationListModel::CursorRole).toLongLong());
     if (seq <= 0)
         return;

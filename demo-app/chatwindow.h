@@ -87,6 +87,8 @@ private:
     void showMessageMenu(const QPoint &pos);
     void updateConnection();
     void updateIdentity();
+    /// "Token expires in N s" (obligation 14): from Client::tokenExpiresAt.
+    void updateTokenExpiry();
     void updateConversationHeader();
     void updateOutboxDepth();
     void reselectConversation();
@@ -127,6 +129,9 @@ private:
     QLabel *connLabel_;
     QLabel *identityLabel_;
     QLabel *errorLabel_;
+    QLabel *tokenExpiryLabel_;
+    QLabel *credentialsLabel_;
+    QLineEdit *newTokenEdit_;
     QWidget *staleBox_;
     QLabel *outboxDepth_;
     QPushButton *offlineButton_;

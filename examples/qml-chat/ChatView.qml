@@ -142,11 +142,15 @@ Item {
                 Layout.fillHeight: true
                 clip: true
                 model: messages
-                verticalLayoutDirection: ListView.TopToBottom
-                onCountChanged: positionViewAtEnd()
-                // Older messages load when the top is reached (fetchMore).
-                onAtYBeginningChanged: if (atYBeginning && messages.canFetchMore(messages.index(-1, -1)))
-                                           messages.fetchMore(messages.index(-1, -1))
+                // The model is newest first (row 0 = newest); laid out bottom
+                // to top, row 0 sits at the bottom, as in every chat. The view
+                // itself calls fetchMore() when its end (the top, the oldest
+                // row) comes into sight: older messages load on scroll up,
+                // and a view kept at the newest message never pulls history
+                // (docs/sdk.md, "Timelines in views", obligation 15).
+                verticalLayoutDirection: ListView.BottomToTop
+                // Follow new messages while at the newest one.
+                onCountChanged: if (atYEnd) positionViewAtBeginning()
                 delegate: Label {
                     required property string kind
                     required property string sender

@@ -25,6 +25,7 @@ ClientPrivate::ClientPrivate(Client *qq) : q(qq), conn(*this), outbox(*this), sy
         qCWarning(lcClient, "%s: %s", qUtf8Printable(code), qUtf8Printable(message));
         emit this->q->errorReported(errorFromCode(code), code, message);
     });
+    connect(&conn, &Connection::tokenExpiryChanged, q, &Client::tokenExpiresAtChanged);
     connect(&conn, &Connection::sessionEnded, this, [this] {
         sync.sessionEnded();
         markers.sessionEnded();
@@ -36,7 +37,7 @@ ClientPrivate::~ClientPrivate() = default;
 void ClientPrivate::onSessionStarted() {
     sync.requestConvs(true);
     markers.sendPendingReads();
-    if (!outbox.bindCredential(conn.token))
+    if (!outbox.bindCredential(conn.token()))
         storageFailed(QStringLiteral("cannot bind drafts to their user"));
     if (const int held = outbox.heldCount(); held > 0)
         emit q->errorOccurred(QStringLiteral("WRONG_USER"),
@@ -141,7 +142,9 @@ bool Client::setPinnedCertificateSha256(const QString &fingerprint) {
     d->conn.transport()->setPinnedSha256(digest);
     return true;
 }
-void Client::setCredentials(const QString &token) { d->conn.token = token; }
+void Client::setCredentials(const QString &token) { d->conn.setToken(token); }
+QDateTime Client::tokenExpiresAt() const { return d->conn.tokenExpiresAt(); }
+bool Client::isAwaitingCredentials() const { return d->conn.awaitsCredentials(); }
 
 void Client::setRequestTimeout(int ms) {
     ms = std::max(1, ms);

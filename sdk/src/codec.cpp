@@ -3,6 +3,7 @@
 #include <QtCore/QJsonArray>
 #include <QtCore/QJsonDocument>
 #include <QtCore/QJsonObject>
+#include <QtCore/QStringList>
 
 #include <cmath>
 
@@ -227,6 +228,10 @@ std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString 
         g.reason = r.optStr("reason");
         g.retryMs = r.optNum("retry_ms");
         in.body = g;
+    } else if (t == u"token_expiring") {
+        in.body = TokenExpiring{r.num("exp")};
+    } else if (t == u"refreshed") {
+        in.body = Refreshed{r.num("exp")};
     } else if (t == u"error") {
         Error e;
         e.code = r.str("code");
@@ -324,6 +329,37 @@ QByteArray encodeFetch(const QString &rid, const QString &conv, qint64 seq) {
 }
 
 QByteArray encodeSub(const QString &rid) { return toFrame(request("sub", rid)); }
+
+QByteArray encodeRefresh(const QString &rid, const QString &token) {
+    QJsonObject o = request("refresh", rid);
+    o.insert(QStringLiteral("token"), token);
+    return toFrame(o);
+}
+
+bool isJwt(const QString &token) {
+    const QStringList parts = token.split(QLatin1Char('.'));
+    if (parts.size() != 3 || parts[0].isEmpty() || parts[1].isEmpty())
+        return false;
+    for (const QString &part : parts)
+        for (const QChar c : part)
+            if (!(c.isLetterOrNumber() && c.unicode() < 128) && c != u'-' && c != u'_')
+                return false;
+    return true;
+}
+
+std::optional<qint64> jwtExpiryMs(const QString &token) {
+    if (!isJwt(token))
+        return std::nullopt;
+    const auto payload = QByteArray::fromBase64Encoding(token.section(QLatin1Char('.'), 1, 1).toLatin1(),
+                                                        QByteArray::Base64UrlEncoding | QByteArray::OmitTrailingEquals
+                                                            | QByteArray::AbortOnBase64DecodingErrors);
+    if (!payload)
+        return std::nullopt;
+    const QJsonValue exp = QJsonDocument::fromJson(*payload).object().value(QStringLiteral("exp"));
+    if (!exp.isDouble() || !std::isfinite(exp.toDouble()) || exp.toDouble() <= 0 || exp.toDouble() > 1e11)
+        return std::nullopt;
+    return static_cast<qint64>(exp.toDouble() * 1000);
+}
 
 Disposition classify(const std::optional<Incoming> &reply) {
     if (!reply)

@@ -60,12 +60,18 @@ struct Hint { QString conv; qint64 head = 0; qint64 epoch = 0; std::optional<qin
 struct Resync {};
 struct Goaway { QString reason; std::optional<qint64> retryMs; };
 struct Error { QString code, msg; };
+/// Contract section 4a: the connection's token runs out at `exp` (ms since
+/// the epoch, server clock) unless refreshed.
+struct TokenExpiring { qint64 exp = 0; };
+/// Reply to `refresh`: the connection now runs until `exp` (ms, server clock).
+struct Refreshed { qint64 exp = 0; };
 /// A well-formed frame of a type this SDK does not know (forward
 /// compatibility: a server-initiated one is ignored).
 struct Unknown { QString type; };
 
 using Body = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, Convs, Fetched,
-                          Subscribed, EventPush, Hint, Resync, Goaway, Error, Unknown>;
+                          Subscribed, EventPush, Hint, Resync, Goaway, Error, TokenExpiring, Refreshed,
+                          Unknown>;
 
 /// A decoded server frame. `rid` is empty for server-initiated frames.
 struct Incoming {
@@ -96,6 +102,15 @@ QByteArray encodeHistory(const QString &rid, const QString &conv, qint64 before,
                          std::optional<qint64> epoch);
 QByteArray encodeFetch(const QString &rid, const QString &conv, qint64 seq);
 QByteArray encodeSub(const QString &rid);
+/// Contract section 4a: swaps the open connection's token for `token` (a JWT).
+QByteArray encodeRefresh(const QString &rid, const QString &token);
+
+/// True if `token` has the shape of a compact JWS (three base64url parts).
+bool isJwt(const QString &token);
+/// The `exp` claim of a JWT in ms since the epoch, read without checking the
+/// signature (only the server can; this is for asking the app early). Null if
+/// `token` is not a JWT or carries no numeric `exp`.
+std::optional<qint64> jwtExpiryMs(const QString &token);
 
 /// Contract limits (section 9) the client checks before queueing anything.
 inline constexpr int MaxBodyCodePoints = 4000;

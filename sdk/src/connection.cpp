@@ -28,6 +28,8 @@ Connection::Connection(ClientPrivate &dd) : d(dd) {
     deadlineTimer_.setSingleShot(true);
     connect(&deadlineTimer_, &QTimer::timeout, this, &Connection::onDeadline);
     connect(&keepAliveTimer_, &QTimer::timeout, this, &Connection::onKeepAlive);
+    expiryTimer_.setSingleShot(true);
+    connect(&expiryTimer_, &QTimer::timeout, this, [this] { setTokenExpiry(tokenExpMs_); });
 }
 
 void Connection::setKeepAlive(int pingMs, int silenceMs) {
@@ -72,6 +74,12 @@ void Connection::setState(ConnectionState s) {
 
 void Connection::start() {
     wantConnected_ = true;
+    if (rejected_) {
+        // Not again with a token the server refused: ask, and wait.
+        qCInfo(lcConnection, "not connecting: the token was rejected, waiting for setCredentials()");
+        askForCredentials(int(Client::CredentialsReason::Rejected));
+        return;
+    }
     if (offline_ || transport_->isRunning())
         return;
     hadSession_ = false;
@@ -91,7 +99,7 @@ void Connection::setOffline(bool offline) {
     if (offline) {
         transport_->stop();
         setState(ConnectionState::Disconnected);
-    } else if (wantConnected_ && !d.stale && d.storage.isOpen()) {
+    } else if (wantConnected_ && !rejected_ && !d.stale && d.storage.isOpen()) {
         hadSession_ = false;
         transport_->start();
     }
@@ -144,7 +152,7 @@ void Connection::onOpened() {
     sinceActivity_.start();
     keepAliveTimer_.start(pingMs_);
     const QString rid = nextRid();
-    request(rid, proto::encodeHello(rid, token, d.installId),
+    request(rid, proto::encodeHello(rid, token_, d.installId),
             [this](const std::optional<proto::Incoming> &reply) { onHelloReply(reply); });
 }
 
@@ -167,6 +175,8 @@ void Connection::onClosed() {
     emit sessionEnded();
     if (hadHello)
         hadSession_ = true;
+    if (transport_->lastCloseCode() == TokenExpiredCloseCode)
+        credentialsRejected(QStringLiteral("the server closed the connection: token expired (close code 4001)"));
 }
 
 void Connection::onDeadline() {
@@ -243,6 +253,13 @@ void Connection::onServerFrame(const proto::Incoming &in) {
                 d.sync.onResync();
             } else if constexpr (std::is_same_v<T, proto::Goaway>) {
                 transport_->moveToNextServer(goawayDelayMs(b.retryMs));
+            } else if constexpr (std::is_same_v<T, proto::TokenExpiring>) {
+                qCInfo(lcConnection, "token_expiring: the token runs out in %lld ms (server clock)",
+                       static_cast<long long>(b.exp - (QDateTime::currentMSecsSinceEpoch() + clockSkewMs_)));
+                const QString current = token_;
+                setTokenExpiry(b.exp); // may ask already (less than 90 s left)
+                if (token_ == current) // else the app handed over a new one meanwhile
+                    askForCredentials(int(Client::CredentialsReason::Expiring));
             } else if constexpr (std::is_same_v<T, proto::Error>) {
                 if (b.code == proto::code::StaleInstall)
                     d.enterStale(b.msg);
@@ -266,6 +283,10 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
             transport_->abortNow();
             return;
         }
+        if (w->serverTime > 0) {
+            clockSkewMs_ = w->serverTime - QDateTime::currentMSecsSinceEpoch();
+            setTokenExpiry(tokenExpMs_);
+        }
         if (!d.adoptIdentity(w->user, w->device)) {
             if (wantConnected_)
                 transport_->abortNow(); // a storage error: try again
@@ -285,6 +306,8 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
         emit sessionStarted();
     } else if (code == proto::code::StaleInstall) {
         d.enterStale(proto::errorMessage(reply));
+    } else if (code == proto::code::Unauthenticated) {
+        credentialsRejected(proto::errorMessage(reply));
     } else if (disp == proto::Disposition::Retry) {
         transport_->abortNow(); // reconnect with backoff
     } else {
@@ -310,6 +333,113 @@ void Connection::subscribe() {
         else if (disp != proto::Disposition::Success)
             emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
     });
+}
+
+} // namespace im
+
+namespace im {
+
+// ---------------------------------------------------------------------------
+// Credentials (obligation 14, contract section 4a)
+
+void Connection::setToken(const QString &token) {
+    token_ = token;
+    expiringAskedFor_.clear();
+    setTokenExpiry(proto::jwtExpiryMs(token).value_or(0));
+    if (rejected_) {
+        rejected_ = false;
+        qCInfo(lcConnection, "new credentials after a rejection");
+        emit d.q->awaitingCredentialsChanged(false);
+        if (wantConnected_ && !offline_ && !d.stale && d.storage.isOpen() && !transport_->isRunning()) {
+            hadSession_ = false;
+            transport_->start();
+        }
+        return;
+    }
+    if (isSessionUp())
+        sendRefresh();
+}
+
+void Connection::sendRefresh() {
+    if (!proto::isJwt(token_)) {
+        // Only a JWT can be refreshed (section 4a); a random device token is
+        // simply used for the next hello.
+        qCInfo(lcConnection, "new token is not a JWT: kept for the next hello, no refresh");
+        return;
+    }
+    const QString rid = nextRid();
+    const QString sentToken = token_;
+    qCInfo(lcConnection, "sending refresh with the new token");
+    request(rid, proto::encodeRefresh(rid, sentToken), [this, sentToken](const std::optional<proto::Incoming> &reply) {
+        if (sentToken != token_)
+            return; // superseded by a newer token (its own refresh is on the way)
+        const proto::Disposition disp = proto::classify(reply);
+        if (disp == proto::Disposition::Success) {
+            if (const auto *r = std::get_if<proto::Refreshed>(&reply->body)) {
+                qCInfo(lcConnection, "refreshed: the connection runs on the new token");
+                setTokenExpiry(r->exp);
+            }
+            retrySucceeded(QStringLiteral("refresh"));
+        } else if (disp == proto::Disposition::Retry) {
+            retryLater(QStringLiteral("refresh"), [this] { sendRefresh(); });
+        } else if (proto::errorCode(reply) == proto::code::Unauthenticated) {
+            credentialsRejected(proto::errorMessage(reply));
+        } else {
+            // A server without JWT support: the token waits for the next hello.
+            qCWarning(lcConnection, "refresh refused (%s): the new token is used from the next hello",
+                      qUtf8Printable(proto::errorCode(reply)));
+        }
+    });
+}
+
+QDateTime Connection::tokenExpiresAt() const {
+    if (tokenExpMs_ <= 0)
+        return {};
+    return QDateTime::fromMSecsSinceEpoch(tokenExpMs_ - clockSkewMs_, Qt::UTC);
+}
+
+void Connection::setTokenExpiry(qint64 serverMs) {
+    const bool changed = serverMs != tokenExpMs_;
+    tokenExpMs_ = serverMs;
+    expiryTimer_.stop();
+    if (tokenExpMs_ > 0) {
+        // The wall clock only places the deadline; the wait is a (monotonic) timer.
+        const qint64 left = tokenExpMs_ - clockSkewMs_ - QDateTime::currentMSecsSinceEpoch();
+        const qint64 untilAsk = left - AskBeforeExpiryMs;
+        if (untilAsk <= 0)
+            askForCredentials(int(Client::CredentialsReason::Expiring));
+        else
+            expiryTimer_.start(int(std::min<qint64>(untilAsk, 3600 * 1000))); // re-checked after an hour
+    }
+    if (changed)
+        emit tokenExpiryChanged();
+}
+
+void Connection::askForCredentials(int reason) {
+    const auto r = Client::CredentialsReason(reason);
+    if (r == Client::CredentialsReason::Expiring) {
+        if (expiringAskedFor_ == token_ || rejected_)
+            return; // asked once per token
+        expiringAskedFor_ = token_;
+        qCInfo(lcConnection, "asking the app for a new token: the current one expires soon");
+    } else {
+        qCInfo(lcConnection, "asking the app for a new token: the current one was rejected");
+    }
+    emit d.q->credentialsNeeded(r);
+}
+
+void Connection::credentialsRejected(const QString &message) {
+    const bool was = rejected_;
+    rejected_ = true;
+    d.lastError = QStringLiteral("UNAUTHENTICATED: %1").arg(message);
+    qCInfo(lcConnection, "token rejected (%s): waiting for new credentials, no reconnect", qUtf8Printable(message));
+    transport_->stop();
+    setState(ConnectionState::Disconnected);
+    if (was)
+        return;
+    emit d.q->awaitingCredentialsChanged(true);
+    emit d.q->errorOccurred(QString::fromUtf16(proto::code::Unauthenticated), message);
+    askForCredentials(int(Client::CredentialsReason::Rejected));
 }
 
 } // namespace im

@@ -9,6 +9,7 @@
 #include "codec_p.h"
 #include "transport_p.h"
 
+#include <QtCore/QDateTime>
 #include <QtCore/QDeadlineTimer>
 #include <QtCore/QElapsedTimer>
 #include <QtCore/QHash>
@@ -75,8 +76,25 @@ public:
     int requestTimeoutMs = 10000;
     /// A session up this long resets the reconnect backoff.
     int stableSessionMs = 30000;
-    QString token;
     QList<QUrl> urls;
+
+    // --- credentials (obligation 14, contract section 4a) ---
+    QString token() const { return token_; }
+    /// A new token from the app: used for the next hello; sent as `refresh`
+    /// on an established session when it is a JWT; after a rejection it
+    /// ends the wait and reconnects (if the app wants a connection).
+    void setToken(const QString &token);
+    /// When the token runs out, in local time (invalid if unknown): from the
+    /// JWT's `exp`, or the last `token_expiring` / `refreshed`.
+    QDateTime tokenExpiresAt() const;
+    /// A token was rejected (UNAUTHENTICATED, close 4001): no connection
+    /// attempt until setToken().
+    bool awaitsCredentials() const { return rejected_; }
+    /// How long before the token's expiry the app is asked for a new one
+    /// (the server pushes token_expiring 60 s before).
+    static constexpr qint64 AskBeforeExpiryMs = 90000;
+    /// WebSocket close code of a connection whose token reached `exp`.
+    static constexpr int TokenExpiredCloseCode = 4001;
 
 Q_SIGNALS:
     /// `welcome` accepted: requests flow.
@@ -85,6 +103,8 @@ Q_SIGNALS:
     void sessionEnded();
     /// The QA hook `offline` changed.
     void offlineChanged(bool offline);
+    /// tokenExpiresAt() changed.
+    void tokenExpiryChanged();
 
 private:
     struct Waiting {
@@ -104,6 +124,13 @@ private:
     void onHelloReply(const std::optional<proto::Incoming> &reply);
     void subscribe();
     void onServerFrame(const proto::Incoming &in);
+    void sendRefresh();
+    /// Records the token's expiry (ms, server clock; 0: unknown) and arms
+    /// the timer that asks the app ahead of it.
+    void setTokenExpiry(qint64 serverMs);
+    void askForCredentials(int reason);
+    /// The current token was refused: wait for setToken(), no reconnect.
+    void credentialsRejected(const QString &message);
 
     ClientPrivate &d;
     detail::Transport *transport_ = nullptr;
@@ -125,6 +152,12 @@ private:
     int pingMs_ = 10000;
     int silenceMs_ = 25000;
     int ignoredFrames_ = 0;
+    QString token_;
+    bool rejected_ = false;
+    qint64 tokenExpMs_ = 0;   // server clock, 0: unknown
+    qint64 clockSkewMs_ = 0;  // server clock - local clock, from welcome
+    QString expiringAskedFor_; // the token Expiring was already asked about
+    QTimer expiryTimer_;
 };
 
 } // namespace im

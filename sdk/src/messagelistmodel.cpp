@@ -9,6 +9,8 @@
 
 #include <QtCore/QTimer>
 
+#include <iterator>
+
 #include <limits>
 
 namespace im {
@@ -172,7 +174,11 @@ void MessageListModel::refresh() {
                 rows->insert(next, gap);
                 ++next;
             }
-            fresh = std::move(*rows);
+            // Newest first (obligation 15): row 0 is the newest, the model's
+            // end is the oldest, so a view's own fetchMore() at the end means
+            // "older", and a view kept at the newest row never pulls history.
+            fresh.reserve(rows->size());
+            std::move(rows->rbegin(), rows->rend(), std::back_inserter(fresh));
         }
     }
     const int before = int(d->rows.size());

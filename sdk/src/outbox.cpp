@@ -74,7 +74,7 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     // of another user (a JWT names its user offline; an opaque token is
     // bound to its user at its first welcome; a store that has a user binds
     // to it).
-    row.owner = credentialOf(d.conn.token);
+    row.owner = credentialOf(d.conn.token());
     if (!row.owner.startsWith(u"user:") && !d.userId.isEmpty())
         row.owner = QStringLiteral("user:") + d.userId;
     // A2: committed (WAL, synchronous=FULL) before anything is transmitted.

@@ -79,7 +79,9 @@ void Transport::stop() {
     reconnectTimer_.stop();
     openTimer_.stop();
     nextAttemptAt_ = {};
-    const bool wasOpen = state_ == State::Open;
+    // No socket while Open: stop() called from a closed() handler, which
+    // already told the loss.
+    const bool wasOpen = state_ == State::Open && socket_;
     dropSocket();
     setState(State::Idle);
     if (wasOpen)
@@ -126,8 +128,12 @@ void Transport::attempt() {
         emit opened();
     });
     connect(s, &QWebSocket::disconnected, this, [this, s] {
-        if (s == socket_)
-            onLost();
+        if (s != socket_)
+            return;
+        // The server's close code (4001: token expired, contract section 4a).
+        closeCode_ = int(s->closeCode());
+        onLost();
+        closeCode_ = 0;
     });
     if (currentUrl().scheme() == QLatin1String("wss")) {
         // The system's trust store (or the configured CAs) and host name

@@ -81,6 +81,10 @@ public:
     QUrl currentUrl() const;
     QDateTime nextAttemptAt() const { return nextAttemptAt_; }
     bool isRunning() const { return running_; }
+    /// The close code the server sent when it closed the last socket (a
+    /// WebSocket close frame), 0 when the socket ended any other way. Valid
+    /// while closed() is emitted.
+    int lastCloseCode() const { return closeCode_; }
 
 signals:
     void opened();
@@ -108,6 +112,7 @@ private:
     int maxMs_ = 30000;
     int openTimeoutMs_ = 10000;
     int failures_ = 0;
+    int closeCode_ = 0;
     qint64 maxIncoming_ = MaxIncomingBytes;
     bool running_ = false;
     State state_ = State::Idle;

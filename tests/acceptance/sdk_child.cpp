@@ -189,7 +189,8 @@ int main(int argc, char** argv) {
             QObject::connect(&client, &im::Client::conversationSynced, model, [model, conv](const QString& c) {
                 if (c != conv) return;
                 model->refresh();
-                for (int r = 0; r < model->count(); ++r)
+                // Oldest first, as the server's rows (the model is newest first).
+                for (int r = model->count() - 1; r >= 0; --r)
                     say(QStringLiteral("ROW %1 %2 %3")
                             .arg(model->get(r, im::MessageListModel::SeqRole).toLongLong())
                             .arg(model->get(r, im::MessageListModel::KindRole).toString(),

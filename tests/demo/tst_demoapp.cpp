@@ -163,6 +163,7 @@ private slots:
     void outbox_panel_shows_what_a_pipelined_message_waits_behind();
     void discard_removes_a_failed_message_from_the_view_and_the_store();
     void history_view_shows_a_gap_fills_it_and_loads_older();
+    void token_panel_shows_the_expiry_and_recovers_from_a_rejected_token();
     void screenshot_of_the_main_window_is_saved();
 
 private:
@@ -800,18 +801,19 @@ void TestDemoApp::history_view_shows_a_gap_fills_it_and_loads_older() {
     }
     QCOMPARE(rowsWithBody(ana_->messages(), before).size(), 1);
 
-    // Load older: a 3-row window shows the newest 3, each click 3 more above.
+    // Load older: a 3-row window shows the newest 3 (newest first, on top),
+    // each click 3 more below.
     child<QSpinBox>(ana_, "windowRowsSpin")->setValue(3);
     ana_->selectConversation(QStringLiteral("nobody-asked-me"));
     clickConversation(ana_, QStringLiteral("ana-ben"));
     QTRY_COMPARE(ana_->messages()->rowCount(), 3);
-    QCOMPARE(ana_->messages()->get(2, MessageListModel::SeqRole).toLongLong(), seqs[n]);
+    QCOMPARE(ana_->messages()->get(0, MessageListModel::SeqRole).toLongLong(), seqs[n]);
     auto *older = child<QPushButton>(ana_, "loadOlderButton");
     QTRY_VERIFY(older->isEnabled());
     QTest::mouseClick(older, Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(ana_->messages()->rowCount(), 6, kSettle);
-    QCOMPARE(ana_->messages()->get(0, MessageListModel::SeqRole).toLongLong(), seqs[n - 5]);
-    QCOMPARE(ana_->messages()->get(5, MessageListModel::SeqRole).toLongLong(), seqs[n]);
+    QCOMPARE(ana_->messages()->get(5, MessageListModel::SeqRole).toLongLong(), seqs[n - 5]);
+    QCOMPARE(ana_->messages()->get(0, MessageListModel::SeqRole).toLongLong(), seqs[n]);
 
     // Back to the defaults for the other tests.
     child<QSpinBox>(ana_, "windowRowsSpin")->setValue(50);
@@ -819,6 +821,59 @@ void TestDemoApp::history_view_shows_a_gap_fills_it_and_loads_older() {
     child<QSpinBox>(ana_, "historyWindowSpin")->setValue(100);
     ana_->selectConversation(QStringLiteral("nobody-asked-me"));
     clickConversation(ana_, QStringLiteral("ana-ben"));
+}
+
+// Obligation 14 for QA: the connection panel counts down to the token's
+// expiry (a JWT's `exp`), shows when the client asks for a new token, and a
+// pasted token ends a rejection: no reconnect meanwhile, nothing lost.
+void TestDemoApp::token_panel_shows_the_expiry_and_recovers_from_a_rejected_token() {
+    waitConnected(ana_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    auto *expiry = child<QLabel>(ana_, "tokenExpiryLabel");
+    auto *asked = child<QLabel>(ana_, "credentialsLabel");
+    auto *edit = child<QLineEdit>(ana_, "newTokenEdit");
+    auto *use = child<QPushButton>(ana_, "useTokenButton");
+    const QString good = ana_->session().token;
+    QVERIFY2(expiry->text().contains(QStringLiteral("unknown")), qPrintable(expiry->text())); // a device token
+
+    // A token of the shape of a JWT, 40 s before its exp: the field counts
+    // down from its `exp`, and the client asks at once (less than 90 s left).
+    auto b64 = [](const QByteArray &json) {
+        return QString::fromLatin1(json.toBase64(QByteArray::Base64UrlEncoding | QByteArray::OmitTrailingEquals));
+    };
+    const qint64 exp = QDateTime::currentSecsSinceEpoch() + 40;
+    const QString jwt = b64(R"({"alg":"HS256","typ":"JWT"})") + QLatin1Char('.')
+                        + b64(QStringLiteral(R"({"sub":"ana","device":"ana-d1","exp":%1})").arg(exp).toUtf8())
+                        + QStringLiteral(".c2ln");
+    edit->setText(jwt);
+    QTest::mouseClick(use, Qt::LeftButton);
+    QVERIFY2(expiry->text().startsWith(QStringLiteral("Token expires in ")), qPrintable(expiry->text()));
+    const int left = expiry->text().section(QLatin1Char(' '), 3, 3).toInt();
+    QVERIFY2(left > 30 && left <= 40, qPrintable(expiry->text()));
+    QVERIFY2(asked->text().contains(QStringLiteral("expires soon")), qPrintable(asked->text()));
+    QVERIFY(edit->text().isEmpty());
+
+    // A token the server refuses (whatever it made of that unsigned JWT).
+    edit->setText(QStringLiteral("not-a-valid-token"));
+    QTest::mouseClick(use, Qt::LeftButton);
+    if (ana_->client()->connectionState() == im::ConnectionState::Connected)
+        QTest::mouseClick(child<QPushButton>(ana_, "closeSocketButton"), Qt::LeftButton); // next hello: refused
+    QTRY_VERIFY_WITH_TIMEOUT(asked->text().contains(QStringLiteral("rejected")), kSettle);
+    QTRY_COMPARE(expiry->text(), QStringLiteral("Token rejected: paste a new one"));
+    QCOMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    const QString body = QStringLiteral("written while the token was refused");
+    typeAndSend(ana_, body);
+    QTest::qWait(1500); // many reconnect backoffs: none is tried
+    QCOMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    QCOMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
+
+    // The good token again: reconnects, and the message goes, once.
+    edit->setText(good);
+    QTest::keyClick(edit, Qt::Key_Return);
+    waitConnected(ana_);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
+    QTRY_VERIFY(expiry->text().contains(QStringLiteral("unknown")));
 }
 
 void TestDemoApp::screenshot_of_the_main_window_is_saved() {

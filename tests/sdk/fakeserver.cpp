@@ -130,6 +130,50 @@ void FakeServer::pushToAll(const QJsonObject &frame) {
             it.key()->sendTextMessage(QString::fromUtf8(text));
 }
 
+void FakeServer::pushTokenExpiring(qint64 expMs) {
+    const QByteArray text = QJsonDocument(QJsonObject{{QStringLiteral("t"), QStringLiteral("token_expiring")},
+                                                      {QStringLiteral("exp"), expMs}})
+                                .toJson(QJsonDocument::Compact);
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
+        if (!it->user.isEmpty())
+            it.key()->sendTextMessage(QString::fromUtf8(text));
+}
+
+void FakeServer::closeAllWithCode(int code, const QString &reason) {
+    const auto sockets = sessions_.keys();
+    for (QWebSocket *s : sockets)
+        s->close(QWebSocketProtocol::CloseCode(code), reason);
+}
+
+QString FakeServer::jwt(const QString &sub, qint64 expSecs) {
+    auto part = [](const QJsonObject &o) {
+        return QString::fromLatin1(QJsonDocument(o).toJson(QJsonDocument::Compact).toBase64(
+            QByteArray::Base64UrlEncoding | QByteArray::OmitTrailingEquals));
+    };
+    return part(QJsonObject{{QStringLiteral("alg"), QStringLiteral("HS256")}, {QStringLiteral("typ"), QStringLiteral("JWT")}})
+           + QLatin1Char('.')
+           + part(QJsonObject{{QStringLiteral("sub"), sub},
+                              {QStringLiteral("device"), sub + QStringLiteral("-d1")},
+                              {QStringLiteral("exp"), expSecs}})
+           + QStringLiteral(".c2ln");
+}
+
+QString FakeServer::userOfToken(const QString &token) const {
+    if (rejectedTokens.contains(token))
+        return {};
+    if (token.startsWith(QLatin1String("tok-")))
+        return token.mid(4);
+    const QStringList parts = token.split(QLatin1Char('.'));
+    if (parts.size() != 3)
+        return {};
+    const QJsonObject claims = QJsonDocument::fromJson(QByteArray::fromBase64(
+                                                           parts[1].toLatin1(), QByteArray::Base64UrlEncoding))
+                                   .object();
+    if (claims.value(QStringLiteral("exp")).toInteger() * 1000 <= QDateTime::currentMSecsSinceEpoch())
+        return {};
+    return claims.value(QStringLiteral("sub")).toString();
+}
+
 void FakeServer::bumpEpoch(const QString &conv) { ++convs[conv].epoch; }
 
 void FakeServer::releaseHeld() {
@@ -210,6 +254,9 @@ void FakeServer::handle(QWebSocket *s, const QJsonObject &req) {
         return;
     }
     reply(s, req, out);
+    // Contract 4 / 4a: a refused hello or refresh closes the connection.
+    if ((t == u"hello" || t == u"refresh") && out.value(QStringLiteral("code")).toString() == u"UNAUTHENTICATED")
+        s->close(QWebSocketProtocol::CloseCodePolicyViolated, QStringLiteral("unauthenticated"));
 }
 
 static QJsonObject err(const QString &code) {
@@ -226,11 +273,13 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
         const QString token = req.value(QStringLiteral("token")).toString();
         const QString install = req.value(QStringLiteral("install")).toString();
         installsSeen.append(install);
-        if (!token.startsWith(QLatin1String("tok-")))
+        const QString user = userOfToken(token);
+        if (user.isEmpty())
             return err(QStringLiteral("UNAUTHENTICATED"));
         if (staleInstalls.contains(install))
             return err(QStringLiteral("STALE_INSTALL"));
-        ses.user = token.mid(4);
+        ses.user = user;
+        ses.token = token;
         ses.device = ses.user + QStringLiteral("-d1");
         return QJsonObject{{QStringLiteral("t"), QStringLiteral("welcome")},
                            {QStringLiteral("user"), ses.user},
@@ -240,6 +289,15 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
     }
     if (ses.user.isEmpty())
         return err(QStringLiteral("UNAUTHENTICATED"));
+    if (t == u"refresh") {
+        const QString token = req.value(QStringLiteral("token")).toString();
+        if (userOfToken(token) != ses.user)
+            return err(QStringLiteral("UNAUTHENTICATED"));
+        ses.token = token;
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("refreshed")},
+                           {QStringLiteral("exp"), refreshedExpMs > 0 ? refreshedExpMs
+                                                                      : QDateTime::currentMSecsSinceEpoch() + 3600000}};
+    }
     if (t == u"sub") {
         ses.subscribed = true;
         return QJsonObject{{QStringLiteral("t"), QStringLiteral("subscribed")}};

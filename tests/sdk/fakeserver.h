@@ -72,6 +72,16 @@ public:
     int pageLimit = 0;                 // > 0 caps sync pages
     std::function<void(const QJsonObject &)> onFrame; // runs before any processing
 
+    // Tokens (contract sections 4, 4a). `hello` and `refresh` accept
+    // "tok-USER" or a JWT-shaped token (see jwt()) naming `sub`; a token in
+    // rejectedTokens, a JWT past its `exp`, or a refresh to another user
+    // answers UNAUTHENTICATED and closes the connection, as imserver does.
+    QSet<QString> rejectedTokens;
+    qint64 refreshedExpMs = 0;         // `exp` of `refreshed` (0: now + 1 h)
+    /// An unsigned token of the shape of a JWT (header.payload.signature)
+    /// with claims sub, device and exp (seconds since the epoch).
+    static QString jwt(const QString &sub, qint64 expSecs);
+
     // actions
     qint64 append(const QString &conv, const QString &sender, const QString &body, const QString &cmid = {});
     qint64 appendRecall(const QString &conv, const QString &sender, qint64 target, const QString &cmid = {});
@@ -80,6 +90,10 @@ public:
     qint64 addMember(const QString &conv, const QString &user);    // `join` event; returns its seq
     qint64 removeMember(const QString &conv, const QString &user); // `leave` event; returns its seq
     void pushToAll(const QJsonObject &frame);
+    /// `token_expiring` (contract 4a) to every authenticated connection.
+    void pushTokenExpiring(qint64 expMs);
+    /// Closes every connection with a WebSocket close code (4001: token expired).
+    void closeAllWithCode(int code, const QString &reason);
     void bumpEpoch(const QString &conv);
     void closeAll();
     void releaseHeld();
@@ -98,6 +112,7 @@ private:
     struct Session {
         QString user, device;
         bool subscribed = false;
+        QString token;
     };
     void onConnection();
     void handle(QWebSocket *s, const QJsonObject &req);
@@ -105,6 +120,8 @@ private:
     void error(QWebSocket *s, const QJsonObject &req, const QString &code);
     QJsonObject process(QWebSocket *s, const QJsonObject &req);
     qint64 addEvent(const QString &conv, QJsonObject ev);
+    /// The user a token names, or empty if it is refused.
+    QString userOfToken(const QString &token) const;
 
     QWebSocketServer *server_ = nullptr;
     QHash<QWebSocket *, Session> sessions_;

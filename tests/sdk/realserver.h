@@ -116,6 +116,16 @@ public:
         return QStringLiteral("host=%1/run port=5432 user=im dbname=im").arg(pg);
     }
     qint64 pid() const { return proc_.processId(); }
+    // Runs im_sdk_seed (tests/sdk/seed.cpp, at `seedBin`) against this
+    // server's database; empty on success, else what went wrong.
+    QString seed(const QString &seedBin, const QStringList &args) const {
+        QProcess p;
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(seedBin, QStringList{dbUrl()} + args);
+        if (!p.waitForFinished(300000) || p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0)
+            return QStringLiteral("seed failed: ") + QString::fromUtf8(p.readAll());
+        return {};
+    }
 
     QStringList serverArgs;         // extra imserver flags, set before start()
     QUrl url;

@@ -771,14 +771,15 @@ void TestClient::message_model_shows_pending_at_once_then_sent_and_others_messag
     QCOMPARE(model.get(0, im::MessageListModel::IsOwnRole).toBool(), true);
     QCOMPARE(model.get(0, im::MessageListModel::SeqRole).toLongLong(), 0);
     f.client.connectToServer();
+    // Newest first (obligation 15): ours (seq 2) at row 0, ben's (seq 1) below.
     QTRY_COMPARE(model.count(), 2);
-    QTRY_COMPARE(model.get(1, im::MessageListModel::StateRole).toInt(), int(MessageState::Sent));
-    QCOMPARE(model.get(0, im::MessageListModel::SenderRole).toString(), QStringLiteral("ben"));
-    QCOMPARE(model.get(0, im::MessageListModel::IsOwnRole).toBool(), false);
-    QCOMPARE(model.get(0, im::MessageListModel::SeqRole).toLongLong(), 1);
-    QCOMPARE(model.get(1, im::MessageListModel::CmidRole).toString(), cmid);
-    QTRY_COMPARE(model.get(1, im::MessageListModel::SeqRole).toLongLong(), 2);
-    QCOMPARE(model.get(1, im::MessageListModel::DupRole).toBool(), false);
+    QTRY_COMPARE(model.get(0, im::MessageListModel::StateRole).toInt(), int(MessageState::Sent));
+    QCOMPARE(model.get(1, im::MessageListModel::SenderRole).toString(), QStringLiteral("ben"));
+    QCOMPARE(model.get(1, im::MessageListModel::IsOwnRole).toBool(), false);
+    QCOMPARE(model.get(1, im::MessageListModel::SeqRole).toLongLong(), 1);
+    QCOMPARE(model.get(0, im::MessageListModel::CmidRole).toString(), cmid);
+    QTRY_COMPARE(model.get(0, im::MessageListModel::SeqRole).toLongLong(), 2);
+    QCOMPARE(model.get(0, im::MessageListModel::DupRole).toBool(), false);
     QVERIFY(model.roleNames().values().contains("errorCode"));
 }
 
@@ -1056,9 +1057,10 @@ void TestClient::failed_message_stays_where_it_was_sent() {
     QStringList bodies;
     for (int i = 0; i < model.count(); ++i)
         bodies << model.get(i, im::MessageListModel::BodyRole).toString();
-    QCOMPARE(bodies, (QStringList{QStringLiteral("before"), QStringLiteral("refused"), QStringLiteral("after"),
-                                  QStringLiteral("later")}));
-    QCOMPARE(model.get(1, im::MessageListModel::StateRole).toInt(), int(MessageState::Failed));
+    // Newest first (obligation 15).
+    QCOMPARE(bodies, (QStringList{QStringLiteral("later"), QStringLiteral("after"), QStringLiteral("refused"),
+                                  QStringLiteral("before")}));
+    QCOMPARE(model.get(2, im::MessageListModel::StateRole).toInt(), int(MessageState::Failed));
 }
 
 // Issue 26 item 2. The server lost more of its tail than backlogLimit (a

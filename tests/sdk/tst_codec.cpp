@@ -19,6 +19,7 @@ private slots:
     void encodes_requests_as_the_contract_spells_them();
     void only_unavailable_and_no_reply_are_retryable_data();
     void only_unavailable_and_no_reply_are_retryable();
+    void reads_exp_from_a_jwt_and_nothing_from_other_tokens();
 };
 
 void TestCodec::decodes_every_server_frame_type_data() {
@@ -40,7 +41,9 @@ void TestCodec::decodes_every_server_frame_type_data() {
     QTest::newRow("goaway") << QByteArray(R"({"t":"goaway","reason":"shutdown","retry_ms":100})") << 12 << "";
     QTest::newRow("error") << QByteArray(R"({"t":"error","code":"NOT_MEMBER","msg":"conversation not visible","rid":"r10"})") << 13 << "r10";
     QTest::newRow("recall event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"mid":"m","kind":"recall","sender":"ana","target":3,"ts":1,"epoch":1}})") << 9 << "";
-    QTest::newRow("unknown type (a newer server's push)") << QByteArray(R"({"t":"typing","conv":"c"})") << 14 << "";
+    QTest::newRow("token_expiring push") << QByteArray(R"({"t":"token_expiring","exp":1732870060123})") << 14 << "";
+    QTest::newRow("refreshed") << QByteArray(R"({"t":"refreshed","rid":"r11","exp":1732873600000})") << 15 << "r11";
+    QTest::newRow("unknown type (a newer server's push)") << QByteArray(R"({"t":"typing","conv":"c"})") << 16 << "";
     QTest::newRow("history window") << QByteArray(R"({"t":"page","rid":"r2","conv":"c","events":[{"conv":"c","seq":7,"kind":"msg","epoch":1}],"oldest":7,"has_older":true,"head":9,"min_seq":1,"trimmed":false,"epoch":1})") << 2 << "r2";
     QTest::newRow("convs page") << QByteArray(R"({"t":"convs","rid":"r3","convs":[{"conv":"a","kind":"group","head":3,"epoch":1}],"next_after":"a","has_more":true})") << 6 << "r3";
     QTest::newRow("join event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":1,"mid":"m","kind":"join","user":"cy","ts":1,"epoch":1}})") << 9 << "";
@@ -70,6 +73,8 @@ void TestCodec::rejects_malformed_frames_data() {
     QTest::newRow("page events out of order") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"c","seq":2,"kind":"msg"},{"conv":"c","seq":1,"kind":"msg"}],"next_after":2,"has_more":false,"head":2,"epoch":1})") << "r";
     QTest::newRow("page event of other conv") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"d","seq":1,"kind":"msg"}],"next_after":1,"has_more":false,"head":1,"epoch":1})") << "r";
     QTest::newRow("page next_after below events") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"c","seq":3,"kind":"msg"}],"next_after":2,"has_more":false,"head":3,"epoch":1})") << "r";
+    QTest::newRow("token_expiring without exp") << QByteArray(R"({"t":"token_expiring"})") << "";
+    QTest::newRow("refreshed exp string") << QByteArray(R"({"t":"refreshed","rid":"r","exp":"1"})") << "r";
     QTest::newRow("recall without target") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"recall","epoch":1}})") << "";
     QTest::newRow("event seq zero") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":0,"kind":"msg","epoch":1}})") << "";
     QTest::newRow("history window above its head") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"c","seq":7,"kind":"msg","epoch":1}],"oldest":7,"has_older":false,"head":6,"epoch":1})") << "r";
@@ -129,6 +134,8 @@ void TestCodec::encodes_requests_as_the_contract_spells_them_data() {
     QTest::newRow("recall") << encodeRecall(QStringLiteral("r6"), QStringLiteral("c"), 3, QStringLiteral("u-2"))
                             << QByteArray(R"({"cmid":"u-2","conv":"c","rid":"r6","t":"recall","target":3})");
     QTest::newRow("convs") << encodeConvs(QStringLiteral("r7")) << QByteArray(R"({"rid":"r7","t":"convs"})");
+    QTest::newRow("refresh") << encodeRefresh(QStringLiteral("r8"), QStringLiteral("a.b.c"))
+                             << QByteArray(R"({"rid":"r8","t":"refresh","token":"a.b.c"})");
     QTest::newRow("fetch") << encodeFetch(QStringLiteral("r8"), QStringLiteral("c"), 2)
                            << QByteArray(R"({"conv":"c","rid":"r8","seq":2,"t":"fetch"})");
     QTest::newRow("sub") << encodeSub(QStringLiteral("r9")) << QByteArray(R"({"rid":"r9","t":"sub"})");
@@ -172,6 +179,22 @@ void TestCodec::only_unavailable_and_no_reply_are_retryable() {
         QVERIFY2(in, qPrintable(error));
     }
     QCOMPARE(int(classify(in)), disposition);
+}
+
+// Obligation 14: the SDK reads `exp` from a JWT (unverified) to ask early.
+void TestCodec::reads_exp_from_a_jwt_and_nothing_from_other_tokens() {
+    auto b64 = [](const char *json) {
+        return QString::fromLatin1(QByteArray(json).toBase64(QByteArray::Base64UrlEncoding | QByteArray::OmitTrailingEquals));
+    };
+    const QString header = b64(R"({"alg":"HS256","typ":"JWT"})");
+    const QString jwt = header + QLatin1Char('.') + b64(R"({"sub":"ana","device":"d1","exp":1732870060})") + QStringLiteral(".c2ln");
+    QVERIFY(isJwt(jwt));
+    QCOMPARE(jwtExpiryMs(jwt), std::optional<qint64>(1732870060000));
+    QVERIFY(!isJwt(QStringLiteral("tok-ana")));
+    QCOMPARE(jwtExpiryMs(QStringLiteral("tok-ana")), std::nullopt);
+    QCOMPARE(jwtExpiryMs(header + QLatin1Char('.') + b64(R"({"sub":"ana"})") + QStringLiteral(".c2ln")), std::nullopt);        // no exp
+    QCOMPARE(jwtExpiryMs(header + QLatin1Char('.') + b64(R"({"exp":"soon"})") + QStringLiteral(".c2ln")), std::nullopt);      // not a number
+    QCOMPARE(jwtExpiryMs(header + QStringLiteral(".not base64!.c2ln")), std::nullopt);
 }
 
 QTEST_GUILESS_MAIN(TestCodec)

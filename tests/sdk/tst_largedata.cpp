@@ -30,10 +30,11 @@ using im::MessageState;
 namespace {
 qint64 seqAt(const MessageListModel &m, int row) { return m.get(row, MessageListModel::SeqRole).toLongLong(); }
 QString kindAt(const MessageListModel &m, int row) { return m.get(row, MessageListModel::KindRole).toString(); }
-// Seqs of the event rows, which must be strictly ascending (each event once).
-bool ascendingOnce(const MessageListModel &m) {
+// Seqs of the event rows, which must be strictly descending: newest first
+// (obligation 15), each event once.
+bool descendingOnce(const MessageListModel &m) {
     qint64 last = 0;
-    for (int i = 0; i < m.count(); ++i) {
+    for (int i = m.count() - 1; i >= 0; --i) {
         if (kindAt(m, i) == u"gap")
             continue;
         if (seqAt(m, i) <= last)
@@ -42,6 +43,8 @@ bool ascendingOnce(const MessageListModel &m) {
     }
     return true;
 }
+// The row that is the i-th from the oldest end (the model is newest first).
+int fromOldest(const MessageListModel &m, int i) { return m.count() - 1 - i; }
 } // namespace
 
 class TestLargeData : public QObject {
@@ -72,14 +75,7 @@ void TestLargeData::initTestCase() {
 
 void TestLargeData::cleanupTestCase() { server_.reset(); }
 
-QString TestLargeData::seed(const QStringList &args) {
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(QStringLiteral(IM_SEED_BIN), QStringList{server_->dbUrl()} + args);
-    if (!p.waitForFinished(300000) || p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0)
-        return QStringLiteral("seed failed: ") + QString::fromUtf8(p.readAll());
-    return {};
-}
+QString TestLargeData::seed(const QStringList &args) { return server_->seed(QStringLiteral(IM_SEED_BIN), args); }
 
 std::unique_ptr<Client> TestLargeData::makeClient(const QString &user, const QString &db) {
     auto c = std::make_unique<Client>();
@@ -245,12 +241,12 @@ void TestLargeData::a_fresh_install_opens_a_long_conversation_with_its_newest_wi
 
     // Shown: the newest 50.
     QTRY_COMPARE(model.count(), 50);
-    QCOMPARE(seqAt(model, 0), 4952);
-    QCOMPARE(seqAt(model, 49), 5001);
+    QCOMPARE(seqAt(model, 49), 4952);
+    QCOMPARE(seqAt(model, 0), 5001);
     QVERIFY(model.canFetchMore());
     model.fetchMore(); // from the local database
     QCOMPARE(model.count(), 100);
-    QCOMPARE(seqAt(model, 0), 4902);
+    QCOMPARE(seqAt(model, 99), 4902);
     QVERIFY(model.canFetchMore()); // the server has older ones
     inserted.clear();
     model.fetchMore(); // a `history` window from the server
@@ -258,19 +254,19 @@ void TestLargeData::a_fresh_install_opens_a_long_conversation_with_its_newest_wi
     QVERIFY(!model.canFetchMore());
     QTRY_COMPARE_WITH_TIMEOUT(model.count(), 150, 60000);
     QVERIFY(!model.isLoadingOlder());
-    QCOMPARE(seqAt(model, 0), 4852);
+    QCOMPARE(seqAt(model, 149), 4852);
     QVERIFY(!inserted.isEmpty());
-    QCOMPARE(inserted.first().at(1).toInt(), 0); // inserted at the top
+    QCOMPARE(inserted.first().at(1).toInt(), 100); // appended at the oldest end
     QCOMPARE(*d->storage.gaps(conv), (QList<im::detail::Gap>{{1, 4801}}));
-    QVERIFY(ascendingOnce(model));
+    QVERIFY(descendingOnce(model));
 
     // A new event: appended as one inserted row.
     inserted.clear();
     const QString cmid = ana->send(conv, QStringLiteral("newest"));
     QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(cmid), MessageState::Sent, 60000);
-    QTRY_COMPARE(seqAt(model, model.count() - 1), 5002);
+    QTRY_COMPARE(seqAt(model, 0), 5002);
     QCOMPARE(model.count(), 151);
-    QVERIFY(ascendingOnce(model));
+    QVERIFY(descendingOnce(model));
     QCOMPARE(resets.size(), 0);
 }
 
@@ -308,20 +304,20 @@ void TestLargeData::a_client_back_after_a_long_absence_keeps_a_gap_and_fills_it_
         model.fetchMore(); // all local: the window, then the 11 old events
     // 11 old events, the gap marker, 100 new events.
     QCOMPARE(model.count(), 112);
-    QCOMPARE(seqAt(model, 10), 11);
-    QCOMPARE(kindAt(model, 11), QStringLiteral("gap"));
-    QCOMPARE(model.get(11, MessageListModel::GapFromRole).toLongLong(), 12);
-    QCOMPARE(model.get(11, MessageListModel::GapToRole).toLongLong(), 2911);
-    QCOMPARE(seqAt(model, 12), 2912);
+    QCOMPARE(seqAt(model, fromOldest(model, 10)), 11);
+    QCOMPARE(kindAt(model, fromOldest(model, 11)), QStringLiteral("gap"));
+    QCOMPARE(model.get(fromOldest(model, 11), MessageListModel::GapFromRole).toLongLong(), 12);
+    QCOMPARE(model.get(fromOldest(model, 11), MessageListModel::GapToRole).toLongLong(), 2911);
+    QCOMPARE(seqAt(model, fromOldest(model, 12)), 2912);
     QVERIFY(!model.canFetchMore());
 
-    QVERIFY(model.fillGap(11)); // its newest 100 events
+    QVERIFY(model.fillGap(fromOldest(model, 11))); // its newest 100 events
     QTRY_COMPARE_WITH_TIMEOUT(model.count(), 212, 60000);
-    QCOMPARE(kindAt(model, 11), QStringLiteral("gap"));
-    QCOMPARE(model.get(11, MessageListModel::GapToRole).toLongLong(), 2811);
-    QCOMPARE(seqAt(model, 12), 2812);
+    QCOMPARE(kindAt(model, fromOldest(model, 11)), QStringLiteral("gap"));
+    QCOMPARE(model.get(fromOldest(model, 11), MessageListModel::GapToRole).toLongLong(), 2811);
+    QCOMPARE(seqAt(model, fromOldest(model, 12)), 2812);
     QCOMPARE(*d->storage.gaps(conv), (QList<im::detail::Gap>{{12, 2811}}));
-    QVERIFY(ascendingOnce(model));
+    QVERIFY(descendingOnce(model));
     QCOMPARE(resets.size(), 0);
 }
 

@@ -69,8 +69,30 @@ class IM_SDK_EXPORT Client : public QObject {
     Q_PROPERTY(int pendingCount READ pendingCount NOTIFY outboxChanged)
     /// How long a request may stay unanswered before it counts as "no reply".
     Q_PROPERTY(int requestTimeout READ requestTimeout WRITE setRequestTimeout NOTIFY requestTimeoutChanged)
+    /// When the token runs out (UTC; invalid if unknown): the JWT's `exp`,
+    /// or the `exp` of the server's last `token_expiring` / `refreshed`,
+    /// corrected by the server's clock (from `welcome`).
+    Q_PROPERTY(QDateTime tokenExpiresAt READ tokenExpiresAt NOTIFY tokenExpiresAtChanged)
+    /// True after the server refused the token (UNAUTHENTICATED, close 4001)
+    /// until setCredentials() hands over another one.
+    Q_PROPERTY(bool awaitingCredentials READ isAwaitingCredentials NOTIFY awaitingCredentialsChanged)
 
 public:
+    /// Why credentialsNeeded() asks the app for a token (obligation 14).
+    enum class CredentialsReason {
+        /// The token expires soon: the server pushed `token_expiring`, or the
+        /// JWT's own `exp` is less than 90 s away. The connection still works;
+        /// hand over a new token with setCredentials() and it is swapped in
+        /// on the open connection (`refresh`).
+        Expiring,
+        /// The server refused the token (UNAUTHENTICATED on `hello` or
+        /// `refresh`, or closed the connection with 4001 at `exp`). The
+        /// client stays disconnected and does not retry this token; the
+        /// next setCredentials() reconnects.
+        Rejected,
+    };
+    Q_ENUM(CredentialsReason)
+
     explicit Client(QObject *parent = nullptr);
     ~Client() override;
 
@@ -95,8 +117,13 @@ public:
     /// name; any other certificate fails with TLS_ERROR. Returns false and sets
     /// lastError() if the fingerprint is malformed.
     bool setPinnedCertificateSha256(const QString &fingerprint);
-    /// The device token issued by the server's admin CLI. What send() and
-    /// recall() queue is bound to this credential (a JWT's `sub`, else the
+    /// The device token: a random token issued by the server's admin CLI, or
+    /// a JWT signed by the app's backend (contract section 4a). Used for the
+    /// next `hello`. While connected, a JWT is also sent as `refresh`, so the
+    /// open connection carries on under it (no reconnect). After a rejection
+    /// (awaitingCredentials) it reconnects, if connectToServer() was called.
+    /// Answer credentialsNeeded() with this. What send() and recall() queue is
+    /// bound to the credential it was written under (a JWT's `sub`, else the
     /// token's fingerprint) and never sent on a session of another user.
     Q_INVOKABLE void setCredentials(const QString &token);
     void setRequestTimeout(int ms);
@@ -148,6 +175,8 @@ public:
     QString installId() const;
     bool isInstallStale() const;
     int pendingCount() const;
+    QDateTime tokenExpiresAt() const;
+    bool isAwaitingCredentials() const;
     /// The durable outbox in creation order, with attempts, last error and
     /// next retry time of each entry.
     QList<OutboxEntry> outbox() const;
@@ -202,6 +231,13 @@ Q_SIGNALS:
     void installIdChanged();
     void installStaleChanged(bool stale);
     void requestTimeoutChanged(int ms);
+    void tokenExpiresAtChanged();
+    void awaitingCredentialsChanged(bool awaiting);
+    /// The app should hand over a new token with setCredentials()
+    /// (obligation 14). Expiring: ahead of the token's expiry, at most once
+    /// per token. Rejected: the server refused it; nothing is lost meanwhile:
+    /// outbox entries stay Pending and go out once a token works.
+    void credentialsNeeded(im::Client::CredentialsReason reason);
     /// A message or recall request changed state. `seq` is 0 until known;
     /// `errorCode` is set for Failed / Expired.
     void messageStateChanged(const QString &conv, const QString &cmid, qint64 seq,

@@ -15,18 +15,25 @@ namespace im {
 class MessageListModelPrivate;
 
 /**
- * The messages of one conversation as a list model, oldest first: events
- * applied from the server (by seq) followed by our own messages not yet
- * confirmed (Pending / Failed / Expired, in creation order). Updated live as
- * the Client applies pages, pushes and replies (row inserts, removals and
- * changes; never a reset for a new event). Recall events are not rows: the
- * recalled message shows state Recalled.
+ * The messages of one conversation as a list model, NEWEST FIRST: row 0 is
+ * the newest, our own messages not yet confirmed (Pending, newest first)
+ * come before the events applied from the server (by seq, descending), and
+ * the last row is the oldest one loaded. Updated live as the Client applies
+ * pages, pushes and replies (row inserts, removals and changes; never a
+ * reset for a new event; a new message is a row inserted at 0). Recall
+ * events are not rows: the recalled message shows state Recalled.
  *
  * A window of history: the model holds the newest rows (windowRows) and
  * loads older ones through fetchMore() (from the local database, else from
- * the server's `history`). Events this install skipped after a long absence
- * show as one row of kind "gap" (GapFromRole..GapToRole); fillGap(row) loads
- * its newest part. See docs/sdk.md, "History windows".
+ * the server's `history`), appended at the end. Qt's views call fetchMore()
+ * when they reach the model's last row, so that is "older" here: show the
+ * model bottom to top, as Qt chat clients do (QML ListView with
+ * `verticalLayoutDirection: ListView.BottomToTop`); a view kept at the
+ * newest message then never pulls history by itself (obligation 15). For a
+ * Widgets QListView see docs/sdk.md, "Timelines in views". Events this
+ * install skipped after a long absence show as one row of kind "gap"
+ * (GapFromRole..GapToRole); fillGap(row) loads its newest part. See
+ * docs/sdk.md, "History windows".
  */
 class IM_SDK_EXPORT MessageListModel : public QAbstractListModel {
     Q_OBJECT
@@ -72,8 +79,8 @@ public:
     /// Older events exist (locally or on the server) and no load is running.
     bool canFetchMore(const QModelIndex &parent = QModelIndex()) const override;
     /// Shows windowRows more older rows: from the local database, or (when
-    /// none are left there) a `history` window from the server, inserted at
-    /// the top when it arrives.
+    /// none are left there) a `history` window from the server, appended at
+    /// the end (the oldest end) when it arrives.
     void fetchMore(const QModelIndex &parent = QModelIndex()) override;
     /// Loads the newest part of the gap shown at `row` (a row of kind "gap").
     Q_INVOKABLE bool fillGap(int row);

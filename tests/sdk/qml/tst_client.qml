@@ -57,6 +57,16 @@ TestCase {
         compare(outbox.client, client)
     }
 
+    // Obligation 14 in QML: the reason enum by name, the signal, the properties.
+    SignalSpy { id: credentialsSpy; target: client; signalName: "credentialsNeeded" }
+    function test_0_credentialsApi() {
+        compare(Client.Expiring, 0)
+        compare(Client.CredentialsReason.Rejected, 1)
+        verify(credentialsSpy.valid)
+        compare(client.awaitingCredentials, false)
+        verify(isNaN(client.tokenExpiresAt.getTime()))  // unknown until a JWT or a push
+    }
+
     function test_1_sendFromQml() {
         verify(client.open(dataDir + "/ana.db"), client.lastError())
         client.setServers([serverUrl])
