@@ -182,7 +182,9 @@ TEST_F(Api, a_posted_message_is_a_real_send_pushed_to_a_member_and_idempotent) {
     EXPECT_EQ(num(o, "seq"), 3);
     EXPECT_FALSE(o.at("dup").as_bool());
     EXPECT_EQ(num(o, "epoch"), 1);
-    auto ev = watcher->wait_push([&](const json::object& f) { return str(f, "t") == "event"; });
+    auto ev = watcher->wait_push([&](const json::object& f) {
+        return str(f, "t") == "event" && str(f.at("ev").as_object(), "kind") == "msg";
+    });
     ASSERT_TRUE(ev) << "no push";
     const auto& e = ev->at("ev").as_object();
     EXPECT_EQ(str(e, "body"), "hello from the backend");
