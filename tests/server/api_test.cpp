@@ -463,6 +463,21 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
     EXPECT_EQ(listed, expected);
 }
 
+TEST(ApiGateways, a_revocation_through_the_api_closes_the_device_on_another_gateway_within_2_seconds) {
+    TestPostgres pg;
+    ServerProcess api_gw(pg.url(), {"--quiet", "--api-listen", "127.0.0.1:0"}, "gw-api");
+    ServerProcess other(pg.url(), {"--quiet"}, "gw-other");
+    const auto key = admin_ok(pg.url(), {"apikey", "add", "gws", "--scope", "admin"});
+    auto u = make_user(pg.url(), unique_name("gwrev"));
+    auto c = login(other.port(), u);
+    auto fresh = login(other.port(), make_user(pg.url(), unique_name("gwkeep")));
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(api_gw.api("POST", "/v1/devices/" + u.device + "/revoke", "", key).first, 200);
+    EXPECT_NE(c->wait_closed(2s), -1) << "still open on the other gateway 2 s after the revocation";
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 2500ms);
+    EXPECT_FALSE(fresh->closed()); // only that device
+}
+
 TEST(ApiRateLimit, failed_authentications_are_limited_per_address) {
     TestPostgres pg;
     ServerProcess srv(pg.url(), {"--quiet", "--api-listen", "127.0.0.1:0", "--api-auth-failures", "3"});
