@@ -7,6 +7,7 @@
 #include "log.hpp"
 #include "metrics.hpp"
 #include "nats_bus.hpp"
+#include "provisioning.hpp"
 #include "store.hpp"
 
 #include <boost/json.hpp>
@@ -58,11 +59,16 @@ const Command commands[] = {
     {"demo [--out FILE] [--server URL]",
      "demo users ana, ben, cy; conversations ana-ben, team; writes their tokens to FILE "
      "(default STATE/demo-tokens.json)"},
+    {"apikey add NAME --scope read|write|admin",
+     "make a backend API key (docs/integration.md); prints it, the only time it is shown (only its SHA-256 is kept)"},
+    {"apikey revoke NAME", "revoke a backend API key: its next request answers 401"},
+    {"apikey list", "backend API keys: name, scope, created, revoked (never the keys)"},
 };
 
 // The flags of the commands above (each takes a value).
 const std::set<std::string> command_flags = {"--kind",       "--members",    "--recall-window-ms", "--push-full-max",
-                                             "--before-seq", "--older-than", "--out",              "--server"};
+                                             "--before-seq", "--older-than", "--out",              "--server",
+                                             "--scope"};
 
 std::string admin_help() {
     std::string o = "usage: imserver admin [OPTIONS] COMMAND ...\nCommands:\n";
@@ -85,17 +91,11 @@ std::int64_t to_i64(const std::string& s, const char* what) {
 }
 
 std::int64_t duration_ms(const std::string& s) {
-    std::size_t i = 0;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-    if (i == 0) throw Usage("bad duration '" + s + "' (e.g. 30d, 12h, 15m, 45s, 500ms)");
-    std::int64_t n = to_i64(s.substr(0, i), "duration");
-    std::string unit = s.substr(i);
-    if (unit == "ms") return n;
-    if (unit == "s") return n * 1000;
-    if (unit == "m") return n * 60 * 1000;
-    if (unit == "h") return n * 3600 * 1000;
-    if (unit == "d") return n * 24 * 3600 * 1000;
-    throw Usage("bad duration unit in '" + s + "'");
+    try {
+        return prov::duration_ms(s);
+    } catch (const AdminError& e) {
+        throw Usage(e.what());
+    }
 }
 
 // Arguments after the command words: positionals and --flag VALUE pairs.
@@ -231,7 +231,8 @@ int run(int argc, char** argv) {
     const std::string cmd = words[0] + (words.size() > 1 ? " " + words[1] : "");
     static const std::set<std::string> known = {"user add",     "device add",   "device revoke", "device token", "conv create",
                                                 "conv set",     "member add",   "member remove", "epoch bump",
-                                                "purge",        "demo"};
+                                                "purge",        "demo",         "apikey add",    "apikey revoke",
+                                                "apikey list"};
     if (!known.count(cmd)) throw Usage("unknown command '" + cmd + "' (imserver admin --help)");
 
     Database d = open_database(db_conninfo(cfg), state_dir);
@@ -254,33 +255,34 @@ int run(int argc, char** argv) {
 
     if (cmd == "user add") {
         need(args, 1, "user add USER");
-        store.add_user(c, args.pos[0]);
+        if (!prov::user_add(store, c, args.pos[0])) throw std::runtime_error("user exists: " + args.pos[0]);
     } else if (cmd == "device add") {
         need(args, 2, "device add USER DEVICE");
-        std::cout << store.add_device(c, args.pos[0], args.pos[1]) << '\n';
+        std::cout << prov::device_add(store, c, args.pos[0], args.pos[1]) << '\n';
     } else if (cmd == "device token") {
         need(args, 1, "device token DEVICE");
-        std::cout << store.reissue_token(c, args.pos[0]) << '\n';
+        std::cout << prov::device_token(store, c, args.pos[0]) << '\n';
     } else if (cmd == "device revoke") {
         need(args, 1, "device revoke DEVICE");
-        store.revoke_device(c, args.pos[0]);
+        prov::device_revoke(store, c, args.pos[0]);
     } else if (cmd == "conv create") {
         need(args, 1, "conv create CONV --kind group|direct --members U1,U2,...");
         if (!args.has("--kind")) throw Usage("conv create needs --kind group|direct");
-        store.create_conv(c, args.pos[0], args.flag("--kind"), split(args.flag("--members")));
+        if (!prov::conv_create(store, c, args.pos[0], args.flag("--kind"), split(args.flag("--members"))))
+            std::cerr << "imserver admin: conversation " << args.pos[0] << " exists already with these settings\n";
     } else if (cmd == "conv set") {
         need(args, 1, "conv set CONV [--recall-window-ms N] [--push-full-max N]");
         std::optional<std::int64_t> rw, pf;
         if (args.has("--recall-window-ms")) rw = to_i64(args.flag("--recall-window-ms"), "--recall-window-ms");
         if (args.has("--push-full-max")) pf = to_i64(args.flag("--push-full-max"), "--push-full-max");
         if (!rw && !pf) throw Usage("conv set needs --recall-window-ms and/or --push-full-max");
-        store.set_conv(c, args.pos[0], rw, pf);
+        prov::conv_set(store, c, args.pos[0], rw, pf);
     } else if (cmd == "member add") {
         need(args, 2, "member add CONV USER");
-        std::cout << store.add_member(c, args.pos[0], args.pos[1]) << '\n';
+        std::cout << prov::member_add(store, c, args.pos[0], args.pos[1]) << '\n';
     } else if (cmd == "member remove") {
         need(args, 2, "member remove CONV USER");
-        std::cout << store.remove_member(c, args.pos[0], args.pos[1]) << '\n';
+        std::cout << prov::member_remove(store, c, args.pos[0], args.pos[1]) << '\n';
     } else if (cmd == "epoch bump" && args.has("--all")) {
         // After a database restore: every conversation, each in its own
         // transaction (a rerun after an interruption only bumps again).
@@ -291,11 +293,11 @@ int run(int argc, char** argv) {
             for (const auto& row : tx.exec("SELECT conv_id FROM conversations ORDER BY conv_id"))
                 convs.push_back(row[0].as<std::string>());
         }
-        for (const auto& conv : convs) store.bump_epoch(c, conv);
+        for (const auto& conv : convs) prov::epoch_bump(store, c, conv);
         std::cout << convs.size() << '\n';
     } else if (cmd == "epoch bump") {
         need(args, 1, "epoch bump CONV");
-        std::cout << store.bump_epoch(c, args.pos[0]) << '\n';
+        std::cout << prov::epoch_bump(store, c, args.pos[0]) << '\n';
     } else if (cmd == "purge") {
         bool all = args.has("--all");
         if (all ? !args.pos.empty() : args.pos.size() != 1)
@@ -307,13 +309,26 @@ int run(int argc, char** argv) {
         if (by_seq) before = to_i64(args.flag("--before-seq"), "--before-seq");
         else older = duration_ms(args.flag("--older-than"));
         std::int64_t n = 0;
-        for (const auto& conv : all ? store.all_convs(c) : args.pos) n += store.purge(c, conv, before, older);
+        for (const auto& conv : all ? store.all_convs(c) : args.pos) n += prov::purge(store, c, conv, before, older);
         std::cout << n << '\n';
     } else if (cmd == "demo") {
         if (!args.pos.empty()) throw Usage("usage: imserver admin demo [--out FILE] [--server URL]");
         std::string out = args.has("--out") ? args.flag("--out") : state_dir + "/demo-tokens.json";
         std::string server = args.has("--server") ? args.flag("--server") : "ws://127.0.0.1:8080/v1/ws";
         std::cout << demo(c, store, out, server) << '\n';
+    } else if (cmd == "apikey add") {
+        need(args, 1, "apikey add NAME --scope read|write|admin");
+        if (!args.has("--scope")) throw Usage("apikey add needs --scope read|write|admin");
+        std::cout << prov::apikey_add(store, c, args.pos[0], args.flag("--scope")) << '\n';
+    } else if (cmd == "apikey revoke") {
+        need(args, 1, "apikey revoke NAME");
+        prov::apikey_revoke(store, c, args.pos[0]);
+    } else if (cmd == "apikey list") {
+        need(args, 0, "apikey list");
+        std::cout << "NAME\tSCOPE\tCREATED\tREVOKED\n";
+        for (const auto& k : store.list_api_keys(c))
+            std::cout << k.name << '\t' << k.scope << '\t' << k.created << '\t' << (k.revoked.empty() ? "-" : k.revoked)
+                      << '\n';
     }
     if (!notes.empty()) publish_after_commit(cfg.bus, notes);
     return 0;

@@ -79,6 +79,33 @@ const std::vector<Option>& options() {
              return std::nullopt;
          },
          [](const Config& c) { return c.listen_host + ":" + std::to_string(c.listen_port); }},
+        {"--api-listen", "IM_API_LISTEN", "HOST:PORT",
+         "address of the backend API (HTTP + JSON, bearer API keys; TLS with --tls-cert/--tls-key); default "
+         "127.0.0.1:8081, port 0 picks one, '' turns it off",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             if (v.empty()) {
+                 c.api_listen.clear();
+                 return std::nullopt;
+             }
+             auto colon = v.rfind(':');
+             int port = 0;
+             if (colon == std::string::npos || colon == 0) return "expected HOST:PORT or ''";
+             if (auto e = to_int(v.substr(colon + 1), 0, 65535, port)) return e;
+             c.api_listen = v;
+             return std::nullopt;
+         },
+         [](const Config& c) { return c.api_listen; }},
+        {"--api-ready-file", "IM_API_READY_FILE", "PATH", "write the backend API's listening port here once ready",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             c.api_ready_file = v;
+             return std::nullopt;
+         },
+         [](const Config& c) { return c.api_ready_file; }},
+        {"--api-auth-failures", "IM_API_AUTH_FAILURES", "N",
+         "failed backend API authentications allowed per client address per minute; beyond, 429 RATE_LIMITED "
+         "until the minute is over (default 10)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.api_auth_failures); },
+         [](const Config& c) { return std::to_string(c.api_auth_failures); }},
         {"--db", "IM_DB", "URL", "PostgreSQL connection (URL or key=value); default: the embedded cluster",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.db_url = v; return std::nullopt; },
          [](const Config& c) { return c.db_url ? mask_conninfo(*c.db_url) : std::string(); }, for_both},

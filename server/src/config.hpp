@@ -38,6 +38,10 @@ struct Config {
     int send_workers = 0;                // database workers running sends at once; 0: auto (effective_send_workers)
     int io_threads = 2;
     std::string ready_file;
+    // The backend API (docs/integration.md): its own listener, never the WebSocket port.
+    std::string api_listen = "127.0.0.1:8081"; // HOST:PORT; empty: no backend API
+    std::string api_ready_file;                // write the API's bound port here once ready
+    int api_auth_failures = 10;                // failed authentications per client address per minute before 429
     bool enable_faults = false;
     std::vector<std::string> faults;
     LabSwitches lab;

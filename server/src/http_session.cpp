@@ -1,11 +1,14 @@
 #include "http_session.hpp"
 
+#include "backend_api.hpp"
 #include "gateway.hpp"
 #include "log.hpp"
 #include "migrations.hpp"
 #include "ws_session.hpp"
 
+#include <array>
 #include <chrono>
+#include <functional>
 
 namespace im {
 
@@ -18,9 +21,13 @@ std::variant<beast::tcp_stream, tls_stream> make_stream(tcp::socket&& socket, ss
 
 } // namespace
 
-HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw)
+HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, BackendApi* api)
     : tls_(gw->tls() ? gw->tls()->current() : nullptr), stream_(make_stream(std::move(socket), tls_.get())),
-      gw_(std::move(gw)) {}
+      gw_(std::move(gw)), api_(api) {
+    beast::error_code ec;
+    auto ep = with_stream([&](auto& s) { return beast::get_lowest_layer(s).socket().remote_endpoint(ec); });
+    if (!ec) address_ = ep.address().to_string();
+}
 
 void HttpSession::run() {
     auto exec = with_stream([](auto& s) { return s.get_executor(); });
@@ -47,7 +54,7 @@ void HttpSession::on_handshake(beast::error_code ec, std::size_t used) {
 
 void HttpSession::do_read() {
     parser_.emplace();
-    parser_->body_limit(8 * 1024);
+    parser_->body_limit(api_ ? api_max_body_bytes : 8 * 1024);
     with_stream([this](auto& s) {
         beast::get_lowest_layer(s).expires_after(std::chrono::seconds(30));
         http::async_read(s, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
@@ -55,6 +62,7 @@ void HttpSession::do_read() {
 }
 
 void HttpSession::on_read(beast::error_code ec, std::size_t) {
+    if (api_) return on_api_read(ec);
     if (ec) return fail(ec, "http_read");
     auto req = parser_->release();
     if (websocket::is_upgrade(req)) {
@@ -87,6 +95,36 @@ void HttpSession::on_read(beast::error_code ec, std::size_t) {
         return respond(req, http::status::ok, "armed\n");
     }
     respond(req, http::status::not_found, "not found\n");
+}
+
+// The backend API's listener: its routes only (no WebSocket, no lab endpoint).
+void HttpSession::on_api_read(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+        const auto& h = parser_->get();
+        return api_respond(h.version(), false, BackendApi::too_large());
+    }
+    if (ec) return fail(ec, "api_read");
+    auto req = parser_->release();
+    const unsigned version = req.version();
+    const bool keep_alive = req.keep_alive();
+    auto exec = with_stream([](auto& s) { return s.get_executor(); });
+    api_->handle(std::move(req), address_, [self = shared_from_this(), exec, version, keep_alive](ApiReply r) {
+        net::post(exec, [self, version, keep_alive, r = std::move(r)]() mutable {
+            self->api_respond(version, keep_alive, std::move(r));
+        });
+    });
+}
+
+void HttpSession::api_respond(unsigned version, bool keep_alive, ApiReply reply) {
+    auto res = std::make_shared<http::response<http::string_body>>(reply.status, version);
+    res->set(http::field::server, "imserver");
+    res->set(http::field::content_type, "application/json");
+    res->set(http::field::cache_control, "no-store");
+    for (auto& [field, value] : reply.headers) res->set(field, value);
+    res->keep_alive(keep_alive);
+    res->body() = std::move(reply.body);
+    res->prepare_payload();
+    write(std::move(res));
 }
 
 // The lab endpoint answers only local callers, whatever --listen says.
@@ -131,6 +169,10 @@ void HttpSession::respond(const http::request<http::string_body>& req, http::sta
     res->keep_alive(req.keep_alive());
     res->body() = std::move(body);
     res->prepare_payload();
+    write(std::move(res));
+}
+
+void HttpSession::write(std::shared_ptr<http::response<http::string_body>> res) {
     with_stream([&](auto& s) {
         http::async_write(s, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
             if (ec) return fail(ec, "http_write");
@@ -147,7 +189,23 @@ void HttpSession::close() {
         return;
     }
     beast::error_code ignored;
-    std::get<beast::tcp_stream>(stream_).socket().shutdown(tcp::socket::shutdown_send, ignored);
+    auto& plain = std::get<beast::tcp_stream>(stream_);
+    plain.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    if (!api_) return;
+    // The API may close with a request body unread (413): read it away
+    // until the client closes (at most 5 s), so the close sends no RST that
+    // could destroy the answer before the client read it.
+    plain.expires_after(std::chrono::seconds(5));
+    auto sink = std::make_shared<std::array<char, 4096>>();
+    auto drain = std::make_shared<std::function<void(beast::error_code, std::size_t)>>();
+    *drain = [self = shared_from_this(), sink, drain](beast::error_code ec, std::size_t) {
+        if (ec) {
+            *drain = nullptr; // break the cycle
+            return;
+        }
+        std::get<beast::tcp_stream>(self->stream_).async_read_some(net::buffer(*sink), *drain);
+    };
+    (*drain)({}, 0);
 }
 
 } // namespace im

@@ -1,6 +1,7 @@
 // One HTTP connection, plain or TLS (after its handshake): /healthz, /readyz,
 // /metrics, the lab endpoint (only with --enable-faults), and the upgrade to
-// /v1/ws, which hands the stream on to a WsSession.
+// /v1/ws, which hands the stream on to a WsSession. On the backend API's
+// listener (`api` set) it serves that API and nothing else.
 #pragma once
 
 #include "net_common.hpp"
@@ -13,11 +14,13 @@
 
 namespace im {
 
+class BackendApi;
 class Gateway;
+struct ApiReply;
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
 public:
-    HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw);
+    HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, BackendApi* api = nullptr);
     void run();
 
 private:
@@ -26,8 +29,11 @@ private:
     void on_read(beast::error_code ec, std::size_t);
     bool from_loopback();
     void readyz(http::request<http::string_body> req);
+    void on_api_read(beast::error_code ec);
+    void api_respond(unsigned version, bool keep_alive, ApiReply reply);
     void respond(const http::request<http::string_body>& req, http::status status, std::string body,
                  const char* type = "text/plain");
+    void write(std::shared_ptr<http::response<http::string_body>> res);
     void close();
 
     template <class F>
@@ -38,6 +44,8 @@ private:
     beast::flat_buffer buffer_;
     std::optional<http::request_parser<http::string_body>> parser_;
     std::shared_ptr<Gateway> gw_;
+    BackendApi* api_;
+    std::string address_; // the client's IP address
 };
 
 } // namespace im

@@ -8,8 +8,8 @@
 
 namespace im {
 
-Listener::Listener(net::io_context& ioc, std::shared_ptr<Gateway> gw)
-    : ioc_(ioc), gw_(std::move(gw)), acceptor_(net::make_strand(ioc)), backoff_timer_(acceptor_.get_executor()) {}
+Listener::Listener(net::io_context& ioc, std::shared_ptr<Gateway> gw, BackendApi* api)
+    : ioc_(ioc), gw_(std::move(gw)), api_(api), acceptor_(net::make_strand(ioc)), backoff_timer_(acceptor_.get_executor()) {}
 
 unsigned short Listener::run(const net::ip::address& addr, unsigned short port) {
     tcp::endpoint ep{addr, port};
@@ -65,7 +65,7 @@ void Listener::on_accept(beast::error_code ec, tcp::socket socket) {
         // client's delayed ACK.
         beast::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<HttpSession>(std::move(socket), gw_)->run();
+        std::make_shared<HttpSession>(std::move(socket), gw_, api_)->run();
     }
     if (!closed_) do_accept();
 }

@@ -1,4 +1,5 @@
-// Accepts TCP connections and hands each to an HttpSession.
+// Accepts TCP connections and hands each to an HttpSession: a gateway's
+// (WebSocket, /healthz ...) or, with `api`, the backend API's.
 #pragma once
 
 #include "net_common.hpp"
@@ -8,11 +9,12 @@
 
 namespace im {
 
+class BackendApi;
 class Gateway;
 
 class Listener : public std::enable_shared_from_this<Listener> {
 public:
-    Listener(net::io_context& ioc, std::shared_ptr<Gateway> gw);
+    Listener(net::io_context& ioc, std::shared_ptr<Gateway> gw, BackendApi* api = nullptr);
 
     /// Binds and starts accepting; returns the bound port.
     unsigned short run(const net::ip::address& addr, unsigned short port);
@@ -26,6 +28,7 @@ private:
 
     net::io_context& ioc_;
     std::shared_ptr<Gateway> gw_;
+    BackendApi* api_;
     tcp::acceptor acceptor_;
     net::steady_timer backoff_timer_;
     std::chrono::milliseconds backoff_{0};

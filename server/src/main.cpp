@@ -1,6 +1,7 @@
 // imserver: a gateway of the chat contract, or (`imserver admin ...`) the
 // operator CLI. Thin: parsing options and wiring the layers together.
 #include "admin.hpp"
+#include "backend_api.hpp"
 #include "config.hpp"
 #include "database.hpp"
 #include "db_pool.hpp"
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <iostream>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 namespace {
@@ -108,6 +110,20 @@ int serve(const im::Config& cfg) {
     gw->api().committed = [&notifier](const std::vector<im::Event>& events) { notifier.committed_here(events); };
     notifier.start(bus);
     unsigned short port = gw->listen();
+    // The backend API on its own listener (never the WebSocket port).
+    im::BackendApi api(*gw);
+    std::optional<unsigned short> api_port;
+    if (!cfg.api_listen.empty()) {
+        try {
+            api_port = api.listen(ioc, gw);
+        } catch (const std::exception& e) {
+            // The default address taken (a second gateway on this host):
+            // this one runs without the API. An address asked for must work.
+            auto origin = cfg.origin.find("api-listen");
+            if (origin != cfg.origin.end() && origin->second != "default") throw;
+            im::log_warn("api_not_listening", {{"listen", cfg.api_listen}, {"err", e.what()}});
+        }
+    }
 
     // SIGHUP: reload the TLS certificate and key (open connections keep
     // theirs) and the JWT keys.
@@ -126,10 +142,18 @@ int serve(const im::Config& cfg) {
         if (ec) return;
         im::log_info("signal", {{"signal", sig}});
         hup.cancel();
+        api.close();
         gw->drain([&ioc] { ioc.stop(); });
     });
 
     im::log_info("listening", {{"host", cfg.listen_host}, {"port", static_cast<int>(port)}, {"tls", gw->tls() ? "on" : "off"}});
+    if (api_port) {
+        auto colon = cfg.api_listen.rfind(':');
+        im::log_info("api_listening", {{"host", cfg.api_listen.substr(0, colon)},
+                                       {"port", static_cast<int>(*api_port)},
+                                       {"tls", gw->tls() ? "on" : "off"}});
+        if (!cfg.api_ready_file.empty()) write_ready_file(cfg.api_ready_file, *api_port);
+    }
     if (!cfg.ready_file.empty()) write_ready_file(cfg.ready_file, port);
 
     std::vector<std::thread> threads;
@@ -137,6 +161,7 @@ int serve(const im::Config& cfg) {
     ioc.run();
     for (auto& t : threads) t.join();
     gw->release_listener();
+    api.release_listener();
 
     pool.stop(); // in-flight requests still publish
     bus.stop();

@@ -3,6 +3,7 @@
 #include "db_pool.hpp"
 #include "log.hpp"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pqxx/pqxx>
 
@@ -117,6 +118,15 @@ Outcome<std::pair<ConvRow, Access>> load_conv_access(pqxx::transaction_base& tx,
         "LEFT JOIN membership_periods p ON p.conv_id = c.conv_id AND p.user_id = $2 "
         "ORDER BY p.from_seq";
     auto r = tx.exec_params(sql, conv, who.user, who.device, who.token_sha256);
+    if (who.backend) { // the backend API: no device, every event of the conversation
+        if (r[0][0].is_null()) return Error{Code::not_found, "no such conversation"};
+        ConvRow c = conv_row(r[0]);
+        Access a;
+        a.periods.push_back({1, INT64_MAX});
+        a.open = true;
+        a.head = c.next_seq - 1;
+        return std::make_pair(std::move(c), std::move(a));
+    }
     if (!r[0][9].as<bool>()) return device_revoked();
     if (r[0][0].is_null()) return not_member(); // no such conversation
     ConvRow c = conv_row(r[0]);
@@ -826,14 +836,22 @@ Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who, co
     return guarded<ConvList>("convs", [&]() -> Outcome<ConvList> {
         pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
         static const std::string device_ok = "SELECT " + device_valid_sql(1, 2, 3);
-        if (!tx.exec_params(device_ok, who.device, who.user, who.token_sha256)[0][0].as<bool>())
+        if (who.backend) {
+            if (tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", who.user).empty())
+                return Error{Code::not_found, "no such user"};
+        } else if (!tx.exec_params(device_ok, who.device, who.user, who.token_sha256)[0][0].as<bool>())
             return device_revoked();
+        // The backend API's user-level view: `delivered` is the furthest any
+        // of the user's devices acknowledged (docs/integration.md).
+        static const std::string delivered_of_user =
+            "COALESCE((SELECT max(dm.delivered) FROM delivery_markers dm JOIN devices dv ON dv.device_id = dm.device_id "
+            "WHERE dm.conv_id = c.conv_id AND dv.user_id = $1), 0)";
         // The user's conversations in conv_id order after `after`: a range
         // scan of membership_by_user (user_id, conv_id), one row more than
         // asked tells whether more remain.
         auto r = tx.exec_params(
-            "SELECT c.conv_id, c.kind, c.next_seq, c.epoch, c.min_seq, "
-            "COALESCE(dm.delivered, 0), COALESCE(rm.read, 0) "
+            "SELECT c.conv_id, c.kind, c.next_seq, c.epoch, c.min_seq, " +
+            (who.backend ? delivered_of_user : std::string("COALESCE(dm.delivered, 0)")) + ", COALESCE(rm.read, 0) "
             "FROM (SELECT DISTINCT conv_id FROM membership_periods WHERE user_id = $1 AND conv_id > $3 "
             "      ORDER BY conv_id LIMIT $4) m "
             "JOIN conversations c ON c.conv_id = m.conv_id "
@@ -1115,12 +1133,12 @@ std::string random_token() {
 }
 
 void need_id(const std::string& what, const std::string& id) {
-    if (!valid_id(id)) throw std::runtime_error(what + " must be 1-64 characters of [A-Za-z0-9._:-]: '" + id + "'");
+    if (!valid_id(id)) throw AdminError(AdminError::invalid, what + " must be 1-64 characters of [A-Za-z0-9._:-]: '" + id + "'");
 }
 
 ConvRow need_conv(pqxx::transaction_base& tx, const std::string& conv) {
     auto row = load_conv(tx, conv, true);
-    if (!row) throw std::runtime_error("no such conversation: " + conv);
+    if (!row) throw AdminError(AdminError::not_found, "no such conversation: " + conv);
     return *row;
 }
 
@@ -1147,21 +1165,21 @@ std::int64_t open_member(pqxx::transaction_base& tx, Notes* sink, const std::str
 }
 } // namespace
 
-void Store::add_user(pqxx::connection_base& c, const std::string& user) {
+bool Store::add_user(pqxx::connection_base& c, const std::string& user) {
     need_id("user", user);
     pqxx::work tx(c);
     auto r = tx.exec_params("INSERT INTO users (user_id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING 1", user);
-    if (r.empty()) throw std::runtime_error("user exists: " + user);
     tx.commit();
+    return !r.empty();
 }
 
 std::string Store::add_device(pqxx::connection_base& c, const std::string& user, const std::string& device) {
     need_id("device", device);
     pqxx::work tx(c);
     if (tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", user).empty())
-        throw std::runtime_error("no such user: " + user);
+        throw AdminError(AdminError::not_found, "no such user: " + user);
     if (!tx.exec_params("SELECT 1 FROM devices WHERE device_id = $1", device).empty())
-        throw std::runtime_error("device exists: " + device);
+        throw AdminError(AdminError::exists, "device exists: " + device);
     std::string token = random_token();
     tx.exec_params("INSERT INTO devices (device_id, user_id, token_sha256) VALUES ($1, $2, decode($3, 'hex'))",
                    device, user, token_hash_hex(token));
@@ -1175,7 +1193,7 @@ std::string Store::reissue_token(pqxx::connection_base& c, const std::string& de
     auto r = tx.exec_params("UPDATE devices SET token_sha256 = decode($2, 'hex'), revoked_at = NULL "
                             "WHERE device_id = $1 RETURNING 1",
                             device, token_hash_hex(token));
-    if (r.empty()) throw std::runtime_error("no such device: " + device);
+    if (r.empty()) throw AdminError(AdminError::not_found, "no such device: " + device);
     admin_note(tx, after_commit_, "d - " + device); // the old token's connections close on every gateway
     tx.commit();
     return token;
@@ -1184,41 +1202,62 @@ std::string Store::reissue_token(pqxx::connection_base& c, const std::string& de
 void Store::revoke_device(pqxx::connection_base& c, const std::string& device) {
     pqxx::work tx(c);
     auto r = tx.exec_params("UPDATE devices SET revoked_at = now() WHERE device_id = $1 RETURNING 1", device);
-    if (r.empty()) throw std::runtime_error("no such device: " + device);
+    if (r.empty()) throw AdminError(AdminError::not_found, "no such device: " + device);
     admin_note(tx, after_commit_, "d - " + device); // its connections close on every gateway
     tx.commit();
 }
 
-void Store::create_conv(pqxx::connection_base& c, const std::string& conv, const std::string& kind,
+bool Store::create_conv(pqxx::connection_base& c, const std::string& conv, const std::string& kind,
                         const std::vector<std::string>& members) {
     need_id("conversation", conv);
-    if (kind != "direct" && kind != "group") throw std::runtime_error("kind must be direct or group");
-    if (kind == "direct" && members.size() != 2) throw std::runtime_error("a direct conversation has 2 members");
+    if (kind != "direct" && kind != "group") throw AdminError(AdminError::invalid, "kind must be direct or group");
+    if (kind == "direct" && members.size() != 2) throw AdminError(AdminError::invalid, "a direct conversation has 2 members");
     pqxx::work tx(c);
     auto r = tx.exec_params("INSERT INTO conversations (conv_id, kind) VALUES ($1, $2) ON CONFLICT DO NOTHING "
                             "RETURNING 1",
                             conv, kind);
-    if (r.empty()) throw std::runtime_error("conversation exists: " + conv);
+    if (r.empty()) {
+        // The same conversation again (kind and current members) is fine.
+        auto existing = tx.exec_params("SELECT c.kind, m.user_id FROM conversations c LEFT JOIN membership_periods m "
+                                       "ON m.conv_id = c.conv_id AND m.to_seq IS NULL WHERE c.conv_id = $1 "
+                                       "ORDER BY m.user_id",
+                                       conv);
+        std::vector<std::string> wanted = members, current;
+        std::sort(wanted.begin(), wanted.end());
+        for (const auto& row : existing)
+            if (!row[1].is_null()) current.push_back(row[1].c_str());
+        if (!existing.empty() && existing[0][0].as<std::string>() == kind && current == wanted) return false;
+        throw AdminError(AdminError::exists, "conversation exists with other settings: " + conv);
+    }
     for (const auto& u : members) {
         if (tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", u).empty())
-            throw std::runtime_error("no such user: " + u);
+            throw AdminError(AdminError::not_found, "no such user: " + u);
         auto row = need_conv(tx, conv);
         if (!tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2", conv, u).empty())
-            throw std::runtime_error("member listed twice: " + u);
+            throw AdminError(AdminError::invalid, "member listed twice: " + u);
         open_member(tx, after_commit_, conv, u);
     }
     tx.commit();
+    return true;
 }
 
-std::int64_t Store::add_member(pqxx::connection_base& c, const std::string& conv, const std::string& user) {
+std::int64_t Store::add_member(pqxx::connection_base& c, const std::string& conv, const std::string& user,
+                               bool* already) {
+    if (already) *already = false;
     pqxx::work tx(c);
     auto row = need_conv(tx, conv);
     if (tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", user).empty())
-        throw std::runtime_error("no such user: " + user);
-    if (!tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
-                        conv, user)
-             .empty())
-        throw std::runtime_error(user + " is already a member of " + conv);
+        throw AdminError(AdminError::not_found, "no such user: " + user);
+    auto open = tx.exec_params("SELECT from_seq FROM membership_periods WHERE conv_id = $1 AND user_id = $2 "
+                               "AND to_seq IS NULL",
+                               conv, user);
+    if (!open.empty()) {
+        if (already) {
+            *already = true;
+            return open[0][0].as<std::int64_t>(); // the seq of the join that opened the period
+        }
+        throw AdminError(AdminError::exists, user + " is already a member of " + conv);
+    }
     auto seq = open_member(tx, after_commit_, conv, user);
     tx.commit();
     return seq;
@@ -1230,7 +1269,7 @@ std::int64_t Store::remove_member(pqxx::connection_base& c, const std::string& c
     if (tx.exec_params("SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
                        conv, user)
             .empty())
-        throw std::runtime_error(user + " is not a member of " + conv);
+        throw AdminError(AdminError::not_member, user + " is not a member of " + conv);
     auto seq = admin_append(tx, after_commit_, conv, "leave", user);
     tx.exec_params("UPDATE membership_periods SET to_seq = $3 WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL",
                    conv, user, seq);
@@ -1322,6 +1361,78 @@ bool Store::token_valid(pqxx::connection_base& c, const std::string& device, con
                            "AND token_sha256 = decode($2, 'hex')",
                            device, token_hash_hex(token))
                 .empty();
+}
+
+// ---------------------------------------------------------------- backend API
+
+std::string Store::add_api_key(pqxx::connection_base& c, const std::string& name, const std::string& scope) {
+    need_id("key name", name);
+    if (scope != "read" && scope != "write" && scope != "admin")
+        throw AdminError(AdminError::invalid, "scope must be read, write or admin");
+    const std::string key_id = random_token().substr(0, 16);
+    const std::string key = "imk_" + key_id + "_" + random_token();
+    pqxx::work tx(c);
+    auto r = tx.exec_params("INSERT INTO api_keys (name, key_id, key_sha256, scope) "
+                            "VALUES ($1, $2, decode($3, 'hex'), $4) ON CONFLICT (name) DO NOTHING RETURNING 1",
+                            name, key_id, token_hash_hex(key), scope);
+    if (r.empty()) throw AdminError(AdminError::exists, "API key exists: " + name + " (revoke it, then add another name)");
+    tx.commit();
+    return key;
+}
+
+void Store::revoke_api_key(pqxx::connection_base& c, const std::string& name) {
+    pqxx::work tx(c);
+    auto r = tx.exec_params("UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE name = $1 RETURNING 1",
+                            name);
+    if (r.empty()) throw AdminError(AdminError::not_found, "no such API key: " + name);
+    tx.commit();
+}
+
+std::vector<ApiKeyInfo> Store::list_api_keys(pqxx::connection_base& c) {
+    pqxx::nontransaction tx(c);
+    std::vector<ApiKeyInfo> out;
+    for (const auto& row : tx.exec("SELECT name, scope, to_char(created_at AT TIME ZONE 'UTC', "
+                                   "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), coalesce(to_char(revoked_at AT TIME ZONE 'UTC', "
+                                   "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), '') FROM api_keys ORDER BY name"))
+        out.push_back({row[0].c_str(), row[1].c_str(), row[2].c_str(), row[3].c_str()});
+    return out;
+}
+
+std::optional<std::pair<std::string, std::string>> Store::check_api_key(pqxx::connection_base& c,
+                                                                        const std::string& key) {
+    // imk_<16 hex>_<64 hex>: the row by its public id, then the hashes.
+    if (key.size() != 4 + 16 + 1 + 64 || key.compare(0, 4, "imk_") != 0 || key[20] != '_') return std::nullopt;
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec_params("SELECT name, scope, encode(key_sha256, 'hex') FROM api_keys "
+                            "WHERE key_id = $1 AND revoked_at IS NULL",
+                            key.substr(4, 16));
+    const std::string given = token_hash_hex(key);
+    // Compared even when no row matched, so both paths cost the same.
+    const std::string stored = r.empty() ? std::string(given.size(), '-') : std::string(r[0][2].c_str());
+    const bool same = stored.size() == given.size() && CRYPTO_memcmp(stored.data(), given.data(), given.size()) == 0;
+    if (r.empty() || !same) return std::nullopt;
+    return std::make_pair(std::string(r[0][0].c_str()), std::string(r[0][1].c_str()));
+}
+
+std::optional<Identity> Store::backend_sender(pqxx::connection_base& c, const std::string& user) {
+    const std::string device = std::string(backend_device_prefix) + token_hash_hex(user).substr(0, 40);
+    pqxx::work tx(c);
+    // Made on first use; a revocation of it (no caller can name it) is undone.
+    auto r = tx.exec_params(
+        "WITH ins AS (INSERT INTO devices (device_id, user_id, token_sha256) "
+        "  SELECT $1, $2, decode($3, 'hex') WHERE EXISTS (SELECT 1 FROM users WHERE user_id = $2) "
+        "  ON CONFLICT (device_id) DO UPDATE SET revoked_at = NULL WHERE devices.revoked_at IS NOT NULL "
+        "  RETURNING encode(token_sha256, 'hex')) "
+        "SELECT * FROM ins UNION ALL "
+        "SELECT encode(token_sha256, 'hex') FROM devices WHERE device_id = $1 AND user_id = $2 AND revoked_at IS NULL",
+        device, user, token_hash_hex(random_token()));
+    tx.commit();
+    if (r.empty()) return std::nullopt;
+    Identity who;
+    who.user = user;
+    who.device = device;
+    who.token_sha256 = r[0][0].c_str();
+    return who;
 }
 
 bool Store::lab_database(pqxx::connection_base& c, bool fresh) {

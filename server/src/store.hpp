@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,9 @@ struct Identity {
     /// a random device token. token_sha256 is then the device row's current
     /// token hash at hello, so a revocation or a new token ends it too.
     std::int64_t token_exp_ms = 0;
+    /// The backend API reading (history, convs): no device to check, the
+    /// whole conversation visible, `delivered` the furthest of the user's devices.
+    bool backend = false;
 };
 
 /// Channel for commit notifications (the PostgreSQL bus, pg_bus.hpp; the
@@ -35,6 +40,19 @@ struct Identity {
 ///   "x CONV"              the conversation's epoch changed (subscribers get a hint)
 ///   "m CONV"              its settings changed (push_full_max): drop cached membership
 inline constexpr const char* notify_channel = "im_events";
+
+/// How an operator command failed (the admin CLI prints it; the backend
+/// API answers 400, 404 or 409 by `kind`).
+struct AdminError : std::runtime_error {
+    enum Kind { invalid, not_found, exists, not_member };
+    AdminError(Kind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
+    Kind kind;
+};
+
+/// A backend API key as stored (never the key itself).
+struct ApiKeyInfo {
+    std::string name, scope, created, revoked; // revoked: "" while it works; times as ISO 8601
+};
 
 /// Payloads a request leaves for the bus, to publish after its COMMIT.
 using Notes = std::vector<std::string>;
@@ -136,14 +154,20 @@ public:
     /// payloads of committed commands are appended to `sink`, and the caller
     /// publishes them on its bus after COMMIT (admin --bus nats://...).
     void notify_after_commit(Notes* sink) { after_commit_ = sink; }
-    void add_user(pqxx::connection_base& c, const std::string& user);
+    /// False when the user existed already.
+    bool add_user(pqxx::connection_base& c, const std::string& user);
     std::string add_device(pqxx::connection_base& c, const std::string& user, const std::string& device);
     /// A new token for an existing device (the old one stops working).
     std::string reissue_token(pqxx::connection_base& c, const std::string& device);
     void revoke_device(pqxx::connection_base& c, const std::string& device);
-    void create_conv(pqxx::connection_base& c, const std::string& conv, const std::string& kind,
+    /// False when the same conversation (kind and current members) exists;
+    /// AdminError::exists when one with other settings does.
+    bool create_conv(pqxx::connection_base& c, const std::string& conv, const std::string& kind,
                      const std::vector<std::string>& members);
-    std::int64_t add_member(pqxx::connection_base& c, const std::string& conv, const std::string& user);
+    /// The join's seq. A member already: with `already`, sets it and returns
+    /// the seq of the join that opened the period; without, AdminError::exists.
+    std::int64_t add_member(pqxx::connection_base& c, const std::string& conv, const std::string& user,
+                            bool* already = nullptr);
     std::int64_t remove_member(pqxx::connection_base& c, const std::string& conv, const std::string& user);
     void set_conv(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> recall_window_ms,
                   std::optional<std::int64_t> push_full_max);
@@ -157,6 +181,22 @@ public:
     bool device_exists(pqxx::connection_base& c, const std::string& device);
     /// True when `token` is the live token of `device`.
     bool token_valid(pqxx::connection_base& c, const std::string& device, const std::string& token);
+
+    // ---- backend API keys (schema/008) and the API's sends
+    /// A new key `imk_<key_id>_<secret>` (returned once; only its SHA-256 is kept).
+    std::string add_api_key(pqxx::connection_base& c, const std::string& name, const std::string& scope);
+    void revoke_api_key(pqxx::connection_base& c, const std::string& name);
+    std::vector<ApiKeyInfo> list_api_keys(pqxx::connection_base& c);
+    /// The name and scope of a working key; nullopt for a malformed, unknown
+    /// or revoked one. Hashes compared in constant time (CRYPTO_memcmp).
+    std::optional<std::pair<std::string, std::string>> check_api_key(pqxx::connection_base& c, const std::string& key);
+    /// The identity the backend API sends as on USER's behalf: the user's
+    /// hidden device (id `:api:` + a hash of the user id, made on first use,
+    /// its token never known to anyone). nullopt when the user does not exist.
+    std::optional<Identity> backend_sender(pqxx::connection_base& c, const std::string& user);
+    /// Device ids starting with this are the backend API's own.
+    static constexpr std::string_view backend_device_prefix = ":api:";
+
     /// LAB ONLY negative control: drop the C1 index (the lab's own database).
     static void lab_drop_unique_index(pqxx::connection_base& c);
     /// True when the database belongs to the lab: `fresh` (this start made

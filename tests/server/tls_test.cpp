@@ -119,7 +119,8 @@ std::string try_handshake(unsigned short port, const std::string& ca_file, int m
     }
 }
 
-std::pair<int, std::string> https_get(unsigned short port, const std::string& ca_file, const std::string& target) {
+std::pair<int, std::string> https_get(unsigned short port, const std::string& ca_file, const std::string& target,
+                                      const std::string& bearer = {}) {
     net::io_context ioc;
     ssl::context ctx(ssl::context::tls_client);
     ctx.load_verify_file(ca_file);
@@ -130,6 +131,7 @@ std::pair<int, std::string> https_get(unsigned short port, const std::string& ca
     s.handshake(ssl::stream_base::client);
     http::request<http::empty_body> req{http::verb::get, target, 11};
     req.set(http::field::host, "127.0.0.1");
+    if (!bearer.empty()) req.set(http::field::authorization, "Bearer " + bearer);
     http::write(s, req);
     beast::flat_buffer b;
     http::response<http::string_body> res;
@@ -227,6 +229,36 @@ TEST_F(Tls, sighup_reload_is_used_by_new_connections_while_old_ones_live_on) {
     EXPECT_NE(srv.log().find("tls_reload_failed"), std::string::npos) << srv.log();
     EXPECT_EQ(try_handshake(srv.port(), two.ca()), "ok");
     EXPECT_EQ(str(old_conn.request({{"t", "convs"}}), "t"), "convs");
+}
+
+TEST_F(Tls, the_backend_api_speaks_https_with_the_gateway_certificate_reloaded_on_sighup) {
+    TempDir dir("imtls");
+    TestCa one(dir.path(), "one"), two(dir.path(), "two");
+    const std::string cert = dir.path() + "/live.crt", key = dir.path() + "/live.key";
+    copy(one.cert(), cert);
+    copy(one.key(), key);
+    ServerProcess srv(pg_->url(), {"--quiet", "--tls-cert", cert, "--tls-key", key, "--api-listen", "127.0.0.1:0"});
+    const auto api_key = admin_ok(pg_->url(), {"apikey", "add", "tls", "--scope", "read"});
+    auto [st, body] = https_get(srv.api_port(), one.ca(), "/v1/openapi.json", api_key);
+    EXPECT_EQ(st, 200);
+    EXPECT_NE(body.find("\"openapi\""), std::string::npos);
+    EXPECT_EQ(https_get(srv.api_port(), one.ca(), "/v1/openapi.json").first, 401);
+    // No plain HTTP on the API's TLS port.
+    EXPECT_THROW(srv.api("GET", "/v1/openapi.json", "", api_key), std::exception);
+    EXPECT_NE(try_handshake(srv.api_port(), two.ca()), "ok");
+
+    copy(two.cert(), cert);
+    copy(two.key(), key);
+    ASSERT_EQ(::kill(srv.pid(), SIGHUP), 0);
+    bool reloaded = false;
+    for (int i = 0; i < 300 && !reloaded; ++i) {
+        try {
+            reloaded = https_get(srv.api_port(), two.ca(), "/v1/openapi.json", api_key).first == 200;
+        } catch (const std::exception&) {
+            std::this_thread::sleep_for(50ms);
+        }
+    }
+    EXPECT_TRUE(reloaded) << "the API must serve the reloaded certificate";
 }
 
 } // namespace

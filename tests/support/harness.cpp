@@ -294,6 +294,13 @@ ServerProcess::ServerProcess(const std::string& db_url, std::vector<std::string>
     base_ = {imserver_bin(), "--db", db_url, "--listen", "127.0.0.1:0", "--gateway-id", gateway,
              "--ready-file", dir_.path() + "/port"};
     extra_ = std::move(extra);
+    if (std::find(extra_.begin(), extra_.end(), "--api-listen") == extra_.end()) {
+        base_.push_back("--api-listen");
+        base_.push_back("");
+    } else {
+        base_.push_back("--api-ready-file");
+        base_.push_back(dir_.path() + "/api-port");
+    }
     spawn();
 }
 
@@ -355,6 +362,7 @@ ServerProcess::~ServerProcess() {
 
 void ServerProcess::spawn() {
     fs::remove(dir_.path() + "/port");
+    fs::remove(dir_.path() + "/api-port");
     pid_ = ::fork();
     if (pid_ == 0) {
         // Never outlive the test (an orphan would hold ports and pipes).
@@ -463,6 +471,34 @@ std::pair<int, std::string> ServerProcess::http(const std::string& method, const
     beast::error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
     return {static_cast<int>(res.result_int()), res.body()};
+}
+
+unsigned short ServerProcess::api_port() const {
+    std::ifstream f(dir_.path() + "/api-port");
+    int port = 0;
+    return f >> port ? static_cast<unsigned short>(port) : 0;
+}
+
+std::pair<int, std::string> ServerProcess::api(const std::string& method, const std::string& target,
+                                               const std::string& body, const std::string& key) const {
+    net::io_context ioc;
+    beast::tcp_stream stream(ioc);
+    stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), api_port()));
+    stream.expires_after(30s);
+    http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
+    if (!body.empty()) req.set(http::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> res;
+    res.body_limit(16 * 1024 * 1024);
+    http::read(stream, buf, res);
+    beast::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    return {static_cast<int>(res.get().result_int()), res.get().body()};
 }
 
 long long ServerProcess::metric(const std::string& name) const {

@@ -101,6 +101,14 @@ public:
     /// Plain HTTP request to the gateway; returns {status, body}.
     std::pair<int, std::string> http(const std::string& method, const std::string& target,
                                      const std::string& body = {}) const;
+    /// The backend API's port: with "--api-listen" among the extra flags
+    /// (e.g. "127.0.0.1:0"); 0 when it has none (the harness turns it off
+    /// otherwise, so test servers never compete for the default port).
+    unsigned short api_port() const;
+    /// A request to the backend API (`key`: the bearer key, "" for none);
+    /// {status, body}.
+    std::pair<int, std::string> api(const std::string& method, const std::string& target, const std::string& body = {},
+                                    const std::string& key = {}) const;
     /// One counter or gauge of GET /metrics ("name" or "name{labels}"); -1
     /// when it is not there or /metrics does not answer 200.
     long long metric(const std::string& name) const;
