@@ -29,6 +29,7 @@ run_packages=(
 # the QML test, and perf for the benchmarks' profiles.
 test_packages=(
   libgtest-dev
+  python3
   dpkg-dev
   file
   lintian

@@ -404,6 +404,9 @@ Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
 Outcome<Identity> Store::hello_jwt(pqxx::connection_base& c, const std::string& user, const std::string& device,
                                    const std::string& install, std::int64_t exp_ms) {
     return guarded<Identity>("hello", [&]() -> Outcome<Identity> {
+        // The backend API's hidden per-user devices are nobody's to sign in as.
+        if (std::string_view(device).starts_with(backend_device_prefix))
+            return Error{Code::unauthenticated, "reserved device id"};
         pqxx::work tx(c);
         if (tx.exec_params("SELECT 1 FROM users WHERE user_id = $1", user).empty())
             return Error{Code::unauthenticated, "unknown user"};

@@ -74,19 +74,6 @@ TEST(ExamplesBackend, the_walkthrough_provisions_posts_and_the_device_token_sign
 }
 
 TEST(ExamplesBackend, the_minted_jwt_signs_in) {
-    // ---- GUARD: delete from here to "END GUARD" once the jwt branch
-    // (--jwt-hs256-secret-file, contract section 4a) is merged; the test must
-    // then run everywhere.
-    {
-        FILE* p = ::popen(("'" + imserver_bin() + "' --help").c_str(), "r");
-        std::string help;
-        std::array<char, 4096> buf{};
-        while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) help.append(buf.data(), n);
-        ::pclose(p);
-        if (help.find("--jwt-hs256-secret-file") == std::string::npos)
-            GTEST_SKIP() << "NOT RUN: this imserver has no --jwt-hs256-secret-file (jwt branch not merged)";
-    }
-    // ---- END GUARD
     TempDir dir("exjwt");
     const std::string secret_file = dir.path() + "/secret";
     {
