@@ -31,6 +31,10 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const 
     // A gateway cut off mid-transaction must not leave a backend holding a
     // conversation's row lock: PostgreSQL ends such a session itself.
     tx.exec("SET idle_in_transaction_session_timeout = '10s'");
+    // A backend whose client went away (a gateway killed, or its watchdog
+    // shut the socket) stops its query within a second instead of running
+    // (or waiting on a lock) to the end (PostgreSQL 14+).
+    tx.exec("SET client_connection_check_interval = '1s'");
     return c;
 }
 
@@ -91,7 +95,7 @@ void Watchdog::run() {
 
 DbPool::DbPool(std::string url, std::size_t workers, std::size_t max_queue,
                std::chrono::milliseconds round_trip_limit)
-    : url_(std::move(url)), max_queue_(max_queue), watchdog_(round_trip_limit) {
+    : url_(std::move(url)), round_trip_limit_(round_trip_limit), max_queue_(max_queue), watchdog_(round_trip_limit) {
     for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this, i] { run(i); });
 }
 
@@ -142,6 +146,11 @@ void DbPool::run(std::size_t index) {
         if (!conn && !stopping_flag_ && std::chrono::steady_clock::now() >= retry_after) {
             try {
                 conn = open_connection(url_, "imserver-pool-" + std::to_string(index));
+                // A lock wait ends (55P03, answered UNAVAILABLE) well before
+                // the watchdog would cut the connection: the statement
+                // fails cleanly and the backend waits no longer either.
+                pqxx::nontransaction(*conn).exec("SET lock_timeout = '" + std::to_string(lock_timeout().count()) +
+                                                 "ms'");
             } catch (const std::exception& e) {
                 // Don't let every queued job wait for a connect timeout.
                 retry_after = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
