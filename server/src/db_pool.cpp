@@ -7,7 +7,9 @@
 #include <chrono>
 #include <optional>
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 namespace im {
 
@@ -57,7 +59,11 @@ thread_local std::size_t current_watch = 0;
 Watchdog::Watch::Watch(Watchdog& w, pqxx::connection_base& c) : w_(w) {
     std::lock_guard lk(w_.mu_);
     id_ = ++w_.next_id_;
-    w_.watches_[id_] = Entry{c.sock(), std::chrono::steady_clock::now()};
+    // A duplicate of libpq's descriptor: if libpq closes its own during the
+    // job, the number it had may go to another socket (a client's), which a
+    // shutdown by number would cut; ours stays this socket until ~Watch.
+    const int fd = c.sock() >= 0 ? ::fcntl(c.sock(), F_DUPFD_CLOEXEC, 0) : -1;
+    w_.watches_[id_] = Entry{fd, std::chrono::steady_clock::now(), fd < 0};
     current_dog = &w_;
     current_watch = id_;
 }
@@ -65,7 +71,11 @@ Watchdog::Watch::Watch(Watchdog& w, pqxx::connection_base& c) : w_(w) {
 Watchdog::Watch::~Watch() {
     // Under the lock: once this returns, the watchdog never touches the socket.
     std::lock_guard lk(w_.mu_);
-    w_.watches_.erase(id_);
+    auto it = w_.watches_.find(id_);
+    if (it != w_.watches_.end()) {
+        if (it->second.fd >= 0) ::close(it->second.fd);
+        w_.watches_.erase(it);
+    }
     current_dog = nullptr;
 }
 
@@ -73,7 +83,7 @@ void Watchdog::progress() {
     if (!current_dog) return;
     std::lock_guard lk(current_dog->mu_);
     auto it = current_dog->watches_.find(current_watch);
-    if (it != current_dog->watches_.end() && it->second.fd >= 0) it->second.since = std::chrono::steady_clock::now();
+    if (it != current_dog->watches_.end() && !it->second.shut) it->second.since = std::chrono::steady_clock::now();
 }
 
 void Watchdog::run() {
@@ -82,11 +92,11 @@ void Watchdog::run() {
         cv_.wait_for(lk, std::chrono::milliseconds(100));
         const auto now = std::chrono::steady_clock::now();
         for (auto& [id, e] : watches_) {
-            if (e.fd < 0 || now - e.since < limit_) continue;
+            if (e.shut || now - e.since < limit_) continue;
             // The blocked recv()/send() returns at once; libpq reports a
             // broken connection and the owner replaces it.
             ::shutdown(e.fd, SHUT_RDWR);
-            e.fd = -1;
+            e.shut = true;
             ++fired_;
             log_warn("db_round_trip_timeout", {{"ms", static_cast<long>(limit_.count())}});
         }

@@ -53,7 +53,10 @@ public:
 
 private:
     void run();
-    struct Entry { int fd; std::chrono::steady_clock::time_point since; };
+    // fd: the watch's own duplicate of the connection's socket (closed when
+    // the watch ends), so its number cannot be reused by another socket
+    // while the watchdog may shut it down; shut: the watchdog fired.
+    struct Entry { int fd; std::chrono::steady_clock::time_point since; bool shut = false; };
     std::chrono::milliseconds limit_;
     std::mutex mu_;
     std::condition_variable cv_;
