@@ -76,7 +76,10 @@ void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Ident
             out.push_back(error_reply(unavailable("database unreachable, retry with the same request"), rid));
         return done(std::move(out));
     }
-    finish_sends(ctx, who, sends, rids, ctx.store.send_batch(*conn, who, sends), std::move(done));
+    auto results = ctx.store.send_batch(*conn, who, sends);
+    if (results.empty()) // the conversation's row is held: nothing was written
+        results.assign(sends.size(), unavailable("conversation busy, retry with the same request"));
+    finish_sends(ctx, who, sends, rids, std::move(results), std::move(done));
 }
 
 namespace {
@@ -123,9 +126,11 @@ void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::S
 } // namespace
 
 SendCombiner::SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs,
-                           std::size_t max_workers, std::size_t max_queue, bool per_conversation)
+                           std::size_t max_workers, std::size_t max_queue, bool per_conversation,
+                           std::chrono::milliseconds held_limit)
     : ctx_(ctx), pool_(pool), metrics_(metrics), max_runs_(std::max<std::size_t>(1, max_runs)),
-      max_workers_(std::max<std::size_t>(1, max_workers)), max_queue_(max_queue), per_conversation_(per_conversation) {
+      max_workers_(std::max<std::size_t>(1, max_workers)), max_queue_(max_queue), per_conversation_(per_conversation),
+      held_limit_(held_limit) {
     metrics_.send_workers = static_cast<long long>(max_workers_);
 }
 
@@ -135,6 +140,7 @@ bool SendCombiner::submit(Identity who, std::vector<req::Send> sends, std::vecto
     if (queue_.size() >= max_queue_) return false;
     queue_.push_back(Item{std::move(who), std::move(sends), std::move(rids), std::move(done)});
     metrics_.send_runs_queued = static_cast<long long>(queue_.size());
+    wake_.notify_one(); // a worker waiting out a held run's back-off takes this one now
     // Every send worker busy: the first to finish its group takes this run.
     if (active_ >= max_workers_) return true;
     ++active_;
@@ -153,25 +159,62 @@ void SendCombiner::release(std::vector<std::string>& done) {
 
 std::vector<SendCombiner::Item> SendCombiner::take(std::vector<std::string>& done) {
     std::vector<Item> items;
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     release(done);
-    // Oldest first; several runs of one conversation may share the group
-    // (the statement runs them in order under one row lock).
-    for (auto it = queue_.begin(); it != queue_.end() && items.size() < max_runs_;) {
-        if (per_conversation_ && held_.count(it->sends.front().conv)) {
-            ++it;
-            continue;
+    for (;;) {
+        // Oldest first; several runs of one conversation may share the group
+        // (the statement runs them in order under one row lock). A run whose
+        // conversation was held waits out its back-off.
+        const auto now = std::chrono::steady_clock::now();
+        auto next_try = std::chrono::steady_clock::time_point::max();
+        for (auto it = queue_.begin(); it != queue_.end() && items.size() < max_runs_;) {
+            if (it->not_before > now) {
+                next_try = std::min(next_try, it->not_before);
+                ++it;
+                continue;
+            }
+            if (per_conversation_ && held_.count(it->sends.front().conv)) {
+                ++it;
+                continue;
+            }
+            items.push_back(std::move(*it));
+            it = queue_.erase(it);
         }
-        items.push_back(std::move(*it));
-        it = queue_.erase(it);
+        if (!items.empty() || next_try == std::chrono::steady_clock::time_point::max() || waiting_) break;
+        // Only held runs are left: one worker stays to try them again (or
+        // to take a new run that submit() announces), the others sign off.
+        waiting_ = true;
+        wake_.wait_until(lk, next_try);
+        waiting_ = false;
+        Watchdog::progress(); // waiting is not a database round trip
     }
     for (const auto& it : items) held_.insert(it.sends.front().conv);
     metrics_.send_runs_queued = static_cast<long long>(queue_.size());
     // Signing off under the same lock that submit() checks: a run queued
     // after this sees the slot free and schedules a worker of its own. Runs
-    // skipped here belong to a group still running; its worker takes them.
+    // skipped here belong to a group still running (its worker takes them)
+    // or wait out a back-off (the waiting worker takes them).
     if (items.empty()) --active_;
     return items;
+}
+
+void SendCombiner::requeue(Item it) {
+    const auto now = std::chrono::steady_clock::now();
+    if (it.held_tries++ == 0) it.held_since = now;
+    if (now - it.held_since >= held_limit_) {
+        log_warn("send_conversation_held", {{"conv", it.sends.front().conv},
+                                            {"ms", static_cast<long>(held_limit_.count())}});
+        finish_sends(ctx_, it.who, it.sends, it.rids,
+                     std::vector<Outcome<Store::SendResult>>(
+                         it.sends.size(), unavailable("conversation busy, retry with the same request")),
+                     std::move(it.done));
+        return;
+    }
+    it.not_before = now + std::chrono::milliseconds(std::min(200, 10 << std::min(it.held_tries - 1, 5)));
+    std::lock_guard lk(mu_);
+    queue_.push_front(std::move(it)); // the worker that ran it is still active: it or the waiter takes it
+    metrics_.send_runs_queued = static_cast<long long>(queue_.size());
+    ++metrics_.send_runs_held;
 }
 
 void SendCombiner::drain(pqxx::connection_base* c) {
@@ -212,9 +255,14 @@ void SendCombiner::drain(pqxx::connection_base* c) {
             ++metrics_.send_group_commits;
             metrics_.send_runs_grouped += static_cast<long long>(items.size());
         }
-        for (std::size_t g = 0; g < items.size(); ++g)
+        for (std::size_t g = 0; g < items.size(); ++g) {
+            if (results[g].empty()) { // its conversation's row was held: nothing written, try it later
+                requeue(std::move(items[g]));
+                continue;
+            }
             finish_sends(ctx_, items[g].who, items[g].sends, items[g].rids, std::move(results[g]),
                          std::move(items[g].done));
+        }
     }
 }
 

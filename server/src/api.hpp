@@ -7,6 +7,8 @@
 #include "protocol.hpp"
 #include "store.hpp"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -75,12 +77,21 @@ struct Metrics;
 /// conversation that another send worker's group holds waits in the queue
 /// (it would only wait on that group's row lock inside the database), so one
 /// busy or stuck conversation occupies one send worker, never all of them.
+///
+/// A conversation whose row another transaction holds (an operator's
+/// transaction, a purge batch, another gateway's send) is skipped inside the
+/// database, not waited for (im_send: SKIP LOCKED): its run comes back
+/// unwritten and waits in the queue, tried again after a short back-off
+/// (10 ms doubling to 200 ms), while the worker goes on with other
+/// conversations. A run still held after `held_limit` (the database timeout,
+/// --db-timeout-ms) is answered UNAVAILABLE; the resend is safe.
 class SendCombiner {
 public:
     /// per_conversation false (the lab's --lab-no-unique-index control only):
     /// runs of one conversation may run in several workers at once again.
     SendCombiner(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs, std::size_t max_workers,
-                 std::size_t max_queue, bool per_conversation = true);
+                 std::size_t max_queue, bool per_conversation = true,
+                 std::chrono::milliseconds held_limit = std::chrono::milliseconds(5000));
     /// Queues a run; false when too many runs wait already (answer UNAVAILABLE).
     bool submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
                 RepliesDone done);
@@ -91,8 +102,15 @@ private:
         std::vector<req::Send> sends;
         std::vector<std::optional<std::string>> rids;
         RepliesDone done;
+        // A run whose conversation was held: not tried again before
+        // not_before; answered UNAVAILABLE once held_limit passed since held_since.
+        std::chrono::steady_clock::time_point not_before{}, held_since{};
+        int held_tries = 0;
     };
     void drain(pqxx::connection_base* c);
+    /// Puts back a run whose conversation was held (or answers it UNAVAILABLE
+    /// when it has been held too long).
+    void requeue(Item it);
     /// The next group under the lock, skipping conversations other groups
     /// hold; empty (and this worker signed off) when nothing can be taken.
     /// `done` are the conversations of this worker's last group, released.
@@ -107,7 +125,10 @@ private:
     std::size_t max_workers_;
     std::size_t max_queue_;
     bool per_conversation_;
+    std::chrono::milliseconds held_limit_;
     std::mutex mu_;
+    std::condition_variable wake_; // a worker waiting for a held run's back-off hears of new runs
+    bool waiting_ = false;         // one worker waits for the back-off of held runs
     std::deque<Item> queue_;
     std::size_t active_ = 0; // send workers running or scheduled in the pool
     std::multiset<std::string> held_; // conversations of the groups being run now

@@ -32,7 +32,7 @@ int prepare_schema(const std::string& url, int wait_ms) {
     for (;;) {
         try {
             auto c = open_connection(url, "imserver-migrate");
-            return migrate(*c);
+            return migrate(*c).migrations;
         } catch (const pqxx::broken_connection& e) {
             if (std::chrono::steady_clock::now() >= deadline) throw;
             log_warn("db_not_ready", {{"err", e.what()}});

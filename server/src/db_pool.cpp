@@ -7,7 +7,9 @@
 #include <chrono>
 #include <optional>
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 namespace im {
 
@@ -31,6 +33,10 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const 
     // A gateway cut off mid-transaction must not leave a backend holding a
     // conversation's row lock: PostgreSQL ends such a session itself.
     tx.exec("SET idle_in_transaction_session_timeout = '10s'");
+    // A backend whose client went away (a gateway killed, or its watchdog
+    // shut the socket) stops its query within a second instead of running
+    // (or waiting on a lock) to the end (PostgreSQL 14+).
+    tx.exec("SET client_connection_check_interval = '1s'");
     return c;
 }
 
@@ -53,7 +59,11 @@ thread_local std::size_t current_watch = 0;
 Watchdog::Watch::Watch(Watchdog& w, pqxx::connection_base& c) : w_(w) {
     std::lock_guard lk(w_.mu_);
     id_ = ++w_.next_id_;
-    w_.watches_[id_] = Entry{c.sock(), std::chrono::steady_clock::now()};
+    // A duplicate of libpq's descriptor: if libpq closes its own during the
+    // job, the number it had may go to another socket (a client's), which a
+    // shutdown by number would cut; ours stays this socket until ~Watch.
+    const int fd = c.sock() >= 0 ? ::fcntl(c.sock(), F_DUPFD_CLOEXEC, 0) : -1;
+    w_.watches_[id_] = Entry{fd, std::chrono::steady_clock::now(), fd < 0};
     current_dog = &w_;
     current_watch = id_;
 }
@@ -61,7 +71,11 @@ Watchdog::Watch::Watch(Watchdog& w, pqxx::connection_base& c) : w_(w) {
 Watchdog::Watch::~Watch() {
     // Under the lock: once this returns, the watchdog never touches the socket.
     std::lock_guard lk(w_.mu_);
-    w_.watches_.erase(id_);
+    auto it = w_.watches_.find(id_);
+    if (it != w_.watches_.end()) {
+        if (it->second.fd >= 0) ::close(it->second.fd);
+        w_.watches_.erase(it);
+    }
     current_dog = nullptr;
 }
 
@@ -69,7 +83,7 @@ void Watchdog::progress() {
     if (!current_dog) return;
     std::lock_guard lk(current_dog->mu_);
     auto it = current_dog->watches_.find(current_watch);
-    if (it != current_dog->watches_.end() && it->second.fd >= 0) it->second.since = std::chrono::steady_clock::now();
+    if (it != current_dog->watches_.end() && !it->second.shut) it->second.since = std::chrono::steady_clock::now();
 }
 
 void Watchdog::run() {
@@ -78,11 +92,11 @@ void Watchdog::run() {
         cv_.wait_for(lk, std::chrono::milliseconds(100));
         const auto now = std::chrono::steady_clock::now();
         for (auto& [id, e] : watches_) {
-            if (e.fd < 0 || now - e.since < limit_) continue;
+            if (e.shut || now - e.since < limit_) continue;
             // The blocked recv()/send() returns at once; libpq reports a
             // broken connection and the owner replaces it.
             ::shutdown(e.fd, SHUT_RDWR);
-            e.fd = -1;
+            e.shut = true;
             ++fired_;
             log_warn("db_round_trip_timeout", {{"ms", static_cast<long>(limit_.count())}});
         }
@@ -91,7 +105,7 @@ void Watchdog::run() {
 
 DbPool::DbPool(std::string url, std::size_t workers, std::size_t max_queue,
                std::chrono::milliseconds round_trip_limit)
-    : url_(std::move(url)), max_queue_(max_queue), watchdog_(round_trip_limit) {
+    : url_(std::move(url)), round_trip_limit_(round_trip_limit), max_queue_(max_queue), watchdog_(round_trip_limit) {
     for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this, i] { run(i); });
 }
 
@@ -142,6 +156,11 @@ void DbPool::run(std::size_t index) {
         if (!conn && !stopping_flag_ && std::chrono::steady_clock::now() >= retry_after) {
             try {
                 conn = open_connection(url_, "imserver-pool-" + std::to_string(index));
+                // A lock wait ends (55P03, answered UNAVAILABLE) well before
+                // the watchdog would cut the connection: the statement
+                // fails cleanly and the backend waits no longer either.
+                pqxx::nontransaction(*conn).exec("SET lock_timeout = '" + std::to_string(lock_timeout().count()) +
+                                                 "ms'");
             } catch (const std::exception& e) {
                 // Don't let every queued job wait for a connect timeout.
                 retry_after = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);

@@ -3,6 +3,7 @@
 // posts its result back to the session's strand.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -52,7 +53,10 @@ public:
 
 private:
     void run();
-    struct Entry { int fd; std::chrono::steady_clock::time_point since; };
+    // fd: the watch's own duplicate of the connection's socket (closed when
+    // the watch ends), so its number cannot be reused by another socket
+    // while the watchdog may shut it down; shut: the watchdog fired.
+    struct Entry { int fd; std::chrono::steady_clock::time_point since; bool shut = false; };
     std::chrono::milliseconds limit_;
     std::mutex mu_;
     std::condition_variable cv_;
@@ -84,11 +88,15 @@ public:
     std::size_t queued() const;
     std::size_t size() const { return threads_.size(); }
     Watchdog& watchdog() { return watchdog_; }
+    /// The workers' lock_timeout: half the round-trip limit, so a lock wait
+    /// fails as a statement error before the watchdog cuts the connection.
+    std::chrono::milliseconds lock_timeout() const { return std::max(round_trip_limit_ / 2, std::chrono::milliseconds(100)); }
 
 private:
     void run(std::size_t index);
 
     std::string url_;
+    std::chrono::milliseconds round_trip_limit_;
     std::size_t max_queue_;
     mutable std::mutex mu_;
     std::condition_variable cv_;

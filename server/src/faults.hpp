@@ -44,7 +44,7 @@ inline constexpr std::string_view fault_points[] = {
     "rule.read_hint",          // a read marker's hint is not sent to the user's other devices
     "rule.push_hint",          // every group gets full `event` pushes, whatever its push_full_max
     "rule.goaway",             // a draining gateway closes connections without `goaway`
-    // ... and inside the send function im_send (schema/004_send_lab_controls.sql):
+    // ... and in the send function: the lab calls its variant im_lab_send_<rule> (lab_schema.hpp):
     "rule.send_membership",    // a stranger's send is appended (no membership check)
     "rule.same_error",         // an unknown conversation answers apart from a non-member's
     "rule.request_hash",       // a reused cmid is a duplicate whatever its body

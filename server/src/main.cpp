@@ -7,6 +7,8 @@
 #include "db_pool.hpp"
 #include "log.hpp"
 #include "metrics.hpp"
+#include "migrations.hpp"
+#include "lab_schema.hpp"
 #include "gateway.hpp"
 #include "notifier.hpp"
 #include "nats_bus.hpp"
@@ -60,12 +62,30 @@ int serve(const im::Config& cfg) {
             }
         }
     } stopper{db};
-    const int applied = im::prepare_schema(db.url, 30000);
+    int applied = 0;
+    try {
+        applied = im::prepare_schema(db.url, 30000);
+    } catch (const im::SchemaMismatch& e) {
+        // An applied migration was edited (or the database's history is
+        // another schema's): nothing is altered, the start stops.
+        im::log_error("schema_migration_changed", {{"version", e.version}, {"recorded", e.recorded_name},
+                                                   {"file", e.file_name}, {"recorded_checksum", e.recorded_checksum},
+                                                   {"file_checksum", e.file_checksum}});
+        std::cerr << "imserver: " << e.what() << '\n';
+        return 1;
+    }
     if (auto refusal = im::refuse_foreign_lab_database(db.url, applied, cfg)) {
         std::cerr << "imserver: " << *refusal << '\n';
         return 2;
     }
 
+    if (cfg.enable_faults) {
+        // The lab's broken send functions, only into a database the lab
+        // created (checked by the marker): production SQL has no lab switch.
+        auto c = im::open_connection(db.url, "imserver-lab");
+        if (im::Store::lab_database(*c, false)) im::install_lab_send_functions(*c);
+        else im::log_warn("lab_send_functions_not_installed", {{"reason", "not a database the lab created"}});
+    }
     if (cfg.lab.no_unique_index) {
         // The switch drops an index: only on a database a lab run created
         // (checked above).

@@ -75,6 +75,9 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
           send_group_commits.load(), "counter");
     gauge("im_send_runs_grouped_total", "Runs of sends committed inside those group statements.",
           send_runs_grouped.load(), "counter");
+    gauge("im_send_runs_held_total",
+          "Runs of sends put back in the queue because another transaction held their conversation's row.",
+          send_runs_held.load(), "counter");
     o << "# HELP im_pushes_total Server-initiated frames sent.\n# TYPE im_pushes_total counter\n"
       << "im_pushes_total{t=\"event\"} " << pushes_event.load() << '\n'
       << "im_pushes_total{t=\"hint\"} " << pushes_hint.load() << '\n'

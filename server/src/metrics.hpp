@@ -35,6 +35,7 @@ public:
     std::atomic<long long> token_rechecks{0};
     std::atomic<long long> send_group_commits{0}; // statements that carried runs of 2+ connections
     std::atomic<long long> send_runs_grouped{0};  // runs carried by those statements
+    std::atomic<long long> send_runs_held{0};     // runs put back because their conversation's row was held
     std::atomic<long long> send_runs_queued{0};   // runs waiting for a send worker now
     std::atomic<long long> send_workers{0};       // --send-workers in effect
     std::atomic<long long> db_timeouts{0};          // database connections cut by --db-timeout-ms

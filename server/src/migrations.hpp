@@ -1,9 +1,18 @@
-// Schema migrations: the numbered files of schema/, compiled into the binary,
-// applied in order at start under an advisory lock and recorded in
-// schema_migrations. Several gateways may start at once.
+// Schema as code (docs/operations.md, "Schema"): the numbered, append-only
+// migrations of schema/NNN_name.sql and the functions of
+// schema/functions/NAME.sql, compiled into the binary. At start, under one
+// advisory lock (several gateways may start at once):
+//   * every applied migration's recorded checksum must equal its file's,
+//     else the start is refused (SchemaMismatch);
+//   * the missing migrations are applied in version order (numbers may have
+//     gaps), each recorded with its checksum in schema_migrations;
+//   * every function file whose checksum differs from the one recorded in
+//     schema_functions is applied (CREATE OR REPLACE) and recorded.
 #pragma once
 
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <pqxx/pqxx>
@@ -12,15 +21,52 @@ namespace im {
 
 struct Migration {
     int version;
-    std::string name;
+    std::string name; // the file name without .sql, e.g. 001_baseline
     std::string sql;
 };
 
-const std::vector<Migration>& all_migrations(); // generated from schema/*.sql
+struct SchemaFunction {
+    std::string name; // the file name without .sql, e.g. im_send
+    std::string sql;  // CREATE OR REPLACE FUNCTION ...
+};
 
-/// Applies what is missing; returns how many were applied.
-int migrate(pqxx::connection_base& c);
-/// True when every known migration is recorded (for /readyz).
-bool migrations_current(pqxx::connection_base& c);
+const std::vector<Migration>& all_migrations();     // generated from schema/NNN_*.sql
+const std::vector<SchemaFunction>& all_functions(); // generated from schema/functions/*.sql
+
+/// What migrate() works from: the embedded files, or a test's own.
+struct Schema {
+    std::vector<Migration> migrations;
+    std::vector<SchemaFunction> functions;
+};
+const Schema& embedded_schema();
+
+/// SHA-256 of a file's text, as hex: the checksum recorded for it.
+std::string schema_checksum(std::string_view sql);
+
+/// An applied migration whose file changed since (or a database whose
+/// history is not this schema's): the start must stop.
+class SchemaMismatch : public std::runtime_error {
+public:
+    SchemaMismatch(int version, std::string recorded_name, std::string file_name, std::string recorded_checksum,
+                   std::string file_checksum);
+    int version;
+    std::string recorded_name, file_name, recorded_checksum, file_checksum;
+};
+
+struct MigrateResult {
+    int migrations = 0; // numbered migrations applied by this call
+    int functions = 0;  // function files (re)applied by this call
+};
+
+/// Applies what is missing or changed, in one transaction under the
+/// advisory lock. Throws SchemaMismatch (nothing applied) when an applied
+/// migration differs from its file.
+MigrateResult migrate(pqxx::connection_base& c, const Schema& schema = embedded_schema());
+/// Takes the schema's advisory lock for the rest of the transaction (what
+/// migrate() holds; the lab installs its functions under it too).
+void lock_schema(pqxx::transaction_base& tx);
+/// True when every known migration is recorded with its file's checksum
+/// (for /readyz: 503 when an applied migration was changed).
+bool migrations_current(pqxx::connection_base& c, const Schema& schema = embedded_schema());
 
 } // namespace im

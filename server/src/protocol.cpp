@@ -141,6 +141,9 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         if (r.token.empty() || r.token.size() > max_token_chars) return bad("field 'token' must be 1-4096 characters");
         return r;
     }
+    // Echoed only when short: a 64 KiB `t` must not make a reply past the
+    // frame limit (an error reply is a server frame, <= 64 KiB).
+    if (t.size() > max_echoed_type_bytes) return bad("unknown request type (not echoed: longer than 32 bytes)");
     return bad("unknown request type '" + std::string(t) + "'");
 }
 
@@ -226,7 +229,9 @@ Parsed parse_request(std::string_view frame) {
     const auto& o = v.get_object();
     if (auto* rid = o.if_contains("rid")) {
         if (!rid->is_string()) { p.body = invalid("field 'rid' must be a string"); return p; }
-        if (rid->get_string().size() > max_rid_chars) { p.body = invalid("field 'rid' must be at most 64 characters"); return p; }
+        // Characters (code points), as the contract says, not bytes.
+        const auto chars = utf8_code_points(std::string_view(rid->get_string()));
+        if (!chars || *chars > max_rid_chars) { p.body = invalid("field 'rid' must be at most 64 characters"); return p; }
         p.rid = std::string(rid->get_string());
     }
     auto* t = o.if_contains("t");

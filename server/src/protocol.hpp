@@ -15,6 +15,8 @@
 namespace im {
 
 inline constexpr std::size_t max_frame_bytes = 64 * 1024;
+/// An unknown request type is echoed in its error only up to this length.
+inline constexpr std::size_t max_echoed_type_bytes = 32;
 inline constexpr std::size_t max_rid_chars = 64;
 inline constexpr std::size_t max_cmid_chars = 64;
 inline constexpr std::size_t max_body_code_points = 4000;

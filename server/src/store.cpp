@@ -1,6 +1,8 @@
 #include "store.hpp"
 
 #include "db_pool.hpp"
+#include "digest.hpp"
+#include "lab_schema.hpp"
 #include "log.hpp"
 
 #include <openssl/crypto.h>
@@ -91,8 +93,8 @@ Access load_access(pqxx::transaction_base& tx, const std::string& conv, const st
 // "The caller's device still has its access" (section 4), as a condition
 // on `devices d`: the device proved at hello, with the token it proved, not
 // revoked. $dev, $user and $tok are the parameter numbers of device id,
-// user id and token hash (hex). (im_send, schema/007, spells the same rule
-// in SQL.)
+// user id and token hash (hex). (im_send, schema/functions/im_send.sql,
+// spells the same rule in SQL.)
 std::string device_valid_where(int dev, int user, int tok) {
     return "d.device_id = $" + std::to_string(dev) + " AND d.user_id = $" + std::to_string(user) +
            " AND d.token_sha256 = decode($" + std::to_string(tok) + ", 'hex') AND d.revoked_at IS NULL";
@@ -326,7 +328,7 @@ std::int64_t unread_in(pqxx::transaction_base& tx, const std::string& conv, cons
 }
 
 // The caller's device row, held (FOR SHARE) until the transaction ends, as
-// im_send does for sends (schema/007): a revocation or a new token
+// im_send does for sends (schema/functions/im_send.sql): a revocation or a new token
 // waits for this transaction, and one that committed first leaves no row
 // here. Its current install, or nothing when the device lost its access.
 std::optional<std::string> hold_device(pqxx::transaction_base& tx, const Identity& who) {
@@ -339,19 +341,7 @@ std::optional<std::string> hold_device(pqxx::transaction_base& tx, const Identit
 
 // Device tokens never leave the process: PostgreSQL sees (and logs, and
 // shows in pg_stat_activity) only their SHA-256, as hex.
-std::string token_hash_hex(const std::string& token) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    if (EVP_Digest(token.data(), token.size(), md, &len, EVP_sha256(), nullptr) != 1)
-        throw std::runtime_error("SHA-256 failed");
-    static const char* hex = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) {
-        out += hex[md[i] >> 4];
-        out += hex[md[i] & 15];
-    }
-    return out;
-}
+std::string token_hash_hex(const std::string& token) { return sha256_hex(token); }
 
 std::string random_token(); // 32 random bytes as hex (admin commands below)
 
@@ -430,28 +420,31 @@ Outcome<Identity> Store::hello_jwt(pqxx::connection_base& c, const std::string& 
 // ---------------------------------------------------------------- send
 
 Outcome<Store::SendResult> Store::send(pqxx::connection_base& c, const Identity& who, const req::Send& s) {
-    return send_batch(c, who, {s}).front();
+    auto r = send_batch(c, who, {s});
+    if (r.empty()) return unavailable("conversation busy, retry with the same request");
+    return r.front();
 }
 
 namespace {
 
 // Every query of `send`: steps 0-5 of contract section 6 run inside the
-// server-side function im_send (schema/003_send_function.sql, last
-// redefined by 007), one round trip per send or per pipelined run of sends
-// to one conversation. Since 007 it first holds the sending device's row
-// (with the conversation's): a revoked device writes nothing.
-constexpr const char* send_stmt = "im_send";
-constexpr const char* send_sql = "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts "
-                                 "FROM im_send($1, $2, $3, $4, $5::text[], $6::text[], $7::text[], $8)";
+// server-side function im_send (schema/functions/im_send.sql), one round
+// trip per send or per pipelined run of sends to one conversation. It first
+// holds the sending device's row (with the conversation's): a revoked device
+// writes nothing. The lab calls its broken variants (lab_schema.hpp) the
+// same way; each call's statement is prepared under the function's name.
+std::string send_sql(const std::string& function) {
+    return "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM " + function +
+           "($1, $2, $3, $4, $5::text[], $6::text[], $7::text[])";
+}
 
-// The send rules im_send can be told to break (schema/004), by fault point.
-constexpr std::pair<std::string_view, std::string_view> send_rule_controls[] = {
-    {"rule.send_membership", "send_membership"},
-    {"rule.same_error", "same_error"},
-    {"rule.request_hash", "request_hash"},
-    {"rule.fresh_dup", "fresh_dup"},
-    {"rule.send_prev", "send_prev"},
-};
+// im_send's answer for a run whose conversation row another transaction
+// holds: nothing was written, the caller runs it again later.
+constexpr std::string_view held_code = "LOCKED";
+
+bool held(const pqxx::result& rows, int at) {
+    return !rows.empty() && std::string_view(rows[0][at].c_str()) == held_code;
+}
 
 // One result row of im_send as the send's outcome; `at` is the column of
 // r_code (r_seq, r_mid, r_epoch, r_dup, r_ts follow it).
@@ -500,6 +493,7 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
     }
     Results out;
     out.reserve(batch.size());
+    bool was_held = false; // a call found the conversation's row held: the run goes back whole
     // Items [from, to) in one call; a deterministic failure of a run of
     // several is retried item by item, so it fails only its own request.
     std::function<void(std::size_t, std::size_t)> call = [&](std::size_t from, std::size_t to) {
@@ -507,22 +501,19 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
         for (int attempt = 0;; ++attempt) {
             try {
                 auto r = guarded<Results, true>("send", [&]() -> Outcome<Results> {
-                    c.prepare(send_stmt, send_sql);
+                    const std::string fn =
+                        faults_.enabled() ? lab_send_function(faults_, lab_.no_unique_index) : "im_send";
+                    c.prepare(fn, send_sql(fn));
                     const auto first = batch.begin() + static_cast<std::ptrdiff_t>(from),
                                last = batch.begin() + static_cast<std::ptrdiff_t>(to);
                     const std::string cmids = send_field_array(first, last, &req::Send::cmid),
                                       bodies = send_field_array(first, last, &req::Send::body),
                                       prevs = send_field_array(first, last, &req::Send::prev);
-                    const bool lock = !lab_.no_unique_index;
                     pqxx::result rows;
                     if (faults_.enabled()) {
                         pqxx::work tx(c);
-                        std::string broken; // the lab's armed send-rule controls, for this transaction only
-                        for (auto [point, name] : send_rule_controls)
-                            if (faults_.broken(point)) broken += (broken.empty() ? "" : ",") + std::string(name);
-                        if (!broken.empty()) tx.exec_params("SELECT set_config('im.lab_broken', $1, true)", broken);
-                        rows = tx.exec_prepared(send_stmt, who.device, who.token_sha256, conv_id, who.user, cmids,
-                                                bodies, prevs, lock);
+                        rows = tx.exec_prepared(fn, who.device, who.token_sha256, conv_id, who.user, cmids, bodies,
+                                                prevs);
                         auto fc = faults_.hit("store.before_commit");
                         if (fc == FaultKind::unavailable) return Results(to - from, unavailable("injected fault"));
                         tx.commit();
@@ -530,8 +521,12 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                             for (std::size_t i = from; i < to; ++i) drop[i] = true;
                     } else {
                         pqxx::nontransaction tx(c); // autocommit: the call is the transaction
-                        rows = tx.exec_prepared(send_stmt, who.device, who.token_sha256, conv_id, who.user, cmids,
-                                                bodies, prevs, lock);
+                        rows = tx.exec_prepared(fn, who.device, who.token_sha256, conv_id, who.user, cmids, bodies,
+                                                prevs);
+                    }
+                    if (held(rows, 1)) {
+                        was_held = true;
+                        return Results(to - from, unavailable());
                     }
                     Results part;
                     for (const auto& row : rows) part.push_back(send_outcome(conv_id, row, 1));
@@ -563,6 +558,7 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
         }
     };
     call(0, run);
+    if (was_held) return {};
     for (std::size_t i = run; i < batch.size(); ++i) out.push_back(unavailable("injected fault"));
     for (std::size_t i = 0; i < out.size(); ++i)
         if (out[i] && drop[i]) out[i]->drop_reply = true;
@@ -594,8 +590,7 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
         if (k) sql += " UNION ALL ";
         sql += "SELECT " + std::to_string(k) + " AS g, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send(" +
                arg(p + 1) + ", " + arg(p + 2) + ", " + arg(p + 3) + ", " + arg(p + 4) + ", " + arg(p + 5) +
-               "::text[], " + arg(p + 6) + "::text[], " + arg(p + 7) + "::text[], " +
-               arg(order.size() * per_run + 1) + ")";
+               "::text[], " + arg(p + 6) + "::text[], " + arg(p + 7) + "::text[])";
     }
     sql += " ORDER BY g, r_item";
     pqxx::result rows;
@@ -610,7 +605,6 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
                                          send_field_array(run.begin(), run.end(), &req::Send::body),
                                          send_field_array(run.begin(), run.end(), &req::Send::prev)});
         }
-        params.push_back(lab_.no_unique_index ? "false" : "true");
         pqxx::nontransaction tx(c); // autocommit: the statement is the transaction
         rows = tx.exec_prepared(name, pqxx::prepare::make_dynamic_params(params));
     } catch (const pqxx::unique_violation&) {
@@ -632,19 +626,23 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
         for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());
         return out;
     }
+    std::vector<bool> was_held(runs.size(), false); // its conversation's row was held: nothing written
     try {
         for (const auto& row : rows) {
             const std::size_t g = order.at(static_cast<std::size_t>(row[0].as<int>()));
             const std::string& conv_id = runs[g].sends->front().conv;
-            out[g].push_back(send_outcome(conv_id, row, 2));
+            if (std::string_view(row[2].c_str()) == held_code) was_held[g] = true;
+            else out[g].push_back(send_outcome(conv_id, row, 2));
         }
     } catch (const std::exception& e) { // committed, but unreadable: the resends are dups
         log_warn("db_error", {{"op", "send_group_result"}, {"err", e.what()}});
         for (auto& o : out) o.clear();
     }
-    for (std::size_t g = 0; g < runs.size(); ++g)
-        if (out[g].size() != runs[g].sends->size()) // committed, but the answer is unreadable: the resend is a dup
+    for (std::size_t g = 0; g < runs.size(); ++g) {
+        if (was_held[g]) out[g].clear(); // run it again later (Store::send_runs, header)
+        else if (out[g].size() != runs[g].sends->size()) // committed, but the answer is unreadable: the resend is a dup
             out[g] = Results(runs[g].sends->size(), unavailable());
+    }
     return out;
 }
 

@@ -74,6 +74,9 @@ public:
     /// Consecutive sends of one connection to ONE conversation, in one
     /// transaction (one lock, one commit): each item is judged on its own,
     /// in order, exactly as a lone send; replies only after the COMMIT.
+    /// EMPTY when another transaction held the conversation's row (im_send
+    /// skips it, SKIP LOCKED): nothing of the run was written, or only what
+    /// a resend answers as a duplicate; the caller runs it again later.
     std::vector<Outcome<SendResult>> send_batch(pqxx::connection_base& c, const Identity& who,
                                                 const std::vector<req::Send>& batch);
 
@@ -82,7 +85,8 @@ public:
     /// of them: group commit. Each item is judged exactly as by send_batch;
     /// a deterministic failure falls back to one send_batch per run, so it
     /// fails only its own request. With lab faults armed, one send_batch
-    /// per run.
+    /// per run. A run whose conversation's row was held gets an EMPTY
+    /// result (as send_batch); the others commit without waiting for it.
     struct SendRun {
         const Identity* who;
         const std::vector<req::Send>* sends;

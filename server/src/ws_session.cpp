@@ -75,7 +75,7 @@ void WsSession::post_revoked(std::string device, std::string token_sha256) {
 // read or written for it. Requests still queued are answered
 // UNAUTHENTICATED, unsent pushes are dropped, and the connection closes with
 // 1008 at once, even with a request in the database: that request either
-// committed before the revocation (the database orders them, schema/007),
+// committed before the revocation (the database orders them, im_send),
 // and a resend with a valid token finds it as a duplicate, or it is refused
 // there. Its reply, if it comes, is not written.
 void WsSession::revoked(const std::string& device, const std::string& token_sha256) {

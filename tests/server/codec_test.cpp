@@ -71,6 +71,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"rid_64_ok", R"({"t":"convs","rid":")" + rep(64) + R"("})", "convs"},
         Case{"rid_65", R"({"t":"convs","rid":")" + rep(65) + R"("})", "INVALID_ARGUMENT"},
         Case{"rid_number", R"({"t":"convs","rid":7})", "INVALID_ARGUMENT"},
+        // 64 characters, not bytes (contract section 9): 192 bytes of 3-byte characters pass.
+        Case{"rid_64_multibyte_chars_ok", R"({"t":"convs","rid":")" + rep(64, euro) + R"("})", "convs"},
+        Case{"rid_65_multibyte_chars", R"({"t":"convs","rid":")" + rep(65, euro) + R"("})", "INVALID_ARGUMENT"},
         Case{"not_json", "hello", "INVALID_ARGUMENT"},
         Case{"json_array", "[1,2]", "INVALID_ARGUMENT"},
         Case{"no_t", R"({"conv":"c"})", "INVALID_ARGUMENT"},
@@ -108,6 +111,22 @@ TEST(Codec, refresh_carries_its_token_and_refreshed_its_exp) {
     EXPECT_EQ(p.type, "refresh");
     EXPECT_EQ(encode_reply(Refreshed{1732870060000}, p.rid), R"({"t":"refreshed","exp":1732870060000,"rid":"r9"})");
     EXPECT_EQ(encode_token_expiring(1732870060000), R"({"t":"token_expiring","exp":1732870060000})");
+}
+
+// Issue 24, item 7: an unknown `t` was echoed whole, so a frame just under
+// the 64 KiB limit made an error reply (a server frame) past it.
+TEST(Codec, an_unknown_type_is_not_echoed_whole_and_the_reply_stays_within_the_frame_limit) {
+    const std::string rid = rep(64);
+    const std::string frame = R"({"t":")" + rep(max_frame_bytes - 300) + R"(","rid":")" + rid + R"("})";
+    ASSERT_LE(frame.size(), max_frame_bytes);
+    Parsed p = parse_request(frame);
+    ASSERT_TRUE(std::holds_alternative<Error>(p.body));
+    const std::string out = encode_error(std::get<Error>(p.body), p.rid);
+    EXPECT_LE(out.size(), 1024u) << "the reply echoes the unknown type";
+    EXPECT_NE(out.find("\"rid\":\"" + rid + "\""), std::string::npos);
+    // A short unknown type is still named.
+    Parsed q = parse_request(R"({"t":"explode"})");
+    EXPECT_NE(std::get<Error>(q.body).msg.find("'explode'"), std::string::npos);
 }
 
 TEST(Codec, limit_above_200_is_cut_to_200) {

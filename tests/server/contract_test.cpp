@@ -117,12 +117,13 @@ TEST_F(Contract, thirty_two_concurrent_identical_sends_make_one_row_and_one_dup_
     std::barrier sync_point(n);
     std::vector<std::thread> threads;
     {
-        // The conversation's row held meanwhile, so both gateways' first
-        // transactions are inside the database, past nothing, when it is
-        // let go: the window a missing lock or index would need is open.
+        // The sender's device row held meanwhile (im_send takes it FOR
+        // SHARE before the conversation's row), so both gateways' first
+        // transactions are inside the database when it is let go: the
+        // window a missing lock or index would need is open.
         pqxx::connection holder(db());
         pqxx::work lock(holder);
-        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE");
+        lock.exec("SELECT 1 FROM devices WHERE device_id = " + q(w.users[0].device) + " FOR UPDATE");
         for (int i = 0; i < n; ++i)
             threads.emplace_back([&, i] {
                 sync_point.arrive_and_wait();
@@ -299,12 +300,13 @@ void expect_rejected_alone_in_its_batch(TestPostgres& pg, ServerProcess& srv, co
     auto c = login(srv.port(), w.users[0]);
     auto send_transactions = [&] { return srv.metric("im_send_transactions_total"); };
     const long long before = send_transactions();
-    // The row lock held elsewhere makes the first send wait inside the
-    // database, so the next three queue up and go as one batch.
+    // The sender's device row held elsewhere makes the first send wait
+    // inside the database (a held conversation row would be skipped), so the
+    // next three queue up and go as one batch.
     {
         pqxx::connection holder(pg.url());
         pqxx::work lock(holder);
-        lock.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE");
+        lock.exec("SELECT 1 FROM devices WHERE device_id = " + q(w.users[0].device) + " FOR UPDATE");
         const std::vector<std::pair<std::string, std::string>> frames = {
             {"a", "first"}, {"b", "second"}, {"p", "poison"}, {"d", "after"}};
         auto frame = [&](std::size_t i) {

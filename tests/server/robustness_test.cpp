@@ -3,6 +3,7 @@
 // unsent-output budget, revocation of open connections, and a database
 // whose processes are frozen with SIGSTOP.
 #include "common.hpp"
+#include "db_pool.hpp"
 
 #include <boost/asio.hpp>
 #include <pqxx/pqxx>
@@ -752,6 +753,34 @@ TEST(HungDatabase, every_database_connection_of_a_gateway_sets_keepalives_and_tc
     std::printf("%zu database connections over TCP: keepalive idle 5 s, interval 2 s, count 3, "
                 "tcp_user_timeout 10000 ms each\n",
                 conns.size());
+}
+
+// Issue 24, item 7: the watchdog kept the connection's raw descriptor
+// number. If libpq closed its socket during the watched job, the number
+// could go to another socket (a client's WebSocket), and the watchdog's
+// shutdown() then cut that one. It now holds a duplicate of the socket for
+// as long as the watch lasts: the number stays the database socket's.
+TEST(HungDatabase, the_watchdog_never_shuts_a_socket_that_reused_a_closed_connections_descriptor) {
+    TestPostgres pg;
+    im::Watchdog dog(std::chrono::milliseconds(200));
+    pqxx::connection c(pg.url());
+    const int libpq_fd = c.sock();
+    ASSERT_GE(libpq_fd, 0);
+    im::Watchdog::Watch watch(dog, c);
+    int pair[2]; // made while libpq's number is taken, so neither end gets it
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+    c.disconnect(); // libpq lets its descriptor go in the middle of the job
+    // Another socket now has the number libpq's had.
+    ASSERT_EQ(::dup2(pair[0], libpq_fd), libpq_fd);
+    ::close(pair[0]);
+    ASSERT_TRUE(wait_until([&] { return dog.fired() >= 1; }, 5s)) << "the watchdog never fired";
+    ASSERT_EQ(::send(pair[1], "x", 1, MSG_NOSIGNAL), 1) << "the socket that reused the descriptor was shut down";
+    char got = 0;
+    ASSERT_TRUE(wait_until([&] { return ::recv(libpq_fd, &got, 1, MSG_DONTWAIT) == 1; }, 2s))
+        << "the socket that reused the descriptor was shut down by the watchdog";
+    EXPECT_EQ(got, 'x');
+    ::close(pair[1]);
+    ::close(libpq_fd);
 }
 
 TEST(HungGateway, a_gateway_frozen_inside_a_send_does_not_keep_the_conversation_locked) {

@@ -285,3 +285,76 @@ TEST(Safety, the_database_password_comes_from_a_file_or_the_environment_never_ar
                                  30s),
               2);
 }
+
+namespace {
+
+// Issue 24, hole 1: production SQL carries no lab switch. The old im_send
+// read im.lab_broken, so whoever could set a setting for the gateway's
+// sessions (the --db URL's options, PGOPTIONS, ALTER ROLE/DATABASE SET)
+// silently turned the send rules off. Every rule still holds here with the
+// setting in the URL (each value alone, then all at once) and in the
+// database's defaults.
+void expect_send_rules_hold(TestPostgres& pg, const std::string& db_url, const std::string& setting) {
+    // The setting really reaches a session opened with this URL.
+    {
+        pqxx::connection probe(db_url);
+        EXPECT_EQ(pqxx::nontransaction(probe).exec("SELECT current_setting('im.lab_broken', true)")[0][0].c_str(),
+                  setting);
+    }
+    ServerProcess srv(db_url, {"--quiet"});
+    auto w = make_world(pg.url(), unique_name("labset"), 2);
+    auto stranger = make_user(pg.url(), unique_name("stranger"));
+    auto member = login(srv.port(), w.users[0]);
+    auto outsider = login(srv.port(), stranger);
+
+    auto s = send_msg(*outsider, w.conv, "x1", "let me in");
+    EXPECT_EQ(str(s, "code"), "NOT_MEMBER") << setting << ": " << json::serialize(s);
+    auto u = send_msg(*outsider, unique_name("nosuchconv"), "x2", "anyone?");
+    EXPECT_EQ(str(u, "code"), "NOT_MEMBER") << setting << ": " << json::serialize(u);
+    auto fresh = send_msg(*member, w.conv, "k1", "first body");
+    ASSERT_EQ(str(fresh, "t"), "sent") << setting << ": " << json::serialize(fresh);
+    EXPECT_FALSE(fresh.at("dup").as_bool()) << setting << ": a fresh send answered dup:true";
+    auto other = send_msg(*member, w.conv, "k1", "another body");
+    EXPECT_EQ(str(other, "code"), "IDEMPOTENCY_MISMATCH") << setting << ": " << json::serialize(other);
+    auto prev = member->request(
+        {{"t", "send"}, {"conv", w.conv}, {"cmid", "k2"}, {"body", "after nothing"}, {"prev", "never-sent"}});
+    EXPECT_EQ(str(prev, "code"), "UNAVAILABLE") << setting << ": " << json::serialize(prev);
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "1") << setting;
+    EXPECT_EQ(count_rows(pg, "sender_user = " + q(stranger.user)), "0") << setting;
+}
+
+} // namespace
+
+TEST(NoLabSwitch, a_lab_setting_in_the_database_url_or_the_database_defaults_breaks_no_send_rule) {
+    TestPostgres pg;
+    const std::vector<std::string> values = {"send_membership", "same_error", "request_hash", "fresh_dup", "send_prev"};
+    std::string all;
+    for (const auto& v : values) all += (all.empty() ? "" : ",") + v;
+    for (const auto& v : values) expect_send_rules_hold(pg, pg.url() + " options='-c im.lab_broken=" + v + "'", v);
+    expect_send_rules_hold(pg, pg.url() + " options='-c im.lab_broken=" + all + "'", all);
+    pg.scalar("ALTER DATABASE im SET im.lab_broken = " + q(all));
+    expect_send_rules_hold(pg, pg.url(), all);
+    // Nothing in the production database reads the setting, and no lab
+    // variant of the send function exists there, even after a start with
+    // --enable-faults (the lab installs them only into a database it created).
+    ServerProcess lab_flag(pg.url(), {"--quiet", "--enable-faults"});
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE prosrc LIKE '%lab_broken%' OR proname LIKE 'im_lab_%'"),
+              "0");
+}
+
+TEST(NoLabSwitch, a_lab_run_installs_its_broken_send_functions_only_into_the_database_it_created) {
+    TestPostgres pg;
+    auto lab_url = pg.create_database("labfresh");
+    ServerProcess lab(lab_url, {"--quiet", "--enable-faults"});
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im_lab_send_%'", "labfresh"), "6");
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname = 'im_send'", "labfresh"), "1");
+    // The armed rule reaches only the lab gateway's own calls.
+    auto w = make_world(lab_url, unique_name("labrule"), 2);
+    auto stranger = make_user(lab_url, unique_name("stranger"));
+    ASSERT_EQ(lab.http("POST", "/lab/fault", "rule.send_membership=skip:1").first, 200);
+    auto outsider = login(lab.port(), stranger);
+    auto s = send_msg(*outsider, w.conv, "x1", "let me in");
+    EXPECT_EQ(str(s, "t"), "sent") << "the lab's control did not break the rule: " << json::serialize(s);
+    auto again = send_msg(*outsider, w.conv, "x2", "again");
+    EXPECT_EQ(str(again, "code"), "NOT_MEMBER") << "the rule stayed broken after its one armed use";
+}

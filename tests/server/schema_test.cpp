@@ -1,15 +1,18 @@
 // The schema on a real PostgreSQL: the rules a distributed PostgreSQL
 // (events and their companions spread by conversation) puts on it, read from
 // the catalog after the real migrations ran. See docs/scaling.md.
-#include "harness.hpp"
+#include "common.hpp"
 
 #include "migrations.hpp"
 
 #include <gtest/gtest.h>
 #include <pqxx/pqxx>
 
+#include <memory>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 using namespace im::test;
 
@@ -59,37 +62,204 @@ TEST(Schema, every_unique_index_of_the_tables_sharded_by_conversation_includes_c
         EXPECT_TRUE(checked.count(i)) << i << " was not seen";
 }
 
-TEST(Schema, a_database_at_001_with_events_upgrades_and_mid_is_unique_per_conversation) {
+// Rows in every table of the baseline, as a database in use has them.
+void add_data(pqxx::connection& c) {
+    pqxx::work tx(c);
+    tx.exec("INSERT INTO users (user_id) VALUES ('u1'), ('u2')");
+    tx.exec("INSERT INTO devices (device_id, user_id, token_sha256) VALUES ('d1', 'u1', '\\x01'), ('d2', 'u2', '\\x02')");
+    tx.exec("INSERT INTO conversations (conv_id, kind, next_seq, msg_count) VALUES ('c1', 'group', 4, 1)");
+    tx.exec("INSERT INTO membership_periods (conv_id, user_id, from_seq) VALUES ('c1', 'u1', 1), ('c1', 'u2', 2)");
+    tx.exec("INSERT INTO events (conv_id, seq, kind, subject_user, epoch, msg_ordinal) VALUES "
+            "('c1', 1, 'join', 'u1', 1, 0), ('c1', 2, 'join', 'u2', 1, 0)");
+    tx.exec("INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, request_hash, body, epoch, "
+            "msg_ordinal, sender_ordinal) VALUES ('c1', 3, 'msg', 'u1', 'k1', '\\x00', 'hello', 1, 1, 1)");
+    tx.exec("INSERT INTO delivery_markers (conv_id, device_id, delivered) VALUES ('c1', 'd2', 3)");
+    tx.exec("INSERT INTO read_markers (conv_id, user_id, read) VALUES ('c1', 'u2', 3)");
+    tx.commit();
+}
+
+// The embedded schema with one change to the function file `name`.
+im::Schema with_function_changed(const std::string& name, const std::string& marker) {
+    im::Schema s = im::embedded_schema();
+    for (auto& f : s.functions)
+        if (f.name == name) {
+            const auto at = f.sql.find("BEGIN\n");
+            EXPECT_NE(at, std::string::npos);
+            f.sql.insert(at + 6, "    -- " + marker + "\n");
+        }
+    return s;
+}
+
+std::string im_send_source(TestPostgres& pg, const std::string& db = "im") {
+    return pg.scalar("SELECT prosrc FROM pg_proc WHERE proname = 'im_send'", db);
+}
+
+TEST(Schema, exactly_one_function_file_defines_im_send_and_the_baseline_defines_no_function) {
+    int defining = 0;
+    for (const auto& f : im::all_functions())
+        if (f.sql.find("FUNCTION im_send(") != std::string::npos) ++defining;
+    EXPECT_EQ(defining, 1);
+    for (const auto& m : im::all_migrations())
+        EXPECT_EQ(m.sql.find("FUNCTION im_send("), std::string::npos) << m.name << " defines im_send";
+    ASSERT_FALSE(im::all_migrations().empty());
+    EXPECT_EQ(im::all_migrations().front().name, "001_baseline");
+}
+
+TEST(Schema, a_changed_applied_migration_refuses_to_start_and_makes_readyz_503) {
+    TestPostgres pg;
+    {
+        pqxx::connection c(pg.url());
+        im::migrate(c);
+        // The file of an applied migration edited afterwards: migrate refuses
+        // before it alters anything.
+        im::Schema edited = im::embedded_schema();
+        edited.migrations.front().sql += "\nCREATE TABLE sneaked_in (x int);\n";
+        edited.functions.front().sql += "\n-- changed too\n";
+        const std::string before = pg.scalar("SELECT checksum FROM schema_functions");
+        EXPECT_THROW(im::migrate(c, edited), im::SchemaMismatch);
+        EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_class WHERE relname = 'sneaked_in'"), "0");
+        EXPECT_EQ(pg.scalar("SELECT checksum FROM schema_functions"), before) << "a refused start applied a function";
+        EXPECT_TRUE(im::migrations_current(c));
+        EXPECT_FALSE(im::migrations_current(c, edited));
+    }
+    ServerProcess srv(pg.url(), {"--quiet"});
+    ASSERT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
+    // The same seen from the database's side: its record of migration 1 no
+    // longer matches the binary's file.
+    const std::string sum = pg.scalar("SELECT checksum FROM schema_migrations WHERE version = 1");
+    ASSERT_EQ(sum.size(), 64u);
+    pg.scalar("UPDATE schema_migrations SET checksum = repeat('0', 64) WHERE version = 1");
+    EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 503; }, 30s))
+        << "a running gateway must turn unready when an applied migration differs";
+    EXPECT_EQ(imserver_exit_code({"--db", pg.url(), "--listen", "127.0.0.1:0", "--quiet"}, 60s), 1)
+        << "a start must refuse a database whose applied migration differs from its file";
+    try {
+        ServerProcess refused(pg.url(), {});
+        ADD_FAILURE() << "the second gateway started";
+    } catch (const std::exception& e) {
+        const std::string log = e.what();
+        EXPECT_NE(log.find("schema_migration_changed"), std::string::npos) << log;
+        EXPECT_NE(log.find("001_baseline"), std::string::npos) << log;
+    }
+    pg.scalar("UPDATE schema_migrations SET checksum = " + q(sum) + " WHERE version = 1");
+    EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
+}
+
+TEST(Schema, a_changed_function_file_is_applied_on_the_next_start_and_only_then) {
+    TestPostgres pg;
+    pqxx::connection c(pg.url());
+    auto first = im::migrate(c);
+    EXPECT_EQ(first.migrations, static_cast<int>(im::all_migrations().size()));
+    EXPECT_EQ(first.functions, static_cast<int>(im::all_functions().size()));
+    auto again = im::migrate(c);
+    EXPECT_EQ(again.migrations, 0);
+    EXPECT_EQ(again.functions, 0) << "an unchanged function file was applied again";
+
+    const auto changed = with_function_changed("im_send", "revision two");
+    auto next = im::migrate(c, changed);
+    EXPECT_EQ(next.migrations, 0);
+    EXPECT_EQ(next.functions, 1);
+    EXPECT_NE(im_send_source(pg).find("revision two"), std::string::npos) << "the changed file was not applied";
+    EXPECT_EQ(pg.scalar("SELECT checksum FROM schema_functions WHERE name = 'im_send'"),
+              im::schema_checksum(changed.functions.front().sql));
+    EXPECT_EQ(im::migrate(c, changed).functions, 0);
+    // Back to the binary's own file: applied again.
+    EXPECT_EQ(im::migrate(c).functions, 1);
+    EXPECT_EQ(im_send_source(pg).find("revision two"), std::string::npos);
+}
+
+TEST(Schema, gateways_starting_together_apply_each_migration_and_changed_function_once) {
+    TestPostgres pg;
+    constexpr int gateways = 6;
+    auto together = [&](const im::Schema& schema) {
+        std::vector<im::MigrateResult> results(gateways);
+        std::vector<std::thread> threads;
+        for (int i = 0; i < gateways; ++i)
+            threads.emplace_back([&, i] {
+                pqxx::connection c(pg.url());
+                results[i] = im::migrate(c, schema);
+            });
+        for (auto& t : threads) t.join();
+        im::MigrateResult sum;
+        for (const auto& r : results) {
+            sum.migrations += r.migrations;
+            sum.functions += r.functions;
+        }
+        return sum;
+    };
+    auto fresh = together(im::embedded_schema());
+    EXPECT_EQ(fresh.migrations, static_cast<int>(im::all_migrations().size()));
+    EXPECT_EQ(fresh.functions, static_cast<int>(im::all_functions().size()));
+    auto changed = together(with_function_changed("im_send", "applied once"));
+    EXPECT_EQ(changed.migrations, 0);
+    EXPECT_EQ(changed.functions, 1) << "the changed function was applied more than once (or not at all)";
+    EXPECT_NE(im_send_source(pg).find("applied once"), std::string::npos);
+    // Real gateways too: two processes started at once on the changed record.
+    pg.scalar("UPDATE schema_functions SET checksum = 'stale'");
+    std::unique_ptr<ServerProcess> a, b;
+    std::thread ta([&] { a = std::make_unique<ServerProcess>(pg.url(), std::vector<std::string>{}, "gw-a"); });
+    std::thread tb([&] { b = std::make_unique<ServerProcess>(pg.url(), std::vector<std::string>{}, "gw-b"); });
+    ta.join();
+    tb.join();
+    ASSERT_TRUE(a && b);
+    auto applied = [](const ServerProcess& s) {
+        std::size_t n = 0;
+        for (auto at = s.log().find("function_applied"); at != std::string::npos;
+             at = s.log().find("function_applied", at + 1))
+            ++n;
+        return n;
+    };
+    EXPECT_EQ(applied(*a) + applied(*b), im::all_functions().size());
+    EXPECT_EQ(im_send_source(pg).find("applied once"), std::string::npos);
+}
+
+TEST(Schema, the_baseline_then_each_later_migration_applies_to_a_database_with_data_and_numbers_may_have_gaps) {
     TestPostgres pg;
     pqxx::connection c(pg.url());
     const auto& all = im::all_migrations();
-    ASSERT_GE(all.size(), 2u);
-    ASSERT_EQ(all[1].version, 2);
-    {
-        // A database as release 001 left it, with rows.
-        pqxx::work tx(c);
-        tx.exec("CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
-                "applied_at timestamptz NOT NULL DEFAULT now())");
-        tx.exec(all[0].sql);
-        tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", all[0].version, all[0].name);
-        tx.exec("INSERT INTO conversations (conv_id, kind) VALUES ('c1', 'group'), ('c2', 'group')");
-        tx.exec("INSERT INTO events (conv_id, seq, mid, kind, epoch, msg_ordinal) VALUES "
-                "('c1', 1, '00000000-0000-4000-8000-000000000001', 'msg', 1, 1)");
-        tx.commit();
+    im::Schema s;
+    s.migrations.push_back(all.front());
+    EXPECT_EQ(im::migrate(c, s).migrations, 1);
+    add_data(c);
+    // Each later migration of schema/, one start at a time, then two more
+    // with gaps in their numbers (branches number theirs independently).
+    std::vector<im::Migration> later(all.begin() + 1, all.end());
+    const int top = all.back().version;
+    later.push_back({top + 3, std::to_string(top + 3) + "_gap_a", "CREATE TABLE gap_a (conv_id text PRIMARY KEY);"});
+    later.push_back({top + 7, std::to_string(top + 7) + "_gap_b",
+                     "ALTER TABLE gap_a ADD COLUMN note text; INSERT INTO gap_a SELECT conv_id, 'kept' FROM conversations;"});
+    for (const auto& m : later) {
+        s.migrations.push_back(m);
+        EXPECT_EQ(im::migrate(c, s).migrations, 1) << m.name;
+        EXPECT_EQ(pg.scalar("SELECT checksum FROM schema_migrations WHERE version = " + std::to_string(m.version)),
+                  im::schema_checksum(m.sql));
     }
-    EXPECT_GE(im::migrate(c), 1);
-    EXPECT_EQ(pg.scalar("SELECT count(*) FROM events"), "1");
-    EXPECT_EQ(pg.scalar("SELECT max(version) FROM schema_migrations"), std::to_string(all.back().version));
-
-    // Same mid in another conversation: allowed now (a shard cannot see the others).
-    {
-        pqxx::work tx(c);
-        tx.exec("INSERT INTO events (conv_id, seq, mid, kind, epoch, msg_ordinal) VALUES "
-                "('c2', 1, '00000000-0000-4000-8000-000000000001', 'msg', 1, 1)");
-        tx.commit();
-    }
-    // Same mid twice in one conversation: still refused by the database.
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM events"), "3");
+    EXPECT_EQ(pg.scalar("SELECT body FROM events WHERE client_msg_id = 'k1'"), "hello");
+    EXPECT_EQ(pg.scalar("SELECT read FROM read_markers"), "3");
+    EXPECT_EQ(pg.scalar("SELECT note FROM gap_a"), "kept");
+    // The functions, then a send through them on the old rows.
+    s.functions = im::all_functions();
+    EXPECT_EQ(im::migrate(c, s).functions, static_cast<int>(s.functions.size()));
     pqxx::work tx(c);
+    auto r = tx.exec("SELECT r_code, r_seq, r_dup FROM im_send('d1', '01', 'c1', 'u1', '{k1,k2}', '{hello,again}', "
+                     "'{NULL,NULL}')");
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_STREQ(r[0][0].c_str(), "IDEMPOTENCY_MISMATCH"); // the stored hash is a placeholder
+    EXPECT_STREQ(r[1][0].c_str(), "OK");
+    EXPECT_EQ(r[1][1].as<int>(), 4);
+}
+
+TEST(Schema, the_squashed_baseline_makes_the_same_tables_as_the_history_it_replaces) {
+    TestPostgres pg;
+    pqxx::connection c(pg.url());
+    im::migrate(c);
+    // events_conv_mid_key (was migration 002): mid unique per conversation only.
+    pqxx::work tx(c);
+    tx.exec("INSERT INTO conversations (conv_id, kind) VALUES ('c1', 'group'), ('c2', 'group')");
+    tx.exec("INSERT INTO events (conv_id, seq, mid, kind, epoch, msg_ordinal) VALUES "
+            "('c1', 1, '00000000-0000-4000-8000-000000000001', 'msg', 1, 1), "
+            "('c2', 1, '00000000-0000-4000-8000-000000000001', 'msg', 1, 1)");
     EXPECT_THROW(tx.exec("INSERT INTO events (conv_id, seq, mid, kind, epoch, msg_ordinal) VALUES "
                          "('c1', 2, '00000000-0000-4000-8000-000000000001', 'msg', 1, 2)"),
                  pqxx::unique_violation);

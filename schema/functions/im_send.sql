@@ -1,25 +1,32 @@
--- im_send (005) in fewer statements: the same checks in the same order, the
--- same results, less work per send for PostgreSQL. Every statement a
--- PL/pgSQL function runs pays an executor start-up, and the profile of a
--- busy server showed those start-ups, not the index probes, as the cost
--- (docs/benchmarks.md, "Where the time goes"). Before: 8 statements for a
--- lone send and 7 per send of a pipelined run. Now: 4 for a lone send, 2
--- per further send of a run.
---   * Steps 0 and 1 are one statement: the membership test sits in the
---     WHERE clause of the locking SELECT, and PostgreSQL filters a row
---     before it locks it, so a stranger still never waits on the row lock.
---   * Steps 2, 3, 4 and 4a are one SELECT per send (request key, tombstone,
---     open period, prev); the answer is judged in the same order as before.
---   * The counters (next_seq, msg_count, the sender's ordinal) are read once
---     under the row lock, advanced in variables, and written back by one
---     UPDATE at the end: one row version of the conversation per call, not
---     one per message (a run of 64 used to leave a HOT chain of 64 versions
---     that every later probe of the row walked).
--- The lab's negative control of the row lock (p_lock false) keeps the old
--- per-send UPDATE: without the lock there is nothing to hold the counters
--- still between the read and the write, and the control must show the
--- check-then-act race, not a primary-key error.
-CREATE OR REPLACE FUNCTION im_send(p_conv text, p_user text, p_cmids text[], p_bodies text[], p_prevs text[], p_lock boolean)
+-- im_send: contract section 6, steps 0-5 of a send, as one server-side call,
+-- so a send, or a pipelined run of sends of one connection to one
+-- conversation, is one round trip. Each item is judged on its own, in order,
+-- exactly as a lone send; the caller commits (autocommit, or a group
+-- statement of several calls: server/src/store.cpp, Store::send_runs).
+--
+-- This is the only definition of im_send: the server applies this file with
+-- CREATE OR REPLACE whenever its checksum differs from the one recorded in
+-- schema_functions (docs/operations.md, "Schema"). It carries no lab switch:
+-- nothing here reads a session setting. The acceptance lab's broken variants
+-- are separate functions, derived from this text and installed only into a
+-- database the lab created (server/src/lab_schema.cpp, docs/acceptance.md).
+--
+-- One row per item: r_code is 'OK' (r_dup says whether it is the original's
+-- reply), the contract's error code, UNAUTHENTICATED (the device lost its
+-- access), PREV_NOT_COMMITTED, or LOCKED: another transaction holds the
+-- conversation's row, nothing was written, and the caller runs the items
+-- again later (a held conversation never stalls a send worker).
+--
+-- The sending device's row is held FOR SHARE until COMMIT: the device and
+-- token proved at hello, not revoked (contract section 4). A revocation or a
+-- new token (an UPDATE of that row, admin CLI) waits for every send
+-- transaction of the device already holding it; a send that comes after one
+-- committed finds no valid row (FOR SHARE re-reads the newest version of a
+-- row it waited for) and every item gets UNAUTHENTICATED. Share locks do not
+-- conflict with each other, so sends of one device on several connections
+-- never wait for one another here.
+CREATE OR REPLACE FUNCTION im_send(p_device text, p_token_sha256 text, p_conv text, p_user text, p_cmids text[],
+                                   p_bodies text[], p_prevs text[])
 RETURNS TABLE (r_item integer, r_code text, r_seq bigint, r_mid text, r_epoch bigint, r_dup boolean, r_ts bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -32,37 +39,37 @@ DECLARE
     v_ord  bigint;          -- the caller's own msg events so far (NULL: not read yet)
     v_seq  bigint;
     added  integer := 0;
-    -- The lab's broken rules for this transaction (its negative controls):
-    -- empty unless a gateway started with --enable-faults armed a rule.*
-    -- point of the send path and set im.lab_broken (set_config, local).
-    broken text[] := string_to_array(coalesce(current_setting('im.lab_broken', true), ''), ',');
+    v_code text;
 BEGIN
-    -- 0. The caller has (or had) a period here: tested before the row is
+    -- 0. The caller has (or had) a period here: tested before the rows are
     --    locked (a filtered row is never locked), so a stranger, or a probe
     --    of an unknown conversation, never waits on the row lock.
-    -- 1. The conversation row lock: per-conversation seq order = commit order.
-    --    (The lab's negative control runs without it.)
-    IF p_lock THEN
-        SELECT cv.next_seq, cv.msg_count, cv.epoch INTO v_next, v_cnt, v_ep
-          FROM conversations cv
-         WHERE cv.conv_id = p_conv
-           AND ('send_membership' = ANY (broken)
-                OR EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_conv AND m.user_id = p_user))
-           FOR UPDATE;
-    ELSE
-        SELECT cv.next_seq, cv.msg_count, cv.epoch INTO v_next, v_cnt, v_ep
-          FROM conversations cv
-         WHERE cv.conv_id = p_conv
-           AND ('send_membership' = ANY (broken)
-                OR EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_conv AND m.user_id = p_user));
-    END IF;
+    -- 1. The conversation row lock: per-conversation seq order = commit
+    --    order. A row another transaction holds is skipped, not waited for.
+    -- The device's row with them: one statement for all three.
+    SELECT cv.next_seq, cv.msg_count, cv.epoch INTO v_next, v_cnt, v_ep
+      FROM conversations cv, devices d
+     WHERE cv.conv_id = p_conv
+       AND d.device_id = p_device AND d.user_id = p_user
+       AND d.token_sha256 = decode(p_token_sha256, 'hex') AND d.revoked_at IS NULL
+       AND EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_conv AND m.user_id = p_user)
+       FOR UPDATE OF cv SKIP LOCKED FOR SHARE OF d;
     IF NOT FOUND THEN
+        -- Which one failed: the device's access, the conversation (C4:
+        -- unknown and not a member answer alike), or its row was held.
+        IF NOT EXISTS (SELECT 1 FROM devices d
+                        WHERE d.device_id = p_device AND d.user_id = p_user
+                          AND d.token_sha256 = decode(p_token_sha256, 'hex') AND d.revoked_at IS NULL) THEN
+            v_code := 'UNAUTHENTICATED';
+        ELSIF EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_conv)
+              AND EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_conv AND m.user_id = p_user) THEN
+            v_code := 'LOCKED';
+        ELSE
+            v_code := 'NOT_MEMBER';
+        END IF;
         FOR i IN 1..n LOOP
             r_item := i;
-            -- (control same_error: an unknown conversation answered apart)
-            r_code := CASE WHEN 'same_error' = ANY (broken)
-                                AND NOT EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_conv)
-                           THEN 'NO_SUCH_CONV' ELSE 'NOT_MEMBER' END;
+            r_code := v_code;
             RETURN NEXT;
         END LOOP;
         RETURN;
@@ -99,7 +106,7 @@ BEGIN
                  ORDER BY found.seq LIMIT 1) o ON true;
         -- 2. The request key: same fingerprint -> the original; else a mismatch.
         IF k.seq IS NOT NULL THEN
-            IF k.request_hash = fp OR 'request_hash' = ANY (broken) THEN
+            IF k.request_hash = fp THEN
                 r_code := 'OK'; r_seq := k.seq; r_mid := k.mid; r_epoch := k.epoch; r_dup := true; r_ts := k.ts;
             ELSE
                 r_code := 'IDEMPOTENCY_MISMATCH';
@@ -114,28 +121,20 @@ BEGIN
             CONTINUE;
         END IF;
         -- 4. Write access needs an open period.
-        IF NOT k.open AND NOT 'send_membership' = ANY (broken) THEN
+        IF NOT k.open THEN
             r_code := 'NOT_MEMBER';
             RETURN NEXT;
             CONTINUE;
         END IF;
         -- 4a. Pipelined order: the message named by `prev` is committed (or
         --     was, and retention left its tombstone); else nothing is written.
-        IF NOT k.prev_ok AND NOT 'send_prev' = ANY (broken) THEN
+        IF NOT k.prev_ok THEN
             r_code := 'PREV_NOT_COMMITTED';
             RETURN NEXT;
             CONTINUE;
         END IF;
         -- 5. Take the seq, insert the row with its running counts for `unread`.
-        IF p_lock THEN
-            v_seq := v_next;
-            v_next := v_next + 1;
-            v_cnt := v_cnt + 1;
-        ELSE
-            UPDATE conversations cv SET next_seq = cv.next_seq + 1, msg_count = cv.msg_count + 1
-             WHERE cv.conv_id = p_conv
-            RETURNING cv.next_seq - 1, cv.msg_count, cv.epoch INTO v_seq, v_cnt, v_ep;
-        END IF;
+        v_seq := v_next; v_next := v_next + 1; v_cnt := v_cnt + 1;
         INSERT INTO events AS e (conv_id, seq, kind, sender_user, client_msg_id, request_hash, body, epoch,
                                  msg_ordinal, sender_ordinal)
         VALUES (p_conv, v_seq, 'msg', p_user, p_cmids[i], fp, p_bodies[i], v_ep, v_cnt,
@@ -145,11 +144,11 @@ BEGIN
         RETURNING e.mid::text, floor(extract(epoch FROM e.created_at) * 1000)::bigint, e.sender_ordinal
              INTO r_mid, r_ts, v_ord;
         added := added + 1;
-        r_code := 'OK'; r_seq := v_seq; r_epoch := v_ep; r_dup := 'fresh_dup' = ANY (broken);
+        r_code := 'OK'; r_seq := v_seq; r_epoch := v_ep; r_dup := false;
         RETURN NEXT;
     END LOOP;
     -- The counters, written back once.
-    IF p_lock AND added > 0 THEN
+    IF added > 0 THEN
         UPDATE conversations cv SET next_seq = v_next, msg_count = v_cnt WHERE cv.conv_id = p_conv;
     END IF;
 END

@@ -1,5 +1,11 @@
--- 001: the core contract tables (spec section 10).
--- Released migrations are never edited; add a new numbered file instead.
+-- 001: the baseline: the core contract tables (spec section 10).
+-- Migrations 001-007 of the development history squashed into one file
+-- before the first release (nothing had been released): tables, indexes
+-- and constraints only. Functions live once each in schema/functions/ and
+-- are applied whenever their file changes (docs/operations.md, "Schema").
+-- From here on the numbered files are append-only: an applied migration is
+-- never edited (a start refuses a database whose recorded checksum differs
+-- from the file); add a new numbered file instead.
 
 CREATE TABLE users (
     user_id     text PRIMARY KEY CHECK (user_id ~ '^[A-Za-z0-9._:-]{1,64}$'),
@@ -54,7 +60,12 @@ CREATE TABLE events (
     sender_ordinal bigint,              -- msg: the sender's own msg events up to this seq
     created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (conv_id, seq),
-    UNIQUE (mid)
+    -- Every unique constraint on events includes conv_id, so a distributed
+    -- PostgreSQL (Citus-style) that spreads events by conversation can
+    -- enforce it; mid is a random UUID (gen_random_uuid), unique in practice,
+    -- guaranteed unique per conversation. Nothing reads events by mid alone
+    -- (docs/scaling.md).
+    CONSTRAINT events_conv_mid_key UNIQUE (conv_id, mid)
 );
 
 -- C1: one event per request key. A partial unique index, never a cache.
