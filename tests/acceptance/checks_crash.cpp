@@ -115,8 +115,8 @@ Verdict crash_marker(Lab& lab, const std::string& kind, bool after_commit) {
     expect(outcome(again) == reply && num(again, field) == 5, "retry-moves", kind + " 5 again -> " + brief(again));
     expect(marker() == "5", "marker-5", kind + " marker after the retry: " + marker());
     if (d2) {
-        auto hint = d2->wait_push([&](const json::object& f) { return str(f, "t") == "hint" && f.contains("read"); },
-                                  15s);
+        auto hint = awaited_push(*d2, [&](const json::object& f) { return str(f, "t") == "hint" && f.contains("read"); },
+                                  15s, "device 2");
         expect(hint && num(*hint, "read") == 5, "hint-d2", "device 2 got no read hint 5 after the restart");
     }
     auto inv = invariants(lab, c);
@@ -195,9 +195,9 @@ Verdict crash_notify(Lab& lab, bool lose_after_restart) {
                       ", stored head " + std::to_string(lab.head(c)));
     // And the restarted gateway publishes again.
     auto s2 = send(*wb, c, uuid4(), "published again");
-    auto ev = wa2->wait_push([&](const json::object& f) {
+    auto ev = awaited_push(*wa2, [&](const json::object& f) {
         return str(f, "t") == "event" && num(f.at("ev").as_object(), "seq") == num(s2, "seq");
-    }, 15s);
+    }, 15s, "subscriber");
     expect(ev.has_value(), "pushes-again", "no push from the restarted gateway");
     auto inv = invariants(lab, c);
     expect(inv.empty(), "invariants", inv);

@@ -36,7 +36,7 @@ Verdict read_across_devices(Lab& lab) {
                std::to_string(num(before2, "unread")));
     auto r = answered(d1->request({{"t", "read"}, {"conv", c}, {"seq", 5}}), "read on d1");
     expect(outcome(r) == "read_ok" && num(r, "read") == 5, "read-ok", "read on d1 -> " + brief(r));
-    auto hint = d2->wait_push([&](const json::object& f) { return str(f, "t") == "hint" && str(f, "conv") == c; }, 10s);
+    auto hint = awaited_push(*d2, [&](const json::object& f) { return str(f, "t") == "hint" && str(f, "conv") == c; }, 10s, "device 2");
     expect(hint.has_value(), "hint-d2", "device 2 got no hint");
     expect(num(*hint, "read") == 5, "hint-read-5", "hint on device 2: " + json::serialize(*hint));
     auto after1 = conv_entry(*d1, c), after2 = conv_entry(*d2, c);
@@ -223,10 +223,10 @@ Verdict notify_loss_resync(Lab& lab, bool no_resync) {
     for (int i = 0; i < 3; ++i)
         expect(outcome(send(*wb, c, uuid4(), "while deaf " + std::to_string(i))) == "sent", "sent-while-deaf", "send");
     int events_before = 0;
-    auto rs = wa->wait_push([&](const json::object& f) {
+    auto rs = awaited_push(*wa, [&](const json::object& f) {
         if (str(f, "t") == "event") ++events_before;
         return str(f, "t") == "resync";
-    }, 15s);
+    }, 15s, "subscriber");
     expect(rs.has_value(), "resync", "no resync push within 15 s after the LISTEN connection was killed");
     std::int64_t head = 0;
     auto more = sync_all(*wa, c, cursor, 50, &head);
@@ -238,9 +238,9 @@ Verdict notify_loss_resync(Lab& lab, bool no_resync) {
                                              std::to_string(lab.head(c)));
     // And the gateway listens again: a new event arrives by push.
     auto s = send(*wb, c, uuid4(), "after the resync");
-    auto ev = wa->wait_push([&](const json::object& f) {
+    auto ev = awaited_push(*wa, [&](const json::object& f) {
         return str(f, "t") == "event" && num(f.at("ev").as_object(), "seq") == num(s, "seq");
-    }, 10s);
+    }, 10s, "subscriber");
     expect(ev.has_value(), "pushes-again", "no push after the LISTEN connection came back");
     return passed("LISTEN backend killed, resync pushed (" + std::to_string(events_before) +
                   " events pushed before it), client converged on 1.." + std::to_string(head) +

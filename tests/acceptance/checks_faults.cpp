@@ -111,13 +111,14 @@ Verdict unavailable_retry(Lab& lab, bool give_up) {
     std::vector<std::string> cmids;
     for (int i = 0; i < drafts; ++i) cmids.push_back(uuid4());
     std::atomic<int> sent{0}, unavailable{0}, timeouts{0}, other{0}, reconnects{0};
-    std::atomic<bool> during{false};
+    std::atomic<bool> during{false}, finished{false};
     std::atomic<int> unavailable_during{0};
     std::string other_text;
     auto deadline = std::chrono::steady_clock::now() + 60s;
     std::thread writer([&] {
         std::unique_ptr<WsClient> ws;
-        for (int i = 0; i < drafts && std::chrono::steady_clock::now() < deadline;) {
+        int i = 0;
+        for (; i < drafts && std::chrono::steady_clock::now() < deadline;) {
             try {
                 if (!ws || ws->closed()) {
                     ws.reset();
@@ -148,6 +149,7 @@ Verdict unavailable_retry(Lab& lab, bool give_up) {
             }
             std::this_thread::sleep_for(100ms); // same key, later
         }
+        finished = i == drafts;
     });
     while (sent < 5 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
     during = true;
@@ -156,6 +158,11 @@ Verdict unavailable_retry(Lab& lab, bool give_up) {
     during = false;
     pg->start();
     writer.join();
+    // The writer went through every draft (sent, or dropped by the control's
+    // double on UNAVAILABLE) before its deadline: a server that stopped
+    // answering fails here, not at "all-landed".
+    expect(finished, "writer-finished", "the writer ran out of time (sent " + std::to_string(sent) + ", timeouts " +
+                                            std::to_string(timeouts) + ")");
     expect(other == 0, "no-terminal-error", "a terminal error while the database was down: " + other_text);
     expect(sent == drafts, "all-landed", "only " + std::to_string(sent) + "/" + std::to_string(drafts) + " drafts landed");
     expect(unavailable_during > 0, "unavailable-while-down", "no UNAVAILABLE while the database was down (timeouts " +
@@ -197,7 +204,9 @@ SdkRound sdk_round(Lab& lab, const std::string& bin, const std::string& mode, co
     Child again({bin, "drain", dbfile, url, u.token});
     // What the dead process left in its durable outbox.
     auto p = again.until("PENDING ", 30s);
-    r.pending_at_restart = p ? p->substr(8) : std::string("<none>");
+    if (!p) throw CheckFailed("sdk-pending-reported", "the restarted SDK child reported no PENDING count: " +
+                                                          again.transcript() + again.stderr_text());
+    r.pending_at_restart = p->substr(8);
     auto l = again.until("DRAINED", 30s);
     if (!l) throw CheckFailed("sdk-drained", "restarted SDK child did not drain its outbox: " + again.transcript() +
                               again.stderr_text());

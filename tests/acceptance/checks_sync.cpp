@@ -176,9 +176,9 @@ Verdict fanout_event_vs_hint(Lab& lab) {
     auto s1 = send(*wa, small, uuid4(), "to the small group");
     expect(outcome(s1) == "sent", "sent-small", "send small -> " + brief(s1));
     for (auto* w : {wb.get(), wc.get()}) {
-        auto p = w->wait_push([&](const json::object& f) {
+        auto p = awaited_push(*w, [&](const json::object& f) {
             return str(f, "t") == "event" && str(f.at("ev").as_object(), "conv") == small;
-        }, 10s);
+        }, 10s, "member");
         expect(p.has_value(), "event-small", "a member got no event push for the small group");
         expect(num(p->at("ev").as_object(), "seq") == num(s1, "seq") &&
                    str(p->at("ev").as_object(), "body") == "to the small group",
@@ -188,10 +188,10 @@ Verdict fanout_event_vs_hint(Lab& lab) {
     expect(outcome(s2) == "sent", "sent-big", "send big -> " + brief(s2));
     for (auto* w : {wb.get(), wc.get()}) {
         bool event_for_big = false;
-        auto p = w->wait_push([&](const json::object& f) {
+        auto p = awaited_push(*w, [&](const json::object& f) {
             if (str(f, "t") == "event" && str(f.at("ev").as_object(), "conv") == big) event_for_big = true;
             return str(f, "t") == "hint" && str(f, "conv") == big;
-        }, 10s);
+        }, 10s, "member");
         expect(!event_for_big, "no-event-above-max", "a full event was pushed for the group above push_full_max");
         expect(p.has_value(), "hint-big", "a member got no hint for the big group");
         expect(num(*p, "head") == num(s2, "seq") && !p->contains("ev"), "hint-content", "hint " + json::serialize(*p));

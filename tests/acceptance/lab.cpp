@@ -110,6 +110,13 @@ const json::object& answered(const json::object& reply, const std::string& what)
     return reply;
 }
 
+std::optional<json::object> awaited_push(WsClient& ws, const std::function<bool(const json::object&)>& pred,
+                                         std::chrono::milliseconds timeout, const std::string& what) {
+    auto p = ws.wait_push(pred, timeout);
+    if (!p) expect(!ws.closed(), "connection-open", what + ": the connection closed while waiting for a push");
+    return p;
+}
+
 bool flag(const json::object& o, const char* key) {
     auto* v = o.if_contains(key);
     return v && v->is_bool() && v->get_bool();

@@ -116,6 +116,11 @@ std::string outcome(const json::object& reply);
 /// not "timeout", "closed" or `UNAVAILABLE`. Checks call it before they
 /// assert on a value, so a lost reply never lands on the value's tag.
 const json::object& answered(const json::object& reply, const std::string& what);
+/// WsClient::wait_push, but when no matching push came it asserts at tag
+/// "connection-open" that the connection is still open: a closed socket
+/// never lands on the tag of a missing push.
+std::optional<json::object> awaited_push(WsClient& ws, const std::function<bool(const json::object&)>& pred,
+                                         std::chrono::milliseconds timeout, const std::string& what);
 bool flag(const json::object& o, const char* key);
 std::string quote(const std::string& s); // SQL literal
 
