@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
 #include <signal.h>
 
@@ -107,6 +108,13 @@ std::string outcome(const json::object& reply) {
 const json::object& answered(const json::object& reply, const std::string& what) {
     auto o = outcome(reply);
     expect(o != "timeout" && o != "closed" && o != "UNAVAILABLE", "reply", what + ": no answer (" + brief(reply) + ")");
+    // A stray error (a code outside contract section 8) is no answer either.
+    static const std::set<std::string> codes{"INVALID_ARGUMENT", "UNAUTHENTICATED", "NOT_MEMBER",
+                                             "IDEMPOTENCY_MISMATCH", "ORIGINAL_EXPIRED", "NOT_SENDER",
+                                             "ALREADY_RECALLED", "RECALL_WINDOW_EXPIRED", "NOT_FOUND",
+                                             "CURSOR_AHEAD", "EPOCH_CHANGED", "STALE_INSTALL"};
+    expect(str(reply, "t") != "error" || codes.count(o) == 1, "reply",
+           what + ": an error code outside the contract (" + brief(reply) + ")");
     return reply;
 }
 

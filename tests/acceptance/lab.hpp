@@ -113,7 +113,8 @@ struct Tracked {
 /// Reply type, or the error code for error frames ("sent", "NOT_MEMBER", "timeout", "closed").
 std::string outcome(const json::object& reply);
 /// Asserts at tag "reply" that `reply` is an answer the check can judge:
-/// not "timeout", "closed" or `UNAVAILABLE`. Checks call it before they
+/// not "timeout", "closed", `UNAVAILABLE` or an error code outside the
+/// contract's list. Checks call it before they
 /// assert on a value, so a lost reply never lands on the value's tag.
 const json::object& answered(const json::object& reply, const std::string& what);
 /// WsClient::wait_push, but when no matching push came it asserts at tag
