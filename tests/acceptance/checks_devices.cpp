@@ -13,11 +13,11 @@ namespace im::lab {
 namespace {
 
 json::object conv_entry(WsClient& ws, const std::string& conv) {
-    auto r = ws.request({{"t", "convs"}});
-    expect(outcome(r) == "convs", "convs -> " + brief(r));
+    auto r = answered(ws.request({{"t", "convs"}}), "convs");
+    expect(outcome(r) == "convs", "convs", "convs -> " + brief(r));
     for (const auto& x : r.at("convs").as_array())
         if (str(x.as_object(), "conv") == conv) return x.as_object();
-    throw CheckFailed("convs has no entry for " + conv);
+    throw CheckFailed("convs-entry", "convs has no entry for " + conv);
 }
 
 Verdict read_across_devices(Lab& lab) {
@@ -25,25 +25,26 @@ Verdict read_across_devices(Lab& lab) {
     auto token2 = admin_ok(lab.db(), {"device", "add", u.user, u.user + "-d2"});
     auto c = lab.conv("c-read", "direct", {u, v});
     auto wv = connect(lab.server().port(), v.token);
-    for (int i = 0; i < 3; ++i) expect(outcome(send(*wv, c, uuid4(), "unread " + std::to_string(i))) == "sent", "send");
+    for (int i = 0; i < 3; ++i)
+        expect(outcome(send(*wv, c, uuid4(), "unread " + std::to_string(i))) == "sent", "setup-sent", "send");
     auto d1 = connect(lab.server().port(), u.token);
     auto d2 = connect(lab.server().port(), token2);
-    for (auto* w : {d1.get(), d2.get()}) expect(outcome(w->request({{"t", "sub"}})) == "subscribed", "sub");
+    for (auto* w : {d1.get(), d2.get()}) expect(outcome(w->request({{"t", "sub"}})) == "subscribed", "subscribed", "sub");
     auto before1 = conv_entry(*d1, c), before2 = conv_entry(*d2, c);
-    expect(num(before1, "unread") == 3 && num(before2, "unread") == 3,
+    expect(num(before1, "unread") == 3 && num(before2, "unread") == 3, "unread-3",
            "unread before: d1 " + std::to_string(num(before1, "unread")) + ", d2 " +
                std::to_string(num(before2, "unread")));
-    auto r = d1->request({{"t", "read"}, {"conv", c}, {"seq", 5}});
-    expect(outcome(r) == "read_ok" && num(r, "read") == 5, "read on d1 -> " + brief(r));
-    auto hint = d2->wait_push([&](const json::object& f) { return str(f, "t") == "hint" && str(f, "conv") == c; }, 10s);
-    expect(hint.has_value(), "device 2 got no hint");
-    expect(num(*hint, "read") == 5, "hint on device 2: " + json::serialize(*hint));
+    auto r = answered(d1->request({{"t", "read"}, {"conv", c}, {"seq", 5}}), "read on d1");
+    expect(outcome(r) == "read_ok" && num(r, "read") == 5, "read-ok", "read on d1 -> " + brief(r));
+    auto hint = awaited_push(*d2, [&](const json::object& f) { return str(f, "t") == "hint" && str(f, "conv") == c; }, 10s, "device 2");
+    expect(hint.has_value(), "hint-d2", "device 2 got no hint");
+    expect(num(*hint, "read") == 5, "hint-read-5", "hint on device 2: " + json::serialize(*hint));
     auto after1 = conv_entry(*d1, c), after2 = conv_entry(*d2, c);
     expect(num(after1, "unread") == 0 && num(after2, "unread") == 0 && num(after1, "read") == 5 &&
                num(after2, "read") == 5,
-           "after read: d1 " + json::serialize(after1) + ", d2 " + json::serialize(after2));
-    auto back = d2->request({{"t", "read"}, {"conv", c}, {"seq", 3}});
-    expect(outcome(back) == "read_ok" && num(back, "read") == 5, "read below the marker -> " + brief(back));
+           "unread-0", "after read: d1 " + json::serialize(after1) + ", d2 " + json::serialize(after2));
+    auto back = answered(d2->request({{"t", "read"}, {"conv", c}, {"seq", 3}}), "read below the marker");
+    expect(outcome(back) == "read_ok" && num(back, "read") == 5, "read-monotonic", "read below the marker -> " + brief(back));
     return passed("unread 3 on both; d1 read 5 -> d2 hint read 5; convs unread 0, read 5 on both; read 3 keeps 5");
 }
 
@@ -52,17 +53,18 @@ Verdict stale_install(Lab& lab) {
     auto c = lab.conv("c-inst", "direct", {u, v});
     std::string i1 = uuid4(), i2 = uuid4();
     auto old_conn = connect(lab.server().port(), u.token, i1);
-    expect(outcome(old_conn->request({{"t", "ack"}, {"conv", c}, {"seq", 1}})) == "acked", "ack under install 1");
+    expect(outcome(old_conn->request({{"t", "ack"}, {"conv", c}, {"seq", 1}})) == "acked", "acked-install-1",
+           "ack under install 1");
     auto fresh = connect(lab.server().port(), u.token, i2); // a reinstall
-    auto r = old_conn->request({{"t", "ack"}, {"conv", c}, {"seq", 2}});
-    expect(outcome(r) == "STALE_INSTALL", "ack from the old install -> " + brief(r));
+    auto r = answered(old_conn->request({{"t", "ack"}, {"conv", c}, {"seq", 2}}), "ack from the old install");
+    expect(outcome(r) == "STALE_INSTALL", "stale-install", "ack from the old install -> " + brief(r));
     int code = old_conn->wait_closed(5s);
-    expect(code != -1, "the old install's connection stayed open");
+    expect(code != -1, "old-closed", "the old install's connection stayed open");
     auto again = std::make_unique<WsClient>(lab.server().port());
-    auto h = again->hello(u.token, i1);
-    expect(outcome(h) == "STALE_INSTALL", "hello with the superseded install -> " + brief(h));
-    auto ok = fresh->request({{"t", "ack"}, {"conv", c}, {"seq", 2}});
-    expect(outcome(ok) == "acked" && num(ok, "delivered") == 2, "ack from the new install -> " + brief(ok));
+    auto h = answered(again->hello(u.token, i1), "hello with the old install");
+    expect(outcome(h) == "STALE_INSTALL", "hello-stale-install", "hello with the superseded install -> " + brief(h));
+    auto ok = answered(fresh->request({{"t", "ack"}, {"conv", c}, {"seq", 2}}), "ack from the new install");
+    expect(outcome(ok) == "acked" && num(ok, "delivered") == 2, "new-install-acks", "ack from the new install -> " + brief(ok));
     return passed("old install ack STALE_INSTALL, connection closed (" + std::to_string(code) +
                   "), hello with it STALE_INSTALL, new install acks (delivered 2)");
 }
@@ -85,7 +87,7 @@ Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
     members.push_back(sdk_user);
     auto g = lab.conv("g-drain", "group", members);
     const auto sdk_bin = sdk_child_bin();
-    expect(!sdk_bin.empty() && std::filesystem::exists(sdk_bin),
+    expect(!sdk_bin.empty() && std::filesystem::exists(sdk_bin), "sdk-built",
            "the SDK child was not built (ImSdk::ImSdk target absent in this build): cannot run a real SDK process");
     TempDir dir("imlab-goaway");
     const std::string sdk_db = dir.path() + "/client.db";
@@ -101,7 +103,7 @@ Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
         }
         return sdk_cmids.size() >= want;
     };
-    expect(sdk_read_cmids(5, 30s), "the SDK child sent fewer than 5 drafts through gateway 1: " + sdk.transcript() +
+    expect(sdk_read_cmids(5, 30s), "sdk-sent-on-gw1", "the SDK child sent fewer than 5 drafts through gateway 1: " + sdk.transcript() +
                                        sdk.stderr_text());
     std::vector<std::vector<std::string>> cmids(writers);
     for (auto& v : cmids)
@@ -116,7 +118,7 @@ Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
                 auto ws = connect(gw1->port(), users[w].token);
                 bool on_gw2 = false, saw_goaway = false;
                 for (int i = 0; i < drafts;) {
-                    if (std::chrono::steady_clock::now() > deadline) throw CheckFailed("writer ran out of time");
+                    if (std::chrono::steady_clock::now() > deadline) throw CheckFailed("writers-done", "writer ran out of time");
                     auto r = send(*ws, g, cmids[w][i], "draft " + std::to_string(i), 3s);
                     if (!saw_goaway &&
                         ws->wait_push([](const json::object& f) { return str(f, "t") == "goaway"; }, 0ms)) {
@@ -134,18 +136,20 @@ Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
                         ws.reset();
                         auto next = std::make_unique<WsClient>(gw2->port());
                         auto wel = next->hello(users[w].token);
-                        expect(outcome(wel) == "welcome", "hello on gateway 2 -> " + brief(wel));
+                        expect(outcome(wel) == "welcome", "welcome-gw2", "hello on gateway 2 -> " + brief(wel));
                         gateways[w] = str(wel, "gateway");
                         ws = std::move(next);
                         on_gw2 = true;
                         ++moved;
                     } else if (outcome(r) != "UNAVAILABLE" && outcome(r) != "timeout" && outcome(r) != "closed") {
-                        throw CheckFailed("terminal reply " + brief(r));
+                        throw CheckFailed("no-terminal-error", "terminal reply " + brief(r));
                     }
                 }
-                if (!on_gw2) throw CheckFailed("writer never left gateway 1");
+                if (!on_gw2) throw CheckFailed("moved-to-gw2", "writer never left gateway 1");
+            } catch (const CheckFailed& e) {
+                errors[w] = e.tag + ": " + e.what();
             } catch (const std::exception& e) {
-                errors[w] = e.what();
+                errors[w] = std::string("harness: ") + e.what();
             }
         });
     }
@@ -153,10 +157,10 @@ Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
     const std::size_t sdk_before = sdk_cmids.size();
     int rc = gw1->terminate(20s);
     for (auto& t : threads) t.join();
-    for (auto& e : errors) expect(e.empty(), e);
+    for (auto& e : errors) expect(e.empty(), "writers-done", e);
     // The SDK keeps sending after gateway 1 is gone; then it drains, syncs
     // and prints its rows.
-    expect(sdk_read_cmids(sdk_drafts, 60s), "the SDK child stopped sending after gateway 1 left (" +
+    expect(sdk_read_cmids(sdk_drafts, 60s), "sdk-sent-after-drain", "the SDK child stopped sending after gateway 1 left (" +
                                                 std::to_string(sdk_cmids.size()) + "/" + std::to_string(sdk_drafts) +
                                                 "): " + sdk.stderr_text());
     { std::ofstream(sdk_db + ".end") << "end\n"; }
@@ -164,34 +168,34 @@ Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
     std::vector<std::string> sdk_rows;
     for (bool done = false; !done;) {
         auto l = sdk.line(60s);
-        expect(l.has_value(), "the SDK child did not drain and sync after the failover: " + sdk.stderr_text());
+        expect(l.has_value(), "sdk-synced", "the SDK child did not drain and sync after the failover: " + sdk.stderr_text());
         if (l->rfind("ROW ", 0) == 0 && l->find(" msg ") != std::string::npos) sdk_rows.push_back(*l);
         done = *l == "DONE";
     }
     std::string server_order;
-    for (const auto& k : sdk_cmids) expect(lab.rows(g, sdk_user.user, k) == 1, "SDK draft " + k + " not stored exactly once");
+    for (const auto& k : sdk_cmids) expect(lab.rows(g, sdk_user.user, k) == 1, "sdk-each-once", "SDK draft " + k + " not stored exactly once");
     auto stored = lab.sql("SELECT string_agg(client_msg_id, ',' ORDER BY seq) FROM events WHERE conv_id = " + quote(g) +
                           " AND sender_user = " + quote(sdk_user.user));
     std::string created;
     for (const auto& k : sdk_cmids) created += (created.empty() ? "" : ",") + k;
-    expect(stored == created, "the SDK's drafts were stored out of creation order across the failover");
-    expect(rc == 0, "gateway 1 exit status after SIGTERM " + std::to_string(rc));
-    expect(goaways == writers, "goaway seen by " + std::to_string(goaways) + "/" + std::to_string(writers));
-    for (auto& gname : gateways) expect(gname == id2, "reconnected to '" + gname + "'");
+    expect(stored == created, "sdk-in-order", "the SDK's drafts were stored out of creation order across the failover");
+    expect(rc == 0, "gw1-exit-0", "gateway 1 exit status after SIGTERM " + std::to_string(rc));
+    expect(goaways == writers, "goaway-all", "goaway seen by " + std::to_string(goaways) + "/" + std::to_string(writers));
+    for (auto& gname : gateways) expect(gname == id2, "moved-to-gw2", "reconnected to '" + gname + "'");
     int exact = 0;
     for (int w = 0; w < writers; ++w)
         for (auto& k : cmids[w]) exact += lab.rows(g, users[w].user, k) == 1;
     auto total = lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(g) + " AND kind = 'msg'");
-    expect(exact == writers * drafts && total == std::to_string(writers * drafts + sdk_drafts),
+    expect(exact == writers * drafts && total == std::to_string(writers * drafts + sdk_drafts), "each-once",
            std::to_string(exact) + " drafts exactly once, " + total + " msg rows");
-    expect(sdk_rows.size() == static_cast<std::size_t>(writers * drafts + sdk_drafts),
+    expect(sdk_rows.size() == static_cast<std::size_t>(writers * drafts + sdk_drafts), "sdk-store-equal",
            "the SDK's store has " + std::to_string(sdk_rows.size()) + " messages, the server " + total);
     auto reader = connect(gw2->port(), users[0].token);
     std::int64_t head = 0;
     auto seqs = sync_all(*reader, g, 0, 200, &head);
     bool contiguous = !seqs.empty() && seqs.front() == 1;
     for (std::size_t i = 1; contiguous && i < seqs.size(); ++i) contiguous = seqs[i] == seqs[i - 1] + 1;
-    expect(contiguous && head == static_cast<std::int64_t>(seqs.size()), "gateway 2 sync not 1..head");
+    expect(contiguous && head == static_cast<std::int64_t>(seqs.size()), "gw2-sync-gap-free", "gateway 2 sync not 1..head");
     return passed("gw1 drained (exit 0), goaway to " + std::to_string(goaways.load()) + "/" + std::to_string(writers) +
                   " writers, all moved to " + id2 + ", " + std::to_string(retries.load()) + " resends; " +
                   std::to_string(exact) + "/" + std::to_string(writers * drafts) +
@@ -209,34 +213,35 @@ Verdict notify_loss_resync(Lab& lab, bool no_resync) {
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-resync", "direct", {a, b});
     auto wa = connect(gw->port(), a.token);
-    expect(outcome(wa->request({{"t", "sub"}})) == "subscribed", "sub");
+    expect(outcome(wa->request({{"t", "sub"}})) == "subscribed", "subscribed", "sub");
     std::int64_t cursor = 0;
     auto seqs = sync_all(*wa, c, 0, 50, &cursor);
     auto wb = connect(lab.server().port(), b.token); // writes through the other gateway
     auto killed = lab.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = " +
                           quote("imserver-listen-" + id));
-    expect(killed == "1", "LISTEN backends terminated: " + killed);
-    for (int i = 0; i < 3; ++i) expect(outcome(send(*wb, c, uuid4(), "while deaf " + std::to_string(i))) == "sent", "send");
+    expect(killed == "1", "listen-killed", "LISTEN backends terminated: " + killed);
+    for (int i = 0; i < 3; ++i)
+        expect(outcome(send(*wb, c, uuid4(), "while deaf " + std::to_string(i))) == "sent", "sent-while-deaf", "send");
     int events_before = 0;
-    auto rs = wa->wait_push([&](const json::object& f) {
+    auto rs = awaited_push(*wa, [&](const json::object& f) {
         if (str(f, "t") == "event") ++events_before;
         return str(f, "t") == "resync";
-    }, 15s);
-    expect(rs.has_value(), "no resync push within 15 s after the LISTEN connection was killed");
+    }, 15s, "subscriber");
+    expect(rs.has_value(), "resync", "no resync push within 15 s after the LISTEN connection was killed");
     std::int64_t head = 0;
     auto more = sync_all(*wa, c, cursor, 50, &head);
     seqs.insert(seqs.end(), more.begin(), more.end());
     bool exact = static_cast<std::int64_t>(seqs.size()) == head;
     for (std::size_t i = 0; exact && i < seqs.size(); ++i) exact = seqs[i] == static_cast<std::int64_t>(i) + 1;
-    expect(exact && head == lab.head(c), "after resync the client holds " + std::to_string(seqs.size()) +
+    expect(exact && head == lab.head(c), "converged", "after resync the client holds " + std::to_string(seqs.size()) +
                                              " events, head " + std::to_string(head) + ", stored head " +
                                              std::to_string(lab.head(c)));
     // And the gateway listens again: a new event arrives by push.
     auto s = send(*wb, c, uuid4(), "after the resync");
-    auto ev = wa->wait_push([&](const json::object& f) {
+    auto ev = awaited_push(*wa, [&](const json::object& f) {
         return str(f, "t") == "event" && num(f.at("ev").as_object(), "seq") == num(s, "seq");
-    }, 10s);
-    expect(ev.has_value(), "no push after the LISTEN connection came back");
+    }, 10s, "subscriber");
+    expect(ev.has_value(), "pushes-again", "no push after the LISTEN connection came back");
     return passed("LISTEN backend killed, resync pushed (" + std::to_string(events_before) +
                   " events pushed before it), client converged on 1.." + std::to_string(head) +
                   ", pushes flow again (seq " + std::to_string(num(s, "seq")) + ")");
@@ -247,14 +252,14 @@ Verdict notify_loss_resync(Lab& lab, bool no_resync) {
 std::vector<Check> device_checks() {
     return {
         {"09-read-across-devices", read_across_devices, breaking("rule.read_hint", read_across_devices),
-         "gateway rule.read_hint=skip: no read hint to the user's other devices"},
+         "gateway rule.read_hint=skip: no read hint to the user's other devices", "hint-d2"},
         {"09-stale-install", stale_install, breaking("rule.stale_install", stale_install),
-         "gateway rule.stale_install=skip: a superseded install is served"},
+         "gateway rule.stale_install=skip: a superseded install is served", "stale-install"},
         {"10-goaway-reconnect", [](Lab& l) { return goaway_reconnect(l, false); },
          [](Lab& l) { return goaway_reconnect(l, true); },
-         "gateway 1 started with --fault rule.goaway=skip: it closes connections without goaway"},
+         "gateway 1 started with --fault rule.goaway=skip: it closes connections without goaway", "goaway-all"},
         {"10-notify-loss-resync", [](Lab& l) { return notify_loss_resync(l, false); },
-         [](Lab& l) { return notify_loss_resync(l, true); }, "imserver --lab-no-resync"},
+         [](Lab& l) { return notify_loss_resync(l, true); }, "imserver --lab-no-resync", "resync"},
     };
 }
 

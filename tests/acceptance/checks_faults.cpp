@@ -20,11 +20,11 @@ Verdict faults_off_by_default(Lab& lab) {
     auto c = lab.conv("c-off", "direct", {a, b});
     Tracked<ServerProcess> plain(lab, lab.db(), std::vector<std::string>{"--quiet"}, unique_name("gw-plain"));
     auto [status, body] = plain->http("POST", "/lab/fault", "api.after_send_commit=crash");
-    expect(status == 404, "POST /lab/fault on a default start -> " + std::to_string(status));
+    expect(status == 404, "lab-fault-404", "POST /lab/fault on a default start -> " + std::to_string(status));
     auto ws = connect(plain->port(), a.token);
     auto r = send(*ws, c, uuid4(), "no faults here");
-    expect(outcome(r) == "sent", "send after the refused arm -> " + brief(r));
-    expect(!plain->wait_exit(200ms), "the default server exited");
+    expect(outcome(r) == "sent", "still-serving", "send after the refused arm -> " + brief(r));
+    expect(!plain->wait_exit(200ms), "still-running", "the default server exited");
     // Refused means the documented bad-usage status 2 (docs/operations.md),
     // before listening: a start that serves would run until the timeout (-1).
     const auto head_before = lab.head(c);
@@ -34,14 +34,14 @@ Verdict faults_off_by_default(Lab& lab) {
         return imserver_exit_code(extra, 30s);
     };
     int rc_fault = refused({"--fault", "api.after_send_commit=crash"});
-    expect(rc_fault == 2, "imserver --fault without --enable-faults exited " + std::to_string(rc_fault));
+    expect(rc_fault == 2, "fault-refused", "imserver --fault without --enable-faults exited " + std::to_string(rc_fault));
     auto [rc, out] = admin(lab.db(), {"--lab-purge-without-tombstones", "purge", c, "--before-seq", "2"});
-    expect(rc == 2, "admin --lab-purge-without-tombstones without --enable-faults exited " + std::to_string(rc));
+    expect(rc == 2, "purge-switch-refused", "admin --lab-purge-without-tombstones without --enable-faults exited " + std::to_string(rc));
     auto [rc_af, out_af] = admin(lab.db(), {"--fault", "store.purge_before_commit=crash", "purge", c, "--before-seq", "2"});
-    expect(rc_af == 2, "admin --fault without --enable-faults exited " + std::to_string(rc_af));
+    expect(rc_af == 2, "admin-fault-refused", "admin --fault without --enable-faults exited " + std::to_string(rc_af));
     int rc_idx = refused({"--lab-no-unique-index"});
-    expect(rc_idx == 2, "imserver --lab-no-unique-index without --enable-faults exited " + std::to_string(rc_idx));
-    expect(lab.head(c) == head_before, "the refused commands changed the conversation (head " + std::to_string(lab.head(c)) + ")");
+    expect(rc_idx == 2, "no-index-refused", "imserver --lab-no-unique-index without --enable-faults exited " + std::to_string(rc_idx));
+    expect(lab.head(c) == head_before, "head-unchanged", "the refused commands changed the conversation (head " + std::to_string(lab.head(c)) + ")");
     return passed("POST /lab/fault 404, " + brief(r) + "; --fault, --lab-no-unique-index, admin --fault and admin "
                   "--lab-purge-without-tombstones refused with exit 2 without --enable-faults");
 }
@@ -56,15 +56,15 @@ Verdict lost_reply_retry(Lab& lab, bool fresh_cmid_on_resend) {
     Lab::arm(lab.server(), "api.after_send_commit=drop_reply:1");
     auto cmid = uuid4();
     auto r1 = send(*ws, c, cmid, "are you there", 2s);
-    expect(outcome(r1) == "timeout", "first send should get no reply, got " + brief(r1));
+    expect(outcome(r1) == "timeout", "no-reply", "first send should get no reply, got " + brief(r1));
     auto stored = lab.sql("SELECT seq FROM events WHERE conv_id = " + quote(c) + " AND client_msg_id = " + quote(cmid));
-    expect(!stored.empty(), "the first send did not commit");
-    auto r2 = send(*ws, c, fresh_cmid_on_resend ? uuid4() : cmid, "are you there");
-    expect(outcome(r2) == "sent", "resend -> " + brief(r2));
-    expect(flag(r2, "dup") && std::to_string(num(r2, "seq")) == stored,
-           "resend " + brief(r2) + ", stored seq " + stored);
+    expect(!stored.empty(), "committed", "the first send did not commit");
+    auto r2 = answered(send(*ws, c, fresh_cmid_on_resend ? uuid4() : cmid, "are you there"), "resend");
+    expect(outcome(r2) == "sent", "resend-sent", "resend -> " + brief(r2));
+    expect(flag(r2, "dup"), "dup-true", "resend " + brief(r2) + ", stored seq " + stored);
+    expect(std::to_string(num(r2, "seq")) == stored, "same-seq", "resend " + brief(r2) + ", stored seq " + stored);
     auto rows = lab.rows(c, a.user, cmid);
-    expect(rows == 1, "rows " + std::to_string(rows));
+    expect(rows == 1, "one-row", "rows " + std::to_string(rows));
     return passed("no reply, then resend " + brief(r2) + " (original seq " + stored + "), rows 1");
 }
 
@@ -80,19 +80,19 @@ Verdict crash_at(Lab& lab, const std::string& point, bool committed, bool fresh_
     auto cmid = uuid4();
     auto old_pid = srv->pid();
     auto r1 = send(*ws, c, cmid, "crash test");
-    expect(outcome(r1) == "closed" || outcome(r1) == "timeout", "send at the crash point -> " + brief(r1));
+    expect(outcome(r1) == "closed" || outcome(r1) == "timeout", "no-reply", "send at the crash point -> " + brief(r1));
     auto rc = srv->wait_exit(10s);
-    expect(rc && *rc == 70, "server exit status " + (rc ? std::to_string(*rc) : std::string("none (still running)")));
+    expect(rc && *rc == 70, "exit-70", "server exit status " + (rc ? std::to_string(*rc) : std::string("none (still running)")));
     auto rows_crash = lab.rows(c, a.user, cmid);
-    expect(rows_crash == (committed ? 1 : 0), "rows right after the crash: " + std::to_string(rows_crash));
+    expect(rows_crash == (committed ? 1 : 0), "rows-after-crash", "rows right after the crash: " + std::to_string(rows_crash));
     srv->restart();
     auto ws2 = connect(srv->port(), a.token);
-    auto r2 = send(*ws2, c, fresh_cmid_on_resend ? uuid4() : cmid, "crash test");
-    expect(outcome(r2) == "sent", "resend after restart -> " + brief(r2));
-    expect(flag(r2, "dup") == committed, "resend " + brief(r2) + ", wanted dup:" + (committed ? "true" : "false"));
+    auto r2 = answered(send(*ws2, c, fresh_cmid_on_resend ? uuid4() : cmid, "crash test"), "resend after restart");
+    expect(outcome(r2) == "sent", "resend-sent", "resend after restart -> " + brief(r2));
+    expect(flag(r2, "dup") == committed, committed ? "dup-true" : "dup-false", "resend " + brief(r2) + ", wanted dup:" + (committed ? "true" : "false"));
     auto rows = lab.rows(c, a.user, cmid);
-    expect(rows == 1, "rows after the resend: " + std::to_string(rows));
-    expect(num(r2, "seq") == 3, "seq " + std::to_string(num(r2, "seq")) + ", wanted 3 (no seq burnt)");
+    expect(rows == 1, "one-row", "rows after the resend: " + std::to_string(rows));
+    expect(num(r2, "seq") == 3, "seq-3", "seq " + std::to_string(num(r2, "seq")) + ", wanted 3 (no seq burnt)");
     return passed("exit 70 (pid " + std::to_string(old_pid) + "), rows after crash " + std::to_string(rows_crash) +
                   ", restarted, resend " + brief(r2) + ", rows 1");
 }
@@ -111,13 +111,14 @@ Verdict unavailable_retry(Lab& lab, bool give_up) {
     std::vector<std::string> cmids;
     for (int i = 0; i < drafts; ++i) cmids.push_back(uuid4());
     std::atomic<int> sent{0}, unavailable{0}, timeouts{0}, other{0}, reconnects{0};
-    std::atomic<bool> during{false};
+    std::atomic<bool> during{false}, finished{false};
     std::atomic<int> unavailable_during{0};
     std::string other_text;
     auto deadline = std::chrono::steady_clock::now() + 60s;
     std::thread writer([&] {
         std::unique_ptr<WsClient> ws;
-        for (int i = 0; i < drafts && std::chrono::steady_clock::now() < deadline;) {
+        int i = 0;
+        for (; i < drafts && std::chrono::steady_clock::now() < deadline;) {
             try {
                 if (!ws || ws->closed()) {
                     ws.reset();
@@ -148,6 +149,7 @@ Verdict unavailable_retry(Lab& lab, bool give_up) {
             }
             std::this_thread::sleep_for(100ms); // same key, later
         }
+        finished = i == drafts;
     });
     while (sent < 5 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
     during = true;
@@ -156,15 +158,20 @@ Verdict unavailable_retry(Lab& lab, bool give_up) {
     during = false;
     pg->start();
     writer.join();
-    expect(other == 0, "a terminal error while the database was down: " + other_text);
-    expect(sent == drafts, "only " + std::to_string(sent) + "/" + std::to_string(drafts) + " drafts landed");
-    expect(unavailable_during > 0, "no UNAVAILABLE while the database was down (timeouts " +
+    // The writer went through every draft (sent, or dropped by the control's
+    // double on UNAVAILABLE) before its deadline: a server that stopped
+    // answering fails here, not at "all-landed".
+    expect(finished, "writer-finished", "the writer ran out of time (sent " + std::to_string(sent) + ", timeouts " +
+                                            std::to_string(timeouts) + ")");
+    expect(other == 0, "no-terminal-error", "a terminal error while the database was down: " + other_text);
+    expect(sent == drafts, "all-landed", "only " + std::to_string(sent) + "/" + std::to_string(drafts) + " drafts landed");
+    expect(unavailable_during > 0, "unavailable-while-down", "no UNAVAILABLE while the database was down (timeouts " +
                                        std::to_string(timeouts) + ")");
     int once = 0;
     for (auto& k : cmids) once += pg->scalar("SELECT count(*) FROM events WHERE conv_id = 'c-down' AND "
                                              "client_msg_id = " + quote(k)) == "1";
     auto total = pg->scalar("SELECT count(*) FROM events WHERE conv_id = 'c-down' AND kind = 'msg'");
-    expect(once == drafts && total == std::to_string(drafts),
+    expect(once == drafts && total == std::to_string(drafts), "each-once",
            std::to_string(once) + "/" + std::to_string(drafts) + " drafts exactly once, " + total + " msg rows");
     return passed("UNAVAILABLE x" + std::to_string(unavailable) + " while down (timeouts " + std::to_string(timeouts) +
                   ", reconnects " + std::to_string(reconnects - 1) + "); after restart " + std::to_string(once) +
@@ -186,7 +193,7 @@ SdkRound sdk_round(Lab& lab, const std::string& bin, const std::string& mode, co
     {
         Child child({bin, mode, dbfile, url, u.token, conv, body});
         auto l = child.until("CMID ", 20s);
-        if (!l) throw CheckFailed("SDK child printed no cmid: " + child.transcript() + child.stderr_text());
+        if (!l) throw CheckFailed("sdk-cmid", "SDK child printed no cmid: " + child.transcript() + child.stderr_text());
         child.kill9();
         r.cmid = l->substr(5);
     }
@@ -197,9 +204,11 @@ SdkRound sdk_round(Lab& lab, const std::string& bin, const std::string& mode, co
     Child again({bin, "drain", dbfile, url, u.token});
     // What the dead process left in its durable outbox.
     auto p = again.until("PENDING ", 30s);
-    r.pending_at_restart = p ? p->substr(8) : std::string("<none>");
+    if (!p) throw CheckFailed("sdk-pending-reported", "the restarted SDK child reported no PENDING count: " +
+                                                          again.transcript() + again.stderr_text());
+    r.pending_at_restart = p->substr(8);
     auto l = again.until("DRAINED", 30s);
-    if (!l) throw CheckFailed("restarted SDK child did not drain its outbox: " + again.transcript() +
+    if (!l) throw CheckFailed("sdk-drained", "restarted SDK child did not drain its outbox: " + again.transcript() +
                               again.stderr_text());
     again.wait(5s);
     // The restarted client settled this draft: "STATE CONV CMID SEQ ..."
@@ -217,7 +226,7 @@ SdkRound sdk_round(Lab& lab, const std::string& bin, const std::string& mode, co
 // SQLite file is gone after the kill).
 Verdict sdk_kill_resend(Lab& lab, bool lose_store) {
     auto bin = sdk_child_bin();
-    expect(!bin.empty() && std::filesystem::exists(bin),
+    expect(!bin.empty() && std::filesystem::exists(bin), "sdk-built",
            "the SDK child was not built (ImSdk::ImSdk target absent in this build): cannot run a real SDK process");
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-sdk", "direct", {a, b});
@@ -236,11 +245,11 @@ Verdict sdk_kill_resend(Lab& lab, bool lose_store) {
         Lab::arm(lab.server(), "off");
         throw;
     }
-    expect(r1.rows_at_kill == 0, "draft 1 (" + r1.cmid + ") was on the server at kill time (rows " +
+    expect(r1.rows_at_kill == 0, "d1-not-on-server", "draft 1 (" + r1.cmid + ") was on the server at kill time (rows " +
                                      std::to_string(r1.rows_at_kill) + "): the round proves nothing");
-    expect(r1.pending_at_restart == "1", "draft 1: the restarted SDK found " + r1.pending_at_restart +
+    expect(r1.pending_at_restart == "1", "d1-pending", "draft 1: the restarted SDK found " + r1.pending_at_restart +
                                              " pending (wanted 1: the draft in the durable outbox)");
-    expect(r1.rows == 1, "draft 1 (" + r1.cmid + "): rows " + std::to_string(r1.rows) + " after the restart");
+    expect(r1.rows == 1, "d1-one-row", "draft 1 (" + r1.cmid + "): rows " + std::to_string(r1.rows) + " after the restart");
     // Round 2: killed after the request went on the wire but before anything
     // came back: the server holds the send 1.5 s before its COMMIT, so it
     // commits (and pushes the event, which would settle the draft too) only
@@ -262,14 +271,14 @@ Verdict sdk_kill_resend(Lab& lab, bool lose_store) {
         }
     }, lose_store);
     Lab::arm(lab.server(), "off");
-    expect(r2.rows_at_kill == 1, "draft 2 (" + r2.cmid + "): the in-flight send did not commit while the "
+    expect(r2.rows_at_kill == 1, "d2-committed-while-dead", "draft 2 (" + r2.cmid + "): the in-flight send did not commit while the "
                                  "client was dead (rows " + std::to_string(r2.rows_at_kill) + ")");
-    expect(r2.pending_at_restart == "1", "draft 2: the restarted SDK found " + r2.pending_at_restart +
+    expect(r2.pending_at_restart == "1", "d2-pending", "draft 2: the restarted SDK found " + r2.pending_at_restart +
                                              " pending (wanted 1: committed on the server, reply never seen)");
-    expect(r2.settled == seq2, "draft 2: the restarted SDK settled it at seq '" + r2.settled + "', stored seq " + seq2);
-    expect(r2.rows == 1, "draft 2 (" + r2.cmid + "): rows " + std::to_string(r2.rows));
+    expect(r2.settled == seq2, "d2-settled-seq", "draft 2: the restarted SDK settled it at seq '" + r2.settled + "', stored seq " + seq2);
+    expect(r2.rows == 1, "d2-one-row", "draft 2 (" + r2.cmid + "): rows " + std::to_string(r2.rows));
     auto total = lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(c) + " AND kind = 'msg'");
-    expect(total == "2", "msg rows in the conversation: " + total);
+    expect(total == "2", "msg-rows", "msg rows in the conversation: " + total);
     return passed("draft 1: 0 rows at kill (inserts refused), 1 pending at restart -> rows 1; draft 2: committed "
                   "while dead, 1 pending at restart, settled at the stored seq " + seq2 + " -> rows 1; 2 msg rows");
 }
@@ -280,20 +289,22 @@ std::vector<Check> fault_checks() {
     return {
         {"lab-faults-off-by-default", faults_off_by_default},
         {"06-lost-reply-retry", [](Lab& l) { return lost_reply_retry(l, false); },
-         [](Lab& l) { return lost_reply_retry(l, true); }, "client double: the resend has a new cmid"},
+         [](Lab& l) { return lost_reply_retry(l, true); }, "client double: the resend has a new cmid", "dup-true"},
         {"06-crash-before-insert", [](Lab& l) { return crash_at(l, "store.before_insert", false, false); },
          [](Lab& l) { return crash_at(l, "store.before_insert", false, true); },
-         "client double: the resend after the restart has a new cmid"},
+         "client double: the resend after the restart has a new cmid", "one-row"},
         {"06-crash-before-commit", [](Lab& l) { return crash_at(l, "store.before_commit", false, false); },
          [](Lab& l) { return crash_at(l, "store.before_commit", false, true); },
-         "client double: the resend after the restart has a new cmid"},
+         "client double: the resend after the restart has a new cmid", "one-row"},
         {"06-crash-after-commit", [](Lab& l) { return crash_at(l, "api.after_send_commit", true, false); },
          [](Lab& l) { return crash_at(l, "api.after_send_commit", true, true); },
-         "client double: the resend after the restart has a new cmid"},
+         "client double: the resend after the restart has a new cmid", "dup-true"},
         {"06-sdk-kill-resend", [](Lab& l) { return sdk_kill_resend(l, false); },
-         [](Lab& l) { return sdk_kill_resend(l, true); }, "the SDK's SQLite file is lost with the killed process"},
+         [](Lab& l) { return sdk_kill_resend(l, true); }, "the SDK's SQLite file is lost with the killed process",
+         "d1-pending"},
         {"06-unavailable-retry", [](Lab& l) { return unavailable_retry(l, false); },
-         [](Lab& l) { return unavailable_retry(l, true); }, "client double: a draft answered UNAVAILABLE is dropped"},
+         [](Lab& l) { return unavailable_retry(l, true); }, "client double: a draft answered UNAVAILABLE is dropped",
+         "all-landed"},
     };
 }
 

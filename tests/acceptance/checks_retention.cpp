@@ -19,26 +19,27 @@ Verdict recall_rejections(Lab& lab) {
     auto c = lab.conv("c-recall", "direct", {a, b});
     auto wa = connect(lab.server().port(), a.token);
     auto wb = connect(lab.server().port(), b.token);
-    auto m = send(*wa, c, uuid4(), "oops");
-    expect(outcome(m) == "sent", "send -> " + brief(m));
+    auto m = answered(send(*wa, c, uuid4(), "oops"), "send");
+    expect(outcome(m) == "sent", "sent", "send -> " + brief(m));
     const auto target = num(m, "seq");
-    auto r1 = recall(*wb, c, target, uuid4());
-    expect(outcome(r1) == "NOT_SENDER", "recall by the other member -> " + brief(r1));
-    auto r2 = recall(*wa, c, target, uuid4());
-    expect(outcome(r2) == "recalled" && !flag(r2, "dup"), "recall by the sender -> " + brief(r2));
-    auto r3 = recall(*wa, c, target, uuid4()); // another request, same target
-    expect(outcome(r3) == "ALREADY_RECALLED", "second recall by another request -> " + brief(r3));
+    auto r1 = answered(recall(*wb, c, target, uuid4()), "recall by the other member");
+    expect(outcome(r1) == "NOT_SENDER", "not-sender", "recall by the other member -> " + brief(r1));
+    auto r2 = answered(recall(*wa, c, target, uuid4()), "recall by the sender");
+    expect(outcome(r2) == "recalled" && !flag(r2, "dup"), "recalled", "recall by the sender -> " + brief(r2));
+    auto r3 = answered(recall(*wa, c, target, uuid4()), "second recall"); // another request, same target
+    expect(outcome(r3) == "ALREADY_RECALLED", "already-recalled", "second recall by another request -> " + brief(r3));
     // The window, judged by the database clock.
     admin_ok(lab.db(), {"conv", "set", c, "--recall-window-ms", "300"});
-    auto m2 = send(*wa, c, uuid4(), "too late to take back");
+    auto m2 = answered(send(*wa, c, uuid4(), "too late to take back"), "send");
+    expect(outcome(m2) == "sent", "sent", "send -> " + brief(m2));
     std::this_thread::sleep_for(800ms);
-    auto r4 = recall(*wa, c, num(m2, "seq"), uuid4());
-    expect(outcome(r4) == "RECALL_WINDOW_EXPIRED", "recall after the 300 ms window -> " + brief(r4));
+    auto r4 = answered(recall(*wa, c, num(m2, "seq"), uuid4()), "recall after the window");
+    expect(outcome(r4) == "RECALL_WINDOW_EXPIRED", "window-expired", "recall after the 300 ms window -> " + brief(r4));
     auto original = lab.sql("SELECT body FROM events WHERE conv_id = " + quote(c) + " AND seq = " +
                             std::to_string(target));
-    expect(original == "oops", "the recalled original was modified: '" + original + "'");
+    expect(original == "oops", "original-untouched", "the recalled original was modified: '" + original + "'");
     auto recalls = lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(c) + " AND kind = 'recall'");
-    expect(recalls == "1", "recall events: " + recalls);
+    expect(recalls == "1", "one-recall-event", "recall events: " + recalls);
     return passed("NOT_SENDER / ALREADY_RECALLED / RECALL_WINDOW_EXPIRED (window 300 ms, waited 800 ms); 1 recall "
                   "event, original row untouched");
 }
@@ -49,15 +50,16 @@ Verdict recall_idempotent_with(Lab& lab, bool fresh_key_on_resend) {
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-recall2", "direct", {a, b});
     auto wa = connect(lab.server().port(), a.token);
-    auto m = send(*wa, c, uuid4(), "take it back");
+    auto m = answered(send(*wa, c, uuid4(), "take it back"), "send");
+    expect(outcome(m) == "sent", "sent", "send -> " + brief(m));
     auto key = uuid4();
-    auto r1 = recall(*wa, c, num(m, "seq"), key);
-    expect(outcome(r1) == "recalled" && !flag(r1, "dup"), "recall -> " + brief(r1));
-    auto r2 = recall(*wa, c, num(m, "seq"), fresh_key_on_resend ? uuid4() : key);
-    expect(outcome(r2) == "recalled" && flag(r2, "dup") && num(r2, "seq") == num(r1, "seq"),
+    auto r1 = answered(recall(*wa, c, num(m, "seq"), key), "recall");
+    expect(outcome(r1) == "recalled" && !flag(r1, "dup"), "recalled", "recall -> " + brief(r1));
+    auto r2 = answered(recall(*wa, c, num(m, "seq"), fresh_key_on_resend ? uuid4() : key), "same recall again");
+    expect(outcome(r2) == "recalled" && flag(r2, "dup") && num(r2, "seq") == num(r1, "seq"), "same-recall-dup",
            "same recall again -> " + brief(r2) + " (first " + brief(r1) + ")");
     auto rows = lab.rows(c, a.user, key);
-    expect(rows == 1, "recall rows for the key: " + std::to_string(rows));
+    expect(rows == 1, "one-row", "recall rows for the key: " + std::to_string(rows));
     return passed("first " + brief(r1) + ", again " + brief(r2) + ", rows 1");
 }
 
@@ -77,10 +79,12 @@ Purged purge_setup(Lab& lab, WsClient*& out_ws, std::unique_ptr<WsClient>& holde
     out_ws = holder.get();
     p.key = uuid4();
     auto m1 = send(*holder, p.conv, p.key, "old news");
-    expect(outcome(m1) == "sent", "send -> " + brief(m1));
+    expect(outcome(m1) == "sent", "setup-sent", "send -> " + brief(m1));
     p.key_seq = num(m1, "seq");
-    send(*holder, p.conv, uuid4(), "old news 2");
+    auto m2 = send(*holder, p.conv, uuid4(), "old news 2");
+    expect(outcome(m2) == "sent", "setup-sent", "send -> " + brief(m2));
     auto m3 = send(*holder, p.conv, uuid4(), "kept");
+    expect(outcome(m3) == "sent", "setup-sent", "send -> " + brief(m3));
     p.head_before = lab.head(p.conv);
     std::vector<std::string> args;
     if (!tombstones) args = {"--enable-faults", "--lab-purge-without-tombstones"};
@@ -123,12 +127,13 @@ const LateResend& late_resend_without_tombstones(Lab& lab) {
 }
 
 Verdict judge_retention(const LateResend& l) {
-    expect(outcome(l.reply) == "ORIGINAL_EXPIRED", "late resend of a purged key -> " + brief(l.reply));
-    expect(l.rows == 0 && l.head_after == l.p.head_before,
+    answered(l.reply, "late resend");
+    expect(outcome(l.reply) == "ORIGINAL_EXPIRED", "original-expired", "late resend of a purged key -> " + brief(l.reply));
+    expect(l.rows == 0 && l.head_after == l.p.head_before, "no-new-row",
            "rows for the key " + std::to_string(l.rows) + ", head " + std::to_string(l.head_after) + " (was " +
                std::to_string(l.p.head_before) + ")");
-    expect(outcome(l.page) == "page" && flag(l.page, "trimmed"), "sync from 0 after purge -> " + brief(l.page));
-    expect(outcome(l.fetched) == "NOT_FOUND", "fetch of a purged seq -> " + brief(l.fetched));
+    expect(outcome(l.page) == "page" && flag(l.page, "trimmed"), "trimmed", "sync from 0 after purge -> " + brief(l.page));
+    expect(outcome(l.fetched) == "NOT_FOUND", "fetch-not-found", "fetch of a purged seq -> " + brief(l.fetched));
     return passed("purged " + l.p.purged_out + " rows, " + l.tombstones +
                   " tombstones; late resend ORIGINAL_EXPIRED, rows 0, head " + std::to_string(l.p.head_before) +
                   " unchanged; sync trimmed:true (min_seq " + std::to_string(num(l.page, "min_seq")) +
@@ -142,7 +147,7 @@ Verdict retention_purge_with(Lab& lab, bool tombstones) {
 
 Verdict control_no_tombstone(Lab& lab) {
     const auto& l = late_resend_without_tombstones(lab);
-    expect(outcome(l.reply) == "sent" && l.rows == 1,
+    expect(outcome(l.reply) == "sent" && l.rows == 1, "new-message",
            "control did not show the defect: late resend -> " + brief(l.reply) + ", rows " + std::to_string(l.rows) +
                ", tombstones " + l.tombstones);
     return passed("purged " + l.p.purged_out + " rows, " + l.tombstones + " tombstones; late resend created a new "
@@ -155,11 +160,13 @@ Verdict control_no_tombstone(Lab& lab) {
 std::vector<Check> retention_checks() {
     return {
         {"11-recall-rejections", recall_rejections, breaking("rule.recall_window", recall_rejections),
-         "gateway rule.recall_window=skip: recall ignores the window"},
+         "gateway rule.recall_window=skip: recall ignores the window", "window-expired"},
         {"11-recall-idempotent", [](Lab& l) { return recall_idempotent_with(l, false); },
-         [](Lab& l) { return recall_idempotent_with(l, true); }, "client double: the resent recall has a new cmid"},
+         [](Lab& l) { return recall_idempotent_with(l, true); }, "client double: the resent recall has a new cmid",
+         "same-recall-dup"},
         {"11-retention-purge", [](Lab& l) { return retention_purge_with(l, true); },
-         [](Lab& l) { return retention_purge_with(l, false); }, "admin purge --lab-purge-without-tombstones"},
+         [](Lab& l) { return retention_purge_with(l, false); }, "admin purge --lab-purge-without-tombstones",
+         "original-expired"},
         {"11-control-no-tombstone", control_no_tombstone},
     };
 }

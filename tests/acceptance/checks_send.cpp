@@ -15,49 +15,52 @@ namespace {
 Verdict normal_history(Lab& lab) {
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-ab", "direct", {a, b}); // join events at seq 1, 2
-    expect(lab.head(c) == 2, "setup: head " + std::to_string(lab.head(c)) + ", wanted 2 earlier events");
+    expect(lab.head(c) == 2, "setup-head", "setup: head " + std::to_string(lab.head(c)) + ", wanted 2 earlier events");
     auto ws = connect(lab.server().port(), a.token);
     auto cmid = uuid4();
-    auto r = send(*ws, c, cmid, "hello");
-    expect(outcome(r) == "sent", "send -> " + brief(r));
-    expect(num(r, "seq") == 3 && !flag(r, "dup"), "wanted seq 3, dup:false; got " + brief(r));
+    auto r = answered(send(*ws, c, cmid, "hello"), "send");
+    expect(outcome(r) == "sent", "sent", "send -> " + brief(r));
+    expect(num(r, "seq") == 3, "seq-3", "wanted seq 3; got " + brief(r));
+    expect(!flag(r, "dup"), "dup-false", "wanted dup:false; got " + brief(r));
     auto rows = lab.rows(c, a.user, cmid);
-    expect(rows == 1, "rows for the key: " + std::to_string(rows));
+    expect(rows == 1, "one-row", "rows for the key: " + std::to_string(rows));
     auto body = lab.sql("SELECT body FROM events WHERE conv_id = " + quote(c) + " AND seq = 3");
-    expect(body == "hello", "stored body '" + body + "'");
+    expect(body == "hello", "stored-body", "stored body '" + body + "'");
     return passed(brief(r) + ", rows 1, head " + std::to_string(lab.head(c)));
 }
 
-std::pair<std::string, std::string> non_member_error(Lab& lab, std::string* detail) {
+// A stranger's send: asserts NOT_MEMBER ("not-member") and the head
+// unchanged ("head-unchanged"); returns the error's msg.
+std::string non_member_error(Lab& lab, std::string* detail) {
     auto a = lab.user("ana"), b = lab.user("ben"), x = lab.user("eve");
     auto c = lab.conv("c-ab", "direct", {a, b});
     auto before = lab.head(c);
     auto ws = connect(lab.server().port(), x.token);
-    auto r = send(*ws, c, uuid4(), "let me in");
+    auto r = answered(send(*ws, c, uuid4(), "let me in"), "stranger's send");
     auto after = lab.head(c);
     if (detail) *detail = "head " + std::to_string(before) + " -> " + std::to_string(after);
-    expect(after == before, "head moved: " + std::to_string(before) + " -> " + std::to_string(after));
-    return {outcome(r), str(r, "msg")};
+    expect(outcome(r) == "NOT_MEMBER", "not-member", "stranger's send -> " + brief(r) + ", wanted NOT_MEMBER");
+    expect(after == before, "head-unchanged", "head moved: " + std::to_string(before) + " -> " + std::to_string(after));
+    return str(r, "msg");
 }
 
 Verdict non_member_rejected(Lab& lab) {
     std::string d;
-    auto [code, msg] = non_member_error(lab, &d);
-    expect(code == "NOT_MEMBER", "wanted NOT_MEMBER, got " + code);
+    auto msg = non_member_error(lab, &d);
     return passed("NOT_MEMBER \"" + msg + "\", " + d + " unchanged");
 }
 
 Verdict unknown_conv_same_error(Lab& lab) {
-    auto [code1, msg1] = non_member_error(lab, nullptr);
+    auto msg1 = non_member_error(lab, nullptr);
     auto x = lab.user("eve");
     auto ws = connect(lab.server().port(), x.token);
     auto ghost = unique_name("never-existed");
-    auto r = send(*ws, ghost, uuid4(), "anyone?");
-    expect(outcome(r) == "NOT_MEMBER", "unknown conv -> " + brief(r));
-    expect(str(r, "msg") == msg1 && code1 == "NOT_MEMBER",
-           "messages differ: unknown \"" + str(r, "msg") + "\" vs non-member " + code1 + " \"" + msg1 + "\"");
+    auto r = answered(send(*ws, ghost, uuid4(), "anyone?"), "send to an unknown conv");
+    expect(outcome(r) == "NOT_MEMBER", "unknown-not-member", "unknown conv -> " + brief(r));
+    expect(str(r, "msg") == msg1, "same-msg",
+           "messages differ: unknown \"" + str(r, "msg") + "\" vs non-member \"" + msg1 + "\"");
     auto exists = lab.sql("SELECT count(*) FROM conversations WHERE conv_id = " + quote(ghost));
-    expect(exists == "0", "a conversation row appeared");
+    expect(exists == "0", "no-conv-row", "a conversation row appeared");
     return passed("NOT_MEMBER \"" + str(r, "msg") + "\" for both");
 }
 
@@ -66,13 +69,13 @@ Verdict idempotency_mismatch(Lab& lab) {
     auto c = lab.conv("c-ab", "direct", {a, b});
     auto ws = connect(lab.server().port(), a.token);
     auto cmid = uuid4();
-    auto r1 = send(*ws, c, cmid, "original");
-    expect(outcome(r1) == "sent", "first send -> " + brief(r1));
-    auto r2 = send(*ws, c, cmid, "changed");
-    expect(outcome(r2) == "IDEMPOTENCY_MISMATCH", "same cmid, other body -> " + brief(r2));
+    auto r1 = answered(send(*ws, c, cmid, "original"), "first send");
+    expect(outcome(r1) == "sent", "first-sent", "first send -> " + brief(r1));
+    auto r2 = answered(send(*ws, c, cmid, "changed"), "second send");
+    expect(outcome(r2) == "IDEMPOTENCY_MISMATCH", "mismatch", "same cmid, other body -> " + brief(r2));
     auto body = lab.sql("SELECT body FROM events WHERE conv_id = " + quote(c) + " AND client_msg_id = " + quote(cmid));
-    expect(body == "original", "stored body now '" + body + "'");
-    expect(lab.rows(c, a.user, cmid) == 1, "rows for the key != 1");
+    expect(body == "original", "body-unchanged", "stored body now '" + body + "'");
+    expect(lab.rows(c, a.user, cmid) == 1, "one-row", "rows for the key != 1");
     return passed("IDEMPOTENCY_MISMATCH, stored body 'original', rows 1");
 }
 
@@ -129,8 +132,11 @@ Verdict judge_replay(const Replay& r) {
     std::string d = "rows " + std::to_string(r.rows) + ", mids " + std::to_string(r.mids) + ", dup:false x" +
                     std::to_string(r.fresh) + ", " + std::to_string(r.replies) + "/32 sent, seqs " +
                     std::to_string(r.seqs.size());
-    if (!r.odd.empty()) throw CheckFailed(d + "; unexpected replies: " + r.odd.front());
-    expect(r.rows == 1 && r.mids == 1 && r.fresh == 1 && r.replies == 32 && r.seqs.size() == 1, d);
+    expect(r.odd.empty(), "all-sent", d + "; unexpected replies: " + (r.odd.empty() ? "" : r.odd.front()));
+    expect(r.rows == 1, "one-row", d);
+    expect(r.mids == 1, "one-mid", d);
+    expect(r.fresh == 1, "one-fresh", d);
+    expect(r.replies == 32 && r.seqs.size() == 1, "one-seq", d);
     return passed(d);
 }
 
@@ -181,7 +187,7 @@ Verdict concurrent_replay_without_index(Lab& lab) {
     try {
         return judge_replay(b.last);
     } catch (const CheckFailed& e) {
-        return failed(std::string(e.what()) + " (burst " + std::to_string(b.rounds) + ")");
+        return failed(e.tag, std::string(e.what()) + " (burst " + std::to_string(b.rounds) + ")");
     }
 }
 
@@ -191,43 +197,47 @@ Verdict control_no_unique_index(Lab& lab) {
     const Replay& r = b.last;
     std::string d = "events_idempotency present: " + b.index_rows + ", rows " + std::to_string(r.rows) + ", mids " +
                     std::to_string(r.mids) + ", dup:false x" + std::to_string(r.fresh);
-    expect(r.rows > 1, "control did not show the defect after 5 bursts: " + d);
+    expect(r.rows > 1, "duplicates", "control did not show the defect after 5 bursts: " + d);
     return passed("duplicates appeared: " + d + " (burst " + std::to_string(b.rounds) +
                   ", the bursts of 04-concurrent-replay-one-row's control)");
 }
 
-Verdict limits(Lab& lab) {
+// at_edge: the negative control's client double, an off-by-one client that
+// sends each over-limit value at its edge instead (cmid 1/64 chars, body
+// 1/4000 code points, limit 1, after 0, a frame just under 64 KiB), so a
+// server that accepted them would look the same to the check.
+Verdict limits(Lab& lab, bool at_edge) {
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-lim", "direct", {a, b});
     auto ws = connect(lab.server().port(), a.token);
-    std::vector<std::string> seen;
-    auto want = [&](const char* what, const json::object& r, const std::string& code) {
-        expect(outcome(r) == code, std::string(what) + " -> " + brief(r) + ", wanted " + code);
-        seen.push_back(what);
+    auto want = [&](const char* tag, const char* what, const json::object& r, const std::string& code) {
+        answered(r, what);
+        expect(outcome(r) == code, tag, std::string(what) + " -> " + brief(r) + ", wanted " + code);
     };
     std::string e4000, e4001;
     for (int i = 0; i < 4000; ++i) e4000 += "\xC3\xA9"; // U+00E9, 2 bytes: code points, not bytes
     e4001 = e4000 + "\xC3\xA9";
     const auto head0 = lab.head(c);
-    want("cmid 0", send(*ws, c, "", "x"), "INVALID_ARGUMENT");
-    want("cmid 65", send(*ws, c, std::string(65, 'k'), "x"), "INVALID_ARGUMENT");
-    want("body 0", send(*ws, c, uuid4(), ""), "INVALID_ARGUMENT");
-    want("body 4001", send(*ws, c, uuid4(), e4001), "INVALID_ARGUMENT");
-    want("limit 0", sync(*ws, c, 0, 0), "INVALID_ARGUMENT");
-    want("after -1", sync(*ws, c, -1, 10), "INVALID_ARGUMENT");
-    expect(lab.head(c) == head0, "a rejected send wrote an event");
+    want("cmid-0", "cmid 0", send(*ws, c, at_edge ? "k" : "", "x"), "INVALID_ARGUMENT");
+    want("cmid-65", "cmid 65", send(*ws, c, std::string(at_edge ? 64 : 65, 'q'), "x"), "INVALID_ARGUMENT");
+    want("body-0", "body 0", send(*ws, c, uuid4(), at_edge ? "x" : ""), "INVALID_ARGUMENT");
+    want("body-4001", "body 4001", send(*ws, c, uuid4(), at_edge ? e4000 : e4001), "INVALID_ARGUMENT");
+    want("limit-0", "limit 0", sync(*ws, c, 0, at_edge ? 1 : 0), "INVALID_ARGUMENT");
+    want("after-minus-1", "after -1", sync(*ws, c, at_edge ? 0 : -1, 10), "INVALID_ARGUMENT");
+    expect(lab.head(c) == head0, "no-event", "a rejected send wrote an event");
     // The edges themselves are accepted.
-    want("cmid 64", send(*ws, c, std::string(64, 'k'), "x"), "sent");
-    want("body 4000", send(*ws, c, uuid4(), e4000), "sent");
+    want("cmid-64", "cmid 64", send(*ws, c, std::string(64, 'k'), "x"), "sent");
+    want("body-4000", "body 4000", send(*ws, c, uuid4(), e4000), "sent");
     // A frame over 64 KiB closes the connection with 1009.
     auto big = connect(lab.server().port(), a.token);
-    std::string pad(65 * 1024, 'p');
+    std::string pad((at_edge ? 63 : 65) * 1024, 'p');
     big->send_text("{\"t\":\"send\",\"conv\":\"" + c + "\",\"cmid\":\"" + uuid4() + "\",\"body\":\"" + pad + "\"}");
     int code = big->wait_closed(10s);
-    expect(code == 1009, "65 KiB frame: close code " + std::to_string(code) + ", wanted 1009");
+    expect(code == 1009, "close-1009", "65 KiB frame: close code " + std::to_string(code) + ", wanted 1009");
     // The server is still fine.
     auto again = send(*ws, c, uuid4(), "still here");
-    expect(outcome(again) == "sent", "after the big frame: " + brief(again));
+    answered(again, "send after the big frame");
+    expect(outcome(again) == "sent", "still-serving", "after the big frame: " + brief(again));
     return passed("INVALID_ARGUMENT for cmid 0/65, body 0/4001 cp, limit 0, after -1; cmid 64 and body 4000 cp "
                   "accepted; 65 KiB frame closed 1009");
 }
@@ -237,17 +247,19 @@ Verdict limits(Lab& lab) {
 std::vector<Check> send_checks() {
     return {
         {"04-normal-history", normal_history, breaking("rule.fresh_dup", normal_history),
-         "gateway rule.fresh_dup=skip: a fresh append is answered dup:true"},
+         "gateway rule.fresh_dup=skip: a fresh append is answered dup:true", "dup-false"},
         {"04-non-member-rejected", non_member_rejected, breaking("rule.send_membership", non_member_rejected),
-         "gateway rule.send_membership=skip: im_send appends a stranger's send"},
+         "gateway rule.send_membership=skip: im_send appends a stranger's send", "not-member"},
         {"04-unknown-conv-same-error", unknown_conv_same_error, breaking("rule.same_error", unknown_conv_same_error),
-         "gateway rule.same_error=skip: an unknown conversation answers \"no such conversation\""},
+         "gateway rule.same_error=skip: an unknown conversation answers \"no such conversation\"", "same-msg"},
         {"04-idempotency-mismatch", idempotency_mismatch, breaking("rule.request_hash", idempotency_mismatch),
-         "gateway rule.request_hash=skip: a reused cmid is a duplicate whatever its body"},
+         "gateway rule.request_hash=skip: a reused cmid is a duplicate whatever its body", "mismatch"},
         {"04-concurrent-replay-one-row", concurrent_replay_one_row, concurrent_replay_without_index,
-         "imserver --lab-no-unique-index (no events_idempotency, no row lock)"},
+         "imserver --lab-no-unique-index (no events_idempotency, no row lock)", "one-row"},
         {"04-control-no-unique-index", control_no_unique_index},
-        {"04-limits", limits},
+        {"04-limits", [](Lab& l) { return limits(l, false); }, [](Lab& l) { return limits(l, true); },
+         "client double: each over-limit value is sent at its edge (cmid 1/64, body 1/4000 cp, limit 1, after 0, "
+         "a 63 KiB frame)", "cmid-0"},
     };
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
 #include <signal.h>
 
@@ -45,7 +46,7 @@ std::int64_t Lab::head(const std::string& conv, const std::string& database) {
 
 void Lab::arm(ServerProcess& s, const std::string& spec) {
     auto [status, body] = s.http("POST", "/lab/fault", spec);
-    if (status != 200) throw CheckFailed("POST /lab/fault " + spec + " -> " + std::to_string(status) + " " + body);
+    if (status != 200) throw HarnessError("POST /lab/fault " + spec + " -> " + std::to_string(status) + " " + body);
 }
 
 std::function<Verdict(Lab&)> breaking(const std::string& rule, std::function<Verdict(Lab&)> check) {
@@ -104,6 +105,26 @@ std::string outcome(const json::object& reply) {
     return t == "error" ? str(reply, "code") : t;
 }
 
+const json::object& answered(const json::object& reply, const std::string& what) {
+    auto o = outcome(reply);
+    expect(o != "timeout" && o != "closed" && o != "UNAVAILABLE", "reply", what + ": no answer (" + brief(reply) + ")");
+    // A stray error (a code outside contract section 8) is no answer either.
+    static const std::set<std::string> codes{"INVALID_ARGUMENT", "UNAUTHENTICATED", "NOT_MEMBER",
+                                             "IDEMPOTENCY_MISMATCH", "ORIGINAL_EXPIRED", "NOT_SENDER",
+                                             "ALREADY_RECALLED", "RECALL_WINDOW_EXPIRED", "NOT_FOUND",
+                                             "CURSOR_AHEAD", "EPOCH_CHANGED", "STALE_INSTALL"};
+    expect(str(reply, "t") != "error" || codes.count(o) == 1, "reply",
+           what + ": an error code outside the contract (" + brief(reply) + ")");
+    return reply;
+}
+
+std::optional<json::object> awaited_push(WsClient& ws, const std::function<bool(const json::object&)>& pred,
+                                         std::chrono::milliseconds timeout, const std::string& what) {
+    auto p = ws.wait_push(pred, timeout);
+    if (!p) expect(!ws.closed(), "connection-open", what + ": the connection closed while waiting for a push");
+    return p;
+}
+
 bool flag(const json::object& o, const char* key) {
     auto* v = o.if_contains(key);
     return v && v->is_bool() && v->get_bool();
@@ -118,7 +139,7 @@ std::string quote(const std::string& s) {
 std::unique_ptr<WsClient> connect(unsigned short port, const std::string& token, const std::string& install) {
     auto ws = std::make_unique<WsClient>(port);
     auto w = ws->hello(token, install);
-    if (str(w, "t") != "welcome") throw CheckFailed("hello -> " + json::serialize(w));
+    if (str(w, "t") != "welcome") throw CheckFailed("welcome", "hello -> " + json::serialize(w));
     return ws;
 }
 
@@ -139,13 +160,13 @@ std::vector<std::int64_t> sync_all(WsClient& ws, const std::string& conv, std::i
     std::vector<std::int64_t> seqs;
     for (int pages = 0; pages < 10000; ++pages) {
         auto p = sync(ws, conv, after, limit);
-        if (str(p, "t") != "page") throw CheckFailed("sync after " + std::to_string(after) + " -> " + brief(p));
+        if (str(p, "t") != "page") throw CheckFailed("sync-page", "sync after " + std::to_string(after) + " -> " + brief(p));
         for (const auto& e : p.at("events").as_array()) seqs.push_back(e.as_object().at("seq").as_int64());
         after = num(p, "next_after");
         if (head) *head = num(p, "head");
         if (!flag(p, "has_more")) return seqs;
     }
-    throw CheckFailed("sync did not finish");
+    throw CheckFailed("sync-finished", "sync did not finish");
 }
 
 std::string brief(const json::object& r) {

@@ -21,20 +21,34 @@ using namespace im::test;
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
-/// A check's outcome: PASS or FAIL with a one-line detail.
+/// A check's outcome: PASS, or FAIL at the tag of the assertion that failed,
+/// with a one-line detail.
 struct Verdict {
     bool pass = false;
     std::string detail;
+    std::string tag; // on FAIL: which assertion failed (a short stable slug)
 };
-inline Verdict passed(std::string detail) { return {true, std::move(detail)}; }
-inline Verdict failed(std::string detail) { return {false, std::move(detail)}; }
+inline Verdict passed(std::string detail) { return {true, std::move(detail), {}}; }
+inline Verdict failed(std::string tag, std::string detail) { return {false, std::move(detail), std::move(tag)}; }
 
-/// Thrown by expect(): the check FAILs with this text.
+/// Thrown by expect(): the check FAILs at `tag` with this text. Only this
+/// exception is an assertion of a check; a control passes only on it (at its
+/// control_tag).
 struct CheckFailed : std::runtime_error {
+    CheckFailed(std::string t, const std::string& what) : std::runtime_error(what), tag(std::move(t)) {}
+    std::string tag;
+};
+/// The lab could not do what the check needs (a refused POST /lab/fault, a
+/// process that does not start, a reply the check did not assert on): not
+/// a verdict on the server. A check with a harness error FAILs; a control
+/// with one DID NOT FAIL. Any exception other than CheckFailed counts as one.
+struct HarnessError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
-inline void expect(bool ok, const std::string& what) {
-    if (!ok) throw CheckFailed(what);
+/// One assertion of a check: `tag` names what is asserted ("one-row",
+/// "dup-true", ...), stable across runs; `what` says what was seen.
+inline void expect(bool ok, const std::string& tag, const std::string& what) {
+    if (!ok) throw CheckFailed(tag, what);
 }
 
 /// Shared parts of one lab run: one PostgreSQL cluster, one gateway started
@@ -98,16 +112,27 @@ struct Tracked {
 
 /// Reply type, or the error code for error frames ("sent", "NOT_MEMBER", "timeout", "closed").
 std::string outcome(const json::object& reply);
+/// Asserts at tag "reply" that `reply` is an answer the check can judge:
+/// not "timeout", "closed", `UNAVAILABLE` or an error code outside the
+/// contract's list. Checks call it before they
+/// assert on a value, so a lost reply never lands on the value's tag.
+const json::object& answered(const json::object& reply, const std::string& what);
+/// WsClient::wait_push, but when no matching push came it asserts at tag
+/// "connection-open" that the connection is still open: a closed socket
+/// never lands on the tag of a missing push.
+std::optional<json::object> awaited_push(WsClient& ws, const std::function<bool(const json::object&)>& pred,
+                                         std::chrono::milliseconds timeout, const std::string& what);
 bool flag(const json::object& o, const char* key);
 std::string quote(const std::string& s); // SQL literal
 
-/// Connects and says hello; throws unless the reply is `welcome`.
+/// Connects and says hello; fails at tag "welcome" unless the reply is `welcome`.
 std::unique_ptr<WsClient> connect(unsigned short port, const std::string& token, const std::string& install = {});
 json::object send(WsClient& ws, const std::string& conv, const std::string& cmid, const std::string& body,
                   std::chrono::milliseconds timeout = 10s);
 json::object sync(WsClient& ws, const std::string& conv, std::int64_t after, std::int64_t limit = 50,
                   std::optional<std::int64_t> epoch = std::nullopt);
-/// Syncs from `after` until has_more is false; returns the seqs applied in order.
+/// Syncs from `after` until has_more is false; returns the seqs applied in
+/// order. Fails at tag "sync-page" on a reply that is not a page.
 std::vector<std::int64_t> sync_all(WsClient& ws, const std::string& conv, std::int64_t after = 0,
                                    std::int64_t limit = 50, std::int64_t* head = nullptr);
 /// "sent seq 3, dup:false" style summary of a reply.
@@ -118,14 +143,17 @@ std::string brief(const json::object& reply);
 /// A check id and how to run it. `control`, when set, is its negative
 /// control: the same check against a deliberately broken part (a lab-only
 /// server switch, or a client test double that breaks the guarded property).
-/// The lab runs it after the check, every run, and requires it to FAIL:
-/// `CONTROL <id> failed as expected` or `CONTROL <id> DID NOT FAIL` (which
-/// fails the run). `control_what` says in a few words what it breaks.
+/// The lab runs it after the check, every run, and requires it to FAIL at
+/// exactly `control_tag` (the assertion that guards the broken property):
+/// `CONTROL <id> failed as expected at <tag>`; a pass, a failure at another
+/// tag or a harness error is `CONTROL <id> DID NOT FAIL (...)` and fails the
+/// run. `control_what` says in a few words what it breaks.
 struct Check {
     std::string id;
     std::function<Verdict(Lab&)> run;
     std::function<Verdict(Lab&)> control = {};
     std::string control_what = {};
+    std::string control_tag = {};
 };
 /// A negative control: `check` run while the shared gateway breaks one rule of
 /// the contract (the rule.* fault point armed with `skip`, disarmed after).
