@@ -142,7 +142,15 @@ bool Client::setPinnedCertificateSha256(const QString &fingerprint) {
     d->conn.transport()->setPinnedSha256(digest);
     return true;
 }
-void Client::setCredentials(const QString &token) { d->conn.setToken(token); }
+void Client::setCredentials(const QString &token) {
+    // Obligation 14 with item 13 of issue 26: a token handed over after the
+    // server rejected the current one takes over what was queued under the
+    // rejected one (it never reached the server); any other change of token
+    // leaves drafts bound to the credential they were written under.
+    if (d->conn.awaitsCredentials() && d->storage.isOpen() && !d->outbox.carryCredential(d->conn.token(), token))
+        qCWarning(lcClient, "could not move the rejected token's drafts to the new one");
+    d->conn.setToken(token);
+}
 QDateTime Client::tokenExpiresAt() const { return d->conn.tokenExpiresAt(); }
 bool Client::isAwaitingCredentials() const { return d->conn.awaitsCredentials(); }
 

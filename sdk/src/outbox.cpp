@@ -129,6 +129,23 @@ bool Outbox::bindCredential(const QString &token) {
     return true;
 }
 
+bool Outbox::carryCredential(const QString &rejected, const QString &replacement) {
+    const QString from = credentialOf(rejected), to = credentialOf(replacement);
+    if (!from.startsWith(u"token:") || to.isEmpty() || from == to)
+        return true;
+    bool any = false;
+    for (const auto &[id, item] : items_)
+        any = any || item.row.owner == from;
+    if (!any)
+        return true;
+    if (!d.storage.rebindOutbox(from, to))
+        return false;
+    for (auto &[id, item] : items_)
+        if (item.row.owner == from)
+            item.row.owner = to;
+    return true;
+}
+
 bool Outbox::belongsToSession(const Item &item) const {
     const QString &owner = item.row.owner;
     return owner.isEmpty() || (owner.startsWith(u"user:") && QStringView(owner).mid(5) == d.userId);

@@ -82,6 +82,11 @@ public:
     /// that token's fingerprint are that user's from now on. Returns false on
     /// a storage error.
     bool bindCredential(const QString &token);
+    /// The app answered a rejection of `rejected` with `replacement`: what
+    /// was queued under the rejected opaque token (never accepted by the
+    /// server, so bound to no user yet) is bound to the replacement instead.
+    /// A JWT's drafts name their user already and are left as they are.
+    bool carryCredential(const QString &rejected, const QString &replacement);
     /// Whether `item` may go on the wire in the current session: written
     /// under no credential (before schema 4), or under this session's user.
     bool belongsToSession(const Item &item) const;
