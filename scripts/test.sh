@@ -16,6 +16,7 @@
 # left out is named in the summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$PWD"
 all_stages="plain bench fuzz asan tsan"
 stages="${IM_TEST_STAGES:-$all_stages}"
 for s in $stages; do
@@ -70,7 +71,7 @@ asan() {
         server_resilience_test server_group_commit_test server_fuzz_test tst_codec tst_client tst_kill tst_integration tst_obligations \
         tst_reconnect im_sdk_killhelper &&
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp":print_suppressions=0 \
+        LSAN_OPTIONS=suppressions="$root/tests/lsan.supp":print_suppressions=0 \
         ctest -j2 --output-on-failure --timeout 1800 \
         -R '^(server_(codec|contract|resilience|group_commit|fuzz)_test|sdk\.tst_(codec|client|kill|integration|obligations|reconnect))$')
 }

@@ -113,9 +113,12 @@ QString Outbox::credentialOf(const QString &token) {
 
 bool Outbox::bindCredential(const QString &token) {
     const QString from = credentialOf(token);
-    const QString to = QStringLiteral("user:") + d.userId;
     if (!from.startsWith(u"token:") || d.userId.isEmpty())
         return true;
+    return rebind(from, QStringLiteral("user:") + d.userId);
+}
+
+bool Outbox::rebind(const QString &from, const QString &to) {
     bool any = false;
     for (const auto &[id, item] : items_)
         any = any || item.row.owner == from;
@@ -133,17 +136,7 @@ bool Outbox::carryCredential(const QString &rejected, const QString &replacement
     const QString from = credentialOf(rejected), to = credentialOf(replacement);
     if (!from.startsWith(u"token:") || to.isEmpty() || from == to)
         return true;
-    bool any = false;
-    for (const auto &[id, item] : items_)
-        any = any || item.row.owner == from;
-    if (!any)
-        return true;
-    if (!d.storage.rebindOutbox(from, to))
-        return false;
-    for (auto &[id, item] : items_)
-        if (item.row.owner == from)
-            item.row.owner = to;
-    return true;
+    return rebind(from, to);
 }
 
 bool Outbox::belongsToSession(const Item &item) const {

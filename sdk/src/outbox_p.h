@@ -119,6 +119,8 @@ Q_SIGNALS:
     void entriesReset();
 
 private:
+    // Drafts bound to credential `from` become bound to `to` (storage first).
+    bool rebind(const QString &from, const QString &to);
     void onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);
     void transmit(Item &item, const QString &prev);
     void retry(Item &item, const QString &lastError);
