@@ -794,19 +794,33 @@ TEST(HungGateway, a_gateway_frozen_inside_a_send_does_not_keep_the_conversation_
     auto on_a = login(gw_a.port(), w.users[0]);
     auto on_b = login(gw_b.port(), w.users[1]);
 
-    // A's send holds the conversation's row lock, then sits before COMMIT.
-    ASSERT_EQ(gw_a.http("POST", "/lab/fault", "store.before_commit=delay:5000:1").first, 200);
+    // A's send holds the conversation's row lock, then sits before COMMIT
+    // (20 s: the test must find it and stop A inside that window, on a
+    // loaded machine too).
+    ASSERT_EQ(gw_a.http("POST", "/lab/fault", "store.before_commit=delay:20000:1").first, 200);
     on_a->send_json({{"t", "send"}, {"rid", "a"}, {"conv", w.conv}, {"cmid", "cut"}, {"body", "cut off"}});
-    std::string backend;
+    // A's send transaction, told apart from any other backend that is idle
+    // in a transaction for a moment (a hello, gateway B's pool): it has
+    // written (the row lock gives it a transaction id) and holds the lock
+    // on the conversation's row.
+    std::string backend, idle_ms;
     ASSERT_TRUE(wait_until(
         [&] {
-            backend = pg.scalar("SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' "
-                                "AND application_name LIKE 'imserver-pool-%'");
-            return !backend.empty();
+            const std::string row = pg.scalar(
+                "SELECT a.pid || ' ' || (extract(epoch FROM now() - a.state_change) * 1000)::bigint "
+                "FROM pg_stat_activity a WHERE a.state = 'idle in transaction' AND a.backend_xid IS NOT NULL "
+                "AND a.application_name LIKE 'imserver-pool-%' AND EXISTS (SELECT 1 FROM pg_locks l "
+                "WHERE l.pid = a.pid AND l.relation = 'conversations'::regclass AND l.granted) LIMIT 1");
+            if (row.empty()) return false;
+            const auto space = row.find(' ');
+            backend = row.substr(0, space);
+            idle_ms = row.substr(space + 1);
+            return true;
         },
-        10s))
+        15s))
         << "gateway A's send never sat inside its transaction";
-    const auto idle_since = Clock::now(); // PostgreSQL's idle clock started a moment before
+    // PostgreSQL's idle clock started when A went idle, before the test saw it.
+    const auto idle_since = Clock::now() - std::chrono::milliseconds(std::stoll(idle_ms));
     // The gateway is cut off: it never sends COMMIT, nor closes its socket.
     struct Thaw {
         pid_t pid;
