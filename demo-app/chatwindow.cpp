@@ -82,13 +82,13 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     top->setStretchFactor(0, 0);
     top->setStretchFactor(1, 1);
     top->setStretchFactor(2, 0);
-    top->setSizes({250, 700, 430});
+    top->setSizes({250, 720, 410});
 
     auto *bottom = new QSplitter(Qt::Horizontal);
     bottom->setObjectName(QStringLiteral("bottomSplitter"));
     bottom->addWidget(outboxPanel_);
     bottom->addWidget(logPanel_);
-    bottom->setSizes({800, 580});
+    bottom->setSizes({880, 500});
 
     auto *main = new QSplitter(Qt::Vertical);
     main->setObjectName(QStringLiteral("mainSplitter"));

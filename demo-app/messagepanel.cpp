@@ -210,6 +210,12 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
         scheduleReadMarker();
     });
     connect(table_, &QAbstractItemModel::dataChanged, this, &MessagePanel::scheduleReadMarker);
+    // QHeaderView sizes ResizeToContents columns when columns or the view
+    // change, not when rows arrive: a conversation opened with no rows yet
+    // kept header-wide columns ("06...") until the window was resized.
+    connect(table_, &QAbstractItemModel::rowsInserted, this, &MessagePanel::scheduleFitColumns);
+    connect(table_, &QAbstractItemModel::modelReset, this, &MessagePanel::scheduleFitColumns);
+    connect(table_, &QAbstractItemModel::dataChanged, this, &MessagePanel::scheduleFitColumns);
     connect(view_->verticalScrollBar(), &QScrollBar::valueChanged, this, &MessagePanel::scheduleReadMarker);
 
     header_ = new QLabel(tr("No conversation selected"));
@@ -313,6 +319,18 @@ void MessagePanel::setConversation(const QString &conv) {
     }
     updateHeader();
     scheduleReadMarker();
+}
+
+void MessagePanel::scheduleFitColumns() {
+    if (fitPending_)
+        return;
+    fitPending_ = true;
+    QTimer::singleShot(0, this, [this] {
+        fitPending_ = false;
+        // Setting a section's (same) mode makes the header recompute its
+        // automatic sections (QHeaderView::setSectionResizeMode).
+        view_->horizontalHeader()->setSectionResizeMode(SeqColumn, QHeaderView::ResizeToContents);
+    });
 }
 
 void MessagePanel::setSendEnabled(bool enabled) {

@@ -57,6 +57,9 @@ private:
     void updateHistoryControls();
     void showMessageMenu(const QPoint &pos);
     void scheduleReadMarker();
+    /// Refits the ResizeToContents columns to the rows now shown (once per
+    /// event loop turn).
+    void scheduleFitColumns();
     void advanceReadMarker();
 
     im::Client *client_;
@@ -67,6 +70,7 @@ private:
     QHash<QString, qint64> readRequested_; ///< highest markRead sent per conv
     QSet<QString> recallCmids_;
     bool followTail_ = true;
+    bool fitPending_ = false;
 
     QTableView *view_;
     QLabel *header_;

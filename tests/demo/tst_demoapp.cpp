@@ -1065,6 +1065,7 @@ void TestDemoApp::silent_server_keeps_a_send_pending_until_the_keepalive_reconne
 void TestDemoApp::screenshot_of_the_main_window_is_saved() {
     ensureBen();
     QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben")); // also when run alone (demo_screenshot)
     clickConversation(ana_, QStringLiteral("ana-ben"));
     // Something in the outbox for the picture: the server answers UNAVAILABLE
     // (store.before_insert) until the fault is cleared.
@@ -1082,6 +1083,15 @@ void TestDemoApp::screenshot_of_the_main_window_is_saved() {
                                      QLatin1String("in ")),
                              kSettle);
     QCOMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
+    // The message view's columns fit what they show (also when this test
+    // runs alone, with few rows that arrived after the window was laid out).
+    auto *view = child<QTableView>(ana_, "messageView");
+    const int row = rowOf(ana_->messages(), body);
+    for (int c : {int(ChatWindow::TimeColumn), int(ChatWindow::SenderColumn), int(ChatWindow::StateColumn)}) {
+        const QString text = view->model()->index(row, c).data().toString();
+        QTRY_VERIFY2(view->columnWidth(c) > view->fontMetrics().horizontalAdvance(text),
+                     qPrintable(QStringLiteral("column %1 is %2 px for \"%3\"").arg(c).arg(view->columnWidth(c)).arg(text)));
+    }
 
     ana_->raise();
     const QImage shot = ana_->grab().toImage();
