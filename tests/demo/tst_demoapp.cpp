@@ -173,6 +173,7 @@ private slots:
     void log_pane_shows_the_sdks_im_sdk_lines();
     void send_window_of_one_keeps_a_single_request_in_flight();
     void reconnect_backoff_setting_shows_in_the_countdown();
+    void retry_backoff_setting_spaces_the_resends();
     void silent_server_keeps_a_send_pending_until_the_keepalive_reconnects();
     void screenshot_of_the_main_window_is_saved();
 
@@ -984,6 +985,47 @@ void TestDemoApp::reconnect_backoff_setting_shows_in_the_countdown() {
     QVERIFY2(ahead > 2000 && ahead <= 8000, qPrintable(QString::number(ahead)));
     QTRY_VERIFY(child<QLabel>(ana_, "connectionLabel")->text().contains(QStringLiteral("Reconnecting in ")));
     waitConnected(ana_);
+}
+
+// Retry backoff 8000..8000 ms (Client::setRetryBackoff): a send the server
+// answers UNAVAILABLE is resent 4-8 s later (the outbox's Next retry; with
+// the default 250 ms it would be at most 0.25 s ahead); once the fault is
+// cleared it goes, once.
+void TestDemoApp::retry_backoff_setting_spaces_the_resends() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    child<QSpinBox>(ana_, "retryMaxSpin")->setValue(8000);
+    child<QSpinBox>(ana_, "retryInitialSpin")->setValue(8000);
+    QVERIFY(child<QLabel>(ana_, "settingsApplied")->text().contains(QStringLiteral("retry 8000..8000 ms")));
+    armServerFault(ana_, QStringLiteral("store.before_insert"), QStringLiteral("unavailable"), 0);
+    QTRY_VERIFY_WITH_TIMEOUT(child<QLabel>(ana_, "faultAnswer")->text().startsWith(QStringLiteral("HTTP 200 armed")),
+                             10000);
+    const QString body = QStringLiteral("resent after the retry backoff");
+    typeAndSend(ana_, body);
+    im::OutboxModel *outbox = ana_->outbox();
+    QTRY_VERIFY_WITH_TIMEOUT(outbox->rowCount() == 1
+                                 && outbox->get(0, im::OutboxModel::LastErrorRole).toString()
+                                        == QLatin1String("UNAVAILABLE"),
+                             kSettle);
+    QCOMPARE(outbox->get(0, im::OutboxModel::AttemptsRole).toInt(), 1);
+    const QDateTime next = outbox->get(0, im::OutboxModel::NextRetryAtRole).toDateTime();
+    QVERIFY(next.isValid());
+    const qint64 ahead = QDateTime::currentDateTimeUtc().msecsTo(next);
+    QVERIFY2(ahead > 2000 && ahead <= 8000, qPrintable(QString::number(ahead)));
+    QTRY_VERIFY(child<QTableView>(ana_, "outboxView")
+                    ->model()
+                    ->index(0, ChatWindow::ONextRetry)
+                    .data()
+                    .toString()
+                    .startsWith(QStringLiteral("in ")));
+    QTest::mouseClick(child<QPushButton>(ana_, "clearFaultsButton"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(child<QLabel>(ana_, "faultAnswer")->text().startsWith(QStringLiteral("HTTP 200 cleared")),
+                             10000);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
 }
 
 // The silent server: through the local fault proxy, "Silence the server"
