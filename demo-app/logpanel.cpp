@@ -102,7 +102,8 @@ void LogPanel::clear() {
 }
 
 void LogPanel::setDebugEnabled(bool on) {
-    QLoggingCategory::setFilterRules(on ? QStringLiteral("im.sdk.*.debug=true") : QStringLiteral("im.sdk.*.debug=false"));
+    QLoggingCategory::setFilterRules(on ? QStringLiteral("im.sdk.*.debug=true")
+                                        : QStringLiteral("im.sdk.*.debug=false"));
     if (debug_->isChecked() != on)
         debug_->setChecked(on);
 }

@@ -292,7 +292,8 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
             emit statusMessage(tr("Select a Failed or Expired message first"), 5000);
             return;
         }
-        emit actionDone(discardMessage(client_, table_->sourceIndex(cur.row()).data(MessageListModel::CmidRole).toString()));
+        const QString cmid = table_->sourceIndex(cur.row()).data(MessageListModel::CmidRole).toString();
+        emit actionDone(discardMessage(client_, cmid));
     });
     sendRow->addWidget(discardButton_);
 

@@ -1132,7 +1132,10 @@ void TestDemoApp::screenshot_of_the_main_window_is_saved() {
     for (int c : {int(ChatWindow::TimeColumn), int(ChatWindow::SenderColumn), int(ChatWindow::StateColumn)}) {
         const QString text = view->model()->index(row, c).data().toString();
         QTRY_VERIFY2(view->columnWidth(c) > view->fontMetrics().horizontalAdvance(text),
-                     qPrintable(QStringLiteral("column %1 is %2 px for \"%3\"").arg(c).arg(view->columnWidth(c)).arg(text)));
+                     qPrintable(QStringLiteral("column %1 is %2 px for \"%3\"")
+                                    .arg(c)
+                                    .arg(view->columnWidth(c))
+                                    .arg(text)));
     }
 
     ana_->raise();
