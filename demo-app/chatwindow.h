@@ -1,15 +1,16 @@
 // One chat window: one im::Client, one SQLite file, one signed-in device.
-// Panels: conversations (unread counts), the message view (state, sender,
-// time, seq, dup per message) with the send box, the connection indicator,
-// the fault panel, and the outbox panel.
+// It assembles the panels (one class each): conversations (left), messages
+// (middle), connection, faults and client settings (right), outbox and the
+// SDK log (bottom); it owns the client, its models and the selected
+// conversation, and shows the panels' messages in its status bar.
 #pragma once
 
+#include "messagepanel.h"
+#include "outboxpanel.h"
 #include "signindialog.h"
 
 #include <im/types.h>
 
-#include <QtCore/QHash>
-#include <QtCore/QSet>
 #include <QtWidgets/QMainWindow>
 
 namespace im {
@@ -22,24 +23,39 @@ class Faults;
 }
 } // namespace im
 
-class FaultClient;
-class QComboBox;
+class ConnectionPanel;
+class ConversationPanel;
+class FaultPanel;
+class LogPanel;
 class QLabel;
-class QLineEdit;
-class QMenu;
-class QPushButton;
-class QSpinBox;
-class QTableView;
 class QTimer;
-class RoleTableModel;
+class SettingsPanel;
 
 class ChatWindow : public QMainWindow {
     Q_OBJECT
 public:
-    /// Columns of the message view.
-    enum MessageColumn { SeqColumn, TimeColumn, SenderColumn, BodyColumn, StateColumn, DupColumn, CmidColumn };
-    /// Columns of the outbox panel.
-    enum OutboxColumn { OCmid, OKind, OConv, OWhat, OAttempts, OLastError, ONextRetry, OInFlight, OPrev };
+    /// Columns of the message view (MessagePanel::Column).
+    enum MessageColumn {
+        SeqColumn = MessagePanel::SeqColumn,
+        TimeColumn = MessagePanel::TimeColumn,
+        SenderColumn = MessagePanel::SenderColumn,
+        BodyColumn = MessagePanel::BodyColumn,
+        StateColumn = MessagePanel::StateColumn,
+        DupColumn = MessagePanel::DupColumn,
+        CmidColumn = MessagePanel::CmidColumn
+    };
+    /// Columns of the outbox panel (OutboxPanel::Column).
+    enum OutboxColumn {
+        OCmid = OutboxPanel::OCmid,
+        OKind = OutboxPanel::OKind,
+        OConv = OutboxPanel::OConv,
+        OWhat = OutboxPanel::OWhat,
+        OAttempts = OutboxPanel::OAttempts,
+        OLastError = OutboxPanel::OLastError,
+        ONextRetry = OutboxPanel::ONextRetry,
+        OInFlight = OutboxPanel::OInFlight,
+        OPrev = OutboxPanel::OPrev
+    };
 
     /// Opens the session's database and connects. A failed open shows the
     /// reason in the window (and disables sending).
@@ -66,82 +82,38 @@ public:
     /// What the last cancel / discard did ("Cancelled ...", "Not cancelled: ...").
     QString lastActionText() const { return lastActionText_; }
 
+    FaultPanel *faultPanel() const { return faultPanel_; }
+    SettingsPanel *settingsPanel() const { return settingsPanel_; }
+    LogPanel *logPanel() const { return logPanel_; }
+
 Q_SIGNALS:
     /// File > Open another window.
     void openAnotherRequested();
 
 private:
-    QWidget *buildConversationPanel();
-    QWidget *buildMessagePanel();
-    QWidget *buildConnectionPanel();
-    QWidget *buildFaultPanel();
-    QWidget *buildOutboxPanel();
     void buildMenus();
-
-    void sendTyped();
-    void cancelOutboxEntry(const QString &cmid);
-    void discardMessage(const QString &cmid);
-    void loadOlder();
-    void fillSelectedGap();
-    void updateHistoryControls();
-    void showMessageMenu(const QPoint &pos);
-    void updateConnection();
-    void updateIdentity();
-    /// "Token expires in N s" (obligation 14): from Client::tokenExpiresAt.
-    void updateTokenExpiry();
-    void updateConversationHeader();
-    void updateOutboxDepth();
     void reselectConversation();
-    void scheduleReadMarker();
-    void advanceReadMarker();
-    void armServerFault(bool off);
-    QUrl labServer() const;
+    void updateConnection();
+    void updateTitle();
+    void showStatus(const QString &text, int timeoutMs);
+    void recordAction(const QString &text);
 
     Session session_;
     im::Client *client_;
     im::ConversationListModel *convs_;
     im::MessageListModel *msgs_;
     im::OutboxModel *outbox_;
-    RoleTableModel *convTable_;
-    RoleTableModel *msgTable_;
-    RoleTableModel *outboxTable_;
     im::testing::Faults *clientFaults_;
-    FaultClient *faults_;
     QString currentConv_;
-    QHash<QString, qint64> readRequested_; ///< highest markRead sent per conv
-    QSet<QString> recallCmids_;
-    bool followTail_ = true;
     QString lastActionText_;
 
-    QTableView *convView_;
-    QTableView *messageView_;
-    QTableView *outboxView_;
-    QLabel *convHeader_;
-    QLineEdit *sendEdit_;
-    QPushButton *sendButton_;
-    QPushButton *discardButton_;
-    QPushButton *loadOlderButton_;
-    QPushButton *fillGapButton_;
-    QSpinBox *windowRowsSpin_;
-    QSpinBox *historyWindowSpin_;
-    QSpinBox *backlogLimitSpin_;
-    QLabel *historyLabel_;
-    QLabel *connLabel_;
-    QLabel *identityLabel_;
-    QLabel *errorLabel_;
-    QLabel *tokenExpiryLabel_;
-    QLabel *credentialsLabel_;
-    QLineEdit *newTokenEdit_;
-    QWidget *staleBox_;
-    QLabel *outboxDepth_;
-    QPushButton *offlineButton_;
-    QSpinBox *timeoutSpin_;
-    QComboBox *faultPoint_;
-    QComboBox *faultAction_;
-    QSpinBox *faultCount_;
-    QLabel *faultAnswer_;
-    QLabel *labUrlLabel_;
+    ConversationPanel *convPanel_;
+    MessagePanel *messagePanel_;
+    ConnectionPanel *connPanel_;
+    FaultPanel *faultPanel_;
+    SettingsPanel *settingsPanel_;
+    OutboxPanel *outboxPanel_;
+    LogPanel *logPanel_;
     QLabel *statusConn_;
     QTimer *tick_;
-    QTimer *readTimer_;
 };

@@ -37,7 +37,8 @@ int main(int argc, char **argv) {
                                      QStringLiteral("Directory of the per-user databases (default: the app data dir)."),
                                      QStringLiteral("DIR"));
     const QCommandLineOption caFile(QStringLiteral("ca-file"),
-                                    QStringLiteral("wss://: trust this PEM CA besides the system store."),
+                                    QStringLiteral("wss://: trust only the CA(s) in this PEM file, instead of the "
+                                                   "system store (a pin still works beside it)."),
                                     QStringLiteral("PEM"));
     const QCommandLineOption pin(QStringLiteral("pin-sha256"),
                                  QStringLiteral("wss://: accept only the server certificate with this SHA-256 "

@@ -105,7 +105,7 @@ SignInDialog::SignInDialog(const TokenFile &tokens, const QList<QUrl> &servers, 
     auto *caRow = new QHBoxLayout;
     caEdit_ = new QLineEdit;
     caEdit_->setObjectName(QStringLiteral("caFileEdit"));
-    caEdit_->setPlaceholderText(tr("wss:// only: PEM CA to trust besides the system store"));
+    caEdit_->setPlaceholderText(tr("wss:// only: PEM CA to trust instead of the system store"));
     auto *caBrowse = new QPushButton(tr("Load..."));
     caRow->addWidget(caEdit_, 1);
     caRow->addWidget(caBrowse);

@@ -20,8 +20,8 @@ struct Session {
     QString user;   ///< from the token file; empty for a pasted token
     QString device; ///< from the token file; empty for a pasted token
     QString dbPath; ///< empty: the window manager picks a per-user file
-    /// wss:// trust (im::Client::setTrustedCaFile): a PEM CA file trusted
-    /// beside the system store; empty: the system store only.
+    /// wss:// trust (im::Client::setTrustedCaFile): a PEM CA file whose CAs
+    /// are trusted INSTEAD of the system store; empty: the system store.
     QString caFile;
     /// wss:// pin (im::Client::setPinnedCertificateSha256); empty: no pin.
     QString pinSha256;

@@ -15,7 +15,7 @@ struct AppOptions {
     QList<QUrl> servers; ///< --server (repeatable); else the token file's server
     TokenFile tokens;    ///< --token-file (may be empty)
     QString dataDir;     ///< where per-user databases go (--data-dir; default the app data dir)
-    QString caFile;      ///< --ca-file: wss:// CA trusted besides the system store
+    QString caFile;      ///< --ca-file: wss:// CA trusted instead of the system store
     QString pinSha256;   ///< --pin-sha256: wss:// server certificate pin
 };
 

@@ -7,6 +7,10 @@
 
 #include "chatwindow.h"
 #include "faultclient.h"
+#include "faultpanel.h"
+#include "faultproxy.h"
+#include "logpanel.h"
+#include "settingspanel.h"
 #include "signindialog.h"
 #include "windowmanager.h"
 
@@ -20,12 +24,14 @@
 #include <QtNetwork/QTcpServer>
 #include <QtNetwork/QTcpSocket>
 #include <QtWidgets/QApplication>
+#include <QtWidgets/QCheckBox>
 #include <QtWidgets/QComboBox>
 #include <QtWidgets/QDialogButtonBox>
 #include <QtWidgets/QLabel>
 #include <QtWidgets/QLineEdit>
 #include <QtWidgets/QListWidget>
 #include <QtWidgets/QMenu>
+#include <QtWidgets/QPlainTextEdit>
 #include <QtWidgets/QPushButton>
 #include <QtWidgets/QSpinBox>
 #include <QtWidgets/QStatusBar>
@@ -164,6 +170,11 @@ private slots:
     void discard_removes_a_failed_message_from_the_view_and_the_store();
     void history_view_shows_a_gap_fills_it_and_loads_older();
     void token_panel_shows_the_expiry_and_recovers_from_a_rejected_token();
+    void log_pane_shows_the_sdks_im_sdk_lines();
+    void send_window_of_one_keeps_a_single_request_in_flight();
+    void reconnect_backoff_setting_shows_in_the_countdown();
+    void retry_backoff_setting_spaces_the_resends();
+    void silent_server_keeps_a_send_pending_until_the_keepalive_reconnects();
     void screenshot_of_the_main_window_is_saved();
 
 private:
@@ -218,6 +229,9 @@ void TestDemoApp::init() {
     QVERIFY(ana_);
     if (ana_->clientFaults()->isOffline())
         ana_->clientFaults()->setOffline(false);
+    // QA controls back to the SDK's defaults, straight to the server.
+    ana_->settingsPanel()->restoreDefaults();
+    ana_->faultPanel()->setRouted(false);
     clearServerFaults();
     waitConnected(ana_);
     QTRY_COMPARE_WITH_TIMEOUT(ana_->client()->pendingCount(), 0, kSettle);
@@ -876,9 +890,224 @@ void TestDemoApp::token_panel_shows_the_expiry_and_recovers_from_a_rejected_toke
     QTRY_VERIFY(expiry->text().contains(QStringLiteral("unknown")));
 }
 
+// The log pane shows the SDK's im.sdk.* lines as they are written: a
+// dropped socket and the reconnect are logged by im.sdk.connection at info
+// level; "Debug messages" adds the debug lines (the hello).
+void TestDemoApp::log_pane_shows_the_sdks_im_sdk_lines() {
+    waitConnected(ana_);
+    auto *log = child<QPlainTextEdit>(ana_, "logView");
+    QTest::mouseClick(child<QPushButton>(ana_, "clearLogButton"), Qt::LeftButton);
+    QCOMPARE(log->toPlainText(), QString());
+    QCOMPARE(ana_->logPanel()->lineCount(), 0);
+    QTest::mouseClick(child<QPushButton>(ana_, "closeSocketButton"), Qt::LeftButton);
+    waitConnected(ana_);
+    QTRY_VERIFY2(log->toPlainText().contains(QStringLiteral("info im.sdk.connection connection closed")),
+                 qPrintable(log->toPlainText()));
+    QTRY_VERIFY2(log->toPlainText().contains(QStringLiteral("info im.sdk.connection welcome: user ana")),
+                 qPrintable(log->toPlainText()));
+    QVERIFY(!log->toPlainText().contains(QStringLiteral(" debug im.sdk.")));
+    // Only im.sdk.* reaches the pane.
+    qInfo("not an SDK line: tst_demoapp says hello");
+    QVERIFY(!log->toPlainText().contains(QStringLiteral("tst_demoapp says hello")));
+
+    auto *debug = child<QCheckBox>(ana_, "logDebugCheck");
+    debug->click();
+    QVERIFY(debug->isChecked());
+    QTest::mouseClick(child<QPushButton>(ana_, "closeSocketButton"), Qt::LeftButton);
+    waitConnected(ana_);
+    QTRY_VERIFY2(log->toPlainText().contains(QStringLiteral("debug im.sdk.connection socket open to")),
+                 qPrintable(log->toPlainText()));
+    debug->click();
+    QVERIFY(!debug->isChecked());
+    QVERIFY(ana_->logPanel()->lineCount() >= 3);
+}
+
+// Send window 1 (Client::setSendWindow through the settings panel): while
+// the server holds the first message 3 s, the second waits in the outbox,
+// not on the wire (the default window puts both in flight, as in
+// outbox_panel_shows_what_a_pipelined_message_waits_behind).
+void TestDemoApp::send_window_of_one_keeps_a_single_request_in_flight() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    auto *window = child<QSpinBox>(ana_, "sendWindowSpin");
+    QCOMPARE(window->value(), SettingsPanel::DefaultSendWindow);
+    window->setValue(1);
+    QVERIFY(child<QLabel>(ana_, "settingsApplied")->text().contains(QStringLiteral("send window 1,")));
+    armServerFault(ana_, QStringLiteral("store.before_insert"), QStringLiteral("delay:3000"), 1);
+    QTRY_VERIFY_WITH_TIMEOUT(child<QLabel>(ana_, "faultAnswer")->text().startsWith(QStringLiteral("HTTP 200 armed")),
+                             10000);
+    const QString first = QStringLiteral("window of one: first"), second = QStringLiteral("window of one: second");
+    typeAndSend(ana_, first);
+    auto *outbox = child<QTableView>(ana_, "outboxView");
+    QTRY_COMPARE(outbox->model()->index(0, ChatWindow::OInFlight).data().toString(), QStringLiteral("yes"));
+    typeAndSend(ana_, second);
+    QTRY_COMPARE(outbox->model()->rowCount(), 2);
+    // Watch until both arrived at ben: never two in flight at once.
+    int mostInFlight = 0;
+    const bool done = QTest::qWaitFor(
+        [&] {
+            int n = 0;
+            for (int r = 0; r < outbox->model()->rowCount(); ++r)
+                if (outbox->model()->index(r, ChatWindow::OInFlight).data().toString() == QLatin1String("yes"))
+                    ++n;
+            mostInFlight = qMax(mostInFlight, n);
+            return stateOf(ben_->messages(), first) == MessageState::Sent
+                   && stateOf(ben_->messages(), second) == MessageState::Sent;
+        },
+        kSettle);
+    QVERIFY(done);
+    QCOMPARE(mostInFlight, 1);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), second), MessageState::Sent, kSettle);
+    const auto seqOf = [&](const QString &body) {
+        return ben_->messages()->get(rowOf(ben_->messages(), body), MessageListModel::SeqRole).toLongLong();
+    };
+    QCOMPARE(seqOf(second), seqOf(first) + 1);
+    QTest::mouseClick(child<QPushButton>(ana_, "settingsDefaultsButton"), Qt::LeftButton);
+    QCOMPARE(window->value(), SettingsPanel::DefaultSendWindow);
+}
+
+// Reconnect backoff 8000..8000 ms (Client::setReconnectBackoff): after a
+// dropped socket the next attempt is scheduled 4-8 s ahead (jitter [d/2, d];
+// with the default 500 ms it would be at most 0.5 s), the panel counts down
+// to it, and the client reconnects then.
+void TestDemoApp::reconnect_backoff_setting_shows_in_the_countdown() {
+    waitConnected(ana_);
+    child<QSpinBox>(ana_, "reconnectMaxSpin")->setValue(8000);
+    child<QSpinBox>(ana_, "reconnectInitialSpin")->setValue(8000);
+    QVERIFY(child<QLabel>(ana_, "settingsApplied")->text().contains(QStringLiteral("reconnect 8000..8000 ms")));
+    QTest::mouseClick(child<QPushButton>(ana_, "closeSocketButton"), Qt::LeftButton);
+    QTRY_COMPARE(ana_->client()->connectionState(), im::ConnectionState::Reconnecting);
+    const QDateTime at = ana_->client()->nextReconnectAt();
+    QVERIFY(at.isValid());
+    const qint64 ahead = QDateTime::currentDateTimeUtc().msecsTo(at);
+    QVERIFY2(ahead > 2000 && ahead <= 8000, qPrintable(QString::number(ahead)));
+    QTRY_VERIFY(child<QLabel>(ana_, "connectionLabel")->text().contains(QStringLiteral("Reconnecting in ")));
+    waitConnected(ana_);
+}
+
+// Retry backoff 8000..8000 ms (Client::setRetryBackoff): a send the server
+// answers UNAVAILABLE is resent 4-8 s later (the outbox's Next retry; with
+// the default 250 ms it would be at most 0.25 s ahead); once the fault is
+// cleared it goes, once.
+void TestDemoApp::retry_backoff_setting_spaces_the_resends() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    child<QSpinBox>(ana_, "retryMaxSpin")->setValue(8000);
+    child<QSpinBox>(ana_, "retryInitialSpin")->setValue(8000);
+    QVERIFY(child<QLabel>(ana_, "settingsApplied")->text().contains(QStringLiteral("retry 8000..8000 ms")));
+    armServerFault(ana_, QStringLiteral("store.before_insert"), QStringLiteral("unavailable"), 0);
+    QTRY_VERIFY_WITH_TIMEOUT(child<QLabel>(ana_, "faultAnswer")->text().startsWith(QStringLiteral("HTTP 200 armed")),
+                             10000);
+    const QString body = QStringLiteral("resent after the retry backoff");
+    typeAndSend(ana_, body);
+    im::OutboxModel *outbox = ana_->outbox();
+    QTRY_VERIFY_WITH_TIMEOUT(outbox->rowCount() == 1
+                                 && outbox->get(0, im::OutboxModel::LastErrorRole).toString()
+                                        == QLatin1String("UNAVAILABLE"),
+                             kSettle);
+    QCOMPARE(outbox->get(0, im::OutboxModel::AttemptsRole).toInt(), 1);
+    const QDateTime next = outbox->get(0, im::OutboxModel::NextRetryAtRole).toDateTime();
+    QVERIFY(next.isValid());
+    const qint64 ahead = QDateTime::currentDateTimeUtc().msecsTo(next);
+    QVERIFY2(ahead > 2000 && ahead <= 8000, qPrintable(QString::number(ahead)));
+    QTRY_VERIFY(child<QTableView>(ana_, "outboxView")
+                    ->model()
+                    ->index(0, ChatWindow::ONextRetry)
+                    .data()
+                    .toString()
+                    .startsWith(QStringLiteral("in ")));
+    QTest::mouseClick(child<QPushButton>(ana_, "clearFaultsButton"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(child<QLabel>(ana_, "faultAnswer")->text().startsWith(QStringLiteral("HTTP 200 cleared")),
+                             10000);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+}
+
+// The silent server: through the local fault proxy, "Silence the server"
+// keeps ana's connection open while nothing comes back (no reply, no push,
+// no pong). A message sent then stays Pending and never reaches ben while
+// that connection lasts; with keepalive 300 ms / 2000 ms the SDK drops it
+// ("nothing heard for 2000 ms" in the log pane), reconnects through the
+// proxy on a new connection, and the message goes once.
+void TestDemoApp::silent_server_keeps_a_send_pending_until_the_keepalive_reconnects() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    child<QSpinBox>(ana_, "silenceTimeoutSpin")->setValue(2000);
+    child<QSpinBox>(ana_, "pingIntervalSpin")->setValue(300);
+    QVERIFY(child<QLabel>(ana_, "settingsApplied")->text().contains(QStringLiteral("ping 300 ms, silence 2000 ms")));
+
+    auto *silence = child<QPushButton>(ana_, "silenceServerButton");
+    QVERIFY(!silence->isEnabled());
+    child<QCheckBox>(ana_, "routeProxyCheck")->click();
+    QVERIFY(ana_->faultPanel()->isRouted());
+    QVERIFY(silence->isEnabled());
+    FaultProxy *proxy = ana_->faultPanel()->proxies().value(0);
+    QVERIFY(proxy);
+    QCOMPARE(proxy->upstream(), server_->url);
+    QTRY_VERIFY_WITH_TIMEOUT(ana_->client()->connectionState() == im::ConnectionState::Connected
+                                 && ana_->client()->currentServer() == proxy->proxiedUrl(),
+                             kSettle);
+    QCOMPARE(proxy->openConnections(), 1);
+    // The lab endpoint is still the real server's, not the proxy's.
+    QVERIFY(child<QLabel>(ana_, "labUrlLabel")->text().contains(FaultClient::labUrl(server_->url).toString()));
+    const QString through = QStringLiteral("through the proxy");
+    typeAndSend(ana_, through);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), through), MessageState::Sent, kSettle);
+
+    QTest::mouseClick(child<QPushButton>(ana_, "clearLogButton"), Qt::LeftButton);
+    const int accepted = proxy->acceptedConnections();
+    QTest::mouseClick(silence, Qt::LeftButton);
+    QCOMPARE(proxy->silencedConnections(), 1);
+    QVERIFY(child<QLabel>(ana_, "proxyLabel")->text().contains(QStringLiteral("1 silenced")));
+    const QString body = QStringLiteral("sent to a silent server");
+    typeAndSend(ana_, body);
+    // While the silenced connection lasts: Pending, nothing at ben.
+    bool leaked = false;
+    const bool dropped = QTest::qWaitFor(
+        [&] {
+            if (ana_->client()->connectionState() != im::ConnectionState::Connected)
+                return true;
+            leaked = leaked || stateOf(ana_->messages(), body) == MessageState::Sent
+                     || !rowsWithBody(ben_->messages(), body).isEmpty();
+            return false;
+        },
+        15000); // the keepalive is set to 2 s; the default 25 s would not fire in time
+    QVERIFY2(!leaked, qPrintable(QStringLiteral("went through the silent connection: %1 (ben: %2 row(s))")
+                                     .arg(dump(ana_->messages(), body))
+                                     .arg(rowsWithBody(ben_->messages(), body).size())));
+    QVERIFY2(dropped, "the keepalive never dropped the silent connection");
+    QTRY_VERIFY2(ana_->logPanel()->text().contains(QStringLiteral("im.sdk.connection nothing heard for 2000 ms")),
+                 qPrintable(ana_->logPanel()->text()));
+
+    // A new connection through the proxy (not silenced): the message goes, once.
+    waitConnected(ana_);
+    QVERIFY(proxy->acceptedConnections() > accepted);
+    QCOMPARE(ana_->client()->currentServer(), proxy->proxiedUrl());
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+    QTRY_COMPARE(proxy->silencedConnections(), 0); // the client closed the silent one
+
+    // Back to the server itself.
+    child<QCheckBox>(ana_, "routeProxyCheck")->click();
+    QVERIFY(!ana_->faultPanel()->isRouted());
+    QTRY_VERIFY_WITH_TIMEOUT(ana_->client()->connectionState() == im::ConnectionState::Connected
+                                 && ana_->client()->currentServer() == server_->url,
+                             kSettle);
+}
+
 void TestDemoApp::screenshot_of_the_main_window_is_saved() {
     ensureBen();
     QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben")); // also when run alone (demo_screenshot)
     clickConversation(ana_, QStringLiteral("ana-ben"));
     // Something in the outbox for the picture: the server answers UNAVAILABLE
     // (store.before_insert) until the fault is cleared.
@@ -896,6 +1125,18 @@ void TestDemoApp::screenshot_of_the_main_window_is_saved() {
                                      QLatin1String("in ")),
                              kSettle);
     QCOMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
+    // The message view's columns fit what they show (also when this test
+    // runs alone, with few rows that arrived after the window was laid out).
+    auto *view = child<QTableView>(ana_, "messageView");
+    const int row = rowOf(ana_->messages(), body);
+    for (int c : {int(ChatWindow::TimeColumn), int(ChatWindow::SenderColumn), int(ChatWindow::StateColumn)}) {
+        const QString text = view->model()->index(row, c).data().toString();
+        QTRY_VERIFY2(view->columnWidth(c) > view->fontMetrics().horizontalAdvance(text),
+                     qPrintable(QStringLiteral("column %1 is %2 px for \"%3\"")
+                                    .arg(c)
+                                    .arg(view->columnWidth(c))
+                                    .arg(text)));
+    }
 
     ana_->raise();
     const QImage shot = ana_->grab().toImage();

@@ -4,7 +4,8 @@
 // CA (--ca-file) connects and sends; the sign-in dialog's pin field refuses a
 // malformed pin and connects with the right one; a window trusting another
 // CA shows TLS_ERROR, never connects (it retries with the backoff) and keeps
-// the message in its outbox.
+// the message in its outbox; a CA file replaces the system store (what the
+// connection panel says), not adds to it.
 #include "realserver.h"
 #include "throwawayca.h"
 
@@ -16,6 +17,8 @@
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 
+#include <QtNetwork/QSslCertificate>
+#include <QtNetwork/QSslConfiguration>
 #include <QtWidgets/QDialogButtonBox>
 #include <QtWidgets/QLabel>
 #include <QtWidgets/QLineEdit>
@@ -61,6 +64,7 @@ private slots:
     void sign_in_dialog_refuses_a_malformed_pin_and_connects_with_the_right_one();
     void window_trusting_another_ca_shows_tls_error_and_keeps_the_message_pending();
     void unreadable_ca_file_keeps_the_window_from_connecting();
+    void ca_file_replaces_the_system_store_as_the_panel_says();
 
 private:
     QUrl wssUrl() const;
@@ -144,7 +148,8 @@ void TestDemoTls::window_trusting_the_servers_ca_connects_over_wss_and_sends() {
     manager_ = std::make_unique<WindowManager>(options(caOne_));
     ChatWindow *w = manager_->openWindow(sessionOf(QStringLiteral("ana")));
     QVERIFY(QTest::qWaitForWindowExposed(w));
-    QCOMPARE(widget<QLabel>(w, "tlsLabel")->text(), QStringLiteral("TLS: wss:// with system store + CA one-ca.crt"));
+    QCOMPARE(widget<QLabel>(w, "tlsLabel")->text(),
+             QStringLiteral("TLS: wss:// with only CA one-ca.crt (instead of the system store)"));
     QTRY_COMPARE_WITH_TIMEOUT(w->client()->connectionState(), ConnectionState::Connected, kSettle);
     QTRY_VERIFY(widget<QLabel>(w, "statusConnection")->text().startsWith(QStringLiteral("Connected")));
     QCOMPARE(w->client()->servers().first().scheme(), QStringLiteral("wss"));
@@ -225,6 +230,41 @@ void TestDemoTls::unreadable_ca_file_keeps_the_window_from_connecting() {
     QVERIFY2(error.startsWith(QStringLiteral("TLS settings refused, not connecting")), qPrintable(error));
     QCOMPARE(w->client()->connectionState(), ConnectionState::Disconnected);
     QVERIFY(!w->client()->nextReconnectAt().isValid());
+}
+
+// The connection panel says a CA file is trusted INSTEAD of the system
+// store: that is what the SDK does (Client::setTrustedCaFile). The
+// process's default TLS configuration is what the SDK starts from (the
+// system store as Qt sees it): with the server's CA added there, a window
+// without a CA file connects, and a window whose CA file holds another CA
+// does not, although the "system store" would trust the server.
+void TestDemoTls::ca_file_replaces_the_system_store_as_the_panel_says() {
+    const QSslConfiguration saved = QSslConfiguration::defaultConfiguration();
+    const QList<QSslCertificate> one = QSslCertificate::fromPath(caOne_);
+    QCOMPARE(one.size(), 1);
+    QSslConfiguration withOne = saved;
+    withOne.addCaCertificates(one);
+    QSslConfiguration::setDefaultConfiguration(withOne);
+    struct Restore {
+        QSslConfiguration c;
+        ~Restore() { QSslConfiguration::setDefaultConfiguration(c); }
+    } restore{saved};
+
+    manager_ = std::make_unique<WindowManager>(options());
+    ChatWindow *system = manager_->openWindow(sessionOf(QStringLiteral("ana")));
+    QVERIFY(QTest::qWaitForWindowExposed(system));
+    QCOMPARE(widget<QLabel>(system, "tlsLabel")->text(), QStringLiteral("TLS: wss:// with system trust store"));
+    QTRY_COMPARE_WITH_TIMEOUT(system->client()->connectionState(), ConnectionState::Connected, kSettle);
+
+    Session s = sessionOf(QStringLiteral("ben"));
+    s.caFile = caOther_;
+    ChatWindow *only = manager_->openWindow(s);
+    QVERIFY(QTest::qWaitForWindowExposed(only));
+    const QString label = widget<QLabel>(only, "tlsLabel")->text();
+    QVERIFY2(label.contains(QStringLiteral("only CA other-ca.crt (instead of the system store)")), qPrintable(label));
+    QTRY_VERIFY_WITH_TIMEOUT(widget<QLabel>(only, "errorLabel")->text().contains(QStringLiteral("TLS_ERROR")),
+                             kSettle);
+    QVERIFY(only->client()->connectionState() != ConnectionState::Connected);
 }
 
 QTEST_MAIN(TestDemoTls)

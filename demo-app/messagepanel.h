@@ -1,0 +1,87 @@
+// The message view of a chat window: the selected conversation newest first
+// (state, sender, time, seq, dup, cmid per row), its markers, the history
+// window controls, the send box, and the per-message actions (recall,
+// cancel, discard). It advances the read marker as rows come into view.
+#pragma once
+
+#include <im/types.h>
+
+#include <QtCore/QHash>
+#include <QtCore/QSet>
+#include <QtWidgets/QGroupBox>
+
+namespace im {
+class Client;
+class ConversationListModel;
+class MessageListModel;
+} // namespace im
+
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QSpinBox;
+class QTableView;
+class QTimer;
+class RoleTableModel;
+
+class MessagePanel : public QGroupBox {
+    Q_OBJECT
+public:
+    /// Columns of the message view.
+    enum Column { SeqColumn, TimeColumn, SenderColumn, BodyColumn, StateColumn, DupColumn, CmidColumn };
+
+    MessagePanel(im::Client *client, im::MessageListModel *msgs, im::ConversationListModel *convs,
+                 QWidget *parent = nullptr);
+
+    /// Shows `conv` (the model loads it) and schedules a read marker.
+    void setConversation(const QString &conv);
+    QString conversation() const { return conv_; }
+    /// The header line: markers of the shown conversation.
+    void updateHeader();
+    /// Disables the send box (the database did not open).
+    void setSendEnabled(bool enabled);
+
+    /// "Pending", "Sent", "Failed: NOT_MEMBER", "Expired: ORIGINAL_EXPIRED", "Recalled".
+    static QString stateText(im::MessageState state, const QString &errorCode);
+
+Q_SIGNALS:
+    /// For the window's status bar.
+    void statusMessage(const QString &text, int timeoutMs);
+    /// What a cancel / discard did (panelutil.h's texts).
+    void actionDone(const QString &text);
+
+private:
+    void sendTyped();
+    void loadOlder();
+    void fillSelectedGap();
+    void updateHistoryControls();
+    void showMessageMenu(const QPoint &pos);
+    void scheduleReadMarker();
+    /// Refits the ResizeToContents columns to the rows now shown (once per
+    /// event loop turn).
+    void scheduleFitColumns();
+    void advanceReadMarker();
+
+    im::Client *client_;
+    im::MessageListModel *msgs_;
+    im::ConversationListModel *convs_;
+    RoleTableModel *table_;
+    QString conv_;
+    QHash<QString, qint64> readRequested_; ///< highest markRead sent per conv
+    QSet<QString> recallCmids_;
+    bool followTail_ = true;
+    bool fitPending_ = false;
+
+    QTableView *view_;
+    QLabel *header_;
+    QLineEdit *sendEdit_;
+    QPushButton *sendButton_;
+    QPushButton *discardButton_;
+    QPushButton *loadOlderButton_;
+    QPushButton *fillGapButton_;
+    QSpinBox *windowRowsSpin_;
+    QSpinBox *historyWindowSpin_;
+    QSpinBox *backlogLimitSpin_;
+    QLabel *historyLabel_;
+    QTimer *readTimer_;
+};

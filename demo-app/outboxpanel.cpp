@@ -1,0 +1,145 @@
+#include "outboxpanel.h"
+
+#include "panelutil.h"
+#include "roletablemodel.h"
+
+#include <im/client.h>
+#include <im/outboxmodel.h>
+
+#include <QtCore/QDateTime>
+#include <QtGui/QAction>
+#include <QtGui/QColor>
+#include <QtGui/QFont>
+#include <QtWidgets/QHBoxLayout>
+#include <QtWidgets/QHeaderView>
+#include <QtWidgets/QLabel>
+#include <QtWidgets/QMenu>
+#include <QtWidgets/QPushButton>
+#include <QtWidgets/QTableView>
+#include <QtWidgets/QVBoxLayout>
+
+using im::OutboxModel;
+
+OutboxPanel::OutboxPanel(im::Client *client, OutboxModel *outbox, QWidget *parent)
+    : QGroupBox(tr("Outbox (durable, resent with the same cmid)"), parent), client_(client), outbox_(outbox) {
+    setObjectName(QStringLiteral("outboxPanel"));
+    auto role = [](int r) {
+        return [r](const QModelIndex &s, int role) -> QVariant {
+            return role == Qt::DisplayRole ? s.data(r) : QVariant();
+        };
+    };
+    table_ = new RoleTableModel(
+        outbox_,
+        {{tr("cmid"),
+          [](const QModelIndex &s, int role) -> QVariant {
+              if (role == Qt::DisplayRole || role == Qt::ToolTipRole)
+                  return s.data(OutboxModel::CmidRole);
+              if (role == Qt::FontRole) {
+                  QFont f(QStringLiteral("monospace"));
+                  f.setStyleHint(QFont::Monospace);
+                  return f;
+              }
+              return {};
+          }},
+         {tr("Kind"), role(OutboxModel::KindRole)},
+         {tr("Conv"), role(OutboxModel::ConvRole)},
+         {tr("Body / target"),
+          [](const QModelIndex &s, int role) -> QVariant {
+              if (role != Qt::DisplayRole)
+                  return {};
+              if (s.data(OutboxModel::KindRole).toString() == QLatin1String("recall"))
+                  return QStringLiteral("recall seq %1").arg(s.data(OutboxModel::TargetRole).toLongLong());
+              return s.data(OutboxModel::BodyRole);
+          }},
+         {tr("Attempts"), role(OutboxModel::AttemptsRole)},
+         {tr("Last error"),
+          [](const QModelIndex &s, int role) -> QVariant {
+              const QString e = s.data(OutboxModel::LastErrorRole).toString();
+              if (role == Qt::DisplayRole)
+                  return e.isEmpty() ? QStringLiteral("-") : e;
+              if (role == Qt::ForegroundRole && !e.isEmpty())
+                  return QColor(0xb0, 0x00, 0x00);
+              return {};
+          }},
+         {tr("Next retry"),
+          [](const QModelIndex &s, int role) -> QVariant {
+              const QDateTime t = s.data(OutboxModel::NextRetryAtRole).toDateTime();
+              if (role == Qt::DisplayRole)
+                  return relativeTime(t);
+              if (role == Qt::ToolTipRole && t.isValid())
+                  return t.toLocalTime().toString(Qt::ISODateWithMs);
+              return {};
+          }},
+         {tr("In flight"),
+          [](const QModelIndex &s, int role) -> QVariant {
+              return role == Qt::DisplayRole
+                         ? (s.data(OutboxModel::InFlightRole).toBool() ? QStringLiteral("yes") : QStringLiteral("no"))
+                         : QVariant();
+          }},
+         // The pipelining order: the unanswered message this one was sent
+         // behind (its `prev`), which the server must commit first.
+         {tr("After (prev)"),
+          [](const QModelIndex &s, int role) -> QVariant {
+              const QString prev = s.data(OutboxModel::PrevRole).toString();
+              if (role == Qt::DisplayRole)
+                  return prev.isEmpty() ? QStringLiteral("-") : prev.left(8);
+              if (role == Qt::ToolTipRole)
+                  return prev.isEmpty() ? tr("sent behind nothing unanswered")
+                                        : tr("sent behind %1: appended only once that one is committed").arg(prev);
+              return {};
+          }}},
+        this);
+    view_ = makeTable(QStringLiteral("outboxView"));
+    view_->setModel(table_);
+    for (int c = 0; c < table_->columnCount(); ++c)
+        view_->horizontalHeader()->setSectionResizeMode(c, c == OWhat ? QHeaderView::Stretch
+                                                                            : QHeaderView::ResizeToContents);
+    view_->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(view_, &QWidget::customContextMenuRequested, this, [this](const QPoint &pos) {
+        const QModelIndex idx = view_->indexAt(pos);
+        if (!idx.isValid())
+            return;
+        const QString cmid = outbox_->get(idx.row(), OutboxModel::CmidRole).toString();
+        QMenu menu(this);
+        menu.setObjectName(QStringLiteral("outboxMenu"));
+        QAction *cancel = menu.addAction(tr("Cancel (not sent yet)"));
+        cancel->setObjectName(QStringLiteral("cancelOutboxAction"));
+        cancel->setEnabled(outbox_->get(idx.row(), OutboxModel::AttemptsRole).toInt() == 0);
+        connect(cancel, &QAction::triggered, this, [this, cmid] { emit actionDone(cancelOutboxEntry(client_, cmid)); });
+        menu.exec(view_->viewport()->mapToGlobal(pos));
+    });
+    depth_ = new QLabel;
+    depth_->setObjectName(QStringLiteral("outboxDepth"));
+    auto *cancelSelected = new QPushButton(tr("Cancel selected"));
+    cancelSelected->setObjectName(QStringLiteral("cancelOutboxButton"));
+    cancelSelected->setToolTip(tr("Client::cancel(): withdraws a Pending entry no attempt of which went on the wire; "
+                                  "one already sent is refused (recall it once it is Sent)"));
+    connect(cancelSelected, &QPushButton::clicked, this, [this] {
+        const QModelIndex cur = view_->currentIndex();
+        if (!cur.isValid()) {
+            emit statusMessage(tr("Select an outbox entry first"), 5000);
+            return;
+        }
+        emit actionDone(cancelOutboxEntry(client_, outbox_->get(cur.row(), OutboxModel::CmidRole).toString()));
+    });
+    auto *top = new QHBoxLayout;
+    top->addWidget(depth_, 1);
+    top->addWidget(cancelSelected);
+    auto *l = new QVBoxLayout;
+    l->addLayout(top);
+    l->addWidget(view_, 1);
+    setLayout(l);
+    setMinimumHeight(150);
+    connect(client_, &im::Client::outboxChanged, this, &OutboxPanel::updateDepth);
+    updateDepth();
+}
+
+void OutboxPanel::updateDepth() {
+    const int n = client_->pendingCount();
+    depth_->setText(tr("Queue depth: <b>%1</b>").arg(n));
+}
+
+void OutboxPanel::tick() {
+    if (outbox_->depth() > 0)
+        table_->refreshColumn(ONextRetry);
+}

@@ -1,0 +1,42 @@
+// The outbox panel of a chat window: the durable outbox in creation order
+// (cmid, kind, conversation, body or target, attempts, last error, next
+// retry, in flight, and the `prev` its latest attempt named), the queue
+// depth, and Cancel for an entry that never went on the wire.
+#pragma once
+
+#include <QtWidgets/QGroupBox>
+
+namespace im {
+class Client;
+class OutboxModel;
+} // namespace im
+
+class QLabel;
+class QTableView;
+class RoleTableModel;
+
+class OutboxPanel : public QGroupBox {
+    Q_OBJECT
+public:
+    /// Columns of the outbox table.
+    enum Column { OCmid, OKind, OConv, OWhat, OAttempts, OLastError, ONextRetry, OInFlight, OPrev };
+
+    OutboxPanel(im::Client *client, im::OutboxModel *outbox, QWidget *parent = nullptr);
+
+    /// Called every 250 ms: the "next retry" countdown.
+    void tick();
+
+Q_SIGNALS:
+    void statusMessage(const QString &text, int timeoutMs);
+    /// What a cancel did (panelutil.h's texts).
+    void actionDone(const QString &text);
+
+private:
+    void updateDepth();
+
+    im::Client *client_;
+    im::OutboxModel *outbox_;
+    RoleTableModel *table_;
+    QTableView *view_;
+    QLabel *depth_;
+};
