@@ -25,8 +25,9 @@ namespace {
 // N group conversations of ana and ben with E msgs each (ana sends every
 // third), ana's read marker halfway; every fifth conversation ana left at
 // seq 10 and rejoined at 15 (two periods), every seventh has a recall of
-// ben's: the unread rule's every branch. Written with SQL (the admin CLI
-// would take a process per conversation).
+// one of ben's last msgs (above the read marker): the unread rule's every
+// branch. Written with SQL (the admin CLI would take a process per
+// conversation).
 void seed(const TestPostgres& pg, int convs, int events) {
     pqxx::connection c(pg.url());
     pqxx::work tx(c);
@@ -35,8 +36,8 @@ void seed(const TestPostgres& pg, int convs, int events) {
         "SELECT 'bc-' || lpad(i::text, 5, '0'), 'group', $2::bigint + 3 FROM generate_series(1, $1) i",
         convs, events);
     // seq 1, 2: the joins; 3 .. events + 2: msgs, except the leave/rejoin
-    // of every fifth conversation; a recall of ben's msg at seq 4 at the end
-    // of every seventh (its next_seq is one more).
+    // of every fifth conversation; a recall of ben's msg at seq events + 1
+    // at the end of every seventh (its next_seq is one more).
     tx.exec_params(
         "WITH raw AS ("
         " SELECT 'bc-' || lpad(i::text, 5, '0') AS conv, i, s AS seq, "
@@ -56,9 +57,11 @@ void seed(const TestPostgres& pg, int convs, int events) {
         convs, events);
     tx.exec("UPDATE conversations c SET msg_count = (SELECT count(*) FROM events e "
             "WHERE e.conv_id = c.conv_id AND e.kind = 'msg') WHERE conv_id LIKE 'bc-%'");
-    tx.exec("INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, target_seq, epoch, msg_ordinal) "
-            "SELECT conv_id, next_seq, 'recall', 'ben', 'r4', 4, 1, msg_count FROM conversations "
-            "WHERE conv_id LIKE 'bc-%' AND right(conv_id, 5)::int % 7 = 0");
+    tx.exec_params("INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, target_seq, epoch, "
+                   "  msg_ordinal) "
+                   "SELECT conv_id, next_seq, 'recall', 'ben', 'r', $1, 1, msg_count FROM conversations "
+                   "WHERE conv_id LIKE 'bc-%' AND right(conv_id, 5)::int % 7 = 0",
+                   (events + 1) % 3 ? events + 1 : events + 2); // ben's, not ana's (seq % 3 == 0)
     tx.exec("UPDATE conversations SET next_seq = next_seq + 1 WHERE conv_id LIKE 'bc-%' "
             "AND right(conv_id, 5)::int % 7 = 0");
     tx.exec("INSERT INTO membership_periods (conv_id, user_id, from_seq, to_seq) "
