@@ -124,8 +124,8 @@ std::vector<std::string> split(const std::string& s) {
 
 // Makes sure USER and DEVICE exist and returns a fresh token for DEVICE.
 std::string issue_token(pqxx::connection_base& c, Store& store, const std::string& user, const std::string& device) {
-    if (!store.user_exists(c, user)) store.add_user(c, user);
-    return store.device_exists(c, device) ? store.reissue_token(c, device) : store.add_device(c, user, device);
+    if (!store.user_exists(c, user)) prov::user_add(store, c, user);
+    return store.device_exists(c, device) ? prov::device_token(store, c, device) : prov::device_add(store, c, user, device);
 }
 
 std::string demo(pqxx::connection_base& c, Store& store, const std::string& out, const std::string& server) {
@@ -152,8 +152,8 @@ std::string demo(pqxx::connection_base& c, Store& store, const std::string& out,
     }
     auto all = store.all_convs(c);
     auto have = [&](const std::string& conv) { return std::find(all.begin(), all.end(), conv) != all.end(); };
-    if (!have("ana-ben")) store.create_conv(c, "ana-ben", "direct", {"ana", "ben"});
-    if (!have("team")) store.create_conv(c, "team", "group", {"ana", "ben", "cy"});
+    if (!have("ana-ben")) prov::conv_create(store, c, "ana-ben", "direct", {"ana", "ben"});
+    if (!have("team")) prov::conv_create(store, c, "team", "group", {"ana", "ben", "cy"});
     boost::json::object doc{{"server", server}, {"users", std::move(list)},
                             {"conversations", boost::json::array{"ana-ben", "team"}}};
     std::filesystem::path p(out);
@@ -287,12 +287,7 @@ int run(int argc, char** argv) {
         // After a database restore: every conversation, each in its own
         // transaction (a rerun after an interruption only bumps again).
         if (!args.pos.empty()) throw Usage("usage: imserver admin epoch bump (CONV | --all)");
-        std::vector<std::string> convs;
-        {
-            pqxx::nontransaction tx(c);
-            for (const auto& row : tx.exec("SELECT conv_id FROM conversations ORDER BY conv_id"))
-                convs.push_back(row[0].as<std::string>());
-        }
+        const std::vector<std::string> convs = store.all_convs(c);
         for (const auto& conv : convs) prov::epoch_bump(store, c, conv);
         std::cout << convs.size() << '\n';
     } else if (cmd == "epoch bump") {

@@ -1,4 +1,5 @@
-// The contract's storage layer: every SQL statement of the server lives here.
+// The contract's storage layer: every SQL statement of the server lives in
+// its parts, store.cpp and store_*.cpp (store_internal.hpp lists them).
 // Each request is one transaction; each function returns a contract outcome
 // (a value or an error code), never JSON. Database failures whose outcome is
 // unknown become UNAVAILABLE here and nowhere else.

@@ -9,7 +9,10 @@
 
 #include <pqxx/pqxx>
 
+#include <cstdio>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <set>
 #include <thread>
 
@@ -227,10 +230,15 @@ TEST_F(Limits, a_rejoined_members_gap_is_skipped_by_index_range_scans) {
     EXPECT_TRUE(h.at("has_older").as_bool());
 
     // The statement itself, on the big table: a range scan of the primary
-    // key that reads no row outside [lo, hi] and stops at the limit.
+    // key that reads no row outside [lo, hi] and stops at the limit. The
+    // server prepares it once per connection, so PostgreSQL may switch to
+    // a generic plan after five executions: both kinds of plan are checked.
     pqxx::connection conn(db());
     pqxx::nontransaction tx(conn);
+    for (const std::string mode : {"force_custom_plan", "force_generic_plan"})
     for (bool newest_first : {false, true}) {
+        SCOPED_TRACE(mode);
+        tx.exec("SET plan_cache_mode = " + mode);
         tx.exec("DEALLOCATE ALL");
         tx.exec("PREPARE q(text, bigint, bigint, bigint) AS " + im::Store::event_range_sql(newest_first));
         // A period inside the big range, from its middle, asking for 51 rows.
@@ -306,3 +314,106 @@ TEST(SendPlan, a_fresh_send_or_recall_reads_a_bounded_number_of_index_entries_in
 }
 
 } // namespace
+
+namespace {
+
+// What one call sent to PostgreSQL, read from libpq's protocol trace: the
+// statements it ran (simple Query messages such as BEGIN and COMMIT, and
+// Bind messages of prepared ones) and the names of the prepared ones.
+struct Sent {
+    int queries = 0;
+    std::vector<std::string> bound; // statement names of the Binds ("" = unnamed)
+};
+
+template <class F>
+Sent traced(pqxx::connection& c, F&& call) {
+    std::FILE* f = std::tmpfile();
+    c.trace(f);
+    call();
+    c.trace(nullptr);
+    std::rewind(f);
+    std::string text;
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
+    std::fclose(f);
+    Sent s;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        // libpq 14+: "<time>\tF\t<len>\tBind\t \"<portal>\" \"<statement>\" ..."
+        if (line.find("\tF\t") == std::string::npos) continue;
+        if (line.find("\tQuery\t") != std::string::npos) ++s.queries;
+        const auto b = line.find("\tBind\t");
+        if (b == std::string::npos) continue;
+        // The portal's name in quotes, then the statement's.
+        const auto p2 = line.find('"', line.find('"', b) + 1), p3 = line.find('"', p2 + 1);
+        s.bound.push_back(line.substr(p3 + 1, line.find('"', p3 + 1) - p3 - 1));
+    }
+    return s;
+}
+
+} // namespace
+
+// Issue 28 item 5: ack, read and convs are ONE prepared statement each (no
+// BEGIN/COMMIT, no statement planned per call), hello's are prepared too,
+// with the same answers as before.
+TEST_F(Limits, ack_read_and_convs_are_one_prepared_statement_each_and_hello_runs_only_prepared_ones) {
+    auto w = make_world(db(), "onestmt", 2); // joins at 1, 2
+    auto a = login(port(), w.users[0]);
+    ASSERT_EQ(str(send_msg(*a, w.conv, "o1", "one"), "t"), "sent");   // 3
+    ASSERT_EQ(str(send_msg(*a, w.conv, "o2", "two"), "t"), "sent");   // 4
+    pqxx::connection conn(db());
+    im::FaultRegistry faults(false);
+    im::Store store(faults, {});
+    const auto& ben = w.users[1];
+
+    std::optional<im::Outcome<im::Identity>> hello;
+    const Sent h = traced(conn, [&] { hello = store.hello(conn, im::req::Hello{ben.token, "inst-1"}); });
+    ASSERT_TRUE(*hello) << hello->error().msg;
+    EXPECT_EQ(h.queries, 2) << "BEGIN and COMMIT";
+    ASSERT_FALSE(h.bound.empty());
+    for (const auto& name : h.bound) EXPECT_EQ(name.rfind("im_", 0), 0u) << "unprepared statement in hello: " << name;
+    const im::Identity who = hello->value();
+
+    std::optional<im::Outcome<im::Acked>> acked;
+    Sent s = traced(conn, [&] { acked = store.ack(conn, who, {w.conv, 3}); });
+    ASSERT_TRUE(*acked) << acked->error().msg;
+    EXPECT_EQ(acked->value().delivered, 3);
+    EXPECT_EQ(s.queries, 0);
+    EXPECT_EQ(s.bound, std::vector<std::string>{"im_ack"});
+
+    im::Notes notes;
+    std::optional<im::Outcome<im::ReadOk>> read;
+    s = traced(conn, [&] { read = store.read(conn, who, {w.conv, 4}, notes); });
+    ASSERT_TRUE(*read) << read->error().msg;
+    EXPECT_EQ(read->value().read, 4);
+    EXPECT_EQ(s.queries, 0);
+    EXPECT_EQ(s.bound, std::vector<std::string>{"im_read"});
+    EXPECT_EQ(notes.size(), 1u) << "the marker moved: the other devices hear of it";
+    notes.clear();
+    ASSERT_TRUE(store.read(conn, who, {w.conv, 3}, notes));
+    EXPECT_TRUE(notes.empty()) << "a marker that did not move is not announced";
+
+    std::optional<im::Outcome<im::ConvList>> list;
+    s = traced(conn, [&] { list = store.convs(conn, who, {"", 50}); });
+    ASSERT_TRUE(*list) << list->error().msg;
+    ASSERT_EQ(list->value().convs.size(), 1u);
+    EXPECT_EQ(list->value().convs[0].head, 4);
+    EXPECT_EQ(list->value().convs[0].delivered, 3);
+    EXPECT_EQ(list->value().convs[0].read, 4);
+    EXPECT_EQ(s.queries, 0);
+    EXPECT_EQ(s.bound, std::vector<std::string>{"im_convs"});
+
+    // The refusals come from the same one statement and change nothing.
+    s = traced(conn, [&] { acked = store.ack(conn, who, {w.conv, 9}); });
+    ASSERT_FALSE(*acked);
+    EXPECT_EQ(acked->error().code, im::Code::cursor_ahead);
+    EXPECT_EQ(s.bound, std::vector<std::string>{"im_ack"});
+    admin_ok(db(), {"device", "revoke", ben.device});
+    s = traced(conn, [&] { read = store.read(conn, who, {w.conv, 4}, notes); });
+    ASSERT_FALSE(*read);
+    EXPECT_EQ(read->error().code, im::Code::unauthenticated);
+    EXPECT_EQ(s.bound, std::vector<std::string>{"im_read"});
+    EXPECT_EQ(pg->scalar("SELECT delivered FROM delivery_markers WHERE conv_id = " + q(w.conv) +
+                         " AND device_id = " + q(ben.device)),
+              "3");
+}
