@@ -42,6 +42,10 @@ const std::vector<Variant>& variants() {
          {{"r_seq := v_seq; r_epoch := v_ep; r_dup := false;", "r_seq := v_seq; r_epoch := v_ep; r_dup := true;"}}},
         // a send is appended though the message its `prev` names is not
         {"rule.send_prev", "send_prev", {{"IF NOT k.prev_ok THEN", "IF false THEN"}}},
+        // the request-key lookup skipped: a repeated (conv, sender, cmid) is
+        // judged as a fresh send and inserts a second event (C1; with
+        // events_idempotency in place the second insert meets the index)
+        {"rule.send_dedup", "send_dedup", {{"IF k.seq IS NOT NULL THEN", "IF false THEN"}}},
         // --lab-no-unique-index: check-then-insert without the row lock (the
         // seq taken by an UPDATE per item, after the key was checked)
         {"", "no_lock",
