@@ -358,6 +358,7 @@ TEST(NoLabSwitch, a_lab_run_installs_its_broken_send_functions_only_into_the_dat
     EXPECT_EQ(str(s, "t"), "sent") << "the lab's control did not break the rule: " << json::serialize(s);
     auto again = send_msg(*outsider, w.conv, "x2", "again");
     EXPECT_EQ(str(again, "code"), "NOT_MEMBER") << "the rule stayed broken after its one armed use";
+}
 
 // rule.send_dedup skips the request-key lookup: a resend of the same
 // (conv, sender, cmid, body) is judged fresh. With events_idempotency dropped
