@@ -38,8 +38,11 @@
 -- locks do not conflict with each other, so sends of one device on several
 -- connections never wait for one another here.
 
--- The one-run signature this file had before the set-based rewrite.
-DROP FUNCTION IF EXISTS im_send (text, text, text, text, text[], text[], text[]);
+-- The signature changed with the set-based rewrite (issue 28). The one-run
+-- im_send(text, text, text, text, text[], text[], text[]) of the previous
+-- release is NOT dropped here: in a database made before, it stays callable
+-- for the previous release's gateways during a rolling upgrade
+-- (docs/operations.md, "Schema"); no gateway of this release calls it.
 
 CREATE OR REPLACE FUNCTION im_send(p_devices text[], p_token_sha256s text[], p_convs text[], p_users text[],
                                    p_runs integer[], p_cmids text[], p_bodies text[], p_prevs text[])
