@@ -1,8 +1,19 @@
--- im_send: contract section 6, steps 0-5 of a send, as one server-side call,
--- so a send, or a pipelined run of sends of one connection to one
--- conversation, is one round trip. Each item is judged on its own, in order,
--- exactly as a lone send; the caller commits (autocommit, or a group
--- statement of several calls: server/src/store.cpp, Store::send_runs).
+-- im_send: contract section 6, steps 0-5 of a send, for a whole group of
+-- runs in one server-side call: one statement, one round trip, one commit
+-- per group (server/src/store.cpp, Store::send_runs; a lone run is a group
+-- of one, Store::send_batch). A run is the pipelined sends of one connection
+-- to one conversation: run g has p_devices[g], p_token_sha256s[g] (hex),
+-- p_convs[g] and p_users[g]; item i belongs to run p_runs[i] (ascending) and
+-- carries p_cmids[i], p_bodies[i], p_prevs[i] (NULL: no prev). Each item is
+-- judged on its own, in order (run by run, item by item), exactly as a lone
+-- send; the caller commits (autocommit: the call is the transaction).
+--
+-- Set-based: whatever the group's size, the work is a fixed number of
+-- statements: (1) one locking select of all its conversations, (2) one
+-- lookup of every item's request key, tombstone and `prev` (a join against
+-- unnest of the group's arrays), then the checks in memory (no statement),
+-- (3) one counter update per conversation (a single UPDATE) that also hands
+-- out the bases of the new seqs, (4) one INSERT ... SELECT of the new events.
 --
 -- This is the only definition of im_send: the server applies this file with
 -- CREATE OR REPLACE whenever its checksum differs from the one recorded in
@@ -11,10 +22,11 @@
 -- are separate functions, derived from this text and installed only into a
 -- database the lab created (server/src/lab_schema.cpp, docs/acceptance.md).
 --
--- One row per item: r_code is 'OK' (r_dup says whether it is the original's
--- reply), the contract's error code, UNAUTHENTICATED (the device lost its
--- access), PREV_NOT_COMMITTED, or LOCKED: another transaction holds the
--- conversation's row, nothing was written, and the caller runs the items
+-- One row per item, in item order: r_run, r_item (the item's index in the
+-- group), r_code: 'OK' (r_dup says whether it is the original's reply), the
+-- contract's error code, UNAUTHENTICATED (the device lost its access),
+-- PREV_NOT_COMMITTED, or LOCKED: another transaction holds the run's
+-- conversation row, nothing of that run was written, and the caller runs it
 -- again later (a held conversation never stalls a send worker).
 --
 -- The sending device's row is held FOR SHARE until COMMIT: the device and
@@ -22,134 +34,230 @@
 -- new token (an UPDATE of that row, admin CLI) waits for every send
 -- transaction of the device already holding it; a send that comes after one
 -- committed finds no valid row (FOR SHARE re-reads the newest version of a
--- row it waited for) and every item gets UNAUTHENTICATED. Share locks do not
--- conflict with each other, so sends of one device on several connections
--- never wait for one another here.
-CREATE OR REPLACE FUNCTION im_send(p_device text, p_token_sha256 text, p_conv text, p_user text, p_cmids text[],
-                                   p_bodies text[], p_prevs text[])
-RETURNS TABLE (r_item integer, r_code text, r_seq bigint, r_mid text, r_epoch bigint, r_dup boolean, r_ts bigint)
+-- row it waited for) and every item of the run gets UNAUTHENTICATED. Share
+-- locks do not conflict with each other, so sends of one device on several
+-- connections never wait for one another here.
+
+-- The signature changed with the set-based rewrite (issue 28). The one-run
+-- im_send(text, text, text, text, text[], text[], text[]) of the previous
+-- release is NOT dropped here: in a database made before, it stays callable
+-- for the previous release's gateways during a rolling upgrade
+-- (docs/operations.md, "Schema"); no gateway of this release calls it.
+
+CREATE OR REPLACE FUNCTION im_send(p_devices text[], p_token_sha256s text[], p_convs text[], p_users text[],
+                                   p_runs integer[], p_cmids text[], p_bodies text[], p_prevs text[])
+RETURNS TABLE (r_run integer, r_item integer, r_code text, r_seq bigint, r_mid text, r_epoch bigint, r_dup boolean,
+               r_ts bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    n      integer := coalesce(array_length(p_cmids, 1), 0);
-    k      record;
-    fp     bytea;
-    v_next bigint;          -- the next seq to hand out
-    v_cnt  bigint;          -- msg events in the conversation so far
-    v_ep   bigint;
-    v_ord  bigint;          -- the caller's own msg events so far (NULL: not read yet)
-    v_seq  bigint;
-    added  integer := 0;
-    v_code text;
+    nr       integer := coalesce(array_length(p_convs, 1), 0);
+    n        integer := coalesce(array_length(p_runs, 1), 0);
+    -- One commit, one time for all the group's new events.
+    v_now    timestamptz := clock_timestamp();
+    v_ts     bigint := floor(extract(epoch FROM v_now) * 1000)::bigint;
+    k        record;
+    j        integer;
+    -- per run
+    run_code text[] := array_fill(NULL::text, ARRAY[nr]);      -- set: every item of the run answers it
+    run_lock boolean[] := array_fill(false, ARRAY[nr]);        -- the conversation's row is ours
+    run_ep   bigint[] := array_fill(NULL::bigint, ARRAY[nr]);
+    -- per conversation and per (conversation, sender), indexed by the
+    -- first run of the group that has it
+    conv_n   integer[] := array_fill(0, ARRAY[nr]);            -- new events
+    conv_seq bigint[] := array_fill(NULL::bigint, ARRAY[nr]);  -- the first new seq
+    conv_cnt bigint[] := array_fill(NULL::bigint, ARRAY[nr]);  -- msg events before the new ones
+    own_ord  bigint[] := array_fill(NULL::bigint, ARRAY[nr]);  -- the sender's last msg ordinal so far
+    -- per item
+    a_code   text[] := array_fill(NULL::text, ARRAY[n]);
+    a_seq    bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    a_mid    text[] := array_fill(NULL::text, ARRAY[n]);
+    a_ep     bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    a_dup    boolean[] := array_fill(NULL::boolean, ARRAY[n]);
+    a_ts     bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    a_fp     bytea[] := array_fill(NULL::bytea, ARRAY[n]);
+    a_new    boolean[] := array_fill(false, ARRAY[n]);         -- inserted by this call
+    a_conv   integer[] := array_fill(NULL::integer, ARRAY[n]); -- its conversation's index (conv_*)
+    a_off    integer[] := array_fill(NULL::integer, ARRAY[n]); -- new: its place among its conversation's new events
+    a_own    bigint[] := array_fill(NULL::bigint, ARRAY[n]);   -- new: its sender_ordinal
+    a_src    integer[] := array_fill(NULL::integer, ARRAY[n]); -- a repeat of item a_src, new in this call
+    key_new  integer[] := array_fill(NULL::integer, ARRAY[n]); -- the item new in this call with this item's key, up to it
 BEGIN
     -- 0. The caller has (or had) a period here: tested before the rows are
     --    locked (a filtered row is never locked), so a stranger, or a probe
     --    of an unknown conversation, never waits on the row lock.
-    -- 1. The conversation row lock: per-conversation seq order = commit
-    --    order. A row another transaction holds is skipped, not waited for.
-    -- The device's row with them: one statement for all three.
-    SELECT cv.next_seq, cv.msg_count, cv.epoch INTO v_next, v_cnt, v_ep
-      FROM conversations cv, devices d
-     WHERE cv.conv_id = p_conv
-       AND d.device_id = p_device AND d.user_id = p_user
-       AND d.token_sha256 = decode(p_token_sha256, 'hex') AND d.revoked_at IS NULL
-       AND EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_conv AND m.user_id = p_user)
-       FOR UPDATE OF cv SKIP LOCKED FOR SHARE OF d;
-    IF NOT FOUND THEN
-        -- Which one failed: the device's access, the conversation (C4:
-        -- unknown and not a member answer alike), or its row was held.
+    -- 1. The conversation rows, locked in conversation order: per-conversation
+    --    seq order = commit order. A row another transaction holds is
+    --    skipped, not waited for. The devices' rows with them.
+    FOR k IN
+        SELECT r.g::integer AS g, cv.epoch
+          FROM unnest(p_devices, p_token_sha256s, p_convs, p_users) WITH ORDINALITY AS r(dev, tok, conv, usr, g)
+          JOIN conversations cv ON cv.conv_id = r.conv
+          JOIN devices d ON d.device_id = r.dev AND d.user_id = r.usr
+                        AND d.token_sha256 = decode(r.tok, 'hex') AND d.revoked_at IS NULL
+         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)
+         ORDER BY cv.conv_id
+           FOR UPDATE OF cv SKIP LOCKED FOR SHARE OF d
+    LOOP
+        run_lock[k.g] := true;
+        run_ep[k.g] := k.epoch;
+    END LOOP;
+    -- A run left out: which check failed, its device's access, the
+    -- conversation (C4: unknown and not a member answer alike), or its row
+    -- was held. Rare; a statement or two per such run.
+    FOR g IN 1..nr LOOP
+        CONTINUE WHEN run_lock[g];
         IF NOT EXISTS (SELECT 1 FROM devices d
-                        WHERE d.device_id = p_device AND d.user_id = p_user
-                          AND d.token_sha256 = decode(p_token_sha256, 'hex') AND d.revoked_at IS NULL) THEN
-            v_code := 'UNAUTHENTICATED';
-        ELSIF EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_conv)
-              AND EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_conv AND m.user_id = p_user) THEN
-            v_code := 'LOCKED';
+                        WHERE d.device_id = p_devices[g] AND d.user_id = p_users[g]
+                          AND d.token_sha256 = decode(p_token_sha256s[g], 'hex') AND d.revoked_at IS NULL) THEN
+            run_code[g] := 'UNAUTHENTICATED';
+        ELSIF EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_convs[g])
+              AND EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_convs[g] AND m.user_id = p_users[g]) THEN
+            run_code[g] := 'LOCKED';
         ELSE
-            v_code := 'NOT_MEMBER';
+            run_code[g] := 'NOT_MEMBER';
         END IF;
-        FOR i IN 1..n LOOP
-            r_item := i;
-            r_code := v_code;
-            RETURN NEXT;
-        END LOOP;
-        RETURN;
-    END IF;
-    FOR i IN 1..n LOOP
-        r_item := i; r_code := NULL; r_seq := NULL; r_mid := NULL; r_epoch := NULL; r_dup := NULL; r_ts := NULL;
-        fp := sha256(convert_to(p_conv, 'UTF8') || '\x00'::bytea || convert_to(p_bodies[i], 'UTF8'));
-        -- Steps 2-4a read in one statement, judged below in their order.
-        SELECT o.seq, o.mid, o.epoch, o.request_hash, o.ts,
+    END LOOP;
+    -- 2. Steps 2-4a read in one statement for every item of the locked runs,
+    --    judged below in their order. Within the group an item may repeat
+    --    the key of an earlier one (same_key: the latest earlier item with
+    --    its key) or name one as its `prev` (prev_at).
+    FOR k IN
+        WITH rs AS (
+            SELECT r.g::integer AS g, r.conv, r.usr,
+                   min(r.g) OVER (PARTITION BY r.conv)::integer AS conv_at,
+                   min(r.g) OVER (PARTITION BY r.conv, r.usr)::integer AS own_at,
+                   EXISTS (SELECT 1 FROM membership_periods m
+                            WHERE m.conv_id = r.conv AND m.user_id = r.usr AND m.to_seq IS NULL) AS open
+              FROM unnest(p_convs, p_users) WITH ORDINALITY AS r(conv, usr, g)
+             WHERE run_lock[r.g]),
+        it AS (
+            SELECT u.i::integer AS i, rs.g, rs.conv, rs.usr, rs.conv_at, rs.own_at, rs.open, u.cmid, u.prev,
+                   sha256(convert_to(rs.conv, 'UTF8') || '\x00'::bytea || convert_to(u.body, 'UTF8')) AS fp
+              FROM unnest(p_runs, p_cmids, p_bodies, p_prevs) WITH ORDINALITY AS u(g, cmid, body, prev, i)
+              JOIN rs ON rs.g = u.g)
+        SELECT it.i, it.conv_at, it.own_at, it.open, it.fp,
+               o.seq AS o_seq, o.mid AS o_mid, o.epoch AS o_epoch, o.request_hash AS o_hash, o.ts AS o_ts,
                EXISTS (SELECT 1 FROM idem_tombstones t
-                        WHERE t.conv_id = p_conv AND t.sender_user = p_user AND t.client_msg_id = p_cmids[i]) AS tomb,
-               EXISTS (SELECT 1 FROM membership_periods m
-                        WHERE m.conv_id = p_conv AND m.user_id = p_user AND m.to_seq IS NULL) AS open,
-               (p_prevs[i] IS NULL
+                        WHERE t.conv_id = it.conv AND t.sender_user = it.usr AND t.client_msg_id = it.cmid) AS tomb,
+               (it.prev IS NULL
                 OR EXISTS (SELECT 1 FROM events e
-                            WHERE e.conv_id = p_conv AND e.sender_user = p_user AND e.client_msg_id = p_prevs[i])
+                            WHERE e.conv_id = it.conv AND e.sender_user = it.usr AND e.client_msg_id = it.prev)
                 OR EXISTS (SELECT 1 FROM idem_tombstones t
-                            WHERE t.conv_id = p_conv AND t.sender_user = p_user AND t.client_msg_id = p_prevs[i]))
-                  AS prev_ok
-          INTO k
-          FROM (SELECT 1) one
+                            WHERE t.conv_id = it.conv AND t.sender_user = it.usr AND t.client_msg_id = it.prev))
+                  AS prev_ok,
+               lag(it.i) OVER (PARTITION BY it.conv, it.usr, it.cmid ORDER BY it.i) AS same_key,
+               (SELECT max(b.i) FROM it b
+                 WHERE b.conv = it.conv AND b.usr = it.usr AND b.cmid = it.prev AND b.i < it.i) AS prev_at,
+               -- the sender's last msg ordinal, read once per (conversation, sender)
+               CASE WHEN it.g = it.own_at AND it.i = min(it.i) OVER (PARTITION BY it.g) THEN
+                   coalesce((SELECT p.sender_ordinal FROM events p
+                              WHERE p.conv_id = it.conv AND p.sender_user = it.usr AND p.kind = 'msg'
+                              ORDER BY p.seq DESC LIMIT 1), 0) END AS own_last
+          FROM it
           LEFT JOIN LATERAL (
                 -- OFFSET 0 plans the key's lookup on its own: through the
-                -- request-key index. Without the fence the generic plan may
-                -- serve ORDER BY seq from the primary key instead, reading
-                -- the whole conversation for a key that is not there (every
+                -- request-key index. Without the fence the plan may serve
+                -- ORDER BY seq from the primary key instead, reading the
+                -- whole conversation for a key that is not there (every
                 -- fresh send): quadratic in a long flush.
                 SELECT * FROM (
                     SELECT e.seq, e.mid::text AS mid, e.epoch, e.request_hash,
                            floor(extract(epoch FROM e.created_at) * 1000)::bigint AS ts
                       FROM events e
-                     WHERE e.conv_id = p_conv AND e.sender_user = p_user AND e.client_msg_id = p_cmids[i]
+                     WHERE e.conv_id = it.conv AND e.sender_user = it.usr AND e.client_msg_id = it.cmid
                     OFFSET 0) found
-                 ORDER BY found.seq LIMIT 1) o ON true;
-        -- 2. The request key: same fingerprint -> the original; else a mismatch.
-        IF k.seq IS NOT NULL THEN
-            IF k.request_hash = fp THEN
-                r_code := 'OK'; r_seq := k.seq; r_mid := k.mid; r_epoch := k.epoch; r_dup := true; r_ts := k.ts;
+                 ORDER BY found.seq LIMIT 1) o ON true
+         ORDER BY it.i
+    LOOP
+        IF k.own_last IS NOT NULL THEN
+            own_ord[k.own_at] := k.own_last;
+        END IF;
+        a_fp[k.i] := k.fp;
+        -- 2. The request key: same fingerprint -> the original; else a
+        --    mismatch. The original is committed, or new in this call.
+        IF k.o_seq IS NOT NULL THEN
+            IF k.o_hash = k.fp THEN
+                a_code[k.i] := 'OK'; a_seq[k.i] := k.o_seq; a_mid[k.i] := k.o_mid; a_ep[k.i] := k.o_epoch;
+                a_dup[k.i] := true; a_ts[k.i] := k.o_ts;
             ELSE
-                r_code := 'IDEMPOTENCY_MISMATCH';
+                a_code[k.i] := 'IDEMPOTENCY_MISMATCH';
             END IF;
-            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        j := key_new[k.same_key];
+        IF j IS NOT NULL THEN
+            key_new[k.i] := j;
+            IF a_fp[j] = k.fp THEN
+                a_code[k.i] := 'OK'; a_src[k.i] := j; a_dup[k.i] := true;
+            ELSE
+                a_code[k.i] := 'IDEMPOTENCY_MISMATCH';
+            END IF;
             CONTINUE;
         END IF;
         -- 3. A tombstone: the original ran, but retention purged it.
         IF k.tomb THEN
-            r_code := 'ORIGINAL_EXPIRED';
-            RETURN NEXT;
+            a_code[k.i] := 'ORIGINAL_EXPIRED';
             CONTINUE;
         END IF;
         -- 4. Write access needs an open period.
         IF NOT k.open THEN
-            r_code := 'NOT_MEMBER';
-            RETURN NEXT;
+            a_code[k.i] := 'NOT_MEMBER';
             CONTINUE;
         END IF;
         -- 4a. Pipelined order: the message named by `prev` is committed (or
-        --     was, and retention left its tombstone); else nothing is written.
-        IF NOT k.prev_ok THEN
-            r_code := 'PREV_NOT_COMMITTED';
-            RETURN NEXT;
+        --     was, and retention left its tombstone), or new in this call
+        --     before this item; else nothing is written.
+        IF NOT (k.prev_ok OR key_new[k.prev_at] IS NOT NULL) THEN
+            a_code[k.i] := 'PREV_NOT_COMMITTED';
             CONTINUE;
         END IF;
-        -- 5. Take the seq, insert the row with its running counts for `unread`.
-        v_seq := v_next; v_next := v_next + 1; v_cnt := v_cnt + 1;
-        INSERT INTO events AS e (conv_id, seq, kind, sender_user, client_msg_id, request_hash, body, epoch,
-                                 msg_ordinal, sender_ordinal)
-        VALUES (p_conv, v_seq, 'msg', p_user, p_cmids[i], fp, p_bodies[i], v_ep, v_cnt,
-                coalesce(v_ord, (SELECT p.sender_ordinal FROM events p
-                                  WHERE p.conv_id = p_conv AND p.sender_user = p_user AND p.kind = 'msg'
-                                  ORDER BY p.seq DESC LIMIT 1), 0) + 1)
-        RETURNING e.mid::text, floor(extract(epoch FROM e.created_at) * 1000)::bigint, e.sender_ordinal
-             INTO r_mid, r_ts, v_ord;
-        added := added + 1;
-        r_code := 'OK'; r_seq := v_seq; r_epoch := v_ep; r_dup := false;
-        RETURN NEXT;
+        -- 5. A new event: its place in its conversation, its running counts.
+        a_new[k.i] := true;
+        key_new[k.i] := k.i;
+        a_conv[k.i] := k.conv_at;
+        a_off[k.i] := conv_n[k.conv_at];
+        conv_n[k.conv_at] := conv_n[k.conv_at] + 1;
+        own_ord[k.own_at] := own_ord[k.own_at] + 1;
+        a_own[k.i] := own_ord[k.own_at];
+        a_mid[k.i] := gen_random_uuid()::text;
+        a_code[k.i] := 'OK'; a_dup[k.i] := false; a_ts[k.i] := v_ts;
     END LOOP;
-    -- The counters, written back once.
-    IF added > 0 THEN
-        UPDATE conversations cv SET next_seq = v_next, msg_count = v_cnt WHERE cv.conv_id = p_conv;
+    -- 3. The counters, one UPDATE for all conversations that got events; it
+    --    hands out the first new seq (the rows are ours since step 1).
+    IF 0 < ANY (conv_n) THEN
+        FOR k IN
+            UPDATE conversations cv SET next_seq = cv.next_seq + a.n, msg_count = cv.msg_count + a.n
+              FROM (SELECT x AS at, p_convs[x] AS conv, conv_n[x] AS n
+                      FROM generate_subscripts(conv_n, 1) x WHERE conv_n[x] > 0) a
+             WHERE cv.conv_id = a.conv
+            RETURNING a.at, cv.next_seq - a.n AS first_seq, cv.msg_count - a.n AS cnt, cv.epoch
+        LOOP
+            conv_seq[k.at] := k.first_seq;
+            conv_cnt[k.at] := k.cnt;
+            run_ep[k.at] := k.epoch;
+        END LOOP;
+        FOR i IN 1..n LOOP
+            IF a_new[i] THEN
+                a_seq[i] := conv_seq[a_conv[i]] + a_off[i];
+                a_ep[i] := run_ep[a_conv[i]];
+            ELSIF a_src[i] IS NOT NULL THEN
+                a_seq[i] := a_seq[a_src[i]]; a_mid[i] := a_mid[a_src[i]]; a_ep[i] := a_ep[a_src[i]];
+                a_ts[i] := a_ts[a_src[i]];
+            END IF;
+        END LOOP;
+        -- 4. The new events, one statement.
+        INSERT INTO events (conv_id, seq, mid, kind, sender_user, client_msg_id, request_hash, body, epoch,
+                            msg_ordinal, sender_ordinal, created_at)
+        SELECT p_convs[u.g], u.seq, u.mid::uuid, 'msg', p_users[u.g], u.cmid, u.fp, u.body, u.ep,
+               conv_cnt[u.conv_at] + u.off + 1, u.own, v_now
+          FROM unnest(p_runs, p_cmids, p_bodies, a_new, a_seq, a_mid, a_fp, a_ep, a_conv, a_off, a_own)
+               AS u(g, cmid, body, new, seq, mid, fp, ep, conv_at, off, own)
+         WHERE u.new;
     END IF;
+    RETURN QUERY
+        SELECT u.g, u.i::integer, coalesce(run_code[u.g], u.code), u.seq, u.mid, u.ep, u.dup, u.ts
+          FROM unnest(p_runs, a_code, a_seq, a_mid, a_ep, a_dup, a_ts) WITH ORDINALITY
+               AS u(g, code, seq, mid, ep, dup, ts, i)
+         ORDER BY u.i;
 END
 $$;

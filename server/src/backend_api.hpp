@@ -4,7 +4,7 @@
 // mode); the route table below is the one source of the routing, the
 // scopes and GET /v1/openapi.json. Database work runs on the pool workers;
 // the provisioning commands are those of the admin CLI (provisioning.hpp);
-// a message goes through the gateway's send path (SendCombiner).
+// a message goes through the gateway's send path (SendScheduler, send_scheduler.hpp).
 #pragma once
 
 #include "faults.hpp"

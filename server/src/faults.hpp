@@ -50,6 +50,7 @@ inline constexpr std::string_view fault_points[] = {
     "rule.request_hash",       // a reused cmid is a duplicate whatever its body
     "rule.fresh_dup",          // a fresh append is answered dup:true
     "rule.send_prev",          // a send is appended though the message its `prev` names is not
+    "rule.send_dedup",         // the request-key lookup is skipped: a repeated cmid inserts a second event
     // ... and in sync:
     "rule.page_cursor"};       // next_after is the head read after the page, not the page's end
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "api.hpp"
+#include "send_scheduler.hpp"
 #include "config.hpp"
 #include "db_pool.hpp"
 #include "metrics.hpp"
@@ -53,7 +54,7 @@ public:
     /// SIGHUP: re-read the certificate and key (see TlsContexts::reload)
     /// and the JWT keys; a file that is unusable keeps the old ones.
     void reload_on_hup();
-    SendCombiner& sends() { return sends_; }
+    SendScheduler& sends() { return sends_; }
     void session_opened(const std::shared_ptr<WsSession>& s);
     void subscribe(const std::string& user, const std::shared_ptr<WsSession>& s);
     /// Takes a connection slot for a client address; on a cap, returns the
@@ -95,7 +96,7 @@ private:
     Metrics& metrics_;
     FaultRegistry& faults_;
     ApiContext api_;
-    SendCombiner sends_;
+    SendScheduler sends_;
     std::unique_ptr<jwt::Verifier> jwt_; // null: no signed tokens
     std::shared_ptr<Listener> listener_;
     std::shared_ptr<TlsContexts> tls_;

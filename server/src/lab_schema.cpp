@@ -26,30 +26,30 @@ const std::vector<Variant>& variants() {
     static const std::vector<Variant> list = {
         // a stranger (no period, or no open one) may write (C4)
         {"rule.send_membership", "send_membership",
-         {{"       AND EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_conv AND m.user_id = p_user)\n"
-           "       FOR UPDATE",
-           "       FOR UPDATE"},
+         {{"         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)\n",
+           ""},
           {"IF NOT k.open THEN", "IF false THEN"}}},
         // an unknown conversation answers NO_SUCH_CONV, not NOT_MEMBER (C4: no existence oracle)
         {"rule.same_error", "same_error",
-         {{"            v_code := 'NOT_MEMBER';",
-           "            v_code := CASE WHEN EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_conv) "
+         {{"            run_code[g] := 'NOT_MEMBER';",
+           "            run_code[g] := CASE WHEN EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_convs[g]) "
            "THEN 'NOT_MEMBER' ELSE 'NO_SUCH_CONV' END;"}}},
         // a reused cmid is a duplicate whatever its body (C1)
-        {"rule.request_hash", "request_hash", {{"IF k.request_hash = fp THEN", "IF true THEN"}}},
+        {"rule.request_hash", "request_hash",
+         {{"IF k.o_hash = k.fp THEN", "IF true THEN"}, {"IF a_fp[j] = k.fp THEN", "IF true THEN"}}},
         // a fresh append is answered dup:true
-        {"rule.fresh_dup", "fresh_dup",
-         {{"r_seq := v_seq; r_epoch := v_ep; r_dup := false;", "r_seq := v_seq; r_epoch := v_ep; r_dup := true;"}}},
+        {"rule.fresh_dup", "fresh_dup", {{"a_dup[k.i] := false;", "a_dup[k.i] := true;"}}},
         // a send is appended though the message its `prev` names is not
-        {"rule.send_prev", "send_prev", {{"IF NOT k.prev_ok THEN", "IF false THEN"}}},
+        {"rule.send_prev", "send_prev",
+         {{"IF NOT (k.prev_ok OR key_new[k.prev_at] IS NOT NULL) THEN", "IF false THEN"}}},
+        // the request-key lookup skipped: a repeated (conv, sender, cmid) is
+        // judged as a fresh send and inserts a second event (C1; with
+        // events_idempotency in place the second insert meets the index)
+        {"rule.send_dedup", "send_dedup",
+         {{"IF k.o_seq IS NOT NULL THEN", "IF false THEN"}, {"IF j IS NOT NULL THEN", "IF false THEN"}}},
         // --lab-no-unique-index: check-then-insert without the row lock (the
-        // seq taken by an UPDATE per item, after the key was checked)
-        {"", "no_lock",
-         {{"FOR UPDATE OF cv SKIP LOCKED FOR SHARE OF d;", "FOR SHARE OF d;"},
-          {"v_seq := v_next; v_next := v_next + 1; v_cnt := v_cnt + 1;",
-           "UPDATE conversations cv SET next_seq = cv.next_seq + 1, msg_count = cv.msg_count + 1 "
-           "WHERE cv.conv_id = p_conv RETURNING cv.next_seq - 1, cv.msg_count, cv.epoch INTO v_seq, v_cnt, v_ep;"},
-          {"    IF added > 0 THEN", "    IF false THEN"}}},
+        // counters' UPDATE takes it only after the keys were checked)
+        {"", "no_lock", {{"FOR UPDATE OF cv SKIP LOCKED FOR SHARE OF d", "FOR SHARE OF d"}}},
     };
     return list;
 }

@@ -2,7 +2,7 @@
 // controls of the send rules, docs/acceptance.md). Production SQL carries no
 // lab switch: schema/functions/im_send.sql reads no setting. Each variant is
 // a separate function, im_lab_send_<rule>, derived from that file's text by
-// one exact edit per rule, and installed only by a gateway started with
+// exact text edits of the rule's places (each must match exactly once), and installed only by a gateway started with
 // --enable-faults into a database the lab created (lab_marker). A gateway
 // without --enable-faults never calls one; a setting in the --db URL,
 // PGOPTIONS or ALTER ROLE/DATABASE SET cannot select one.

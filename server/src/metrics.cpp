@@ -17,6 +17,15 @@ void Metrics::observe_send_seconds(double s) {
     send_sum_ += s;
 }
 
+void Metrics::observe_send_stage(SendStage stage, double s) {
+    auto& h = stages_[static_cast<std::size_t>(stage)];
+    std::lock_guard lk(mu_);
+    for (std::size_t i = 0; i < stage_bounds_.size(); ++i)
+        if (s <= stage_bounds_[i]) ++h.buckets[i];
+    ++h.count;
+    h.sum += s;
+}
+
 std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std::size_t pool_queued) const {
     std::ostringstream o;
     auto gauge = [&](const char* name, const char* help, long long v, const char* type = "gauge") {
@@ -92,6 +101,19 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     o << "im_send_seconds_bucket{le=\"+Inf\"} " << send_count_ << '\n'
       << "im_send_seconds_sum " << send_sum_ << '\n'
       << "im_send_seconds_count " << send_count_ << '\n';
+    o << "# HELP im_send_stage_seconds Send time per stage: queue (run submitted -> taken by a send worker), "
+         "statement (a group's im_send statement with its commit), publish (run handed to the bus -> taken), "
+         "strand (reply answered -> on its session's strand).\n# TYPE im_send_stage_seconds histogram\n";
+    static constexpr const char* stage_names[send_stages] = {"queue", "statement", "publish", "strand"};
+    for (std::size_t k = 0; k < send_stages; ++k) {
+        const auto& h = stages_[k];
+        for (std::size_t i = 0; i < stage_bounds_.size(); ++i)
+            o << "im_send_stage_seconds_bucket{stage=\"" << stage_names[k] << "\",le=\"" << stage_bounds_[i] << "\"} "
+              << h.buckets[i] << '\n';
+        o << "im_send_stage_seconds_bucket{stage=\"" << stage_names[k] << "\",le=\"+Inf\"} " << h.count << '\n'
+          << "im_send_stage_seconds_sum{stage=\"" << stage_names[k] << "\"} " << h.sum << '\n'
+          << "im_send_stage_seconds_count{stage=\"" << stage_names[k] << "\"} " << h.count << '\n';
+    }
     return o.str();
 }
 

@@ -46,9 +46,20 @@ public:
     std::atomic<long long> jwt_reload_failures_total{0};
     std::atomic<long long> jwt_expired_closes{0};   // JWT connections closed with 4001 at exp
 
+    /// The stages of a send between the session and the database, each its
+    /// own histogram im_send_stage_seconds{stage=...} (docs/operations.md):
+    enum class SendStage {
+        queue,     // a run: submitted -> taken by a send worker (held back-offs included)
+        statement, // a group: the one im_send statement (its commit included)
+        publish,   // a run: handed to the bus -> the bus took it
+        strand,    // a reply: answered by the worker or bus thread -> on its session's strand
+    };
+    static constexpr std::size_t send_stages = 4;
+
     /// code is "OK" for success replies.
     void count_request(std::string_view type, std::string_view code);
     void observe_send_seconds(double s);
+    void observe_send_stage(SendStage stage, double s);
     std::string render(std::size_t pool_in_use, std::size_t pool_size, std::size_t pool_queued) const;
 
 private:
@@ -58,6 +69,15 @@ private:
     std::array<long long, bounds_.size()> send_buckets_{};
     long long send_count_ = 0;
     double send_sum_ = 0;
+    // Finer at the low end: the stages are sub-millisecond when idle.
+    static constexpr std::array<double, 13> stage_bounds_{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005,
+                                                          0.01,    0.025,  0.05,    0.1,    0.25,  1};
+    struct StageHistogram {
+        std::array<long long, stage_bounds_.size()> buckets{};
+        long long count = 0;
+        double sum = 0;
+    };
+    std::array<StageHistogram, send_stages> stages_{};
 };
 
 } // namespace im

@@ -31,23 +31,20 @@ Outcome<Store::SendResult> Store::send(pqxx::connection_base& c, const Identity&
 namespace {
 
 // Every query of `send`: steps 0-5 of contract section 6 run inside the
-// server-side function im_send (schema/functions/im_send.sql), one round
-// trip per send or per pipelined run of sends to one conversation. It first
-// holds the sending device's row (with the conversation's): a revoked device
-// writes nothing. The lab calls its broken variants (lab_schema.hpp) the
-// same way; each call's statement is prepared under the function's name.
+// server-side function im_send (schema/functions/im_send.sql), set-based:
+// one round trip and a fixed number of statements for a whole group of runs
+// (a lone run is a group of one). It first holds the sending devices' rows
+// (with the conversations'): a revoked device writes nothing. The lab calls
+// its broken variants (lab_schema.hpp) the same way; each function's
+// statement is prepared under the function's name.
 std::string send_sql(const std::string& function) {
-    return "SELECT r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM " + function +
-           "($1, $2, $3, $4, $5::text[], $6::text[], $7::text[])";
+    return "SELECT r_run, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM " + function +
+           "($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[])";
 }
 
 // im_send's answer for a run whose conversation row another transaction
-// holds: nothing was written, the caller runs it again later.
+// holds: nothing of it was written, the caller runs it again later.
 constexpr std::string_view held_code = "LOCKED";
-
-bool held(const pqxx::result& rows, int at) {
-    return !rows.empty() && std::string_view(rows[0][at].c_str()) == held_code;
-}
 
 // One result row of im_send as the send's outcome; `at` is the column of
 // r_code (r_seq, r_mid, r_epoch, r_dup, r_ts follow it).
@@ -65,13 +62,64 @@ Outcome<Store::SendResult> send_outcome(const std::string& conv_id, const pqxx::
                              false, row[at + 5].as<std::int64_t>()};
 }
 
-// One field of each send as a text[] literal (an empty `prev` is NULL).
-std::string send_field_array(std::vector<req::Send>::const_iterator from, std::vector<req::Send>::const_iterator to,
-                             std::string req::Send::*field) {
-    return text_array_of(static_cast<std::size_t>(to - from), [&](std::size_t i) {
-        const std::string& v = (*(from + static_cast<std::ptrdiff_t>(i))).*field;
-        return field == &req::Send::prev && v.empty() ? nullptr : &v;
-    });
+// Items [first, last) of one connection's sends to one conversation.
+struct RunSpan {
+    const Identity* who;
+    std::vector<req::Send>::const_iterator first, last;
+};
+
+// im_send's eight parameters for a group of runs, in the group's order:
+// per run device, token hash, conversation, user; per item its run
+// (1-based), cmid, body, prev (an empty `prev` is NULL).
+std::vector<std::string> send_params(const std::vector<RunSpan>& spans) {
+    std::vector<std::string> out;
+    auto per_run = [&](auto field) {
+        return text_array_of(spans.size(), [&](std::size_t g) { return &field(spans[g]); });
+    };
+    out.push_back(per_run([](const RunSpan& r) -> const std::string& { return r.who->device; }));
+    out.push_back(per_run([](const RunSpan& r) -> const std::string& { return r.who->token_sha256; }));
+    out.push_back(per_run([](const RunSpan& r) -> const std::string& { return r.first->conv; }));
+    out.push_back(per_run([](const RunSpan& r) -> const std::string& { return r.who->user; }));
+    std::vector<const req::Send*> items;
+    std::string runs = "{";
+    for (std::size_t g = 0; g < spans.size(); ++g)
+        for (auto it = spans[g].first; it != spans[g].last; ++it) {
+            if (!items.empty()) runs += ',';
+            runs += std::to_string(g + 1);
+            items.push_back(&*it);
+        }
+    out.push_back(runs + "}");
+    auto per_item = [&](std::string req::Send::*field) {
+        return text_array_of(items.size(), [&](std::size_t i) -> const std::string* {
+            const std::string& v = items[i]->*field;
+            return field == &req::Send::prev && v.empty() ? nullptr : &v;
+        });
+    };
+    out.push_back(per_item(&req::Send::cmid));
+    out.push_back(per_item(&req::Send::body));
+    out.push_back(per_item(&req::Send::prev));
+    return out;
+}
+
+// The rows of one im_send call, per run of `spans`: its outcomes in item
+// order, or EMPTY when its conversation's row was held (nothing written).
+// Throws when the rows do not answer every item.
+std::vector<std::vector<Outcome<Store::SendResult>>> send_results(const pqxx::result& rows,
+                                                                  const std::vector<RunSpan>& spans) {
+    std::vector<std::vector<Outcome<Store::SendResult>>> out(spans.size());
+    std::vector<bool> held(spans.size(), false);
+    for (const auto& row : rows) {
+        const auto g = static_cast<std::size_t>(row[0].as<int>()) - 1;
+        if (g >= spans.size()) throw std::runtime_error("im_send: a result for an unknown run");
+        if (std::string_view(row[2].c_str()) == held_code) held[g] = true;
+        else out[g].push_back(send_outcome(spans[g].first->conv, row, 2));
+    }
+    for (std::size_t g = 0; g < spans.size(); ++g) {
+        const auto want = static_cast<std::size_t>(spans[g].last - spans[g].first);
+        if (held[g]) out[g].clear();
+        else if (out[g].size() != want) throw std::runtime_error("im_send: wrong number of results");
+    }
+    return out;
 }
 
 } // namespace
@@ -79,7 +127,6 @@ std::string send_field_array(std::vector<req::Send>::const_iterator from, std::v
 std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base& c, const Identity& who,
                                                           const std::vector<req::Send>& batch) {
     using Results = std::vector<Outcome<SendResult>>;
-    const std::string& conv_id = batch.front().conv;
     // Lab fault points (no-ops unless --enable-faults): before the insert of
     // an item, and between the inserts and COMMIT.
     std::size_t run = batch.size();
@@ -107,16 +154,13 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                     const std::string fn =
                         faults_.enabled() ? lab_send_function(faults_, lab_.no_unique_index) : "im_send";
                     c.prepare(fn, send_sql(fn));
-                    const auto first = batch.begin() + static_cast<std::ptrdiff_t>(from),
-                               last = batch.begin() + static_cast<std::ptrdiff_t>(to);
-                    const std::string cmids = send_field_array(first, last, &req::Send::cmid),
-                                      bodies = send_field_array(first, last, &req::Send::body),
-                                      prevs = send_field_array(first, last, &req::Send::prev);
+                    const std::vector<RunSpan> spans{{&who, batch.begin() + static_cast<std::ptrdiff_t>(from),
+                                                      batch.begin() + static_cast<std::ptrdiff_t>(to)}};
+                    const auto params = send_params(spans);
                     pqxx::result rows;
                     if (faults_.enabled()) {
                         pqxx::work tx(c);
-                        rows = tx.exec_prepared(fn, who.device, who.token_sha256, conv_id, who.user, cmids, bodies,
-                                                prevs);
+                        rows = tx.exec_prepared(fn, pqxx::prepare::make_dynamic_params(params));
                         auto fc = faults_.hit("store.before_commit");
                         if (fc == FaultKind::unavailable) return Results(to - from, unavailable("injected fault"));
                         tx.commit();
@@ -124,17 +168,14 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                             for (std::size_t i = from; i < to; ++i) drop[i] = true;
                     } else {
                         pqxx::nontransaction tx(c); // autocommit: the call is the transaction
-                        rows = tx.exec_prepared(fn, who.device, who.token_sha256, conv_id, who.user, cmids, bodies,
-                                                prevs);
+                        rows = tx.exec_prepared(fn, pqxx::prepare::make_dynamic_params(params));
                     }
-                    if (held(rows, 1)) {
+                    auto part = send_results(rows, spans);
+                    if (part[0].empty()) {
                         was_held = true;
                         return Results(to - from, unavailable());
                     }
-                    Results part;
-                    for (const auto& row : rows) part.push_back(send_outcome(conv_id, row, 1));
-                    if (part.size() != to - from) throw std::runtime_error("im_send: wrong number of results");
-                    return part;
+                    return std::move(part[0]);
                 });
                 if (r) {
                     for (auto& o : r.value()) out.push_back(std::move(o));
@@ -154,7 +195,7 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
                     for (std::size_t i = from; i < to; ++i) call(i, i + 1);
                     return;
                 }
-                log_warn("send_rejected", {{"conv", conv_id}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
+                log_warn("send_rejected", {{"conv", batch.front().conv}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
                 out.push_back(invalid("the database rejected this message (" + e.sqlstate() + ")"));
                 return;
             }
@@ -177,39 +218,21 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
         return out;
     };
     if (runs.size() == 1 || faults_.enabled()) return one_by_one();
-    // Row locks in conversation order: two group statements never wait on
-    // each other in a cycle (a lone send locks one row only).
+    // The group in conversation order (im_send locks the rows in that order
+    // too); runs of one conversation keep their order.
     std::vector<std::size_t> order(runs.size());
     for (std::size_t g = 0; g < order.size(); ++g) order[g] = g;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         return runs[a].sends->front().conv < runs[b].sends->front().conv;
     });
-    const std::string name = "im_send_group_" + std::to_string(runs.size());
-    std::string sql;
-    constexpr std::size_t per_run = 7; // device, token hash, conv, user, cmids, bodies, prevs
-    auto arg = [](std::size_t n) { return "$" + std::to_string(n); };
-    for (std::size_t k = 0; k < order.size(); ++k) {
-        const std::size_t p = k * per_run;
-        if (k) sql += " UNION ALL ";
-        sql += "SELECT " + std::to_string(k) + " AS g, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send(" +
-               arg(p + 1) + ", " + arg(p + 2) + ", " + arg(p + 3) + ", " + arg(p + 4) + ", " + arg(p + 5) +
-               "::text[], " + arg(p + 6) + "::text[], " + arg(p + 7) + "::text[])";
-    }
-    sql += " ORDER BY g, r_item";
+    std::vector<RunSpan> spans;
+    for (std::size_t k : order) spans.push_back({runs[k].who, runs[k].sends->begin(), runs[k].sends->end()});
     pqxx::result rows;
     try {
-        c.prepare(name, sql);
-        std::vector<std::string> params;
-        for (std::size_t k : order) {
-            const auto& run = *runs[k].sends;
-            params.insert(params.end(), {runs[k].who->device, runs[k].who->token_sha256, run.front().conv,
-                                         runs[k].who->user,
-                                         send_field_array(run.begin(), run.end(), &req::Send::cmid),
-                                         send_field_array(run.begin(), run.end(), &req::Send::body),
-                                         send_field_array(run.begin(), run.end(), &req::Send::prev)});
-        }
+        c.prepare("im_send", send_sql("im_send"));
+        const auto params = send_params(spans);
         pqxx::nontransaction tx(c); // autocommit: the statement is the transaction
-        rows = tx.exec_prepared(name, pqxx::prepare::make_dynamic_params(params));
+        rows = tx.exec_prepared("im_send", pqxx::prepare::make_dynamic_params(params));
     } catch (const pqxx::unique_violation&) {
         return one_by_one(); // as send_batch: its second pass answers the key as a duplicate
     } catch (const pqxx::sql_error& e) {
@@ -229,22 +252,13 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
         for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());
         return out;
     }
-    std::vector<bool> was_held(runs.size(), false); // its conversation's row was held: nothing written
     try {
-        for (const auto& row : rows) {
-            const std::size_t g = order.at(static_cast<std::size_t>(row[0].as<int>()));
-            const std::string& conv_id = runs[g].sends->front().conv;
-            if (std::string_view(row[2].c_str()) == held_code) was_held[g] = true;
-            else out[g].push_back(send_outcome(conv_id, row, 2));
-        }
+        auto part = send_results(rows, spans);
+        // A held run stays EMPTY: run it again later (Store::send_runs, header).
+        for (std::size_t k = 0; k < order.size(); ++k) out[order[k]] = std::move(part[k]);
     } catch (const std::exception& e) { // committed, but unreadable: the resends are dups
         log_warn("db_error", {{"op", "send_group_result"}, {"err", e.what()}});
-        for (auto& o : out) o.clear();
-    }
-    for (std::size_t g = 0; g < runs.size(); ++g) {
-        if (was_held[g]) out[g].clear(); // run it again later (Store::send_runs, header)
-        else if (out[g].size() != runs[g].sends->size()) // committed, but the answer is unreadable: the resend is a dup
-            out[g] = Results(runs[g].sends->size(), unavailable());
+        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());
     }
     return out;
 }

@@ -385,9 +385,13 @@ bool WsSession::deliver(const Pending& item, Handled h) {
         h.close_after = false;
     }
     gw_->metrics().count_request(item.type, h.code);
-    if (item.type == "send")
-        gw_->metrics().observe_send_seconds(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - item.received).count());
+    if (item.type == "send") {
+        const auto now = std::chrono::steady_clock::now();
+        gw_->metrics().observe_send_seconds(std::chrono::duration<double>(now - item.received).count());
+        if (h.answered != std::chrono::steady_clock::time_point{})
+            gw_->metrics().observe_send_stage(Metrics::SendStage::strand,
+                                              std::chrono::duration<double>(now - h.answered).count());
+    }
     if (h.identity) {
         who_ = std::move(h.identity);
         gw_->authenticated(this, *who_, hello_generation_);

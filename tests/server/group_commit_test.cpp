@@ -3,9 +3,16 @@
 // (contract section 6), and a request the database rejects fails alone.
 #include "common.hpp"
 
+#include "db_pool.hpp"
+#include "digest.hpp"
+#include "metrics.hpp"
+#include "migrations.hpp"
+#include "send_scheduler.hpp"
+
 #include <pqxx/pqxx>
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -393,4 +400,69 @@ TEST(SendWorkers, conversations_held_by_another_session_never_stall_the_send_wor
     std::sort(seqs.begin(), seqs.end());
     EXPECT_EQ(seqs, (std::vector<long long>{3, 4})); // after the two joins, gap-free
     EXPECT_EQ(srv.metric("im_send_runs_queued"), 0);
+}
+
+// Issue 24 item 7: a send worker's slot and the conversations of its group
+// are given back however the worker ends. Here the first group's commit
+// callback throws inside the worker (the only one, --send-workers 1): the
+// next run of the same conversation must still be taken and answered.
+TEST(SendWorkers, a_throw_inside_the_send_worker_strands_neither_its_slot_nor_its_conversation) {
+    TestPostgres pg;
+    {
+        pqxx::connection c(pg.url());
+        im::migrate(c);
+    }
+    auto w = make_world(pg.url(), "gcthrow", 2);
+    im::FaultRegistry faults(false);
+    im::Store store(faults, {});
+    im::Metrics metrics;
+    im::DbPool pool(pg.url(), 2, 100);
+    std::atomic<int> thrown{0};
+    im::ApiContext ctx{store, faults, "gw-throw", nullptr, {}, nullptr};
+    ctx.committed = [&](const std::vector<im::Event>&) {
+        if (thrown++ == 0) throw std::runtime_error("test: the commit callback throws once");
+    };
+    im::SendScheduler sends(ctx, pool, metrics, 16, 1, 100);
+    im::Identity who;
+    who.user = w.users[0].user;
+    who.device = w.users[0].device;
+    who.token_sha256 = im::sha256_hex(w.users[0].token);
+    auto run = [&](const std::string& cmid) {
+        auto p = std::make_shared<std::promise<std::vector<im::Handled>>>();
+        auto f = p->get_future();
+        im::req::Send s;
+        s.conv = w.conv;
+        s.cmid = cmid;
+        s.body = "body " + cmid;
+        EXPECT_TRUE(sends.submit(who, {s}, {std::optional<std::string>(cmid)},
+                                 [p](std::vector<im::Handled> hs) { p->set_value(std::move(hs)); }));
+        return f;
+    };
+    auto first = run("t1");
+    ASSERT_TRUE(wait_for([&] { return thrown.load() == 1; }, 20s)) << "the first group never committed";
+    auto second = run("t2");
+    ASSERT_EQ(second.wait_for(20s), std::future_status::ready)
+        << "the run after a throw was never taken: the worker's slot or its conversation was kept";
+    auto hs = second.get();
+    ASSERT_EQ(hs.size(), 1u);
+    EXPECT_NE(hs[0].frame.find("\"sent\""), std::string::npos) << hs[0].frame;
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "2");
+    pool.stop();
+}
+
+// Issue 28 item 4: each stage of a send has its histogram in /metrics, and
+// one send through the gateway is counted once in every stage.
+TEST(SendWorkers, every_stage_of_a_send_is_counted_in_its_histogram) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet"});
+    auto w = make_world(pg.url(), "gcstage", 2);
+    auto c = login(srv.port(), w.users[0]);
+    auto count = [&](const std::string& stage) {
+        return srv.metric("im_send_stage_seconds_count{stage=\"" + stage + "\"}");
+    };
+    for (const char* stage : {"queue", "statement", "publish", "strand"}) EXPECT_EQ(count(stage), 0) << stage;
+    ASSERT_EQ(str(send_msg(*c, w.conv, "s1", "staged"), "t"), "sent");
+    for (const char* stage : {"queue", "statement", "publish", "strand"}) EXPECT_EQ(count(stage), 1) << stage;
+    ASSERT_EQ(str(send_msg(*c, w.conv, "s2", "staged again"), "t"), "sent");
+    for (const char* stage : {"queue", "statement", "publish", "strand"}) EXPECT_EQ(count(stage), 2) << stage;
 }

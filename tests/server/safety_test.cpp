@@ -327,7 +327,8 @@ void expect_send_rules_hold(TestPostgres& pg, const std::string& db_url, const s
 
 TEST(NoLabSwitch, a_lab_setting_in_the_database_url_or_the_database_defaults_breaks_no_send_rule) {
     TestPostgres pg;
-    const std::vector<std::string> values = {"send_membership", "same_error", "request_hash", "fresh_dup", "send_prev"};
+    const std::vector<std::string> values = {"send_membership", "same_error", "request_hash", "fresh_dup", "send_prev",
+                                             "send_dedup"};
     std::string all;
     for (const auto& v : values) all += (all.empty() ? "" : ",") + v;
     for (const auto& v : values) expect_send_rules_hold(pg, pg.url() + " options='-c im.lab_broken=" + v + "'", v);
@@ -346,7 +347,7 @@ TEST(NoLabSwitch, a_lab_run_installs_its_broken_send_functions_only_into_the_dat
     TestPostgres pg;
     auto lab_url = pg.create_database("labfresh");
     ServerProcess lab(lab_url, {"--quiet", "--enable-faults"});
-    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im_lab_send_%'", "labfresh"), "6");
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im_lab_send_%'", "labfresh"), "7");
     EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname = 'im_send'", "labfresh"), "1");
     // The armed rule reaches only the lab gateway's own calls.
     auto w = make_world(lab_url, unique_name("labrule"), 2);
@@ -357,4 +358,27 @@ TEST(NoLabSwitch, a_lab_run_installs_its_broken_send_functions_only_into_the_dat
     EXPECT_EQ(str(s, "t"), "sent") << "the lab's control did not break the rule: " << json::serialize(s);
     auto again = send_msg(*outsider, w.conv, "x2", "again");
     EXPECT_EQ(str(again, "code"), "NOT_MEMBER") << "the rule stayed broken after its one armed use";
+}
+
+// rule.send_dedup skips the request-key lookup: a resend of the same
+// (conv, sender, cmid, body) is judged fresh. With events_idempotency dropped
+// (as the no-unique-index control does) it inserts a second event.
+TEST(NoLabSwitch, the_send_dedup_variant_inserts_a_second_event_for_a_repeated_request_key) {
+    TestPostgres pg;
+    auto lab_url = pg.create_database("labdedup");
+    ServerProcess lab(lab_url, {"--quiet", "--enable-faults"});
+    pg.scalar("DROP INDEX events_idempotency", "labdedup");
+    auto w = make_world(lab_url, unique_name("labdedup"), 2);
+    auto member = login(lab.port(), w.users[0]);
+    auto first = send_msg(*member, w.conv, "d1", "once");
+    ASSERT_EQ(str(first, "t"), "sent") << json::serialize(first);
+    auto again = send_msg(*member, w.conv, "d1", "once");
+    ASSERT_EQ(str(again, "t"), "sent") << json::serialize(again);
+    EXPECT_TRUE(again.at("dup").as_bool()) << "unarmed: the resend is the original";
+    ASSERT_EQ(lab.http("POST", "/lab/fault", "rule.send_dedup=skip:1").first, 200);
+    auto broken = send_msg(*member, w.conv, "d1", "once");
+    ASSERT_EQ(str(broken, "t"), "sent") << json::serialize(broken);
+    EXPECT_FALSE(broken.at("dup").as_bool()) << "armed: the resend should be judged fresh";
+    EXPECT_NE(broken.at("seq").as_int64(), first.at("seq").as_int64());
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM events WHERE client_msg_id = 'd1'", "labdedup"), "2");
 }

@@ -57,7 +57,7 @@ TEST(Schema, every_unique_index_of_the_tables_sharded_by_conversation_includes_c
         EXPECT_TRUE(row[2].as<bool>()) << "unique index " << index << " on " << table << " does not include conv_id";
     }
     // The check saw the indexes that matter (it cannot pass on an empty catalog).
-    for (const char* i : {"events_pkey", "events_conv_mid_key", "events_idempotency", "events_recall_target",
+    for (const char* i : {"events_pkey", "events_idempotency", "events_recall_target",
                           "membership_open_period", "idem_tombstones_pkey"})
         EXPECT_TRUE(checked.count(i)) << i << " was not seen";
 }
@@ -242,8 +242,8 @@ TEST(Schema, the_baseline_then_each_later_migration_applies_to_a_database_with_d
     s.functions = im::all_functions();
     EXPECT_EQ(im::migrate(c, s).functions, static_cast<int>(s.functions.size()));
     pqxx::work tx(c);
-    auto r = tx.exec("SELECT r_code, r_seq, r_dup FROM im_send('d1', '01', 'c1', 'u1', '{k1,k2}', '{hello,again}', "
-                     "'{NULL,NULL}')");
+    auto r = tx.exec("SELECT r_code, r_seq, r_dup FROM im_send('{d1}', '{01}', '{c1}', '{u1}', '{1,1}', '{k1,k2}', "
+                     "'{hello,again}', '{NULL,NULL}')");
     ASSERT_EQ(r.size(), 2u);
     EXPECT_STREQ(r[0][0].c_str(), "IDEMPOTENCY_MISMATCH"); // the stored hash is a placeholder
     EXPECT_STREQ(r[1][0].c_str(), "OK");
@@ -253,7 +253,9 @@ TEST(Schema, the_baseline_then_each_later_migration_applies_to_a_database_with_d
 TEST(Schema, the_squashed_baseline_makes_the_same_tables_as_the_history_it_replaces) {
     TestPostgres pg;
     pqxx::connection c(pg.url());
-    im::migrate(c);
+    im::Schema baseline;
+    baseline.migrations.push_back(im::all_migrations().front());
+    im::migrate(c, baseline);
     // events_conv_mid_key (was migration 002): mid unique per conversation only.
     pqxx::work tx(c);
     tx.exec("INSERT INTO conversations (conv_id, kind) VALUES ('c1', 'group'), ('c2', 'group')");
@@ -263,6 +265,23 @@ TEST(Schema, the_squashed_baseline_makes_the_same_tables_as_the_history_it_repla
     EXPECT_THROW(tx.exec("INSERT INTO events (conv_id, seq, mid, kind, epoch, msg_ordinal) VALUES "
                          "('c1', 2, '00000000-0000-4000-8000-000000000001', 'msg', 1, 2)"),
                  pqxx::unique_violation);
+}
+
+// schema/010: the row lock proves the conversation, and nothing reads by mid:
+// the foreign key and the mid index are gone, the indexes that are read stay.
+TEST(Schema, migration_010_drops_the_events_foreign_key_and_the_mid_index_and_keeps_the_read_ones) {
+    TestPostgres pg;
+    pqxx::connection c(pg.url());
+    im::migrate(c);
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_constraint WHERE conrelid = 'events'::regclass AND contype = 'f'"),
+              "0");
+    EXPECT_EQ(pg.scalar("SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes "
+                        "WHERE tablename = 'events'"),
+              "events_by_sender,events_idempotency,events_pkey,events_recall_target");
+    // Other tables keep their keys to conversations.
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_constraint WHERE conrelid = 'membership_periods'::regclass "
+                        "AND contype = 'f' AND confrelid = 'conversations'::regclass"),
+              "1");
 }
 
 } // namespace

@@ -1,0 +1,320 @@
+#include "send_scheduler.hpp"
+
+#include "db_pool.hpp"
+#include "log.hpp"
+#include "metrics.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+
+namespace im {
+
+namespace {
+
+Handled send_reply(ApiContext& ctx, const Outcome<Store::SendResult>& o, const std::optional<std::string>& rid) {
+    if (!o) return error_reply(o.error(), rid);
+    // The commit is durable now; this point tests replies lost after it.
+    auto f = ctx.faults.hit("api.after_send_commit");
+    if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
+    Handled h;
+    if (o->drop_reply || f == FaultKind::drop_reply) h.code = "DROPPED";
+    else h.frame = encode_reply(o->sent, rid);
+    return h;
+}
+
+} // namespace
+
+namespace {
+void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
+                  const std::vector<std::optional<std::string>>& rids, std::vector<Outcome<Store::SendResult>> results,
+                  RepliesDone done, Metrics* metrics = nullptr);
+} // namespace
+
+void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                       const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
+                       RepliesDone done) {
+    if (!conn) {
+        std::vector<Handled> out;
+        for (const auto& rid : rids)
+            out.push_back(error_reply(unavailable("database unreachable, retry with the same request"), rid));
+        return done(std::move(out));
+    }
+    auto results = ctx.store.send_batch(*conn, who, sends);
+    if (results.empty()) // the conversation's row is held: nothing was written
+        results.assign(sends.size(), unavailable("conversation busy, retry with the same request"));
+    finish_sends(ctx, who, sends, rids, std::move(results), std::move(done));
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// What follows a run's commit: its own subscribers, the bus, then the
+// replies. `metrics` (when given) gets the publish stage.
+void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
+                  const std::vector<std::optional<std::string>>& rids, std::vector<Outcome<Store::SendResult>> results,
+                  RepliesDone done, Metrics* metrics) {
+    Notes notes; // a duplicate publishes again (a gateway may have died before it did)
+    std::vector<Event> events;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const auto& r = results[i];
+        if (!r) continue;
+        notes.push_back("e " + r->sent.conv + " " + std::to_string(r->sent.seq));
+        Event ev;
+        ev.conv = r->sent.conv;
+        ev.seq = r->sent.seq;
+        ev.mid = r->sent.mid;
+        ev.kind = "msg";
+        ev.sender = who.user;
+        ev.body = sends[i].body;
+        ev.cmid = sends[i].cmid;
+        ev.ts = r->ts;
+        ev.epoch = r->sent.epoch;
+        events.push_back(std::move(ev));
+    }
+    // Own subscribers first: no read, no wait for the bus's round trip.
+    if (ctx.committed && !events.empty()) ctx.committed(events);
+    // Contract section 6, send step 5: the replies only after the events'
+    // notification was handed to the bus.
+    const auto handed = std::chrono::steady_clock::now();
+    auto complete = [&ctx, results = std::move(results), rids, done = std::move(done), metrics,
+                     handed](bool published) mutable {
+        if (metrics) metrics->observe_send_stage(Metrics::SendStage::publish, seconds_since(handed));
+        if (!published)
+            for (auto& r : results)
+                if (r) r = unpublished();
+        std::vector<Handled> out;
+        out.reserve(results.size());
+        const auto answered = std::chrono::steady_clock::now();
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            out.push_back(send_reply(ctx, results[i], rids[i]));
+            out.back().answered = answered;
+        }
+        done(std::move(out));
+    };
+    if (notes.empty() || !ctx.bus) {
+        metrics = nullptr; // nothing published: no publish stage
+        return complete(true);
+    }
+    ctx.bus->publish(std::move(notes), std::move(complete));
+}
+
+} // namespace
+
+SendScheduler::SendScheduler(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs,
+                           std::size_t max_workers, std::size_t max_queue, bool per_conversation,
+                           std::chrono::milliseconds held_limit)
+    : ctx_(ctx), pool_(pool), metrics_(metrics), max_runs_(std::max<std::size_t>(1, max_runs)),
+      max_workers_(std::max<std::size_t>(1, max_workers)), max_queue_(max_queue), per_conversation_(per_conversation),
+      held_limit_(held_limit) {
+    metrics_.send_workers = static_cast<long long>(max_workers_);
+}
+
+bool SendScheduler::submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
+                          RepliesDone done) {
+    std::lock_guard lk(mu_);
+    if (queue_.size() >= max_queue_) return false;
+    queue_.push_back(Item{std::move(who), std::move(sends), std::move(rids), std::move(done)});
+    queue_.back().submitted = std::chrono::steady_clock::now();
+    metrics_.send_runs_queued = static_cast<long long>(queue_.size());
+    wake_.notify_one(); // a worker waiting out a held run's back-off takes this one now
+    // Every send worker busy: the first to finish its group takes this run.
+    if (active_ >= max_workers_) return true;
+    ++active_;
+    // The pool's lock is taken under ours (never the other way round).
+    if (pool_.submit([this](pqxx::connection_base* c) { drain(c); })) return true;
+    --active_;
+    queue_.pop_back();
+    metrics_.send_runs_queued = static_cast<long long>(queue_.size());
+    return false;
+}
+
+void SendScheduler::release(std::vector<std::string>& done) {
+    for (const auto& conv : done) held_.erase(held_.find(conv));
+    done.clear();
+}
+
+std::vector<SendScheduler::Item> SendScheduler::take(std::vector<std::string>& done) {
+    std::vector<Item> items;
+    std::unique_lock lk(mu_);
+    release(done);
+    for (;;) {
+        // Oldest first; several runs of one conversation may share the group
+        // (the statement runs them in order under one row lock). A run whose
+        // conversation was held waits out its back-off.
+        const auto now = std::chrono::steady_clock::now();
+        auto next_try = std::chrono::steady_clock::time_point::max();
+        for (auto it = queue_.begin(); it != queue_.end() && items.size() < max_runs_;) {
+            if (it->not_before > now) {
+                next_try = std::min(next_try, it->not_before);
+                ++it;
+                continue;
+            }
+            if (per_conversation_ && held_.count(it->sends.front().conv)) {
+                ++it;
+                continue;
+            }
+            items.push_back(std::move(*it));
+            it = queue_.erase(it);
+        }
+        if (!items.empty() || next_try == std::chrono::steady_clock::time_point::max() || waiting_) break;
+        // Only held runs are left: one worker stays to try them again (or
+        // to take a new run that submit() announces), the others sign off.
+        waiting_ = true;
+        wake_.wait_until(lk, next_try);
+        waiting_ = false;
+        Watchdog::progress(); // waiting is not a database round trip
+    }
+    const auto taken = std::chrono::steady_clock::now();
+    for (const auto& it : items) {
+        held_.insert(it.sends.front().conv);
+        metrics_.observe_send_stage(Metrics::SendStage::queue,
+                                    std::chrono::duration<double>(taken - it.submitted).count());
+    }
+    metrics_.send_runs_queued = static_cast<long long>(queue_.size());
+    // Signing off under the same lock that submit() checks: a run queued
+    // after this sees the slot free and schedules a worker of its own. Runs
+    // skipped here belong to a group still running (its worker takes them)
+    // or wait out a back-off (the waiting worker takes them).
+    if (items.empty()) --active_;
+    return items;
+}
+
+void SendScheduler::requeue(Item it) {
+    const auto now = std::chrono::steady_clock::now();
+    if (it.held_tries++ == 0) it.held_since = now;
+    if (now - it.held_since >= held_limit_) {
+        log_warn("send_conversation_held", {{"conv", it.sends.front().conv},
+                                            {"ms", static_cast<long>(held_limit_.count())}});
+        finish_sends(ctx_, it.who, it.sends, it.rids,
+                     std::vector<Outcome<Store::SendResult>>(
+                         it.sends.size(), unavailable("conversation busy, retry with the same request")),
+                     std::move(it.done));
+        return;
+    }
+    it.not_before = now + std::chrono::milliseconds(std::min(200, 10 << std::min(it.held_tries - 1, 5)));
+    std::lock_guard lk(mu_);
+    queue_.push_front(std::move(it)); // the worker that ran it is still active: it or the waiter takes it
+    metrics_.send_runs_queued = static_cast<long long>(queue_.size());
+    ++metrics_.send_runs_held;
+}
+
+// A send worker's slot (one of active_) and the conversations of its last
+// group (in held_), given back however drain() ends: an exception out of a
+// group (an allocation, a callback) must not keep them forever, or those
+// conversations and the slot would never be scheduled again.
+class SendScheduler::Slot {
+public:
+    explicit Slot(SendScheduler& s) : s_(s) {}
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+    ~Slot() {
+        if (owned_) s_.give_back(held);
+    }
+    /// The slot was given back under the lock (take() signed off) or went
+    /// with a fresh job: nothing left to do here.
+    void hand_over() { owned_ = false; }
+    std::vector<std::string> held; // the conversations of this worker's last group
+
+private:
+    SendScheduler& s_;
+    bool owned_ = true;
+};
+
+void SendScheduler::give_back(std::vector<std::string>& held) noexcept {
+    log_error("send_worker_unwound", {{"conversations", static_cast<long>(held.size())}});
+    try {
+        std::lock_guard lk(mu_);
+        release(held);
+        // What waits needs a worker: a fresh job takes this slot over.
+        bool resubmitted = false;
+        try {
+            resubmitted = !queue_.empty() && pool_.submit([this](pqxx::connection_base* n) { drain(n); });
+        } catch (const std::exception&) {
+        }
+        if (!resubmitted) --active_;
+    } catch (const std::exception&) { // the lock itself failed: nothing more can be done
+    }
+}
+
+void SendScheduler::finish_group(std::vector<Item>& items, std::vector<std::vector<Outcome<Store::SendResult>>>& results) {
+    for (std::size_t g = 0; g < items.size(); ++g) {
+        // One run's callback that throws must not strand the others' replies.
+        try {
+            if (results[g].empty()) { // its conversation's row was held: nothing written, try it later
+                requeue(std::move(items[g]));
+                continue;
+            }
+            finish_sends(ctx_, items[g].who, items[g].sends, items[g].rids, std::move(results[g]),
+                         std::move(items[g].done), &metrics_);
+        } catch (const std::exception& e) {
+            log_error("send_finish_failed", {{"conv", items[g].sends.front().conv}, {"err", e.what()}});
+        }
+    }
+}
+
+void SendScheduler::drain(pqxx::connection_base* c) {
+    Slot slot(*this);
+    for (;;) {
+        if (c && !c->is_open()) {
+            // The connection broke in the last group: a fresh job takes the
+            // rest, so the pool replaces the connection first.
+            std::lock_guard lk(mu_);
+            release(slot.held);
+            if (queue_.empty()) {
+                --active_;
+                slot.hand_over();
+                return;
+            }
+            if (pool_.submit([this](pqxx::connection_base* n) { drain(n); })) { // the slot goes with it
+                slot.hand_over();
+                return;
+            }
+            c = nullptr; // the pool is stopping: what is left gets UNAVAILABLE here
+        }
+        auto items = take(slot.held);
+        if (items.empty()) { // signed off under the lock
+            slot.hand_over();
+            return;
+        }
+        for (const auto& it : items) slot.held.push_back(it.sends.front().conv);
+        // The round-trip watchdog bounds one group, not a worker's whole busy spell.
+        Watchdog::progress();
+        if (!c) {
+            for (auto& it : items) handle_send_batch(ctx_, nullptr, it.who, it.sends, it.rids, std::move(it.done));
+            continue;
+        }
+        std::vector<Store::SendRun> runs;
+        for (const auto& it : items) runs.push_back({&it.who, &it.sends});
+        std::vector<std::vector<Outcome<Store::SendResult>>> results;
+        try {
+            const auto start = std::chrono::steady_clock::now();
+            results = ctx_.store.send_runs(*c, runs);
+            metrics_.observe_send_stage(Metrics::SendStage::statement, seconds_since(start));
+        } catch (const std::exception& e) { // never strand a run (or this worker's slot)
+            log_error("send_group_failed", {{"err", e.what()}});
+            results.clear();
+            for (const auto& it : items)
+                results.emplace_back(it.sends.size(), unavailable("retry with the same request"));
+        }
+        if (items.size() > 1) {
+            ++metrics_.send_group_commits;
+            metrics_.send_runs_grouped += static_cast<long long>(items.size());
+        }
+        finish_group(items, results);
+    }
+}
+
+std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                                       const std::vector<req::Send>& sends,
+                                       const std::vector<std::optional<std::string>>& rids) {
+    auto promise = std::make_shared<std::promise<std::vector<Handled>>>();
+    auto result = promise->get_future();
+    handle_send_batch(ctx, conn, who, sends, rids, [promise](std::vector<Handled> hs) { promise->set_value(std::move(hs)); });
+    return result.get();
+}
+
+} // namespace im
