@@ -5,6 +5,7 @@
 #include "metrics.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 
@@ -40,6 +41,14 @@ std::int64_t now_ms() {
 bool publish(ApiContext& ctx, Notes notes) {
     if (notes.empty() || !ctx.bus) return true;
     return ctx.bus->publish_and_wait(std::move(notes));
+}
+
+// Lab negative control only (rule.recall_dedup): the recall under a key no
+// request ever used, so the store's request-key lookup never finds it.
+req::Recall lab_fresh_key(req::Recall r) {
+    static std::atomic<long long> n{0};
+    r.cmid = "lab-recall-dedup-" + std::to_string(now_ms()) + "-" + std::to_string(++n);
+    return r;
 }
 
 Error unpublished() { return unavailable("committed, but the notification could not be published; resend"); }
@@ -244,8 +253,14 @@ void SendCombiner::drain(pqxx::connection_base* c) {
         std::vector<Store::SendRun> runs;
         for (const auto& it : items) runs.push_back({&it.who, &it.sends});
         std::vector<std::vector<Outcome<Store::SendResult>>> results;
+        // Lab negative control only (--enable-faults): a crash armed before
+        // the insert or the COMMIT fires after the COMMIT instead.
+        const bool crash_late = ctx_.faults.enabled() && ctx_.faults.broken("rule.commit_before_crash") &&
+                                (ctx_.faults.take_crash("store.before_insert") ||
+                                 ctx_.faults.take_crash("store.before_commit"));
         try {
             results = ctx_.store.send_runs(*c, runs);
+            if (crash_late) FaultRegistry::crash_now();
         } catch (const std::exception& e) { // never strand a run (or this worker's slot)
             log_error("send_group_failed", {{"err", e.what()}});
             for (const auto& it : items)
@@ -321,7 +336,7 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
                 publish(ctx, std::move(notes)); // a lost hint is healed by the next convs
                 return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Recall>) {
-                auto o = ctx.store.recall(c, *who, r);
+                auto o = ctx.store.recall(c, *who, ctx.faults.broken("rule.recall_dedup") ? lab_fresh_key(r) : r);
                 if (!o) return error_reply(o.error(), rid);
                 if (!publish(ctx, {"e " + o->conv + " " + std::to_string(o->seq)})) return error_reply(unpublished(), rid);
                 // The recall is durable (and published) now; this point tests replies lost after it.
