@@ -336,7 +336,8 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
                 publish(ctx, std::move(notes)); // a lost hint is healed by the next convs
                 return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Recall>) {
-                auto o = ctx.store.recall(c, *who, ctx.faults.broken("rule.recall_dedup") ? lab_fresh_key(r) : r);
+                auto o = ctx.faults.broken("rule.recall_dedup") ? ctx.store.recall(c, *who, lab_fresh_key(r))
+                                                                : ctx.store.recall(c, *who, r);
                 if (!o) return error_reply(o.error(), rid);
                 if (!publish(ctx, {"e " + o->conv + " " + std::to_string(o->seq)})) return error_reply(unpublished(), rid);
                 // The recall is durable (and published) now; this point tests replies lost after it.
