@@ -5,6 +5,7 @@
 #include "log.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 namespace im {
@@ -41,6 +42,14 @@ bool publish(ApiContext& ctx, Notes notes) {
     return ctx.bus->publish_and_wait(std::move(notes));
 }
 
+
+// Lab negative control only (rule.recall_dedup): the recall under a key no
+// request ever used, so the store's request-key lookup never finds it.
+req::Recall lab_fresh_key(req::Recall r) {
+    static std::atomic<long long> n{0};
+    r.cmid = "lab-recall-dedup-" + std::to_string(now_ms()) + "-" + std::to_string(++n);
+    return r;
+}
 
 } // namespace
 
@@ -92,7 +101,8 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
                 publish(ctx, std::move(notes)); // a lost hint is healed by the next convs
                 return reply(o, rid);
             } else if constexpr (std::is_same_v<T, req::Recall>) {
-                auto o = ctx.store.recall(c, *who, r);
+                auto o = ctx.faults.broken("rule.recall_dedup") ? ctx.store.recall(c, *who, lab_fresh_key(r))
+                                                                : ctx.store.recall(c, *who, r);
                 if (!o) return error_reply(o.error(), rid);
                 if (!publish(ctx, {"e " + o->conv + " " + std::to_string(o->seq)})) return error_reply(unpublished(), rid);
                 // The recall is durable (and published) now; this point tests replies lost after it.

@@ -74,6 +74,17 @@ void FaultRegistry::clear() {
     armed_.clear();
 }
 
+bool FaultRegistry::take_crash(std::string_view point) {
+    if (!enabled_) return false;
+    std::lock_guard lk(mu_);
+    auto it = armed_.find(point);
+    if (it == armed_.end() || it->second.kind != FaultKind::crash) return false;
+    if (it->second.remaining > 0 && --it->second.remaining == 0) armed_.erase(it);
+    return true;
+}
+
+void FaultRegistry::crash_now() { ::_exit(70); }
+
 std::optional<FaultKind> FaultRegistry::hit(std::string_view point) {
     if (!enabled_) return std::nullopt;
     FaultAction a;
@@ -86,7 +97,7 @@ std::optional<FaultKind> FaultRegistry::hit(std::string_view point) {
     }
     switch (a.kind) {
     case FaultKind::crash:
-        ::_exit(70);
+        crash_now();
     case FaultKind::delay:
         std::this_thread::sleep_for(a.delay);
         return std::nullopt;

@@ -44,6 +44,9 @@ inline constexpr std::string_view fault_points[] = {
     "rule.read_hint",          // a read marker's hint is not sent to the user's other devices
     "rule.push_hint",          // every group gets full `event` pushes, whatever its push_full_max
     "rule.goaway",             // a draining gateway closes connections without `goaway`
+    "rule.commit_before_crash",   // a crash armed at store.before_insert/before_commit fires after the COMMIT
+    "rule.unavailable_terminal",  // an UNAVAILABLE answer goes out as the terminal INVALID_ARGUMENT
+    "rule.recall_dedup",          // a recall's request key is never found: a repeated recall is judged anew
     // ... and in the send function: the lab calls its variant im_lab_send_<rule> (lab_schema.hpp):
     "rule.send_membership",    // a stranger's send is appended (no membership check)
     "rule.same_error",         // an unknown conversation answers apart from a non-member's
@@ -77,6 +80,13 @@ public:
 
     /// True while the rule.* point is armed (consumes one COUNT).
     bool broken(std::string_view rule) { return enabled_ && hit(rule) == FaultKind::skip; }
+
+    /// Takes one `crash` armed at `point` off it without crashing (consumes
+    /// one COUNT); false when none is armed there. For rule.commit_before_crash,
+    /// which moves that crash behind the COMMIT.
+    bool take_crash(std::string_view point);
+    /// Exits now as a `crash` action does (status 70).
+    [[noreturn]] static void crash_now();
 
 private:
     bool enabled_;

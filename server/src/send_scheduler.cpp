@@ -290,9 +290,15 @@ void SendScheduler::drain(pqxx::connection_base* c) {
         std::vector<Store::SendRun> runs;
         for (const auto& it : items) runs.push_back({&it.who, &it.sends});
         std::vector<std::vector<Outcome<Store::SendResult>>> results;
+        // Lab negative control only (--enable-faults): a crash armed before
+        // the insert or the COMMIT fires after the COMMIT instead.
+        const bool crash_late = ctx_.faults.enabled() && ctx_.faults.broken("rule.commit_before_crash") &&
+                                (ctx_.faults.take_crash("store.before_insert") ||
+                                 ctx_.faults.take_crash("store.before_commit"));
         try {
             const auto start = std::chrono::steady_clock::now();
             results = ctx_.store.send_runs(*c, runs);
+            if (crash_late) FaultRegistry::crash_now();
             metrics_.observe_send_stage(Metrics::SendStage::statement, seconds_since(start));
         } catch (const std::exception& e) { // never strand a run (or this worker's slot)
             log_error("send_group_failed", {{"err", e.what()}});

@@ -384,6 +384,8 @@ bool WsSession::deliver(const Pending& item, Handled h) {
         h = error_reply(revoked_ ? device_revoked() : Error{Code::unauthenticated, "token expired"}, item.rid);
         h.close_after = false;
     }
+    if (h.code == "UNAVAILABLE" && gw_->faults().broken("rule.unavailable_terminal")) // lab negative control only
+        h = error_reply(invalid("the database rejected this message (lab: rule.unavailable_terminal)"), item.rid);
     gw_->metrics().count_request(item.type, h.code);
     if (item.type == "send") {
         const auto now = std::chrono::steady_clock::now();

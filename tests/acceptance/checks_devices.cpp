@@ -99,7 +99,7 @@ Verdict goaway_reconnect(Lab& lab, bool no_goaway) {
         while (sdk_cmids.size() < want && std::chrono::steady_clock::now() < until) {
             auto l = sdk.line(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()));
             if (!l) break;
-            if (l->rfind("CMID ", 0) == 0) sdk_cmids.push_back(l->substr(5));
+            if (l->rfind("CMID ", 0) == 0) sdk_cmids.push_back(l->substr(5, l->find(' ', 5) - 5)); // "CMID <cmid> <body>"
         }
         return sdk_cmids.size() >= want;
     };

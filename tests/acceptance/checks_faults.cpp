@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <thread>
 
 namespace im::lab {
@@ -49,48 +50,107 @@ Verdict faults_off_by_default(Lab& lab) {
 // fresh_cmid_on_resend (here and in crash_at): the negative control's client
 // double, which resends under a new request key, as a client without a
 // durable key would.
-Verdict lost_reply_retry(Lab& lab, bool fresh_cmid_on_resend) {
-    auto a = lab.user("ana"), b = lab.user("ben");
-    auto c = lab.conv("c-lost", "direct", {a, b});
-    auto ws = connect(lab.server().port(), a.token);
-    Lab::arm(lab.server(), "api.after_send_commit=drop_reply:1");
+//
+// The server-side controls of the resend checks break the server instead:
+// `rule.send_dedup` (the lab's im_lab_send_send_dedup: the request-key
+// lookup skipped, a repeated key is judged as a fresh send), on a database
+// of their own whose unique index events_idempotency is dropped once the
+// gateway runs (a start refuses a database without it). With the index in
+// place the skipped lookup only meets the index, and the resend is answered
+// UNAVAILABLE for ever: a defect too, but one the check sees at `reply`, not
+// at the value (dup-true) this control must prove it sees.
+struct NoDedupDb {
+    std::string name, url;
+};
+NoDedupDb no_dedup_database(Lab& lab) {
+    NoDedupDb d;
+    d.name = unique_name("lab_nodedup");
+    for (auto& ch : d.name)
+        if (ch == '-') ch = '_';
+    d.url = lab.pg().create_database(d.name);
+    return d;
+}
+void drop_idempotency_index(Lab& lab, const NoDedupDb& d) {
+    lab.sql("DROP INDEX events_idempotency", d.name);
+    auto left = lab.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'events_idempotency'", d.name);
+    if (left != "0") throw HarnessError("events_idempotency still present in " + d.name);
+}
+
+Verdict lost_reply_retry_on(Lab& lab, ServerProcess& srv, const std::string& url, const std::string& database,
+                            bool fresh_cmid_on_resend) {
+    auto a = make_user(url, unique_name("ana")), b = make_user(url, unique_name("ben"));
+    auto c = unique_name("c-lost");
+    admin_ok(url, {"conv", "create", c, "--kind", "direct", "--members", a.user + "," + b.user});
+    auto ws = connect(srv.port(), a.token);
+    Lab::arm(srv, "api.after_send_commit=drop_reply:1");
     auto cmid = uuid4();
     auto r1 = send(*ws, c, cmid, "are you there", 2s);
     expect(outcome(r1) == "timeout", "no-reply", "first send should get no reply, got " + brief(r1));
-    auto stored = lab.sql("SELECT seq FROM events WHERE conv_id = " + quote(c) + " AND client_msg_id = " + quote(cmid));
+    auto stored = lab.sql("SELECT seq FROM events WHERE conv_id = " + quote(c) + " AND client_msg_id = " + quote(cmid),
+                          database);
     expect(!stored.empty(), "committed", "the first send did not commit");
     auto r2 = answered(send(*ws, c, fresh_cmid_on_resend ? uuid4() : cmid, "are you there"), "resend");
     expect(outcome(r2) == "sent", "resend-sent", "resend -> " + brief(r2));
     expect(flag(r2, "dup"), "dup-true", "resend " + brief(r2) + ", stored seq " + stored);
     expect(std::to_string(num(r2, "seq")) == stored, "same-seq", "resend " + brief(r2) + ", stored seq " + stored);
-    auto rows = lab.rows(c, a.user, cmid);
+    auto rows = lab.rows(c, a.user, cmid, database);
     expect(rows == 1, "one-row", "rows " + std::to_string(rows));
     return passed("no reply, then resend " + brief(r2) + " (original seq " + stored + "), rows 1");
 }
 
+Verdict lost_reply_retry(Lab& lab, bool fresh_cmid_on_resend) {
+    return lost_reply_retry_on(lab, lab.server(), lab.db(), "im", fresh_cmid_on_resend);
+}
+
+// The server-side control: the duplicate lookup skipped on its own database.
+Verdict lost_reply_retry_no_dedup(Lab& lab) {
+    auto d = no_dedup_database(lab);
+    Tracked<ServerProcess> srv(lab, d.url, std::vector<std::string>{"--enable-faults", "--quiet"},
+                               unique_name("gw-nodedup"));
+    drop_idempotency_index(lab, d);
+    Lab::arm(*srv, "rule.send_dedup=skip");
+    return lost_reply_retry_on(lab, *srv, d.url, d.name, false);
+}
+
 // Arms POINT=crash, sends, sees the process exit 70, restarts it for real,
-// resends the same key through a new connection.
-Verdict crash_at(Lab& lab, const std::string& point, bool committed, bool fresh_cmid_on_resend) {
-    auto a = lab.user("ana"), b = lab.user("ben");
-    auto c = lab.conv("c-crash", "direct", {a, b});
-    Tracked<ServerProcess> srv(lab, lab.db(), std::vector<std::string>{"--enable-faults", "--quiet"},
+// resends the same key through a new connection. The server-side controls:
+// `late_crash` arms rule.commit_before_crash with the crash (the crash fires
+// after the COMMIT); `no_dedup` runs on a database of its own and, after the
+// restart, drops the unique index and arms rule.send_dedup.
+Verdict crash_at(Lab& lab, const std::string& point, bool committed, bool fresh_cmid_on_resend,
+                 bool late_crash = false, bool no_dedup = false) {
+    std::optional<NoDedupDb> own;
+    if (no_dedup) own = no_dedup_database(lab);
+    const std::string url = own ? own->url : lab.db(), database = own ? own->name : "im";
+    // The gateway first: on a database of its own, the start that makes the
+    // schema with --enable-faults marks it as the lab's (the lab's send
+    // variants are installed only there).
+    Tracked<ServerProcess> srv(lab, url, std::vector<std::string>{"--enable-faults", "--quiet"},
                                unique_name("gw-crash"));
+    auto a = make_user(url, unique_name("ana")), b = make_user(url, unique_name("ben"));
+    auto c = unique_name("c-crash");
+    admin_ok(url, {"conv", "create", c, "--kind", "direct", "--members", a.user + "," + b.user});
     auto ws = connect(srv->port(), a.token);
     Lab::arm(*srv, point + "=crash:1");
+    if (late_crash) Lab::arm(*srv, "rule.commit_before_crash=skip");
     auto cmid = uuid4();
     auto old_pid = srv->pid();
     auto r1 = send(*ws, c, cmid, "crash test");
     expect(outcome(r1) == "closed" || outcome(r1) == "timeout", "no-reply", "send at the crash point -> " + brief(r1));
     auto rc = srv->wait_exit(10s);
     expect(rc && *rc == 70, "exit-70", "server exit status " + (rc ? std::to_string(*rc) : std::string("none (still running)")));
-    auto rows_crash = lab.rows(c, a.user, cmid);
+    auto rows_crash = lab.rows(c, a.user, cmid, database);
     expect(rows_crash == (committed ? 1 : 0), "rows-after-crash", "rows right after the crash: " + std::to_string(rows_crash));
     srv->restart();
+    if (own) {
+        drop_idempotency_index(lab, *own);
+        Lab::arm(*srv, "rule.send_dedup=skip");
+    }
     auto ws2 = connect(srv->port(), a.token);
     auto r2 = answered(send(*ws2, c, fresh_cmid_on_resend ? uuid4() : cmid, "crash test"), "resend after restart");
     expect(outcome(r2) == "sent", "resend-sent", "resend after restart -> " + brief(r2));
     expect(flag(r2, "dup") == committed, committed ? "dup-true" : "dup-false", "resend " + brief(r2) + ", wanted dup:" + (committed ? "true" : "false"));
-    auto rows = lab.rows(c, a.user, cmid);
+    auto rows = lab.rows(c, a.user, cmid, database);
     expect(rows == 1, "one-row", "rows after the resend: " + std::to_string(rows));
     expect(num(r2, "seq") == 3, "seq-3", "seq " + std::to_string(num(r2, "seq")) + ", wanted 3 (no seq burnt)");
     return passed("exit 70 (pid " + std::to_string(old_pid) + "), rows after crash " + std::to_string(rows_crash) +
@@ -99,13 +159,19 @@ Verdict crash_at(Lab& lab, const std::string& point, bool committed, bool fresh_
 
 // give_up: the negative control's client double, which drops a draft on
 // UNAVAILABLE instead of resending it later with the same key.
-Verdict unavailable_retry(Lab& lab, bool give_up) {
+// terminal: the server-side control, a gateway that answers the terminal
+// INVALID_ARGUMENT where it must answer UNAVAILABLE (rule.unavailable_terminal).
+Verdict unavailable_retry(Lab& lab, bool give_up, bool terminal = false) {
     // Its own cluster: stopping it must not disturb the other checks.
     Tracked<TestPostgres> pg(lab);
     auto url = pg->url();
     auto a = make_user(url, "ana"), b = make_user(url, "ben");
     admin_ok(url, {"conv", "create", "c-down", "--kind", "direct", "--members", "ana,ben"});
-    Tracked<ServerProcess> srv(lab, url, std::vector<std::string>{"--quiet"}, unique_name("gw-down"));
+    Tracked<ServerProcess> srv(lab, url,
+                               terminal ? std::vector<std::string>{"--quiet", "--enable-faults", "--fault",
+                                                                   "rule.unavailable_terminal=skip"}
+                                        : std::vector<std::string>{"--quiet"},
+                               unique_name("gw-down"));
 
     const int drafts = 30;
     std::vector<std::string> cmids;
@@ -289,22 +355,37 @@ std::vector<Check> fault_checks() {
     return {
         {"lab-faults-off-by-default", faults_off_by_default},
         {"06-lost-reply-retry", [](Lab& l) { return lost_reply_retry(l, false); },
-         [](Lab& l) { return lost_reply_retry(l, true); }, "client double: the resend has a new cmid", "dup-true"},
+         [](Lab& l) { return lost_reply_retry(l, true); }, "client double: the resend has a new cmid", "dup-true",
+         {{lost_reply_retry_no_dedup,
+           "server: rule.send_dedup (the request-key lookup skipped), events_idempotency dropped on its own database",
+           "dup-true"}}},
         {"06-crash-before-insert", [](Lab& l) { return crash_at(l, "store.before_insert", false, false); },
          [](Lab& l) { return crash_at(l, "store.before_insert", false, true); },
-         "client double: the resend after the restart has a new cmid", "one-row"},
+         "client double: the resend after the restart has a new cmid", "one-row",
+         {{[](Lab& l) { return crash_at(l, "store.before_insert", false, false, true); },
+           "server: rule.commit_before_crash (the crash armed before the insert fires after the COMMIT)",
+           "rows-after-crash"}}},
         {"06-crash-before-commit", [](Lab& l) { return crash_at(l, "store.before_commit", false, false); },
          [](Lab& l) { return crash_at(l, "store.before_commit", false, true); },
-         "client double: the resend after the restart has a new cmid", "one-row"},
+         "client double: the resend after the restart has a new cmid", "one-row",
+         {{[](Lab& l) { return crash_at(l, "store.before_commit", false, false, true); },
+           "server: rule.commit_before_crash (the crash armed before the COMMIT fires after it)", "rows-after-crash"}}},
         {"06-crash-after-commit", [](Lab& l) { return crash_at(l, "api.after_send_commit", true, false); },
          [](Lab& l) { return crash_at(l, "api.after_send_commit", true, true); },
-         "client double: the resend after the restart has a new cmid", "dup-true"},
+         "client double: the resend after the restart has a new cmid", "dup-true",
+         {{[](Lab& l) { return crash_at(l, "api.after_send_commit", true, false, false, true); },
+           "server: after the restart rule.send_dedup (the request-key lookup skipped), events_idempotency dropped "
+           "on its own database",
+           "dup-true"}}},
         {"06-sdk-kill-resend", [](Lab& l) { return sdk_kill_resend(l, false); },
          [](Lab& l) { return sdk_kill_resend(l, true); }, "the SDK's SQLite file is lost with the killed process",
          "d1-pending"},
         {"06-unavailable-retry", [](Lab& l) { return unavailable_retry(l, false); },
          [](Lab& l) { return unavailable_retry(l, true); }, "client double: a draft answered UNAVAILABLE is dropped",
-         "all-landed"},
+         "all-landed",
+         {{[](Lab& l) { return unavailable_retry(l, false, true); },
+           "server: rule.unavailable_terminal (UNAVAILABLE answered as the terminal INVALID_ARGUMENT)",
+           "no-terminal-error"}}},
     };
 }
 

@@ -148,12 +148,21 @@ std::string brief(const json::object& reply);
 /// `CONTROL <id> failed as expected at <tag>`; a pass, a failure at another
 /// tag or a harness error is `CONTROL <id> DID NOT FAIL (...)` and fails the
 /// run. `control_what` says in a few words what it breaks.
+/// A further negative control of a check (Check::more): run like `control`.
+struct Control {
+    std::function<Verdict(Lab&)> run;
+    std::string what;
+    std::string tag;
+};
 struct Check {
     std::string id;
     std::function<Verdict(Lab&)> run;
     std::function<Verdict(Lab&)> control = {};
     std::string control_what = {};
     std::string control_tag = {};
+    /// Controls beyond the first, each printing its own CONTROL line: where
+    /// the first breaks the test's client, these break the server.
+    std::vector<Control> more = {};
 };
 /// A negative control: `check` run while the shared gateway breaks one rule of
 /// the contract (the rule.* fault point armed with `skip`, disarmed after).

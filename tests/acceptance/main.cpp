@@ -217,11 +217,14 @@ int main(int argc, char** argv) {
     // The lab's own precondition first, then the ids in spec order.
     std::stable_partition(all.begin(), all.end(), [](const Check& c) { return c.id == "lab-faults-off-by-default"; });
     // A control without the tag it must fail at could pass on any failure.
-    for (const auto& c : all)
-        if (c.control && c.control_tag.empty()) {
-            std::printf("FAIL lab-args (the control of %s names no control_tag)\n0 passed, 1 failed\n", c.id.c_str());
+    for (const auto& c : all) {
+        bool untagged = c.control && c.control_tag.empty();
+        for (const auto& m : c.more) untagged = untagged || !m.run || m.tag.empty();
+        if (untagged || (!c.more.empty() && !c.control)) {
+            std::printf("FAIL lab-args (a control of %s names no control_tag)\n0 passed, 1 failed\n", c.id.c_str());
             return 2;
         }
+    }
     if (!only.empty()) {
         // A prefix that selects nothing is a mistake (a typo would otherwise
         // "pass" with 0 checks run): fail before starting anything.
@@ -306,30 +309,34 @@ int main(int argc, char** argv) {
             results.push_back(std::move(r));
         }
         if (!all[i].control) continue;
-        // The negative control: the same check with the guarded property
-        // broken on purpose must FAIL at the assertion that guards it (its
-        // control_tag). A pass, a failure at another tag (a timeout, a setup
-        // step) or a harness error (a refused fault, any exception but the
-        // check's own CheckFailed) is a control that proved nothing.
-        {
-            std::lock_guard lk(wmu);
-            current = "CONTROL " + all[i].id;
-            deadline = Clock::now() + per_check;
+        std::vector<Control> controls{{all[i].control, all[i].control_what, all[i].control_tag}};
+        controls.insert(controls.end(), all[i].more.begin(), all[i].more.end());
+        for (const auto& ctl : controls) {
+            // The negative control: the same check with the guarded property
+            // broken on purpose must FAIL at the assertion that guards it (its
+            // control_tag). A pass, a failure at another tag (a timeout, a setup
+            // step) or a harness error (a refused fault, any exception but the
+            // check's own CheckFailed) is a control that proved nothing.
+            {
+                std::lock_guard lk(wmu);
+                current = "CONTROL " + all[i].id;
+                deadline = Clock::now() + per_check;
+            }
+            t0 = Clock::now();
+            auto cran = run_guarded(ctl.run, *lab);
+            Result c{all[i].id,
+                     !cran.harness && !cran.v.pass && cran.v.tag == ctl.tag,
+                     cran.v.detail,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(),
+                     true,
+                     ctl.what,
+                     cran.v.tag,
+                     cran.harness,
+                     ctl.tag};
+            print(c);
+            std::lock_guard rl(report_mu);
+            results.push_back(std::move(c));
         }
-        t0 = Clock::now();
-        auto cran = run_guarded(all[i].control, *lab);
-        Result c{all[i].id,
-                 !cran.harness && !cran.v.pass && cran.v.tag == all[i].control_tag,
-                 cran.v.detail,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(),
-                 true,
-                 all[i].control_what,
-                 cran.v.tag,
-                 cran.harness,
-                 all[i].control_tag};
-        print(c);
-        std::lock_guard rl(report_mu);
-        results.push_back(std::move(c));
     }
     {
         std::lock_guard lk(wmu);

@@ -12,13 +12,16 @@
 //                                         after every completed sync, "APPLIED <rows>"
 //                                         after events were applied (page or push),
 //                                         and "RESET" when the SDK drops the conversation
-//   soak DB URLS TOKEN CONV COUNT         URLS comma-separated gateways; send up to COUNT
-//                                         messages ("CMID <cmid>" each), one per 100 ms,
+//   soak DB URLS TOKEN CONV COUNT [TAG]   URLS comma-separated gateways; send up to COUNT
+//                                         messages with bodies "sdk-<user>-<TAG><n>" ("ASK
+//                                         <body>" before send(), "CMID <cmid> <body>" after
+//                                         it returned), one per 100 ms,
 //                                         through every outage; once the file DB.end
 //                                         exists (the soak is over) stop, drain the outbox,
 //                                         print "DRAINED"; once DB.sync exists (every
 //                                         client drained) sync CONV, print
-//                                         "ROW <seq> <kind> <body>" per row and "DONE"
+//                                         "ROW <seq> <kind> <body>" per row ("RECALLED <seq>"
+//                                         after a recalled one) and "DONE"
 #include <im/client.h>
 #include <im/messagelistmodel.h>
 
@@ -146,21 +149,26 @@ int main(int argc, char** argv) {
         if (a.size() < 7) return 2;
         const QString conv = a[5];
         const int count = a[6].toInt();
+        // A tag per incarnation: a restarted child's bodies stay unique (the
+        // soak counts events by body).
+        const QString tag = a.size() > 7 ? a[7] : QString();
         auto* pace = new QTimer(&app);
         auto sent = std::make_shared<int>(0);
         const QString endFlag = a[2] + QStringLiteral(".end");
-        QObject::connect(pace, &QTimer::timeout, &app, [&client, pace, sent, count, conv, endFlag] {
+        QObject::connect(pace, &QTimer::timeout, &app, [&client, pace, sent, count, conv, endFlag, tag] {
             if (*sent >= count || QFile::exists(endFlag)) {
                 pace->stop();
                 return;
             }
-            const QString cmid = client.send(conv, QStringLiteral("sdk-%1-%2").arg(client.userId()).arg(*sent));
+            const QString body = QStringLiteral("sdk-%1-%2%3").arg(client.userId(), tag).arg(*sent);
+            say(QStringLiteral("ASK ") + body); // asked for: may land even if killed before the CMID line
+            const QString cmid = client.send(conv, body);
+            ++*sent; // a refused send() is not retried under the same body
             if (cmid.isEmpty()) {
                 std::fprintf(stderr, "send failed: %s\n", qPrintable(client.lastError()));
                 return;
             }
-            ++*sent;
-            say(QStringLiteral("CMID ") + cmid);
+            say(QStringLiteral("CMID ") + cmid + QLatin1Char(' ') + body);
         });
         QObject::connect(&client, &im::Client::connectionStateChanged, &app, [pace](im::ConnectionState s) {
             if (s == im::ConnectionState::Connected && !pace->isActive()) pace->start(100);
@@ -190,11 +198,16 @@ int main(int argc, char** argv) {
                 if (c != conv) return;
                 model->refresh();
                 // Oldest first, as the server's rows (the model is newest first).
-                for (int r = model->count() - 1; r >= 0; --r)
+                for (int r = model->count() - 1; r >= 0; --r) {
+                    const qint64 seq = model->get(r, im::MessageListModel::SeqRole).toLongLong();
                     say(QStringLiteral("ROW %1 %2 %3")
-                            .arg(model->get(r, im::MessageListModel::SeqRole).toLongLong())
+                            .arg(seq)
                             .arg(model->get(r, im::MessageListModel::KindRole).toString(),
                                  model->get(r, im::MessageListModel::BodyRole).toString()));
+                    if (model->get(r, im::MessageListModel::StateRole).toInt() ==
+                        static_cast<int>(im::MessageState::Recalled))
+                        say(QStringLiteral("RECALLED %1").arg(seq));
+                }
                 say(QStringLiteral("DONE"));
                 QCoreApplication::exit(0);
             });

@@ -9,7 +9,19 @@
 //     and mid; SDK: every cmid send() returned)
 //   - each sender's sends in order (raw senders live; SDK by final seqs)
 //   - every SDK client converged to the server's state (its rows = the
-//     server's msg/join/leave events of the conversation, nothing pending)
+//     server's msg/join/leave events of the conversation, nothing pending;
+//     its recalled messages = the server's recall targets)
+//   - counted by body (every body of the run is unique): no message stored
+//     twice (a double, e.g. resent under a new cmid), none the clients never
+//     asked for (an extra), none acknowledged but missing; the same for
+//     recalls (by key and target)
+//   - every read marker between the highest answered and the highest asked
+//     `read`; every event a `history` page showed equals the stored one
+// Beside sends, the raw senders recall some of their messages, move their
+// read markers and page `history`; the chaos thread also SIGKILLs one SDK
+// process once and restarts it on its SQLite file. The seed is printed
+// first and in the verdict; `--seed S` replays a run's choices (the timing
+// of a real system is not replayed).
 //
 //   im_soak [--seconds N | --minutes N] [--seed S] [--sdk-clients N]
 //           (default 60 s, 2 SDK clients; ctest runs 45 s, see
@@ -47,8 +59,26 @@ struct Violations {
 };
 
 struct AckedSend {
-    std::string conv, sender, cmid, mid;
+    std::string conv, sender, cmid, mid, body;
     std::int64_t seq = 0;
+};
+
+// A recall a raw sender asked for, with its answer (seq 0: none judged;
+// expired: RECALL_WINDOW_EXPIRED, so no recall event may exist for it).
+struct AskedRecall {
+    std::string conv, sender, cmid;
+    std::int64_t target = 0, seq = 0;
+    bool expired = false;
+};
+
+// What the clients asked for and saw, besides acknowledged sends.
+struct Asked {
+    std::mutex mu;
+    std::set<std::string> bodies;                     // every body a client tried to send
+    std::vector<AskedRecall> recalls;
+    std::map<std::string, std::int64_t> read_answered, read_asked; // conv|user -> highest
+    std::map<std::string, std::string> seen;          // conv|seq -> what a history page showed
+    long reads = 0, histories = 0, history_events = 0;
 };
 
 // An SDK child whose stdout is read continuously by its own thread.
@@ -59,7 +89,9 @@ struct SdkClient {
     std::vector<std::string> lines;
     std::atomic<bool> drained{false}, done{false};
     std::string user, db;
+    int incarnation = 0;
     void start(std::vector<std::string> argv) {
+        ++incarnation;
         child = std::make_unique<Child>(argv);
         reader = std::thread([this] {
             for (;;) {
@@ -72,11 +104,31 @@ struct SdkClient {
             }
         });
     }
+    /// SIGKILL, then the same program on the same SQLite file.
+    void restart(std::vector<std::string> argv) {
+        child->kill9();
+        if (reader.joinable()) reader.join();
+        start(std::move(argv));
+    }
+    long cmids() {
+        std::lock_guard lk(mu);
+        long n = 0;
+        for (const auto& l : lines) n += l.rfind("CMID ", 0) == 0;
+        return n;
+    }
     ~SdkClient() {
         if (child) child->kill9();
         if (reader.joinable()) reader.join();
     }
 };
+
+// What an event shows: the body of a msg, the target of a recall, the kind of the rest.
+std::string shows(const json::object& ev) {
+    std::string kind = str(ev, "kind");
+    if (kind == "msg") return "msg " + str(ev, "body");
+    if (kind == "recall") return "recall " + std::to_string(num(ev, "target"));
+    return kind;
+}
 
 // "SEQ KIND BODY" with the body kept for msg rows only (a join/leave row's
 // text is the client's own rendering).
@@ -123,7 +175,8 @@ int main(int argc, char** argv) {
         std::printf("SOAK FAIL (the SDK child was not built: the soak needs real SDK clients)\n");
         return 1;
     }
-    std::printf("soak: %ld s, seed %u\n", seconds, seed);
+    std::printf("soak: %ld s, seed %u (replay: im_soak --seconds %ld --seed %u --sdk-clients %d)\n", seconds, seed,
+                seconds, seed, sdk_n);
     std::fflush(stdout);
     const auto t_start = Clock::now();
 
@@ -151,6 +204,7 @@ int main(int argc, char** argv) {
     std::mutex acked_mu;
     std::vector<AckedSend> acked;
     std::atomic<long> resends{0}, dup_checks{0}, unavailable{0}, timeouts{0}, reconnects{0};
+    Asked asked;
 
     // ---- raw senders: one request outstanding at a time, resent with the
     // same key until answered; sometimes resent again after the answer.
@@ -162,13 +216,14 @@ int main(int argc, char** argv) {
             int g = i % 2;
             std::map<std::string, std::int64_t> last; // conv -> last acked seq (in-order check)
             const auto hard_stop = Clock::now() + std::chrono::seconds(seconds) + 120s;
-            for (int n = 0; !stop; ++n) {
-                const std::string conv = convs[rng() % convs.size()], cmid = uuid4();
-                const std::string body = "raw-" + std::to_string(i) + "-" + std::to_string(n);
+            const std::string& me = raw[i].user;
+            // One request, resent as it is until it gets an answer (not
+            // UNAVAILABLE, no timeout, no closed socket); nothing on the hard stop.
+            auto until_answered = [&](const json::object& request, const std::string& what) -> std::optional<json::object> {
                 for (;;) {
                     if (Clock::now() > hard_stop) {
-                        bad.add(raw[i].user + ": key " + cmid + " never answered");
-                        return;
+                        bad.add(me + ": " + what + " never answered");
+                        return std::nullopt;
                     }
                     if (!ws || ws->closed()) {
                         ws.reset();
@@ -181,37 +236,112 @@ int main(int argc, char** argv) {
                             continue;
                         }
                     }
-                    auto r = send(*ws, conv, cmid, body, 5s);
+                    auto r = ws->request(request, 5s);
                     auto o = outcome(r);
-                    if (o == "sent") {
-                        AckedSend a{conv, raw[i].user, cmid, str(r, "mid"), num(r, "seq")};
-                        if (a.seq <= last[conv])
-                            bad.add(raw[i].user + ": out of order in " + conv + ": seq " + std::to_string(a.seq) +
-                                    " after " + std::to_string(last[conv]));
-                        last[conv] = a.seq;
-                        if (rng() % 5 == 0) { // a random resend of an answered key
-                            auto again = send(*ws, conv, cmid, body, 5s);
-                            if (outcome(again) == "sent") {
-                                ++dup_checks;
-                                if (!flag(again, "dup") || num(again, "seq") != a.seq || str(again, "mid") != a.mid)
-                                    bad.add("resend of " + cmid + " -> " + brief(again) + ", original seq " +
-                                            std::to_string(a.seq));
-                            }
-                        }
-                        std::lock_guard lk(acked_mu);
-                        acked.push_back(std::move(a));
-                        break;
-                    }
+                    if (o != "UNAVAILABLE" && o != "timeout" && o != "closed") return r;
                     ++resends;
                     if (o == "UNAVAILABLE") ++unavailable;
                     else if (o == "timeout") ++timeouts;
-                    else if (o == "closed") g ^= 1;
-                    else {
-                        bad.add(raw[i].user + ": terminal reply " + brief(r) + " for " + cmid);
-                        return;
-                    }
+                    else g ^= 1;
                     std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 150));
                 }
+            };
+            // One attempt, for the requests that need no retry (read, history).
+            auto once = [&](const json::object& request) -> std::optional<json::object> {
+                if (!ws || ws->closed()) return std::nullopt;
+                auto r = ws->request(request, 5s);
+                auto o = outcome(r);
+                if (o == "UNAVAILABLE" || o == "timeout" || o == "closed") return std::nullopt;
+                return r;
+            };
+            for (int n = 0; !stop; ++n) {
+                const std::string conv = convs[rng() % convs.size()], cmid = uuid4();
+                const std::string body = "raw-" + std::to_string(i) + "-" + std::to_string(n);
+                {
+                    std::lock_guard lk(asked.mu);
+                    asked.bodies.insert(body);
+                }
+                auto r = until_answered({{"t", "send"}, {"conv", conv}, {"cmid", cmid}, {"body", body}}, "key " + cmid);
+                if (!r) return;
+                if (outcome(*r) != "sent") {
+                    bad.add(me + ": terminal reply " + brief(*r) + " for " + cmid);
+                    return;
+                }
+                AckedSend a{conv, me, cmid, str(*r, "mid"), body, num(*r, "seq")};
+                if (a.seq <= last[conv])
+                    bad.add(me + ": out of order in " + conv + ": seq " + std::to_string(a.seq) + " after " +
+                            std::to_string(last[conv]));
+                last[conv] = a.seq;
+                if (rng() % 5 == 0) { // a random resend of an answered key
+                    auto again = send(*ws, conv, cmid, body, 5s);
+                    if (outcome(again) == "sent") {
+                        ++dup_checks;
+                        if (!flag(again, "dup") || num(again, "seq") != a.seq || str(again, "mid") != a.mid)
+                            bad.add("resend of " + cmid + " -> " + brief(again) + ", original seq " +
+                                    std::to_string(a.seq));
+                    }
+                }
+                {
+                    std::lock_guard lk(acked_mu);
+                    acked.push_back(a);
+                }
+                const unsigned pick = rng() % 12;
+                if (pick == 0) { // recall the message just sent, under its own key, until answered
+                    AskedRecall rc{conv, me, uuid4(), a.seq};
+                    auto rr = until_answered({{"t", "recall"}, {"conv", conv}, {"target", a.seq}, {"cmid", rc.cmid}},
+                                             "recall " + rc.cmid);
+                    if (!rr) return;
+                    if (outcome(*rr) == "recalled") rc.seq = num(*rr, "seq");
+                    else if (outcome(*rr) == "RECALL_WINDOW_EXPIRED") rc.expired = true;
+                    else bad.add(me + ": recall of " + conv + " seq " + std::to_string(a.seq) + " -> " + brief(*rr));
+                    std::lock_guard lk(asked.mu);
+                    asked.recalls.push_back(rc);
+                } else if (pick <= 2) { // move the read marker to what this sender last saw
+                    const std::string key = conv + "|" + me;
+                    {
+                        std::lock_guard lk(asked.mu);
+                        auto& hi = asked.read_asked[key];
+                        hi = std::max(hi, a.seq);
+                    }
+                    if (auto rd = once({{"t", "read"}, {"conv", conv}, {"seq", a.seq}})) {
+                        std::lock_guard lk(asked.mu);
+                        ++asked.reads;
+                        auto& hi = asked.read_answered[key];
+                        if (outcome(*rd) != "read_ok" || num(*rd, "read") < a.seq || num(*rd, "read") < hi)
+                            bad.add(me + ": read " + conv + " " + std::to_string(a.seq) + " -> " + brief(*rd) +
+                                    " (answered before: " + std::to_string(hi) + ")");
+                        else hi = num(*rd, "read");
+                    }
+                } else if (pick <= 4) { // the newest window, as an app opens a conversation
+                    if (auto h = once({{"t", "history"}, {"conv", conv}, {"before", 0}, {"limit", 20}})) {
+                        if (outcome(*h) != "page") {
+                            bad.add(me + ": history " + conv + " -> " + brief(*h));
+                        } else {
+                            const auto& evs = h->at("events").as_array();
+                            std::int64_t prev = 0;
+                            std::lock_guard lk(asked.mu);
+                            ++asked.histories;
+                            for (const auto& v : evs) {
+                                const auto& ev = v.as_object();
+                                const auto seq = num(ev, "seq");
+                                // Every member joined at creation: the window is gap-free.
+                                if (prev && seq != prev + 1)
+                                    bad.add(me + ": history " + conv + " jumps from " + std::to_string(prev) + " to " +
+                                            std::to_string(seq));
+                                prev = seq;
+                                ++asked.history_events;
+                                auto [it, fresh] = asked.seen.emplace(conv + "|" + std::to_string(seq), shows(ev));
+                                if (!fresh && it->second != shows(ev))
+                                    bad.add(me + ": history " + conv + " seq " + std::to_string(seq) + " showed '" +
+                                            shows(ev) + "', earlier '" + it->second + "'");
+                            }
+                            if (prev && prev != num(*h, "head"))
+                                bad.add(me + ": history " + conv + " ends at " + std::to_string(prev) + ", head " +
+                                        std::to_string(num(*h, "head")));
+                        }
+                    }
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 20));
             }
         });
     }
@@ -224,14 +354,14 @@ int main(int argc, char** argv) {
         auto c = std::make_unique<SdkClient>();
         c->user = sdk[i].user;
         c->db = dir.path() + "/sdk" + std::to_string(i) + ".db";
-        c->start({sdk_bin, "soak", c->db, urls, sdk[i].token, convs[0], std::to_string(sdk_count)});
+        c->start({sdk_bin, "soak", c->db, urls, sdk[i].token, convs[0], std::to_string(sdk_count), "k1-"});
         clients.push_back(std::move(c));
     }
 
     // ---- chaos: random faults all along, one database restart, one SIGKILL.
     std::mt19937 rng(seed ^ 0x9e3779b9u);
-    long crashes = 0, drops = 0, unavails = 0, kills = 0, db_restarts = 0;
-    bool did_db = false, did_kill = false;
+    long crashes = 0, drops = 0, unavails = 0, kills = 0, db_restarts = 0, sdk_kills = 0;
+    bool did_db = false, did_kill = false, did_sdk_kill = sdk_n == 0;
     auto ensure_up = [&](int g) {
         if (gw[g]->wait_exit(0ms)) gw[g]->restart_on_same_port();
     };
@@ -259,6 +389,18 @@ int main(int argc, char** argv) {
                 std::this_thread::sleep_for(1500ms);
                 pg.start();
                 ++db_restarts;
+                continue;
+            }
+            if (!did_sdk_kill && frac > 0.55) {
+                // An SDK process dies (SIGKILL) mid-traffic and comes back on
+                // its SQLite file: what send() returned must still land once.
+                did_sdk_kill = true;
+                const auto k = static_cast<std::size_t>(rng() % static_cast<unsigned>(sdk_n));
+                auto& c = *clients[k];
+                const long left = std::max(0L, static_cast<long>(sdk_count) - c.cmids());
+                c.restart({sdk_bin, "soak", c.db, urls, sdk[k].token, convs[0], std::to_string(left),
+                           "k" + std::to_string(c.incarnation + 1) + "-"});
+                ++sdk_kills;
                 continue;
             }
             if (!did_kill && frac > 0.7) {
@@ -379,6 +521,7 @@ int main(int argc, char** argv) {
         return out;
     };
     long sdk_sent = 0;
+    std::set<std::string> sdk_asked, sdk_confirmed; // bodies: tried / send() returned a cmid
     for (auto& c : clients) {
         std::vector<std::string> lines;
         {
@@ -386,13 +529,18 @@ int main(int argc, char** argv) {
             lines = c->lines;
         }
         std::int64_t prev = 0;
-        std::string rows;
+        std::string rows, recalled;
         for (const auto& l : lines) {
-            if (l.rfind("CMID ", 0) == 0) {
+            if (l.rfind("ASK ", 0) == 0) {
+                sdk_asked.insert(l.substr(4));
+            } else if (l.rfind("CMID ", 0) == 0) {
                 ++sdk_sent;
-                auto it = stored.find(convs[0] + "|" + c->user + "|" + l.substr(5));
+                const auto sp = l.find(' ', 5);
+                const std::string cmid = l.substr(5, sp == std::string::npos ? std::string::npos : sp - 5);
+                if (sp != std::string::npos) sdk_confirmed.insert(l.substr(sp + 1));
+                auto it = stored.find(convs[0] + "|" + c->user + "|" + cmid);
                 if (it == stored.end()) {
-                    bad.add(c->user + ": SDK draft " + l.substr(5) + " is not on the server");
+                    bad.add(c->user + ": SDK draft " + cmid + " is not on the server");
                     continue;
                 }
                 if (it->second.first <= prev)
@@ -401,8 +549,18 @@ int main(int argc, char** argv) {
                 prev = it->second.first;
             } else if (l.rfind("ROW ", 0) == 0) {
                 rows += (rows.empty() ? "" : "\n") + row_key(l.substr(4));
+            } else if (l.rfind("RECALLED ", 0) == 0) {
+                recalled += (recalled.empty() ? "" : ",") + l.substr(9);
             }
         }
+        // The recalls the SDK applied: its recalled messages are the server's recall targets.
+        const std::string server_recalled = sql(
+            "SELECT COALESCE(string_agg(target_seq::text, ',' ORDER BY target_seq), '') FROM events WHERE conv_id = " +
+            quote(convs[0]) + " AND kind = 'recall' AND target_seq >= (SELECT min(from_seq) FROM membership_periods "
+            "WHERE conv_id = " + quote(convs[0]) + " AND user_id = " + quote(c->user) + ")");
+        if (c->done && recalled != server_recalled)
+            bad.add(c->user + ": SDK recalled seqs '" + recalled + "' vs the server's recall targets '" +
+                    server_recalled + "'");
         const std::string server_rows = server_rows_from(c->user);
         if (c->done && rows != server_rows) {
             // First difference, for the report.
@@ -422,20 +580,129 @@ int main(int argc, char** argv) {
         }
     }
 
+    // ---- by body: every body of the run is unique, so a message stored
+    // twice (under a new key: the key check above cannot see it) is a body
+    // counted twice, and a message nobody asked for is a body not asked.
+    std::map<std::string, long> body_rows;
+    {
+        std::istringstream in(sql("SELECT string_agg(body || E'\\t' || n, E'\\n') FROM (SELECT body, count(*) AS n "
+                                  "FROM events WHERE kind = 'msg' GROUP BY body) b"));
+        for (std::string line; std::getline(in, line);) {
+            auto tab = line.rfind('\t');
+            if (tab != std::string::npos) body_rows[line.substr(0, tab)] = std::stol(line.substr(tab + 1));
+        }
+    }
+    std::set<std::string> must_have = sdk_confirmed, asked_bodies = sdk_asked;
+    for (const auto& a : acked) must_have.insert(a.body);
+    asked_bodies.insert(asked.bodies.begin(), asked.bodies.end());
+    long doubles = 0, extras = 0, missing = 0, stored_msgs = 0;
+    for (const auto& [body, n] : body_rows) {
+        stored_msgs += n;
+        if (n > 1) {
+            ++doubles;
+            bad.add("body '" + body + "' stored " + std::to_string(n) + " times (a double)");
+        }
+        if (!asked_bodies.count(body)) {
+            ++extras;
+            bad.add("body '" + body + "' stored but never asked for (an extra)");
+        }
+    }
+    for (const auto& b : must_have)
+        if (!body_rows.count(b)) {
+            ++missing;
+            bad.add("body '" + b + "' acknowledged but not stored");
+        }
+    // Recalls: each asked key stored once at its answered seq (none for an
+    // expired one), no recall nobody asked for, at most one per target.
+    long recall_rows = 0, recall_doubles = 0, recall_extras = 0, recall_missing = 0;
+    {
+        std::map<std::string, std::vector<std::string>> rows_by_key; // conv|sender|cmid -> "seq target"
+        std::map<std::string, long> per_target;
+        std::istringstream in(sql("SELECT string_agg(conv_id || '|' || sender_user || '|' || client_msg_id || ' ' || "
+                                  "seq || ' ' || target_seq, E'\\n') FROM events WHERE kind = 'recall'"));
+        for (std::string line; std::getline(in, line);) {
+            std::istringstream f(line);
+            std::string key, seq, target;
+            f >> key >> seq >> target;
+            rows_by_key[key].push_back(seq + " " + target);
+            ++recall_rows;
+            auto conv = key.substr(0, key.find('|'));
+            if (++per_target[conv + " " + target] == 2) {
+                ++recall_doubles;
+                bad.add(conv + ": seq " + target + " recalled more than once");
+            }
+        }
+        std::set<std::string> asked_keys;
+        for (const auto& rc : asked.recalls) {
+            const std::string key = rc.conv + "|" + rc.sender + "|" + rc.cmid;
+            asked_keys.insert(key);
+            auto it = rows_by_key.find(key);
+            const std::size_t n = it == rows_by_key.end() ? 0 : it->second.size();
+            if (rc.expired ? n != 0 : n != 1) {
+                ++(n > 1 ? recall_doubles : recall_missing);
+                bad.add("recall " + key + " of seq " + std::to_string(rc.target) + ": " + std::to_string(n) +
+                        " events" + (rc.expired ? " (answered RECALL_WINDOW_EXPIRED)" : ""));
+            } else if (n == 1 && it->second.front() != std::to_string(rc.seq) + " " + std::to_string(rc.target)) {
+                bad.add("recall " + key + " answered seq " + std::to_string(rc.seq) + " target " +
+                        std::to_string(rc.target) + ", stored '" + it->second.front() + "'");
+            }
+        }
+        for (const auto& [key, v] : rows_by_key)
+            if (!asked_keys.count(key)) {
+                ++recall_extras;
+                bad.add("recall " + key + " stored but never asked for");
+            }
+    }
+    // Read markers: between the highest answered and the highest asked.
+    for (const auto& [key, hi] : asked.read_asked) {
+        const auto bar = key.find('|');
+        const auto v = sql("SELECT read FROM read_markers WHERE conv_id = " + quote(key.substr(0, bar)) +
+                           " AND user_id = " + quote(key.substr(bar + 1)));
+        const std::int64_t marker = v.empty() ? 0 : std::stoll(v);
+        const std::int64_t lo = asked.read_answered.count(key) ? asked.read_answered.at(key) : 0;
+        if (marker < lo || marker > hi)
+            bad.add(key + ": read marker " + std::to_string(marker) + ", answered up to " + std::to_string(lo) +
+                    ", asked up to " + std::to_string(hi));
+    }
+    // What history pages showed is what is stored.
+    {
+        std::map<std::string, std::string> db_shows;
+        std::istringstream in(sql("SELECT string_agg(conv_id || '|' || seq || E'\\t' || kind || CASE kind WHEN 'msg' "
+                                  "THEN ' ' || body WHEN 'recall' THEN ' ' || target_seq ELSE '' END, E'\\n') "
+                                  "FROM events"));
+        for (std::string line; std::getline(in, line);) {
+            auto tab = line.find('\t');
+            if (tab != std::string::npos) db_shows[line.substr(0, tab)] = line.substr(tab + 1);
+        }
+        for (const auto& [at, what] : asked.seen) {
+            auto it = db_shows.find(at);
+            if (it == db_shows.end() || it->second != what)
+                bad.add("history showed " + at + " as '" + what + "', stored '" +
+                        (it == db_shows.end() ? std::string("<none>") : it->second) + "'");
+        }
+    }
+
     const auto secs = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t_start).count();
     std::ostringstream d;
     d << secs << " s, seed " << seed << ": " << acked.size() << " raw sends acknowledged (" << dup_checks
       << " answered keys resent -> dup:true, " << resends << " resends: " << unavailable << " UNAVAILABLE, "
       << timeouts << " timeouts, " << reconnects << " connections), " << sdk_sent << " SDK drafts from " << sdk_n
       << " SDK processes; chaos: " << crashes << " gateway crashes, " << drops << " drop_reply, " << unavails
-      << " unavailable, " << db_restarts << " database restart, " << kills << " gateway SIGKILL; heads "
-      << head[convs[0]] << " and " << head[convs[1]];
+      << " unavailable, " << db_restarts << " database restart, " << kills << " gateway SIGKILL, " << sdk_kills
+      << " SDK SIGKILL; heads " << head[convs[0]] << " and " << head[convs[1]] << "; bodies: "
+      << asked_bodies.size() << " asked, " << stored_msgs << " msg events stored, " << doubles << " doubles, "
+      << extras << " extras, " << missing << " missing; recalls: " << asked.recalls.size() << " asked, "
+      << recall_rows << " stored, " << recall_doubles << " doubles, " << recall_extras << " extras, "
+      << recall_missing << " missing; " << asked.reads << " reads answered, " << asked.histories
+      << " history pages (" << asked.history_events << " events compared)";
     if (!bad.list.empty()) {
         std::printf("SOAK FAIL (%s; %zu violations, first: %s)\n", d.str().c_str(), bad.list.size(),
                     bad.list.front().c_str());
+        std::printf("soak: replay with im_soak --seconds %ld --seed %u --sdk-clients %d\n", seconds, seed, sdk_n);
         return 1;
     }
     std::printf("SOAK PASS (%s; keys unique, seqs gap-free, every acknowledged cmid once with its seq and mid, "
+                "every body once and none unasked, recalls once each, read markers and history pages as stored, "
                 "sends in order, SDK stores equal the server)\n",
                 d.str().c_str());
     return 0;

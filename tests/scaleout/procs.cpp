@@ -5,16 +5,21 @@
 #include <boost/beast/http.hpp>
 
 #include <filesystem>
+#include <mutex>
+#include <vector>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,9 +31,33 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 
 unsigned short free_port() {
-    net::io_context ioc;
-    tcp::acceptor a(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-    return a.local_endpoint().port();
+    // Reserved by binding, for the whole run: a socket bound to the port
+    // (SO_REUSEADDR, never listening, close-on-exec) stays open, so neither
+    // the kernel (ephemeral ports, another test's bind to 0) nor another
+    // free_port() can hand the port out between its choice and its use. The
+    // program given the port binds it beside the reservation (Linux allows
+    // that while the reserving socket does not listen, and every program the
+    // lab starts sets SO_REUSEADDR: imserver, HAProxy, nats-server, etcd,
+    // PostgreSQL, Patroni's REST API), also when restarted on it.
+    static std::mutex mu;
+    static std::vector<int> held;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("free_port: socket failed");
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof addr;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        ::close(fd);
+        throw std::runtime_error("free_port: bind failed");
+    }
+    std::lock_guard lk(mu);
+    held.push_back(fd); // closed at exit
+    return ntohs(addr.sin_port);
 }
 
 void render(const std::string& template_path, const std::string& out, const std::map<std::string, std::string>& vars) {

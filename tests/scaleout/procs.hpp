@@ -17,7 +17,8 @@ namespace im::scaleout {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-/// A loopback TCP port nobody listens on right now (bound to 0, released).
+/// A loopback TCP port reserved for this run: chosen by binding to 0 and kept
+/// bound (not listening) until exit, so nothing else is given it meanwhile.
 unsigned short free_port();
 
 /// Reads a template, replaces every @KEY@ by vars[KEY], writes it to out.

@@ -309,9 +309,10 @@ void expect_rejected_alone_in_its_batch(TestPostgres& pg, ServerProcess& srv, co
         }
         ASSERT_TRUE(waiting) << "the first send never reached the row lock";
         for (std::size_t i = 1; i < frames.size(); ++i) frame(i);
-        // Give the three frames time to be read while the first still waits;
-        // the transaction count below shows whether they shared one.
-        std::this_thread::sleep_for(300ms);
+        // The three frames are read (queued behind the waiting first) once
+        // the server answers a ping sent after them; the transaction count
+        // below shows whether they shared one.
+        ASSERT_TRUE(c->ping(20s)) << "the server did not answer a ping sent after the frames";
         lock.abort();
     }
     std::map<std::string, json::object> replies;
@@ -617,6 +618,76 @@ TEST_F(Contract, recall_rejections_follow_the_contract) {
     std::this_thread::sleep_for(20ms);
     EXPECT_EQ(recall(*a, num(late, "seq"), "x4"), "RECALL_WINDOW_EXPIRED");
     EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "0");
+}
+
+// Contract section 8: a COMMIT whose outcome is unknown (the connection is
+// lost while COMMIT runs: libpqxx's in_doubt_error, or a broken connection
+// under the autocommit statement) answers UNAVAILABLE, never a terminal code
+// and never a success: the resend with the same key settles it.
+// The COMMIT is held for real: synchronous_standby_names names a standby
+// that never comes, so the commit is flushed locally and waits (SyncRep);
+// the test then terminates that backend, which ends the wait with the
+// commit done locally and the client's connection lost mid-COMMIT.
+void expect_unknown_commit_answers_unavailable(TestPostgres& pg, unsigned short port, const World& w,
+                                               bool in_doubt_message) {
+    auto c = login(port, w.users[0]); // hello writes: before the commits are held
+    struct Reset {
+        TestPostgres& pg;
+        ~Reset() {
+            pg.scalar("ALTER SYSTEM RESET synchronous_standby_names");
+            pg.scalar("SELECT pg_reload_conf()");
+        }
+    } reset{pg};
+    pg.scalar("ALTER SYSTEM SET synchronous_standby_names = 'im_no_such_standby'");
+    pg.scalar("SELECT pg_reload_conf()");
+    ASSERT_TRUE(wait_until([&] { return pg.scalar("SHOW synchronous_standby_names") == "im_no_such_standby"; }, 10s));
+    c->send_json({{"t", "send"}, {"rid", "d"}, {"conv", w.conv}, {"cmid", "doubt"}, {"body", "in doubt"}});
+    std::string backend;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            backend = pg.scalar("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' LIMIT 1");
+            return !backend.empty();
+        },
+        20s))
+        << "the send's COMMIT never waited for the standby";
+    ASSERT_EQ(pg.scalar("SELECT pg_terminate_backend(" + backend + ")"), "t");
+    auto r = c->next(20s);
+    ASSERT_TRUE(r.has_value()) << "no answer after the connection was lost during COMMIT";
+    EXPECT_EQ(str(*r, "rid"), "d");
+    EXPECT_EQ(str(*r, "code"), "UNAVAILABLE") << json::serialize(*r);
+    if (in_doubt_message) {
+        EXPECT_NE(str(*r, "msg").find("commit outcome unknown"), std::string::npos) << json::serialize(*r);
+    }
+    // The commit was done locally: the outcome was a success nobody heard of.
+    EXPECT_TRUE(wait_until([&] { return count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'doubt'") == "1"; },
+                           10s));
+    pg.scalar("ALTER SYSTEM RESET synchronous_standby_names");
+    pg.scalar("SELECT pg_reload_conf()");
+    ASSERT_TRUE(wait_until([&] { return pg.scalar("SHOW synchronous_standby_names").empty(); }, 10s));
+    json::object again;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            again = send_msg(*c, w.conv, "doubt", "in doubt");
+            return str(again, "t") != "error" || str(again, "code") != "UNAVAILABLE";
+        },
+        20s))
+        << json::serialize(again);
+    EXPECT_EQ(str(again, "t"), "sent") << json::serialize(again);
+    EXPECT_TRUE(again.at("dup").as_bool()) << json::serialize(again);
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'doubt'"), "1");
+}
+
+TEST_F(Contract, a_commit_with_unknown_outcome_answers_unavailable_and_the_resend_is_a_duplicate) {
+    // A default server: the send is one autocommit statement (the connection
+    // breaks under it).
+    expect_unknown_commit_answers_unavailable(*pg, port(), make_world(db(), "doubt", 2), false);
+}
+
+TEST_F(Contract, a_commit_in_doubt_answers_unavailable) {
+    // With --enable-faults the send runs in a transaction ended by COMMIT:
+    // the connection lost during COMMIT is libpqxx's in_doubt_error.
+    ServerProcess lab(db(), {"--quiet", "--enable-faults"});
+    expect_unknown_commit_answers_unavailable(*pg, lab.port(), make_world(db(), "indoubt", 2), true);
 }
 
 // ---------------------------------------------------------------- markers

@@ -517,7 +517,8 @@ struct WsClient::Impl {
     net::io_context ioc;
     websocket::stream<beast::tcp_stream> ws{ioc};
     beast::flat_buffer buf;
-    std::deque<std::pair<std::string, bool>> out; // (data, is_text)
+    std::deque<std::pair<std::string, int>> out; // (data, kind: 0 binary, 1 text, 2 ping)
+    std::size_t pongs = 0;
     std::thread thread;
 
     std::mutex mu;
@@ -555,8 +556,7 @@ struct WsClient::Impl {
     }
 
     void do_write() {
-        ws.text(out.front().second);
-        ws.async_write(net::buffer(out.front().first), [this](beast::error_code ec, std::size_t) {
+        auto done = [this](beast::error_code ec, std::size_t = 0) {
             if (ec) {
                 // The connection is gone: nothing queued will ever be written.
                 // Count it (the test can see it) and empty the queue, so a
@@ -573,7 +573,10 @@ struct WsClient::Impl {
             }
             out.pop_front();
             if (!out.empty()) do_write();
-        });
+        };
+        if (out.front().second == 2) return ws.async_ping({}, [done](beast::error_code ec) { done(ec); });
+        ws.text(out.front().second == 1);
+        ws.async_write(net::buffer(out.front().first), done);
     }
 };
 
@@ -581,6 +584,12 @@ WsClient::WsClient(unsigned short port, const std::string& path) : impl_(std::ma
     auto& ws = impl_->ws;
     beast::get_lowest_layer(ws).connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
     ws.read_message_max(16 * 1024 * 1024);
+    ws.control_callback([impl = impl_.get()](websocket::frame_type kind, beast::string_view) {
+        if (kind != websocket::frame_type::pong) return;
+        std::lock_guard lk(impl->mu);
+        ++impl->pongs;
+        impl->cv.notify_all();
+    });
     ws.handshake("127.0.0.1:" + std::to_string(port), path);
     impl_->do_read();
     impl_->thread = std::thread([this] { impl_->ioc.run(); });
@@ -606,6 +615,21 @@ void WsClient::send_binary(const std::string& data) {
         impl_->out.emplace_back(data, false);
         if (impl_->out.size() == 1) impl_->do_write();
     });
+}
+
+bool WsClient::ping(std::chrono::milliseconds timeout) {
+    std::size_t before;
+    {
+        std::lock_guard lk(impl_->mu);
+        before = impl_->pongs;
+    }
+    net::post(impl_->ioc, [this] {
+        impl_->out.emplace_back(std::string(), 2);
+        if (impl_->out.size() == 1) impl_->do_write();
+    });
+    std::unique_lock lk(impl_->mu);
+    return impl_->cv.wait_for(lk, timeout, [&] { return impl_->pongs > before || impl_->is_closed; }) &&
+           impl_->pongs > before;
 }
 
 json::object WsClient::request(json::object o, std::chrono::milliseconds timeout) {

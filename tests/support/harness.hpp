@@ -142,6 +142,11 @@ public:
     std::optional<json::object> wait_push(const std::function<bool(const json::object&)>& pred,
                                           std::chrono::milliseconds timeout = 10s);
     bool closed() const;
+    /// Sends a WebSocket ping after every frame queued before it and waits
+    /// for the pong. The server reads frames in order, so a pong means it has
+    /// read (and queued) every frame sent before the ping. False on timeout
+    /// or a closed connection.
+    bool ping(std::chrono::milliseconds timeout = 10s);
     /// Size in bytes of the largest frame received so far.
     std::size_t largest_frame() const;
     /// Frames read from the server (replies and pushes), frames written, and
