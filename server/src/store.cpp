@@ -373,15 +373,30 @@ std::optional<Error> register_install(pqxx::transaction_base& tx, FaultRegistry&
     return std::nullopt;
 }
 
+// Whether the device found by `where` ($1) already knows install $2 (read
+// without a lock; the caller then locks and judges under the lock).
+bool known_install(pqxx::transaction_base& tx, const std::string& where, const std::string& key,
+                   const std::string& install) {
+    return !tx.exec_params("SELECT 1 FROM devices d JOIN device_installs i ON i.device_id = d.device_id "
+                           "WHERE d." + where + " AND i.install_id = $2",
+                           key, install)
+                .empty();
+}
+
 } // namespace
 
 Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
     return guarded<Identity>("hello", [&]() -> Outcome<Identity> {
         pqxx::work tx(c);
         const std::string hash = token_hash_hex(h.token);
-        auto d = tx.exec_params("SELECT device_id, user_id FROM devices "
-                                "WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL "
-                                "FOR UPDATE",
+        // The device's row is held FOR UPDATE only when this hello writes a
+        // new install; a known install holds it FOR SHARE, like a send, so a
+        // reconnect never waits for (nor holds up) the device's requests.
+        const char* lock = known_install(tx, "token_sha256 = decode($1, 'hex')", hash, h.install) ? "FOR SHARE"
+                                                                                                 : "FOR UPDATE";
+        auto d = tx.exec_params(std::string("SELECT device_id, user_id FROM devices "
+                                            "WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL ") +
+                                    lock,
                                 hash);
         if (d.empty()) return Error{Code::unauthenticated, "unknown or revoked device token"};
         Identity who{d[0][1].c_str(), d[0][0].c_str(), h.install, hash};
@@ -405,8 +420,10 @@ Outcome<Identity> Store::hello_jwt(pqxx::connection_base& c, const std::string& 
         tx.exec_params("INSERT INTO devices (device_id, user_id, token_sha256) "
                        "VALUES ($1, $2, decode($3, 'hex')) ON CONFLICT (device_id) DO NOTHING",
                        device, user, token_hash_hex(random_token()));
-        auto d = tx.exec_params("SELECT user_id, revoked_at IS NOT NULL, encode(token_sha256, 'hex') "
-                                "FROM devices WHERE device_id = $1 FOR UPDATE",
+        const char* lock = known_install(tx, "device_id = $1", device, install) ? "FOR SHARE" : "FOR UPDATE";
+        auto d = tx.exec_params(std::string("SELECT user_id, revoked_at IS NOT NULL, encode(token_sha256, 'hex') "
+                                            "FROM devices WHERE device_id = $1 ") +
+                                    lock,
                                 device);
         if (d.empty() || d[0][0].c_str() != user) return Error{Code::unauthenticated, "device belongs to another user"};
         if (d[0][1].as<bool>()) return device_revoked();
@@ -1090,7 +1107,7 @@ Store::TokenPairs Store::stale_tokens(pqxx::connection_base& c, const TokenPairs
 }
 
 void Store::open_publisher(pqxx::connection_base& c) {
-    pqxx::nontransaction(c).exec("SET synchronous_commit = off");
+    set_session_variable(c, "synchronous_commit", "off"); // kept on libpqxx's reconnects
     c.prepare("im_publish", "SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p");
 }
 
