@@ -518,7 +518,11 @@ struct Piper : std::enable_shared_from_this<Piper> {
     void read_until_close() {
         ws.async_read(buf, [self = shared_from_this()](beast::error_code ec, std::size_t) {
             self->buf.consume(self->buf.size());
-            if (ec == websocket::error::closed) return void(self->close_code = self->ws.reason().code);
+            // The close frame was read; answering it may fail (the server
+            // has gone meanwhile), which ends the read with that error.
+            const int code = self->ws.reason().code;
+            if (ec == websocket::error::closed || (ec && code != websocket::close_code::none))
+                return void(self->close_code = code);
             if (ec) return void(self->close_code = -1);
             self->read_until_close();
         });
