@@ -445,6 +445,7 @@ void Gateway::shed() {
         ++shed;
         s->post_shed();
     }
+    if (shed == 0) return; // what is held is on its way out already
     log_warn("buffer_budget_shed", {{"connections", static_cast<long>(shed)},
                                     {"bytes", static_cast<long>(freed)},
                                     {"buffered", static_cast<long>(metrics_.buffered_bytes.load())}});
