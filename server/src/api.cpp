@@ -34,15 +34,6 @@ std::int64_t now_ms() {
         .count();
 }
 
-// Contract section 6, send step 5: the notification is handed to the bus
-// after COMMIT and before the reply. A bus that cannot take it turns the
-// reply into UNAVAILABLE: the resend is a duplicate and publishes again.
-bool publish(ApiContext& ctx, Notes notes) {
-    if (notes.empty() || !ctx.bus) return true;
-    return ctx.bus->publish_and_wait(std::move(notes));
-}
-
-
 // Lab negative control only (rule.recall_dedup): the recall under a key no
 // request ever used, so the store's request-key lookup never finds it.
 req::Recall lab_fresh_key(req::Recall r) {
@@ -53,6 +44,9 @@ req::Recall lab_fresh_key(req::Recall r) {
 
 } // namespace
 
+// Contract section 6, send step 5: the notification is handed to the bus
+// after COMMIT and before the reply. A bus that cannot take it turns the
+// reply into UNAVAILABLE: the resend is a duplicate and publishes again.
 Error unpublished() { return unavailable("committed, but the notification could not be published; resend"); }
 
 Outcome<jwt::Claims> check_jwt(const ApiContext& ctx, const std::string& token) {
@@ -95,25 +89,12 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
                 return reply(ctx.store.sync(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Ack>) {
                 return reply(ctx.store.ack(c, *who, r), rid);
-            } else if constexpr (std::is_same_v<T, req::Read>) {
-                Notes notes;
-                auto o = ctx.store.read(c, *who, r, notes);
-                publish(ctx, std::move(notes)); // a lost hint is healed by the next convs
-                return reply(o, rid);
-            } else if constexpr (std::is_same_v<T, req::Recall>) {
-                auto o = ctx.faults.broken("rule.recall_dedup") ? ctx.store.recall(c, *who, lab_fresh_key(r))
-                                                                : ctx.store.recall(c, *who, r);
-                if (!o) return error_reply(o.error(), rid);
-                if (!publish(ctx, {"e " + o->conv + " " + std::to_string(o->seq)})) return error_reply(unpublished(), rid);
-                // The recall is durable (and published) now; this point tests replies lost after it.
-                auto f = ctx.faults.hit("api.after_recall_commit");
-                if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
-                if (f == FaultKind::drop_reply) {
-                    Handled h;
-                    h.code = "DROPPED";
-                    return h;
-                }
-                return reply(o, rid);
+            } else if constexpr (std::is_same_v<T, req::Read> || std::is_same_v<T, req::Recall>) {
+                if (!who) return error_reply({Code::unauthenticated, "send hello first"}, rid);
+                auto promise = std::make_shared<std::promise<Handled>>();
+                auto result = promise->get_future();
+                handle_request(ctx, conn, who, req, rid, [promise](Handled h) { promise->set_value(std::move(h)); });
+                return result.get();
             } else if constexpr (std::is_same_v<T, req::Convs>) {
                 return reply(ctx.store.convs(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::History>) {
@@ -126,6 +107,52 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
             }
         },
         req);
+}
+
+namespace {
+
+// The recall is durable (and published) now; this point tests replies lost after it.
+Handled recall_reply(ApiContext& ctx, const Outcome<Recalled>& o, const std::optional<std::string>& rid) {
+    auto f = ctx.faults.hit("api.after_recall_commit");
+    if (f == FaultKind::unavailable) return error_reply(unavailable("injected fault"), rid);
+    if (f == FaultKind::drop_reply) {
+        Handled h;
+        h.code = "DROPPED";
+        return h;
+    }
+    return reply(o, rid);
+}
+
+} // namespace
+
+void handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
+                    const Request& req, const std::optional<std::string>& rid, std::function<void(Handled)> done) {
+    // read and recall commit, then hand their notification to the bus; the
+    // worker is free once they committed (the bus answers on its own thread).
+    if (conn && who) {
+        if (const auto* r = std::get_if<req::Read>(&req)) {
+            Notes notes;
+            auto o = ctx.store.read(*conn, *who, *r, notes);
+            Handled h = reply(o, rid);
+            if (notes.empty() || !ctx.bus) return done(std::move(h));
+            // A lost hint is healed by the next convs: the reply stands either way.
+            ctx.bus->publish(std::move(notes),
+                             [h = std::move(h), done = std::move(done)](bool) mutable { done(std::move(h)); });
+            return;
+        }
+        if (const auto* r = std::get_if<req::Recall>(&req)) {
+            auto o = ctx.faults.broken("rule.recall_dedup") ? ctx.store.recall(*conn, *who, lab_fresh_key(*r))
+                                                            : ctx.store.recall(*conn, *who, *r);
+            if (!o) return done(error_reply(o.error(), rid));
+            if (!ctx.bus) return done(recall_reply(ctx, o, rid));
+            Notes notes{"e " + o->conv + " " + std::to_string(o->seq)};
+            ctx.bus->publish(std::move(notes), [&ctx, o, rid, done = std::move(done)](bool published) {
+                done(published ? recall_reply(ctx, o, rid) : error_reply(unpublished(), rid));
+            });
+            return;
+        }
+    }
+    done(handle_request(ctx, conn, who, req, rid));
 }
 
 } // namespace im

@@ -47,6 +47,12 @@ Outcome<jwt::Claims> check_jwt(const ApiContext& ctx, const std::string& token);
 Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
                        const Request& req, const std::optional<std::string>& rid);
 
+/// The same, answering through `done`: read and recall give their worker
+/// back once they committed and answer when the bus took their notification
+/// (`done` then runs on the bus's thread); the others answer at once.
+void handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
+                    const Request& req, const std::optional<std::string>& rid, std::function<void(Handled)> done);
+
 /// Replies that need no database (errors found on the I/O thread).
 Handled error_reply(const Error& e, const std::optional<std::string>& rid);
 

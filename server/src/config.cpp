@@ -217,6 +217,53 @@ const std::vector<Option>& options() {
          "WebSocket connections from one client IP address; more are closed with 1013 (default 1000)",
          [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.max_connections_per_address); },
          [](const Config& c) { return std::to_string(c.max_connections_per_address); }},
+        {"--max-buffered-bytes", "IM_MAX_BUFFERED_BYTES", "BYTES",
+         "process-wide budget for the queued requests and unsent output of all WebSocket connections: at it, "
+         "connections stop reading and the biggest holders are closed with 1013 until the rest hold at most "
+         "three quarters of it (default 1073741824; 0 turns it off)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             long long n = 0;
+             auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+             if (ec != std::errc() || p != v.data() + v.size() || (n != 0 && n < (1 << 20)) || n > (1LL << 40))
+                 return "expected 0 or a byte count in [1048576, 1099511627776], got '" + v + "'";
+             c.max_buffered_bytes = static_cast<std::size_t>(n);
+             return std::nullopt;
+         },
+         [](const Config& c) { return std::to_string(c.max_buffered_bytes); }},
+        {"--max-http-connections", "IM_MAX_HTTP_CONNECTIONS", "N",
+         "accepted connections on --listen that have not (yet) upgraded to WebSocket (health checks, scrapes, "
+         "handshakes in progress); more are closed at once (default 2048)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.max_http_connections); },
+         [](const Config& c) { return std::to_string(c.max_http_connections); }},
+        {"--hello-failures", "IM_HELLO_FAILURES", "N",
+         "failed hellos (UNAUTHENTICATED) allowed per client address per minute; beyond, hellos from it are "
+         "answered UNAVAILABLE and closed with 1013 until the minute is over, without a database check (default 30)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.hello_failures); },
+         [](const Config& c) { return std::to_string(c.hello_failures); }},
+        {"--hello-failures-exempt", "IM_HELLO_FAILURES_EXEMPT", "loopback|none",
+         "clients not counted by --hello-failures: loopback (the default: behind a proxy on this host every client "
+         "has its address, so the proxy must limit them) or none",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             if (v == "loopback") c.hello_failures_loopback = false;
+             else if (v == "none") c.hello_failures_loopback = true;
+             else return "expected loopback or none, got '" + v + "'";
+             return std::nullopt;
+         },
+         [](const Config& c) { return std::string(c.hello_failures_loopback ? "none" : "loopback"); }},
+        {"--metrics-listen", "IM_METRICS_LISTEN", "public|api|HOST:PORT",
+         "where GET /metrics is served: on --listen (public, the default), on the backend API's listener (api), "
+         "or on a listener of its own (HOST:PORT); elsewhere it is 404",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             if (v != "public" && v != "api") {
+                 auto colon = v.rfind(':');
+                 int port = 0;
+                 if (colon == std::string::npos || colon == 0 || to_int(v.substr(colon + 1), 0, 65535, port))
+                     return "expected public, api or HOST:PORT, got '" + v + "'";
+             }
+             c.metrics_listen = v;
+             return std::nullopt;
+         },
+         [](const Config& c) { return c.metrics_listen; }},
         {"--db-timeout-ms", "IM_DB_TIMEOUT_MS", "MS",
          "a database request (or LISTEN round trip) taking longer is cut: its connection is dropped and replaced, "
          "the request gets UNAVAILABLE (a hung database is noticed; default 5000)",
@@ -437,6 +484,8 @@ std::optional<std::string> parse_config(const std::vector<std::string>& args, Co
         if (auto e = read_secret(cfg.db_password_file, cfg.db_password)) return "--db-password-file: " + *e;
     }
     if (cfg.tls_cert.empty() != cfg.tls_key.empty()) return "--tls-cert and --tls-key go together";
+    if (scope == ConfigScope::gateway && cfg.metrics_listen == "api" && cfg.api_listen.empty())
+        return "--metrics-listen api needs the backend API (--api-listen is off)";
     if ((!cfg.jwt_issuer.empty() || !cfg.jwt_audience.empty()) && !cfg.jwt_enabled())
         return "--jwt-issuer and --jwt-audience need --jwt-hs256-secret-file or --jwt-jwks";
     if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones ||

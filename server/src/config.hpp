@@ -54,6 +54,11 @@ struct Config {
     int write_timeout_ms = 30000;           // a write stuck this long: drop the socket
     int max_connections = 10000;            // WebSocket connections per gateway
     int max_connections_per_address = 1000; // ... per client IP address
+    std::size_t max_buffered_bytes = std::size_t(1) << 30; // queued input + unsent output of all connections: shed past it
+    int max_http_connections = 2048;        // accepted connections not upgraded (yet); more are closed at accept
+    int hello_failures = 30;                // failed hellos per client address per minute, then 1013
+    bool hello_failures_loopback = false;   // count loopback clients too (default: exempt, a local proxy's address)
+    std::string metrics_listen = "public";  // where GET /metrics is served: public, api, or HOST:PORT
     int db_timeout_ms = 5000;               // a database job stuck this long: drop its connection
     int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)
     int listen_probe_ms = 1000;

@@ -13,6 +13,10 @@
 
 namespace im {
 
+void set_session_variable(pqxx::connection_base& c, const std::string& name, const std::string& sql_value) {
+    c.set_variable(name, sql_value);
+}
+
 std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const std::string& app_name) {
     // A short connect timeout: a lost database must turn into UNAVAILABLE
     // quickly, never into a hung request.
@@ -26,17 +30,21 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const 
     full += std::string("connect_timeout=3") + sep + "keepalives=1" + sep + "keepalives_idle=5" + sep +
             "keepalives_interval=2" + sep + "keepalives_count=3" + sep + "tcp_user_timeout=10000";
     auto c = std::make_unique<pqxx::connection>(full);
-    pqxx::nontransaction tx(*c);
-    tx.exec("SET application_name = " + tx.quote(app_name));
-    tx.exec("SET statement_timeout = '30s'");
-    tx.exec("SET lock_timeout = '10s'");
+    // Session settings through set_variable(): libpqxx remembers them and
+    // sets them again on every connection it opens in this object's place
+    // (it reconnects on its own, e.g. when a transaction starts on a
+    // connection whose backend was terminated); a plain SET would be lost
+    // then, and the new session would run with no timeouts.
+    set_session_variable(*c, "application_name", c->quote(app_name));
+    set_session_variable(*c, "statement_timeout", "'30s'");
+    set_session_variable(*c, "lock_timeout", "'10s'");
     // A gateway cut off mid-transaction must not leave a backend holding a
     // conversation's row lock: PostgreSQL ends such a session itself.
-    tx.exec("SET idle_in_transaction_session_timeout = '10s'");
+    set_session_variable(*c, "idle_in_transaction_session_timeout", "'10s'");
     // A backend whose client went away (a gateway killed, or its watchdog
     // shut the socket) stops its query within a second instead of running
     // (or waiting on a lock) to the end (PostgreSQL 14+).
-    tx.exec("SET client_connection_check_interval = '1s'");
+    set_session_variable(*c, "client_connection_check_interval", "'1s'");
     return c;
 }
 
@@ -159,8 +167,7 @@ void DbPool::run(std::size_t index) {
                 // A lock wait ends (55P03, answered UNAVAILABLE) well before
                 // the watchdog would cut the connection: the statement
                 // fails cleanly and the backend waits no longer either.
-                pqxx::nontransaction(*conn).exec("SET lock_timeout = '" + std::to_string(lock_timeout().count()) +
-                                                 "ms'");
+                set_session_variable(*conn, "lock_timeout", "'" + std::to_string(lock_timeout().count()) + "ms'");
             } catch (const std::exception& e) {
                 // Don't let every queued job wait for a connect timeout.
                 retry_after = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);

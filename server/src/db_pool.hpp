@@ -108,7 +108,13 @@ private:
     std::vector<std::thread> threads_;
 };
 
-/// Opens a connection with a short connect timeout; throws on failure.
+/// Sets a session variable (`sql_value` is an SQL literal, quoted) so that
+/// libpqxx sets it again on every connection it reopens in this one's place.
+/// Every SET of a long-lived connection goes through this.
+void set_session_variable(pqxx::connection_base& c, const std::string& name, const std::string& sql_value);
+
+/// Opens a connection with a short connect timeout and the session settings
+/// (set_session_variable); throws on failure.
 std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const std::string& app_name);
 
 } // namespace im

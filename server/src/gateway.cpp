@@ -2,9 +2,11 @@
 
 #include "listener.hpp"
 #include "log.hpp"
+#include "migrations.hpp"
 #include "tls.hpp"
 #include "ws_session.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -55,11 +57,21 @@ unsigned short Gateway::listen() {
     return listener_->run(net::ip::make_address(cfg_.listen_host), cfg_.listen_port);
 }
 
+std::optional<unsigned short> Gateway::listen_metrics() {
+    if (cfg_.metrics_listen == "public" || cfg_.metrics_listen == "api") return std::nullopt;
+    const auto colon = cfg_.metrics_listen.rfind(':');
+    metrics_listener_ = std::make_shared<Listener>(ioc_, shared_from_this(), nullptr, true);
+    return metrics_listener_->run(net::ip::make_address(cfg_.metrics_listen.substr(0, colon)),
+                                  static_cast<unsigned short>(std::stoi(cfg_.metrics_listen.substr(colon + 1))));
+}
+
 void Gateway::drain(std::function<void()> done) {
     net::post(listener_->executor(), [self = shared_from_this(), done = std::move(done)]() mutable {
         if (self->draining_) return;
         self->draining_ = true;
         self->listener_->close();
+        if (self->metrics_listener_)
+            net::post(self->metrics_listener_->executor(), [l = self->metrics_listener_] { l->close(); });
         std::vector<std::shared_ptr<WsSession>> all;
         {
             std::lock_guard lk(self->mu_);
@@ -103,6 +115,7 @@ void Gateway::session_closed(WsSession* s, const std::string& user) {
     std::lock_guard lk(mu_);
     sessions_.erase(s);
     authed_.erase(s);
+    metrics_.authenticated_connections = static_cast<long long>(authed_.size());
     if (user.empty()) return;
     auto it = subscribers_.find(user);
     if (it == subscribers_.end()) return;
@@ -147,7 +160,11 @@ void Gateway::close_device(const std::string& device, const std::string& token_s
 void Gateway::authenticated(WsSession* s, const Identity& who, std::uint64_t hello_generation) {
     {
         std::lock_guard lk(mu_);
+        // Only an open connection: one closed meanwhile left sessions_ and
+        // would never leave authed_.
+        if (!sessions_.count(s)) return;
         authed_[s] = {who.device, who.token_sha256};
+        metrics_.authenticated_connections = static_cast<long long>(authed_.size());
     }
     // A resync's check ran while this hello was in flight and did not see
     // it: a revocation whose notification was lost may have committed after
@@ -233,6 +250,205 @@ void Gateway::resync_all() {
         ++metrics_.pushes_resync;
     }
     log_info("resync_sent", {{"connections", static_cast<long>(targets.size())}});
+}
+
+} // namespace im
+
+namespace im {
+
+// ------------------------------------------------------------ /readyz
+
+void Gateway::readiness(std::function<void(bool, const char*)> done) {
+    // Without its bus a gateway cannot push other gateways' commits nor
+    // publish its own (sends answer UNAVAILABLE): not ready either. Cheap,
+    // so never cached.
+    const auto* bus = api_.bus;
+    const bool bus_up = !bus || bus->connected();
+    auto answer = [bus_up](const std::function<void(bool, const char*)>& f, bool db_ok, const char* why) {
+        if (!db_ok) return f(false, why);
+        if (!bus_up) return f(false, "notification bus unavailable");
+        f(true, "ready");
+    };
+    {
+        std::lock_guard lk(ready_mu_);
+        const auto now = std::chrono::steady_clock::now();
+        if (ready_last_ && now - ready_at_ < std::chrono::seconds(1)) {
+            auto last = *ready_last_;
+            return answer(done, last.first, last.second);
+        }
+        ready_waiters_.push_back([answer, done](bool ok, const char* why) { answer(done, ok, why); });
+        if (ready_checking_) return; // answered with the check in flight
+        ready_checking_ = true;
+    }
+    ++metrics_.readyz_checks;
+    auto self = shared_from_this();
+    auto finish = [self](bool ok, const char* why) {
+        std::vector<std::function<void(bool, const char*)>> waiters;
+        {
+            std::lock_guard lk(self->ready_mu_);
+            self->ready_checking_ = false;
+            self->ready_last_ = std::make_pair(ok, why);
+            self->ready_at_ = std::chrono::steady_clock::now();
+            waiters.swap(self->ready_waiters_);
+        }
+        for (auto& w : waiters) w(ok, why);
+    };
+    bool queued = pool_.submit([self, finish](pqxx::connection_base* c) {
+        bool ready = false;
+        if (c) {
+            try {
+                ready = self->api_.store.ping(*c) && migrations_current(*c) &&
+                        (self->cfg_.lab.no_unique_index || self->api_.store.idempotency_index_present(*c));
+            } catch (const std::exception&) {
+                ready = false;
+            }
+        }
+        finish(ready, "database unavailable");
+    });
+    if (!queued) {
+        // Not cached: the next call tries again.
+        std::vector<std::function<void(bool, const char*)>> waiters;
+        {
+            std::lock_guard lk(ready_mu_);
+            ready_checking_ = false;
+            waiters.swap(ready_waiters_);
+        }
+        for (auto& w : waiters) w(false, "busy");
+    }
+}
+
+// ------------------------------------------------------------ failed hellos
+
+namespace {
+bool is_loopback(const std::string& address) {
+    beast::error_code ec;
+    auto a = net::ip::make_address(address, ec);
+    return !ec && (a.is_loopback() || (a.is_v6() && a.to_v6().is_v4_mapped() &&
+                                       net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6()).is_loopback()));
+}
+} // namespace
+
+bool Gateway::counts_hello_failures(const std::string& address) const {
+    return cfg_.hello_failures_loopback || !is_loopback(address);
+}
+
+bool Gateway::hello_limited(const std::string& address) {
+    if (!counts_hello_failures(address)) return false;
+    std::lock_guard lk(hello_mu_);
+    auto it = hello_failures_.find(address);
+    if (it == hello_failures_.end()) return false;
+    if (std::chrono::steady_clock::now() - it->second.start >= std::chrono::minutes(1)) {
+        hello_failures_.erase(it);
+        return false;
+    }
+    return it->second.count >= cfg_.hello_failures;
+}
+
+void Gateway::hello_failed(const std::string& address) {
+    ++metrics_.hello_failures;
+    if (!counts_hello_failures(address)) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard lk(hello_mu_);
+    // Old windows go when the table grows (many addresses failing once).
+    if (hello_failures_.size() >= 10000)
+        for (auto it = hello_failures_.begin(); it != hello_failures_.end();)
+            it = now - it->second.start >= std::chrono::minutes(1) ? hello_failures_.erase(it) : std::next(it);
+    auto& w = hello_failures_[address];
+    if (w.count == 0 || now - w.start >= std::chrono::minutes(1)) w = FailWindow{now, 0};
+    ++w.count;
+}
+
+// ------------------------------------------------------------ connections before the upgrade
+
+bool Gateway::take_http_slot() {
+    int n = http_pending_.load();
+    do {
+        if (n >= cfg_.max_http_connections) {
+            ++metrics_.http_rejected;
+            return false;
+        }
+    } while (!http_pending_.compare_exchange_weak(n, n + 1));
+    ++metrics_.http_pending;
+    return true;
+}
+
+void Gateway::put_http_slot() {
+    --http_pending_;
+    --metrics_.http_pending;
+}
+
+// ------------------------------------------------------------ the buffer budget
+
+void Gateway::buffered(long long delta) {
+    const long long now = metrics_.buffered_bytes += delta;
+    if (delta < 0 && cfg_.max_buffered_bytes && now < static_cast<long long>(cfg_.max_buffered_bytes) &&
+        metrics_.buffered_read_waits.load() > 0)
+        wake_budget_waiters();
+}
+
+bool Gateway::budget_reached() const {
+    return cfg_.max_buffered_bytes && metrics_.buffered_bytes.load() >= static_cast<long long>(cfg_.max_buffered_bytes);
+}
+
+void Gateway::wait_for_budget(const std::shared_ptr<WsSession>& s) {
+    {
+        std::lock_guard lk(budget_mu_);
+        if (budget_waiters_.emplace(s.get(), s).second) ++metrics_.buffered_read_waits;
+    }
+    if (!budget_reached()) wake_budget_waiters(); // released meanwhile: nobody else would wake it
+    shed_soon();
+}
+
+void Gateway::wake_budget_waiters() {
+    std::map<WsSession*, std::weak_ptr<WsSession>> waiters;
+    {
+        std::lock_guard lk(budget_mu_);
+        waiters.swap(budget_waiters_);
+        metrics_.buffered_read_waits -= static_cast<long long>(waiters.size());
+    }
+    for (auto& [p, w] : waiters)
+        if (auto s = w.lock()) s->post_budget_resume();
+}
+
+void Gateway::shed_soon() {
+    if (!budget_reached() || shedding_.exchange(true)) return;
+    net::post(ioc_, [self = shared_from_this()] {
+        self->shed();
+        self->shedding_ = false;
+    });
+}
+
+// Closes (1013) the connections holding the most until the others hold at
+// most three quarters of the budget. Bytes of connections already shed are
+// on their way out (their requests in the database still hold theirs until
+// answered): they count, but shedding more cannot free them.
+void Gateway::shed() {
+    if (!budget_reached()) return;
+    std::vector<std::pair<long long, std::shared_ptr<WsSession>>> live;
+    {
+        std::lock_guard lk(mu_);
+        live.reserve(sessions_.size());
+        for (auto& [p, w] : sessions_)
+            if (auto s = w.lock(); s && !s->shed_marked()) {
+                const long long held = s->held();
+                if (held > 0) live.emplace_back(held, std::move(s));
+            }
+    }
+    const long long target = static_cast<long long>(cfg_.max_buffered_bytes / 4 * 3);
+    long long need = metrics_.buffered_bytes.load() - target;
+    std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    long long shed = 0, freed = 0;
+    for (auto& [held, s] : live) {
+        if (freed >= need) break;
+        if (!s->mark_shed()) continue;
+        freed += held;
+        ++shed;
+        s->post_shed();
+    }
+    if (shed == 0) return; // what is held is on its way out already
+    log_warn("buffer_budget_shed", {{"connections", static_cast<long>(shed)},
+                                    {"bytes", static_cast<long>(freed)},
+                                    {"buffered", static_cast<long>(metrics_.buffered_bytes.load())}});
 }
 
 } // namespace im

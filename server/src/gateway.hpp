@@ -12,6 +12,7 @@
 #include "net_common.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,12 +36,17 @@ public:
 
     /// Binds and starts accepting; returns the bound port.
     unsigned short listen();
+    /// With --metrics-listen HOST:PORT: binds the metrics listener; its port.
+    std::optional<unsigned short> listen_metrics();
     /// SIGTERM: stop accepting, goaway to all, finish in-flight, close;
     /// calls done once every connection is gone or the drain timeout passed.
     void drain(std::function<void()> done);
     /// After the I/O threads have returned: drops the listener, which holds
     /// this gateway (the pair would otherwise keep each other alive).
-    void release_listener() { listener_.reset(); }
+    void release_listener() {
+        listener_.reset();
+        metrics_listener_.reset();
+    }
     bool draining() const { return draining_.load(); }
 
     // Used by sessions.
@@ -64,6 +70,30 @@ public:
     /// `user` is the one it subscribed as (empty if it never did): a
     /// disconnect costs O(its subscriptions).
     void session_closed(WsSession* s, const std::string& user);
+
+    // Unauthenticated work (issue 24, item 5).
+    /// /readyz: at most one database check a second; callers in between get
+    /// the last answer. `done(ready, why)` may run on any thread.
+    void readiness(std::function<void(bool ready, const char* why)> done);
+    /// True when this address used up its failed hellos for the minute.
+    bool hello_limited(const std::string& address);
+    void hello_failed(const std::string& address);
+    /// HTTP connections on --listen before their upgrade: a slot, or false
+    /// at --max-http-connections. Each successful take is paired with put.
+    bool take_http_slot();
+    void put_http_slot();
+
+    // The process-wide buffer budget (--max-buffered-bytes): every
+    // connection's queued requests and unsent output, counted by the
+    // connection (WsSession::hold / unhold).
+    void buffered(long long delta);
+    bool budget_reached() const;
+    /// A connection that would read while the budget is reached waits here;
+    /// the biggest holders are shed (closed 1013) until the rest hold at
+    /// most three quarters of the budget, then the waiters read again.
+    void wait_for_budget(const std::shared_ptr<WsSession>& s);
+    /// Output queued past the budget: shed the biggest holders.
+    void shed_soon();
 
     // Used by the notifier thread (push fan-out). Frames go to each
     // session's strand; these never block on a socket.
@@ -109,6 +139,27 @@ private:
     std::atomic<std::uint64_t> resync_generation_{0};
     int admitted_ = 0;
     std::map<std::string, int> per_address_;
+    std::shared_ptr<Listener> metrics_listener_;
+
+    void shed();
+    void wake_budget_waiters();
+    bool counts_hello_failures(const std::string& address) const;
+
+    std::mutex ready_mu_;
+    bool ready_checking_ = false;
+    std::optional<std::pair<bool, const char*>> ready_last_;
+    std::chrono::steady_clock::time_point ready_at_{};
+    std::vector<std::function<void(bool, const char*)>> ready_waiters_;
+
+    std::mutex hello_mu_;
+    struct FailWindow { std::chrono::steady_clock::time_point start; int count = 0; };
+    std::map<std::string, FailWindow> hello_failures_;
+
+    std::atomic<int> http_pending_{0};
+
+    std::mutex budget_mu_; // under mu_ when both are taken
+    std::map<WsSession*, std::weak_ptr<WsSession>> budget_waiters_;
+    std::atomic<bool> shedding_{false};
 };
 
 } // namespace im

@@ -3,7 +3,6 @@
 #include "backend_api.hpp"
 #include "gateway.hpp"
 #include "log.hpp"
-#include "migrations.hpp"
 #include "ws_session.hpp"
 
 #include <array>
@@ -21,12 +20,31 @@ std::variant<beast::tcp_stream, tls_stream> make_stream(tcp::socket&& socket, ss
 
 } // namespace
 
-HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, BackendApi* api)
-    : tls_(gw->tls() ? gw->tls()->current() : nullptr), stream_(make_stream(std::move(socket), tls_.get())),
-      gw_(std::move(gw)), api_(api) {
+HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, BackendApi* api, bool metrics_only,
+                         bool http_slot)
+    : tls_(gw->tls() && !metrics_only ? gw->tls()->current() : nullptr),
+      stream_(make_stream(std::move(socket), tls_.get())), gw_(std::move(gw)), api_(api), metrics_only_(metrics_only),
+      http_slot_(http_slot) {
     beast::error_code ec;
     auto ep = with_stream([&](auto& s) { return beast::get_lowest_layer(s).socket().remote_endpoint(ec); });
     if (!ec) address_ = ep.address().to_string();
+}
+
+HttpSession::~HttpSession() {
+    if (http_slot_) gw_->put_http_slot();
+}
+
+// GET /metrics where --metrics-listen puts it.
+bool HttpSession::serves_metrics() const {
+    const auto& where = gw_->config().metrics_listen;
+    if (metrics_only_) return true;
+    return api_ ? where == "api" : where == "public";
+}
+
+void HttpSession::metrics(const http::request<http::string_body>& req) {
+    auto& p = gw_->pool();
+    gw_->metrics().db_timeouts = p.watchdog().fired();
+    respond(req, http::status::ok, gw_->metrics().render(p.in_use(), p.size(), p.queued()), "text/plain; version=0.0.4");
 }
 
 void HttpSession::run() {
@@ -65,9 +83,18 @@ void HttpSession::on_read(beast::error_code ec, std::size_t) {
     if (api_) return on_api_read(ec);
     if (ec) return fail(ec, "http_read");
     auto req = parser_->release();
+    if (metrics_only_) {
+        if (req.method() == http::verb::get && req.target() == "/metrics") return metrics(req);
+        return respond(req, http::status::not_found, "not found\n");
+    }
     if (websocket::is_upgrade(req)) {
         if (req.target() != "/v1/ws" || gw_->draining()) return respond(req, http::status::not_found, "not found\n");
         with_stream([](auto& s) { beast::get_lowest_layer(s).expires_never(); });
+        // Upgraded: the WebSocket caps take over from the pre-upgrade one.
+        if (http_slot_) {
+            http_slot_ = false;
+            gw_->put_http_slot();
+        }
         if (auto* tls = std::get_if<tls_stream>(&stream_))
             std::make_shared<WsSession>(std::move(*tls), tls_, gw_)->run(std::move(req));
         else
@@ -76,12 +103,7 @@ void HttpSession::on_read(beast::error_code ec, std::size_t) {
     }
     auto target = std::string(req.target());
     if (req.method() == http::verb::get && target == "/healthz") return respond(req, http::status::ok, "ok\n");
-    if (req.method() == http::verb::get && target == "/metrics") {
-        auto& p = gw_->pool();
-        gw_->metrics().db_timeouts = p.watchdog().fired();
-        return respond(req, http::status::ok, gw_->metrics().render(p.in_use(), p.size(), p.queued()),
-                       "text/plain; version=0.0.4");
-    }
+    if (req.method() == http::verb::get && target == "/metrics" && serves_metrics()) return metrics(req);
     if (req.method() == http::verb::get && target == "/readyz") return readyz(std::move(req));
     if (gw_->faults().enabled() && target == "/lab/fault" && req.method() == http::verb::post && from_loopback()) {
         std::string spec = req.body();
@@ -105,6 +127,18 @@ void HttpSession::on_api_read(beast::error_code ec) {
     }
     if (ec) return fail(ec, "api_read");
     auto req = parser_->release();
+    if (req.method() == http::verb::get && req.target() == "/metrics" && serves_metrics()) {
+        // --metrics-listen api: the backend's network scrapes it here.
+        auto res = std::make_shared<http::response<http::string_body>>(http::status::ok, req.version());
+        auto& p = gw_->pool();
+        gw_->metrics().db_timeouts = p.watchdog().fired();
+        res->set(http::field::server, "imserver");
+        res->set(http::field::content_type, "text/plain; version=0.0.4");
+        res->keep_alive(req.keep_alive());
+        res->body() = gw_->metrics().render(p.in_use(), p.size(), p.queued());
+        res->prepare_payload();
+        return write(std::move(res));
+    }
     const unsigned version = req.version();
     const bool keep_alive = req.keep_alive();
     auto exec = with_stream([](auto& s) { return s.get_executor(); });
@@ -134,31 +168,18 @@ bool HttpSession::from_loopback() {
     return !ec && ep.address().is_loopback();
 }
 
+// At most one database check a second (Gateway::readiness): /readyz is
+// unauthenticated, and each check would take a database worker.
 void HttpSession::readyz(http::request<http::string_body> req) {
     auto self = shared_from_this();
     auto shared_req = std::make_shared<http::request<http::string_body>>(std::move(req));
-    bool ok = gw_->pool().submit([self, shared_req](pqxx::connection_base* c) {
-        bool ready = false;
-        if (c) {
-            try {
-                ready = self->gw_->api().store.ping(*c) && migrations_current(*c) &&
-                        (self->gw_->config().lab.no_unique_index || self->gw_->api().store.idempotency_index_present(*c));
-            } catch (const std::exception&) {
-                ready = false;
-            }
-        }
-        // Without its bus a gateway cannot push other gateways' commits nor
-        // publish its own (sends answer UNAVAILABLE): not ready either.
-        const auto* bus = self->gw_->api().bus;
-        const bool bus_up = !bus || bus->connected();
-        auto exec = self->with_stream([](auto& s) { return s.get_executor(); });
-        net::post(exec, [self, shared_req, ready, bus_up] {
-            if (ready && bus_up) self->respond(*shared_req, http::status::ok, "ready\n");
-            else self->respond(*shared_req, http::status::service_unavailable,
-                               ready ? "notification bus unavailable\n" : "database unavailable\n");
+    auto exec = with_stream([](auto& s) { return s.get_executor(); });
+    gw_->readiness([self, shared_req, exec](bool ready, const char* why) {
+        std::string body = std::string(why) + "\n";
+        net::post(exec, [self, shared_req, ready, body = std::move(body)]() mutable {
+            self->respond(*shared_req, ready ? http::status::ok : http::status::service_unavailable, std::move(body));
         });
     });
-    if (!ok) respond(*shared_req, http::status::service_unavailable, "busy\n");
 }
 
 void HttpSession::respond(const http::request<http::string_body>& req, http::status status, std::string body,

@@ -20,7 +20,12 @@ struct ApiReply;
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
 public:
-    HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, BackendApi* api = nullptr);
+    /// `metrics_only`: the --metrics-listen HOST:PORT listener (GET /metrics
+    /// and nothing else). A session of --listen holds one of the gateway's
+    /// pre-upgrade slots (`http_slot`) until it upgrades or ends.
+    HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, BackendApi* api = nullptr, bool metrics_only = false,
+                bool http_slot = false);
+    ~HttpSession();
     void run();
 
 private:
@@ -28,6 +33,8 @@ private:
     void do_read();
     void on_read(beast::error_code ec, std::size_t);
     bool from_loopback();
+    bool serves_metrics() const;
+    void metrics(const http::request<http::string_body>& req);
     void readyz(http::request<http::string_body> req);
     void on_api_read(beast::error_code ec);
     void api_respond(unsigned version, bool keep_alive, ApiReply reply);
@@ -45,6 +52,8 @@ private:
     std::optional<http::request_parser<http::string_body>> parser_;
     std::shared_ptr<Gateway> gw_;
     BackendApi* api_;
+    bool metrics_only_;
+    bool http_slot_;
     std::string address_; // the client's IP address
 };
 

@@ -8,8 +8,8 @@
 
 namespace im {
 
-Listener::Listener(net::io_context& ioc, std::shared_ptr<Gateway> gw, BackendApi* api)
-    : ioc_(ioc), gw_(std::move(gw)), api_(api), acceptor_(net::make_strand(ioc)), backoff_timer_(acceptor_.get_executor()) {}
+Listener::Listener(net::io_context& ioc, std::shared_ptr<Gateway> gw, BackendApi* api, bool metrics_only)
+    : ioc_(ioc), gw_(std::move(gw)), api_(api), metrics_only_(metrics_only), acceptor_(net::make_strand(ioc)), backoff_timer_(acceptor_.get_executor()) {}
 
 unsigned short Listener::run(const net::ip::address& addr, unsigned short port) {
     tcp::endpoint ep{addr, port};
@@ -65,7 +65,14 @@ void Listener::on_accept(beast::error_code ec, tcp::socket socket) {
         // client's delayed ACK.
         beast::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<HttpSession>(std::move(socket), gw_, api_)->run();
+        const bool gateway = !api_ && !metrics_only_;
+        if (gateway && !gw_->take_http_slot()) {
+            // Over --max-http-connections: closed before any byte is read.
+            socket.set_option(net::socket_base::linger(true, 0), ignored); // RST: nothing lingers in TIME_WAIT
+            socket.close(ignored);
+        } else {
+            std::make_shared<HttpSession>(std::move(socket), gw_, api_, metrics_only_, gateway)->run();
+        }
     }
     if (!closed_) do_accept();
 }

@@ -1,5 +1,8 @@
 // Accepts TCP connections and hands each to an HttpSession: a gateway's
-// (WebSocket, /healthz ...) or, with `api`, the backend API's.
+// (WebSocket, /healthz ...), with `api` the backend API's, or with
+// `metrics_only` the metrics listener's. The gateway's connections before
+// their upgrade are capped (--max-http-connections): one over it is closed
+// at once.
 #pragma once
 
 #include "net_common.hpp"
@@ -14,7 +17,8 @@ class Gateway;
 
 class Listener : public std::enable_shared_from_this<Listener> {
 public:
-    Listener(net::io_context& ioc, std::shared_ptr<Gateway> gw, BackendApi* api = nullptr);
+    /// `metrics_only`: the --metrics-listen HOST:PORT listener.
+    Listener(net::io_context& ioc, std::shared_ptr<Gateway> gw, BackendApi* api = nullptr, bool metrics_only = false);
 
     /// Binds and starts accepting; returns the bound port.
     unsigned short run(const net::ip::address& addr, unsigned short port);
@@ -29,6 +33,7 @@ private:
     net::io_context& ioc_;
     std::shared_ptr<Gateway> gw_;
     BackendApi* api_;
+    bool metrics_only_;
     tcp::acceptor acceptor_;
     net::steady_timer backoff_timer_;
     std::chrono::milliseconds backoff_{0};

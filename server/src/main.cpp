@@ -130,6 +130,8 @@ int serve(const im::Config& cfg) {
     gw->api().committed = [&notifier](const std::vector<im::Event>& events) { notifier.committed_here(events); };
     notifier.start(bus);
     unsigned short port = gw->listen();
+    if (auto mp = gw->listen_metrics())
+        im::log_info("metrics_listening", {{"listen", cfg.metrics_listen}, {"port", static_cast<int>(*mp)}});
     // The backend API on its own listener (never the WebSocket port).
     im::BackendApi api(*gw);
     std::optional<unsigned short> api_port;

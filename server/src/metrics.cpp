@@ -87,6 +87,23 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_send_runs_held_total",
           "Runs of sends put back in the queue because another transaction held their conversation's row.",
           send_runs_held.load(), "counter");
+    gauge("im_authenticated_connections", "Authenticated connections whose token the gateway tracks.",
+          authenticated_connections.load());
+    gauge("im_buffered_bytes", "Queued request input and unsent output of all connections now (--max-buffered-bytes).",
+          buffered_bytes.load());
+    gauge("im_buffered_budget_closes_total", "Connections shed (closed 1013) at the process-wide buffer budget.",
+          buffered_budget_closes.load(), "counter");
+    gauge("im_buffered_read_waits", "Connections whose request reading waits for the process-wide buffer budget.",
+          buffered_read_waits.load());
+    gauge("im_readyz_checks_total", "Database checks run for /readyz (at most one a second; others get the cached answer).",
+          readyz_checks.load(), "counter");
+    gauge("im_hello_failures_total", "Hellos answered UNAUTHENTICATED.", hello_failures.load(), "counter");
+    gauge("im_hello_rate_limited_total", "Connections closed (1013) for too many failed hellos from their address.",
+          hello_rate_limited.load(), "counter");
+    gauge("im_http_connections_pending", "HTTP connections accepted and not upgraded to WebSocket (yet).",
+          http_pending.load());
+    gauge("im_http_connections_rejected_total", "Connections closed at accept: --max-http-connections reached.",
+          http_rejected.load(), "counter");
     o << "# HELP im_pushes_total Server-initiated frames sent.\n# TYPE im_pushes_total counter\n"
       << "im_pushes_total{t=\"event\"} " << pushes_event.load() << '\n'
       << "im_pushes_total{t=\"hint\"} " << pushes_hint.load() << '\n'

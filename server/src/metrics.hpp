@@ -45,6 +45,17 @@ public:
     std::atomic<long long> jwt_reloads_total{0};
     std::atomic<long long> jwt_reload_failures_total{0};
     std::atomic<long long> jwt_expired_closes{0};   // JWT connections closed with 4001 at exp
+    // Hardening (issue 24): authenticated connections, the process-wide
+    // buffer budget, readiness checks, failed hellos, pre-upgrade connections.
+    std::atomic<long long> authenticated_connections{0}; // connections whose token the gateway tracks (revocation)
+    std::atomic<long long> buffered_bytes{0};            // queued input + unsent output of all connections now
+    std::atomic<long long> buffered_budget_closes{0};    // closed 1013: shed at --max-buffered-bytes
+    std::atomic<long long> buffered_read_waits{0};       // connections whose reading waits for the buffer budget now
+    std::atomic<long long> readyz_checks{0};             // database checks run for /readyz
+    std::atomic<long long> hello_failures{0};            // hellos answered UNAUTHENTICATED
+    std::atomic<long long> hello_rate_limited{0};        // closed 1013: too many failed hellos from the address
+    std::atomic<long long> http_pending{0};              // HTTP connections not (yet) upgraded now
+    std::atomic<long long> http_rejected{0};             // closed at accept: --max-http-connections reached
 
     /// The stages of a send between the session and the database, each its
     /// own histogram im_send_stage_seconds{stage=...} (docs/operations.md):

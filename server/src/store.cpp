@@ -264,7 +264,7 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
 }
 
 void Store::open_publisher(pqxx::connection_base& c) {
-    pqxx::nontransaction(c).exec("SET synchronous_commit = off");
+    set_session_variable(c, "synchronous_commit", "off"); // kept on libpqxx's reconnects
     c.prepare("im_publish", "SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p");
 }
 

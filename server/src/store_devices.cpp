@@ -15,18 +15,32 @@ namespace {
 // Every statement of this part, prepared per connection (prepare_all).
 const Statements& devices_statements() {
     static const Statements table{
-        // hello: the device of a token, held while its install is registered.
+        // hello: the device of a token, held FOR UPDATE only when this hello
+        // writes a new install; a known install holds it FOR SHARE, like a
+        // send, so a reconnect never waits for (nor holds up) the device's
+        // requests. Whether the install is known is read first, unlocked;
+        // the rule is then judged under the lock (installs are never deleted).
+        {"im_hello_known",
+         "SELECT 1 FROM devices d JOIN device_installs i ON i.device_id = d.device_id "
+         "WHERE d.token_sha256 = decode($1, 'hex') AND i.install_id = $2"},
         {"im_hello_device",
          "SELECT device_id, user_id FROM devices WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL "
          "FOR UPDATE"},
+        {"im_hello_device_share",
+         "SELECT device_id, user_id FROM devices WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL "
+         "FOR SHARE"},
         // hello with a JWT: the device is created on its first hello, with a
         // token hash of a random secret nobody holds.
         {"im_jwt_device_add",
          "INSERT INTO devices (device_id, user_id, token_sha256) VALUES ($1, $2, decode($3, 'hex')) "
          "ON CONFLICT (device_id) DO NOTHING"},
+        {"im_jwt_known", "SELECT 1 FROM device_installs WHERE device_id = $1 AND install_id = $2"},
         {"im_jwt_device",
          "SELECT user_id, revoked_at IS NOT NULL, encode(token_sha256, 'hex') FROM devices WHERE device_id = $1 "
          "FOR UPDATE"},
+        {"im_jwt_device_share",
+         "SELECT user_id, revoked_at IS NOT NULL, encode(token_sha256, 'hex') FROM devices WHERE device_id = $1 "
+         "FOR SHARE"},
         // The install rule: a known install, superseded or not.
         {"im_install", "SELECT superseded_at IS NOT NULL FROM device_installs WHERE device_id = $1 AND install_id = $2"},
         // A new install supersedes every older one of the device.
@@ -71,7 +85,7 @@ const Statements& devices_statements() {
 void prepare_devices(pqxx::connection_base& c) { prepare_all(c, devices_statements()); }
 
 // The install rule of section 4 for a device proved at hello (its row held
-// FOR UPDATE by the caller): a new install supersedes the older ones; a
+// by the caller: FOR UPDATE when the install is new): a new install supersedes the older ones; a
 // superseded one is STALE_INSTALL.
 std::optional<Error> register_install(pqxx::transaction_base& tx, FaultRegistry& faults, const Identity& who) {
     auto i = tx.exec_prepared("im_install", who.device, who.install);
@@ -92,7 +106,8 @@ Outcome<Identity> Store::hello(pqxx::connection_base& c, const req::Hello& h) {
         prepare_devices(c);
         pqxx::work tx(c);
         const std::string hash = token_hash_hex(h.token);
-        auto d = tx.exec_prepared("im_hello_device", hash);
+        const bool known = !tx.exec_prepared("im_hello_known", hash, h.install).empty();
+        auto d = tx.exec_prepared(known ? "im_hello_device_share" : "im_hello_device", hash);
         if (d.empty()) return Error{Code::unauthenticated, "unknown or revoked device token"};
         Identity who{d[0][1].c_str(), d[0][0].c_str(), h.install, hash};
         if (auto e = register_install(tx, faults_, who)) return *e;
@@ -113,7 +128,8 @@ Outcome<Identity> Store::hello_jwt(pqxx::connection_base& c, const std::string& 
         // The first valid hello creates the device; its token hash is of a
         // random secret nobody holds (only `device token` hands one out).
         tx.exec_prepared("im_jwt_device_add", device, user, token_hash_hex(random_token()));
-        auto d = tx.exec_prepared("im_jwt_device", device);
+        const bool known = !tx.exec_prepared("im_jwt_known", device, install).empty();
+        auto d = tx.exec_prepared(known ? "im_jwt_device_share" : "im_jwt_device", device);
         if (d.empty() || d[0][0].c_str() != user) return Error{Code::unauthenticated, "device belongs to another user"};
         if (d[0][1].as<bool>()) return device_revoked();
         Identity who{user, device, install, d[0][2].c_str(), exp_ms};

@@ -29,6 +29,50 @@ void WsSession::note_address() {
 WsSession::~WsSession() {
     if (admitted_) gw_->release(address_);
     gw_->metrics().unsent_bytes -= static_cast<long long>(out_bytes_);
+    gw_->buffered(-held_.load());
+}
+
+void WsSession::hold(std::size_t n) {
+    held_ += static_cast<long long>(n);
+    gw_->buffered(static_cast<long long>(n));
+    if (gw_->budget_reached()) gw_->shed_soon();
+}
+
+void WsSession::unhold(std::size_t n) {
+    if (n == 0) return;
+    held_ -= static_cast<long long>(n);
+    gw_->buffered(-static_cast<long long>(n));
+}
+
+// Drops the queued requests (unanswered) and gives their bytes back.
+void WsSession::clear_queue() {
+    std::size_t n = 0;
+    for (const auto& p : queue_) n += p.bytes;
+    queue_.clear();
+    unhold(n);
+}
+
+void WsSession::post_shed() {
+    net::post(executor(), [self = shared_from_this()] { self->shed(); });
+}
+
+void WsSession::post_budget_resume() {
+    net::post(executor(), [self = shared_from_this()] {
+        self->budget_wait_ = false;
+        self->do_read();
+    });
+}
+
+// The process-wide buffer budget is reached and this connection is among
+// the biggest holders: its queued requests (unanswered: the client resends
+// them with the same keys) and unsent output go, and it closes with 1013.
+void WsSession::shed() {
+    if (closed_ || close_requested_) return;
+    ++gw_->metrics().buffered_budget_closes;
+    log_warn("buffer_budget_closed", {{"held", static_cast<long>(held_.load())}});
+    drop_unsent();
+    clear_queue();
+    close({websocket::close_code::try_again_later, "server buffer budget"}); // 1013
 }
 
 void WsSession::run(http::request<http::string_body> req) {
@@ -89,7 +133,7 @@ void WsSession::revoked(const std::string& device, const std::string& token_sha2
         gw_->metrics().count_request(p.type, code_name(Code::unauthenticated));
         send(encode_error(device_revoked(), p.rid));
     }
-    queue_.clear();
+    clear_queue();
     close({websocket::close_code::policy_error, "device revoked"});
 }
 
@@ -147,7 +191,7 @@ void WsSession::token_expired() {
         gw_->metrics().count_request(p.type, code_name(Code::unauthenticated));
         send(encode_error({Code::unauthenticated, "token expired"}, p.rid));
     }
-    queue_.clear();
+    clear_queue();
     websocket::close_reason reason;
     reason.code = 4001;
     reason.reason = "token expired";
@@ -180,6 +224,7 @@ void WsSession::drop_unsent() {
     out_.erase(out_.begin() + 1, out_.end());
     out_bytes_ -= dropped;
     gw_->metrics().unsent_bytes -= static_cast<long long>(dropped);
+    unhold(dropped);
 }
 
 void WsSession::on_accept(beast::error_code ec) {
@@ -233,7 +278,10 @@ void WsSession::tick() {
         with_ws([&](auto& ws) { beast::get_lowest_layer(ws).socket().close(ignored); });
         return;
     }
-    if (!who_ && !close_requested_ && now - opened_at_ >= std::chrono::milliseconds(cfg.hello_timeout_ms)) {
+    // A hello read in time but still waiting for the database is not late:
+    // its answer decides (the database timeout bounds the wait).
+    if (!who_ && !hello_pending_ && !close_requested_ &&
+        now - opened_at_ >= std::chrono::milliseconds(cfg.hello_timeout_ms)) {
         ++gw_->metrics().hello_timeouts;
         log_info("hello_timeout_closed");
         close({websocket::close_code::policy_error, "hello timeout"});
@@ -266,6 +314,13 @@ void WsSession::do_read() {
     }
     if (read_paused_ && (queue_.size() >= max_queued_ / 2 || out_bytes_ > high / 2)) return;
     read_paused_ = output_paused_ = false;
+    // The process-wide budget (--max-buffered-bytes): no more input while
+    // it is reached; the gateway sheds the biggest holders and wakes us.
+    if (budget_wait_) return;
+    if (gw_->budget_reached()) {
+        budget_wait_ = true;
+        return gw_->wait_for_budget(shared_from_this());
+    }
     reading_ = true;
     with_ws([&](auto& ws) { ws.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this())); });
 }
@@ -287,6 +342,7 @@ void WsSession::on_read(beast::error_code ec, std::size_t) {
     // A large frame grew the buffer: give the memory back, idle connections
     // must stay cheap.
     if (buffer_.capacity() > 4096) buffer_.shrink_to_fit();
+    if (close_requested_) return; // closing (shed, over a budget): nothing more is taken in
     on_frame(text);
     do_read(); // unless paused: then resumed as the queue and the output drain
 }
@@ -297,7 +353,9 @@ void WsSession::on_frame(const std::string& text) {
         gw_->metrics().count_request(p.type.empty() ? "invalid" : p.type, code_name(e->code));
         return send(encode_error(*e, p.rid));
     }
-    queue_.push_back(Pending{p.rid, p.type, std::get<Request>(std::move(p.body)), std::chrono::steady_clock::now()});
+    queue_.push_back(
+        Pending{p.rid, p.type, std::get<Request>(std::move(p.body)), std::chrono::steady_clock::now(), text.size()});
+    hold(text.size());
     next();
 }
 
@@ -313,7 +371,18 @@ void WsSession::next() {
     if (gw_->draining()) return finish(item, error_reply(unavailable("gateway is draining; reconnect"), item.rid));
     if (std::holds_alternative<req::Hello>(item.req)) {
         if (who_) return finish(item, error_reply(invalid("already authenticated"), item.rid));
+        if (gw_->hello_limited(address_)) {
+            // Too many failed hellos from this address this minute: no
+            // database check, no token check; retryable later (UNAVAILABLE, 1013).
+            ++gw_->metrics().hello_rate_limited;
+            log_warn("hello_rate_limited", {{"address", address_}});
+            Handled h = error_reply(unavailable("too many failed hellos from this address; retry later"), item.rid);
+            unhold(item.bytes);
+            if (!deliver(item, std::move(h))) return;
+            return close({websocket::close_code::try_again_later, "too many failed hellos"});
+        }
         hello_generation_ = gw_->resync_generation();
+        hello_pending_ = true;
     } else if (!who_) {
         Handled h = error_reply({Code::unauthenticated, "send hello first"}, item.rid);
         h.close_after = false; // only a failed hello closes the connection
@@ -348,6 +417,9 @@ void WsSession::next() {
     auto replies = [self, batch](std::vector<Handled> hs) {
         net::post(self->executor(), [self, batch, hs = std::move(hs)]() mutable {
             self->busy_ = false;
+            std::size_t bytes = 0;
+            for (const auto& p : *batch) bytes += p.bytes;
+            self->unhold(bytes);
             for (std::size_t i = 0; i < hs.size(); ++i)
                 if (!self->deliver((*batch)[i], std::move(hs[i]))) return;
             self->after_reply();
@@ -366,11 +438,15 @@ void WsSession::next() {
         queued = gw_->sends().submit(*who, std::move(sends), std::move(rids), std::move(replies));
     } else {
         queued = gw_->pool().submit([self, who, batch, replies](pqxx::connection_base* c) {
-            replies({handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid)});
+            handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid,
+                           [replies](Handled h) { replies({std::move(h)}); });
         });
     }
     if (!queued) {
         busy_ = false;
+        std::size_t bytes = 0;
+        for (const auto& p : *batch) bytes += p.bytes;
+        unhold(bytes);
         for (auto& p : *batch)
             if (!deliver(p, error_reply(unavailable("server busy, retry with the same request"), p.rid))) return;
         after_reply();
@@ -387,6 +463,10 @@ bool WsSession::deliver(const Pending& item, Handled h) {
     if (h.code == "UNAVAILABLE" && gw_->faults().broken("rule.unavailable_terminal")) // lab negative control only
         h = error_reply(invalid("the database rejected this message (lab: rule.unavailable_terminal)"), item.rid);
     gw_->metrics().count_request(item.type, h.code);
+    if (std::holds_alternative<req::Hello>(item.req)) {
+        hello_pending_ = false;
+        if (h.code == code_name(Code::unauthenticated)) gw_->hello_failed(address_);
+    }
     if (item.type == "send") {
         const auto now = std::chrono::steady_clock::now();
         gw_->metrics().observe_send_seconds(std::chrono::duration<double>(now - item.received).count());
@@ -394,6 +474,9 @@ bool WsSession::deliver(const Pending& item, Handled h) {
             gw_->metrics().observe_send_stage(Metrics::SendStage::strand,
                                               std::chrono::duration<double>(now - h.answered).count());
     }
+    // A connection that closed while its hello was in the database is gone:
+    // nothing to authenticate (the gateway would track its token forever).
+    if (h.identity && closed_) h.identity.reset();
     if (h.identity) {
         who_ = std::move(h.identity);
         gw_->authenticated(this, *who_, hello_generation_);
@@ -416,6 +499,7 @@ void WsSession::after_reply() {
 }
 
 void WsSession::finish(const Pending& item, Handled h) {
+    unhold(item.bytes);
     if (deliver(item, std::move(h))) after_reply();
 }
 
@@ -433,6 +517,7 @@ void WsSession::send(std::shared_ptr<const std::string> frame) {
     }
     out_bytes_ += frame->size();
     gw_->metrics().unsent_bytes += static_cast<long long>(frame->size());
+    hold(frame->size());
     out_.push_back(std::move(frame));
     if (out_.size() == 1) do_write();
 }
@@ -454,6 +539,7 @@ void WsSession::on_write(beast::error_code ec, std::size_t) {
     }
     out_bytes_ -= out_.front()->size();
     gw_->metrics().unsent_bytes -= static_cast<long long>(out_.front()->size());
+    unhold(out_.front()->size());
     out_.pop_front();
     if (!out_.empty()) do_write();
     else if (close_requested_) return do_close();
@@ -489,7 +575,7 @@ void WsSession::shutdown() {
     closed_ = true;
     ping_timer_.cancel();
     token_timer_.cancel();
-    queue_.clear();
+    clear_queue();
     if (opened_) gw_->session_closed(this, subscribed_ ? who_->user : std::string());
 }
 

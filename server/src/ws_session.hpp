@@ -6,6 +6,7 @@
 #include "net_common.hpp"
 #include "tls.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -32,6 +33,17 @@ public:
     /// The device was revoked: close this connection if it is that device's.
     void post_revoked(std::string device, std::string token_sha256 = {});
 
+    /// The process-wide buffer budget (Gateway::shed): bytes this connection
+    /// holds (queued and in-flight requests, unsent output), from any thread.
+    long long held() const { return held_.load(); }
+    /// Marks it for shedding; false if it was already.
+    bool mark_shed() { return !shed_.exchange(true); }
+    bool shed_marked() const { return shed_.load(); }
+    /// Closes it with 1013, dropping its queued requests and unsent output.
+    void post_shed();
+    /// The budget has room again: read on.
+    void post_budget_resume();
+
     const std::optional<Identity>& identity() const { return who_; }
     std::string device() const { return who_ ? who_->device : std::string(); }
 
@@ -41,7 +53,12 @@ private:
         std::string type;
         Request req;
         std::chrono::steady_clock::time_point received;
+        std::size_t bytes = 0; // the frame's size, held against the buffer budget until answered
     };
+    void hold(std::size_t n);
+    void unhold(std::size_t n);
+    void clear_queue();
+    void shed();
 
     void on_accept(beast::error_code ec);
     void schedule_tick();
@@ -102,6 +119,10 @@ private:
     std::size_t out_bytes_ = 0;           // bytes in out_ (the unsent output budget)
     bool admitted_ = false, opened_ = false, reading_ = false, busy_ = false, pinging_ = false, subscribed_ = false;
     bool draining_ = false, close_requested_ = false, closed_ = false;
+    bool hello_pending_ = false;          // a hello was read and waits for its answer (hello deadline)
+    bool budget_wait_ = false;            // reading waits for the process-wide buffer budget
+    std::atomic<long long> held_{0};      // bytes counted against the buffer budget
+    std::atomic<bool> shed_{false};
     bool read_paused_ = false, output_paused_ = false, writing_ = false, revoked_ = false, expired_ = false;
 };
 
