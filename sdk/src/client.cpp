@@ -16,15 +16,29 @@ const QString StorageError = QStringLiteral("STORAGE_ERROR");
 } // namespace
 
 // ---------------------------------------------------------------------------
+// FaultHooks: the QA hooks, reached by im::testing::Faults by name.
+
+FaultHooks::FaultHooks(Connection &conn, QObject *parent) : QObject(parent), conn_(conn) {
+    setObjectName(QStringLiteral("im.sdk.faults"));
+    connect(&conn_, &Connection::offlineChanged, this, &FaultHooks::offlineChanged);
+}
+bool FaultHooks::isOffline() const { return conn_.isOffline(); }
+void FaultHooks::setOffline(bool offline) { conn_.setOffline(offline); }
+void FaultHooks::dropNextReply() { conn_.dropNextReply(); }
+void FaultHooks::closeSocketNow() { conn_.closeSocketNow(); }
+
+// ---------------------------------------------------------------------------
 // ClientPrivate: what the parts share, and the session's start wired to them.
 
 ClientPrivate::ClientPrivate(Client *qq) : q(qq), conn(*this), outbox(*this), sync(*this), markers(*this) {
+    faultHooks = new FaultHooks(conn, q);
     connect(&conn, &Connection::sessionStarted, this, &ClientPrivate::onSessionStarted);
-    // Every report, typed: one place, whichever part raised it.
-    connect(q, &Client::errorOccurred, this, [this](const QString &code, const QString &message) {
-        qCWarning(lcClient, "%s: %s", qUtf8Printable(code), qUtf8Printable(message));
-        emit this->q->errorReported(errorFromCode(code), code, message);
-    });
+    // The public signals the models also follow are emitted here, by this
+    // private object: the models listen to it, never to the Client, so an
+    // app's client->disconnect() (all of the Client's connections) leaves
+    // them working (issue 26 item 9).
+    connect(this, &ClientPrivate::conversationsChanged, q, &Client::conversationsChanged);
+    connect(this, &ClientPrivate::identityChanged, q, &Client::identityChanged);
     connect(&conn, &Connection::tokenExpiryChanged, q, &Client::tokenExpiresAtChanged);
     connect(&conn, &Connection::sessionEnded, this, [this] {
         sync.sessionEnded();
@@ -32,7 +46,7 @@ ClientPrivate::ClientPrivate(Client *qq) : q(qq), conn(*this), outbox(*this), sy
     });
 }
 
-ClientPrivate::~ClientPrivate() = default;
+ClientPrivate::~ClientPrivate() { delete faultHooks; }
 
 void ClientPrivate::onSessionStarted() {
     sync.requestConvs(true);
@@ -40,7 +54,7 @@ void ClientPrivate::onSessionStarted() {
     if (!outbox.bindCredential(conn.token()))
         storageFailed(QStringLiteral("cannot bind drafts to their user"));
     if (const int held = outbox.heldCount(); held > 0)
-        emit q->errorOccurred(QStringLiteral("WRONG_USER"),
+        reportError(QStringLiteral("WRONG_USER"),
                               QStringLiteral("%1 outbox entries were written under another user's credential; "
                                              "they are held, never sent as %2 (cancel() them, or open the store "
                                              "with that user's token)")
@@ -56,9 +70,16 @@ int ClientPrivate::backoffMs(int attempt) const {
     return int(d / 2 + QRandomGenerator::global()->bounded(d / 2 + 1));
 }
 
+void ClientPrivate::reportError(const QString &code, const QString &message) {
+    // Every report, typed too: one place, whichever part raised it.
+    qCWarning(lcClient, "%s: %s", qUtf8Printable(code), qUtf8Printable(message));
+    emit q->errorOccurred(code, message);
+    emit q->errorReported(errorFromCode(code), code, message);
+}
+
 void ClientPrivate::storageFailed(const QString &what) {
     lastError = QStringLiteral("%1: %2").arg(what, storage.lastError());
-    emit q->errorOccurred(StorageError, lastError);
+    reportError(StorageError, lastError);
 }
 
 bool ClientPrivate::adoptIdentity(const QString &user, const QString &device) {
@@ -80,7 +101,7 @@ bool ClientPrivate::adoptIdentity(const QString &user, const QString &device) {
     }
     userId = user;
     deviceId = device;
-    emit q->identityChanged();
+    emit identityChanged();
     return true;
 }
 
@@ -101,7 +122,7 @@ void ClientPrivate::enterStale(const QString &message) {
     conn.setState(ConnectionState::Disconnected);
     if (!was) {
         emit q->installStaleChanged(true);
-        emit q->errorOccurred(QString::fromUtf16(proto::code::StaleInstall), message);
+        reportError(QString::fromUtf16(proto::code::StaleInstall), message);
     }
 }
 
@@ -111,6 +132,7 @@ void ClientPrivate::enterStale(const QString &message) {
 Client::Client(QObject *parent) : QObject(parent), d(std::make_unique<ClientPrivate>(this)) {}
 
 Client::~Client() {
+    emit d->aboutToBeDestroyed(); // the models let go of this client
     d->conn.transport()->stop();
 }
 
@@ -129,7 +151,16 @@ bool Client::setTrustedCaFile(const QString &pemFile) {
         }
     }
     d->conn.transport()->setTrustedCas(cas);
+    if (d->trustedCaFile != pemFile) {
+        d->trustedCaFile = pemFile;
+        emit settingsChanged();
+    }
     return true;
+}
+QString Client::trustedCaFile() const { return d->trustedCaFile; }
+void Client::setTrustedCaFileProperty(const QString &pemFile) {
+    if (!setTrustedCaFile(pemFile))
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
 }
 bool Client::setPinnedCertificateSha256(const QString &fingerprint) {
     QString hex = fingerprint.trimmed();
@@ -140,7 +171,16 @@ bool Client::setPinnedCertificateSha256(const QString &fingerprint) {
         return false;
     }
     d->conn.transport()->setPinnedSha256(digest);
+    if (d->pinnedSha256 != fingerprint) {
+        d->pinnedSha256 = fingerprint;
+        emit settingsChanged();
+    }
     return true;
+}
+QString Client::pinnedCertificateSha256() const { return d->pinnedSha256; }
+void Client::setPinnedCertificateSha256Property(const QString &fingerprint) {
+    if (!setPinnedCertificateSha256(fingerprint))
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
 }
 void Client::setCredentials(const QString &token) {
     // Obligation 14 with item 13 of issue 26: a token handed over after the
@@ -172,21 +212,38 @@ void Client::setSyncPageSize(int limit) { d->sync.pageSize = std::clamp(limit, 1
 void Client::setHistoryWindow(int events) { d->sync.historyWindow = std::clamp(events, 1, 200); }
 void Client::setBacklogLimit(int events) { d->sync.backlogLimit = events; }
 void Client::setKeepAlive(int pingIntervalMs, int silenceTimeoutMs) {
+    const int ping = pingInterval(), silence = silenceTimeout();
     d->conn.setKeepAlive(pingIntervalMs, silenceTimeoutMs);
+    if (ping != pingInterval() || silence != silenceTimeout())
+        emit settingsChanged();
 }
-void Client::setSendWindow(int requests) { d->outbox.window = std::max(1, requests); }
+int Client::pingInterval() const { return d->conn.pingIntervalMs(); }
+int Client::silenceTimeout() const { return d->conn.silenceTimeoutMs(); }
+// One half at a time, whatever the order (QML sets properties in any
+// order): the other half keeps the value it was set to.
+void Client::setPingInterval(int ms) { setKeepAlive(ms, d->conn.silenceSettingMs()); }
+void Client::setSilenceTimeout(int ms) { setKeepAlive(pingInterval(), ms); }
+void Client::setSendWindow(int requests) {
+    requests = std::max(1, requests);
+    if (requests == d->outbox.window)
+        return;
+    d->outbox.window = requests;
+    d->outbox.schedulePump(); // a wider window may let more go now
+    emit settingsChanged();
+}
+int Client::sendWindow() const { return d->outbox.window; }
 
 bool Client::open(const QString &databasePath) {
     close();
     if (!d->storage.open(databasePath)) {
         d->lastError = d->storage.lastError();
-        emit errorOccurred(d->storage.lockedByOther() ? QStringLiteral("STORE_LOCKED") : StorageError, d->lastError);
+        d->reportError(d->storage.lockedByOther() ? QStringLiteral("STORE_LOCKED") : StorageError, d->lastError);
         return false;
     }
     auto fail = [this](const QString &what) {
         d->lastError = QStringLiteral("%1: %2").arg(what, d->storage.lastError());
         d->storage.close();
-        emit errorOccurred(StorageError, d->lastError);
+        d->reportError(StorageError, d->lastError);
         return false;
     };
     std::optional<QString> install = d->storage.meta(QStringLiteral("install_id"));
@@ -211,11 +268,11 @@ bool Client::open(const QString &databasePath) {
     d->stale = *staleFlag == u"1";
     d->outbox.load(*rows);
     emit installIdChanged();
-    emit identityChanged();
+    emit d->identityChanged();
     if (wasStale != d->stale)
         emit installStaleChanged(d->stale);
     emit outboxChanged();
-    emit conversationsChanged();
+    emit d->conversationsChanged();
     return true;
 }
 
@@ -229,7 +286,7 @@ void Client::close() {
     d->sync.clear();
     d->storage.close();
     emit outboxChanged();
-    emit conversationsChanged();
+    emit d->conversationsChanged();
 }
 
 QString Client::databasePath() const { return d->storage.path(); }
@@ -285,12 +342,12 @@ QStringList Client::conversationIds() const {
 void Client::connectToServer() {
     if (!d->storage.isOpen()) {
         d->lastError = QStringLiteral("open() the database first");
-        emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
         return;
     }
     if (d->stale) {
         d->lastError = QStringLiteral("install is stale; call resetInstall()");
-        emit errorOccurred(QString::fromUtf16(proto::code::StaleInstall), d->lastError);
+        d->reportError(QString::fromUtf16(proto::code::StaleInstall), d->lastError);
         return;
     }
     d->conn.start();
@@ -303,7 +360,7 @@ void Client::disconnectFromServer() {
 QString Client::send(const QString &conv, const QString &body) {
     if (const QString why = proto::checkSend(conv, body); !why.isEmpty()) {
         d->lastError = QStringLiteral("send refused: %1").arg(why);
-        emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
         return {};
     }
     return d->outbox.enqueue(QStringLiteral("send"), conv, body, 0);
@@ -337,7 +394,7 @@ bool Client::discard(const QString &cmid) {
 QString Client::recall(const QString &conv, qint64 seq) {
     if (!proto::checkConv(conv).isEmpty() || seq < 1) {
         d->lastError = QStringLiteral("recall needs a valid conversation id and a seq >= 1");
-        emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
         return {};
     }
     return d->outbox.enqueue(QStringLiteral("recall"), conv, QString(), seq);
@@ -346,7 +403,7 @@ QString Client::recall(const QString &conv, qint64 seq) {
 bool Client::markRead(const QString &conv, qint64 seq) {
     if (!d->storage.isOpen() || conv.isEmpty() || seq < 1) {
         d->lastError = QStringLiteral("markRead needs an open database, a conversation and a seq >= 1");
-        emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
         return false;
     }
     return d->markers.markRead(conv, seq);
@@ -379,7 +436,7 @@ bool Client::resetInstall() {
         emit conversationReset(c);
         emit d->timelineChanged(c);
     }
-    emit conversationsChanged();
+    emit d->conversationsChanged();
     return true;
 }
 

@@ -20,6 +20,23 @@
 
 namespace im {
 
+/// The QA hooks of one Client (im::testing::Faults), as a child object of
+/// the Client named "im.sdk.faults": Faults calls them through the
+/// meta-object system, so the shared library exports nothing for them.
+class FaultHooks : public QObject {
+    Q_OBJECT
+public:
+    FaultHooks(Connection &conn, QObject *parent);
+    Q_INVOKABLE bool isOffline() const;
+    Q_INVOKABLE void setOffline(bool offline);
+    Q_INVOKABLE void dropNextReply();
+    Q_INVOKABLE void closeSocketNow();
+Q_SIGNALS:
+    void offlineChanged(bool offline);
+private:
+    Connection &conn_;
+};
+
 class ClientPrivate : public QObject {
     Q_OBJECT
 public:
@@ -31,6 +48,8 @@ public:
 
     /// Capped exponential backoff with jitter for request retries.
     int backoffMs(int attempt) const;
+    /// Reports an error: Client::errorOccurred and then errorReported.
+    void reportError(const QString &code, const QString &message);
     void storageFailed(const QString &what);
     void enterStale(const QString &message);
     /// A reply classified EndSession (proto::classify): what ending the
@@ -44,18 +63,28 @@ public:
     detail::Storage storage;
     QString lastError;
     QString userId, deviceId, installId;
+    QString trustedCaFile, pinnedSha256; // as the app gave them (properties)
     bool stale = false;
     int retryInitialMs = 250;
     int retryMaxMs = 30000;
 
     Connection conn;
+    FaultHooks *faultHooks = nullptr; ///< a child of q, deleted with us (it refers to conn)
     Outbox outbox;
     Sync sync;
     Markers markers;
 
 Q_SIGNALS:
-    /// Internal: the timeline of `conv` may have changed (models reload).
+    // What the models follow (never the Client's own signals, which an app
+    // may disconnect): see the constructor.
+    /// The timeline of `conv` may have changed (models reload).
     void timelineChanged(const QString &conv);
+    /// Forwarded to Client::conversationsChanged.
+    void conversationsChanged();
+    /// Forwarded to Client::identityChanged.
+    void identityChanged();
+    /// ~Client has begun: the models drop their link to it.
+    void aboutToBeDestroyed();
 
 private:
     void onSessionStarted();

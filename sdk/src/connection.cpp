@@ -20,7 +20,7 @@ Connection::Connection(ClientPrivate &dd) : d(dd) {
         // while the state reads Reconnecting); the transport tries again
         // after its backoff: a captive portal's certificate goes away.
         d.lastError = QStringLiteral("TLS_ERROR: %1").arg(message);
-        emit d.q->errorOccurred(QStringLiteral("TLS_ERROR"), message);
+        d.reportError(QStringLiteral("TLS_ERROR"), message);
     });
     stableTimer_.setSingleShot(true);
     connect(&stableTimer_, &QTimer::timeout, this, [this] { transport_->resetBackoff(); });
@@ -34,16 +34,16 @@ Connection::Connection(ClientPrivate &dd) : d(dd) {
 
 void Connection::setKeepAlive(int pingMs, int silenceMs) {
     pingMs_ = std::max(1, pingMs);
-    silenceMs_ = std::max(pingMs_, silenceMs);
+    silenceMs_ = std::max(1, silenceMs); // used as at least pingMs_ (silenceTimeoutMs())
     if (keepAliveTimer_.isActive())
         keepAliveTimer_.start(pingMs_);
 }
 
 void Connection::onKeepAlive() {
-    if (sinceActivity_.isValid() && sinceActivity_.hasExpired(silenceMs_)) {
+    if (sinceActivity_.isValid() && sinceActivity_.hasExpired(silenceTimeoutMs())) {
         // Nothing came back (not even a pong): the socket is dead (suspend,
         // network change, a peer gone without FIN). Reconnect.
-        qCInfo(lcConnection, "nothing heard for %d ms: dropping the connection", silenceMs_);
+        qCInfo(lcConnection, "nothing heard for %d ms: dropping the connection", silenceTimeoutMs());
         transport_->abortNow();
         return;
     }
@@ -214,7 +214,7 @@ void Connection::onText(const QByteArray &frame) {
     std::optional<proto::Incoming> in = proto::decode(frame, &err, &rid);
     if (!in) {
         // A malformed reply is treated as no reply (its request times out).
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), err);
+        d.reportError(QStringLiteral("PROTOCOL_ERROR"), err);
         return;
     }
     if (in->rid.isEmpty()) {
@@ -264,7 +264,7 @@ void Connection::onServerFrame(const proto::Incoming &in) {
                 if (b.code == proto::code::StaleInstall)
                     d.enterStale(b.msg);
                 else
-                    emit d.q->errorOccurred(b.code, b.msg);
+                    d.reportError(b.code, b.msg);
             } else if constexpr (std::is_same_v<T, proto::Unknown>) {
                 // A newer server's frame type: ignored (forward compatibility).
                 ++ignoredFrames_;
@@ -279,7 +279,7 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
     if (disp == proto::Disposition::Success) {
         const auto *w = std::get_if<proto::Welcome>(&reply->body);
         if (!w) {
-            emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("hello answered without welcome"));
+            d.reportError(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("hello answered without welcome"));
             transport_->abortNow();
             return;
         }
@@ -321,7 +321,7 @@ void Connection::refuse(const QString &code, const QString &message) {
     wantConnected_ = false;
     transport_->stop();
     setState(ConnectionState::Disconnected);
-    emit d.q->errorOccurred(code, message);
+    d.reportError(code, message);
 }
 
 void Connection::subscribe() {
@@ -331,7 +331,7 @@ void Connection::subscribe() {
         if (disp == proto::Disposition::Retry)
             retryLater(QStringLiteral("sub"), [this] { subscribe(); });
         else if (disp != proto::Disposition::Success)
-            emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+            d.reportError(proto::errorCode(reply), proto::errorMessage(reply));
     });
 }
 
@@ -438,7 +438,7 @@ void Connection::credentialsRejected(const QString &message) {
     if (was)
         return;
     emit d.q->awaitingCredentialsChanged(true);
-    emit d.q->errorOccurred(QString::fromUtf16(proto::code::Unauthenticated), message);
+    d.reportError(QString::fromUtf16(proto::code::Unauthenticated), message);
     askForCredentials(int(Client::CredentialsReason::Rejected));
 }
 

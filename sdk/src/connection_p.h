@@ -16,6 +16,7 @@
 #include <QtCore/QObject>
 #include <QtCore/QTimer>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
@@ -69,6 +70,11 @@ public:
     /// Liveness: a ping every `pingMs` while open; a connection silent for
     /// `silenceMs` (no frame, no pong) is dropped and reconnected.
     void setKeepAlive(int pingMs, int silenceMs);
+    int pingIntervalMs() const { return pingMs_; }
+    /// The silence timeout in use: as set, but never below the ping interval.
+    int silenceTimeoutMs() const { return std::max(pingMs_, silenceMs_); }
+    /// The silence timeout as set (setKeepAlive()), before that rule.
+    int silenceSettingMs() const { return silenceMs_; }
     /// Delay before reconnecting after a `goaway`: jittered, never 0.
     int goawayDelayMs(std::optional<qint64> retryMs) const;
     /// Server-initiated frames of unknown types seen (and ignored).

@@ -40,7 +40,7 @@ void Markers::onAcked(const QString &conv, const std::optional<proto::Incoming> 
         if (const auto *a = std::get_if<proto::Acked>(&reply->body)) {
             if (!d.storage.setDelivered(a->conv, a->delivered))
                 d.storageFailed(QStringLiteral("cannot record delivered marker"));
-            emit d.q->conversationsChanged();
+            emit d.conversationsChanged();
         }
     } else if (disp == proto::Disposition::Retry) {
         ackSent_.remove(conv); // the next applied page or push acks again
@@ -49,7 +49,7 @@ void Markers::onAcked(const QString &conv, const std::optional<proto::Incoming> 
         ackSent_.remove(conv);
         d.endSession(reply);
     } else {
-        emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+        d.reportError(proto::errorCode(reply), proto::errorMessage(reply));
     }
 }
 
@@ -89,7 +89,7 @@ void Markers::onRead(const QString &conv, const std::optional<proto::Incoming> &
             if (!d.storage.setRead(r->conv, r->read))
                 d.storageFailed(QStringLiteral("cannot record read marker"));
             d.conn.retrySucceeded(QStringLiteral("read:") + r->conv);
-            emit d.q->conversationsChanged();
+            emit d.conversationsChanged();
             emit d.timelineChanged(r->conv);
             d.sync.scheduleConvsRefresh();
         }
@@ -100,7 +100,7 @@ void Markers::onRead(const QString &conv, const std::optional<proto::Incoming> &
     } else {
         if (!d.storage.clearReadPending(conv))
             d.storageFailed(QStringLiteral("cannot clear read marker"));
-        emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+        d.reportError(proto::errorCode(reply), proto::errorMessage(reply));
     }
 }
 

@@ -81,8 +81,9 @@ void MessageListModel::setClient(Client *client) {
             }
             refresh();
         });
-        d->links << connect(client, &Client::identityChanged, this, [this] { d->reload.start(); });
-        d->links << connect(client, &QObject::destroyed, this, [this] { setClient(nullptr); });
+        // Private signals only (an app may disconnect() its Client).
+        d->links << connect(cp, &ClientPrivate::identityChanged, this, [this] { d->reload.start(); });
+        d->links << connect(cp, &ClientPrivate::aboutToBeDestroyed, this, [this] { setClient(nullptr); });
     }
     refresh();
     emit countChanged();
@@ -266,7 +267,7 @@ QVariantMap MessageListModel::get(int row) const { return detail::rowByRoleName(
 
 QHash<int, QByteArray> MessageListModel::roleNames() const {
     return {{BodyRole, "body"},         {SenderRole, "sender"}, {SeqRole, "seq"},
-            {StateRole, "state"},       {ErrorCodeRole, "errorCode"}, {CmidRole, "cmid"},
+            {StateRole, "messageState"}, {ErrorCodeRole, "errorCode"}, {CmidRole, "cmid"},
             {TimestampRole, "timestamp"}, {KindRole, "kind"},   {DupRole, "dup"},
             {IsOwnRole, "isOwn"},       {UserRole, "user"},
             {GapFromRole, "gapFrom"},   {GapToRole, "gapTo"}};

@@ -60,7 +60,7 @@ void Outbox::clear() {
 QString Outbox::enqueue(const QString &kind, const QString &conv, const QString &body, qint64 target) {
     if (!d.storage.isOpen()) {
         d.lastError = QStringLiteral("database not open");
-        emit d.q->errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d.lastError);
+        d.reportError(QStringLiteral("INVALID_ARGUMENT"), d.lastError);
         return {};
     }
     detail::OutboxRow row;
@@ -344,7 +344,7 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
             f.dup = r->dup;
         } else {
             // A success frame of the wrong type: treat as no reply.
-            emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("unexpected reply to send/recall"));
+            d.reportError(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("unexpected reply to send/recall"));
             if (current)
                 retry(item, QStringLiteral("PROTOCOL_ERROR"));
             return;

@@ -85,7 +85,7 @@ void Sync::launch(const QString &conv) {
             release(conv);
             return;
         }
-        emit d.q->conversationsChanged();
+        emit d.conversationsChanged();
     }
     s.running = true;
     s.again = false;
@@ -103,7 +103,7 @@ void Sync::launch(const QString &conv) {
                            } else if (const auto *page = std::get_if<proto::Page>(&reply->body); page && page->history) {
                                onWindow(conv, after + 1, epoch.value_or(0), *page);
                            } else {
-                               emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"),
+                               d.reportError(QStringLiteral("PROTOCOL_ERROR"),
                                                        QStringLiteral("history answered without window"));
                                onSyncFailed(conv, std::nullopt);
                            }
@@ -119,7 +119,7 @@ void Sync::launch(const QString &conv) {
                        } else if (const auto *page = std::get_if<proto::Page>(&reply->body); page && !page->history) {
                            onPage(conv, after, *page);
                        } else {
-                           emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"),
+                           d.reportError(QStringLiteral("PROTOCOL_ERROR"),
                                                    QStringLiteral("sync answered without page"));
                            onSyncFailed(conv, std::nullopt);
                        }
@@ -130,7 +130,7 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
     State &s = syncs_[conv];
     s.running = false;
     if (page.conv != conv) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("page for another conversation"));
+        d.reportError(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("page for another conversation"));
         onSyncFailed(conv, std::nullopt);
         return;
     }
@@ -143,7 +143,7 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
         return;
     }
     if (page.hasMore && page.nextAfter <= after) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("page made no progress"));
+        d.reportError(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("page made no progress"));
         onSyncFailed(conv, std::nullopt);
         return;
     }
@@ -167,7 +167,7 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
 void Sync::onWindow(const QString &conv, qint64 gapLo, qint64 epoch, const proto::Page &page) {
     syncs_[conv].running = false;
     if (page.conv != conv) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("window for another conversation"));
+        d.reportError(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("window for another conversation"));
         onSyncFailed(conv, std::nullopt);
         return;
     }
@@ -197,7 +197,7 @@ void Sync::applied(const QString &conv, const QList<proto::Event> &events) {
         notifyRecalls(conv, events);
     }
     emit d.timelineChanged(conv);
-    emit d.q->conversationsChanged();
+    emit d.conversationsChanged();
     d.markers.sendAck(conv);
 }
 
@@ -228,7 +228,7 @@ void Sync::onOlder(const QString &conv, qint64 before, qint64 gapLo, const std::
             if (code == proto::code::EpochChanged || code == proto::code::CursorAhead)
                 start(conv); // the forward sync meets the same verdict and resets
             else
-                emit d.q->errorOccurred(code, proto::errorMessage(reply));
+                d.reportError(code, proto::errorMessage(reply));
         }
         emit windowLoaded(conv, false);
         return;
@@ -265,7 +265,7 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
         }
         emit d.q->conversationReset(conv);
         emit d.timelineChanged(conv);
-        emit d.q->conversationsChanged();
+        emit d.conversationsChanged();
         start(conv);
     } else if (code == proto::code::CursorAhead) {
         if (!d.storage.resetConversation(conv, false)) {
@@ -273,11 +273,11 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
             release(conv);
             return;
         }
-        emit d.q->conversationsChanged();
+        emit d.conversationsChanged();
         start(conv);
     } else {
         release(conv);
-        emit d.q->errorOccurred(code, proto::errorMessage(reply));
+        d.reportError(code, proto::errorMessage(reply));
     }
 }
 
@@ -321,18 +321,18 @@ void Sync::onConvs(const std::optional<proto::Incoming> &reply) {
         if (disp == proto::Disposition::EndSession)
             d.endSession(reply);
         else
-            emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+            d.reportError(proto::errorCode(reply), proto::errorMessage(reply));
         endWalk();
         return;
     }
     const auto *c = std::get_if<proto::Convs>(&reply->body);
     if (!c) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs answered without convs"));
+        d.reportError(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs answered without convs"));
         endWalk();
         return;
     }
     if (c->hasMore && c->nextAfter <= convsAfter_) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs page made no progress"));
+        d.reportError(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs page made no progress"));
         endWalk();
         return;
     }
@@ -345,7 +345,7 @@ void Sync::onConvs(const std::optional<proto::Incoming> &reply) {
         endWalk();
         return;
     }
-    emit d.q->conversationsChanged();
+    emit d.conversationsChanged();
     if (walkSyncs_) {
         // Only conversations whose head (or epoch) moved past the stored
         // cursor: an up-to-date one costs no request.
@@ -426,7 +426,7 @@ void Sync::applyPushes() {
         emit d.timelineChanged(conv);
     }
     if (!done.isEmpty())
-        emit d.q->conversationsChanged();
+        emit d.conversationsChanged();
     for (const QString &conv : std::as_const(order))
         d.markers.sendAck(conv);
     // Not the next seq (a gap, a reorder, or an unknown conversation): pull.
@@ -452,7 +452,7 @@ void Sync::onHint(const proto::Hint &h) {
     }
     if (!d.storage.updateHead(h.conv, h.head))
         d.storageFailed(QStringLiteral("cannot record head"));
-    emit d.q->conversationsChanged();
+    emit d.conversationsChanged();
     if (h.head > (row ? row->after : 0) || (row && row->epoch > 0 && h.epoch > 0 && h.epoch != row->epoch))
         start(h.conv);
     scheduleConvsRefresh();
