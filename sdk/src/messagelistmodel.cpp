@@ -144,7 +144,7 @@ void MessageListModel::refresh() {
                 d->floor = *f;
             }
             // Only the window is read: what is shown, not the conversation.
-            std::optional<QList<detail::MessageRow>> rows = st.messages(d->conv, cp->userId, d->floor);
+            std::optional<QList<detail::MessageRow>> rows = st.messages(d->conv, cp->id.userId, d->floor);
             const std::optional<QList<detail::Gap>> gaps = st.gaps(d->conv);
             const std::optional<bool> older = d->floor > 0 ? st.hasEventsBelow(d->conv, d->floor) : false;
             std::optional<bool> belowFirstGap = false;
