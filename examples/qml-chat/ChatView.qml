@@ -155,17 +155,17 @@ Item {
                     required property string kind
                     required property string sender
                     required property string body
-                    required property int state
+                    required property int messageState
                     required property string errorCode
                     width: ListView.view.width
                     wrapMode: Text.Wrap
                     text: kind === "gap" ? "… older messages not loaded …"
                         : kind !== "msg" ? "· " + kind
                         : sender + ": " + body
-                          + (state === Im.Pending ? "  (sending…)"
-                             : state === Im.Failed || state === Im.Expired ? "  (not sent: " + errorCode + ")"
-                             : state === Im.Recalled ? "  (recalled)" : "")
-                    opacity: state === Im.Pending ? 0.6 : 1
+                          + (messageState === Im.Pending ? "  (sending…)"
+                             : messageState === Im.Failed || messageState === Im.Expired ? "  (not sent: " + errorCode + ")"
+                             : messageState === Im.Recalled ? "  (recalled)" : "")
+                    opacity: messageState === Im.Pending ? 0.6 : 1
                 }
             }
             RowLayout {

@@ -16,23 +16,74 @@ const QString StorageError = QStringLiteral("STORAGE_ERROR");
 } // namespace
 
 // ---------------------------------------------------------------------------
+// FaultHooks: the QA hooks, reached by im::testing::Faults by name.
+
+FaultHooks::FaultHooks(Connection &conn, QObject *parent) : QObject(parent), conn_(conn) {
+    setObjectName(QStringLiteral("im.sdk.faults"));
+    connect(&conn_, &Connection::offlineChanged, this, &FaultHooks::offlineChanged);
+}
+bool FaultHooks::isOffline() const { return conn_.isOffline(); }
+void FaultHooks::setOffline(bool offline) { conn_.setOffline(offline); }
+void FaultHooks::dropNextReply() { conn_.dropNextReply(); }
+void FaultHooks::closeSocketNow() { conn_.closeSocketNow(); }
+
+// ---------------------------------------------------------------------------
 // ClientPrivate: what the parts share, and the session's start wired to them.
 
-ClientPrivate::ClientPrivate(Client *qq) : q(qq), conn(*this), outbox(*this), sync(*this), markers(*this) {
+ClientPrivate::ClientPrivate(Client *qq)
+    : q(qq), conn(*this, reporter, retryBackoff), outbox(storage, conn, reporter, id, retryBackoff),
+      sync(storage, conn, reporter, id), markers(storage, conn, reporter) {
+    faultHooks = new FaultHooks(conn, q);
+    // Every part's report, typed: one place.
+    connect(&reporter, &detail::Reporter::errorOccurred, this, &ClientPrivate::reportError);
+
+    // The session's start and end, to the parts.
     connect(&conn, &Connection::sessionStarted, this, &ClientPrivate::onSessionStarted);
-    // Every report, typed: one place, whichever part raised it.
-    connect(q, &Client::errorOccurred, this, [this](const QString &code, const QString &message) {
-        qCWarning(lcClient, "%s: %s", qUtf8Printable(code), qUtf8Printable(message));
-        emit this->q->errorReported(errorFromCode(code), code, message);
-    });
-    connect(&conn, &Connection::tokenExpiryChanged, q, &Client::tokenExpiresAtChanged);
     connect(&conn, &Connection::sessionEnded, this, [this] {
         sync.sessionEnded();
         markers.sessionEnded();
     });
+    connect(&conn, &Connection::staleInstall, this, &ClientPrivate::enterStale);
+    // Pushes to Sync; what Sync stored to Outbox (our own events settle
+    // their entries, first) and Markers (an ack is due); Markers' wish for
+    // a fresh conversation list to Sync.
+    connect(&conn, &Connection::eventPushed, &sync, &Sync::onEventPush);
+    connect(&conn, &Connection::hintPushed, &sync, &Sync::onHint);
+    connect(&conn, &Connection::resyncPushed, &sync, &Sync::onResync);
+    connect(&sync, &Sync::ownEventsStored, &outbox, &Outbox::settleOwnEvents);
+    connect(&sync, &Sync::ackDue, &markers, &Markers::sendAck);
+    connect(&markers, &Markers::convsRefreshWanted, &sync, [this] { sync.scheduleConvsRefresh(); });
+    connect(&outbox, &Outbox::sessionMustEnd, this, &ClientPrivate::endSession);
+    connect(&sync, &Sync::sessionMustEnd, this, &ClientPrivate::endSession);
+    connect(&markers, &Markers::sessionMustEnd, this, &ClientPrivate::endSession);
+
+    // What the models follow: private signals of this object (see below).
+    connect(&outbox, &Outbox::timelineChanged, this, &ClientPrivate::timelineChanged);
+    connect(&sync, &Sync::timelineChanged, this, &ClientPrivate::timelineChanged);
+    connect(&markers, &Markers::timelineChanged, this, &ClientPrivate::timelineChanged);
+    connect(&sync, &Sync::conversationsChanged, this, &ClientPrivate::conversationsChanged);
+    connect(&markers, &Markers::conversationsChanged, this, &ClientPrivate::conversationsChanged);
+
+    // The public signals. Those the models also follow are emitted by this
+    // private object: the models listen to it, never to the Client, so an
+    // app's client->disconnect() (all of the Client's connections) leaves
+    // them working (issue 26 item 9).
+    connect(this, &ClientPrivate::conversationsChanged, q, &Client::conversationsChanged);
+    connect(this, &ClientPrivate::identityChanged, q, &Client::identityChanged);
+    connect(&conn, &Connection::stateChanged, q, &Client::connectionStateChanged);
+    connect(&conn, &Connection::awaitingCredentialsChanged, q, &Client::awaitingCredentialsChanged);
+    connect(&conn, &Connection::credentialsNeeded, q,
+            [this](int reason) { emit q->credentialsNeeded(Client::CredentialsReason(reason)); });
+    connect(&conn, &Connection::tokenExpiryChanged, q, &Client::tokenExpiresAtChanged);
+    connect(&outbox, &Outbox::messageStateChanged, q, &Client::messageStateChanged);
+    connect(&sync, &Sync::messageStateChanged, q, &Client::messageStateChanged);
+    connect(&outbox, &Outbox::outboxChanged, q, &Client::outboxChanged);
+    connect(&sync, &Sync::eventsApplied, q, &Client::eventsApplied);
+    connect(&sync, &Sync::conversationReset, q, &Client::conversationReset);
+    connect(&sync, &Sync::conversationSynced, q, &Client::conversationSynced);
 }
 
-ClientPrivate::~ClientPrivate() = default;
+ClientPrivate::~ClientPrivate() { delete faultHooks; }
 
 void ClientPrivate::onSessionStarted() {
     sync.requestConvs(true);
@@ -40,47 +91,47 @@ void ClientPrivate::onSessionStarted() {
     if (!outbox.bindCredential(conn.token()))
         storageFailed(QStringLiteral("cannot bind drafts to their user"));
     if (const int held = outbox.heldCount(); held > 0)
-        emit q->errorOccurred(QStringLiteral("WRONG_USER"),
+        reportError(QStringLiteral("WRONG_USER"),
                               QStringLiteral("%1 outbox entries were written under another user's credential; "
                                              "they are held, never sent as %2 (cancel() them, or open the store "
                                              "with that user's token)")
                                   .arg(held)
-                                  .arg(userId));
+                                  .arg(id.userId));
     outbox.resendPending();
 }
 
-int ClientPrivate::backoffMs(int attempt) const {
-    // Capped exponential backoff with "equal jitter": [d/2, d].
-    const int exp = std::clamp(attempt - 1, 0, 20);
-    const qint64 d = std::min<qint64>(retryMaxMs, qint64(retryInitialMs) << exp);
-    return int(d / 2 + QRandomGenerator::global()->bounded(d / 2 + 1));
+void ClientPrivate::reportError(const QString &code, const QString &message) {
+    // Every report, typed too: one place, whichever part raised it.
+    qCWarning(lcClient, "%s: %s", qUtf8Printable(code), qUtf8Printable(message));
+    emit q->errorOccurred(code, message);
+    emit q->errorReported(errorFromCode(code), code, message);
 }
 
 void ClientPrivate::storageFailed(const QString &what) {
-    lastError = QStringLiteral("%1: %2").arg(what, storage.lastError());
-    emit q->errorOccurred(StorageError, lastError);
+    reporter.lastError = QStringLiteral("%1: %2").arg(what, storage.lastError());
+    reportError(StorageError, reporter.lastError);
 }
 
-bool ClientPrivate::adoptIdentity(const QString &user, const QString &device) {
-    if (user == userId && device == deviceId)
+bool ClientPrivate::acceptIdentity(const QString &user, const QString &device) {
+    if (user == id.userId && device == id.deviceId)
         return true;
-    if (!userId.isEmpty() && user != userId) {
+    if (!id.userId.isEmpty() && user != id.userId) {
         // Obligation 10: the store belongs to the user of its first welcome.
         // Nothing of this store is sent as another user, nothing of theirs
         // is stored or shown: refuse the session for good (no reconnect).
-        lastError = QStringLiteral("this store belongs to user %1, but the server accepted the token as user %2; "
+        reporter.lastError = QStringLiteral("this store belongs to user %1, but the server accepted the token as user %2; "
                                    "open another store for %2")
-                        .arg(userId, user);
-        conn.refuse(QStringLiteral("WRONG_USER"), lastError);
+                        .arg(id.userId, user);
+        conn.refuse(QStringLiteral("WRONG_USER"), reporter.lastError);
         return false;
     }
     if (!storage.setMeta(QStringLiteral("user"), user) || !storage.setMeta(QStringLiteral("device"), device)) {
         storageFailed(QStringLiteral("cannot record identity"));
         return false;
     }
-    userId = user;
-    deviceId = device;
-    emit q->identityChanged();
+    id.userId = user;
+    id.deviceId = device;
+    emit identityChanged();
     return true;
 }
 
@@ -92,16 +143,16 @@ void ClientPrivate::endSession(const std::optional<proto::Incoming> &reply) {
 }
 
 void ClientPrivate::enterStale(const QString &message) {
-    const bool was = stale;
-    stale = true;
-    lastError = QStringLiteral("STALE_INSTALL: %1").arg(message);
+    const bool was = id.stale;
+    id.stale = true;
+    reporter.lastError = QStringLiteral("STALE_INSTALL: %1").arg(message);
     if (!storage.setMeta(QStringLiteral("install_stale"), QStringLiteral("1")))
         storageFailed(QStringLiteral("cannot record stale install"));
     conn.transport()->stop();
     conn.setState(ConnectionState::Disconnected);
     if (!was) {
         emit q->installStaleChanged(true);
-        emit q->errorOccurred(QString::fromUtf16(proto::code::StaleInstall), message);
+        reportError(QString::fromUtf16(proto::code::StaleInstall), message);
     }
 }
 
@@ -111,6 +162,7 @@ void ClientPrivate::enterStale(const QString &message) {
 Client::Client(QObject *parent) : QObject(parent), d(std::make_unique<ClientPrivate>(this)) {}
 
 Client::~Client() {
+    emit d->aboutToBeDestroyed(); // the models let go of this client
     d->conn.transport()->stop();
 }
 
@@ -124,23 +176,41 @@ bool Client::setTrustedCaFile(const QString &pemFile) {
     if (!pemFile.isEmpty()) {
         cas = QSslCertificate::fromPath(pemFile, QSsl::Pem, QSslCertificate::PatternSyntax::FixedString);
         if (cas.isEmpty()) {
-            d->lastError = QStringLiteral("no PEM certificate in %1").arg(pemFile);
+            d->reporter.lastError = QStringLiteral("no PEM certificate in %1").arg(pemFile);
             return false;
         }
     }
     d->conn.transport()->setTrustedCas(cas);
+    if (d->trustedCaFile != pemFile) {
+        d->trustedCaFile = pemFile;
+        emit settingsChanged();
+    }
     return true;
+}
+QString Client::trustedCaFile() const { return d->trustedCaFile; }
+void Client::setTrustedCaFileProperty(const QString &pemFile) {
+    if (!setTrustedCaFile(pemFile))
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->reporter.lastError);
 }
 bool Client::setPinnedCertificateSha256(const QString &fingerprint) {
     QString hex = fingerprint.trimmed();
     hex.remove(QLatin1Char(':'));
     const QByteArray digest = QByteArray::fromHex(hex.toLatin1());
     if (!hex.isEmpty() && (hex.size() != 64 || digest.size() != 32 || digest.toHex().compare(hex.toLatin1(), Qt::CaseInsensitive) != 0)) {
-        d->lastError = QStringLiteral("not a SHA-256 fingerprint (64 hex digits): %1").arg(fingerprint);
+        d->reporter.lastError = QStringLiteral("not a SHA-256 fingerprint (64 hex digits): %1").arg(fingerprint);
         return false;
     }
     d->conn.transport()->setPinnedSha256(digest);
+    if (d->pinnedSha256 != fingerprint) {
+        d->pinnedSha256 = fingerprint;
+        emit settingsChanged();
+    }
     return true;
+}
+QString Client::pinnedCertificateSha256() const { return d->pinnedSha256; }
+void Client::setPinnedCertificateSha256Property(const QString &fingerprint) {
+    if (!setPinnedCertificateSha256(fingerprint))
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->reporter.lastError);
 }
 void Client::setCredentials(const QString &token) {
     // Obligation 14 with item 13 of issue 26: a token handed over after the
@@ -164,29 +234,46 @@ void Client::setRequestTimeout(int ms) {
 int Client::requestTimeout() const { return d->conn.requestTimeoutMs; }
 
 void Client::setRetryBackoff(int initialMs, int maxMs) {
-    d->retryInitialMs = std::max(1, initialMs);
-    d->retryMaxMs = std::max(d->retryInitialMs, maxMs);
+    d->retryBackoff.initialMs = std::max(1, initialMs);
+    d->retryBackoff.maxMs = std::max(d->retryBackoff.initialMs, maxMs);
 }
 void Client::setReconnectBackoff(int initialMs, int maxMs) { d->conn.transport()->setBackoff(initialMs, maxMs); }
 void Client::setSyncPageSize(int limit) { d->sync.pageSize = std::clamp(limit, 1, 200); }
 void Client::setHistoryWindow(int events) { d->sync.historyWindow = std::clamp(events, 1, 200); }
 void Client::setBacklogLimit(int events) { d->sync.backlogLimit = events; }
 void Client::setKeepAlive(int pingIntervalMs, int silenceTimeoutMs) {
+    const int ping = pingInterval(), silence = silenceTimeout();
     d->conn.setKeepAlive(pingIntervalMs, silenceTimeoutMs);
+    if (ping != pingInterval() || silence != silenceTimeout())
+        emit settingsChanged();
 }
-void Client::setSendWindow(int requests) { d->outbox.window = std::max(1, requests); }
+int Client::pingInterval() const { return d->conn.pingIntervalMs(); }
+int Client::silenceTimeout() const { return d->conn.silenceTimeoutMs(); }
+// One half at a time, whatever the order (QML sets properties in any
+// order): the other half keeps the value it was set to.
+void Client::setPingInterval(int ms) { setKeepAlive(ms, d->conn.silenceSettingMs()); }
+void Client::setSilenceTimeout(int ms) { setKeepAlive(pingInterval(), ms); }
+void Client::setSendWindow(int requests) {
+    requests = std::max(1, requests);
+    if (requests == d->outbox.window)
+        return;
+    d->outbox.window = requests;
+    d->outbox.schedulePump(); // a wider window may let more go now
+    emit settingsChanged();
+}
+int Client::sendWindow() const { return d->outbox.window; }
 
 bool Client::open(const QString &databasePath) {
     close();
     if (!d->storage.open(databasePath)) {
-        d->lastError = d->storage.lastError();
-        emit errorOccurred(d->storage.lockedByOther() ? QStringLiteral("STORE_LOCKED") : StorageError, d->lastError);
+        d->reporter.lastError = d->storage.lastError();
+        d->reportError(d->storage.lockedByOther() ? QStringLiteral("STORE_LOCKED") : StorageError, d->reporter.lastError);
         return false;
     }
     auto fail = [this](const QString &what) {
-        d->lastError = QStringLiteral("%1: %2").arg(what, d->storage.lastError());
+        d->reporter.lastError = QStringLiteral("%1: %2").arg(what, d->storage.lastError());
         d->storage.close();
-        emit errorOccurred(StorageError, d->lastError);
+        d->reportError(StorageError, d->reporter.lastError);
         return false;
     };
     std::optional<QString> install = d->storage.meta(QStringLiteral("install_id"));
@@ -204,18 +291,18 @@ bool Client::open(const QString &databasePath) {
     const std::optional<QList<detail::OutboxRow>> rows = d->storage.loadOutbox();
     if (!staleFlag || !user || !device || !rows)
         return fail(QStringLiteral("cannot load local state"));
-    d->installId = *install;
-    d->userId = *user;
-    d->deviceId = *device;
-    const bool wasStale = d->stale;
-    d->stale = *staleFlag == u"1";
+    d->id.installId = *install;
+    d->id.userId = *user;
+    d->id.deviceId = *device;
+    const bool wasStale = d->id.stale;
+    d->id.stale = *staleFlag == u"1";
     d->outbox.load(*rows);
     emit installIdChanged();
-    emit identityChanged();
-    if (wasStale != d->stale)
-        emit installStaleChanged(d->stale);
+    emit d->identityChanged();
+    if (wasStale != d->id.stale)
+        emit installStaleChanged(d->id.stale);
     emit outboxChanged();
-    emit conversationsChanged();
+    emit d->conversationsChanged();
     return true;
 }
 
@@ -229,21 +316,21 @@ void Client::close() {
     d->sync.clear();
     d->storage.close();
     emit outboxChanged();
-    emit conversationsChanged();
+    emit d->conversationsChanged();
 }
 
 QString Client::databasePath() const { return d->storage.path(); }
-QString Client::lastError() const { return d->lastError; }
+QString Client::lastError() const { return d->reporter.lastError; }
 ConnectionState Client::connectionState() const { return d->conn.state(); }
 QString Client::gatewayId() const { return d->conn.gateway(); }
 QUrl Client::currentServer() const { return d->conn.transport()->currentUrl(); }
 QDateTime Client::nextReconnectAt() const {
     return d->conn.state() == ConnectionState::Reconnecting ? d->conn.transport()->nextAttemptAt() : QDateTime();
 }
-QString Client::userId() const { return d->userId; }
-QString Client::deviceId() const { return d->deviceId; }
-QString Client::installId() const { return d->installId; }
-bool Client::isInstallStale() const { return d->stale; }
+QString Client::userId() const { return d->id.userId; }
+QString Client::deviceId() const { return d->id.deviceId; }
+QString Client::installId() const { return d->id.installId; }
+bool Client::isInstallStale() const { return d->id.stale; }
 int Client::pendingCount() const { return d->outbox.size(); }
 
 QList<OutboxEntry> Client::outbox() const {
@@ -262,7 +349,7 @@ MessageState Client::messageState(const QString &cmid) const {
         return MessageState::Pending;
     if (m->kind == u"send" && m->seq > 0 && MessageState(m->state) == MessageState::Sent
         && !d->storage.cmidAt(m->conv, m->seq).isEmpty()) {
-        const std::optional<QList<detail::MessageRow>> rows = d->storage.messages(m->conv, d->userId, m->seq);
+        const std::optional<QList<detail::MessageRow>> rows = d->storage.messages(m->conv, d->id.userId, m->seq);
         if (rows)
             for (const detail::MessageRow &r : *rows)
                 if (r.cmid == cmid)
@@ -284,13 +371,13 @@ QStringList Client::conversationIds() const {
 
 void Client::connectToServer() {
     if (!d->storage.isOpen()) {
-        d->lastError = QStringLiteral("open() the database first");
-        emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
+        d->reporter.lastError = QStringLiteral("open() the database first");
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->reporter.lastError);
         return;
     }
-    if (d->stale) {
-        d->lastError = QStringLiteral("install is stale; call resetInstall()");
-        emit errorOccurred(QString::fromUtf16(proto::code::StaleInstall), d->lastError);
+    if (d->id.stale) {
+        d->reporter.lastError = QStringLiteral("install is stale; call resetInstall()");
+        d->reportError(QString::fromUtf16(proto::code::StaleInstall), d->reporter.lastError);
         return;
     }
     d->conn.start();
@@ -302,8 +389,8 @@ void Client::disconnectFromServer() {
 
 QString Client::send(const QString &conv, const QString &body) {
     if (const QString why = proto::checkSend(conv, body); !why.isEmpty()) {
-        d->lastError = QStringLiteral("send refused: %1").arg(why);
-        emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
+        d->reporter.lastError = QStringLiteral("send refused: %1").arg(why);
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->reporter.lastError);
         return {};
     }
     return d->outbox.enqueue(QStringLiteral("send"), conv, body, 0);
@@ -317,7 +404,7 @@ bool Client::cancel(const QString &cmid) {
 
 bool Client::discard(const QString &cmid) {
     if (!d->storage.isOpen() || d->outbox.contains(cmid)) {
-        d->lastError = QStringLiteral("%1 is not a Failed or Expired message").arg(cmid);
+        d->reporter.lastError = QStringLiteral("%1 is not a Failed or Expired message").arg(cmid);
         return false;
     }
     const std::optional<detail::LocalMessage> m = d->storage.localMessage(cmid);
@@ -327,7 +414,7 @@ bool Client::discard(const QString &cmid) {
         return false;
     }
     if (!found || !m) {
-        d->lastError = QStringLiteral("%1 is not a Failed or Expired message").arg(cmid);
+        d->reporter.lastError = QStringLiteral("%1 is not a Failed or Expired message").arg(cmid);
         return false;
     }
     emit d->timelineChanged(m->conv);
@@ -336,8 +423,8 @@ bool Client::discard(const QString &cmid) {
 
 QString Client::recall(const QString &conv, qint64 seq) {
     if (!proto::checkConv(conv).isEmpty() || seq < 1) {
-        d->lastError = QStringLiteral("recall needs a valid conversation id and a seq >= 1");
-        emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
+        d->reporter.lastError = QStringLiteral("recall needs a valid conversation id and a seq >= 1");
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->reporter.lastError);
         return {};
     }
     return d->outbox.enqueue(QStringLiteral("recall"), conv, QString(), seq);
@@ -345,8 +432,8 @@ QString Client::recall(const QString &conv, qint64 seq) {
 
 bool Client::markRead(const QString &conv, qint64 seq) {
     if (!d->storage.isOpen() || conv.isEmpty() || seq < 1) {
-        d->lastError = QStringLiteral("markRead needs an open database, a conversation and a seq >= 1");
-        emit errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d->lastError);
+        d->reporter.lastError = QStringLiteral("markRead needs an open database, a conversation and a seq >= 1");
+        d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->reporter.lastError);
         return false;
     }
     return d->markers.markRead(conv, seq);
@@ -369,17 +456,17 @@ bool Client::resetInstall() {
         return false;
     }
     d->sync.clear();
-    d->installId = fresh;
+    d->id.installId = fresh;
     emit installIdChanged();
-    if (d->stale) {
-        d->stale = false;
+    if (d->id.stale) {
+        d->id.stale = false;
         emit installStaleChanged(false);
     }
     for (const QString &c : convs) {
         emit conversationReset(c);
         emit d->timelineChanged(c);
     }
-    emit conversationsChanged();
+    emit d->conversationsChanged();
     return true;
 }
 

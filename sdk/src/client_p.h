@@ -3,8 +3,19 @@
 //   Outbox     (outbox_p.h)      durable outbox, send order, outcomes
 //   Sync       (sync_p.h)        cursors, pages, pushes, conversation list
 //   Markers    (markers_p.h)     ack / read markers
-// ClientPrivate holds what they share (the store, the identity, the error
-// reporting) and wires the session's start and end to the parts.
+// Dependencies go one way, downwards:
+//
+//   ClientPrivate (this: owns the parts, wires them, implements their hosts)
+//     Outbox   Sync   Markers   (siblings: none calls another)
+//     Connection                (knows nothing above it)
+//     detail::Storage, detail::Reporter / Identity / Backoff (shared_p.h)
+//
+// Each part gets only what it needs in its constructor (the store, the
+// connection, the reporter, a read-only view of the identity, the backoff)
+// and tells what happened through its own signals; ClientPrivate routes
+// them: to the other parts (a pushed event -> Sync, our own stored events ->
+// Outbox, an ack due -> Markers, a session to end), to the Client's public
+// signals, and to its own private signals, which the models follow.
 #pragma once
 
 #include <im/client.h>
@@ -13,6 +24,7 @@
 #include "connection_p.h"
 #include "markers_p.h"
 #include "outbox_p.h"
+#include "shared_p.h"
 #include "storage_p.h"
 #include "sync_p.h"
 
@@ -20,7 +32,24 @@
 
 namespace im {
 
-class ClientPrivate : public QObject {
+/// The QA hooks of one Client (im::testing::Faults), as a child object of
+/// the Client named "im.sdk.faults": Faults calls them through the
+/// meta-object system, so the shared library exports nothing for them.
+class FaultHooks : public QObject {
+    Q_OBJECT
+public:
+    FaultHooks(Connection &conn, QObject *parent);
+    Q_INVOKABLE bool isOffline() const;
+    Q_INVOKABLE void setOffline(bool offline);
+    Q_INVOKABLE void dropNextReply();
+    Q_INVOKABLE void closeSocketNow();
+Q_SIGNALS:
+    void offlineChanged(bool offline);
+private:
+    Connection &conn_;
+};
+
+class ClientPrivate : public QObject, private Connection::Host {
     Q_OBJECT
 public:
     explicit ClientPrivate(Client *q);
@@ -29,36 +58,48 @@ public:
     static ClientPrivate *get(Client *c) { return c->d.get(); }
     static const ClientPrivate *get(const Client *c) { return c->d.get(); }
 
-    /// Capped exponential backoff with jitter for request retries.
-    int backoffMs(int attempt) const;
+    /// Reports an error: Client::errorOccurred and then errorReported.
+    void reportError(const QString &code, const QString &message);
     void storageFailed(const QString &what);
     void enterStale(const QString &message);
     /// A reply classified EndSession (proto::classify): what ending the
     /// session means for its code (STALE_INSTALL: stale; UNAUTHENTICATED:
     /// the server closes the connection, the next hello reports it).
     void endSession(const std::optional<proto::Incoming> &reply);
-    /// A `welcome` named this identity: record it (false on a storage error).
-    bool adoptIdentity(const QString &user, const QString &device);
 
     Client *q;
+    detail::Reporter reporter;    ///< lastError and every part's reports
+    detail::Identity id;          ///< written here only; the parts read it
+    detail::Backoff retryBackoff; ///< setRetryBackoff()
     detail::Storage storage;
-    QString lastError;
-    QString userId, deviceId, installId;
-    bool stale = false;
-    int retryInitialMs = 250;
-    int retryMaxMs = 30000;
+    QString trustedCaFile, pinnedSha256; // as the app gave them (properties)
 
     Connection conn;
+    FaultHooks *faultHooks = nullptr; ///< a child of q, deleted with us (it refers to conn)
     Outbox outbox;
     Sync sync;
     Markers markers;
 
 Q_SIGNALS:
-    /// Internal: the timeline of `conv` may have changed (models reload).
+    // What the models follow (never the Client's own signals, which an app
+    // may disconnect): see the constructor.
+    /// The timeline of `conv` may have changed (models reload).
     void timelineChanged(const QString &conv);
+    /// Forwarded to Client::conversationsChanged.
+    void conversationsChanged();
+    /// Forwarded to Client::identityChanged.
+    void identityChanged();
+    /// ~Client has begun: the models drop their link to it.
+    void aboutToBeDestroyed();
 
 private:
     void onSessionStarted();
+    // Connection::Host
+    bool mayConnect() const override { return storage.isOpen() && !id.stale; }
+    QString installId() const override { return id.installId; }
+    /// A `welcome` named this identity: record it (false on a storage
+    /// error, or another user's store: refused).
+    bool acceptIdentity(const QString &user, const QString &device) override;
 };
 
 } // namespace im

@@ -1,7 +1,8 @@
 #include "connection_p.h"
 
-#include "client_p.h"
 #include "logging_p.h"
+
+#include <im/client.h>
 
 #include <QtCore/QRandomGenerator>
 
@@ -9,7 +10,8 @@
 
 namespace im {
 
-Connection::Connection(ClientPrivate &dd) : d(dd) {
+Connection::Connection(Host &host, detail::Reporter &reporter, const detail::Backoff &retryBackoff)
+    : host_(host), reporter_(reporter), backoff_(retryBackoff) {
     transport_ = new detail::Transport(this);
     connect(transport_, &detail::Transport::opened, this, &Connection::onOpened);
     connect(transport_, &detail::Transport::closed, this, &Connection::onClosed);
@@ -19,8 +21,7 @@ Connection::Connection(ClientPrivate &dd) : d(dd) {
         // Never ignored, and reported on every attempt (lastError keeps it
         // while the state reads Reconnecting); the transport tries again
         // after its backoff: a captive portal's certificate goes away.
-        d.lastError = QStringLiteral("TLS_ERROR: %1").arg(message);
-        emit d.q->errorOccurred(QStringLiteral("TLS_ERROR"), message);
+        reporter_.fail(QStringLiteral("TLS_ERROR"), QStringLiteral("TLS_ERROR: %1").arg(message), message);
     });
     stableTimer_.setSingleShot(true);
     connect(&stableTimer_, &QTimer::timeout, this, [this] { transport_->resetBackoff(); });
@@ -34,16 +35,16 @@ Connection::Connection(ClientPrivate &dd) : d(dd) {
 
 void Connection::setKeepAlive(int pingMs, int silenceMs) {
     pingMs_ = std::max(1, pingMs);
-    silenceMs_ = std::max(pingMs_, silenceMs);
+    silenceMs_ = std::max(1, silenceMs); // used as at least pingMs_ (silenceTimeoutMs())
     if (keepAliveTimer_.isActive())
         keepAliveTimer_.start(pingMs_);
 }
 
 void Connection::onKeepAlive() {
-    if (sinceActivity_.isValid() && sinceActivity_.hasExpired(silenceMs_)) {
+    if (sinceActivity_.isValid() && sinceActivity_.hasExpired(silenceTimeoutMs())) {
         // Nothing came back (not even a pong): the socket is dead (suspend,
         // network change, a peer gone without FIN). Reconnect.
-        qCInfo(lcConnection, "nothing heard for %d ms: dropping the connection", silenceMs_);
+        qCInfo(lcConnection, "nothing heard for %d ms: dropping the connection", silenceTimeoutMs());
         transport_->abortNow();
         return;
     }
@@ -69,7 +70,7 @@ void Connection::setState(ConnectionState s) {
     state_ = s;
     if (s != ConnectionState::Connected)
         gateway_.clear();
-    emit d.q->connectionStateChanged(s);
+    emit stateChanged(s);
 }
 
 void Connection::start() {
@@ -99,7 +100,7 @@ void Connection::setOffline(bool offline) {
     if (offline) {
         transport_->stop();
         setState(ConnectionState::Disconnected);
-    } else if (wantConnected_ && !rejected_ && !d.stale && d.storage.isOpen()) {
+    } else if (wantConnected_ && !rejected_ && host_.mayConnect()) {
         hadSession_ = false;
         transport_->start();
     }
@@ -120,7 +121,7 @@ void Connection::request(const QString &rid, const QByteArray &frame, ReplyHandl
 void Connection::retryLater(const QString &key, std::function<void()> fn) {
     const int attempt = ++failures_[key];
     const quint64 s = session_;
-    QTimer::singleShot(d.backoffMs(attempt), this, [this, s, fn = std::move(fn)] {
+    QTimer::singleShot(backoff_.delayMs(attempt), this, [this, s, fn = std::move(fn)] {
         if (s == session_ && isSessionUp())
             fn();
     });
@@ -139,7 +140,7 @@ void Connection::onTransportState() {
         break;
     case TS::Waiting:
         setState(ConnectionState::Reconnecting);
-        emit d.q->connectionStateChanged(state_); // nextReconnectAt moved
+        emit stateChanged(state_); // nextReconnectAt moved
         break;
     }
 }
@@ -152,7 +153,7 @@ void Connection::onOpened() {
     sinceActivity_.start();
     keepAliveTimer_.start(pingMs_);
     const QString rid = nextRid();
-    request(rid, proto::encodeHello(rid, token_, d.installId),
+    request(rid, proto::encodeHello(rid, token_, host_.installId()),
             [this](const std::optional<proto::Incoming> &reply) { onHelloReply(reply); });
 }
 
@@ -214,7 +215,7 @@ void Connection::onText(const QByteArray &frame) {
     std::optional<proto::Incoming> in = proto::decode(frame, &err, &rid);
     if (!in) {
         // A malformed reply is treated as no reply (its request times out).
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), err);
+        reporter_.report(QStringLiteral("PROTOCOL_ERROR"), err);
         return;
     }
     if (in->rid.isEmpty()) {
@@ -234,7 +235,7 @@ void Connection::onText(const QByteArray &frame) {
     // outbox handles it itself (it keeps the entry).
     if (w.kind == Kind::Plain && !w.timedOut && proto::errorCode(in) == proto::code::StaleInstall
         && proto::classify(in) == proto::Disposition::EndSession && helloDone_) {
-        d.enterStale(proto::errorMessage(in));
+        emit staleInstall(proto::errorMessage(in));
         return;
     }
     w.onReply(in);
@@ -246,11 +247,11 @@ void Connection::onServerFrame(const proto::Incoming &in) {
         [this](const auto &b) {
             using T = std::decay_t<decltype(b)>;
             if constexpr (std::is_same_v<T, proto::EventPush>) {
-                d.sync.onEventPush(b.ev);
+                emit eventPushed(b.ev);
             } else if constexpr (std::is_same_v<T, proto::Hint>) {
-                d.sync.onHint(b);
+                emit hintPushed(b);
             } else if constexpr (std::is_same_v<T, proto::Resync>) {
-                d.sync.onResync();
+                emit resyncPushed();
             } else if constexpr (std::is_same_v<T, proto::Goaway>) {
                 transport_->moveToNextServer(goawayDelayMs(b.retryMs));
             } else if constexpr (std::is_same_v<T, proto::TokenExpiring>) {
@@ -262,9 +263,9 @@ void Connection::onServerFrame(const proto::Incoming &in) {
                     askForCredentials(int(Client::CredentialsReason::Expiring));
             } else if constexpr (std::is_same_v<T, proto::Error>) {
                 if (b.code == proto::code::StaleInstall)
-                    d.enterStale(b.msg);
+                    emit staleInstall(b.msg);
                 else
-                    emit d.q->errorOccurred(b.code, b.msg);
+                    reporter_.report(b.code, b.msg);
             } else if constexpr (std::is_same_v<T, proto::Unknown>) {
                 // A newer server's frame type: ignored (forward compatibility).
                 ++ignoredFrames_;
@@ -279,7 +280,7 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
     if (disp == proto::Disposition::Success) {
         const auto *w = std::get_if<proto::Welcome>(&reply->body);
         if (!w) {
-            emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("hello answered without welcome"));
+            reporter_.report(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("hello answered without welcome"));
             transport_->abortNow();
             return;
         }
@@ -287,7 +288,7 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
             clockSkewMs_ = w->serverTime - QDateTime::currentMSecsSinceEpoch();
             setTokenExpiry(tokenExpMs_);
         }
-        if (!d.adoptIdentity(w->user, w->device)) {
+        if (!host_.acceptIdentity(w->user, w->device)) {
             if (wantConnected_)
                 transport_->abortNow(); // a storage error: try again
             return;
@@ -305,13 +306,13 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
         subscribe();
         emit sessionStarted();
     } else if (code == proto::code::StaleInstall) {
-        d.enterStale(proto::errorMessage(reply));
+        emit staleInstall(proto::errorMessage(reply));
     } else if (code == proto::code::Unauthenticated) {
         credentialsRejected(proto::errorMessage(reply));
     } else if (disp == proto::Disposition::Retry) {
         transport_->abortNow(); // reconnect with backoff
     } else {
-        d.lastError = QStringLiteral("%1: %2").arg(code, proto::errorMessage(reply));
+        reporter_.lastError = QStringLiteral("%1: %2").arg(code, proto::errorMessage(reply));
         refuse(code, proto::errorMessage(reply));
     }
 }
@@ -321,7 +322,7 @@ void Connection::refuse(const QString &code, const QString &message) {
     wantConnected_ = false;
     transport_->stop();
     setState(ConnectionState::Disconnected);
-    emit d.q->errorOccurred(code, message);
+    reporter_.report(code, message);
 }
 
 void Connection::subscribe() {
@@ -331,7 +332,7 @@ void Connection::subscribe() {
         if (disp == proto::Disposition::Retry)
             retryLater(QStringLiteral("sub"), [this] { subscribe(); });
         else if (disp != proto::Disposition::Success)
-            emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+            reporter_.report(proto::errorCode(reply), proto::errorMessage(reply));
     });
 }
 
@@ -349,8 +350,8 @@ void Connection::setToken(const QString &token) {
     if (rejected_) {
         rejected_ = false;
         qCInfo(lcConnection, "new credentials after a rejection");
-        emit d.q->awaitingCredentialsChanged(false);
-        if (wantConnected_ && !offline_ && !d.stale && d.storage.isOpen() && !transport_->isRunning()) {
+        emit awaitingCredentialsChanged(false);
+        if (wantConnected_ && !offline_ && host_.mayConnect() && !transport_->isRunning()) {
             hadSession_ = false;
             transport_->start();
         }
@@ -425,20 +426,20 @@ void Connection::askForCredentials(int reason) {
     } else {
         qCInfo(lcConnection, "asking the app for a new token: the current one was rejected");
     }
-    emit d.q->credentialsNeeded(r);
+    emit credentialsNeeded(reason);
 }
 
 void Connection::credentialsRejected(const QString &message) {
     const bool was = rejected_;
     rejected_ = true;
-    d.lastError = QStringLiteral("UNAUTHENTICATED: %1").arg(message);
+    reporter_.lastError = QStringLiteral("UNAUTHENTICATED: %1").arg(message);
     qCInfo(lcConnection, "token rejected (%s): waiting for new credentials, no reconnect", qUtf8Printable(message));
     transport_->stop();
     setState(ConnectionState::Disconnected);
     if (was)
         return;
-    emit d.q->awaitingCredentialsChanged(true);
-    emit d.q->errorOccurred(QString::fromUtf16(proto::code::Unauthenticated), message);
+    emit awaitingCredentialsChanged(true);
+    reporter_.report(QString::fromUtf16(proto::code::Unauthenticated), message);
     askForCredentials(int(Client::CredentialsReason::Rejected));
 }
 

@@ -1,12 +1,17 @@
 // Connection: the session with the server. Owns the transport, the `hello`
 // handshake and the connection state, the table of requests awaiting a reply
 // (their deadlines and timeouts), per-session retries, and the dispatch of
-// server-initiated frames to the part that handles them.
+// server-initiated frames (as signals: it knows nothing above it).
+//
+// Below Outbox, Sync and Markers (they send through it); above the
+// transport. What it needs of the client it asks through Host; what it has
+// to tell, it emits.
 #pragma once
 
 #include <im/types.h>
 
 #include "codec_p.h"
+#include "shared_p.h"
 #include "transport_p.h"
 
 #include <QtCore/QDateTime>
@@ -16,16 +21,31 @@
 #include <QtCore/QObject>
 #include <QtCore/QTimer>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
 namespace im {
 
-class ClientPrivate;
-
 class Connection : public QObject {
     Q_OBJECT
 public:
+    /// What the connection asks of the client above it (ClientPrivate).
+    class Host {
+    public:
+        /// A connection may be opened: the store is open and not stale.
+        virtual bool mayConnect() const = 0;
+        /// The install id sent in `hello`.
+        virtual QString installId() const = 0;
+        /// A `welcome` named this identity: false refuses the session
+        /// (another user's store: the host calls refuse()) or could not
+        /// record it (a storage error: the connection is dropped and retried).
+        virtual bool acceptIdentity(const QString &user, const QString &device) = 0;
+
+    protected:
+        ~Host() = default;
+    };
+
     /// Gets the reply of one request, or nullopt for "no reply" (timeout or,
     /// for outbox requests, connection loss).
     using ReplyHandler = std::function<void(const std::optional<proto::Incoming> &reply)>;
@@ -34,7 +54,7 @@ public:
         Outbox, ///< told on timeout AND on loss; a late reply is still delivered
     };
 
-    explicit Connection(ClientPrivate &d);
+    Connection(Host &host, detail::Reporter &reporter, const detail::Backoff &retryBackoff);
     ~Connection() override;
 
     QString nextRid();
@@ -69,6 +89,11 @@ public:
     /// Liveness: a ping every `pingMs` while open; a connection silent for
     /// `silenceMs` (no frame, no pong) is dropped and reconnected.
     void setKeepAlive(int pingMs, int silenceMs);
+    int pingIntervalMs() const { return pingMs_; }
+    /// The silence timeout in use: as set, but never below the ping interval.
+    int silenceTimeoutMs() const { return std::max(pingMs_, silenceMs_); }
+    /// The silence timeout as set (setKeepAlive()), before that rule.
+    int silenceSettingMs() const { return silenceMs_; }
     /// Delay before reconnecting after a `goaway`: jittered, never 0.
     int goawayDelayMs(std::optional<qint64> retryMs) const;
     /// Server-initiated frames of unknown types seen (and ignored).
@@ -97,6 +122,18 @@ public:
     static constexpr int TokenExpiredCloseCode = 4001;
 
 Q_SIGNALS:
+    /// state() changed, or (Reconnecting) the next attempt's time moved.
+    void stateChanged(im::ConnectionState state);
+    /// awaitsCredentials() changed.
+    void awaitingCredentialsChanged(bool awaiting);
+    /// The app should hand over a token (Client::CredentialsReason as int).
+    void credentialsNeeded(int reason);
+    /// The server said STALE_INSTALL (on hello, or pushed as an error).
+    void staleInstall(const QString &message);
+    /// Server-initiated frames (contract section 7) for Sync.
+    void eventPushed(const im::proto::Event &event);
+    void hintPushed(const im::proto::Hint &hint);
+    void resyncPushed();
     /// `welcome` accepted: requests flow.
     void sessionStarted();
     /// The connection of an established (or starting) session is gone.
@@ -132,7 +169,9 @@ private:
     /// The current token was refused: wait for setToken(), no reconnect.
     void credentialsRejected(const QString &message);
 
-    ClientPrivate &d;
+    Host &host_;
+    detail::Reporter &reporter_;
+    const detail::Backoff &backoff_;
     detail::Transport *transport_ = nullptr;
     ConnectionState state_ = ConnectionState::Disconnected;
     QString gateway_;

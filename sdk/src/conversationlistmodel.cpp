@@ -51,11 +51,13 @@ void ConversationListModel::setClient(Client *client) {
     if (!detail::relink(d->client, d->links, client))
         return;
     if (client) {
-        d->links << connect(client, &Client::conversationsChanged, this, [this] {
+        // Private signals only (an app may disconnect() its Client).
+        ClientPrivate *cp = ClientPrivate::get(client);
+        d->links << connect(cp, &ClientPrivate::conversationsChanged, this, [this] {
             if (!d->reload.isActive())
                 d->reload.start();
         });
-        d->links << connect(client, &QObject::destroyed, this, [this] { setClient(nullptr); });
+        d->links << connect(cp, &ClientPrivate::aboutToBeDestroyed, this, [this] { setClient(nullptr); });
     }
     refresh();
     emit clientChanged();

@@ -1,13 +1,14 @@
 #include "markers_p.h"
 
-#include "client_p.h"
+#include "connection_p.h"
 
 namespace im {
 
-Markers::Markers(ClientPrivate &dd) : d(dd) {
+Markers::Markers(detail::Storage &storage, Connection &conn, detail::Reporter &reporter)
+    : storage_(storage), conn_(conn), reporter_(reporter) {
     ackTimer_.setSingleShot(true);
     ackTimer_.setInterval(50);
-    QObject::connect(&ackTimer_, &QTimer::timeout, &d, [this] {
+    connect(&ackTimer_, &QTimer::timeout, this, [this] {
         const QSet<QString> due = std::exchange(ackDue_, {});
         for (const QString &conv : due)
             ackNow(conv);
@@ -15,7 +16,7 @@ Markers::Markers(ClientPrivate &dd) : d(dd) {
 }
 
 void Markers::sendAck(const QString &conv) {
-    if (!d.conn.isSessionUp())
+    if (!conn_.isSessionUp())
         return;
     ackDue_.insert(conv);
     if (!ackTimer_.isActive())
@@ -23,14 +24,14 @@ void Markers::sendAck(const QString &conv) {
 }
 
 void Markers::ackNow(const QString &conv) {
-    if (!d.conn.isSessionUp())
+    if (!conn_.isSessionUp())
         return;
-    const std::optional<detail::ConvRow> row = d.storage.conversation(conv);
+    const std::optional<detail::ConvRow> row = storage_.conversation(conv);
     if (!row || row->after <= 0 || row->after <= row->delivered || row->after <= ackSent_.value(conv, 0))
         return;
     ackSent_.insert(conv, row->after);
-    const QString rid = d.conn.nextRid();
-    d.conn.request(rid, proto::encodeAck(rid, conv, row->after),
+    const QString rid = conn_.nextRid();
+    conn_.request(rid, proto::encodeAck(rid, conv, row->after),
                    [this, conv](const std::optional<proto::Incoming> &reply) { onAcked(conv, reply); });
 }
 
@@ -38,37 +39,37 @@ void Markers::onAcked(const QString &conv, const std::optional<proto::Incoming> 
     const proto::Disposition disp = proto::classify(reply);
     if (disp == proto::Disposition::Success) {
         if (const auto *a = std::get_if<proto::Acked>(&reply->body)) {
-            if (!d.storage.setDelivered(a->conv, a->delivered))
-                d.storageFailed(QStringLiteral("cannot record delivered marker"));
-            emit d.q->conversationsChanged();
+            if (!storage_.setDelivered(a->conv, a->delivered))
+                reporter_.storageFailed(QStringLiteral("cannot record delivered marker"), storage_.lastError());
+            emit conversationsChanged();
         }
     } else if (disp == proto::Disposition::Retry) {
         ackSent_.remove(conv); // the next applied page or push acks again
-        d.conn.retryLater(QStringLiteral("ack:") + conv, [this, conv] { ackNow(conv); });
+        conn_.retryLater(QStringLiteral("ack:") + conv, [this, conv] { ackNow(conv); });
     } else if (disp == proto::Disposition::EndSession) {
         ackSent_.remove(conv);
-        d.endSession(reply);
+        emit sessionMustEnd(reply);
     } else {
-        emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+        reporter_.report(proto::errorCode(reply), proto::errorMessage(reply));
     }
 }
 
 bool Markers::markRead(const QString &conv, qint64 seq) {
-    if (!d.storage.ensureConversation(conv) || !d.storage.setReadPending(conv, seq)) {
-        d.storageFailed(QStringLiteral("cannot record read marker"));
+    if (!storage_.ensureConversation(conv) || !storage_.setReadPending(conv, seq)) {
+        reporter_.storageFailed(QStringLiteral("cannot record read marker"), storage_.lastError());
         return false;
     }
-    if (d.conn.isSessionUp())
+    if (conn_.isSessionUp())
         sendRead(conv, seq);
     return true;
 }
 
 void Markers::sendPendingReads() {
-    if (!d.conn.isSessionUp())
+    if (!conn_.isSessionUp())
         return;
-    const std::optional<QList<detail::ConvRow>> rows = d.storage.conversations();
+    const std::optional<QList<detail::ConvRow>> rows = storage_.conversations();
     if (!rows) {
-        d.storageFailed(QStringLiteral("cannot read conversations"));
+        reporter_.storageFailed(QStringLiteral("cannot read conversations"), storage_.lastError());
         return;
     }
     for (const detail::ConvRow &c : *rows)
@@ -77,8 +78,8 @@ void Markers::sendPendingReads() {
 }
 
 void Markers::sendRead(const QString &conv, qint64 seq) {
-    const QString rid = d.conn.nextRid();
-    d.conn.request(rid, proto::encodeRead(rid, conv, seq),
+    const QString rid = conn_.nextRid();
+    conn_.request(rid, proto::encodeRead(rid, conv, seq),
                    [this, conv](const std::optional<proto::Incoming> &reply) { onRead(conv, reply); });
 }
 
@@ -86,21 +87,21 @@ void Markers::onRead(const QString &conv, const std::optional<proto::Incoming> &
     const proto::Disposition disp = proto::classify(reply);
     if (disp == proto::Disposition::Success) {
         if (const auto *r = std::get_if<proto::ReadOk>(&reply->body)) {
-            if (!d.storage.setRead(r->conv, r->read))
-                d.storageFailed(QStringLiteral("cannot record read marker"));
-            d.conn.retrySucceeded(QStringLiteral("read:") + r->conv);
-            emit d.q->conversationsChanged();
-            emit d.timelineChanged(r->conv);
-            d.sync.scheduleConvsRefresh();
+            if (!storage_.setRead(r->conv, r->read))
+                reporter_.storageFailed(QStringLiteral("cannot record read marker"), storage_.lastError());
+            conn_.retrySucceeded(QStringLiteral("read:") + r->conv);
+            emit conversationsChanged();
+            emit timelineChanged(r->conv);
+            emit convsRefreshWanted();
         }
     } else if (disp == proto::Disposition::Retry) {
-        d.conn.retryLater(QStringLiteral("read:") + conv, [this] { sendPendingReads(); });
+        conn_.retryLater(QStringLiteral("read:") + conv, [this] { sendPendingReads(); });
     } else if (disp == proto::Disposition::EndSession) {
-        d.endSession(reply); // the marker stays pending for the next session
+        emit sessionMustEnd(reply); // the marker stays pending for the next session
     } else {
-        if (!d.storage.clearReadPending(conv))
-            d.storageFailed(QStringLiteral("cannot clear read marker"));
-        emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+        if (!storage_.clearReadPending(conv))
+            reporter_.storageFailed(QStringLiteral("cannot clear read marker"), storage_.lastError());
+        reporter_.report(proto::errorCode(reply), proto::errorMessage(reply));
     }
 }
 

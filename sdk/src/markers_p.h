@@ -1,10 +1,16 @@
 // Markers: the delivery (`ack`) and read (`read`) markers this device sends,
 // and the confirmed values the server answers with.
+//
+// Layering: above Connection and Storage; it calls no other part (a
+// conversation list refresh it wants, it emits).
 #pragma once
 
 #include "codec_p.h"
+#include "shared_p.h"
+#include "storage_p.h"
 
 #include <QtCore/QHash>
+#include <QtCore/QObject>
 #include <QtCore/QSet>
 #include <QtCore/QString>
 #include <QtCore/QTimer>
@@ -13,11 +19,12 @@
 
 namespace im {
 
-class ClientPrivate;
+class Connection;
 
-class Markers {
+class Markers : public QObject {
+    Q_OBJECT
 public:
-    explicit Markers(ClientPrivate &d);
+    Markers(detail::Storage &storage, Connection &conn, detail::Reporter &reporter);
 
     /// Acks the conversation's cursor if it moved past what was acked. Acks
     /// are coalesced over a short interval (a burst of events, one ack).
@@ -32,13 +39,25 @@ public:
         ackTimer_.stop();
     }
 
+Q_SIGNALS:
+    /// Markers of a conversation changed (Client::conversationsChanged).
+    void conversationsChanged();
+    /// The timeline of `conv` changed (read markers show in it).
+    void timelineChanged(const QString &conv);
+    /// The server's answer suggests the conversation list moved: refresh it.
+    void convsRefreshWanted();
+    /// A reply said EndSession (classify()): the client decides what that means.
+    void sessionMustEnd(const std::optional<im::proto::Incoming> &reply);
+
 private:
     void sendRead(const QString &conv, qint64 seq);
     void ackNow(const QString &conv);
     void onAcked(const QString &conv, const std::optional<proto::Incoming> &reply);
     void onRead(const QString &conv, const std::optional<proto::Incoming> &reply);
 
-    ClientPrivate &d;
+    detail::Storage &storage_;
+    Connection &conn_;
+    detail::Reporter &reporter_;
     QHash<QString, qint64> ackSent_; // conv -> highest seq acked on this connection
     QSet<QString> ackDue_;
     QTimer ackTimer_;

@@ -81,8 +81,9 @@ void MessageListModel::setClient(Client *client) {
             }
             refresh();
         });
-        d->links << connect(client, &Client::identityChanged, this, [this] { d->reload.start(); });
-        d->links << connect(client, &QObject::destroyed, this, [this] { setClient(nullptr); });
+        // Private signals only (an app may disconnect() its Client).
+        d->links << connect(cp, &ClientPrivate::identityChanged, this, [this] { d->reload.start(); });
+        d->links << connect(cp, &ClientPrivate::aboutToBeDestroyed, this, [this] { setClient(nullptr); });
     }
     refresh();
     emit countChanged();
@@ -143,7 +144,7 @@ void MessageListModel::refresh() {
                 d->floor = *f;
             }
             // Only the window is read: what is shown, not the conversation.
-            std::optional<QList<detail::MessageRow>> rows = st.messages(d->conv, cp->userId, d->floor);
+            std::optional<QList<detail::MessageRow>> rows = st.messages(d->conv, cp->id.userId, d->floor);
             const std::optional<QList<detail::Gap>> gaps = st.gaps(d->conv);
             const std::optional<bool> older = d->floor > 0 ? st.hasEventsBelow(d->conv, d->floor) : false;
             std::optional<bool> belowFirstGap = false;
@@ -266,7 +267,7 @@ QVariantMap MessageListModel::get(int row) const { return detail::rowByRoleName(
 
 QHash<int, QByteArray> MessageListModel::roleNames() const {
     return {{BodyRole, "body"},         {SenderRole, "sender"}, {SeqRole, "seq"},
-            {StateRole, "state"},       {ErrorCodeRole, "errorCode"}, {CmidRole, "cmid"},
+            {StateRole, "messageState"}, {ErrorCodeRole, "errorCode"}, {CmidRole, "cmid"},
             {TimestampRole, "timestamp"}, {KindRole, "kind"},   {DupRole, "dup"},
             {IsOwnRole, "isOwn"},       {UserRole, "user"},
             {GapFromRole, "gapFrom"},   {GapToRole, "gapTo"}};

@@ -1,6 +1,6 @@
 #include "outbox_p.h"
 
-#include "client_p.h"
+#include "connection_p.h"
 #include "logging_p.h"
 
 #include <QtCore/QCryptographicHash>
@@ -13,7 +13,9 @@
 
 namespace im {
 
-Outbox::Outbox(ClientPrivate &dd) : d(dd) {
+Outbox::Outbox(detail::Storage &storage, Connection &conn, detail::Reporter &reporter,
+               const detail::Identity &identity, const detail::Backoff &retryBackoff)
+    : storage_(storage), conn_(conn), reporter_(reporter), id_(identity), backoff_(retryBackoff) {
     clock_.start();
     retryTimer_.setSingleShot(true);
     retryTimer_.setTimerType(Qt::CoarseTimer);
@@ -58,9 +60,9 @@ void Outbox::clear() {
 }
 
 QString Outbox::enqueue(const QString &kind, const QString &conv, const QString &body, qint64 target) {
-    if (!d.storage.isOpen()) {
-        d.lastError = QStringLiteral("database not open");
-        emit d.q->errorOccurred(QStringLiteral("INVALID_ARGUMENT"), d.lastError);
+    if (!storage_.isOpen()) {
+        reporter_.fail(QStringLiteral("INVALID_ARGUMENT"), QStringLiteral("database not open"),
+                       QStringLiteral("database not open"));
         return {};
     }
     detail::OutboxRow row;
@@ -74,22 +76,22 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     // of another user (a JWT names its user offline; an opaque token is
     // bound to its user at its first welcome; a store that has a user binds
     // to it).
-    row.owner = credentialOf(d.conn.token());
-    if (!row.owner.startsWith(u"user:") && !d.userId.isEmpty())
-        row.owner = QStringLiteral("user:") + d.userId;
+    row.owner = credentialOf(conn_.token());
+    if (!row.owner.startsWith(u"user:") && !id_.userId.isEmpty())
+        row.owner = QStringLiteral("user:") + id_.userId;
     // A2: committed (WAL, synchronous=FULL) before anything is transmitted.
-    row.id = d.storage.enqueue(row);
+    row.id = storage_.enqueue(row);
     if (row.id == 0) {
-        d.storageFailed(QStringLiteral("cannot write outbox"));
+        reporter_.storageFailed(QStringLiteral("cannot write outbox"), storage_.lastError());
         return {};
     }
     items_.emplace(row.id, Item{row, false, false, {}, {}, 0});
     ids_.insert(row.cmid, row.id);
     convs_[conv].insert(row.id);
     emit entryAdded(row.id);
-    emit d.q->messageStateChanged(conv, row.cmid, 0, MessageState::Pending, QString());
-    emit d.q->outboxChanged();
-    emit d.timelineChanged(conv);
+    emit messageStateChanged(conv, row.cmid, 0, MessageState::Pending, QString());
+    emit outboxChanged();
+    emit timelineChanged(conv);
     schedulePump();
     return row.cmid;
 }
@@ -113,9 +115,9 @@ QString Outbox::credentialOf(const QString &token) {
 
 bool Outbox::bindCredential(const QString &token) {
     const QString from = credentialOf(token);
-    if (!from.startsWith(u"token:") || d.userId.isEmpty())
+    if (!from.startsWith(u"token:") || id_.userId.isEmpty())
         return true;
-    return rebind(from, QStringLiteral("user:") + d.userId);
+    return rebind(from, QStringLiteral("user:") + id_.userId);
 }
 
 bool Outbox::rebind(const QString &from, const QString &to) {
@@ -124,7 +126,7 @@ bool Outbox::rebind(const QString &from, const QString &to) {
         any = any || item.row.owner == from;
     if (!any)
         return true;
-    if (!d.storage.rebindOutbox(from, to))
+    if (!storage_.rebindOutbox(from, to))
         return false;
     for (auto &[id, item] : items_)
         if (item.row.owner == from)
@@ -141,7 +143,7 @@ bool Outbox::carryCredential(const QString &rejected, const QString &replacement
 
 bool Outbox::belongsToSession(const Item &item) const {
     const QString &owner = item.row.owner;
-    return owner.isEmpty() || (owner.startsWith(u"user:") && QStringView(owner).mid(5) == d.userId);
+    return owner.isEmpty() || (owner.startsWith(u"user:") && QStringView(owner).mid(5) == id_.userId);
 }
 
 int Outbox::heldCount() const {
@@ -172,7 +174,7 @@ void Outbox::schedulePump() {
 
 void Outbox::pump() {
     retryTimer_.stop();
-    if (!d.conn.isSessionUp() || d.stale)
+    if (!conn_.isSessionUp() || id_.stale)
         return;
     const qint64 t = now();
     qint64 nextDue = std::numeric_limits<qint64>::max();
@@ -227,10 +229,10 @@ void Outbox::pump() {
     marks.reserve(batch.size());
     for (const auto &[item, prev] : std::as_const(batch))
         marks.append({item->row.cmid, item->row.attempts + 1});
-    if (!d.storage.markOnWire(marks)) {
-        d.storageFailed(QStringLiteral("cannot record outbox attempt"));
+    if (!storage_.markOnWire(marks)) {
+        reporter_.storageFailed(QStringLiteral("cannot record outbox attempt"), storage_.lastError());
         for (const auto &[item, prev] : std::as_const(batch))
-            item->dueAt = t + d.backoffMs(item->row.attempts + 1);
+            item->dueAt = t + backoff_.delayMs(item->row.attempts + 1);
         schedulePump();
         return;
     }
@@ -238,34 +240,34 @@ void Outbox::pump() {
         transmit(*item, prev);
         emit entryChanged(item->row.id);
     }
-    emit d.q->outboxChanged();
+    emit outboxChanged();
 }
 
 bool Outbox::cancel(const QString &cmid) {
     const auto it = ids_.constFind(cmid);
     if (it == ids_.cend()) {
-        d.lastError = QStringLiteral("%1 is not in the outbox").arg(cmid);
+        reporter_.lastError = QStringLiteral("%1 is not in the outbox").arg(cmid);
         return false;
     }
     const Item &item = items_.at(*it);
     if (item.inFlight || item.settling || item.row.attempts > 0) {
         // It may have been committed already: only recall() can undo it.
-        d.lastError = QStringLiteral("%1 was already sent; recall it once it is Sent").arg(cmid);
+        reporter_.lastError = QStringLiteral("%1 was already sent; recall it once it is Sent").arg(cmid);
         return false;
     }
-    if (!d.storage.cancelOutbox(cmid)) {
-        d.storageFailed(QStringLiteral("cannot cancel outbox entry"));
+    if (!storage_.cancelOutbox(cmid)) {
+        reporter_.storageFailed(QStringLiteral("cannot cancel outbox entry"), storage_.lastError());
         return false;
     }
     const QString conv = item.row.conv;
     forget(*it);
-    emit d.q->outboxChanged();
-    emit d.timelineChanged(conv);
+    emit outboxChanged();
+    emit timelineChanged(conv);
     return true;
 }
 
 void Outbox::transmit(Item &item, const QString &prev) {
-    const QString rid = d.conn.nextRid();
+    const QString rid = conn_.nextRid();
     const QByteArray frame = item.row.kind == u"recall"
                                  ? proto::encodeRecall(rid, item.row.conv, item.row.target, item.row.cmid)
                                  : proto::encodeSend(rid, item.row.conv, item.row.cmid, item.row.body, prev);
@@ -275,7 +277,7 @@ void Outbox::transmit(Item &item, const QString &prev) {
     item.sentPrev = prev;
     ++inFlight_;
     const QString cmid = item.row.cmid;
-    d.conn.request(
+    conn_.request(
         rid, frame, [this, rid, cmid](const std::optional<proto::Incoming> &reply) { onOutcome(rid, cmid, reply); },
         Connection::Kind::Outbox);
 }
@@ -289,7 +291,7 @@ void Outbox::retry(Item &item, const QString &lastError) {
     // its predecessors, so it goes again right after them (and without a
     // `prev` if they are answered by then). Only an entry that went with no
     // `prev` waits out a back-off.
-    const int delay = item.sentPrev.isEmpty() ? d.backoffMs(item.row.attempts) : 0;
+    const int delay = item.sentPrev.isEmpty() ? backoff_.delayMs(item.row.attempts) : 0;
     item.dueAt = now() + delay;
     qCDebug(lcOutbox, "%s (attempt %d): %s, retry in %d ms; %s waits behind it", qUtf8Printable(item.row.cmid),
             item.row.attempts, qUtf8Printable(lastError), delay, qUtf8Printable(item.row.conv));
@@ -315,9 +317,9 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         if (!current)
             return; // an older attempt; a newer one is on the wire
         retry(item, !code.isEmpty()            ? code
-                    : d.conn.isSessionUp() ? QStringLiteral("TIMEOUT")
+                    : conn_.isSessionUp() ? QStringLiteral("TIMEOUT")
                                                : QStringLiteral("DISCONNECTED"));
-        emit d.q->outboxChanged();
+        emit outboxChanged();
         return;
     }
     if (disp == proto::Disposition::EndSession) {
@@ -326,8 +328,8 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         // Pending for the next accepted session, and this one ends.
         if (current)
             retry(item, code);
-        emit d.q->outboxChanged();
-        d.endSession(reply);
+        emit outboxChanged();
+        emit sessionMustEnd(reply);
         return;
     }
 
@@ -344,7 +346,7 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
             f.dup = r->dup;
         } else {
             // A success frame of the wrong type: treat as no reply.
-            emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("unexpected reply to send/recall"));
+            reporter_.report(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("unexpected reply to send/recall"));
             if (current)
                 retry(item, QStringLiteral("PROTOCOL_ERROR"));
             return;
@@ -399,18 +401,18 @@ void Outbox::flush() {
         return;
     const QList<detail::Storage::Finish> finished = std::exchange(finished_, {});
     const QList<detail::Storage::Retry> retries = std::exchange(retries_, {});
-    if (!d.storage.isOpen())
+    if (!storage_.isOpen())
         return;
-    if (!d.storage.settleOutbox(finished, retries)) {
+    if (!storage_.settleOutbox(finished, retries)) {
         // Keep the entries: a resend gets the same answer (dup) and we try again.
-        d.storageFailed(QStringLiteral("cannot record outbox answers"));
+        reporter_.storageFailed(QStringLiteral("cannot record outbox answers"), storage_.lastError());
         for (const detail::Storage::Finish &f : finished) {
             const auto it = ids_.constFind(f.cmid);
             if (it == ids_.cend())
                 continue;
             Item &item = items_.at(*it);
             item.settling = false;
-            item.dueAt = now() + d.backoffMs(item.row.attempts);
+            item.dueAt = now() + backoff_.delayMs(item.row.attempts);
         }
         schedulePump();
         return;
@@ -423,16 +425,16 @@ void Outbox::flush() {
         const QString conv = items_.at(*it).row.conv;
         forget(*it);
         convs.insert(conv);
-        emit d.q->messageStateChanged(conv, f.cmid, f.seq, MessageState(f.state), f.errorCode);
+        emit messageStateChanged(conv, f.cmid, f.seq, MessageState(f.state), f.errorCode);
     }
-    emit d.q->outboxChanged();
+    emit outboxChanged();
     for (const QString &conv : std::as_const(convs))
-        emit d.timelineChanged(conv);
+        emit timelineChanged(conv);
 }
 
 void Outbox::settleOwnEvents(const QList<proto::Event> &events) {
     for (const proto::Event &e : events) {
-        if (e.cmid.isEmpty() || e.sender != d.userId || !ids_.contains(e.cmid))
+        if (e.cmid.isEmpty() || e.sender != id_.userId || !ids_.contains(e.cmid))
             continue;
         // The committed event is the answer: seq and mid are permanent.
         proto::Incoming settled;

@@ -19,11 +19,16 @@
 //
 // Answers are settled in batches: every final answer and retry that arrives
 // in one pass of the event loop is written in one SQLite transaction.
+//
+// Layering: above Connection (it sends through it) and Storage; it reads the
+// client's identity and reports through detail::Reporter; what it tells the
+// client (states, outbox and timeline changes, a session to end) it emits.
 #pragma once
 
 #include <im/types.h>
 
 #include "codec_p.h"
+#include "shared_p.h"
 #include "storage_p.h"
 
 #include <QtCore/QElapsedTimer>
@@ -38,7 +43,7 @@
 
 namespace im {
 
-class ClientPrivate;
+class Connection;
 
 class Outbox : public QObject {
     Q_OBJECT
@@ -52,7 +57,8 @@ public:
         qint64 dueAt = 0;      ///< monotonic ms (clock()) of the next attempt; 0: due
     };
 
-    explicit Outbox(ClientPrivate &d);
+    Outbox(detail::Storage &storage, Connection &conn, detail::Reporter &reporter, const detail::Identity &identity,
+           const detail::Backoff &retryBackoff);
 
     /// Loads the rows of a freshly opened database (creation order).
     void load(const QList<detail::OutboxRow> &rows);
@@ -78,7 +84,7 @@ public:
     /// signature unchecked: only the server can check it), else
     /// "token:<SHA-256 of the token>"; empty without a token.
     static QString credentialOf(const QString &token);
-    /// A session was accepted for d.userId under `token`: drafts bound to
+    /// A session was accepted for the identity's user under `token`: drafts bound to
     /// that token's fingerprint are that user's from now on. Returns false on
     /// a storage error.
     bool bindCredential(const QString &token);
@@ -117,6 +123,15 @@ Q_SIGNALS:
     void entryAboutToBeRemoved(qint64 id);
     /// All entries were replaced (a database opened or closed).
     void entriesReset();
+    // What the client tells the app (Client's signals of the same names).
+    void messageStateChanged(const QString &conv, const QString &cmid, qint64 seq, im::MessageState state,
+                             const QString &errorCode);
+    void outboxChanged();
+    /// The timeline of `conv` changed (the models reload).
+    void timelineChanged(const QString &conv);
+    /// classify() said EndSession: the entry stays, the session ends
+    /// (what that means for the code is the client's decision).
+    void sessionMustEnd(const std::optional<im::proto::Incoming> &reply);
 
 private:
     // Drafts bound to credential `from` become bound to `to` (storage first).
@@ -129,7 +144,11 @@ private:
     void forget(qint64 id);
     qint64 now() const { return clock_.elapsed(); }
 
-    ClientPrivate &d;
+    detail::Storage &storage_;
+    Connection &conn_;
+    detail::Reporter &reporter_;
+    const detail::Identity &id_;
+    const detail::Backoff &backoff_;
     std::map<qint64, Item> items_;              // by outbox row id = creation order
     QHash<QString, qint64> ids_;                // cmid -> row id
     QHash<QString, std::set<qint64>> convs_;    // conv -> its row ids, in order

@@ -43,9 +43,10 @@ public:
             });
             links << QObject::connect(ob, &Outbox::entryAboutToBeRemoved, q, [this](qint64 id) { removed(id); });
             links << QObject::connect(ob, &Outbox::entriesReset, q, &OutboxModel::refresh);
-            // The client (and its outbox) is gone: no rows, no client.
-            links << QObject::connect(c, &QObject::destroyed, q, [this] {
-                q->refresh();
+            // The client (and its outbox) goes away: no rows, no client.
+            // (A private signal: an app may disconnect() its Client.)
+            links << QObject::connect(ClientPrivate::get(c), &ClientPrivate::aboutToBeDestroyed, q, [this] {
+                attach(nullptr);
                 emit q->clientChanged();
             });
         }

@@ -1,6 +1,7 @@
 // The local database: SQLite (WAL, synchronous=FULL), schema version table and
-// forward migrations. All SQL of the SDK lives here; every write is one short
-// transaction and every failure is returned to the caller (never swallowed).
+// forward migrations. All SQL of the SDK lives in Storage (storage.cpp and
+// storage_<table family>.cpp); every write is one short transaction and every
+// failure is returned to the caller (never swallowed).
 #pragma once
 
 #include "codec_p.h"
@@ -121,10 +122,6 @@ public:
     std::optional<QList<OutboxRow>> loadOutbox();
     // Drafts bound to credential `from` are bound to `to` from now on.
     bool rebindOutbox(const QString &from, const QString &to);
-    // Final answer: outbox row deleted and timeline row updated, one transaction.
-    bool finishOutbox(const QString &cmid, int state, const QString &errorCode, qint64 seq,
-                      bool dup, qint64 epoch);
-    bool recordRetry(const QString &cmid, int attempts, const QString &lastError, qint64 nextRetryAt);
     struct Finish { QString cmid; int state = 0; QString errorCode; qint64 seq = 0; bool dup = false; qint64 epoch = 0; };
     struct Retry { QString cmid; int attempts = 0; QString lastError; qint64 nextRetryAt = 0; };
     // Many answers at once (a flush of pipelined replies): one transaction.
@@ -148,11 +145,9 @@ public:
     bool ensureConversation(const QString &conv);
     // One transaction: events (idempotent on (conv, seq)), markers, cursor.
     bool applyPage(const proto::Page &page);
-    // One transaction: the pushed event and cursor = seq, only if seq == after + 1.
-    // *applied says whether it was the next one.
-    bool applyPushedEvent(const proto::Event &ev, bool *applied);
-    // The same for a run of pushed events, in one transaction; applied[i]
-    // says whether events[i] was the next one of its conversation.
+    // A run of pushed events, in one transaction: each is stored (with
+    // cursor = its seq) only if its seq is its conversation's after + 1;
+    // applied[i] says whether events[i] was the next one.
     bool applyPushedEvents(const QList<proto::Event> &events, QList<bool> *applied);
     // Drops the cursor (and with dropEvents the local events) of one conversation.
     bool resetConversation(const QString &conv, bool dropEvents);

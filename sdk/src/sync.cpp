@@ -1,12 +1,13 @@
 #include "sync_p.h"
 
-#include "client_p.h"
+#include "connection_p.h"
 
 #include <QtCore/QSet>
 
 namespace im {
 
-Sync::Sync(ClientPrivate &dd) : d(dd) {
+Sync::Sync(detail::Storage &storage, Connection &conn, detail::Reporter &reporter, const detail::Identity &identity)
+    : storage_(storage), conn_(conn), reporter_(reporter), id_(identity) {
     convsTimer_.setSingleShot(true);
     convsTimer_.setInterval(200);
     connect(&convsTimer_, &QTimer::timeout, this, [this] { requestConvs(); });
@@ -27,10 +28,15 @@ void Sync::sessionEnded() {
 }
 
 void Sync::syncAll() {
-    if (!d.conn.isSessionUp())
+    if (!conn_.isSessionUp())
         return;
-    for (const QString &c : d.q->conversationIds())
-        start(c);
+    const std::optional<QList<detail::ConvRow>> rows = storage_.conversations();
+    if (!rows) {
+        reporter_.storageFailed(QStringLiteral("cannot read conversations"), storage_.lastError());
+        return;
+    }
+    for (const detail::ConvRow &c : *rows)
+        start(c.conv);
 }
 
 void Sync::onResync() {
@@ -40,7 +46,7 @@ void Sync::onResync() {
 }
 
 void Sync::start(const QString &conv) {
-    if (!d.conn.isSessionUp() || d.stale)
+    if (!conn_.isSessionUp() || id_.stale)
         return;
     State &s = syncs_[conv];
     if (s.running) {
@@ -72,45 +78,45 @@ void Sync::release(const QString &conv) {
 
 void Sync::launch(const QString &conv) {
     State &s = syncs_[conv];
-    std::optional<detail::ConvRow> row = d.storage.conversation(conv);
+    std::optional<detail::ConvRow> row = storage_.conversation(conv);
     if (!row) {
-        if (!d.storage.ensureConversation(conv)) {
-            d.storageFailed(QStringLiteral("cannot create conversation"));
+        if (!storage_.ensureConversation(conv)) {
+            reporter_.storageFailed(QStringLiteral("cannot create conversation"), storage_.lastError());
             release(conv);
             return;
         }
-        row = d.storage.conversation(conv);
+        row = storage_.conversation(conv);
         if (!row) {
-            d.storageFailed(QStringLiteral("cannot read conversation"));
+            reporter_.storageFailed(QStringLiteral("cannot read conversation"), storage_.lastError());
             release(conv);
             return;
         }
-        emit d.q->conversationsChanged();
+        emit conversationsChanged();
     }
     s.running = true;
     s.again = false;
-    const QString rid = d.conn.nextRid();
+    const QString rid = conn_.nextRid();
     const qint64 after = row->after;
     ++syncRequests_;
     const std::optional<qint64> epoch = row->epoch > 0 ? std::optional<qint64>(row->epoch) : std::nullopt;
     if (backlogLimit > 0 && row->head - after > backlogLimit) {
         // New to this install, or far behind: take the newest window and
         // leave [after + 1, oldest - 1] as a gap, filled on demand.
-        d.conn.request(rid, proto::encodeHistory(rid, conv, 0, historyWindow, epoch),
+        conn_.request(rid, proto::encodeHistory(rid, conv, 0, historyWindow, epoch),
                        [this, conv, after, epoch](const std::optional<proto::Incoming> &reply) {
                            if (proto::classify(reply) != proto::Disposition::Success) {
                                onSyncFailed(conv, reply);
                            } else if (const auto *page = std::get_if<proto::Page>(&reply->body); page && page->history) {
                                onWindow(conv, after + 1, epoch.value_or(0), *page);
                            } else {
-                               emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"),
+                               reporter_.report(QStringLiteral("PROTOCOL_ERROR"),
                                                        QStringLiteral("history answered without window"));
                                onSyncFailed(conv, std::nullopt);
                            }
                        });
         return;
     }
-    d.conn.request(rid,
+    conn_.request(rid,
                    proto::encodeSync(rid, conv, after, pageSize,
                                      row->epoch > 0 ? std::optional<qint64>(row->epoch) : std::nullopt),
                    [this, conv, after](const std::optional<proto::Incoming> &reply) {
@@ -119,7 +125,7 @@ void Sync::launch(const QString &conv) {
                        } else if (const auto *page = std::get_if<proto::Page>(&reply->body); page && !page->history) {
                            onPage(conv, after, *page);
                        } else {
-                           emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"),
+                           reporter_.report(QStringLiteral("PROTOCOL_ERROR"),
                                                    QStringLiteral("sync answered without page"));
                            onSyncFailed(conv, std::nullopt);
                        }
@@ -130,11 +136,11 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
     State &s = syncs_[conv];
     s.running = false;
     if (page.conv != conv) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("page for another conversation"));
+        reporter_.report(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("page for another conversation"));
         onSyncFailed(conv, std::nullopt);
         return;
     }
-    const std::optional<detail::ConvRow> row = d.storage.conversation(conv);
+    const std::optional<detail::ConvRow> row = storage_.conversation(conv);
     if (row && row->epoch > 0 && page.epoch != row->epoch) {
         // The server answered under another epoch: our cursor is void.
         proto::Incoming fake;
@@ -143,31 +149,31 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
         return;
     }
     if (page.hasMore && page.nextAfter <= after) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("page made no progress"));
+        reporter_.report(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("page made no progress"));
         onSyncFailed(conv, std::nullopt);
         return;
     }
     // A5: events, markers and the new cursor in one transaction.
-    if (!d.storage.applyPage(page)) {
-        d.storageFailed(QStringLiteral("cannot apply page"));
+    if (!storage_.applyPage(page)) {
+        reporter_.storageFailed(QStringLiteral("cannot apply page"), storage_.lastError());
         release(conv);
-        d.conn.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
+        conn_.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
         return;
     }
-    d.conn.retrySucceeded(QStringLiteral("sync:") + conv);
+    conn_.retrySucceeded(QStringLiteral("sync:") + conv);
     applied(conv, page.events);
     if (page.hasMore || syncs_[conv].again) {
         start(conv);
     } else {
         release(conv);
-        emit d.q->conversationSynced(conv);
+        emit conversationSynced(conv);
     }
 }
 
 void Sync::onWindow(const QString &conv, qint64 gapLo, qint64 epoch, const proto::Page &page) {
     syncs_[conv].running = false;
     if (page.conv != conv) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("window for another conversation"));
+        reporter_.report(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("window for another conversation"));
         onSyncFailed(conv, std::nullopt);
         return;
     }
@@ -178,39 +184,39 @@ void Sync::onWindow(const QString &conv, qint64 gapLo, qint64 epoch, const proto
         return;
     }
     // The window, the cursor at its head and the gap below it: one transaction.
-    if (!d.storage.applyWindow(page, 0, gapLo)) {
-        d.storageFailed(QStringLiteral("cannot apply history window"));
+    if (!storage_.applyWindow(page, 0, gapLo)) {
+        reporter_.storageFailed(QStringLiteral("cannot apply history window"), storage_.lastError());
         release(conv);
-        d.conn.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
+        conn_.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
         return;
     }
-    d.conn.retrySucceeded(QStringLiteral("sync:") + conv);
+    conn_.retrySucceeded(QStringLiteral("sync:") + conv);
     applied(conv, page.events);
     // Forward from the window's head, as usual (events may have come since).
     start(conv);
 }
 
 void Sync::applied(const QString &conv, const QList<proto::Event> &events) {
-    d.outbox.settleOwnEvents(events);
+    emit ownEventsStored(events);
     if (!events.isEmpty()) {
-        emit d.q->eventsApplied(conv, events.first().seq, events.last().seq);
+        emit eventsApplied(conv, events.first().seq, events.last().seq);
         notifyRecalls(conv, events);
     }
-    emit d.timelineChanged(conv);
-    emit d.q->conversationsChanged();
-    d.markers.sendAck(conv);
+    emit timelineChanged(conv);
+    emit conversationsChanged();
+    emit ackDue(conv);
 }
 
 void Sync::loadOlder(const QString &conv, qint64 before, qint64 gapLo) {
-    if (!d.conn.isSessionUp() || d.stale || older_.contains(conv)) {
+    if (!conn_.isSessionUp() || id_.stale || older_.contains(conv)) {
         if (!older_.contains(conv))
             QMetaObject::invokeMethod(this, [this, conv] { emit windowLoaded(conv, false); }, Qt::QueuedConnection);
         return;
     }
-    const std::optional<detail::ConvRow> row = d.storage.conversation(conv);
+    const std::optional<detail::ConvRow> row = storage_.conversation(conv);
     older_.insert(conv);
-    const QString rid = d.conn.nextRid();
-    d.conn.request(rid,
+    const QString rid = conn_.nextRid();
+    conn_.request(rid,
                    proto::encodeHistory(rid, conv, before, historyWindow,
                                         row && row->epoch > 0 ? std::optional<qint64>(row->epoch) : std::nullopt),
                    [this, conv, before, gapLo](const std::optional<proto::Incoming> &reply) {
@@ -228,13 +234,13 @@ void Sync::onOlder(const QString &conv, qint64 before, qint64 gapLo, const std::
             if (code == proto::code::EpochChanged || code == proto::code::CursorAhead)
                 start(conv); // the forward sync meets the same verdict and resets
             else
-                emit d.q->errorOccurred(code, proto::errorMessage(reply));
+                reporter_.report(code, proto::errorMessage(reply));
         }
         emit windowLoaded(conv, false);
         return;
     }
-    if (!d.storage.applyWindow(*page, before, gapLo)) {
-        d.storageFailed(QStringLiteral("cannot apply history window"));
+    if (!storage_.applyWindow(*page, before, gapLo)) {
+        reporter_.storageFailed(QStringLiteral("cannot apply history window"), storage_.lastError());
         emit windowLoaded(conv, false);
         return;
     }
@@ -248,41 +254,41 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
     const QString code = proto::errorCode(reply);
     if (disp == proto::Disposition::Retry) {
         release(conv);
-        d.conn.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
+        conn_.retryLater(QStringLiteral("sync:") + conv, [this, conv] { start(conv); });
         return;
     }
     if (disp == proto::Disposition::EndSession) {
         release(conv); // the next accepted session syncs again
-        d.endSession(reply);
+        emit sessionMustEnd(reply);
         return;
     }
     if (code == proto::code::EpochChanged) {
         // Old cursors are void: drop local events and cursor, rebuild from 0.
-        if (!d.storage.resetConversation(conv, true)) {
-            d.storageFailed(QStringLiteral("cannot reset conversation"));
+        if (!storage_.resetConversation(conv, true)) {
+            reporter_.storageFailed(QStringLiteral("cannot reset conversation"), storage_.lastError());
             release(conv);
             return;
         }
-        emit d.q->conversationReset(conv);
-        emit d.timelineChanged(conv);
-        emit d.q->conversationsChanged();
+        emit conversationReset(conv);
+        emit timelineChanged(conv);
+        emit conversationsChanged();
         start(conv);
     } else if (code == proto::code::CursorAhead) {
-        if (!d.storage.resetConversation(conv, false)) {
-            d.storageFailed(QStringLiteral("cannot reset cursor"));
+        if (!storage_.resetConversation(conv, false)) {
+            reporter_.storageFailed(QStringLiteral("cannot reset cursor"), storage_.lastError());
             release(conv);
             return;
         }
-        emit d.q->conversationsChanged();
+        emit conversationsChanged();
         start(conv);
     } else {
         release(conv);
-        emit d.q->errorOccurred(code, proto::errorMessage(reply));
+        reporter_.report(code, proto::errorMessage(reply));
     }
 }
 
 void Sync::requestConvs(bool syncAfter) {
-    if (!d.conn.isSessionUp())
+    if (!conn_.isSessionUp())
         return;
     if (syncAfter)
         syncAfterConvs_ = true;
@@ -296,8 +302,8 @@ void Sync::requestConvs(bool syncAfter) {
 }
 
 void Sync::requestConvsPage(const QString &after) {
-    const QString rid = d.conn.nextRid();
-    d.conn.request(rid, proto::encodeConvs(rid, after, convsPageSize),
+    const QString rid = conn_.nextRid();
+    conn_.request(rid, proto::encodeConvs(rid, after, convsPageSize),
                    [this, after](const std::optional<proto::Incoming> &reply) {
                        convsAfter_ = after;
                        onConvs(reply);
@@ -314,38 +320,38 @@ void Sync::onConvs(const std::optional<proto::Incoming> &reply) {
     if (disp == proto::Disposition::Retry) {
         // Redo the walk from this page on (the pages before it are stored).
         const QString after = convsAfter_;
-        d.conn.retryLater(QStringLiteral("convs"), [this, after] { requestConvsPage(after); });
+        conn_.retryLater(QStringLiteral("convs"), [this, after] { requestConvsPage(after); });
         return;
     }
     if (disp == proto::Disposition::Terminal || disp == proto::Disposition::EndSession) {
         if (disp == proto::Disposition::EndSession)
-            d.endSession(reply);
+            emit sessionMustEnd(reply);
         else
-            emit d.q->errorOccurred(proto::errorCode(reply), proto::errorMessage(reply));
+            reporter_.report(proto::errorCode(reply), proto::errorMessage(reply));
         endWalk();
         return;
     }
     const auto *c = std::get_if<proto::Convs>(&reply->body);
     if (!c) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs answered without convs"));
+        reporter_.report(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs answered without convs"));
         endWalk();
         return;
     }
     if (c->hasMore && c->nextAfter <= convsAfter_) {
-        emit d.q->errorOccurred(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs page made no progress"));
+        reporter_.report(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("convs page made no progress"));
         endWalk();
         return;
     }
-    d.conn.retrySucceeded(QStringLiteral("convs"));
+    conn_.retrySucceeded(QStringLiteral("convs"));
     std::optional<QHash<QString, detail::Cursor>> cursors;
     if (walkSyncs_)
-        cursors = d.storage.cursors();
-    if ((walkSyncs_ && !cursors) || !d.storage.upsertConversations(c->convs)) {
-        d.storageFailed(QStringLiteral("cannot store conversation list"));
+        cursors = storage_.cursors();
+    if ((walkSyncs_ && !cursors) || !storage_.upsertConversations(c->convs)) {
+        reporter_.storageFailed(QStringLiteral("cannot store conversation list"), storage_.lastError());
         endWalk();
         return;
     }
-    emit d.q->conversationsChanged();
+    emit conversationsChanged();
     if (walkSyncs_) {
         // Only conversations whose head (or epoch) moved past the stored
         // cursor: an up-to-date one costs no request.
@@ -362,7 +368,7 @@ void Sync::onConvs(const std::optional<proto::Incoming> &reply) {
 }
 
 void Sync::scheduleConvsRefresh() {
-    if (d.conn.isSessionUp() && !convsTimer_.isActive())
+    if (conn_.isSessionUp() && !convsTimer_.isActive())
         convsTimer_.start();
 }
 
@@ -370,14 +376,14 @@ void Sync::notifyRecalls(const QString &conv, const QList<proto::Event> &events)
     for (const proto::Event &e : events) {
         if (e.kind != u"recall")
             continue;
-        const QString cmid = d.storage.cmidAt(conv, e.target);
+        const QString cmid = storage_.cmidAt(conv, e.target);
         if (!cmid.isEmpty())
-            emit d.q->messageStateChanged(conv, cmid, e.target, MessageState::Recalled, QString());
+            emit messageStateChanged(conv, cmid, e.target, MessageState::Recalled, QString());
     }
 }
 
 void Sync::onEventPush(const proto::Event &ev) {
-    if (!d.conn.isSessionUp() || d.stale)
+    if (!conn_.isSessionUp() || id_.stale)
         return;
     pushes_.append(ev);
     if (pushesQueued_)
@@ -391,11 +397,11 @@ void Sync::onEventPush(const proto::Event &ev) {
 
 void Sync::applyPushes() {
     const QList<proto::Event> events = std::exchange(pushes_, {});
-    if (events.isEmpty() || !d.conn.isSessionUp() || d.stale)
+    if (events.isEmpty() || !conn_.isSessionUp() || id_.stale)
         return;
     QList<bool> applied;
-    if (!d.storage.applyPushedEvents(events, &applied)) {
-        d.storageFailed(QStringLiteral("cannot apply pushed events"));
+    if (!storage_.applyPushedEvents(events, &applied)) {
+        reporter_.storageFailed(QStringLiteral("cannot apply pushed events"), storage_.lastError());
         QSet<QString> convs;
         for (const proto::Event &ev : events)
             convs.insert(ev.conv);
@@ -418,41 +424,41 @@ void Sync::applyPushes() {
             order.append(ev.conv);
         byConv[ev.conv].append(ev);
     }
-    d.outbox.settleOwnEvents(done);
+    emit ownEventsStored(done);
     for (const QString &conv : std::as_const(order)) {
         const QList<proto::Event> &evs = byConv.value(conv);
-        emit d.q->eventsApplied(conv, evs.first().seq, evs.last().seq);
+        emit eventsApplied(conv, evs.first().seq, evs.last().seq);
         notifyRecalls(conv, evs);
-        emit d.timelineChanged(conv);
+        emit timelineChanged(conv);
     }
     if (!done.isEmpty())
-        emit d.q->conversationsChanged();
+        emit conversationsChanged();
     for (const QString &conv : std::as_const(order))
-        d.markers.sendAck(conv);
+        emit ackDue(conv);
     // Not the next seq (a gap, a reorder, or an unknown conversation): pull.
     for (const QString &conv : std::as_const(behind)) {
-        if (!d.storage.conversation(conv))
+        if (!storage_.conversation(conv))
             scheduleConvsRefresh();
         start(conv);
     }
 }
 
 void Sync::onHint(const proto::Hint &h) {
-    if (!d.conn.isSessionUp() || d.stale)
+    if (!conn_.isSessionUp() || id_.stale)
         return;
-    std::optional<detail::ConvRow> row = d.storage.conversation(h.conv);
-    if (!row && !d.storage.ensureConversation(h.conv)) {
-        d.storageFailed(QStringLiteral("cannot create conversation"));
+    std::optional<detail::ConvRow> row = storage_.conversation(h.conv);
+    if (!row && !storage_.ensureConversation(h.conv)) {
+        reporter_.storageFailed(QStringLiteral("cannot create conversation"), storage_.lastError());
         return;
     }
     if (h.read) {
-        if (!d.storage.setRead(h.conv, *h.read))
-            d.storageFailed(QStringLiteral("cannot record read marker"));
-        emit d.timelineChanged(h.conv);
+        if (!storage_.setRead(h.conv, *h.read))
+            reporter_.storageFailed(QStringLiteral("cannot record read marker"), storage_.lastError());
+        emit timelineChanged(h.conv);
     }
-    if (!d.storage.updateHead(h.conv, h.head))
-        d.storageFailed(QStringLiteral("cannot record head"));
-    emit d.q->conversationsChanged();
+    if (!storage_.updateHead(h.conv, h.head))
+        reporter_.storageFailed(QStringLiteral("cannot record head"), storage_.lastError());
+    emit conversationsChanged();
     if (h.head > (row ? row->after : 0) || (row && row->epoch > 0 && h.epoch > 0 && h.epoch != row->epoch))
         start(h.conv);
     scheduleConvsRefresh();

@@ -1,9 +1,17 @@
 // Sync: the local copy of each conversation and its cursor. Owns the sync
 // loop per conversation (pages applied with their cursor), cursor faults,
 // the conversation list (`convs`), and the `event` / `hint` pushes.
+//
+// Layering: above Connection and Storage, beside Outbox and Markers (it
+// does not call them: what they must do about stored events, it emits and
+// the client routes: ownEventsStored -> Outbox, ackDue -> Markers).
 #pragma once
 
 #include "codec_p.h"
+#include "shared_p.h"
+#include "storage_p.h"
+
+#include <im/types.h>
 
 #include <QtCore/QHash>
 #include <QtCore/QObject>
@@ -15,12 +23,12 @@
 
 namespace im {
 
-class ClientPrivate;
+class Connection;
 
 class Sync : public QObject {
     Q_OBJECT
 public:
-    explicit Sync(ClientPrivate &d);
+    Sync(detail::Storage &storage, Connection &conn, detail::Reporter &reporter, const detail::Identity &identity);
 
     /// Pulls `conv` from its cursor until has_more is false. At most
     /// maxConcurrent conversations sync at once; the others wait their turn.
@@ -67,6 +75,22 @@ public:
 Q_SIGNALS:
     /// A loadOlder() finished (ok: its window is stored).
     void windowLoaded(const QString &conv, bool ok);
+    /// Events were stored: our own among them settle their outbox entries
+    /// (emitted first, before anything else is told).
+    void ownEventsStored(const QList<im::proto::Event> &events);
+    /// `conv`'s cursor moved: its delivery marker is due.
+    void ackDue(const QString &conv);
+    /// A reply said EndSession (classify()): the client decides what that means.
+    void sessionMustEnd(const std::optional<im::proto::Incoming> &reply);
+    // What the client tells the app (Client's signals of the same names).
+    void eventsApplied(const QString &conv, qint64 fromSeq, qint64 toSeq);
+    void conversationReset(const QString &conv);
+    void conversationSynced(const QString &conv);
+    void conversationsChanged();
+    void messageStateChanged(const QString &conv, const QString &cmid, qint64 seq, im::MessageState state,
+                             const QString &errorCode);
+    /// The timeline of `conv` changed (the models reload).
+    void timelineChanged(const QString &conv);
 
 public:
 
@@ -87,7 +111,10 @@ private:
     void applyPushes();
 
     struct State { bool running = false; bool again = false; };
-    ClientPrivate &d;
+    detail::Storage &storage_;
+    Connection &conn_;
+    detail::Reporter &reporter_;
+    const detail::Identity &id_;
     QHash<QString, State> syncs_;
     bool syncAfterConvs_ = false;
     bool convsRunning_ = false;

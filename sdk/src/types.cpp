@@ -28,6 +28,7 @@ Error errorFromCode(const QString &code) {
         {QStringLiteral("STORAGE_ERROR"), Error::StorageError},
         {QStringLiteral("STORE_LOCKED"), Error::StoreLocked},
         {QStringLiteral("WRONG_USER"), Error::WrongUser},
+        {QStringLiteral("TLS_ERROR"), Error::TlsError},
     };
     if (code.isEmpty())
         return Error::None;

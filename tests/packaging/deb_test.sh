@@ -35,7 +35,13 @@ version=$(sed -n 's/^set(CPACK_PACKAGE_VERSION "\(.*\)")$/\1/p' "$build/CPackCon
 [ -n "$version" ] || fail "no version in CPackConfig.cmake"
 arch=$(dpkg --print-architecture)
 deb() { echo "$work/debs/$1_${version}-1_${arch}.deb"; }
-packages="imserver libimsdk0 libimsdk-dev qml6-module-imsdk imdemo"
+# The SDK's own version; its package is named after the SONAME (= its MAJOR,
+# docs/sdk.md "Versions").
+sdkversion=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")$/\1/p' "$build/sdk/ImSdkConfigVersion.cmake")
+[ -n "$sdkversion" ] || fail "no SDK version in sdk/ImSdkConfigVersion.cmake"
+so=${sdkversion%%.*}
+lib=libimsdk$so
+packages="imserver $lib libimsdk-dev qml6-module-imsdk imdemo"
 for p in $packages; do
     [ -f "$(deb $p)" ] || { ls "$work/debs" >&2; fail "package $p not built"; }
 done
@@ -50,11 +56,11 @@ done
 field imserver Depends | matches '\bpostgresql\b' || fail "imserver must depend on postgresql: $(field imserver Depends)"
 field imserver Depends | matches '\badduser\b' || fail "imserver must depend on adduser"
 field imserver Depends | matches 'libpqxx' || fail "imserver lacks its library dependencies: $(field imserver Depends)"
-field libimsdk-dev Depends | matches "libimsdk0 (= ${version}-1)" || fail "libimsdk-dev must pin libimsdk0"
-field imdemo Depends | matches "libimsdk0" || fail "imdemo must depend on libimsdk0"
-field libimsdk0 Depends | matches "libqt6websockets6" || fail "libimsdk0 lacks its Qt dependencies: $(field libimsdk0 Depends)"
-if field libimsdk0 Depends | matches 'libqt6(qml|quick)'; then fail "libimsdk0 must not need Qt Qml/Quick: $(field libimsdk0 Depends)"; fi
-field qml6-module-imsdk Depends | matches "libimsdk0 (= ${version}-1)" || fail "qml6-module-imsdk must pin libimsdk0"
+field libimsdk-dev Depends | matches "$lib (= ${version}-1)" || fail "libimsdk-dev must pin $lib"
+field imdemo Depends | matches "$lib" || fail "imdemo must depend on $lib"
+field $lib Depends | matches "libqt6websockets6" || fail "$lib lacks its Qt dependencies: $(field $lib Depends)"
+if field $lib Depends | matches 'libqt6(qml|quick)'; then fail "$lib must not need Qt Qml/Quick: $(field $lib Depends)"; fi
+field qml6-module-imsdk Depends | matches "$lib (= ${version}-1)" || fail "qml6-module-imsdk must pin $lib"
 field qml6-module-imsdk Depends | matches "libqt6qml6" || fail "qml6-module-imsdk lacks libqt6qml6: $(field qml6-module-imsdk Depends)"
 
 step "contents"
@@ -66,17 +72,17 @@ has() {
 has imserver /usr/bin/imserver /lib/systemd/system/imserver.service /etc/imserver/imserver.conf \
     /usr/share/man/man8/imserver.8.gz /usr/share/man/man8/imserver-admin.8.gz \
     /usr/share/doc/imserver/copyright /usr/share/doc/imserver/operations.md.gz
-has libimsdk0 "/usr/lib/libimsdk.so.0" "/usr/lib/libimsdk.so.${version}" /usr/share/doc/libimsdk0/copyright
+has $lib "/usr/lib/libimsdk.so.$so" "/usr/lib/libimsdk.so.${sdkversion}" /usr/share/doc/$lib/copyright
 has libimsdk-dev /usr/lib/libimsdk.so /usr/include/im/client.h /usr/lib/cmake/ImSdk/ImSdkConfig.cmake \
     /usr/lib/cmake/ImSdk/ImSdkTargets.cmake
 has imdemo /usr/bin/imdemo
 qmldir=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/qt6/qml/ImSdk
 has qml6-module-imsdk "$qmldir/qmldir" "$qmldir/libimsdkqml.so" "$qmldir/imsdkqml.qmltypes" \
     /usr/share/doc/qml6-module-imsdk/copyright
-if contents libimsdk0 | matches '^/usr/include/'; then fail "headers belong to libimsdk-dev"; fi
+if contents $lib | matches '^/usr/include/'; then fail "headers belong to libimsdk-dev"; fi
 dpkg-deb --ctrl-tarfile "$(deb imserver)" | tar -tf - | matches -x './conffiles' || fail "imserver has no conffiles"
 dpkg-deb -I "$(deb imserver)" conffiles | matches -x /etc/imserver/imserver.conf || fail "imserver.conf is not a conffile"
-dpkg-deb -I "$(deb libimsdk0)" shlibs | matches '^libimsdk 0 libimsdk0' || fail "libimsdk0 has no shlibs"
+dpkg-deb -I "$(deb $lib)" shlibs | matches "^libimsdk $so $lib" || fail "$lib has no shlibs"
 
 step "lintian"
 lintian --no-tag-display-limit "$work"/debs/*.deb >"$work/lintian.log" 2>&1 || true
@@ -137,15 +143,15 @@ cmake -S "$quickstart" -B "$work/qs" -DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_BUI
     -DCMAKE_FIND_PACKAGE_NO_SYSTEM_PACKAGE_REGISTRY=ON >"$work/qs.log" 2>&1 || { cat "$work/qs.log"; fail "configure"; }
 grep -q "ImSdk_DIR:PATH=$root/usr/lib/cmake/ImSdk" "$work/qs/CMakeCache.txt" || fail "did not find the unpacked ImSdk"
 cmake --build "$work/qs" >>"$work/qs.log" 2>&1 || { cat "$work/qs.log"; fail "build"; }
-ldd "$work/qs/mychat" | matches "libimsdk.so.0 => $root/usr/lib/libimsdk.so.0" ||
-    { ldd "$work/qs/mychat"; fail "mychat does not load the unpacked libimsdk.so.0"; }
+ldd "$work/qs/mychat" | matches "libimsdk.so.$so => $root/usr/lib/libimsdk.so.$so" ||
+    { ldd "$work/qs/mychat"; fail "mychat does not load the unpacked libimsdk.so.$so"; }
 # Running the quick start against a server is sdk.package_consumer's job (the
 # same program from the same install components); here it must build and
 # load the unpacked library, which is what the package adds.
 
 step "import ImSdk from the unpacked qml6-module-imsdk"
-LD_LIBRARY_PATH="$root/usr/lib" ldd "$root$qmldir/libimsdkqml.so" | matches "libimsdk.so.0 => $root/usr/lib/libimsdk.so.0" ||
-    fail "the QML plugin does not link libimsdk.so.0"
+LD_LIBRARY_PATH="$root/usr/lib" ldd "$root$qmldir/libimsdkqml.so" | matches "libimsdk.so.$so => $root/usr/lib/libimsdk.so.$so" ||
+    fail "the QML plugin does not link libimsdk.so.$so"
 qml_token=$("$root/usr/bin/imserver" admin --config '' --state-dir "$state" device add ana ana-qml)
 sed -e "s|@URL@|ws://127.0.0.1:$port/v1/ws|" -e "s|@TOKEN@|$qml_token|" -e "s|@DB@|$work/qml.db|" \
     "$(dirname "$0")/packaged_qml.qml" >"$work/tst_packaged.qml"

@@ -7,6 +7,8 @@
 #include <im/client.h>
 
 #include <QtCore/QDateTime>
+
+#include <algorithm>
 #include <QtCore/QElapsedTimer>
 #include <QtNetwork/QTcpServer>
 #include <QtNetwork/QTcpSocket>
@@ -242,10 +244,19 @@ void TestReconnect::a_tls_handshake_failure_is_retried_with_backoff_and_stays_re
     QVERIFY(client.open(dir.filePath(QStringLiteral("a.db"))));
     QStringList codes;
     connect(&client, &Client::errorOccurred, this, [&](const QString &code, const QString &) { codes.append(code); });
+    // Typed too (issue 26 item 9): its own Error value, not Unknown.
+    QList<im::Error> typed;
+    connect(&client, &Client::errorReported, this, [&](im::Error e, const QString &code, const QString &) {
+        if (code == u"TLS_ERROR")
+            typed.append(e);
+    });
     const QString cmid = client.send(QStringLiteral("c1"), QStringLiteral("waits for a real server"));
     client.connectToServer();
     QTRY_VERIFY_WITH_TIMEOUT(accepted >= 3, 10000);
     QVERIFY(codes.count(QStringLiteral("TLS_ERROR")) >= 2);
+    QVERIFY(!typed.isEmpty());
+    QVERIFY(std::all_of(typed.cbegin(), typed.cend(), [](im::Error e) { return e == im::Error::TlsError; }));
+    QCOMPARE(im::errorFromCode(QStringLiteral("TLS_ERROR")), im::Error::TlsError);
     QVERIFY2(client.lastError().startsWith(QStringLiteral("TLS_ERROR")), qPrintable(client.lastError()));
     QVERIFY(client.connectionState() != ConnectionState::Disconnected);
     QCOMPARE(client.messageState(cmid), MessageState::Pending);

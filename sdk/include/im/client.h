@@ -76,6 +76,20 @@ class IM_SDK_EXPORT Client : public QObject {
     /// True after the server refused the token (UNAUTHENTICATED, close 4001)
     /// until setCredentials() hands over another one.
     Q_PROPERTY(bool awaitingCredentials READ isAwaitingCredentials NOTIFY awaitingCredentialsChanged)
+    /// Settings, also from QML (`Client { sendWindow: 8 }`); see the setters.
+    /// Outbox requests unanswered at once (setSendWindow()).
+    Q_PROPERTY(int sendWindow READ sendWindow WRITE setSendWindow NOTIFY settingsChanged)
+    /// Keep-alive ping interval and silence timeout in ms (setKeepAlive()).
+    Q_PROPERTY(int pingInterval READ pingInterval WRITE setPingInterval NOTIFY settingsChanged)
+    Q_PROPERTY(int silenceTimeout READ silenceTimeout WRITE setSilenceTimeout NOTIFY settingsChanged)
+    /// TLS trust (setTrustedCaFile(), setPinnedCertificateSha256()): the PEM
+    /// file of the CA(s) trusted instead of the system's store (empty: the
+    /// system's store), and the pinned SHA-256 fingerprint (empty: none). A
+    /// value that cannot be used leaves the setting as it was and is reported
+    /// through lastError() and errorOccurred("INVALID_ARGUMENT").
+    Q_PROPERTY(QString trustedCaFile READ trustedCaFile WRITE setTrustedCaFileProperty NOTIFY settingsChanged)
+    Q_PROPERTY(QString pinnedCertificateSha256 READ pinnedCertificateSha256 WRITE setPinnedCertificateSha256Property
+                   NOTIFY settingsChanged)
 
 public:
     /// Why credentialsNeeded() asks the app for a token (obligation 14).
@@ -109,14 +123,16 @@ public:
     /// the file holds no certificate. A TLS failure is never ignored: the
     /// attempt fails with errorOccurred("TLS_ERROR") (lastError() keeps it) and
     /// is retried after the reconnect backoff (a captive portal goes away).
-    bool setTrustedCaFile(const QString &pemFile);
+    Q_INVOKABLE bool setTrustedCaFile(const QString &pemFile);
+    QString trustedCaFile() const;
     /// wss:// certificate pinning: the server's certificate must have this
     /// SHA-256 fingerprint (64 hex digits, colons allowed, as printed by
     /// `openssl x509 -noout -fingerprint -sha256`; empty removes the pin). A
     /// pinned certificate is trusted even if self-signed or issued for another
     /// name; any other certificate fails with TLS_ERROR. Returns false and sets
     /// lastError() if the fingerprint is malformed.
-    bool setPinnedCertificateSha256(const QString &fingerprint);
+    Q_INVOKABLE bool setPinnedCertificateSha256(const QString &fingerprint);
+    QString pinnedCertificateSha256() const;
     /// The device token: a random token issued by the server's admin CLI, or
     /// a JWT signed by the app's backend (contract section 4a). Used for the
     /// next `hello`. While connected, a JWT is also sent as `refresh`, so the
@@ -130,29 +146,36 @@ public:
     int requestTimeout() const;
     /// Retry backoff for unanswered/UNAVAILABLE requests while connected:
     /// min(maxMs, initialMs * 2^(attempt-1)), jittered into [d/2, d].
-    void setRetryBackoff(int initialMs, int maxMs);
+    Q_INVOKABLE void setRetryBackoff(int initialMs, int maxMs);
     /// Backoff between reconnect attempts (same shape as above). It starts
     /// over once a session has stayed up 30 s, not at every welcome.
-    void setReconnectBackoff(int initialMs, int maxMs);
+    Q_INVOKABLE void setReconnectBackoff(int initialMs, int maxMs);
     /// Page size for `sync` (1..200).
-    void setSyncPageSize(int limit);
+    Q_INVOKABLE void setSyncPageSize(int limit);
     /// History windows (docs/sdk.md): events per `history` window (1..200,
     /// default 100), and how far behind (or new to this install) a
     /// conversation may be before it opens with its newest window and keeps
     /// a gap instead of syncing everything (default 1000 events; <= 0: never).
-    void setHistoryWindow(int events);
-    void setBacklogLimit(int events);
+    Q_INVOKABLE void setHistoryWindow(int events);
+    Q_INVOKABLE void setBacklogLimit(int events);
     /// How many outbox requests may be unanswered at once, all conversations
     /// together (default 128). A conversation's messages are pipelined in
     /// creation order, each naming the one before it as `prev`, so the
     /// server never commits message 2 of a conversation after failing
     /// message 1 (obligation 9, docs/sdk.md). 1 sends one request at a time.
-    void setSendWindow(int requests);
+    Q_INVOKABLE void setSendWindow(int requests);
+    int sendWindow() const;
     /// Liveness watchdog: a WebSocket ping every `pingIntervalMs` (default
     /// 10 s) while connected; a connection on which nothing (no frame, no
     /// pong) arrived for `silenceTimeoutMs` (default 25 s) is dropped and
     /// reconnected. Both use a monotonic clock.
-    void setKeepAlive(int pingIntervalMs, int silenceTimeoutMs);
+    Q_INVOKABLE void setKeepAlive(int pingIntervalMs, int silenceTimeoutMs);
+    int pingInterval() const;
+    int silenceTimeout() const;
+    /// setKeepAlive() with one of the two values changed (the silence
+    /// timeout is never below the ping interval).
+    void setPingInterval(int ms);
+    void setSilenceTimeout(int ms);
 
     // --- local database --------------------------------------------------
     /// Opens (creating or migrating) the local database. Loads the outbox and
@@ -178,8 +201,9 @@ public:
     QDateTime tokenExpiresAt() const;
     bool isAwaitingCredentials() const;
     /// The durable outbox in creation order, with attempts, last error and
-    /// next retry time of each entry.
-    QList<OutboxEntry> outbox() const;
+    /// next retry time of each entry (QML: a list of `outboxEntry` values;
+    /// for a live view use OutboxModel).
+    Q_INVOKABLE QList<im::OutboxEntry> outbox() const;
     /// Local state of a message or recall request by cmid (Pending if unknown).
     Q_INVOKABLE MessageState messageState(const QString &cmid) const;
     /// Conversation ids known locally.
@@ -233,6 +257,9 @@ Q_SIGNALS:
     void requestTimeoutChanged(int ms);
     void tokenExpiresAtChanged();
     void awaitingCredentialsChanged(bool awaiting);
+    /// sendWindow, pingInterval, silenceTimeout, trustedCaFile or
+    /// pinnedCertificateSha256 changed.
+    void settingsChanged();
     /// The app should hand over a new token with setCredentials()
     /// (obligation 14). Expiring: ahead of the token's expiry, at most once
     /// per token. Rejected: the server refused it; nothing is lost meanwhile:
@@ -261,6 +288,9 @@ Q_SIGNALS:
     void errorReported(im::Error error, const QString &code, const QString &message);
 
 private:
+    // The properties' WRITE functions: the bool setters, results dropped.
+    void setTrustedCaFileProperty(const QString &pemFile);
+    void setPinnedCertificateSha256Property(const QString &fingerprint);
     friend class ClientPrivate;
     std::unique_ptr<ClientPrivate> d;
 };

@@ -56,6 +56,8 @@ enum class Error {
     StorageError,        ///< STORAGE_ERROR: a local database read or write failed
     StoreLocked,         ///< STORE_LOCKED: another process has this store open
     WrongUser,           ///< WRONG_USER: the token belongs to another user than the store
+    TlsError,            ///< TLS_ERROR: a wss:// handshake failed (untrusted certificate, wrong
+                         ///< name or pin, not TLS at all); retried with the reconnect backoff
 };
 Q_ENUM_NS(Error)
 

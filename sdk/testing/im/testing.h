@@ -1,9 +1,11 @@
 // im::testing: QA hooks of a Client, for the SDK's tests and the demo app's
-// fault panel. Not part of the public API and not installed (docs/sdk.md,
-// "Testing hooks"): in-tree targets get it by linking ImSdk::Testing.
+// fault panel. Not part of the public API, not installed and not exported by
+// the shared library (docs/sdk.md, "Testing hooks"): in-tree targets get it
+// by linking ImSdk::Testing, a static library beside ImSdk::ImSdk (or
+// ImSdk::Internal).
 #pragma once
 
-#include <im/global.h>
+#include <QtCore/qglobal.h>
 
 #include <QtCore/QObject>
 #include <QtCore/QPointer>
@@ -19,7 +21,7 @@ namespace testing {
  * Faults may watch one Client; they share its state (offline is the
  * client's, not the Faults object's). Calls on a destroyed client do nothing.
  */
-class IM_SDK_EXPORT Faults : public QObject {
+class Faults : public QObject {
     Q_OBJECT
     /// When true the client stays disconnected (simulated offline): the
     /// socket is closed and no reconnect is tried until it is set false.

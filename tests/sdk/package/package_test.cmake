@@ -4,9 +4,9 @@
 # the real server on a clean data folder.
 # Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, optional RUNNER.
 file(REMOVE_RECURSE "${WORK_DIR}")
-# Only the SDK's components (the packages libimsdk0 and libimsdk-dev): the
-# server's component writes to /etc and /lib/systemd.
-foreach(component libimsdk0 libimsdk-dev)
+# Only the SDK's components (the packages libimsdk<SOVERSION> and
+# libimsdk-dev): the server's component writes to /etc and /lib/systemd.
+foreach(component ${SDK_COMPONENT} libimsdk-dev)
   execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix"
                           --component ${component}
                   RESULT_VARIABLE rc OUTPUT_QUIET)

@@ -26,7 +26,7 @@ TestCase {
         delegate: Item {
             required property string body
             required property string cmid
-            required property int state
+            required property int messageState
             required property double seq
         }
     }
@@ -89,11 +89,12 @@ TestCase {
         tryVerify(() => rowOf(cmid) >= 0, 30000, "the message never showed")
 
         // Sent, with the seq the server gave it.
-        tryVerify(() => { const r = rowOf(cmid); return r >= 0 && msgs.get(r, "state") === Im.MessageState.Sent },
+        tryVerify(() => { const r = rowOf(cmid); return r >= 0 && msgs.get(r, "messageState") === Im.MessageState.Sent },
                   120000, "the message never became Sent")
         const r = rowOf(cmid)
         const row = msgs.get(r)
-        compare(row.state, Im.Sent)
+        compare(row.messageState, Im.Sent)
+        verify(row.state === undefined, "the role is messageState, not state (QML's Item.state)")
         compare(row.body, "hello from QML")
         compare(row.sender, "ana")
         compare(row.isOwn, true)
@@ -113,7 +114,8 @@ TestCase {
         const item = view.itemAt(r)
         compare(item.cmid, cmid)
         compare(item.body, "hello from QML")
-        compare(item.state, Im.Sent)
+        compare(item.messageState, Im.Sent)
+        compare(item.state, "") // QML's own Item.state, untouched by the model
         compare(item.seq, row.seq)
 
         // The conversation's head reached it; the outbox is empty.
@@ -160,6 +162,57 @@ TestCase {
         tryVerify(() => o.client === null)
         compare(o.depth, 0)
         o.destroy()
+    }
+
+    // Issue 26 item 9: outbox() and the settings from QML.
+    SignalSpy { id: settingsSpy; signalName: "settingsChanged" }
+    function test_4_outboxAndSettings() {
+        const c = Qt.createQmlObject(
+            "import ImSdk; Client { sendWindow: 3; pingInterval: 4000; silenceTimeout: 9000 }", test)
+        // Declared in QML, read back from the C++ side's values.
+        compare(c.sendWindow, 3)
+        compare(c.pingInterval, 4000)
+        compare(c.silenceTimeout, 9000)
+        settingsSpy.target = c
+        c.sendWindow = 5
+        compare(c.sendWindow, 5)
+        compare(settingsSpy.count, 1)
+        c.setKeepAlive(2000, 1000)           // silence is never below the ping interval
+        compare(c.pingInterval, 2000)
+        compare(c.silenceTimeout, 2000)
+        c.setReconnectBackoff(100, 1000)      // the other setters are callable too
+        c.setRetryBackoff(100, 1000)
+
+        // TLS trust: a file without a certificate is refused, the setting kept.
+        compare(c.trustedCaFile, "")
+        verify(!c.setTrustedCaFile(dataDir + "/no-such.pem"))
+        compare(c.trustedCaFile, "")
+        errorSpy.target = c
+        errorSpy.clear()
+        c.pinnedCertificateSha256 = "not hex"
+        compare(c.pinnedCertificateSha256, "")
+        compare(errorSpy.count, 1)
+        compare(errorSpy.signalArguments[0][0], Im.Error.InvalidArgument)
+        const pin = "AB:".repeat(31) + "AB"
+        c.pinnedCertificateSha256 = pin
+        compare(c.pinnedCertificateSha256, pin)
+        errorSpy.target = client
+
+        // outbox(): the entries as values, in creation order.
+        verify(c.open(dataDir + "/settings.db"), c.lastError())
+        compare(c.outbox().length, 0)
+        const first = c.send("team", "first draft")
+        const second = c.send("team", "second draft")
+        const entries = c.outbox()
+        compare(entries.length, 2)
+        compare(entries[0].cmid, first)
+        compare(entries[0].body, "first draft")
+        compare(entries[0].conv, "team")
+        compare(entries[0].kind, "send")
+        compare(entries[1].cmid, second)
+        compare(entries[1].attempts, 0)
+        c.close()
+        c.destroy()
     }
 
     function cleanupTestCase() {

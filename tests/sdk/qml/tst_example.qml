@@ -54,7 +54,7 @@ Item {
                 for (let r = messages.count - 1; r >= 0; --r) {
                     const m = messages.get(r)
                     if (m.body === "typed in qmlchat" && m.isOwn)
-                        return m.state === Im.Sent && m.seq > 0 ? r : -2
+                        return m.messageState === Im.Sent && m.seq > 0 ? r : -2
                 }
                 return -1
             }

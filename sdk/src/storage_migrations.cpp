@@ -1,0 +1,162 @@
+// Storage: the schema and its forward migrations (schema_version table).
+#include "storage_p.h"
+#include "storagesql_p.h"
+
+#include "logging_p.h"
+
+#include <im/types.h>
+
+#include <QtCore/QDateTime>
+#include <QtCore/QHash>
+#include <QtCore/QSet>
+#include <QtCore/QVariant>
+#include <QtSql/QSqlError>
+#include <QtSql/QSqlQuery>
+
+#include <algorithm>
+
+namespace im::detail {
+
+namespace {
+
+// Forward migrations. Index i upgrades the schema from version i to i + 1.
+// Released entries are never edited; add a new one instead.
+const QList<QStringList> &migrations() {
+    static const QList<QStringList> steps = {
+        // 0 -> 1
+        {
+            QStringLiteral("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)"),
+            QStringLiteral(
+                "CREATE TABLE outbox("
+                " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                " cmid TEXT NOT NULL UNIQUE,"
+                " kind TEXT NOT NULL CHECK(kind IN ('send','recall')),"
+                " conv TEXT NOT NULL,"
+                " body TEXT,"
+                " target INTEGER,"
+                " created_at INTEGER NOT NULL,"
+                " attempts INTEGER NOT NULL DEFAULT 0,"
+                " last_error TEXT,"
+                " next_retry_at INTEGER)"),
+            QStringLiteral(
+                "CREATE TABLE local_messages("
+                " cmid TEXT PRIMARY KEY,"
+                " kind TEXT NOT NULL,"
+                " conv TEXT NOT NULL,"
+                " body TEXT,"
+                " target INTEGER,"
+                " created_at INTEGER NOT NULL,"
+                " state INTEGER NOT NULL,"
+                " error_code TEXT,"
+                " seq INTEGER,"
+                " epoch INTEGER,"
+                " dup INTEGER NOT NULL DEFAULT 0)"),
+            QStringLiteral("CREATE INDEX local_messages_conv ON local_messages(conv, seq)"),
+            QStringLiteral(
+                "CREATE TABLE events("
+                " conv TEXT NOT NULL,"
+                " seq INTEGER NOT NULL,"
+                " mid TEXT,"
+                " kind TEXT NOT NULL,"
+                " sender TEXT,"
+                " body TEXT,"
+                " ts INTEGER,"
+                " epoch INTEGER,"
+                " target INTEGER,"
+                " user TEXT,"
+                " PRIMARY KEY(conv, seq)) WITHOUT ROWID"),
+            QStringLiteral("CREATE INDEX events_recall ON events(conv, target) WHERE kind = 'recall'"),
+            QStringLiteral(
+                "CREATE TABLE conversations("
+                " conv TEXT PRIMARY KEY,"
+                " kind TEXT,"
+                " epoch INTEGER NOT NULL DEFAULT 0,"
+                " after INTEGER NOT NULL DEFAULT 0,"
+                " head INTEGER NOT NULL DEFAULT 0,"
+                " delivered INTEGER NOT NULL DEFAULT 0,"
+                " read INTEGER NOT NULL DEFAULT 0,"
+                " unread INTEGER NOT NULL DEFAULT 0,"
+                " min_seq INTEGER NOT NULL DEFAULT 1,"
+                " gap_to INTEGER NOT NULL DEFAULT 0,"
+                " read_pending INTEGER NOT NULL DEFAULT 0)"),
+        },
+        // 1 -> 2: history windows leave gaps, filled on demand
+        {
+            QStringLiteral("CREATE TABLE gaps(conv TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,"
+                           " PRIMARY KEY(conv, lo)) WITHOUT ROWID"),
+        },
+        // 2 -> 3: "is seq recalled?" must be an index lookup. SQLite's planner
+        // never picked the partial index events_recall for it (it scanned the
+        // conversation by primary key: one scan per row of every model read
+        // and unread recount, cubic over a full sync; docs/benchmarks.md).
+        {
+            QStringLiteral("DROP INDEX events_recall"),
+            QStringLiteral("CREATE INDEX events_recall_target ON events(conv, target, kind)"),
+        },
+        // 3 -> 4: own messages are matched by cmid (an event keeps its
+        // sender's cmid); the unread badge is the server's count plus what
+        // arrived above the head it was counted at (unread_head), never a
+        // local recount; each draft names the credential it was written
+        // under (owner), so it is never sent on another user's session.
+        {
+            QStringLiteral("ALTER TABLE events ADD COLUMN cmid TEXT"),
+            QStringLiteral("CREATE INDEX events_cmid ON events(conv, cmid) WHERE cmid IS NOT NULL"),
+            QStringLiteral("ALTER TABLE conversations ADD COLUMN unread_head INTEGER NOT NULL DEFAULT 0"),
+            QStringLiteral("UPDATE conversations SET unread_head = head"),
+            QStringLiteral("ALTER TABLE outbox ADD COLUMN owner TEXT"),
+        },
+    };
+    return steps;
+}
+
+} // namespace
+
+bool Storage::migrate() {
+    if (!execSql(QStringLiteral(
+            "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)")))
+        return false;
+    const int current = schemaVersion();
+    if (current < 0)
+        return false;
+    if (current > SchemaVersion)
+        return fail(QStringLiteral("database schema version %1 is newer than this SDK (%2)")
+                        .arg(current)
+                        .arg(SchemaVersion));
+    const auto &steps = migrations();
+    for (int v = current; v < SchemaVersion; ++v) {
+        if (!begin())
+            return false;
+        for (const QString &sql : steps[v]) {
+            if (!execSql(sql)) {
+                const QString e = error_;
+                rollback();
+                return fail(QStringLiteral("migration %1 -> %2: %3").arg(v).arg(v + 1).arg(e));
+            }
+        }
+        {
+            QSqlQuery q(QSqlDatabase::database(connection_, false));
+            q.prepare(QStringLiteral("INSERT INTO schema_version(version, applied_at) VALUES(?, ?)"));
+            q.addBindValue(v + 1);
+            q.addBindValue(QDateTime::currentMSecsSinceEpoch());
+            if (!exec(q)) {
+                const QString e = error_;
+                q = QSqlQuery();
+                rollback();
+                return fail(e);
+            }
+        }
+        if (!commit())
+            return false;
+    }
+    return true;
+}
+
+int Storage::schemaVersion() {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT COALESCE(MAX(version), 0) FROM schema_version"));
+    if (!exec(q) || !q.next())
+        return -1;
+    return q.value(0).toInt();
+}
+
+} // namespace im::detail

@@ -1,0 +1,213 @@
+// Storage: the outbox table and local_messages (our own messages and their
+// states), written with synchronous=FULL where obligation 1 needs it.
+#include "storage_p.h"
+#include "storagesql_p.h"
+
+#include "logging_p.h"
+
+#include <im/types.h>
+
+#include <QtCore/QDateTime>
+#include <QtCore/QHash>
+#include <QtCore/QSet>
+#include <QtCore/QVariant>
+#include <QtSql/QSqlError>
+#include <QtSql/QSqlQuery>
+
+#include <algorithm>
+
+namespace im::detail {
+
+qint64 Storage::enqueue(const OutboxRow &row) {
+    if (!begin())
+        return 0;
+    qint64 id = 0;
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, target, created_at, owner)"
+                                 " VALUES(?, ?, ?, ?, ?, ?, ?)"));
+        q.addBindValue(row.cmid);
+        q.addBindValue(row.kind);
+        q.addBindValue(row.conv);
+        q.addBindValue(nullIfEmpty(row.body));
+        q.addBindValue(row.kind == u"recall" ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
+        q.addBindValue(row.createdAt);
+        q.addBindValue(nullIfEmpty(row.owner));
+        if (!exec(q)) { q = QSqlQuery(); rollback(); return 0; }
+        id = q.lastInsertId().toLongLong();
+        QSqlQuery m(QSqlDatabase::database(connection_, false));
+        m.prepare(QStringLiteral("INSERT INTO local_messages(cmid, kind, conv, body, target, created_at, state)"
+                                 " VALUES(?, ?, ?, ?, ?, ?, ?)"));
+        m.addBindValue(row.cmid);
+        m.addBindValue(row.kind);
+        m.addBindValue(row.conv);
+        m.addBindValue(nullIfEmpty(row.body));
+        m.addBindValue(row.kind == u"recall" ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
+        m.addBindValue(row.createdAt);
+        m.addBindValue(int(MessageState::Pending));
+        if (!exec(m)) { q = QSqlQuery(); m = QSqlQuery(); rollback(); return 0; }
+    }
+    if (!commit())
+        return 0;
+    return id;
+}
+
+std::optional<QList<OutboxRow>> Storage::loadOutbox() {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT id, cmid, kind, conv, body, target, created_at, attempts, last_error,"
+                             " next_retry_at, owner FROM outbox ORDER BY id"));
+    if (!exec(q))
+        return std::nullopt;
+    QList<OutboxRow> rows;
+    while (q.next()) {
+        OutboxRow r;
+        r.id = q.value(0).toLongLong();
+        r.cmid = q.value(1).toString();
+        r.kind = q.value(2).toString();
+        r.conv = q.value(3).toString();
+        r.body = q.value(4).toString();
+        r.target = q.value(5).toLongLong();
+        r.createdAt = q.value(6).toLongLong();
+        r.attempts = q.value(7).toInt();
+        r.lastError = q.value(8).toString();
+        r.nextRetryAt = q.value(9).toLongLong();
+        r.owner = q.value(10).toString();
+        rows.append(r);
+    }
+    return rows;
+}
+
+bool Storage::rebindOutbox(const QString &from, const QString &to) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE outbox SET owner = ? WHERE owner = ?"));
+    q.addBindValue(to);
+    q.addBindValue(from);
+    return execRelaxed(q);
+}
+
+bool Storage::settleOutbox(const QList<Finish> &finished, const QList<Retry> &retries) {
+    if (!begin(Durability::Relaxed))
+        return false;
+    {
+        QSqlDatabase db = QSqlDatabase::database(connection_, false);
+        QSqlQuery del(db), upd(db), retry(db);
+        del.prepare(QStringLiteral("DELETE FROM outbox WHERE cmid = ?"));
+        upd.prepare(QStringLiteral("UPDATE local_messages SET state = ?, error_code = ?, seq = ?, dup = ?, epoch = ?"
+                                   " WHERE cmid = ?"));
+        retry.prepare(QStringLiteral("UPDATE outbox SET attempts = ?, last_error = ?, next_retry_at = ? WHERE cmid = ?"));
+        bool ok = true;
+        for (const Finish &f : finished) {
+            del.addBindValue(f.cmid);
+            upd.addBindValue(f.state);
+            upd.addBindValue(nullIfEmpty(f.errorCode));
+            upd.addBindValue(f.seq > 0 ? QVariant(f.seq) : QVariant(QMetaType(QMetaType::LongLong)));
+            upd.addBindValue(f.dup ? 1 : 0);
+            upd.addBindValue(f.epoch > 0 ? QVariant(f.epoch) : QVariant(QMetaType(QMetaType::LongLong)));
+            upd.addBindValue(f.cmid);
+            if (!exec(del) || !exec(upd)) {
+                ok = false;
+                break;
+            }
+        }
+        for (const Retry &r : retries) {
+            if (!ok)
+                break;
+            retry.addBindValue(r.attempts);
+            retry.addBindValue(r.lastError);
+            retry.addBindValue(r.nextRetryAt);
+            retry.addBindValue(r.cmid);
+            ok = exec(retry);
+        }
+        if (!ok) {
+            const QString e = error_;
+            del = QSqlQuery();
+            upd = QSqlQuery();
+            retry = QSqlQuery();
+            rollback();
+            return fail(e);
+        }
+    }
+    return commit();
+}
+
+bool Storage::markOnWire(const QList<QPair<QString, int>> &cmidAttempts) {
+    if (cmidAttempts.isEmpty())
+        return true;
+    bool ok = begin(Durability::Relaxed);
+    if (ok) {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("UPDATE outbox SET attempts = ? WHERE cmid = ?"));
+        for (const auto &[cmid, attempts] : cmidAttempts) {
+            q.addBindValue(attempts);
+            q.addBindValue(cmid);
+            if (!exec(q)) {
+                ok = false;
+                break;
+            }
+        }
+        if (!ok) {
+            const QString e = error_;
+            q = QSqlQuery();
+            rollback();
+            fail(e);
+        }
+    }
+    return ok && commit();
+}
+
+bool Storage::cancelOutbox(const QString &cmid) {
+    if (!begin())
+        return false;
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral("DELETE FROM outbox WHERE cmid = ?"));
+        q.addBindValue(cmid);
+        QSqlQuery m(QSqlDatabase::database(connection_, false));
+        m.prepare(QStringLiteral("DELETE FROM local_messages WHERE cmid = ?"));
+        m.addBindValue(cmid);
+        if (!exec(q) || !exec(m)) {
+            const QString e = error_;
+            q = QSqlQuery();
+            m = QSqlQuery();
+            rollback();
+            return fail(e);
+        }
+    }
+    return commit();
+}
+
+bool Storage::discardMessage(const QString &cmid, bool *found) {
+    *found = false;
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("DELETE FROM local_messages WHERE cmid = ? AND state IN (?, ?)"
+                             " AND NOT EXISTS(SELECT 1 FROM outbox o WHERE o.cmid = local_messages.cmid)"));
+    q.addBindValue(cmid);
+    q.addBindValue(int(MessageState::Failed));
+    q.addBindValue(int(MessageState::Expired));
+    if (!exec(q))
+        return false;
+    *found = q.numRowsAffected() > 0;
+    return true;
+}
+
+std::optional<LocalMessage> Storage::localMessage(const QString &cmid) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT cmid, kind, conv, body, target, state, error_code, seq, dup"
+                             " FROM local_messages WHERE cmid = ?"));
+    q.addBindValue(cmid);
+    if (!exec(q) || !q.next())
+        return std::nullopt;
+    LocalMessage m;
+    m.cmid = q.value(0).toString();
+    m.kind = q.value(1).toString();
+    m.conv = q.value(2).toString();
+    m.body = q.value(3).toString();
+    m.target = q.value(4).toLongLong();
+    m.state = q.value(5).toInt();
+    m.errorCode = q.value(6).toString();
+    m.seq = q.value(7).toLongLong();
+    m.dup = q.value(8).toBool();
+    return m;
+}
+
+} // namespace im::detail

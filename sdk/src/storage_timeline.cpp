@@ -1,0 +1,392 @@
+// Storage: events (pages, pushes, history windows), gaps, and the timeline
+// read by the models.
+#include "storage_p.h"
+#include "storagesql_p.h"
+
+#include "logging_p.h"
+
+#include <im/types.h>
+
+#include <QtCore/QDateTime>
+#include <QtCore/QHash>
+#include <QtCore/QSet>
+#include <QtCore/QVariant>
+#include <QtSql/QSqlError>
+#include <QtSql/QSqlQuery>
+
+#include <algorithm>
+
+namespace im::detail {
+
+bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    // Keyed by (conv, seq): re-applying is harmless (events are immutable on
+    // the server; REPLACE also heals a rebuild after CURSOR_AHEAD).
+    q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user, cmid)"
+                             " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    q.addBindValue(e.conv);
+    q.addBindValue(e.seq);
+    q.addBindValue(e.mid);
+    q.addBindValue(e.kind);
+    q.addBindValue(nullIfEmpty(e.sender));
+    q.addBindValue(nullIfEmpty(e.body));
+    q.addBindValue(e.ts);
+    q.addBindValue(epoch);
+    q.addBindValue(e.kind == u"recall" ? QVariant(e.target) : QVariant(QMetaType(QMetaType::LongLong)));
+    q.addBindValue(nullIfEmpty(e.user));
+    q.addBindValue(e.cmid.isEmpty() ? QVariant(QMetaType(QMetaType::QString)) : QVariant(e.cmid));
+    return !eventInsertFault() && exec(q);
+}
+
+bool Storage::countArrivals(const QString &conv, const QList<proto::Event> &events) {
+    // No recount: only the events above unread_head (the highest seq the
+    // badge already accounts for) change it, by what they are. Index
+    // lookups only, whatever the length of the conversation.
+    if (events.isEmpty())
+        return true;
+    const std::optional<QString> self = meta(QStringLiteral("user"));
+    if (!self)
+        return false;
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    QSqlQuery c(db);
+    c.prepare(QStringLiteral("SELECT read, unread_head FROM conversations WHERE conv = ?"));
+    c.addBindValue(conv);
+    if (!exec(c))
+        return false;
+    if (!c.next())
+        return true;
+    const qint64 read = c.value(0).toLongLong();
+    const qint64 counted = c.value(1).toLongLong();
+    c.finish();
+    qint64 delta = 0, top = counted;
+    QSqlQuery t(db);
+    t.prepare(QStringLiteral("SELECT 1 FROM events WHERE conv = ? AND seq = ? AND kind = 'msg' AND sender IS NOT ?"));
+    for (const proto::Event &e : events) {
+        if (e.seq <= counted)
+            continue;
+        top = std::max(top, e.seq);
+        if (e.seq <= read)
+            continue;
+        if (e.kind == u"msg" && e.sender != *self) {
+            ++delta;
+        } else if (e.kind == u"recall" && e.target > read) {
+            // The recalled message was counted if it is another's message.
+            t.addBindValue(conv);
+            t.addBindValue(e.target);
+            t.addBindValue(*self);
+            if (!exec(t))
+                return false;
+            if (t.next())
+                --delta;
+            t.finish();
+        }
+    }
+    QSqlQuery u(db);
+    u.prepare(QStringLiteral("UPDATE conversations SET unread = MAX(0, unread + ?), unread_head = ? WHERE conv = ?"));
+    u.addBindValue(delta);
+    u.addBindValue(top);
+    u.addBindValue(conv);
+    return exec(u);
+}
+
+bool Storage::startRebuild(const QString &conv, qint64 head) {
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    QSqlQuery q(db);
+    q.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
+    q.addBindValue(conv);
+    if (!exec(q))
+        return false;
+    q.prepare(QStringLiteral("SELECT epoch FROM conversations WHERE conv = ?"));
+    q.addBindValue(conv);
+    if (!exec(q) || !q.next())
+        return false;
+    const bool rebuilding = q.value(0).toLongLong() == 0;
+    q.finish();
+    if (!rebuilding)
+        return true;
+    // No cursor (new here, or dropped after CURSOR_AHEAD): the server's head
+    // is the truth. What we hold above it the server no longer has (restored
+    // from a backup); our old head must not keep asking for it.
+    for (const QString &sql : {QStringLiteral("DELETE FROM events WHERE conv = :conv AND seq > :head"),
+                               QStringLiteral("DELETE FROM gaps WHERE conv = :conv AND lo > :head"),
+                               QStringLiteral("UPDATE conversations SET head = :head WHERE conv = :conv")}) {
+        q.prepare(sql);
+        q.bindValue(QStringLiteral(":conv"), conv);
+        q.bindValue(QStringLiteral(":head"), head);
+        if (!exec(q))
+            return false;
+    }
+    return true;
+}
+
+bool Storage::applyPage(const proto::Page &page) {
+    if (!begin(Durability::Relaxed))
+        return false;
+    auto abort = [this]() {
+        const QString e = error_;
+        rollback();
+        return fail(e);
+    };
+    if (!startRebuild(page.conv, page.head))
+        return abort();
+    for (const proto::Event &e : page.events)
+        if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
+            return abort();
+    {
+        QSqlQuery q(QSqlDatabase::database(connection_, false));
+        q.prepare(QStringLiteral(
+            "UPDATE conversations SET after = MAX(after, :after), epoch = :epoch, head = MAX(head, :head),"
+            " min_seq = :min_seq, gap_to = CASE WHEN :trimmed THEN MAX(gap_to, :min_seq - 1) ELSE gap_to END"
+            " WHERE conv = :conv"));
+        q.bindValue(QStringLiteral(":after"), page.nextAfter);
+        q.bindValue(QStringLiteral(":epoch"), page.epoch);
+        q.bindValue(QStringLiteral(":head"), page.head);
+        q.bindValue(QStringLiteral(":min_seq"), page.minSeq);
+        q.bindValue(QStringLiteral(":trimmed"), page.trimmed ? 1 : 0);
+        q.bindValue(QStringLiteral(":conv"), page.conv);
+        if (!exec(q)) { q = QSqlQuery(); return abort(); }
+    }
+    if (!countArrivals(page.conv, page.events))
+        return abort();
+    return commit();
+}
+
+bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *applied) {
+    applied->fill(false, events.size());
+    if (!begin(Durability::Relaxed))
+        return false;
+    struct Cursor { qint64 after = 0, epoch = 0; };
+    QHash<QString, Cursor> cursors;
+    QHash<QString, QList<proto::Event>> touched;
+    bool ok = true;
+    {
+        QSqlDatabase db = QSqlDatabase::database(connection_, false);
+        QSqlQuery c(db), u(db);
+        c.prepare(QStringLiteral("SELECT after, epoch FROM conversations WHERE conv = ?"));
+        u.prepare(QStringLiteral("UPDATE conversations SET after = :seq, head = MAX(head, :seq) WHERE conv = :conv"));
+        for (qsizetype i = 0; ok && i < events.size(); ++i) {
+            const proto::Event &ev = events.at(i);
+            auto it = cursors.find(ev.conv);
+            if (it == cursors.end()) {
+                c.addBindValue(ev.conv);
+                if (!exec(c)) {
+                    ok = false;
+                    break;
+                }
+                Cursor cur{-1, 0};
+                if (c.next())
+                    cur = Cursor{c.value(0).toLongLong(), c.value(1).toLongLong()};
+                c.finish();
+                it = cursors.insert(ev.conv, cur);
+            }
+            if (it->after < 0 || it->epoch == 0 || it->epoch != ev.epoch || ev.seq != it->after + 1)
+                continue; // not the next one: the caller syncs instead
+            if (!insertEvent(ev, ev.epoch)) {
+                ok = false;
+                break;
+            }
+            u.bindValue(QStringLiteral(":seq"), ev.seq);
+            u.bindValue(QStringLiteral(":conv"), ev.conv);
+            if (!exec(u)) {
+                ok = false;
+                break;
+            }
+            it->after = ev.seq;
+            touched[ev.conv].append(ev);
+            (*applied)[i] = true;
+        }
+    }
+    for (auto t = touched.cbegin(); ok && t != touched.cend(); ++t)
+        ok = countArrivals(t.key(), t.value());
+    if (!ok) {
+        const QString e = error_;
+        rollback();
+        applied->fill(false, events.size());
+        return fail(e);
+    }
+    if (!commit()) {
+        applied->fill(false, events.size());
+        return false;
+    }
+    return true;
+}
+
+std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QString &self, qint64 from) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral(
+        "SELECT * FROM ("
+        " SELECT e.seq AS pos, e.seq AS seq, e.kind AS kind, e.sender AS sender, e.body AS body, e.ts AS ts, lm.cmid AS cmid,"
+        "  lm.state AS state, lm.error_code AS error_code, COALESCE(lm.dup, 0) AS dup,"
+        "  EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq) AS recalled,"
+        "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own"
+        // Ours by the cmid the event carries (a seq can name another's
+        // message after an epoch change or a restore); an event stored
+        // before schema 4 has none and falls back to (seq, epoch), ours only.
+        " FROM events e LEFT JOIN local_messages lm"
+        "  ON lm.cmid = COALESCE(e.cmid, (SELECT l2.cmid FROM local_messages l2 WHERE l2.conv = e.conv"
+        "   AND l2.seq = e.seq AND l2.epoch = e.epoch AND l2.kind = 'send'))"
+        "  AND lm.conv = e.conv AND lm.kind = 'send' AND e.sender = :self"
+        " WHERE e.conv = :conv AND e.seq >= :from AND e.kind <> 'recall'"
+        " UNION ALL"
+        " SELECT CASE WHEN lm.seq IS NOT NULL THEN lm.seq WHEN lm.state = :pending THEN 9.0e18"
+        "  ELSE COALESCE((SELECT MAX(e3.seq) FROM events e3 WHERE e3.conv = lm.conv AND e3.ts <= lm.created_at), 0)"
+        "   + 0.5 END,"
+        "  lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
+        " FROM local_messages lm LEFT JOIN conversations c ON c.conv = lm.conv"
+        " WHERE lm.conv = :conv AND lm.kind = 'send' AND (lm.seq IS NULL OR ("
+        "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
+        "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.sender = :self"
+        "   AND (e2.cmid = lm.cmid OR (e2.cmid IS NULL AND e2.seq = lm.seq)))))"
+        ") WHERE pos >= :from ORDER BY pos, ts"));
+    q.bindValue(QStringLiteral(":conv"), conv);
+    q.bindValue(QStringLiteral(":from"), from);
+    q.bindValue(QStringLiteral(":self"), self);
+    q.bindValue(QStringLiteral(":pending"), int(MessageState::Pending));
+    if (!exec(q))
+        return std::nullopt;
+    QList<MessageRow> rows;
+    while (q.next()) {
+        MessageRow r;
+        r.pos = q.value(0).toDouble();
+        r.seq = q.value(1).toLongLong();
+        r.kind = q.value(2).toString();
+        r.sender = q.value(3).toString();
+        r.body = q.value(4).toString();
+        r.ts = q.value(5).toLongLong();
+        r.cmid = q.value(6).toString();
+        r.state = q.value(7).isNull() ? int(MessageState::Sent) : q.value(7).toInt();
+        r.errorCode = q.value(8).toString();
+        r.dup = q.value(9).toBool();
+        if (q.value(10).toBool())
+            r.state = int(MessageState::Recalled);
+        r.user = q.value(11).toString();
+        r.own = q.value(12).toBool();
+        rows.append(r);
+    }
+    return rows;
+}
+
+bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo) {
+    if (!begin(Durability::Relaxed))
+        return false;
+    auto abort = [this]() {
+        const QString e = error_;
+        rollback();
+        return fail(e);
+    };
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    if (before == 0 && !startRebuild(page.conv, page.head))
+        return abort();
+    for (const proto::Event &e : page.events)
+        if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
+            return abort();
+    // What is still missing below the window: [gapLo, oldest - 1], if the
+    // server has older readable events (has_older) that we do not hold.
+    const qint64 missingHi = page.hasOlder ? page.oldest - 1 : 0;
+    {
+        QSqlQuery g(db);
+        if (before == 0) {
+            // The newest window: it covers every readable event in [oldest, head].
+            // The cursor moves to its head (C7 holds forward from there).
+            g.prepare(QStringLiteral(
+                "UPDATE conversations SET after = MAX(after, :head), epoch = :epoch, head = MAX(head, :head),"
+                " min_seq = :min_seq, gap_to = CASE WHEN :trimmed THEN MAX(gap_to, :min_seq - 1) ELSE gap_to END"
+                " WHERE conv = :conv"));
+            g.bindValue(QStringLiteral(":head"), page.head);
+            g.bindValue(QStringLiteral(":epoch"), page.epoch);
+            g.bindValue(QStringLiteral(":min_seq"), page.minSeq);
+            g.bindValue(QStringLiteral(":trimmed"), page.trimmed ? 1 : 0);
+            g.bindValue(QStringLiteral(":conv"), page.conv);
+        } else {
+            g.prepare(QStringLiteral("DELETE FROM gaps WHERE conv = ? AND lo = ?"));
+            g.addBindValue(page.conv);
+            g.addBindValue(gapLo);
+        }
+        if (!exec(g)) { g = QSqlQuery(); return abort(); }
+    }
+    if (missingHi >= gapLo && gapLo > 0) {
+        QSqlQuery g(db);
+        g.prepare(QStringLiteral("INSERT OR REPLACE INTO gaps(conv, lo, hi) VALUES(?, ?, ?)"));
+        g.addBindValue(page.conv);
+        g.addBindValue(gapLo);
+        g.addBindValue(missingHi);
+        if (!exec(g)) { g = QSqlQuery(); return abort(); }
+    }
+    if (!countArrivals(page.conv, page.events))
+        return abort();
+    return commit();
+}
+
+std::optional<QList<Gap>> Storage::gaps(const QString &conv) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT lo, hi FROM gaps WHERE conv = ? ORDER BY lo"));
+    q.addBindValue(conv);
+    if (!exec(q))
+        return std::nullopt;
+    QList<Gap> out;
+    while (q.next())
+        out.append(Gap{q.value(0).toLongLong(), q.value(1).toLongLong()});
+    return out;
+}
+
+std::optional<qint64> Storage::floorFor(const QString &conv, qint64 below, int count) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT MIN(seq) FROM (SELECT seq FROM events WHERE conv = ? AND seq < ?"
+                             " AND kind <> 'recall' ORDER BY seq DESC LIMIT ?)"));
+    q.addBindValue(conv);
+    q.addBindValue(below);
+    q.addBindValue(count);
+    if (!exec(q) || !q.next())
+        return std::nullopt;
+    return q.value(0).toLongLong();
+}
+
+std::optional<bool> Storage::hasEventsBelow(const QString &conv, qint64 seq) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE conv = ? AND seq < ? AND kind <> 'recall')"));
+    q.addBindValue(conv);
+    q.addBindValue(seq);
+    if (!exec(q) || !q.next())
+        return std::nullopt;
+    return q.value(0).toBool();
+}
+
+std::optional<QList<proto::Event>> Storage::events(const QString &conv) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT conv, seq, mid, kind, sender, body, ts, epoch, target, user FROM events"
+                             " WHERE conv = ? ORDER BY seq"));
+    q.addBindValue(conv);
+    if (!exec(q))
+        return std::nullopt;
+    QList<proto::Event> out;
+    while (q.next()) {
+        proto::Event e;
+        e.conv = q.value(0).toString();
+        e.seq = q.value(1).toLongLong();
+        e.mid = q.value(2).toString();
+        e.kind = q.value(3).toString();
+        e.sender = q.value(4).toString();
+        e.body = q.value(5).toString();
+        e.ts = q.value(6).toLongLong();
+        e.epoch = q.value(7).toLongLong();
+        e.target = q.value(8).toLongLong();
+        e.user = q.value(9).toString();
+        out.append(e);
+    }
+    return out;
+}
+
+QString Storage::cmidAt(const QString &conv, qint64 seq) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    // Not ours if the event stored at that seq carries another cmid.
+    q.prepare(QStringLiteral("SELECT lm.cmid FROM local_messages lm WHERE lm.conv = :conv AND lm.seq = :seq"
+                             " AND lm.kind = 'send' AND NOT EXISTS(SELECT 1 FROM events e WHERE e.conv = :conv"
+                             " AND e.seq = :seq AND e.cmid IS NOT NULL AND e.cmid <> lm.cmid)"));
+    q.bindValue(QStringLiteral(":conv"), conv);
+    q.bindValue(QStringLiteral(":seq"), seq);
+    if (!exec(q) || !q.next())
+        return {};
+    return q.value(0).toString();
+}
+
+} // namespace im::detail
