@@ -4,6 +4,7 @@
 // (store_internal.hpp lists them).
 #include "store.hpp"
 
+#include "db_pool.hpp"
 #include "lab_schema.hpp"
 #include "log.hpp"
 #include "store_internal.hpp"
