@@ -86,7 +86,7 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
                 h.identity = o->value();
                 return h;
             } else if constexpr (std::is_same_v<T, req::Send>) {
-                return handle_send_batch(ctx, conn, *who, {r}, {rid}).front();
+                return send_run_and_wait(ctx, conn, *who, {r}, {rid}).front();
             } else if constexpr (std::is_same_v<T, req::Sync>) {
                 return reply(ctx.store.sync(c, *who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Ack>) {

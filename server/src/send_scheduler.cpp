@@ -26,24 +26,24 @@ Handled send_reply(ApiContext& ctx, const Outcome<Store::SendResult>& o, const s
 } // namespace
 
 namespace {
-void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
+void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
                   const std::vector<std::optional<std::string>>& rids, std::vector<Outcome<Store::SendResult>> results,
                   RepliesDone done, Metrics* metrics = nullptr);
 } // namespace
 
-void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
-                       const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
-                       RepliesDone done) {
+void send_run_async(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                    const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
+                    RepliesDone done) {
     if (!conn) {
         std::vector<Handled> out;
         for (const auto& rid : rids)
             out.push_back(error_reply(unavailable("database unreachable, retry with the same request"), rid));
         return done(std::move(out));
     }
-    auto results = ctx.store.send_batch(*conn, who, sends);
+    auto results = ctx.store.send_run(*conn, who, sends);
     if (results.empty()) // the conversation's row is held: nothing was written
         results.assign(sends.size(), unavailable("conversation busy, retry with the same request"));
-    finish_sends(ctx, who, sends, rids, std::move(results), std::move(done));
+    finish_run(ctx, who, sends, rids, std::move(results), std::move(done));
 }
 
 namespace {
@@ -54,7 +54,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 // What follows a run's commit: its own subscribers, the bus, then the
 // replies. `metrics` (when given) gets the publish stage.
-void finish_sends(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
+void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
                   const std::vector<std::optional<std::string>>& rids, std::vector<Outcome<Store::SendResult>> results,
                   RepliesDone done, Metrics* metrics) {
     Notes notes; // a duplicate publishes again (a gateway may have died before it did)
@@ -189,7 +189,7 @@ void SendScheduler::requeue(Item it) {
     if (now - it.held_since >= held_limit_) {
         log_warn("send_conversation_held", {{"conv", it.sends.front().conv},
                                             {"ms", static_cast<long>(held_limit_.count())}});
-        finish_sends(ctx_, it.who, it.sends, it.rids,
+        finish_run(ctx_, it.who, it.sends, it.rids,
                      std::vector<Outcome<Store::SendResult>>(
                          it.sends.size(), unavailable("conversation busy, retry with the same request")),
                      std::move(it.done));
@@ -248,7 +248,7 @@ void SendScheduler::finish_group(std::vector<Item>& items, std::vector<std::vect
                 requeue(std::move(items[g]));
                 continue;
             }
-            finish_sends(ctx_, items[g].who, items[g].sends, items[g].rids, std::move(results[g]),
+            finish_run(ctx_, items[g].who, items[g].sends, items[g].rids, std::move(results[g]),
                          std::move(items[g].done), &metrics_);
         } catch (const std::exception& e) {
             log_error("send_finish_failed", {{"conv", items[g].sends.front().conv}, {"err", e.what()}});
@@ -284,7 +284,7 @@ void SendScheduler::drain(pqxx::connection_base* c) {
         // The round-trip watchdog bounds one group, not a worker's whole busy spell.
         Watchdog::progress();
         if (!c) {
-            for (auto& it : items) handle_send_batch(ctx_, nullptr, it.who, it.sends, it.rids, std::move(it.done));
+            for (auto& it : items) send_run_async(ctx_, nullptr, it.who, it.sends, it.rids, std::move(it.done));
             continue;
         }
         std::vector<Store::SendRun> runs;
@@ -297,7 +297,7 @@ void SendScheduler::drain(pqxx::connection_base* c) {
                                  ctx_.faults.take_crash("store.before_commit"));
         try {
             const auto start = std::chrono::steady_clock::now();
-            results = ctx_.store.send_runs(*c, runs);
+            results = ctx_.store.send_group(*c, runs);
             if (crash_late) FaultRegistry::crash_now();
             metrics_.observe_send_stage(Metrics::SendStage::statement, seconds_since(start));
         } catch (const std::exception& e) { // never strand a run (or this worker's slot)
@@ -314,12 +314,12 @@ void SendScheduler::drain(pqxx::connection_base* c) {
     }
 }
 
-std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+std::vector<Handled> send_run_and_wait(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
                                        const std::vector<req::Send>& sends,
                                        const std::vector<std::optional<std::string>>& rids) {
     auto promise = std::make_shared<std::promise<std::vector<Handled>>>();
     auto result = promise->get_future();
-    handle_send_batch(ctx, conn, who, sends, rids, [promise](std::vector<Handled> hs) { promise->set_value(std::move(hs)); });
+    send_run_async(ctx, conn, who, sends, rids, [promise](std::vector<Handled> hs) { promise->set_value(std::move(hs)); });
     return result.get();
 }
 

@@ -1,7 +1,12 @@
 // The send path: a connection's run of sends -> the send scheduler (group
-// commit) -> a send worker's one statement (Store::send_runs, im_send) ->
-// finish_sends (own subscribers, the bus, the replies). Runs on the
+// commit) -> a send worker's one statement (Store::send_group, im_send) ->
+// finish_run (own subscribers, the bus, the replies). Runs on the
 // database workers; knows the store and the codec, never the socket.
+//
+// Names: a *run* is what one connection sent to one conversation in one go
+// (Store::send_run, send_run_async / send_run_and_wait, finish_run); a
+// *group* is the runs one send worker commits together in one statement
+// (Store::send_group, SendScheduler::finish_group).
 #pragma once
 
 #include "api.hpp"
@@ -22,11 +27,11 @@ namespace im {
 /// item, given to `done` once the events' payloads were handed to the bus
 /// (on the bus's thread, or on this one).
 using RepliesDone = std::function<void(std::vector<Handled>)>;
-void handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
-                       const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
-                       RepliesDone done);
+void send_run_async(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+                    const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
+                    RepliesDone done);
 /// The same, waiting for the outcome.
-std::vector<Handled> handle_send_batch(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+std::vector<Handled> send_run_and_wait(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
                                        const std::vector<req::Send>& sends,
                                        const std::vector<std::optional<std::string>>& rids);
 
@@ -35,7 +40,7 @@ struct Metrics;
 
 /// The send path's scheduler (group commit): runs of sends from many connections that queue up while
 /// the send workers are busy go to the database together, in one statement
-/// and one commit (Store::send_runs), each item still judged alone and
+/// and one commit (Store::send_group), each item still judged alone and
 /// answered only after the commit and the bus hand-over. A run submitted
 /// while a send worker is idle goes alone at once: grouping costs no
 /// latency, it only happens when sends would wait anyway.

@@ -24,7 +24,7 @@ using namespace store_detail;
 // ---------------------------------------------------------------- send
 
 Outcome<Store::SendResult> Store::send(pqxx::connection_base& c, const Identity& who, const req::Send& s) {
-    auto r = send_batch(c, who, {s});
+    auto r = send_run(c, who, {s});
     if (r.empty()) return unavailable("conversation busy, retry with the same request");
     return r.front();
 }
@@ -125,7 +125,7 @@ std::vector<std::vector<Outcome<Store::SendResult>>> send_results(const pqxx::re
 
 } // namespace
 
-std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base& c, const Identity& who,
+std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c, const Identity& who,
                                                           const std::vector<req::Send>& batch) {
     using Results = std::vector<Outcome<SendResult>>;
     // Lab fault points (no-ops unless --enable-faults): before the insert of
@@ -210,12 +210,12 @@ std::vector<Outcome<Store::SendResult>> Store::send_batch(pqxx::connection_base&
     return out;
 }
 
-std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::connection_base& c,
+std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_group(pqxx::connection_base& c,
                                                                       const std::vector<SendRun>& runs) {
     using Results = std::vector<Outcome<SendResult>>;
     std::vector<Results> out(runs.size());
     auto one_by_one = [&] {
-        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = send_batch(c, *runs[g].who, *runs[g].sends);
+        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = send_run(c, *runs[g].who, *runs[g].sends);
         return out;
     };
     if (runs.size() == 1 || faults_.enabled()) return one_by_one();
@@ -235,7 +235,7 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
         pqxx::nontransaction tx(c); // autocommit: the statement is the transaction
         rows = tx.exec_prepared("im_send", pqxx::prepare::make_dynamic_params(params));
     } catch (const pqxx::unique_violation&) {
-        return one_by_one(); // as send_batch: its second pass answers the key as a duplicate
+        return one_by_one(); // as send_run: its second pass answers the key as a duplicate
     } catch (const pqxx::sql_error& e) {
         if (!deterministic(e)) {
             log_warn("db_error", {{"op", "send_group"}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
@@ -255,7 +255,7 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_runs(pqxx::conn
     }
     try {
         auto part = send_results(rows, spans);
-        // A held run stays EMPTY: run it again later (Store::send_runs, header).
+        // A held run stays EMPTY: run it again later (Store::send_group, header).
         for (std::size_t k = 0; k < order.size(); ++k) out[order[k]] = std::move(part[k]);
     } catch (const std::exception& e) { // committed, but unreadable: the resends are dups
         log_warn("db_error", {{"op", "send_group_result"}, {"err", e.what()}});

@@ -78,21 +78,21 @@ public:
     /// EMPTY when another transaction held the conversation's row (im_send
     /// skips it, SKIP LOCKED): nothing of the run was written, or only what
     /// a resend answers as a duplicate; the caller runs it again later.
-    std::vector<Outcome<SendResult>> send_batch(pqxx::connection_base& c, const Identity& who,
+    std::vector<Outcome<SendResult>> send_run(pqxx::connection_base& c, const Identity& who,
                                                 const std::vector<req::Send>& batch);
 
     /// Runs of sends of several connections (each run: one connection, one
     /// conversation) in ONE statement, so one commit (one WAL flush) for all
-    /// of them: group commit. Each item is judged exactly as by send_batch;
-    /// a deterministic failure falls back to one send_batch per run, so it
-    /// fails only its own request. With lab faults armed, one send_batch
+    /// of them: group commit. Each item is judged exactly as by send_run;
+    /// a deterministic failure falls back to one send_run per run, so it
+    /// fails only its own request. With lab faults armed, one send_run
     /// per run. A run whose conversation's row was held gets an EMPTY
-    /// result (as send_batch); the others commit without waiting for it.
+    /// result (as send_run); the others commit without waiting for it.
     struct SendRun {
         const Identity* who;
         const std::vector<req::Send>* sends;
     };
-    std::vector<std::vector<Outcome<SendResult>>> send_runs(pqxx::connection_base& c,
+    std::vector<std::vector<Outcome<SendResult>>> send_group(pqxx::connection_base& c,
                                                             const std::vector<SendRun>& runs);
 
     Outcome<Page> sync(pqxx::connection_base& c, const Identity& who, const req::Sync& r);

@@ -226,7 +226,7 @@ Figure direct_baseline(const std::string& url, const Options& o, const std::vect
 }
 
 // The server's SQL as the server runs it under load: the senders' sends
-// grouped into one statement per database worker (Store::send_runs, the
+// grouped into one statement per database worker (Store::send_group, the
 // group commit), as many workers as the server lets run sends at once
 // (`im_send_workers`), each carrying senders / workers runs of one send to
 // its own conversations. Latency is per statement.
@@ -264,7 +264,7 @@ Figure grouped_baseline(const std::string& url, const Options& o, int send_worke
                 runs.push_back({&st.who[r], &st.sends[r]});
             }
             bool ok = true;
-            for (const auto& run : store.send_runs(st.c, runs))
+            for (const auto& run : store.send_group(st.c, runs))
                 for (const auto& one : run) ok = ok && static_cast<bool>(one);
             return ok;
         },
