@@ -41,6 +41,13 @@ inline std::unique_ptr<WsClient> login(unsigned short port, const TestUser& u, c
 }
 
 /// One real PostgreSQL and one real imserver shared by a test suite.
+using Clock = std::chrono::steady_clock;
+
+/// Milliseconds since `t` (for the figures the tests print).
+inline long long ms_since(Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
 class ServerSuite : public ::testing::Test {
 protected:
     static inline TestPostgres* pg = nullptr;

@@ -37,11 +37,6 @@ using tcp = net::ip::tcp;
 
 
 
-using Clock = std::chrono::steady_clock;
-
-long long ms_since(Clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
-}
 
 // An option's default as `imserver --print-config` reports it (no
 // configuration file, no IM_* variable): what --help and the docs state.
