@@ -175,6 +175,10 @@ public:
     std::optional<QList<proto::Event>> events(const QString &conv);
     // cmid of our own message at (conv, seq), empty if none.
     QString cmidAt(const QString &conv, qint64 seq);
+    // Whether the event stored at (conv, seq) is our message `cmid` and was
+    // recalled: the one row messages() would show as Recalled, looked up
+    // alone (Client::messageState, per message, must not read the timeline).
+    bool ownEventRecalled(const QString &conv, qint64 seq, const QString &cmid, const QString &self);
     bool clearReadPending(const QString &conv);
 
     // Test hook: the n-th write statement from now fails (0 disables).

@@ -389,4 +389,21 @@ QString Storage::cmidAt(const QString &conv, qint64 seq) {
     return q.value(0).toString();
 }
 
+bool Storage::ownEventRecalled(const QString &conv, qint64 seq, const QString &cmid, const QString &self) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    // The join of messages(), for the one event: ours by the cmid it
+    // carries (or, stored before schema 4, by our message at its seq and
+    // epoch), and a recall event naming it.
+    q.prepare(QStringLiteral(
+        "SELECT 1 FROM events e WHERE e.conv = :conv AND e.seq = :seq AND e.kind <> 'recall' AND e.sender = :self"
+        " AND COALESCE(e.cmid, (SELECT l2.cmid FROM local_messages l2 WHERE l2.conv = e.conv"
+        "  AND l2.seq = e.seq AND l2.epoch = e.epoch AND l2.kind = 'send')) = :cmid"
+        " AND EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"));
+    q.bindValue(QStringLiteral(":conv"), conv);
+    q.bindValue(QStringLiteral(":seq"), seq);
+    q.bindValue(QStringLiteral(":self"), self);
+    q.bindValue(QStringLiteral(":cmid"), cmid);
+    return exec(q) && q.next();
+}
+
 } // namespace im::detail
