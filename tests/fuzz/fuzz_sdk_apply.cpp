@@ -6,8 +6,9 @@
 // server (each conversation's events per epoch, purges with tombstones,
 // restores that change the epoch) whose answers are written as JSON frames
 // and read back through the SDK's real decoder (proto::decode), and a model
-// of what the store must show. After every operation the store is checked
-// against the model; a violation prints the operations so far and aborts.
+// of what the store must show. After every operation what it can have
+// changed is checked against the model; a violation prints the operations
+// so far and aborts (a crash input for libFuzzer).
 //
 // Operations (one letter, then argument bytes; see docs/acceptance.md,
 // "Fuzzing"). An argument byte that is a digit counts as its value, so the
@@ -42,7 +43,7 @@
 // EPOCH_CHANGED / CURSOR_AHEAD) and Outbox::onOutcome / settleOwnEvents /
 // flush (which answers become Storage::Finish / Retry rows).
 //
-// Checked after every operation:
+// Checked after every operation (the conversation it names, the outbox):
 //   * the timeline (Storage::messages) shows no message twice (no key twice),
 //     and every Pending / Failed / Expired draft exactly once;
 //   * every stored event is the server's event at that (conv, seq) in its
@@ -193,7 +194,7 @@ struct Seen {
 
 class Harness {
 public:
-    Harness(const QString &path) : path_(path) {}
+    explicit Harness(const QString &path) : path_(path) {}
     void run(Input &in);
 
 private:
