@@ -164,8 +164,10 @@ public:
     // events, then either (before == 0: the newest window) the cursor moved
     // to the window's head with a gap [gapLo, oldest - 1] left below it, or
     // (before > 0: older events, filling the gap that starts at gapLo) that
-    // gap shrunk to what is still missing.
-    bool applyWindow(const proto::Page &page, qint64 before, qint64 gapLo);
+    // gap shrunk to what is still missing. An older window of another epoch
+    // than the conversation's cursor (reset while the window was on its
+    // way) is void: nothing is written, *stale (if given) is set.
+    bool applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, bool *stale = nullptr);
     std::optional<QList<Gap>> gaps(const QString &conv);
     // The position from which the `count` newest timeline events below
     // `below` are shown (the lowest of their seqs); 0 if there are none.

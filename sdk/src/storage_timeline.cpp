@@ -233,10 +233,15 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         "   + 0.5 END,"
         "  lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
         " FROM local_messages lm LEFT JOIN conversations c ON c.conv = lm.conv"
-        " WHERE lm.conv = :conv AND lm.kind = 'send' AND (lm.seq IS NULL OR ("
+        // A draft whose own event is stored is that event's row, whatever
+        // its state: the event may come (by sync or push) before the draft
+        // is settled, and a crash can leave it Pending until the resend.
+        " WHERE lm.conv = :conv AND lm.kind = 'send'"
+        " AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.cmid = lm.cmid AND e2.sender = :self)"
+        " AND (lm.seq IS NULL OR ("
         "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
         "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.sender = :self"
-        "   AND (e2.cmid = lm.cmid OR (e2.cmid IS NULL AND e2.seq = lm.seq)))))"
+        "   AND e2.cmid IS NULL AND e2.seq = lm.seq)))"
         ") WHERE pos >= :from ORDER BY pos, ts"));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":from"), from);
@@ -266,7 +271,9 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
     return rows;
 }
 
-bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo) {
+bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, bool *stale) {
+    if (stale)
+        *stale = false;
     if (!begin(Durability::Relaxed))
         return false;
     auto abort = [this]() {
@@ -275,6 +282,22 @@ bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo) 
         return fail(e);
     };
     QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    if (before > 0) {
+        // Older events belong to the cursor's epoch; after a reset (epoch 0)
+        // or under a new epoch they would be another history's.
+        QSqlQuery c(db);
+        c.prepare(QStringLiteral("SELECT epoch FROM conversations WHERE conv = ?"));
+        c.addBindValue(page.conv);
+        if (!exec(c)) { c = QSqlQuery(); return abort(); }
+        const qint64 epoch = c.next() ? c.value(0).toLongLong() : 0;
+        c = QSqlQuery();
+        if (epoch == 0 || epoch != page.epoch) {
+            rollback();
+            if (stale)
+                *stale = true;
+            return true;
+        }
+    }
     if (before == 0 && !startRebuild(page.conv, page.head))
         return abort();
     for (const proto::Event &e : page.events)
