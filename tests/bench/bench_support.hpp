@@ -1,0 +1,117 @@
+// What the WebSocket benchmarks (im_loadgen, im_storm) share: percentiles,
+// the CPU seconds of a process and of a PostgreSQL cluster from /proc, and
+// waiting for a condition. Header-only; nothing here asserts.
+#pragma once
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace im::bench {
+
+/// Latency samples (ms); pct() sorts them.
+struct Samples {
+    std::vector<double> v;
+    double pct(double p) {
+        if (v.empty()) return 0;
+        std::sort(v.begin(), v.end());
+        auto i = static_cast<std::size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
+        return v[std::min(i, v.size() - 1)];
+    }
+};
+
+/// CPU seconds (user + system) of a process, from /proc; 0 once it is gone.
+inline double cpu_seconds(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(f)), {});
+    auto close = s.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream in(s.substr(close + 2));
+    std::string field;
+    double ut = 0, st = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {
+        if (i == 14) ut = std::atof(field.c_str());
+        if (i == 15) st = std::atof(field.c_str());
+    }
+    return (ut + st) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+inline pid_t parent_of(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(f)), {});
+    auto close = s.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream in(s.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    in >> state >> ppid;
+    return ppid;
+}
+
+/// The postmaster and all its children (backends that exited no longer count).
+inline double postgres_cpu(pid_t postmaster) {
+    double total = cpu_seconds(postmaster);
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        pid_t p = std::atoi(e.path().filename().c_str());
+        if (p > 0 && parent_of(p) == postmaster) total += cpu_seconds(p);
+    }
+    return total;
+}
+
+/// The postmaster of the cluster behind `url`.
+inline pid_t postmaster_pid(const std::string& url) {
+    pqxx::connection c(url);
+    pqxx::nontransaction tx(c);
+    auto dir = tx.exec("SHOW data_directory")[0][0].as<std::string>();
+    std::ifstream f(dir + "/postmaster.pid");
+    pid_t pid = 0;
+    f >> pid;
+    return pid;
+}
+
+/// CPU seconds of this process.
+inline double self_cpu() {
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/// Polls `pred` every 10 ms until it holds or `limit` passes.
+inline bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return pred();
+}
+
+/// Raises this process's descriptor limit to its hard limit (and further
+/// when root may): children (imserver) inherit it.
+inline void raise_descriptor_limit(rlim_t want_at_least) {
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    rlimit want = rl;
+    want.rlim_max = std::max<rlim_t>(rl.rlim_max, want_at_least);
+    want.rlim_cur = want.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &want) != 0) {
+        rl.rlim_cur = rl.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+} // namespace im::bench
