@@ -10,7 +10,7 @@
 // Usage: im_storm [--clients 5000] [--convs 100] [--members 5] [--idle-convs 4]
 //                 [--history 20] [--missed 5] [--rounds 1] [--jitter-ms 0]
 //                 [--stop kill|term] [--before OTHER_IMSERVER] [--perf FILE]
-//                 [--db URL] [--server-arg ARG]...
+//                 [--statements N] [--db URL] [--server-arg ARG]...
 // See docs/benchmarks.md, "Reconnect storm". It prints figures, it asserts
 // nothing (exit 1 only when the storm never completed).
 #include "bench_support.hpp"
@@ -57,6 +57,7 @@ struct Options {
     bool term = false;        // stop the server with SIGTERM (drain) instead of SIGKILL
     std::string before;       // another imserver binary, alternated with this build's round by round
     std::string perf;         // perf record -a -g over the storm of the first round, into this file
+    int statements = 0;       // > 0: pg_stat_statements on; the top N statements of each storm
     std::optional<std::string> db;
     std::vector<std::string> server_args;
 };
@@ -476,6 +477,41 @@ std::map<std::string, long long> storm_metrics(const im::test::ServerProcess& sr
     return out;
 }
 
+// ---------------------------------------------------------------- pg_stat_statements
+
+// Loads pg_stat_statements into the embedded cluster (a restart).
+void enable_statements(im::Database& db) {
+    if (!db.cluster) throw std::runtime_error("--statements needs the embedded cluster (not --db)");
+    {
+        pqxx::connection c(db.url);
+        pqxx::nontransaction(c).exec("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'");
+    }
+    db.cluster->stop("fast");
+    db.cluster->start();
+    pqxx::connection c(db.url);
+    pqxx::nontransaction(c).exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+}
+
+void reset_statements(const std::string& url) {
+    pqxx::connection c(url);
+    pqxx::nontransaction(c).exec("SELECT pg_stat_statements_reset()");
+}
+
+void print_statements(const std::string& url, int n) {
+    pqxx::connection c(url);
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec_params("SELECT calls, total_exec_time, rows, regexp_replace(left(query, 110), '\\s+', ' ', 'g') "
+                            "FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%' "
+                            "ORDER BY total_exec_time DESC LIMIT $1",
+                            n);
+    auto sum = tx.exec("SELECT sum(calls), sum(total_exec_time) FROM pg_stat_statements");
+    std::printf("  statements: %s calls, %.0f ms of execution in all; the top %d by time:\n", sum[0][0].c_str(),
+                sum[0][1].as<double>(0), n);
+    for (const auto& row : r)
+        std::printf("  %8s calls %9.1f ms %8s rows  %s\n", row[0].c_str(), row[1].as<double>(), row[2].c_str(),
+                    row[3].c_str());
+}
+
 // ---------------------------------------------------------------- the run
 
 int run(const Options& o, const std::string& url) {
@@ -567,6 +603,7 @@ int run(const Options& o, const std::string& url) {
         row.load = load_average();
         const pid_t perf = (round == 0 && !o.perf.empty()) ? start_perf(o.perf) : 0;
         if (perf) std::this_thread::sleep_for(1s); // perf is set up
+        if (o.statements > 0) reset_statements(url);
         const double srv0 = cpu_seconds(srv->pid()), pg0 = postgres_cpu(pg), gen0 = self_cpu();
         std::fprintf(stderr, "storm: imserver pid %d, postmaster pid %d\n", static_cast<int>(srv->pid()),
                      static_cast<int>(pg));
@@ -630,6 +667,7 @@ int run(const Options& o, const std::string& url) {
         for (const auto& [k, n] : row.metrics)
             if (n) std::printf(" %s %lld", k.c_str(), n);
         std::printf("\n");
+        if (o.statements > 0) print_statements(url, o.statements);
         std::fflush(stdout);
         rows.push_back(row);
     }
@@ -674,12 +712,13 @@ int main(int argc, char** argv) {
         else if (a == "--stop") o.term = next() == "term";
         else if (a == "--before") o.before = next();
         else if (a == "--perf") o.perf = next();
+        else if (a == "--statements") o.statements = std::stoi(next());
         else if (a == "--db") o.db = next();
         else if (a == "--server-arg") o.server_args.push_back(next());
         else {
             std::fprintf(stderr, "usage: im_storm [--clients N] [--convs N] [--members M] [--idle-convs K] "
                                  "[--history N] [--missed N] [--rounds N] [--jitter-ms MS] [--stop kill|term] "
-                                 "[--before IMSERVER] [--perf FILE] [--db URL] [--server-arg ARG]...\n");
+                                 "[--before IMSERVER] [--perf FILE] [--statements N] [--db URL] [--server-arg ARG]...\n");
             return 2;
         }
     }
@@ -693,6 +732,7 @@ int main(int argc, char** argv) {
             if (d.cluster) d.cluster->stop();
         }
     } stop{db};
+    if (o.statements > 0) enable_statements(db);
     im::prepare_schema(db.url, 30000);
     return run(o, db.url);
 }
