@@ -3,15 +3,20 @@
 // waiting for a condition. Header-only; nothing here asserts.
 #pragma once
 
+#include "database.hpp"
+#include "harness.hpp"
+
 #include <pqxx/pqxx>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -33,32 +38,30 @@ struct Samples {
     }
 };
 
-/// CPU seconds (user + system) of a process, from /proc; 0 once it is gone.
-inline double cpu_seconds(pid_t pid) {
+/// The fields of /proc/PID/stat after the command name (field 3, the state,
+/// first); empty once the process is gone.
+inline std::vector<std::string> stat_fields(pid_t pid) {
     std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
     std::string s((std::istreambuf_iterator<char>(f)), {});
     auto close = s.rfind(')');
-    if (close == std::string::npos) return 0;
+    std::vector<std::string> out;
+    if (close == std::string::npos) return out;
     std::istringstream in(s.substr(close + 2));
-    std::string field;
-    double ut = 0, st = 0;
-    for (int i = 3; i <= 15 && in >> field; ++i) {
-        if (i == 14) ut = std::atof(field.c_str());
-        if (i == 15) st = std::atof(field.c_str());
-    }
-    return (ut + st) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    for (std::string field; in >> field;) out.push_back(field);
+    return out;
 }
 
+/// CPU seconds (user + system, fields 14 and 15) of a process; 0 once it is gone.
+inline double cpu_seconds(pid_t pid) {
+    const auto f = stat_fields(pid);
+    if (f.size() < 13) return 0;
+    return (std::atof(f[11].c_str()) + std::atof(f[12].c_str())) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+/// The parent (field 4) of a process; 0 once it is gone.
 inline pid_t parent_of(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string s((std::istreambuf_iterator<char>(f)), {});
-    auto close = s.rfind(')');
-    if (close == std::string::npos) return 0;
-    std::istringstream in(s.substr(close + 2));
-    std::string state;
-    pid_t ppid = 0;
-    in >> state >> ppid;
-    return ppid;
+    const auto f = stat_fields(pid);
+    return f.size() < 2 ? 0 : static_cast<pid_t>(std::atoi(f[1].c_str()));
 }
 
 /// The postmaster and all its children (backends that exited no longer count).
@@ -113,5 +116,36 @@ inline void raise_descriptor_limit(rlim_t want_at_least) {
         ::setrlimit(RLIMIT_NOFILE, &rl);
     }
 }
+
+/// argv[i + 1], the value of the flag argv[i] (i moves on to it); exits 2
+/// naming the flag when there is none.
+inline std::string flag_value(int argc, char** argv, int& i) {
+    if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", argv[i]);
+        std::exit(2);
+    }
+    return argv[++i];
+}
+
+/// The benchmark's database with the schema applied: `url` (--db), or a
+/// cluster in a temporary folder configured exactly as imserver configures
+/// its embedded one, stopped on destruction.
+class BenchDatabase {
+public:
+    BenchDatabase(const std::optional<std::string>& url, const std::string& prefix)
+        : state_(prefix), db_(im::open_database(url, state_.path())) {}
+    ~BenchDatabase() {
+        if (db_.cluster) db_.cluster->stop();
+    }
+    BenchDatabase(const BenchDatabase&) = delete;
+    BenchDatabase& operator=(const BenchDatabase&) = delete;
+    im::Database& db() { return db_; }
+    const std::string& url() const { return db_.url; }
+    void prepare_schema() { im::prepare_schema(db_.url, 30000); }
+
+private:
+    im::test::TempDir state_;
+    im::Database db_;
+};
 
 } // namespace im::bench

@@ -673,13 +673,7 @@ int main(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
-        auto next = [&]() -> std::string {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "%s needs a value\n", a.c_str());
-                std::exit(2);
-            }
-            return argv[++i];
-        };
+        auto next = [&] { return flag_value(argc, argv, i); };
         if (a == "--convs") o.convs = std::stoi(next());
         else if (a == "--members") o.members = std::stoi(next());
         else if (a == "--senders") o.senders = std::stoi(next());
@@ -706,15 +700,9 @@ int main(int argc, char** argv) {
     raise_descriptor_limit(4 * static_cast<rlim_t>(o.idle) + 4096);
 
     // The embedded cluster, configured exactly as imserver configures its own.
-    im::test::TempDir state("imbench");
-    im::Database db = im::open_database(o.db, state.path());
-    struct Stop {
-        im::Database& d;
-        ~Stop() {
-            if (d.cluster) d.cluster->stop();
-        }
-    } stop{db};
-    im::prepare_schema(db.url, 30000);
+    BenchDatabase bench_db(o.db, "imbench");
+    bench_db.prepare_schema();
+    const im::Database& db = bench_db.db();
     int rc = 0;
     {
         std::vector<std::string> flags = {"--quiet", "--db-pool", std::to_string(o.db_pool)};

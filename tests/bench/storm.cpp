@@ -694,13 +694,7 @@ int main(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
-        auto next = [&]() -> std::string {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "%s needs a value\n", a.c_str());
-                std::exit(2);
-            }
-            return argv[++i];
-        };
+        auto next = [&] { return flag_value(argc, argv, i); };
         if (a == "--clients") o.clients = std::stoi(next());
         else if (a == "--convs") o.convs = std::stoi(next());
         else if (a == "--members") o.members = std::stoi(next());
@@ -724,15 +718,8 @@ int main(int argc, char** argv) {
     }
     o.clients = std::max(o.clients, o.convs * o.members);
     raise_descriptor_limit(2 * static_cast<rlim_t>(o.clients) + 4096); // imserver inherits it
-    im::test::TempDir state("imstorm");
-    im::Database db = im::open_database(o.db, state.path());
-    struct Stop {
-        im::Database& d;
-        ~Stop() {
-            if (d.cluster) d.cluster->stop();
-        }
-    } stop{db};
-    if (o.statements > 0) enable_statements(db);
-    im::prepare_schema(db.url, 30000);
-    return run(o, db.url);
+    BenchDatabase bench_db(o.db, "imstorm");
+    if (o.statements > 0) enable_statements(bench_db.db());
+    bench_db.prepare_schema();
+    return run(o, bench_db.url());
 }
