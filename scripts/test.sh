@@ -5,7 +5,7 @@
 #                         remove themselves, SDK and demo-app tests (offscreen
 #                         Qt), the acceptance lab with its negative controls,
 #                         the scale-out lab, the packaging tests, the soak
-#   bench   build/        compiles the six benchmarks and runs each once, briefly
+#   bench   build/        compiles the seven benchmarks and runs each once, briefly
 #   fuzz    build-fuzz/   libFuzzer (clang): kept regression inputs, then
 #                         IM_FUZZ_SECONDS (60) per target
 #   asan    build-asan/   ASan+UBSan (-O1): the server's and the SDK's suites

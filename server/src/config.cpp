@@ -152,14 +152,21 @@ const std::vector<Option>& options() {
         {"--db-pool", "IM_DB_POOL", "N", "database worker threads/connections (default 4)",
          [](Config& c, const std::string& v) { return to_int(v, 1, 256, c.db_pool); },
          [](const Config& c) { return std::to_string(c.db_pool); }},
-        {"--db-queue", "IM_DB_QUEUE", "N", "requests waiting for a worker before UNAVAILABLE (default 1024)",
+        {"--db-queue", "IM_DB_QUEUE", "N|auto",
+         "requests waiting for a worker before UNAVAILABLE (default auto: --max-connections, at least 1024; a "
+         "connection has at most one request waiting, so a reconnect wave of every connection at once waits "
+         "instead of being refused and retried)",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
+             if (v == "auto") {
+                 c.db_queue = 0;
+                 return std::nullopt;
+             }
              int n = 0;
              if (auto e = to_int(v, 1, 1000000, n)) return e;
              c.db_queue = static_cast<std::size_t>(n);
              return std::nullopt;
          },
-         [](const Config& c) { return std::to_string(c.db_queue); }},
+         [](const Config& c) { return c.db_queue == 0 ? std::string("auto") : std::to_string(c.db_queue); }},
         {"--send-group-max", "IM_SEND_GROUP_MAX", "N",
          "group commit: at most this many connections' runs of sends in one database statement and commit, when "
          "sends queue for a busy worker (default 32; 1: every run commits alone)",
@@ -654,6 +661,11 @@ std::string config_man(const std::string& version) {
       << ".SH EXIT STATUS\n0 after a drain, 1 on a fatal error, 2 on bad usage.\n"
       << ".SH SEE ALSO\n\\fBimserver\\-admin\\fR(8), \\fBsystemctl\\fR(1), /usr/share/doc/imserver/operations.md\n";
     return o.str();
+}
+
+std::size_t effective_db_queue(const Config& c) {
+    if (c.db_queue) return c.db_queue;
+    return std::max<std::size_t>(1024, static_cast<std::size_t>(c.max_connections));
 }
 
 int effective_send_workers(const Config& c) {

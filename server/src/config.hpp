@@ -33,7 +33,7 @@ struct Config {
     std::string state_dir = "./var";
     std::string gateway_id = "gw-1";
     int db_pool = 4;
-    std::size_t db_queue = 1024;
+    std::size_t db_queue = 0;            // jobs waiting for a database worker; 0: auto (effective_db_queue)
     int send_group_max = 32;             // runs of sends of different connections per commit
     int send_workers = 0;                // database workers running sends at once; 0: auto (effective_send_workers)
     int io_threads = 2;
@@ -68,6 +68,14 @@ struct Config {
     std::string config_file;                     // the file that was read ("" if none)
     std::map<std::string, std::string> origin;   // option key -> where its value came from
 };
+
+/// --db-queue as the pool and the send scheduler use it: auto is
+/// --max-connections (at least 1024). A WebSocket connection has at most one
+/// request (or run of sends) waiting for a worker, so with auto a wave of
+/// every connection reconnecting at once is queued, never refused for room
+/// (a refusal costs more than the wait: the client retries after a backoff;
+/// docs/benchmarks.md, "Reconnect storm").
+std::size_t effective_db_queue(const Config& c);
 
 /// --send-workers as the gateway uses it: auto is the CPU cores (at least
 /// 2), never more than --db-pool.

@@ -115,7 +115,7 @@ int serve(const im::Config& cfg) {
 
     im::Store store(faults, cfg.lab);
     im::Metrics metrics;
-    im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), cfg.db_queue,
+    im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), im::effective_db_queue(cfg),
                     std::chrono::milliseconds(cfg.db_timeout_ms));
     boost::asio::io_context ioc(cfg.io_threads);
     std::unique_ptr<im::NotificationBus> bus_owner;

@@ -16,6 +16,7 @@
 // With --gateways N, N imservers share the database and the connections are
 // spread round-robin, so most pushes cross gateways through the bus.
 // Not run by ctest: it prints figures, it asserts nothing.
+#include "bench_support.hpp"
 #include "database.hpp"
 #include "harness.hpp"
 #include "store.hpp"
@@ -54,6 +55,7 @@ namespace json = boost::json;
 using tcp = net::ip::tcp;
 using clk = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+using namespace im::bench;
 
 namespace {
 
@@ -73,54 +75,6 @@ double wall_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-struct Samples {
-    std::vector<double> v;
-    double pct(double p) {
-        if (v.empty()) return 0;
-        std::sort(v.begin(), v.end());
-        auto i = static_cast<std::size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
-        return v[std::min(i, v.size() - 1)];
-    }
-};
-
-// CPU seconds (user + system) of a process, from /proc.
-double cpu_seconds(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string s((std::istreambuf_iterator<char>(f)), {});
-    auto close = s.rfind(')');
-    if (close == std::string::npos) return 0;
-    std::istringstream in(s.substr(close + 2));
-    std::string field;
-    double ut = 0, st = 0;
-    for (int i = 3; i <= 15 && in >> field; ++i) {
-        if (i == 14) ut = std::atof(field.c_str());
-        if (i == 15) st = std::atof(field.c_str());
-    }
-    return (ut + st) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-pid_t parent_of(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string s((std::istreambuf_iterator<char>(f)), {});
-    auto close = s.rfind(')');
-    if (close == std::string::npos) return 0;
-    std::istringstream in(s.substr(close + 2));
-    std::string state;
-    pid_t ppid = 0;
-    in >> state >> ppid;
-    return ppid;
-}
-
-// The postmaster and all its children.
-double postgres_cpu(pid_t postmaster) {
-    double total = cpu_seconds(postmaster);
-    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-        pid_t p = std::atoi(e.path().filename().c_str());
-        if (p > 0 && parent_of(p) == postmaster) total += cpu_seconds(p);
-    }
-    return total;
-}
-
 // VmRSS of a process, read through a descriptor opened beforehand (the
 // generator may have used up its descriptors on connections by then).
 long rss_kb(int status_fd) {
@@ -130,13 +84,6 @@ long rss_kb(int status_fd) {
     buf[n] = '\0';
     const char* at = std::strstr(buf, "VmRSS:");
     return at ? std::atol(at + 6) : 0;
-}
-
-double self_cpu() {
-    rusage ru{};
-    ::getrusage(RUSAGE_SELF, &ru);
-    return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 std::string body_of(int bytes) { return std::string(static_cast<std::size_t>(bytes), 'x'); }
@@ -509,25 +456,6 @@ World provision(const std::string& url, const std::string& prefix, int convs, in
     return w;
 }
 
-bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
-    auto end = clk::now() + limit;
-    while (clk::now() < end) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(10ms);
-    }
-    return pred();
-}
-
-pid_t postmaster_pid(const std::string& url) {
-    pqxx::connection c(url);
-    pqxx::nontransaction tx(c);
-    auto dir = tx.exec("SHOW data_directory")[0][0].as<std::string>();
-    std::ifstream f(dir + "/postmaster.pid");
-    pid_t pid = 0;
-    f >> pid;
-    return pid;
-}
-
 int run_load(const Options& o, const std::string& url, const std::vector<im::test::ServerProcess*>& gws) {
     long long send_workers = gws.front()->metric("im_send_workers");
     if (send_workers <= 0) send_workers = o.db_pool;
@@ -745,13 +673,7 @@ int main(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
-        auto next = [&]() -> std::string {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "%s needs a value\n", a.c_str());
-                std::exit(2);
-            }
-            return argv[++i];
-        };
+        auto next = [&] { return flag_value(argc, argv, i); };
         if (a == "--convs") o.convs = std::stoi(next());
         else if (a == "--members") o.members = std::stoi(next());
         else if (a == "--senders") o.senders = std::stoi(next());
@@ -775,26 +697,12 @@ int main(int argc, char** argv) {
     }
     if (o.senders > o.convs * o.members) o.senders = o.convs * o.members;
     // Many sockets: raise the descriptor limit (imserver inherits it).
-    rlimit rl{};
-    ::getrlimit(RLIMIT_NOFILE, &rl);
-    rlimit want = rl;
-    want.rlim_max = std::max<rlim_t>(rl.rlim_max, 4 * static_cast<rlim_t>(o.idle) + 4096); // root may raise it
-    want.rlim_cur = want.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &want) != 0) {
-        rl.rlim_cur = rl.rlim_max;
-        ::setrlimit(RLIMIT_NOFILE, &rl);
-    }
+    raise_descriptor_limit(4 * static_cast<rlim_t>(o.idle) + 4096);
 
     // The embedded cluster, configured exactly as imserver configures its own.
-    im::test::TempDir state("imbench");
-    im::Database db = im::open_database(o.db, state.path());
-    struct Stop {
-        im::Database& d;
-        ~Stop() {
-            if (d.cluster) d.cluster->stop();
-        }
-    } stop{db};
-    im::prepare_schema(db.url, 30000);
+    BenchDatabase bench_db(o.db, "imbench");
+    bench_db.prepare_schema();
+    const im::Database& db = bench_db.db();
     int rc = 0;
     {
         std::vector<std::string> flags = {"--quiet", "--db-pool", std::to_string(o.db_pool)};

@@ -73,7 +73,8 @@ TEST(Config, flag_beats_environment_beats_file_beats_default) {
     EXPECT_EQ(line_of(r.out, "gateway-id").substr(0, 22), "gateway-id = from-file");
     EXPECT_NE(line_of(r.out, "gateway-id").find(conf + ":5"), std::string::npos);
     EXPECT_EQ(line_of(r.out, "quiet").substr(0, 12), "quiet = true");
-    EXPECT_EQ(line_of(r.out, "db-queue").substr(0, 15), "db-queue = 1024");
+    // auto: --max-connections (docs/benchmarks.md, "Reconnect storm").
+    EXPECT_EQ(line_of(r.out, "db-queue").substr(0, 15), "db-queue = auto");
     EXPECT_NE(line_of(r.out, "db-queue").find("# default"), std::string::npos);
 }
 
