@@ -19,11 +19,12 @@
 //  - a new event's seq is above every seq seen before in its conversation;
 //  - a sync walk from 0 sees each seq at most once, ascending, cursors
 //    chained; each seq it skips is one `fetch` says the caller may not read,
-//    each it shows is the event `fetch` returns;
+//    the newest it shows are the events `fetch` returns;
 //  - an unknown conversation and one without a period answer byte for byte
 //    alike (C4), and so does a recall of a seq the caller may not read;
 //  - recall of another user's message is NOT_SENDER, of a seq above the
-//    head NOT_FOUND; read and delivery markers never go down.
+//    head NOT_FOUND; read and delivery markers never go down;
+//  - the events a send hands the gateway's own subscribers are the stored ones.
 //
 // Input format (tests/fuzz/regressions/session/ holds readable examples):
 // one byte picks the operation (a letter below, else byte % 14), then one
@@ -182,6 +183,19 @@ public:
         db_.join("gap", "ana");
         ctx_.bus = &bus_;
         ctx_.jwt = &verifier();
+        // What the gateway hands its own subscribers is what was stored (a duplicate: the original).
+        ctx_.committed = [this](const std::vector<im::Event>& events) {
+            for (const auto& ev : events) {
+                const im::Event* s = db_.stored(ev.conv, ev.seq);
+                // Known, not fixed here (docs/acceptance.md, fuzz_session): a send with body
+                // "recall:N" under the key of the sender's recall of N has the recall's
+                // fingerprint, so it is that recall's duplicate, pushed here as a msg.
+                if (s && s->kind == "recall") continue;
+                EXPECT(s && s->mid == ev.mid && s->sender == ev.sender && s->body == ev.body && s->cmid == ev.cmid &&
+                           s->ts == ev.ts && s->epoch == ev.epoch,
+                       ev.conv + " " + std::to_string(ev.seq));
+            }
+        };
     }
 
     void run() {
@@ -393,7 +407,8 @@ private:
             if (k.succeeded) {
                 EXPECT(k.fingerprint == fp, json::serialize(o)); // another body under a used key is no success
                 EXPECT(dup && seq == k.seq, json::serialize(o));
-                if (o.contains("mid")) EXPECT(o.at("mid").get_string() == k.mid, json::serialize(o));
+                if (o.contains("mid") && !k.mid.empty()) EXPECT(o.at("mid").get_string() == k.mid, json::serialize(o));
+                if (o.contains("mid")) k.mid = o.at("mid").get_string(); // a recall's reply carries none
                 EXPECT(!expired_.count({conv, seq}), json::serialize(o));
                 return;
             }

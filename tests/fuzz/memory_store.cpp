@@ -119,6 +119,13 @@ void MemoryStore::purge(const std::string& conv, std::int64_t before) {
     c.min_seq = std::max(c.min_seq, before);
 }
 
+const Event* MemoryStore::stored(const std::string& conv, std::int64_t seq) const {
+    auto c = convs_.find(conv);
+    if (c == convs_.end()) return nullptr;
+    auto e = c->second.events.find(seq);
+    return e == c->second.events.end() ? nullptr : &e->second;
+}
+
 void MemoryStore::set_recall_window(const std::string& conv, std::int64_t ms) { convs_.at(conv).recall_window_ms = ms; }
 
 // ---------------------------------------------------------------- hello

@@ -42,6 +42,9 @@ public:
     void set_recall_window(const std::string& conv, std::int64_t ms);
     /// The model's clock (the database clock of `ts` and the recall window), ms.
     std::int64_t now_ms = 1'764'633'600'000;
+    /// The stored event, or nullptr (unknown, purged): for checks of what a
+    /// gateway hands its own subscribers.
+    const Event* stored(const std::string& conv, std::int64_t seq) const;
 
     // ---- SessionStore
     Outcome<Identity> hello(const req::Hello& r) override;
