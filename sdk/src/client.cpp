@@ -347,14 +347,13 @@ MessageState Client::messageState(const QString &cmid) const {
     const std::optional<detail::LocalMessage> m = d->storage.localMessage(cmid);
     if (!m)
         return MessageState::Pending;
+    // A sent message shows Recalled once its recall is stored: the state
+    // messages() gives its row, found by a point lookup (one message, not
+    // the timeline from it on).
     if (m->kind == u"send" && m->seq > 0 && MessageState(m->state) == MessageState::Sent
-        && !d->storage.cmidAt(m->conv, m->seq).isEmpty()) {
-        const std::optional<QList<detail::MessageRow>> rows = d->storage.messages(m->conv, d->id.userId, m->seq);
-        if (rows)
-            for (const detail::MessageRow &r : *rows)
-                if (r.cmid == cmid)
-                    return MessageState(r.state);
-    }
+        && !d->storage.cmidAt(m->conv, m->seq).isEmpty()
+        && d->storage.ownEventRecalled(m->conv, m->seq, cmid, d->id.userId))
+        return MessageState::Recalled;
     return MessageState(m->state);
 }
 

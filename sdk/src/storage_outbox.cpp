@@ -94,7 +94,9 @@ bool Storage::settleOutbox(const QList<Finish> &finished, const QList<Retry> &re
         del.prepare(QStringLiteral("DELETE FROM outbox WHERE cmid = ?"));
         upd.prepare(QStringLiteral("UPDATE local_messages SET state = ?, error_code = ?, seq = ?, dup = ?, epoch = ?"
                                    " WHERE cmid = ?"));
-        retry.prepare(QStringLiteral("UPDATE outbox SET attempts = ?, last_error = ?, next_retry_at = ? WHERE cmid = ?"));
+        // MAX: a retry batched before the next attempt went on the wire
+        // (markOnWire) must not take its count back (found by fuzz_sdk_apply).
+        retry.prepare(QStringLiteral("UPDATE outbox SET attempts = MAX(attempts, ?), last_error = ?, next_retry_at = ? WHERE cmid = ?"));
         bool ok = true;
         for (const Finish &f : finished) {
             del.addBindValue(f.cmid);

@@ -164,8 +164,10 @@ public:
     // events, then either (before == 0: the newest window) the cursor moved
     // to the window's head with a gap [gapLo, oldest - 1] left below it, or
     // (before > 0: older events, filling the gap that starts at gapLo) that
-    // gap shrunk to what is still missing.
-    bool applyWindow(const proto::Page &page, qint64 before, qint64 gapLo);
+    // gap shrunk to what is still missing. An older window of another epoch
+    // than the conversation's cursor (reset while the window was on its
+    // way) is void: nothing is written, *stale (if given) is set.
+    bool applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, bool *stale = nullptr);
     std::optional<QList<Gap>> gaps(const QString &conv);
     // The position from which the `count` newest timeline events below
     // `below` are shown (the lowest of their seqs); 0 if there are none.
@@ -175,6 +177,10 @@ public:
     std::optional<QList<proto::Event>> events(const QString &conv);
     // cmid of our own message at (conv, seq), empty if none.
     QString cmidAt(const QString &conv, qint64 seq);
+    // Whether the event stored at (conv, seq) is our message `cmid` and was
+    // recalled: the one row messages() would show as Recalled, looked up
+    // alone (Client::messageState, per message, must not read the timeline).
+    bool ownEventRecalled(const QString &conv, qint64 seq, const QString &cmid, const QString &self);
     bool clearReadPending(const QString &conv);
 
     // Test hook: the n-th write statement from now fails (0 disables).

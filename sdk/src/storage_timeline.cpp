@@ -233,10 +233,15 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         "   + 0.5 END,"
         "  lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
         " FROM local_messages lm LEFT JOIN conversations c ON c.conv = lm.conv"
-        " WHERE lm.conv = :conv AND lm.kind = 'send' AND (lm.seq IS NULL OR ("
+        // A draft whose own event is stored is that event's row, whatever
+        // its state: the event may come (by sync or push) before the draft
+        // is settled, and a crash can leave it Pending until the resend.
+        " WHERE lm.conv = :conv AND lm.kind = 'send'"
+        " AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.cmid = lm.cmid AND e2.sender = :self)"
+        " AND (lm.seq IS NULL OR ("
         "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
         "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.sender = :self"
-        "   AND (e2.cmid = lm.cmid OR (e2.cmid IS NULL AND e2.seq = lm.seq)))))"
+        "   AND e2.cmid IS NULL AND e2.seq = lm.seq)))"
         ") WHERE pos >= :from ORDER BY pos, ts"));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":from"), from);
@@ -266,7 +271,9 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
     return rows;
 }
 
-bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo) {
+bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, bool *stale) {
+    if (stale)
+        *stale = false;
     if (!begin(Durability::Relaxed))
         return false;
     auto abort = [this]() {
@@ -275,6 +282,22 @@ bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo) 
         return fail(e);
     };
     QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    if (before > 0) {
+        // Older events belong to the cursor's epoch; after a reset (epoch 0)
+        // or under a new epoch they would be another history's.
+        QSqlQuery c(db);
+        c.prepare(QStringLiteral("SELECT epoch FROM conversations WHERE conv = ?"));
+        c.addBindValue(page.conv);
+        if (!exec(c)) { c = QSqlQuery(); return abort(); }
+        const qint64 epoch = c.next() ? c.value(0).toLongLong() : 0;
+        c = QSqlQuery();
+        if (epoch == 0 || epoch != page.epoch) {
+            rollback();
+            if (stale)
+                *stale = true;
+            return true;
+        }
+    }
     if (before == 0 && !startRebuild(page.conv, page.head))
         return abort();
     for (const proto::Event &e : page.events)
@@ -387,6 +410,23 @@ QString Storage::cmidAt(const QString &conv, qint64 seq) {
     if (!exec(q) || !q.next())
         return {};
     return q.value(0).toString();
+}
+
+bool Storage::ownEventRecalled(const QString &conv, qint64 seq, const QString &cmid, const QString &self) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    // The join of messages(), for the one event: ours by the cmid it
+    // carries (or, stored before schema 4, by our message at its seq and
+    // epoch), and a recall event naming it.
+    q.prepare(QStringLiteral(
+        "SELECT 1 FROM events e WHERE e.conv = :conv AND e.seq = :seq AND e.kind <> 'recall' AND e.sender = :self"
+        " AND COALESCE(e.cmid, (SELECT l2.cmid FROM local_messages l2 WHERE l2.conv = e.conv"
+        "  AND l2.seq = e.seq AND l2.epoch = e.epoch AND l2.kind = 'send')) = :cmid"
+        " AND EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"));
+    q.bindValue(QStringLiteral(":conv"), conv);
+    q.bindValue(QStringLiteral(":seq"), seq);
+    q.bindValue(QStringLiteral(":self"), self);
+    q.bindValue(QStringLiteral(":cmid"), cmid);
+    return exec(q) && q.next();
 }
 
 } // namespace im::detail

@@ -239,8 +239,13 @@ void Sync::onOlder(const QString &conv, qint64 before, qint64 gapLo, const std::
         emit windowLoaded(conv, false);
         return;
     }
-    if (!storage_.applyWindow(*page, before, gapLo)) {
+    bool stale = false;
+    if (!storage_.applyWindow(*page, before, gapLo, &stale)) {
         reporter_.storageFailed(QStringLiteral("cannot apply history window"), storage_.lastError());
+        emit windowLoaded(conv, false);
+        return;
+    }
+    if (stale) { // the conversation was reset for another epoch meanwhile
         emit windowLoaded(conv, false);
         return;
     }

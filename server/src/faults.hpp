@@ -47,6 +47,7 @@ inline constexpr std::string_view fault_points[] = {
     "rule.commit_before_crash",   // a crash armed at store.before_insert/before_commit fires after the COMMIT
     "rule.unavailable_terminal",  // an UNAVAILABLE answer goes out as the terminal INVALID_ARGUMENT
     "rule.recall_dedup",          // a recall's request key is never found: a repeated recall is judged anew
+    "rule.limits",                // the codec's field bounds (cmid, body, limit, after) are not checked
     // ... and in the send function: the lab calls its variant im_lab_send_<rule> (lab_schema.hpp):
     "rule.send_membership",    // a stranger's send is appended (no membership check)
     "rule.same_error",         // an unknown conversation answers apart from a non-member's

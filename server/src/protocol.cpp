@@ -11,6 +11,7 @@ namespace {
 // nothing when the field is good.
 struct Fields {
     const json::object& o;
+    const FieldBounds& b;
 
     std::optional<std::string> str(std::string_view key, std::string& out) const {
         auto* v = o.if_contains(key);
@@ -37,7 +38,7 @@ struct Fields {
     std::optional<std::string> cmid(std::string& out, std::string_view key = "cmid") const {
         if (auto e = str(key, out)) return e;
         auto n = utf8_code_points(out);
-        if (!n || *n < 1 || *n > max_cmid_chars || out.find('\0') != std::string::npos)
+        if (!n || *n < b.min_cmid_chars || *n > b.max_cmid_chars || out.find('\0') != std::string::npos)
             return "field '" + std::string(key) + "' must be 1-64 characters";
         return std::nullopt;
     }
@@ -46,7 +47,7 @@ struct Fields {
     /// cut to max_sync_limit) and optional `epoch` (>= 1).
     std::optional<std::string> window(std::int64_t& limit, std::optional<std::int64_t>& epoch) const {
         if (auto e = integer("limit", limit, false)) return e;
-        if (limit < 1) return std::string("field 'limit' must be >= 1");
+        if (limit < b.min_limit) return std::string("field 'limit' must be >= 1");
         if (limit > max_sync_limit) limit = max_sync_limit;
         if (o.contains("epoch")) {
             std::int64_t ep = 0;
@@ -58,8 +59,8 @@ struct Fields {
     }
 };
 
-std::variant<Request, Error> parse_body(std::string_view t, const json::object& o) {
-    Fields f{o};
+std::variant<Request, Error> parse_body(std::string_view t, const json::object& o, const FieldBounds& b) {
+    Fields f{o, b};
     auto bad = [](std::string m) -> std::variant<Request, Error> { return invalid(std::move(m)); };
 
     if (t == "hello") {
@@ -77,7 +78,7 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         if (auto e = f.str("body", r.body)) return bad(*e);
         auto n = utf8_code_points(r.body);
         if (!n) return bad("field 'body' must be valid UTF-8");
-        if (*n < 1 || *n > max_body_code_points) return bad("field 'body' must be 1-4000 code points");
+        if (*n < b.min_body_code_points || *n > b.max_body_code_points) return bad("field 'body' must be 1-4000 code points");
         if (r.body.find('\0') != std::string::npos) return bad("field 'body' must not contain U+0000");
         if (o.contains("prev")) {
             if (auto e = f.cmid(r.prev, "prev")) return bad(*e);
@@ -89,7 +90,7 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         req::Sync r;
         if (auto e = f.conv(r.conv)) return bad(*e);
         if (auto e = f.integer("after", r.after)) return bad(*e);
-        if (r.after < 0) return bad("field 'after' must be >= 0");
+        if (r.after < b.min_after) return bad("field 'after' must be >= 0");
         if (auto e = f.window(r.limit, r.epoch)) return bad(*e);
         return r;
     }
@@ -130,7 +131,7 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
                 return bad("field 'after' must be a conversation id (1-64 characters of [A-Za-z0-9._:-])");
         }
         if (auto e = f.integer("limit", r.limit, false)) return bad(*e);
-        if (r.limit < 1) return bad("field 'limit' must be >= 1");
+        if (r.limit < b.min_limit) return bad("field 'limit' must be >= 1");
         if (r.limit > max_convs_limit) r.limit = max_convs_limit;
         return r;
     }
@@ -218,7 +219,7 @@ std::string_view request_name(const Request& r) {
     return names[r.index()];
 }
 
-Parsed parse_request(std::string_view frame) {
+Parsed parse_request(std::string_view frame, const FieldBounds& bounds) {
     Parsed p;
     json::error_code ec;
     json::value v = json::parse(frame, ec);
@@ -245,7 +246,7 @@ Parsed parse_request(std::string_view frame) {
     p.type = "other";
     for (auto k : known)
         if (tv == k) p.type = std::string(k);
-    p.body = parse_body(tv, o);
+    p.body = parse_body(tv, o, bounds);
     return p;
 }
 

@@ -63,8 +63,21 @@ struct Parsed {
     std::variant<Request, Error> body;
 };
 
+/// The field bounds of contract section 9 that parse_request checks. The
+/// contract's are the only ones production uses; the acceptance lab's
+/// negative control `rule.limits` (ws_session.cpp, behind --enable-faults)
+/// parses with looser ones to prove 04-limits sees a server that accepts
+/// what it must refuse.
+struct FieldBounds {
+    std::size_t min_cmid_chars = 1, max_cmid_chars = im::max_cmid_chars;
+    std::size_t min_body_code_points = 1, max_body_code_points = im::max_body_code_points;
+    std::int64_t min_limit = 1;  // sync, history, convs
+    std::int64_t min_after = 0;  // sync
+};
+inline constexpr FieldBounds contract_bounds{};
+
 /// Parses and validates one text frame.
-Parsed parse_request(std::string_view frame);
+Parsed parse_request(std::string_view frame, const FieldBounds& bounds = contract_bounds);
 
 /// Validation helpers, exposed for the admin CLI and tests.
 bool valid_id(std::string_view id);                       // [A-Za-z0-9._:-]{1,64}

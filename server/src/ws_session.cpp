@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace im {
 
@@ -347,8 +348,19 @@ void WsSession::on_read(beast::error_code ec, std::size_t) {
     do_read(); // unless paused: then resumed as the queue and the output drain
 }
 
+namespace {
+// Lab negative control only (rule.limits): the field bounds switched off, so
+// the acceptance lab's 04-limits sees a server that takes over-limit values.
+constexpr FieldBounds lab_unbounded{.min_cmid_chars = 0,
+                                    .max_cmid_chars = std::numeric_limits<std::size_t>::max(),
+                                    .min_body_code_points = 0,
+                                    .max_body_code_points = std::numeric_limits<std::size_t>::max(),
+                                    .min_limit = std::numeric_limits<std::int64_t>::min(),
+                                    .min_after = std::numeric_limits<std::int64_t>::min()};
+} // namespace
+
 void WsSession::on_frame(const std::string& text) {
-    Parsed p = parse_request(text);
+    Parsed p = parse_request(text, gw_->faults().broken("rule.limits") ? lab_unbounded : contract_bounds);
     if (auto* e = std::get_if<Error>(&p.body)) {
         gw_->metrics().count_request(p.type.empty() ? "invalid" : p.type, code_name(e->code));
         return send(encode_error(*e, p.rid));

@@ -108,6 +108,9 @@ private slots:
     void an_outbox_write_never_runs_under_a_synchronous_left_relaxed();
     void unread_badge_is_the_servers_count_also_across_a_gap();
     void own_messages_are_matched_by_cmid_not_by_seq();
+    void a_draft_whose_own_event_is_stored_before_its_answer_is_shown_once();
+    void an_older_window_of_a_void_epoch_is_not_stored();
+    void a_batched_retry_never_takes_back_the_attempts_on_the_wire();
     void a_draft_written_under_another_users_token_is_never_sent();
     void a_draft_names_the_credential_it_was_written_under();
 };
@@ -1276,6 +1279,124 @@ void TestClient::a_draft_names_the_credential_it_was_written_under() {
     QVERIFY(opaque != Outbox::credentialOf(QStringLiteral("tok-ben")));
     QVERIFY(!opaque.contains(QStringLiteral("tok-ana"))); // a fingerprint, not the secret
     QCOMPARE(Outbox::credentialOf(QString()), QString());
+}
+
+void TestClient::a_draft_whose_own_event_is_stored_before_its_answer_is_shown_once() {
+    // Found by fuzz_sdk_apply: our event came by sync while the draft was
+    // still Pending (its answer lost, or its settle still batched when the
+    // process died). The timeline shows the message once, as the stored
+    // event, before and after a restart, and still once when settled.
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("store.db"));
+    const QString c1 = QStringLiteral("c1"), cmid = QStringLiteral("cmid-1");
+    im::detail::Storage st;
+    QVERIFY(st.open(path));
+    QVERIFY(st.setMeta(QStringLiteral("user"), QStringLiteral("ana")));
+    im::detail::OutboxRow row;
+    row.cmid = cmid;
+    row.kind = QStringLiteral("send");
+    row.conv = c1;
+    row.body = QStringLiteral("hello");
+    row.createdAt = 1000;
+    QVERIFY(st.enqueue(row) > 0);
+    im::proto::Page page;
+    page.conv = c1;
+    page.epoch = 1;
+    page.head = 1;
+    page.nextAfter = 1;
+    page.events = {im::proto::Event{c1, 1, QStringLiteral("mid-1"), QStringLiteral("msg"), QStringLiteral("ana"),
+                                    QStringLiteral("hello"), 1001, 1, 0, {}, cmid}};
+    QVERIFY(st.applyPage(page));
+    const auto shownOnce = [&] {
+        const auto rows = st.messages(c1, QStringLiteral("ana"));
+        QVERIFY(rows);
+        QCOMPARE(rows->size(), 1);
+        QCOMPARE(rows->first().cmid, cmid);
+        QCOMPARE(rows->first().seq, 1);
+    };
+    shownOnce();
+    st.close();
+    QVERIFY(st.open(path));
+    shownOnce();
+    QCOMPARE(st.loadOutbox()->size(), 1); // still Pending: the resend is answered dup:true
+    QVERIFY(st.settleOutbox({im::detail::Storage::Finish{cmid, int(MessageState::Sent), {}, 1, true, 1}}, {}));
+    shownOnce();
+}
+
+void TestClient::an_older_window_of_a_void_epoch_is_not_stored() {
+    // Found by fuzz_sdk_apply: an older window (fetchMore into a gap) is on
+    // its way while the conversation is reset for a new epoch and synced
+    // again; the window of the old epoch must not be stored under the new one.
+    QTemporaryDir dir;
+    const QString c1 = QStringLiteral("c1");
+    im::detail::Storage st;
+    QVERIFY(st.open(dir.filePath(QStringLiteral("store.db"))));
+    QVERIFY(st.setMeta(QStringLiteral("user"), QStringLiteral("ana")));
+    const auto event = [&](qint64 seq, qint64 epoch) {
+        return im::proto::Event{c1, seq, QStringLiteral("mid-%1-%2").arg(epoch).arg(seq), QStringLiteral("msg"),
+                                QStringLiteral("ben"), QStringLiteral("b"), 1000 + seq, epoch, 0, {}, {}};
+    };
+    im::proto::Page newest; // epoch 1, head 6: the window 5..6, a gap 1..4 below it
+    newest.conv = c1;
+    newest.history = true;
+    newest.epoch = 1;
+    newest.head = 6;
+    newest.oldest = 5;
+    newest.hasOlder = true;
+    newest.events = {event(5, 1), event(6, 1)};
+    QVERIFY(st.applyWindow(newest, 0, 1));
+    QCOMPARE(*st.gaps(c1), (QList<im::detail::Gap>{{1, 4}}));
+    QVERIFY(st.resetConversation(c1, true)); // EPOCH_CHANGED
+    im::proto::Page page; // epoch 2: the server kept 2 events
+    page.conv = c1;
+    page.epoch = 2;
+    page.head = 2;
+    page.nextAfter = 2;
+    page.events = {event(1, 2), event(2, 2)};
+    QVERIFY(st.applyPage(page));
+    im::proto::Page older = newest; // the answer to `history before=5` of epoch 1
+    older.head = 6;
+    older.oldest = 3;
+    older.hasOlder = true;
+    older.events = {event(3, 1), event(4, 1)};
+    bool stale = false;
+    QVERIFY(st.applyWindow(older, 5, 1, &stale));
+    const auto events = st.events(c1);
+    QVERIFY(events);
+    for (const auto &e : *events)
+        QCOMPARE(e.epoch, 2);
+    QCOMPARE(events->size(), 2);
+    QVERIFY(st.gaps(c1)->isEmpty());
+    QVERIFY(stale);
+    // A window of the cursor's epoch is stored as before.
+    older.epoch = 2;
+    older.events = {};
+    older.hasOlder = false;
+    QVERIFY(st.applyWindow(older, 1, 1, &stale));
+    QVERIFY(!stale);
+}
+
+void TestClient::a_batched_retry_never_takes_back_the_attempts_on_the_wire() {
+    // Found by fuzz_sdk_apply: answers are written in batches, so the retry
+    // of attempt 1 can be written after attempt 2 went on the wire.
+    QTemporaryDir dir;
+    im::detail::Storage st;
+    QVERIFY(st.open(dir.filePath(QStringLiteral("store.db"))));
+    im::detail::OutboxRow row;
+    row.cmid = QStringLiteral("cmid-1");
+    row.kind = QStringLiteral("send");
+    row.conv = QStringLiteral("c1");
+    row.body = QStringLiteral("hello");
+    row.createdAt = 1000;
+    QVERIFY(st.enqueue(row) > 0);
+    QVERIFY(st.markOnWire({{row.cmid, 1}}));
+    QVERIFY(st.markOnWire({{row.cmid, 2}}));
+    QVERIFY(st.settleOutbox({}, {im::detail::Storage::Retry{row.cmid, 1, QStringLiteral("UNAVAILABLE"), 0}}));
+    const auto rows = st.loadOutbox();
+    QVERIFY(rows);
+    QCOMPARE(rows->size(), 1);
+    QCOMPARE(rows->first().attempts, 2);
+    QCOMPARE(rows->first().lastError, QStringLiteral("UNAVAILABLE"));
 }
 
 QTEST_GUILESS_MAIN(TestClient)

@@ -205,6 +205,8 @@ public:
     /// for a live view use OutboxModel).
     Q_INVOKABLE QList<im::OutboxEntry> outbox() const;
     /// Local state of a message or recall request by cmid (Pending if unknown).
+    /// A point lookup in the local store (a few indexed reads, whatever the
+    /// conversation's length): fine to call per row.
     Q_INVOKABLE MessageState messageState(const QString &cmid) const;
     /// Conversation ids known locally.
     Q_INVOKABLE QStringList conversationIds() const;
