@@ -94,7 +94,7 @@ tsan() {
 fuzz() {
     cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_FUZZ=ON \
         -DIM_BUILD_SERVER=OFF -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null &&
-    cmake --build build-fuzz -j"$jobs" --target fuzz_server_request fuzz_sdk_frame fuzz_jwt fuzz_sdk_apply &&
+    cmake --build build-fuzz -j"$jobs" --target fuzz_server_request fuzz_sdk_frame fuzz_jwt fuzz_sdk_apply fuzz_session &&
     (cd build-fuzz && ctest -j2 --output-on-failure -L fuzz)
 }
 

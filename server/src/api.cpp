@@ -64,10 +64,20 @@ Outcome<jwt::Claims> check_jwt(const ApiContext& ctx, const std::string& token) 
     return std::get<jwt::Claims>(std::move(v));
 }
 
-Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
-                       const Request& req, const std::optional<std::string>& rid) {
-    if (!conn) return error_reply(unavailable("database unreachable, retry with the same request"), rid);
-    auto& c = *conn;
+std::optional<Handled> out_of_order(const std::optional<Identity>& who, const Request& req,
+                                    const std::optional<std::string>& rid) {
+    const bool hello = std::holds_alternative<req::Hello>(req);
+    if (hello && who) return error_reply(invalid("already authenticated"), rid);
+    if (hello || who) return std::nullopt;
+    Handled h = error_reply({Code::unauthenticated, "send hello first"}, rid);
+    h.close_after = false; // only a failed hello closes the connection
+    return h;
+}
+
+Handled handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Identity>& who, const Request& req,
+                       const std::optional<std::string>& rid) {
+    if (auto refused = out_of_order(who, req, rid)) return std::move(*refused);
+    if (!db) return error_reply(unavailable("database unreachable, retry with the same request"), rid);
     return std::visit(
         [&](const auto& r) -> Handled {
             using T = std::decay_t<decltype(r)>;
@@ -76,9 +86,9 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
                 if (jwt::looks_like_jwt(r.token)) {
                     auto claims = check_jwt(ctx, r.token);
                     if (!claims) return error_reply(claims.error(), rid);
-                    o = ctx.store.hello_jwt(c, claims->sub, claims->device, r.install, claims->exp_ms);
+                    o = db->hello_jwt(claims->sub, claims->device, r.install, claims->exp_ms);
                 } else {
-                    o = ctx.store.hello(c, r);
+                    o = db->hello(r);
                 }
                 if (!*o) return error_reply(o->error(), rid);
                 Handled h;
@@ -86,23 +96,22 @@ Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::
                 h.identity = o->value();
                 return h;
             } else if constexpr (std::is_same_v<T, req::Send>) {
-                return send_run_and_wait(ctx, conn, *who, {r}, {rid}).front();
+                return send_run_and_wait(ctx, db, *who, {r}, {rid}).front();
             } else if constexpr (std::is_same_v<T, req::Sync>) {
-                return reply(ctx.store.sync(c, *who, r), rid);
+                return reply(db->sync(*who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Ack>) {
-                return reply(ctx.store.ack(c, *who, r), rid);
+                return reply(db->ack(*who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Read> || std::is_same_v<T, req::Recall>) {
-                if (!who) return error_reply({Code::unauthenticated, "send hello first"}, rid);
                 auto promise = std::make_shared<std::promise<Handled>>();
                 auto result = promise->get_future();
-                handle_request(ctx, conn, who, req, rid, [promise](Handled h) { promise->set_value(std::move(h)); });
+                handle_request(ctx, db, who, req, rid, [promise](Handled h) { promise->set_value(std::move(h)); });
                 return result.get();
             } else if constexpr (std::is_same_v<T, req::Convs>) {
-                return reply(ctx.store.convs(c, *who, r), rid);
+                return reply(db->convs(*who, r), rid);
             } else if constexpr (std::is_same_v<T, req::History>) {
-                return reply(ctx.store.history(c, *who, r), rid);
+                return reply(db->history(*who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Fetch>) {
-                return reply(ctx.store.fetch(c, *who, r), rid);
+                return reply(db->fetch(*who, r), rid);
             } else {
                 // sub is answered on the I/O thread; nothing else reaches here.
                 return error_reply(invalid("unexpected request"), rid);
@@ -127,14 +136,14 @@ Handled recall_reply(ApiContext& ctx, const Outcome<Recalled>& o, const std::opt
 
 } // namespace
 
-void handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
-                    const Request& req, const std::optional<std::string>& rid, std::function<void(Handled)> done) {
+void handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Identity>& who, const Request& req,
+                    const std::optional<std::string>& rid, std::function<void(Handled)> done) {
     // read and recall commit, then hand their notification to the bus; the
     // worker is free once they committed (the bus answers on its own thread).
-    if (conn && who) {
+    if (db && who) {
         if (const auto* r = std::get_if<req::Read>(&req)) {
             Notes notes;
-            auto o = ctx.store.read(*conn, *who, *r, notes);
+            auto o = db->read(*who, *r, notes);
             Handled h = reply(o, rid);
             if (notes.empty() || !ctx.bus) return done(std::move(h));
             // A lost hint is healed by the next convs: the reply stands either way.
@@ -143,8 +152,7 @@ void handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::opt
             return;
         }
         if (const auto* r = std::get_if<req::Recall>(&req)) {
-            auto o = ctx.faults.broken("rule.recall_dedup") ? ctx.store.recall(*conn, *who, lab_fresh_key(*r))
-                                                            : ctx.store.recall(*conn, *who, *r);
+            auto o = ctx.faults.broken("rule.recall_dedup") ? db->recall(*who, lab_fresh_key(*r)) : db->recall(*who, *r);
             if (!o) return done(error_reply(o.error(), rid));
             if (!ctx.bus) return done(recall_reply(ctx, o, rid));
             Notes notes{"e " + o->conv + " " + std::to_string(o->seq)};
@@ -154,7 +162,7 @@ void handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::opt
             return;
         }
     }
-    done(handle_request(ctx, conn, who, req, rid));
+    done(handle_request(ctx, db, who, req, rid));
 }
 
 } // namespace im

@@ -1,10 +1,12 @@
 // The request handlers: one request in, one reply frame out. Runs on a
-// database worker thread; knows the store and the codec, never the socket.
+// database worker thread; knows the store (through SessionStore,
+// session_store.hpp) and the codec, never the socket.
 #pragma once
 
 #include "bus.hpp"
 #include "jwt.hpp"
 #include "protocol.hpp"
+#include "session_store.hpp"
 #include "store.hpp"
 
 #include <chrono>
@@ -27,6 +29,8 @@ struct Handled {
 };
 
 struct ApiContext {
+    /// The whole store (gateway probes, the backend API); a session's
+    /// requests reach it only through a SessionStore (PgSessionStore).
     Store& store;
     FaultRegistry& faults;
     std::string gateway_id;
@@ -43,15 +47,25 @@ struct ApiContext {
 /// UNAUTHENTICATED error to answer (the reason is logged, not sent).
 Outcome<jwt::Claims> check_jwt(const ApiContext& ctx, const std::string& token);
 
-/// `conn` is nullptr when the database is unreachable.
-Handled handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
-                       const Request& req, const std::optional<std::string>& rid);
+/// Contract section 4, the order of a connection's requests: any request
+/// but hello before a successful hello is UNAUTHENTICATED (the connection
+/// stays open: only a failed hello closes it); a second hello is
+/// INVALID_ARGUMENT. nullopt when `req` may run now. `who` is the
+/// connection's identity (unset before its hello succeeded).
+std::optional<Handled> out_of_order(const std::optional<Identity>& who, const Request& req,
+                                    const std::optional<std::string>& rid);
+
+/// One request of a connection whose identity is `who`, against `db` (the
+/// database on a worker's connection, or tests/fuzz's in-memory model);
+/// `db` is nullptr when the database is unreachable (UNAVAILABLE).
+Handled handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Identity>& who, const Request& req,
+                       const std::optional<std::string>& rid);
 
 /// The same, answering through `done`: read and recall give their worker
 /// back once they committed and answer when the bus took their notification
 /// (`done` then runs on the bus's thread); the others answer at once.
-void handle_request(ApiContext& ctx, pqxx::connection_base* conn, const std::optional<Identity>& who,
-                    const Request& req, const std::optional<std::string>& rid, std::function<void(Handled)> done);
+void handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Identity>& who, const Request& req,
+                    const std::optional<std::string>& rid, std::function<void(Handled)> done);
 
 /// Replies that need no database (errors found on the I/O thread).
 Handled error_reply(const Error& e, const std::optional<std::string>& rid);

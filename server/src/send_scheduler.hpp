@@ -1,7 +1,7 @@
 // The send path: a connection's run of sends -> the send scheduler (group
 // commit) -> a send worker's one statement (Store::send_group, im_send) ->
-// finish_run (own subscribers, the bus, the replies). Runs on the
-// database workers; knows the store and the codec, never the socket.
+// finish_run (own subscribers, the bus, the replies; send_run.cpp). Runs on
+// the database workers; knows the store and the codec, never the socket.
 //
 // Names: a *run* is what one connection sent to one conversation in one go
 // (Store::send_run, send_run_async / send_run_and_wait, finish_run); a
@@ -23,20 +23,28 @@
 
 namespace im {
 
-/// A run of sends to one conversation, one database call; one Handled per
-/// item, given to `done` once the events' payloads were handed to the bus
-/// (on the bus's thread, or on this one).
+class DbPool;
+class Metrics;
+
+/// A run of sends to one conversation, one database call (`db` nullptr:
+/// the database is unreachable); one Handled per item, given to `done` once
+/// the events' payloads were handed to the bus (on the bus's thread, or on
+/// this one).
 using RepliesDone = std::function<void(std::vector<Handled>)>;
-void send_run_async(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
-                    const std::vector<req::Send>& sends, const std::vector<std::optional<std::string>>& rids,
-                    RepliesDone done);
+void send_run_async(ApiContext& ctx, SessionStore* db, const Identity& who, const std::vector<req::Send>& sends,
+                    const std::vector<std::optional<std::string>>& rids, RepliesDone done);
 /// The same, waiting for the outcome.
-std::vector<Handled> send_run_and_wait(ApiContext& ctx, pqxx::connection_base* conn, const Identity& who,
+std::vector<Handled> send_run_and_wait(ApiContext& ctx, SessionStore* db, const Identity& who,
                                        const std::vector<req::Send>& sends,
                                        const std::vector<std::optional<std::string>>& rids);
-
-class DbPool;
-struct Metrics;
+/// What follows a run's database call (send_run.cpp): its events to this
+/// gateway's own subscribers (ctx.committed), their payloads to the bus,
+/// then one Handled per item to `done`, each only after the hand-over
+/// (UNAVAILABLE for all when the bus refused). `metrics`, when given, gets
+/// the publish stage.
+void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
+                const std::vector<std::optional<std::string>>& rids, std::vector<Outcome<Store::SendResult>> results,
+                RepliesDone done, Metrics* metrics = nullptr);
 
 /// The send path's scheduler (group commit): runs of sends from many connections that queue up while
 /// the send workers are busy go to the database together, in one statement

@@ -381,8 +381,8 @@ void WsSession::next() {
     do_read();
 
     if (gw_->draining()) return finish(item, error_reply(unavailable("gateway is draining; reconnect"), item.rid));
+    if (auto refused = out_of_order(who_, item.req, item.rid)) return finish(item, std::move(*refused));
     if (std::holds_alternative<req::Hello>(item.req)) {
-        if (who_) return finish(item, error_reply(invalid("already authenticated"), item.rid));
         if (gw_->hello_limited(address_)) {
             // Too many failed hellos from this address this minute: no
             // database check, no token check; retryable later (UNAVAILABLE, 1013).
@@ -395,10 +395,6 @@ void WsSession::next() {
         }
         hello_generation_ = gw_->resync_generation();
         hello_pending_ = true;
-    } else if (!who_) {
-        Handled h = error_reply({Code::unauthenticated, "send hello first"}, item.rid);
-        h.close_after = false; // only a failed hello closes the connection
-        return finish(item, std::move(h));
     }
     if (const auto* rf = std::get_if<req::Refresh>(&item.req)) return finish(item, refresh(*rf, item.rid));
     if (std::holds_alternative<req::Sub>(item.req)) {
@@ -450,7 +446,11 @@ void WsSession::next() {
         queued = gw_->sends().submit(*who, std::move(sends), std::move(rids), std::move(replies));
     } else {
         queued = gw_->pool().submit([self, who, batch, replies](pqxx::connection_base* c) {
-            handle_request(self->gw_->api(), c, who, batch->front().req, batch->front().rid,
+            // The store on this worker's connection, for this request only
+            // (the bus's callbacks never reach it); none: UNAVAILABLE.
+            std::optional<PgSessionStore> db;
+            if (c) db.emplace(self->gw_->api().store, *c);
+            handle_request(self->gw_->api(), db ? &*db : nullptr, who, batch->front().req, batch->front().rid,
                            [replies](Handled h) { replies({std::move(h)}); });
         });
     }
