@@ -211,20 +211,28 @@ bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *
     return true;
 }
 
+// Shared by messages() and ownEventRecalled(), for an event `e`:
+// the cmid of our message it is, by the cmid it carries (a seq can name
+// another's message after an epoch change or a restore); an event stored
+// before schema 4 has none and falls back to our message at its (seq,
+// epoch).
+#define IM_SQL_OWN_CMID_OF_E \
+    "COALESCE(e.cmid, (SELECT l2.cmid FROM local_messages l2 WHERE l2.conv = e.conv" \
+    " AND l2.seq = e.seq AND l2.epoch = e.epoch AND l2.kind = 'send'))"
+// ... and whether a recall event names it.
+#define IM_SQL_E_RECALLED "EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"
+
 std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QString &self, qint64 from) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral(
         "SELECT * FROM ("
         " SELECT e.seq AS pos, e.seq AS seq, e.kind AS kind, e.sender AS sender, e.body AS body, e.ts AS ts, lm.cmid AS cmid,"
         "  lm.state AS state, lm.error_code AS error_code, COALESCE(lm.dup, 0) AS dup,"
-        "  EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq) AS recalled,"
+        "  " IM_SQL_E_RECALLED " AS recalled,"
         "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own"
-        // Ours by the cmid the event carries (a seq can name another's
-        // message after an epoch change or a restore); an event stored
-        // before schema 4 has none and falls back to (seq, epoch), ours only.
+        // Our message, by IM_SQL_OWN_CMID_OF_E.
         " FROM events e LEFT JOIN local_messages lm"
-        "  ON lm.cmid = COALESCE(e.cmid, (SELECT l2.cmid FROM local_messages l2 WHERE l2.conv = e.conv"
-        "   AND l2.seq = e.seq AND l2.epoch = e.epoch AND l2.kind = 'send'))"
+        "  ON lm.cmid = " IM_SQL_OWN_CMID_OF_E
         "  AND lm.conv = e.conv AND lm.kind = 'send' AND e.sender = :self"
         " WHERE e.conv = :conv AND e.seq >= :from AND e.kind <> 'recall'"
         " UNION ALL"
@@ -419,9 +427,7 @@ bool Storage::ownEventRecalled(const QString &conv, qint64 seq, const QString &c
     // epoch), and a recall event naming it.
     q.prepare(QStringLiteral(
         "SELECT 1 FROM events e WHERE e.conv = :conv AND e.seq = :seq AND e.kind <> 'recall' AND e.sender = :self"
-        " AND COALESCE(e.cmid, (SELECT l2.cmid FROM local_messages l2 WHERE l2.conv = e.conv"
-        "  AND l2.seq = e.seq AND l2.epoch = e.epoch AND l2.kind = 'send')) = :cmid"
-        " AND EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"));
+        " AND " IM_SQL_OWN_CMID_OF_E " = :cmid AND " IM_SQL_E_RECALLED));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":seq"), seq);
     q.bindValue(QStringLiteral(":self"), self);
