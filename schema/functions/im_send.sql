@@ -161,7 +161,11 @@ BEGIN
                 -- whole conversation for a key that is not there (every
                 -- fresh send): quadratic in a long flush.
                 SELECT * FROM (
-                    SELECT e.seq, e.mid::text AS mid, e.epoch, e.request_hash,
+                    -- The key of a recall is taken too, but its hash never
+                    -- matches a send's (C3: another kind of request is other
+                    -- content, even where the fingerprints' bytes agree).
+                    SELECT e.seq, e.mid::text AS mid, e.epoch,
+                           CASE WHEN e.kind = 'msg' THEN e.request_hash END AS request_hash,
                            floor(extract(epoch FROM e.created_at) * 1000)::bigint AS ts
                       FROM events e
                      WHERE e.conv_id = it.conv AND e.sender_user = it.usr AND e.client_msg_id = it.cmid

@@ -66,6 +66,8 @@ void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Sen
     // Contract section 6, send step 5: the replies only after the events'
     // notification was handed to the bus.
     const auto handed = std::chrono::steady_clock::now();
+    const bool publishing = !notes.empty() && ctx.bus;
+    if (!publishing) metrics = nullptr; // nothing published: no publish stage
     auto complete = [&ctx, results = std::move(results), rids, done = std::move(done), metrics,
                      handed](bool published) mutable {
         if (metrics)
@@ -83,10 +85,7 @@ void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Sen
         }
         done(std::move(out));
     };
-    if (notes.empty() || !ctx.bus) {
-        metrics = nullptr; // nothing published: no publish stage
-        return complete(true);
-    }
+    if (!publishing) return complete(true);
     ctx.bus->publish(std::move(notes), std::move(complete));
 }
 

@@ -59,9 +59,11 @@ const Statements& admin_statements() {
         // The request key, as for send, with the recall fingerprint (looked
         // up through the key's index: OFFSET 0 keeps ORDER BY seq from
         // choosing a walk of the conversation by primary key, as in im_send).
+        // A key held by a send never matches (C3: another kind of request
+        // is other content, even where the fingerprints' bytes agree).
         {"im_recall_key",
-         std::string("SELECT seq, request_hash = ") + recall_fp +
-             " FROM (SELECT seq, request_hash FROM events WHERE conv_id = $1 AND sender_user = $2 "
+         std::string("SELECT seq, coalesce(kind = 'recall' AND request_hash = ") + recall_fp +
+             ", false) FROM (SELECT seq, kind, request_hash FROM events WHERE conv_id = $1 AND sender_user = $2 "
              "AND client_msg_id = $3 OFFSET 0) found ORDER BY seq LIMIT 1"},
         {"im_tombstone", "SELECT 1 FROM idem_tombstones WHERE conv_id = $1 AND sender_user = $2 AND client_msg_id = $3"},
         {"im_recall_target",

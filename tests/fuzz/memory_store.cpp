@@ -15,8 +15,10 @@ Error stale() { return {Code::stale_install, "a newer install of this device exi
 Error mismatch() { return {Code::idempotency_mismatch, "cmid already used with different content"}; }
 Error expired() { return {Code::original_expired, "the original was purged by retention"}; }
 
-// Fingerprints (contract section 6) without the hash: conv is part of the key already.
-std::string send_fp(const req::Send& s) { return s.body; }
+// Fingerprints (contract section 6) without the hash: conv is part of the key
+// already. The kind leads, so a send and a recall never match (C3), as the
+// server's key lookups check the stored event's kind.
+std::string send_fp(const req::Send& s) { return "msg:" + s.body; }
 std::string recall_fp(std::int64_t target) { return "recall:" + std::to_string(target); }
 
 // Adds events to a page while they fit (limit, then the frame budget, never

@@ -602,6 +602,32 @@ TEST_F(Contract, recall_appends_an_event_and_never_edits_the_original) {
     EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "1");
 }
 
+// C3 across kinds: a send's fingerprint hashes its body and a recall's the
+// text "recall:<target>", so a body of exactly that text has the same bytes.
+// A cmid held by one kind of request is still other content for the other.
+TEST_F(Contract, a_cmid_held_by_a_recall_is_a_mismatch_for_a_send_and_the_reverse) {
+    auto w = make_world(db(), "kinds", 2);
+    auto a = login(port(), w.users[0]);
+    auto s1 = send_msg(*a, w.conv, "m1", "first");
+    const auto t1 = std::to_string(num(s1, "seq"));
+    auto r1 = a->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(s1, "seq")}, {"cmid", "r1"}});
+    ASSERT_EQ(str(r1, "t"), "recalled") << json::serialize(r1);
+    // A send reusing the recall's cmid, with the body that hashes alike.
+    auto send_as_recall = send_msg(*a, w.conv, "r1", "recall:" + t1);
+    EXPECT_EQ(str(send_as_recall, "code"), "IDEMPOTENCY_MISMATCH") << json::serialize(send_as_recall);
+    // A send whose body hashes like a recall of seq 3, then that recall under its cmid.
+    auto s2 = send_msg(*a, w.conv, "m2", "second");
+    const auto t2 = std::to_string(num(s2, "seq"));
+    auto s3 = send_msg(*a, w.conv, "m3", "recall:" + t2);
+    ASSERT_EQ(str(s3, "t"), "sent") << json::serialize(s3);
+    auto recall_as_send = a->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(s2, "seq")}, {"cmid", "m3"}});
+    EXPECT_EQ(str(recall_as_send, "code"), "IDEMPOTENCY_MISMATCH") << json::serialize(recall_as_send);
+    // Nothing written by either refusal: one recall (of s1), and s2 not recalled.
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "1");
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall' AND target_seq = " + t2), "0");
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "3");
+}
+
 TEST_F(Contract, recall_rejections_follow_the_contract) {
     auto w = make_world(db(), "recallno", 2);
     auto a = login(port(), w.users[0]);

@@ -465,4 +465,8 @@ TEST(SendWorkers, every_stage_of_a_send_is_counted_in_its_histogram) {
     for (const char* stage : {"queue", "statement", "publish", "strand"}) EXPECT_EQ(count(stage), 1) << stage;
     ASSERT_EQ(str(send_msg(*c, w.conv, "s2", "staged again"), "t"), "sent");
     for (const char* stage : {"queue", "statement", "publish", "strand"}) EXPECT_EQ(count(stage), 2) << stage;
+    // A refused send publishes nothing: every stage but publish counts it.
+    ASSERT_EQ(str(send_msg(*c, w.conv, "s1", "another body"), "code"), "IDEMPOTENCY_MISMATCH");
+    for (const char* stage : {"queue", "statement", "strand"}) EXPECT_EQ(count(stage), 3) << stage;
+    EXPECT_EQ(count("publish"), 2) << "a run with nothing to publish was counted in the publish stage";
 }
