@@ -715,9 +715,24 @@ void TestDemoApp::outbox_panel_shows_what_a_pipelined_message_waits_behind() {
 }
 
 // "Discard" on a Failed message (a conversation ana is not in: NOT_MEMBER)
-// removes it from the view and the local store.
+// removes it from the view and the local store; on a Sent one it refuses.
 void TestDemoApp::discard_removes_a_failed_message_from_the_view_and_the_store() {
     const QString db = ana_->session().dbPath;
+    auto *view = child<QTableView>(ana_, "messageView");
+    // Discard refuses a message that is not Failed/Expired: a Sent one stays
+    // in the view and the store.
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    const QString kept = QStringLiteral("sent, so never discarded");
+    typeAndSend(ana_, kept);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), kept), MessageState::Sent, kSettle);
+    const int keptRow = rowOf(ana_->messages(), kept);
+    const QString keptCmid = ana_->messages()->get(keptRow, MessageListModel::CmidRole).toString();
+    view->setCurrentIndex(view->model()->index(keptRow, ChatWindow::BodyColumn));
+    QTest::mouseClick(child<QPushButton>(ana_, "discardButton"), Qt::LeftButton);
+    QVERIFY2(ana_->lastActionText().startsWith(QStringLiteral("Not discarded")), qPrintable(ana_->lastActionText()));
+    QCOMPARE(rowsWithBody(ana_->messages(), kept).size(), 1);
+    QCOMPARE(stateOf(ana_->messages(), kept), MessageState::Sent);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE cmid = ?"), {keptCmid}).toInt(), 1);
     ana_->selectConversation(QStringLiteral("nobody-asked-me"));
     QTRY_COMPARE(ana_->messages()->conversation(), QStringLiteral("nobody-asked-me"));
     const QString body = QStringLiteral("this one fails");
@@ -727,8 +742,7 @@ void TestDemoApp::discard_removes_a_failed_message_from_the_view_and_the_store()
     const int row = rowOf(ana_->messages(), body);
     const QString cmid = ana_->messages()->get(row, MessageListModel::CmidRole).toString();
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE cmid = ?"), {cmid}).toInt(), 1);
-    auto *view = child<QTableView>(ana_, "messageView");
-    // Discard refuses a message that is not Failed/Expired: nothing changes.
+    // No selection: nothing changes.
     view->setCurrentIndex(QModelIndex());
     QTest::mouseClick(child<QPushButton>(ana_, "discardButton"), Qt::LeftButton);
     QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);

@@ -16,7 +16,9 @@
 #include <QtCore/QTemporaryDir>
 #include <QtCore/QUuid>
 #include <QtNetwork/QTcpServer>
+#include <QtSql/QSqlDatabase>
 #include <QtSql/QSqlError>
+#include <QtSql/QSqlQuery>
 #include <QtTest/QtTest>
 
 using im::Client;
@@ -76,6 +78,7 @@ private slots:
     void a_backlog_in_one_conversation_leaves_room_for_the_others();
     void unanswered_requests_are_retried_with_capped_exponential_backoff();
     void interrupted_page_apply_keeps_the_old_cursor_and_no_events();
+    void a_page_cut_at_any_statement_leaves_all_of_it_or_none();
     void sync_loops_while_has_more_and_acks_the_highest_applied_seq();
     void trimmed_page_records_a_permanent_gap();
     void epoch_changed_drops_local_events_and_rebuilds_from_zero();
@@ -251,15 +254,27 @@ void TestClient::retryable_outcomes_keep_the_entry_and_resend_the_same_cmid() {
         f.server.dropReplies.insert(send, 1);
     else
         f.server.closeOn.insert(send, 1);
+    // While it retries the message stays Pending, in the store and in what
+    // the app is told: a retryable outcome is never shown as Failed (the
+    // dropped and the cut-off send were committed; the others may read it).
     bool rowKeptOnRetry = true;
+    QString cmid;
     f.server.onFrame = [&](const QJsonObject &req) {
         if (req.value(QStringLiteral("t")).toString() == send && f.requestsOf(send) > 1)
-            rowKeptOnRetry = rowKeptOnRetry && f.outboxRows() == 1;
+            rowKeptOnRetry = rowKeptOnRetry && f.outboxRows() == 1 && f.state(cmid) == int(MessageState::Pending);
     };
-    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("persist"));
+    QSignalSpy states(&f.client, &Client::messageStateChanged);
+    cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("persist"));
     QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(cmid), MessageState::Sent, 10000);
     QVERIFY(f.requestsOf(send) >= 2);
     QVERIFY(rowKeptOnRetry);
+    QVERIFY(!states.isEmpty());
+    for (const QList<QVariant> &s : states) {
+        const auto shown = s.at(3).value<MessageState>();
+        QVERIFY2(shown == MessageState::Pending || shown == MessageState::Sent,
+                 qPrintable(QStringLiteral("state %1 shown on the way").arg(int(shown))));
+    }
+    QCOMPARE(states.last().at(3).value<MessageState>(), MessageState::Sent);
     QCOMPARE(f.server.distinctCmids(), QStringList{cmid});
     QCOMPARE(f.server.convs[QStringLiteral("c1")].head(), 1); // exactly one event
     QCOMPARE(f.outboxRows(), 0);
@@ -429,6 +444,66 @@ void TestClient::interrupted_page_apply_keeps_the_old_cursor_and_no_events() {
     // The retry applies the whole page.
     QTRY_COMPARE_WITH_TIMEOUT(f.cursor(QStringLiteral("c1")), 10, 5000);
     QCOMPARE(f.eventCount(QStringLiteral("c1")), 10);
+}
+
+// Obligation 5 at every cut point: a storage fault at the k-th write
+// statement from the events' arrival on, for k = 1..40 (the page's own
+// statements and those around it). Each cut leaves the old page (cursor,
+// events, unread badge) or the whole new one, never a mix: the events, the
+// cursor and the unread count are one transaction.
+void TestClient::a_page_cut_at_any_statement_leaves_all_of_it_or_none() {
+    const QString c1 = QStringLiteral("c1");
+    int cuts = 0, whole = 0;
+    for (int k = 1; k <= 40; ++k) {
+        Fixture f;
+        for (int i = 1; i <= 5; ++i)
+            f.server.append(c1, QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+        QVERIFY(f.openAndConnect());
+        QTRY_COMPARE(f.cursor(c1), 5);
+        // cursor, events, unread: read in one statement, one snapshot
+        auto state = [&] {
+            QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("cutpoint"));
+            db.setDatabaseName(f.db);
+            QList<qint64> out;
+            if (db.open()) {
+                QSqlQuery q(db);
+                q.prepare(QStringLiteral("SELECT after, (SELECT COUNT(*) FROM events e WHERE e.conv = c.conv), unread"
+                                         " FROM conversations c WHERE conv = ?"));
+                q.addBindValue(c1);
+                if (q.exec() && q.next())
+                    out = {q.value(0).toLongLong(), q.value(1).toLongLong(), q.value(2).toLongLong()};
+            }
+            db = QSqlDatabase();
+            QSqlDatabase::removeDatabase(QStringLiteral("cutpoint"));
+            return out;
+        };
+        QTRY_COMPARE(state(), (QList<qint64>{5, 5, 5}));
+        f.client.setRetryBackoff(60000, 60000); // no retry while the state is read
+        QSignalSpy errors(&f.client, &Client::errorOccurred);
+        // The fault first, then the events: whatever the client does on
+        // their arrival (a hint, the sync below) runs with the fault armed.
+        im::ClientPrivate::get(&f.client)->storage.injectFaultAfter(k);
+        f.server.pushEvents = false;
+        for (int i = 6; i <= 10; ++i)
+            f.server.append(c1, QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+        f.client.sync(c1);
+        QTRY_VERIFY(!errors.isEmpty() || f.cursor(c1) == 10);
+        const QList<qint64> now = state();
+        QCOMPARE(now.size(), 3);
+        const qint64 cursor = now[0], events = now[1], badge = now[2];
+        const QString at = QStringLiteral("fault at statement %1: cursor %2, events %3, unread %4")
+                               .arg(k).arg(cursor).arg(events).arg(badge);
+        if (cursor == 5) {
+            QVERIFY2(events == 5 && badge == 5, qPrintable(at));
+            ++cuts;
+        } else {
+            QVERIFY2(cursor == 10 && events == 10 && badge == 10, qPrintable(at));
+            ++whole;
+        }
+    }
+    qInfo("%d cuts left the old page, %d faults came after the whole page", cuts, whole);
+    // Both outcomes were met: cuts inside the page, and faults past it.
+    QVERIFY2(cuts >= 8 && whole >= 1, qPrintable(QStringLiteral("%1 cuts, %2 whole").arg(cuts).arg(whole)));
 }
 
 void TestClient::sync_loops_while_has_more_and_acks_the_highest_applied_seq() {

@@ -1,5 +1,6 @@
 // The wire codec, tested from tables of frames (no sockets, no database).
 #include "codec_p.h"
+#include "shared_p.h"
 
 #include <QtCore/QJsonDocument>
 #include <QtCore/QJsonObject>
@@ -20,6 +21,7 @@ private slots:
     void only_unavailable_and_no_reply_are_retryable_data();
     void only_unavailable_and_no_reply_are_retryable();
     void reads_exp_from_a_jwt_and_nothing_from_other_tokens();
+    void retry_backoff_doubles_to_its_cap_with_jitter_over_the_upper_half();
 };
 
 void TestCodec::decodes_every_server_frame_type_data() {
@@ -195,6 +197,28 @@ void TestCodec::reads_exp_from_a_jwt_and_nothing_from_other_tokens() {
     QCOMPARE(jwtExpiryMs(header + QLatin1Char('.') + b64(R"({"sub":"ana"})") + QStringLiteral(".c2ln")), std::nullopt);        // no exp
     QCOMPARE(jwtExpiryMs(header + QLatin1Char('.') + b64(R"({"exp":"soon"})") + QStringLiteral(".c2ln")), std::nullopt);      // not a number
     QCOMPARE(jwtExpiryMs(header + QStringLiteral(".not base64!.c2ln")), std::nullopt);
+}
+
+// Obligation 3's backoff, drawn directly (tst_client's timing test cannot
+// tell a jittered delay from a fixed one under a scheduler's noise): each
+// draw lies in [d/2, d] with d = min(cap, initial * 2^(attempt-1)), and the
+// draws spread over that range. With 1,000 uniform draws, missing either end
+// by more than a tenth of the range has odds below 1e-45.
+void TestCodec::retry_backoff_doubles_to_its_cap_with_jitter_over_the_upper_half() {
+    const im::detail::Backoff backoff{100, 400};
+    for (int attempt : {1, 2, 3, 4, 10, 1000}) {
+        const int d = std::min(400, 100 << std::min(attempt - 1, 3));
+        int lo = d, hi = 0;
+        for (int i = 0; i < 1000; ++i) {
+            const int ms = backoff.delayMs(attempt);
+            QVERIFY2(ms >= d / 2 && ms <= d, qPrintable(QStringLiteral("attempt %1: %2 ms").arg(attempt).arg(ms)));
+            lo = std::min(lo, ms);
+            hi = std::max(hi, ms);
+        }
+        QVERIFY2(lo <= d / 2 + d / 20 && hi >= d - d / 20,
+                 qPrintable(QStringLiteral("attempt %1: draws only in [%2, %3] of [%4, %5]")
+                                .arg(attempt).arg(lo).arg(hi).arg(d / 2).arg(d)));
+    }
 }
 
 QTEST_GUILESS_MAIN(TestCodec)

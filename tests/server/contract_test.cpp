@@ -570,12 +570,19 @@ TEST_F(Contract, small_conversations_get_event_pushes_and_large_ones_get_hints) 
     EXPECT_EQ(num(*hint, "epoch"), 1);
 }
 
+// Per connection, not per user: the same user's subscribed connection gets
+// the push (so the gateway does fan out), the unsubscribed one does not.
 TEST_F(Contract, without_sub_a_connection_gets_no_pushes) {
     auto w = make_world(db(), "nosub", 2);
     auto a = login(port(), w.users[0]);
     auto b = login(port(), w.users[1]);
-    send_msg(*a, w.conv, "k", "quiet");
-    EXPECT_FALSE(b->next_push(500ms));
+    auto b2 = login(port(), w.users[1]);
+    ASSERT_EQ(str(b2->request({{"t", "sub"}}), "t"), "subscribed");
+    auto sent = send_msg(*a, w.conv, "k", "quiet");
+    auto ev = b2->wait_push([](const json::object& f) { return str(f, "t") == "event"; });
+    ASSERT_TRUE(ev) << "the subscribed connection got no push";
+    EXPECT_EQ(num(ev->at("ev").as_object(), "seq"), num(sent, "seq"));
+    EXPECT_FALSE(b->next_push(500ms)) << "a connection that never sent sub got a push";
 }
 
 // ---------------------------------------------------------------- recall
@@ -639,11 +646,34 @@ TEST_F(Contract, recall_rejections_follow_the_contract) {
     EXPECT_EQ(recall(*b, num(s, "seq"), "x1"), "NOT_SENDER");
     EXPECT_EQ(recall(*a, 1, "x2"), "INVALID_ARGUMENT"); // a join event
     EXPECT_EQ(recall(*a, 99, "x3"), "NOT_FOUND");
-    admin_ok(db(), {"conv", "set", w.conv, "--recall-window-ms", "0"});
+    // The window is judged against the stored created_at, in milliseconds:
+    // a message written 61 s ago is out of a 60 s window, one of 50 s is in
+    // (10 s left for the admin commands below; a window read in seconds
+    // would let the first through).
+    admin_ok(db(), {"conv", "set", w.conv, "--recall-window-ms", "60000"});
     auto late = send_msg(*a, w.conv, "m2", "too late");
-    std::this_thread::sleep_for(20ms);
+    auto in_time = send_msg(*a, w.conv, "m3", "just in time");
+    auto age = [&](const json::object& sent, int seconds) {
+        pg->scalar("UPDATE events SET created_at = clock_timestamp() - interval '" + std::to_string(seconds) +
+                 " seconds' WHERE conv_id = " + q(w.conv) + " AND seq = " + std::to_string(num(sent, "seq")));
+    };
+    age(late, 61);
+    age(in_time, 50);
     EXPECT_EQ(recall(*a, num(late, "seq"), "x4"), "RECALL_WINDOW_EXPIRED");
+    // Read access and an open period: a late joiner cannot recall (or read)
+    // what came before their join, a removed sender cannot recall their own.
+    auto cy = make_user(db(), unique_name("cy"));
+    admin_ok(db(), {"member", "add", w.conv, cy.user});
+    auto c = login(port(), cy);
+    EXPECT_EQ(recall(*c, num(s, "seq"), "x5"), "NOT_MEMBER");
     EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "0");
+    admin_ok(db(), {"member", "remove", w.conv, w.users[0].user});
+    EXPECT_EQ(recall(*a, num(in_time, "seq"), "x6"), "NOT_MEMBER");
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "0");
+    admin_ok(db(), {"member", "add", w.conv, w.users[0].user});
+    auto ok = a->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(in_time, "seq")}, {"cmid", "x7"}});
+    EXPECT_EQ(str(ok, "t"), "recalled") << json::serialize(ok);
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "1");
 }
 
 // Contract section 8: a COMMIT whose outcome is unknown (the connection is
@@ -738,12 +768,19 @@ TEST_F(Contract, read_on_one_device_reaches_the_other_and_clears_unread_on_both)
     EXPECT_EQ(unread_of(*d1), 2);
     EXPECT_EQ(unread_of(*d2), 2);
     EXPECT_EQ(str(d2->request({{"t", "sub"}}), "t"), "subscribed");
+    EXPECT_EQ(str(d1->request({{"t", "sub"}}), "t"), "subscribed");
+    EXPECT_EQ(str(ben->request({{"t", "sub"}}), "t"), "subscribed");
     auto r = d1->request({{"t", "read"}, {"conv", w.conv}, {"seq", num(last, "seq")}});
     EXPECT_EQ(str(r, "t"), "read_ok");
     EXPECT_EQ(num(r, "read"), num(last, "seq"));
-    auto hint = d2->wait_push([](const json::object& f) { return str(f, "t") == "hint" && f.contains("read"); });
+    auto read_hint = [](const json::object& f) { return str(f, "t") == "hint" && f.contains("read"); };
+    auto hint = d2->wait_push(read_hint);
     ASSERT_TRUE(hint);
     EXPECT_EQ(num(*hint, "read"), num(last, "seq"));
+    // Only the user's other devices: not the reading device, never another
+    // member (a read position is the reader's own business).
+    EXPECT_FALSE(d1->wait_push(read_hint, 1s)) << "the reading device was told of its own read";
+    EXPECT_FALSE(ben->wait_push(read_hint, 1s)) << "another member was told of ana's read position";
     EXPECT_EQ(unread_of(*d1), 0);
     EXPECT_EQ(unread_of(*d2), 0);
     // Markers never go down.
@@ -773,6 +810,20 @@ TEST_F(Contract, unread_skips_recalled_messages_and_counts_only_readable_ones) {
     EXPECT_EQ(num(ack, "delivered"), 5);
     auto ack_back = ana->request({{"t", "ack"}, {"conv", w.conv}, {"seq", 2}});
     EXPECT_EQ(num(ack_back, "delivered"), 5);
+    // Readable only: a late joiner counts what came after the join, never
+    // the messages before it (nor the join event itself).
+    auto dan = make_user(db(), unique_name("dan"));
+    admin_ok(db(), {"member", "add", w.conv, dan.user});
+    send_msg(*cy, w.conv, "c2", "after dan joined");
+    auto d = login(port(), dan);
+    auto dconvs = d->request({{"t", "convs"}});
+    int dlisted = 0;
+    for (auto& v : dconvs.at("convs").as_array())
+        if (str(v.as_object(), "conv") == w.conv) {
+            ++dlisted;
+            EXPECT_EQ(num(v.as_object(), "unread"), 1) << json::serialize(v);
+        }
+    EXPECT_EQ(dlisted, 1) << json::serialize(dconvs);
 }
 
 TEST_F(Contract, a_newer_install_makes_the_older_one_stale) {
@@ -786,6 +837,25 @@ TEST_F(Contract, a_newer_install_makes_the_older_one_stale) {
     WsClient again(port());
     EXPECT_EQ(str(again.hello(w.users[0].token, old_install), "code"), "STALE_INSTALL");
     EXPECT_EQ(str(fresh->request({{"t", "ack"}, {"conv", w.conv}, {"seq", 1}}), "t"), "acked");
+}
+
+// The same rule for read: a connection still open under the older install
+// (it said hello before the newer one) is refused and closed, and the
+// user's read marker does not move.
+TEST_F(Contract, a_read_from_the_older_install_is_stale_and_moves_nothing) {
+    auto w = make_world(db(), "installrd", 2);
+    auto ben = login(port(), w.users[1]);
+    auto m = send_msg(*ben, w.conv, "b1", "unread");
+    auto old_conn = login(port(), w.users[0], uuid4());
+    auto fresh = login(port(), w.users[0], uuid4());
+    auto r = old_conn->request({{"t", "read"}, {"conv", w.conv}, {"seq", num(m, "seq")}});
+    EXPECT_EQ(str(r, "code"), "STALE_INSTALL") << json::serialize(r);
+    EXPECT_NE(old_conn->wait_closed(), -1);
+    EXPECT_EQ(pg->scalar("SELECT coalesce(max(read), 0) FROM read_markers WHERE conv_id = " + q(w.conv) +
+                         " AND user_id = " + q(w.users[0].user)),
+              "0");
+    auto ok = fresh->request({{"t", "read"}, {"conv", w.conv}, {"seq", num(m, "seq")}});
+    EXPECT_EQ(num(ok, "read"), num(m, "seq")) << json::serialize(ok);
 }
 
 // ---------------------------------------------------------------- retention
