@@ -45,25 +45,32 @@ TEST(Push, a_burst_of_commits_across_conversations_is_pushed_completely_without_
     // while the notifier is busy reading the rows of earlier ones.
     std::vector<std::unique_ptr<WsClient>> senders;
     for (int i = 0; i < convs; ++i) senders.push_back(login(srv.port(), sender));
-    // Each round: every conversation commits at once, then every event must
-    // reach the watcher, in seq order per conversation, before the next
-    // round starts (nothing later could wake a notifier that fell asleep
-    // with a notification still in hand).
+    // Each round: every conversation commits three pipelined sends at once,
+    // then every event must reach the watcher, in seq order per conversation
+    // (three of a conversation are in flight together, so an order the
+    // notifier does not keep shows), before the next round starts (nothing
+    // later could wake a notifier that fell asleep with a notification still
+    // in hand).
+    constexpr int per_round = 3;
     std::map<std::string, std::int64_t> last_seq, seen;
     for (int r = 0; r < rounds; ++r) {
         for (int i = 0; i < convs; ++i)
-            senders[i]->send_json({{"t", "send"}, {"rid", "r" + std::to_string(r)}, {"conv", ids[i]},
-                                   {"cmid", "m" + std::to_string(r)}, {"body", "burst " + std::to_string(r)}});
-        for (int i = 0; i < convs; ++i) {
-            auto reply = senders[i]->next(20s);
-            ASSERT_TRUE(reply);
-            ASSERT_EQ(str(*reply, "t"), "sent") << json::serialize(*reply);
-            last_seq[ids[i]] = num(*reply, "seq");
-        }
+            for (int k = 0; k < per_round; ++k) {
+                const std::string n = std::to_string(r) + "-" + std::to_string(k);
+                senders[i]->send_json(
+                    {{"t", "send"}, {"rid", "r" + n}, {"conv", ids[i]}, {"cmid", "m" + n}, {"body", "burst " + n}});
+            }
+        for (int i = 0; i < convs; ++i)
+            for (int k = 0; k < per_round; ++k) {
+                auto reply = senders[i]->next(20s);
+                ASSERT_TRUE(reply);
+                ASSERT_EQ(str(*reply, "t"), "sent") << json::serialize(*reply);
+                last_seq[ids[i]] = std::max(last_seq[ids[i]], num(*reply, "seq"));
+            }
         int pushed = 0;
-        while (pushed < convs) {
+        while (pushed < convs * per_round) {
             auto f = w->next_push(20s);
-            ASSERT_TRUE(f) << "round " << r << ": only " << pushed << " of " << convs << " pushes arrived";
+            ASSERT_TRUE(f) << "round " << r << ": only " << pushed << " of " << convs * per_round << " pushes arrived";
             if (str(*f, "t") != "event") continue;
             const auto& ev = f->at("ev").as_object();
             const std::string conv = str(ev, "conv");
