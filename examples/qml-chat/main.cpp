@@ -64,7 +64,11 @@ int main(int argc, char *argv[]) {
         return fail(QStringLiteral("cannot create the data folder %1").arg(data));
 
     QQmlApplicationEngine engine;
-    engine.addImportPath(QStringLiteral(IM_QML_IMPORT_DIR));
+    // Uninstalled, `import ImSdk` lies in the build tree's QML folder
+    // (build/qml), compiled in relative to this executable's folder; installed
+    // (qml6-module-imsdk), in Qt's QML folder, which the engine searches anyway.
+    const QDir exeDir(QCoreApplication::applicationDirPath());
+    engine.addImportPath(QDir::cleanPath(exeDir.absoluteFilePath(QStringLiteral(IM_QML_IMPORT_DIR))));
     engine.setInitialProperties({{QStringLiteral("serverUrl"), serverUrl},
                                  {QStringLiteral("token"), cli.value(token)},
                                  {QStringLiteral("users"), users},

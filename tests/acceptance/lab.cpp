@@ -1,5 +1,7 @@
 #include "lab.hpp"
 
+#include "exe_relative.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <set>
@@ -182,10 +184,10 @@ std::string brief(const json::object& r) {
 
 void use_built_binaries() {
 #ifdef IM_DEFAULT_IMSERVER_BIN
-    ::setenv("IMSERVER_BIN", IM_DEFAULT_IMSERVER_BIN, 0);
+    ::setenv("IMSERVER_BIN", im::test::exe_relative(IM_DEFAULT_IMSERVER_BIN).c_str(), 0);
 #endif
 #ifdef IM_DEFAULT_SDK_CHILD_BIN
-    ::setenv("IM_SDK_CHILD_BIN", IM_DEFAULT_SDK_CHILD_BIN, 0);
+    ::setenv("IM_SDK_CHILD_BIN", im::test::exe_relative(IM_DEFAULT_SDK_CHILD_BIN).c_str(), 0);
 #endif
 }
 

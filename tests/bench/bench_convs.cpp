@@ -5,6 +5,7 @@
 //   bench_convs [--convs N] [--events E] [--rounds R] [--requests K] [--before PATH]
 // --before: another imserver binary (e.g. main's) measured alternately with
 // this build's; both must answer the same pages, or the run fails.
+#include "exe_relative.hpp"
 #include "harness.hpp"
 
 #include <pqxx/pqxx>
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
     }
     if (events < 20) events = 20; // the leave/rejoin and the recall need seqs up to 15
     const char* env = std::getenv("IMSERVER_BIN");
-    const std::string after = env && *env ? env : IMSERVER_BIN_DEFAULT;
+    const std::string after = env && *env ? std::string(env) : im::test::exe_relative(IMSERVER_BIN_DEFAULT);
     ::setenv("IMSERVER_BIN", after.c_str(), 1);
     TestPostgres pg;
     std::string token;

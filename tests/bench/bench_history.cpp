@@ -3,6 +3,7 @@
 // real imserver. Prints figures; not a test (docs/benchmarks.md).
 //   bench_history [--events N] [--window-only] (default 100000 events; with
 //   --window-only the full sync, which takes tens of minutes, is skipped)
+#include "exerelative.h"
 #include "realserver.h"
 
 #include <im/client.h>
@@ -39,7 +40,7 @@ long rssKiB() {
 bool seed(RealServer &server, const QStringList &args) {
     QProcess p;
     p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(QStringLiteral(IM_SEED_BIN), QStringList{server.dbUrl()} + args);
+    p.start(exeRelativePath(IM_SEED_BIN), QStringList{server.dbUrl()} + args);
     if (!p.waitForFinished(600000) || p.exitCode() != 0) {
         std::fprintf(stderr, "seed failed: %s\n", p.readAll().constData());
         return false;
@@ -139,7 +140,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    RealServer server(QStringLiteral(IM_SERVER_BIN));
+    RealServer server(exeRelativePath(IM_SERVER_BIN));
     const QString err = server.start();
     if (!err.isEmpty()) {
         std::fprintf(stderr, "%s\n", qPrintable(err));

@@ -18,6 +18,7 @@
 // Not run by ctest: it prints figures, it asserts nothing.
 #include "bench_support.hpp"
 #include "database.hpp"
+#include "exe_relative.hpp"
 #include "harness.hpp"
 #include "store.hpp"
 
@@ -669,7 +670,7 @@ int run_idle(const Options& o, const std::string& url, im::test::ServerProcess& 
 } // namespace
 
 int main(int argc, char** argv) {
-    if (!std::getenv("IMSERVER_BIN")) ::setenv("IMSERVER_BIN", IMSERVER_BIN_DEFAULT, 0);
+    if (!std::getenv("IMSERVER_BIN")) ::setenv("IMSERVER_BIN", im::test::exe_relative(IMSERVER_BIN_DEFAULT).c_str(), 0);
     Options o;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];

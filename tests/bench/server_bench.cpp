@@ -2,6 +2,7 @@
 // the same number of writers doing the cheapest durable thing PostgreSQL can
 // do for a message (one INSERT + COMMIT per message through libpqxx).
 // Usage: server_bench [messages per writer] [writers]
+#include "exe_relative.hpp"
 #include "harness.hpp"
 
 #include <pqxx/pqxx>
@@ -98,7 +99,7 @@ double pipelined(const TestPostgres& pg, unsigned short port, int count) {
 } // namespace
 
 int main(int argc, char** argv) {
-    if (!std::getenv("IMSERVER_BIN")) ::setenv("IMSERVER_BIN", IMSERVER_BIN_DEFAULT, 0);
+    if (!std::getenv("IMSERVER_BIN")) ::setenv("IMSERVER_BIN", im::test::exe_relative(IMSERVER_BIN_DEFAULT).c_str(), 0);
     int per_writer = argc > 1 ? std::atoi(argv[1]) : 500;
     int writers = argc > 2 ? std::atoi(argv[2]) : 4;
     TestPostgres pg;

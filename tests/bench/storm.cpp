@@ -15,6 +15,7 @@
 // nothing (exit 1 only when the storm never completed).
 #include "bench_support.hpp"
 #include "database.hpp"
+#include "exe_relative.hpp"
 #include "harness.hpp"
 #include "store.hpp"
 
@@ -690,7 +691,7 @@ int run(const Options& o, const std::string& url) {
 } // namespace
 
 int main(int argc, char** argv) {
-    if (!std::getenv("IMSERVER_BIN")) ::setenv("IMSERVER_BIN", IMSERVER_BIN_DEFAULT, 0);
+    if (!std::getenv("IMSERVER_BIN")) ::setenv("IMSERVER_BIN", im::test::exe_relative(IMSERVER_BIN_DEFAULT).c_str(), 0);
     Options o;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];

@@ -2,6 +2,7 @@
 // conversations ana-ben and team). Drives the real widgets with QTest key
 // and mouse events on the offscreen platform; asserts on what the widgets
 // show and on the SDK models behind them.
+#include "exerelative.h"
 #include "realserver.h"
 #include "sdktestutil.h"
 
@@ -42,7 +43,7 @@
 #include <QtNetwork/QNetworkReply>
 
 #ifndef IM_DEMO_SCREENSHOT
-#error "IM_DEMO_SCREENSHOT must name the default screenshot path (in the build tree)"
+#error "IM_DEMO_SCREENSHOT must name the default screenshot path (in the build tree, relative to the executable)"
 #endif
 
 using im::ConversationListModel;
@@ -1157,7 +1158,7 @@ void TestDemoApp::screenshot_of_the_main_window_is_saved() {
     QVERIFY(!shot.isNull());
     // Into the build tree; `cmake --build build --target demo_screenshot`
     // points IM_DEMO_SCREENSHOT at docs/demo.png to refresh the docs' picture.
-    const QString path = qEnvironmentVariable("IM_DEMO_SCREENSHOT", QStringLiteral(IM_DEMO_SCREENSHOT));
+    const QString path = qEnvironmentVariable("IM_DEMO_SCREENSHOT", exeRelativePath(IM_DEMO_SCREENSHOT));
     QVERIFY(shot.save(path));
     QVERIFY(QImage(path).size() == shot.size());
     qInfo("screenshot saved to %s (%dx%d)", qPrintable(path), shot.width(), shot.height());

@@ -8,6 +8,7 @@
 //
 // Usage: bench_outbox [--count N] [--resend N] [--dir DIR] [--no-server]
 #ifdef IM_SERVER_BIN
+#include "exerelative.h"
 #include "realserver.h"
 #endif
 
@@ -108,7 +109,7 @@ int main(int argc, char **argv) {
     if (!p.isSet(QStringLiteral("no-server"))) {
         const int m = p.value(QStringLiteral("resend")).toInt();
         const int b = p.value(QStringLiteral("baseline")).toInt();
-        RealServer server(QStringLiteral(IM_SERVER_BIN));
+        RealServer server(exeRelativePath(IM_SERVER_BIN));
         const QString error = server.start();
         if (!error.isEmpty()) {
             std::printf("real server unavailable: %s\n", qPrintable(error));

@@ -1,6 +1,7 @@
 // Integration tests against the real imserver (embedded PostgreSQL), started
 // by the harness in realserver.h. Demo data: users ana, ben, cy; direct conv
 // "ana-ben"; group conv "team" (ana, ben, cy).
+#include "exerelative.h"
 #include "realserver.h"
 #include "sdktestutil.h"
 
@@ -66,7 +67,7 @@ private:
 };
 
 void TestIntegration::initTestCase() {
-    server_ = std::make_unique<RealServer>(QStringLiteral(IM_SERVER_BIN));
+    server_ = std::make_unique<RealServer>(exeRelativePath(IM_SERVER_BIN));
     const QString error = server_->start();
     QVERIFY2(error.isEmpty(), qPrintable(error));
 }
@@ -95,9 +96,9 @@ QStringList TestIntegration::helperArgs(const QString &mode, const QString &user
 int TestIntegration::serverCount(const QString &conv, const QString &bodyLike) {
     const QString db = dir_.filePath(QStringLiteral("reader-%1.db").arg(QUuid::createUuid().toString(QUuid::Id128)));
     QProcess reader;
-    reader.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("ben"), db,
-                                                            {QStringLiteral("--conv"), conv, QStringLiteral("--page"),
-                                                             QStringLiteral("200")}));
+    reader.start(exeRelativePath(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("ben"), db,
+                                                             {QStringLiteral("--conv"), conv, QStringLiteral("--page"),
+                                                              QStringLiteral("200")}));
     if (!reader.waitForStarted() || waitForLine(reader, QStringLiteral("SYNCED ")) != conv)
         return -1;
     finished(reader);
@@ -157,7 +158,7 @@ void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_serv
     if (dropReply)
         extra << QStringLiteral("--drop-reply");
     QProcess first;
-    first.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("send"), QStringLiteral("ana"), db, extra));
+    first.start(exeRelativePath(IM_KILLHELPER), helperArgs(QStringLiteral("send"), QStringLiteral("ana"), db, extra));
     QVERIFY(first.waitForStarted());
     const QString cmid = waitForLine(first, QStringLiteral("CMID ")).value_or(QString());
     QVERIFY(!cmid.isEmpty());
@@ -174,7 +175,7 @@ void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_serv
         QCOMPARE(serverCount(QStringLiteral("team"), body), 1); // it did land before the kill
 
     QProcess second;
-    second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), QStringLiteral("ana"), db));
+    second.start(exeRelativePath(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), QStringLiteral("ana"), db));
     QVERIFY(second.waitForStarted());
     QCOMPARE(lineOrNone(waitForLine(second, QStringLiteral("DONE"))), QString());
     QVERIFY(finished(second));
@@ -199,7 +200,7 @@ void TestIntegration::sync_killed_mid_page_run_resumes_without_loss_or_duplicate
     const QString db = dir_.filePath(QStringLiteral("cy.db"));
     const QStringList extra{QStringLiteral("--conv"), QStringLiteral("team"), QStringLiteral("--page"), QStringLiteral("20")};
     QProcess first;
-    first.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("cy"), db, extra));
+    first.start(exeRelativePath(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("cy"), db, extra));
     QVERIFY(first.waitForStarted());
     QVERIFY(waitForLine(first, QStringLiteral("PAGE team ")).has_value());
     first.kill();
@@ -211,7 +212,7 @@ void TestIntegration::sync_killed_mid_page_run_resumes_without_loss_or_duplicate
     QVERIFY(stored <= cursor); // nothing beyond the committed cursor
 
     QProcess second;
-    second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("cy"), db, extra));
+    second.start(exeRelativePath(IM_KILLHELPER), helperArgs(QStringLiteral("sync"), QStringLiteral("cy"), db, extra));
     QVERIFY(second.waitForStarted());
     QCOMPARE(lineOrNone(waitForLine(second, QStringLiteral("SYNCED "))), QStringLiteral("team"));
     QVERIFY(finished(second));

@@ -1,6 +1,7 @@
 // Kill tests against the fake server: a child process calls send() and is
 // SIGKILLed (QProcess::kill) at a chosen point; a fresh process on the same
 // database resends that message with the same cmid, exactly once.
+#include "exerelative.h"
 #include "fakeserver.h"
 #include "sdktestutil.h"
 
@@ -43,7 +44,7 @@ void TestKill::a_store_is_opened_by_one_process_at_a_time() {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("data/locked.db")); // the folder does not exist yet
     QProcess holder;
-    holder.start(QStringLiteral(IM_KILLHELPER), {QStringLiteral("hold"), QStringLiteral("--db"), db});
+    holder.start(exeRelativePath(IM_KILLHELPER), {QStringLiteral("hold"), QStringLiteral("--db"), db});
     QVERIFY(holder.waitForStarted());
     QCOMPARE(lineOrNone(waitForLine(holder, QStringLiteral("OPEN"))), QString());
 
@@ -93,7 +94,7 @@ void TestKill::killed_sender_is_resent_once_with_the_same_cmid() {
         server.holdReplies.insert(QStringLiteral("send"), 1); // processed, answer never leaves
 
     QProcess first;
-    first.start(QStringLiteral(IM_KILLHELPER),
+    first.start(exeRelativePath(IM_KILLHELPER),
                 helperArgs(QStringLiteral("send"), db, server.url(),
                            {QStringLiteral("--conv"), QStringLiteral("c1"), QStringLiteral("--body"),
                             QStringLiteral("draft")}));
@@ -110,7 +111,7 @@ void TestKill::killed_sender_is_resent_once_with_the_same_cmid() {
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {cmid}).toInt(), 1);
 
     QProcess second;
-    second.start(QStringLiteral(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), db, server.url()));
+    second.start(exeRelativePath(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), db, server.url()));
     QVERIFY(second.waitForStarted());
     QCOMPARE(lineOrNone(waitForLine(second, QStringLiteral("DONE"))), QString());
     QVERIFY(QTest::qWaitFor([&] { return second.state() == QProcess::NotRunning; }, 10000));
@@ -134,7 +135,7 @@ void TestKill::sync_killed_mid_conversation_resumes_without_loss_or_duplicates()
         server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("m%1").arg(i));
 
     QProcess first;
-    first.start(QStringLiteral(IM_KILLHELPER),
+    first.start(exeRelativePath(IM_KILLHELPER),
                 helperArgs(QStringLiteral("sync"), db, server.url(),
                            {QStringLiteral("--conv"), QStringLiteral("c1"), QStringLiteral("--page"),
                             QStringLiteral("10")}));
@@ -151,7 +152,7 @@ void TestKill::sync_killed_mid_conversation_resumes_without_loss_or_duplicates()
     QCOMPARE(stored, cursor);
 
     QProcess second;
-    second.start(QStringLiteral(IM_KILLHELPER),
+    second.start(exeRelativePath(IM_KILLHELPER),
                  helperArgs(QStringLiteral("sync"), db, server.url(),
                             {QStringLiteral("--conv"), QStringLiteral("c1"), QStringLiteral("--page"),
                              QStringLiteral("50")}));

@@ -2,6 +2,7 @@
 // PostgreSQL): a user in 1,000 conversations, maximum-size bodies through a
 // 64 KiB receive limit, long histories. Demo data: users ana, ben, cy;
 // direct conv "ana-ben"; group "team".
+#include "exerelative.h"
 #include "realserver.h"
 
 #include "client_p.h"
@@ -68,14 +69,14 @@ private:
 
 void TestLargeData::initTestCase() {
     QVERIFY(dir_.isValid());
-    server_ = std::make_unique<RealServer>(QStringLiteral(IM_SERVER_BIN));
+    server_ = std::make_unique<RealServer>(exeRelativePath(IM_SERVER_BIN));
     const QString error = server_->start();
     QVERIFY2(error.isEmpty(), qPrintable(error));
 }
 
 void TestLargeData::cleanupTestCase() { server_.reset(); }
 
-QString TestLargeData::seed(const QStringList &args) { return server_->seed(QStringLiteral(IM_SEED_BIN), args); }
+QString TestLargeData::seed(const QStringList &args) { return server_->seed(exeRelativePath(IM_SEED_BIN), args); }
 
 std::unique_ptr<Client> TestLargeData::makeClient(const QString &user, const QString &db) {
     auto c = std::make_unique<Client>();

@@ -1,6 +1,7 @@
 // The SDK's obligations 9-13 (spec/sdk.md) against the real imserver
 // (embedded PostgreSQL), started by the harness in realserver.h.
 // Demo data: users ana, ben, cy; direct conv "ana-ben"; group "team".
+#include "exerelative.h"
 #include "realserver.h"
 #include "sdktestutil.h"
 
@@ -61,7 +62,7 @@ private:
 void TestObligations::cleanup() {}
 
 std::unique_ptr<RealServer> TestObligations::start(const QStringList &args) {
-    auto server = std::make_unique<RealServer>(QStringLiteral(IM_SERVER_BIN));
+    auto server = std::make_unique<RealServer>(exeRelativePath(IM_SERVER_BIN));
     server->serverArgs = args;
     const QString error = server->start();
     if (!error.isEmpty()) {

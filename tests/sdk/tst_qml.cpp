@@ -4,6 +4,8 @@
 // file only provides what QML cannot: an imserver with the demo data set (a
 // real PostgreSQL, see realserver.h), its URL, the demo tokens, a temporary
 // data folder, and the module's import path in the build tree.
+#include "exe_relative.hpp"
+#include "exerelative.h"
 #include "realserver.h"
 
 #include <QtCore/QTemporaryDir>
@@ -12,6 +14,7 @@
 #include <QtQuickTest/quicktest.h>
 
 #include <memory>
+#include <string>
 
 class Setup : public QObject {
     Q_OBJECT
@@ -20,14 +23,14 @@ public:
 
 public Q_SLOTS:
     void applicationAvailable() {
-        server_ = std::make_unique<RealServer>(QStringLiteral(IM_SERVER_BIN));
+        server_ = std::make_unique<RealServer>(exeRelativePath(IM_SERVER_BIN));
         error_ = server_->start();
         if (error_.isEmpty() && !data_.isValid())
             error_ = QStringLiteral("no temporary data folder");
     }
 
     void qmlEngineAvailable(QQmlEngine *engine) {
-        engine->addImportPath(QStringLiteral(IM_QML_IMPORT_DIR));
+        engine->addImportPath(exeRelativePath(IM_QML_IMPORT_DIR));
         QVariantMap tokens;
         for (auto it = server_->tokens.cbegin(); it != server_->tokens.cend(); ++it)
             tokens.insert(it.key(), it.value());
@@ -37,7 +40,7 @@ public Q_SLOTS:
         ctx->setContextProperty(QStringLiteral("tokens"), tokens);
         ctx->setContextProperty(QStringLiteral("dataDir"), data_.path());
         ctx->setContextProperty(QStringLiteral("exampleDir"),
-                                QUrl::fromLocalFile(QStringLiteral(IM_QML_EXAMPLE_DIR)).toString());
+                                QUrl::fromLocalFile(exeRelativePath(IM_QML_EXAMPLE_DIR)).toString());
     }
 
     void cleanupTestCase() { server_.reset(); } // SIGTERM: drain, stop PostgreSQL
@@ -48,6 +51,15 @@ private:
     QString error_;
 };
 
-QUICK_TEST_MAIN_WITH_SETUP(tst_qml, Setup)
+// QUICK_TEST_MAIN_WITH_SETUP(tst_qml, Setup), but with the test cases'
+// folder (tests/sdk/qml) compiled in relative to this executable
+// (IM_QML_TESTS_DIR) instead of as QUICK_TEST_SOURCE_DIR, an absolute path.
+// It is resolved before quick_test_main creates the application, hence
+// /proc/self/exe rather than applicationDirPath().
+int main(int argc, char **argv) {
+    Setup setup;
+    const std::string tests = im::test::exe_relative(IM_QML_TESTS_DIR);
+    return quick_test_main_with_setup(argc, argv, "tst_qml", tests.c_str(), &setup);
+}
 
 #include "tst_qml.moc"

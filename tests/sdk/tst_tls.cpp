@@ -2,6 +2,7 @@
 // throwaway CA (openssl CLI): trusted via setTrustedCaFile it sends; a client
 // trusting another CA, or only the system's store, gets TLS_ERROR (retried with backoff, never connected)
 // and sends nothing.
+#include "exerelative.h"
 #include "realserver.h"
 #include "throwawayca.h"
 
@@ -27,7 +28,7 @@ private:
     QUrl wssUrl() const;
 
     QTemporaryDir dir_;
-    RealServer server_{QStringLiteral(IM_SERVER_BIN)};
+    RealServer server_{exeRelativePath(IM_SERVER_BIN)};
     QString caOne_, caOther_;
 };
 

@@ -4,6 +4,7 @@
 // window of rows; the server (real imserver, its /metrics) sees at most one
 // `history` request per user scroll. Demo data: users ana, ben, cy; direct
 // conversation "ana-ben", group "team".
+#include "exerelative.h"
 #include "realserver.h"
 
 #include <im/client.h>
@@ -77,7 +78,7 @@ private:
 
 void TestViews::initTestCase() {
     QVERIFY(dir_.isValid());
-    server_ = std::make_unique<RealServer>(QStringLiteral(IM_SERVER_BIN));
+    server_ = std::make_unique<RealServer>(exeRelativePath(IM_SERVER_BIN));
     const QString error = server_->start();
     QVERIFY2(error.isEmpty(), qPrintable(error));
     for (const QString &conv : {QStringLiteral("team"), QStringLiteral("ana-ben")}) {
@@ -88,7 +89,7 @@ void TestViews::initTestCase() {
 
 void TestViews::cleanupTestCase() { server_.reset(); }
 
-QString TestViews::seed(const QStringList &args) { return server_->seed(QStringLiteral(IM_SEED_BIN), args); }
+QString TestViews::seed(const QStringList &args) { return server_->seed(exeRelativePath(IM_SEED_BIN), args); }
 
 std::unique_ptr<Client> TestViews::makeClient(const QString &user) {
     auto c = std::make_unique<Client>();

@@ -6,6 +6,7 @@
 // syncs "team" and sees "hello" from ana.
 //
 //   quickstart_run MYCHAT_BINARY
+#include "exerelative.h"
 #include "realserver.h"
 
 #include <im/client.h>
@@ -23,7 +24,7 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "usage: quickstart_run MYCHAT_BINARY\n");
         return 2;
     }
-    RealServer server(QStringLiteral(IM_SERVER_BIN));
+    RealServer server(exeRelativePath(IM_SERVER_BIN));
     const QString error = server.start();
     if (!error.isEmpty()) {
         std::fprintf(stderr, "real server: %s\n", qPrintable(error));
