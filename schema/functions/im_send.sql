@@ -164,6 +164,8 @@ BEGIN
                     -- The key of a recall is taken too, but its hash never
                     -- matches a send's (C3: another kind of request is other
                     -- content, even where the fingerprints' bytes agree).
+                    -- The recall side of this rule: im_recall_key in
+                    -- server/src/store_admin.cpp.
                     SELECT e.seq, e.mid::text AS mid, e.epoch,
                            CASE WHEN e.kind = 'msg' THEN e.request_hash END AS request_hash,
                            floor(extract(epoch FROM e.created_at) * 1000)::bigint AS ts

@@ -60,7 +60,9 @@ const Statements& admin_statements() {
         // up through the key's index: OFFSET 0 keeps ORDER BY seq from
         // choosing a walk of the conversation by primary key, as in im_send).
         // A key held by a send never matches (C3: another kind of request
-        // is other content, even where the fingerprints' bytes agree).
+        // is other content, even where the fingerprints' bytes agree). The
+        // send side of this rule is the key lookup in
+        // schema/functions/im_send.sql.
         {"im_recall_key",
          std::string("SELECT seq, coalesce(kind = 'recall' AND request_hash = ") + recall_fp +
              ", false) FROM (SELECT seq, kind, request_hash FROM events WHERE conv_id = $1 AND sender_user = $2 "

@@ -250,7 +250,9 @@ TEST_F(Api, events_and_user_conversations_page_like_history_and_convs) {
     EXPECT_EQ(older.at("events").as_array().size(), 4u); // joins 1, 2 and messages 3, 4
     EXPECT_FALSE(older.at("has_older").as_bool());
     EXPECT_EQ(call("GET", "/v1/conversations/no-" + conv + "/events", "", read_key).first, 404);
-    EXPECT_EQ(call("GET", "/v1/conversations/" + conv + "/events?before=99", "", read_key).first, 400); // CURSOR_AHEAD
+    auto [st_ahead, ahead] = call("GET", "/v1/conversations/" + conv + "/events?before=99", "", read_key);
+    EXPECT_EQ(st_ahead, 400) << j(ahead);
+    EXPECT_EQ(str(ahead, "code"), "CURSOR_AHEAD") << "a cursor past the head, not a malformed request";
 
     // b acknowledges 6 on its device: the user-level view reports it.
     auto c = login(srv->port(), b);

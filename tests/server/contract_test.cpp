@@ -92,8 +92,9 @@ TEST_F(Contract, non_member_and_unknown_conversation_get_the_same_not_member) {
     EXPECT_EQ(str(r1, "msg"), str(r2, "msg"));
     EXPECT_EQ(pg->scalar("SELECT next_seq FROM conversations WHERE conv_id = " + q(w.conv)), head_before);
     // Every other request type answers the same way.
-    for (const char* t : {"sync", "fetch", "ack", "read", "recall"}) {
-        json::object known{{"t", t}, {"conv", w.conv}, {"after", 0}, {"seq", 1}, {"target", 1}, {"cmid", "z"}};
+    for (const char* t : {"sync", "history", "fetch", "ack", "read", "recall"}) {
+        json::object known{{"t", t},      {"conv", w.conv}, {"after", 0}, {"before", 0},
+                           {"seq", 1},    {"target", 1},    {"cmid", "z"}};
         json::object unknown = known;
         unknown["conv"] = unique_name("nope");
         auto a = c->request(known);

@@ -311,9 +311,14 @@ void expect_send_rules_hold(TestPostgres& pg, const std::string& db_url, const s
     EXPECT_EQ(str(s, "code"), "NOT_MEMBER") << setting << ": " << json::serialize(s);
     auto u = send_msg(*outsider, unique_name("nosuchconv"), "x2", "anyone?");
     EXPECT_EQ(str(u, "code"), "NOT_MEMBER") << setting << ": " << json::serialize(u);
+    EXPECT_EQ(str(s, "msg"), str(u, "msg")) << setting << ": \"not yours\" told from \"unknown\"";
     auto fresh = send_msg(*member, w.conv, "k1", "first body");
     ASSERT_EQ(str(fresh, "t"), "sent") << setting << ": " << json::serialize(fresh);
     EXPECT_FALSE(fresh.at("dup").as_bool()) << setting << ": a fresh send answered dup:true";
+    auto resend = send_msg(*member, w.conv, "k1", "first body");
+    ASSERT_EQ(str(resend, "t"), "sent") << setting << ": " << json::serialize(resend);
+    EXPECT_TRUE(resend.at("dup").as_bool()) << setting << ": the exact resend was judged fresh";
+    EXPECT_EQ(resend.at("seq").as_int64(), fresh.at("seq").as_int64()) << setting;
     auto other = send_msg(*member, w.conv, "k1", "another body");
     EXPECT_EQ(str(other, "code"), "IDEMPOTENCY_MISMATCH") << setting << ": " << json::serialize(other);
     auto prev = member->request(
