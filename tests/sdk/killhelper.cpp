@@ -2,7 +2,7 @@
 // prints what it did on stdout, line by line, so the parent test can SIGKILL
 // it at a chosen point.
 //
-//   killhelper send   --db F --url U --token T --conv C --body B [--drop-reply]
+//   killhelper send   --db F --url U --token T --conv C --body B
 //       connects, sends one message, prints "CMID <cmid>", then keeps running
 //       (prints "SENT" when the reply was processed).
 //   killhelper resend --db F --url U --token T
@@ -14,7 +14,6 @@
 //       prints "PAGE <conv> <toSeq>" per applied page and "SYNCED <conv>"
 //       when the conversation reached head, then exits 0.
 #include <im/client.h>
-#include <im/testing.h>
 
 #include <QtCore/QCommandLineParser>
 #include <QtCore/QCoreApplication>
@@ -37,7 +36,6 @@ int main(int argc, char **argv) {
     p.addOption({QStringLiteral("conv"), QStringLiteral("conversation"), QStringLiteral("conv")});
     p.addOption({QStringLiteral("body"), QStringLiteral("message body"), QStringLiteral("body")});
     p.addOption({QStringLiteral("page"), QStringLiteral("sync page size"), QStringLiteral("n"), QStringLiteral("50")});
-    p.addOption({QStringLiteral("drop-reply"), QStringLiteral("ignore the reply to the send")});
     p.process(app);
     const QString mode = p.positionalArguments().value(0);
 
@@ -62,18 +60,14 @@ int main(int argc, char **argv) {
     if (mode == u"send") {
         const QString conv = p.value(QStringLiteral("conv"));
         const QString body = p.value(QStringLiteral("body"));
-        const bool drop = p.isSet(QStringLiteral("drop-reply"));
         QObject::connect(&client, &im::Client::connectionStateChanged, &client,
-                         [&client, conv, body, drop](im::ConnectionState s) {
+                         [&client, conv, body](im::ConnectionState s) {
                              static bool sent = false;
                              if (s != im::ConnectionState::Connected || sent)
                                  return;
                              sent = true;
-                             // Let the post-hello traffic (sub, convs, sync) settle so the
-                             // dropped reply is the send's.
-                             QTimer::singleShot(300, &client, [&client, conv, body, drop] {
-                                 if (drop)
-                                     im::testing::Faults(&client).dropNextReply();
+                             // Let the post-hello traffic (sub, convs, sync) settle first.
+                             QTimer::singleShot(300, &client, [&client, conv, body] {
                                  const QString cmid = client.send(conv, body);
                                  say(QStringLiteral("CMID ") + cmid);
                              });

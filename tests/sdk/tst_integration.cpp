@@ -9,8 +9,14 @@
 #include <im/testing.h>
 
 #include <QtCore/QProcess>
+#include <QtCore/QRegularExpression>
 #include <QtCore/QUuid>
+#include <QtNetwork/QNetworkAccessManager>
+#include <QtNetwork/QNetworkReply>
 #include <QtTest/QtTest>
+
+#include <csignal>
+#include <memory>
 
 #ifndef IM_SERVER_BIN
 #error "IM_SERVER_BIN must name the imserver executable"
@@ -60,14 +66,20 @@ private slots:
 private:
     std::unique_ptr<Client> makeClient(const QString &user, const QString &db);
     int serverCount(const QString &conv, const QString &bodyLike);
+    // The server's own HTTP port (the WebSocket listener): a sum of the
+    // /metrics samples named `name`, and a POST's status (-1: no answer).
+    qint64 serverMetric(const QString &name);
+    int serverPost(const QString &path, const QByteArray &body);
     QStringList helperArgs(const QString &mode, const QString &user, const QString &db, const QStringList &extra = {});
 
     std::unique_ptr<RealServer> server_;
     QTemporaryDir dir_;
+    QNetworkAccessManager http_;
 };
 
 void TestIntegration::initTestCase() {
     server_ = std::make_unique<RealServer>(exeRelativePath(IM_SERVER_BIN));
+    server_->serverArgs << QStringLiteral("--enable-faults"); // /lab/fault: the commit held on purpose
     const QString error = server_->start();
     QVERIFY2(error.isEmpty(), qPrintable(error));
 }
@@ -105,6 +117,33 @@ int TestIntegration::serverCount(const QString &conv, const QString &bodyLike) {
     return sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = ? AND kind = 'msg' AND body LIKE ?"),
                      {conv, bodyLike})
         .toInt();
+}
+
+qint64 TestIntegration::serverMetric(const QString &name) {
+    QUrl url = server_->url;
+    url.setScheme(QStringLiteral("http"));
+    url.setPath(QStringLiteral("/metrics"));
+    std::unique_ptr<QNetworkReply> reply(http_.get(QNetworkRequest(url)));
+    if (!QTest::qWaitFor([&] { return reply->isFinished(); }, 10000) || reply->error() != QNetworkReply::NoError)
+        return -1;
+    const QRegularExpression line(QStringLiteral("^%1(\\{[^}]*\\})? (\\d+)").arg(QRegularExpression::escape(name)),
+                                  QRegularExpression::MultilineOption);
+    qint64 n = 0;
+    for (auto it = line.globalMatch(QString::fromUtf8(reply->readAll())); it.hasNext();)
+        n += it.next().captured(2).toLongLong();
+    return n;
+}
+
+int TestIntegration::serverPost(const QString &path, const QByteArray &body) {
+    QUrl url = server_->url;
+    url.setScheme(QStringLiteral("http"));
+    url.setPath(path);
+    QNetworkRequest rq(url);
+    rq.setHeader(QNetworkRequest::ContentTypeHeader, QStringLiteral("text/plain"));
+    std::unique_ptr<QNetworkReply> reply(http_.post(rq, body));
+    if (!QTest::qWaitFor([&] { return reply->isFinished(); }, 10000))
+        return -1;
+    return reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
 }
 
 void TestIntegration::two_clients_chat_one_goes_offline_both_converge() {
@@ -145,34 +184,51 @@ void TestIntegration::two_clients_chat_one_goes_offline_both_converge() {
 }
 
 void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_server_data() {
-    QTest::addColumn<bool>("dropReply");
+    QTest::addColumn<bool>("afterCommit");
     QTest::newRow("killed right after send() returned") << false;
-    QTest::newRow("killed before the reply is processed") << true;
+    QTest::newRow("killed after the commit, its reply and push never read") << true;
 }
 
+// Row 2 makes the case the resend exists for: the server committed the send,
+// the sender never read the answer (nor the push of its own event, which
+// would settle the draft too), and the process dies. The server holds the
+// commit (store.before_commit=delay) while the test stops the sender
+// (SIGSTOP) with the send inside the database; the sender is killed once the
+// event is committed. The draft must still be pending on disk, and the next
+// process's resend (same cmid) must settle it with the one row's seq.
 void TestIntegration::killed_sender_leaves_exactly_one_row_per_draft_on_the_server() {
-    QFETCH(bool, dropReply);
-    const QString db = dir_.filePath(QStringLiteral("kill-%1.db").arg(dropReply));
+    QFETCH(bool, afterCommit);
+    const QString db = dir_.filePath(QStringLiteral("kill-%1.db").arg(afterCommit));
     const QString body = QStringLiteral("kill-%1").arg(QUuid::createUuid().toString(QUuid::Id128));
-    QStringList extra{QStringLiteral("--conv"), QStringLiteral("team"), QStringLiteral("--body"), body};
-    if (dropReply)
-        extra << QStringLiteral("--drop-reply");
+    const QStringList extra{QStringLiteral("--conv"), QStringLiteral("team"), QStringLiteral("--body"), body};
+    const qint64 heldBefore = afterCommit ? serverMetric(QStringLiteral("im_db_pool_in_use")) : 0;
+    if (afterCommit)
+        QCOMPARE(serverPost(QStringLiteral("/lab/fault"), "store.before_commit=delay:3000:1"), 200);
     QProcess first;
     first.start(exeRelativePath(IM_KILLHELPER), helperArgs(QStringLiteral("send"), QStringLiteral("ana"), db, extra));
     QVERIFY(first.waitForStarted());
     const QString cmid = waitForLine(first, QStringLiteral("CMID ")).value_or(QString());
     QVERIFY(!cmid.isEmpty());
-    if (dropReply) // the server committed it (its answer is ignored): kill only then
+    if (afterCommit) {
+        // The send is inside its (held) transaction: stop the sender before
+        // the commit, so it reads neither the reply nor the push.
+        QTRY_VERIFY_WITH_TIMEOUT(serverMetric(QStringLiteral("im_db_pool_in_use")) > heldBefore, 20000);
+        QCOMPARE(::kill(pid_t(first.processId()), SIGSTOP), 0);
         QTRY_COMPARE_WITH_TIMEOUT(serverCount(QStringLiteral("team"), body), 1, 20000);
-    first.kill();
+    }
+    first.kill(); // SIGKILL (a stopped process too)
     QVERIFY(finished(first));
-    // Never lost: still in the outbox, or already confirmed before the kill.
-    QVERIFY(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {cmid}).toInt() == 1
-            || sqlScalar(db, QStringLiteral("SELECT state FROM local_messages WHERE cmid = ?"), {cmid}).toInt() == 1);
-    // (With the reply dropped the entry may still be settled before the kill:
-    // the pushed event of our own send carries our cmid.)
-    if (dropReply)
-        QCOMPARE(serverCount(QStringLiteral("team"), body), 1); // it did land before the kill
+    if (afterCommit) {
+        // Committed on the server, still pending on disk: never lost, and the
+        // resend below is the only way it can settle.
+        QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {cmid}).toInt(), 1);
+        QVERIFY(sqlScalar(db, QStringLiteral("SELECT state FROM local_messages WHERE cmid = ?"), {cmid}).toInt() != 1);
+        QCOMPARE(serverCount(QStringLiteral("team"), body), 1);
+    } else {
+        // Never lost: still in the outbox, or already confirmed before the kill.
+        QVERIFY(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {cmid}).toInt() == 1
+                || sqlScalar(db, QStringLiteral("SELECT state FROM local_messages WHERE cmid = ?"), {cmid}).toInt() == 1);
+    }
 
     QProcess second;
     second.start(exeRelativePath(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), QStringLiteral("ana"), db));
