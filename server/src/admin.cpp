@@ -242,9 +242,20 @@ int run(int argc, char** argv) {
             if (d.started_cluster) d.cluster->stop();
         }
     } stopper{d};
-    const int applied = prepare_schema(d.url, 5000);
+    // An operator's command waits for a busy or starting database (up to
+    // 30 s) rather than failing on the gateway's short connect timeout (3 s).
+    const int applied = prepare_schema(d.url, 30000);
     if (auto refusal = refuse_foreign_lab_database(d.url, applied, cfg)) throw Usage(*refusal);
-    auto conn = open_connection(d.url, "imserver-admin");
+    std::unique_ptr<pqxx::connection> conn;
+    for (const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);;) {
+        try {
+            conn = open_connection(d.url, "imserver-admin");
+            break;
+        } catch (const pqxx::broken_connection&) {
+            if (std::chrono::steady_clock::now() >= give_up) throw;
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        }
+    }
     FaultRegistry faults(cfg.enable_faults);
     for (const auto& f : cfg.faults)
         if (auto e = faults.arm(f)) throw Usage("--fault " + f + ": " + *e);
@@ -355,6 +366,19 @@ int admin_main(int argc, char** argv) {
     } catch (const Usage& e) {
         std::cerr << "imserver admin: " << e.what() << '\n';
         return 2;
+    } catch (const AdminError& e) {
+        // A value the provisioning layer refuses (a bad id, an unknown kind,
+        // a setting out of range) is bad usage; the rest is a failure.
+        std::cerr << "imserver admin: " << e.what() << '\n';
+        return e.kind == AdminError::invalid ? 2 : 1;
+    } catch (const pqxx::sql_error& e) {
+        // A value the schema refuses (an id outside [A-Za-z0-9._:-]{1,64}, a
+        // number out of range) is bad usage too, as the backend API answers
+        // it 400; any other database error is a failure.
+        const std::string& st = e.sqlstate();
+        const bool refused = (st.rfind("22", 0) == 0 || st.rfind("23", 0) == 0) && st != "23505";
+        std::cerr << "imserver admin: " << (refused ? "the database refused the value: " : "") << e.what() << '\n';
+        return refused ? 2 : 1;
     } catch (const std::exception& e) {
         std::cerr << "imserver admin: " << e.what() << '\n';
         return 1;

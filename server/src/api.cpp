@@ -83,6 +83,10 @@ Handled handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Id
             using T = std::decay_t<decltype(r)>;
             if constexpr (std::is_same_v<T, req::Hello>) {
                 std::optional<Outcome<Identity>> o;
+                // No token can be empty or longer than max_token_chars: the
+                // unknown token's answer, without a lookup (contract 4).
+                if (r.token.empty() || r.token.size() > max_token_chars)
+                    return error_reply({Code::unauthenticated, "unknown or revoked device token"}, rid);
                 if (jwt::looks_like_jwt(r.token)) {
                     auto claims = check_jwt(ctx, r.token);
                     if (!claims) return error_reply(claims.error(), rid);

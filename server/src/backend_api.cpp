@@ -7,6 +7,7 @@
 #include "listener.hpp"
 #include "log.hpp"
 #include "metrics.hpp"
+#include "net_common.hpp"
 #include "protocol.hpp"
 #include "provisioning.hpp"
 #include "store.hpp"
@@ -92,9 +93,9 @@ const std::vector<Route>& routes() {
           {"cmid", "string", true, "the request key (1-64 characters)"},
           {"body", "string", true, "1-4000 Unicode code points"}},
          {},
-         {{200, "{\"seq\",\"mid\",\"dup\",\"epoch\"}"}, {404, "no such sender"},
+         {{200, "{\"seq\",\"mid\",\"dup\",\"epoch\"}"}, {404, "no such conversation or sender"},
           {409, "IDEMPOTENCY_MISMATCH or ORIGINAL_EXPIRED"},
-          {403, "NOT_MEMBER: the sender is no member (or no such conversation)"}}},
+          {403, "NOT_MEMBER: the sender is no member"}}},
         {http::verb::get, "/v1/conversations/{conv}/events", "read", Op::events,
          "The newest events below `before`, paged as `history`, every event of the conversation", {},
          {{"before", "integer", false, "0 or absent: from the head"},
@@ -321,7 +322,12 @@ ApiReply BackendApi::too_large() {
                  "the body is over " + std::to_string(api_max_body_bytes / 1024) + " KiB");
 }
 
+bool BackendApi::counts_failures(const std::string& address) const {
+    return gw_.config().api_auth_failures_loopback || !is_loopback_address(address);
+}
+
 bool BackendApi::limited(const std::string& address) {
+    if (!counts_failures(address)) return false;
     std::lock_guard lk(mu_);
     auto it = failures_.find(address);
     if (it == failures_.end()) return false;
@@ -333,6 +339,7 @@ bool BackendApi::limited(const std::string& address) {
 }
 
 void BackendApi::failed_auth(const std::string& address) {
+    if (!counts_failures(address)) return;
     std::lock_guard lk(mu_);
     const auto now = std::chrono::steady_clock::now();
     if (failures_.size() > 100000) // bounded: forget windows that are over
@@ -447,12 +454,17 @@ void BackendApi::authenticated(const std::shared_ptr<Call>& call, pqxx::connecti
         const auto send = std::get<req::Send>(std::get<Request>(parsed.body));
         {
             std::optional<Identity> sender;
+            bool conv_known = false;
             try {
-                sender = gw_.api().store.backend_sender(conn, str_of(call->body, "sender"));
+                conv_known = gw_.api().store.conversation_exists(conn, send.conv);
+                if (conv_known) sender = gw_.api().store.backend_sender(conn, str_of(call->body, "sender"));
             } catch (const std::exception& e) {
                 log_warn("api_sender_failed", {{"err", e.what()}});
                 return finish(unavailable_reply());
             }
+            // 404 for an unknown conversation or sender (server.md); a known
+            // sender who is no member is the send's own 403 NOT_MEMBER.
+            if (!conv_known) return finish(error(http::status::not_found, "NOT_FOUND", "no such conversation"));
             if (!sender) return finish(error(http::status::not_found, "NOT_FOUND", "no such user (sender)"));
             auto& metrics = gw_.metrics();
             ++metrics.send_transactions;

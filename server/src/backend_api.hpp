@@ -58,6 +58,9 @@ public:
 private:
     struct Call;
     void authenticated(const std::shared_ptr<Call>& call, pqxx::connection_base& conn);
+    // Failed authentications are counted per address, loopback callers only
+    // with --api-auth-failures-exempt none.
+    bool counts_failures(const std::string& address) const;
     bool limited(const std::string& address);
     void failed_auth(const std::string& address);
 

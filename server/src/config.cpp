@@ -106,6 +106,16 @@ const std::vector<Option>& options() {
          "until the minute is over (default 10)",
          [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.api_auth_failures); },
          [](const Config& c) { return std::to_string(c.api_auth_failures); }},
+        {"--api-auth-failures-exempt", "IM_API_AUTH_FAILURES_EXEMPT", "loopback|none",
+         "callers not counted by --api-auth-failures: loopback (the default: a caller on this host gets 401 however "
+         "often it fails) or none",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             if (v == "loopback") c.api_auth_failures_loopback = false;
+             else if (v == "none") c.api_auth_failures_loopback = true;
+             else return "expected loopback or none, got '" + v + "'";
+             return std::nullopt;
+         },
+         [](const Config& c) { return std::string(c.api_auth_failures_loopback ? "none" : "loopback"); }},
         {"--db", "IM_DB", "URL", "PostgreSQL connection (URL or key=value); default: the embedded cluster",
          [](Config& c, const std::string& v) -> std::optional<std::string> { c.db_url = v; return std::nullopt; },
          [](const Config& c) { return c.db_url ? mask_conninfo(*c.db_url) : std::string(); }, for_both},

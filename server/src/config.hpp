@@ -42,6 +42,7 @@ struct Config {
     std::string api_listen = "127.0.0.1:8081"; // HOST:PORT; empty: no backend API
     std::string api_ready_file;                // write the API's bound port here once ready
     int api_auth_failures = 10;                // failed authentications per client address per minute before 429
+    bool api_auth_failures_loopback = false;   // count loopback callers too (default: exempt, the company's backend on this host)
     bool enable_faults = false;
     std::vector<std::string> faults;
     LabSwitches lab;

@@ -319,17 +319,8 @@ void Gateway::readiness(std::function<void(bool, const char*)> done) {
 
 // ------------------------------------------------------------ failed hellos
 
-namespace {
-bool is_loopback(const std::string& address) {
-    beast::error_code ec;
-    auto a = net::ip::make_address(address, ec);
-    return !ec && (a.is_loopback() || (a.is_v6() && a.to_v6().is_v4_mapped() &&
-                                       net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6()).is_loopback()));
-}
-} // namespace
-
 bool Gateway::counts_hello_failures(const std::string& address) const {
-    return cfg_.hello_failures_loopback || !is_loopback(address);
+    return cfg_.hello_failures_loopback || !is_loopback_address(address);
 }
 
 bool Gateway::hello_limited(const std::string& address) {

@@ -7,6 +7,8 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <string>
+
 namespace im {
 
 namespace net = boost::asio;
@@ -17,5 +19,9 @@ using tcp = net::ip::tcp;
 
 /// Logs a failed socket operation, except the ordinary ends of a connection.
 void fail(beast::error_code ec, const char* what);
+
+/// Whether a peer's address (as the listeners print it) is a loopback one,
+/// IPv4-mapped IPv6 included: the callers the failure limits exempt.
+bool is_loopback_address(const std::string& address);
 
 } // namespace im

@@ -199,6 +199,9 @@ public:
     /// hidden device (id `:api:` + a hash of the user id, made on first use,
     /// its token never known to anyone). nullopt when the user does not exist.
     std::optional<Identity> backend_sender(pqxx::connection_base& c, const std::string& user);
+    /// Whether the conversation exists: the backend API (trusted, unlike a
+    /// WebSocket client) answers an unknown one 404, not NOT_MEMBER.
+    bool conversation_exists(pqxx::connection_base& c, const std::string& conv);
     /// Device ids starting with this are the backend API's own.
     static constexpr std::string_view backend_device_prefix = ":api:";
 

@@ -69,6 +69,7 @@ const Statements& devices_statements() {
          "coalesce(to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), '') "
          "FROM api_keys ORDER BY name"},
         {"im_api_key", "SELECT name, scope, encode(key_sha256, 'hex') FROM api_keys WHERE key_id = $1 AND revoked_at IS NULL"},
+        {"im_conv_exists", "SELECT 1 FROM conversations WHERE conv_id = $1"},
         // The backend API's hidden device of a user: made on first use; a
         // revocation of it (no caller can name it) is undone.
         {"im_backend_sender",
@@ -261,6 +262,12 @@ std::optional<Identity> Store::backend_sender(pqxx::connection_base& c, const st
     who.device = device;
     who.token_sha256 = r[0][0].c_str();
     return who;
+}
+
+bool Store::conversation_exists(pqxx::connection_base& c, const std::string& conv) {
+    prepare_devices(c);
+    pqxx::nontransaction tx(c);
+    return !tx.exec_prepared("im_conv_exists", conv).empty();
 }
 
 } // namespace im

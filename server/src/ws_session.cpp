@@ -249,13 +249,20 @@ void WsSession::on_accept(beast::error_code ec) {
 
 // Every tick: ping when a ping period has passed, and close a connection
 // from which nothing (no frame, no pong) came for the idle timeout, that
-// sent no hello in time, or whose current write is stuck.
+// sent no hello in time, or whose current write is stuck. The timer wakes at
+// the earliest of those deadlines (so a ping goes out every ping period, not
+// at the next multiple of some shorter tick), and at least every quarter of
+// the write timeout, since a write that starts later has its own deadline.
 void WsSession::schedule_tick() {
+    using std::chrono::milliseconds;
     const auto& cfg = gw_->config();
-    int period = std::min({cfg.ping_interval_ms, cfg.idle_timeout_ms / 4, cfg.write_timeout_ms / 4});
-    if (!who_) period = std::min(period, cfg.hello_timeout_ms / 4);
-    auto tick = std::chrono::milliseconds(std::max(50, period));
-    ping_timer_.expires_after(tick);
+    const auto now = Clock::now();
+    auto next = std::min(now + milliseconds(cfg.write_timeout_ms / 4), last_rx_ + milliseconds(cfg.idle_timeout_ms));
+    if (writing_) next = std::min(next, write_started_ + milliseconds(cfg.write_timeout_ms));
+    if (!who_ && !hello_pending_ && !close_requested_)
+        next = std::min(next, opened_at_ + milliseconds(cfg.hello_timeout_ms));
+    if (!pinging_) next = std::min(next, last_ping_ + milliseconds(cfg.ping_interval_ms));
+    ping_timer_.expires_after(std::max<Clock::duration>(milliseconds(50), next - now));
     ping_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
         if (ec || self->closed_) return;
         self->tick();

@@ -211,6 +211,15 @@ TEST_F(Api, a_posted_message_is_a_real_send_pushed_to_a_member_and_idempotent) {
     EXPECT_EQ(call("POST", "/v1/conversations/" + conv + "/messages",
                    j({{"sender", "nobody-" + a.user}, {"cmid", "x-1"}, {"body", "hi"}}), write_key).first,
               404);
+    // An unknown conversation is 404 on this trusted API (server.md), not
+    // the WebSocket's NOT_MEMBER, whoever the sender.
+    for (const auto& sender : {a.user, outsider.user, "nobody-" + a.user}) {
+        auto [st_unknown, unknown] = call("POST", "/v1/conversations/no-" + conv + "/messages",
+                                          j({{"sender", sender}, {"cmid", "x-1"}, {"body", "hi"}}), write_key);
+        EXPECT_EQ(st_unknown, 404) << sender << ": " << j(unknown);
+        EXPECT_EQ(str(unknown, "code"), "NOT_FOUND") << sender;
+    }
+    EXPECT_EQ(scalar("SELECT count(*) FROM events WHERE conv_id = " + q("no-" + conv)), "0");
     // The contract's limits: a body over 4000 code points.
     auto [st5, o5] = call("POST", "/v1/conversations/" + conv + "/messages",
                           j({{"sender", a.user}, {"cmid", "x-2"}, {"body", std::string(4001, 'x')}}), write_key);
@@ -482,7 +491,10 @@ TEST(ApiGateways, a_revocation_through_the_api_closes_the_device_on_another_gate
 
 TEST(ApiRateLimit, failed_authentications_are_limited_per_address) {
     TestPostgres pg;
-    ServerProcess srv(pg.url(), {"--quiet", "--api-listen", "127.0.0.1:0", "--api-auth-failures", "3"});
+    // Loopback callers are counted only when told to (they are exempt by
+    // default, below); the test's client is on loopback.
+    ServerProcess srv(pg.url(), {"--quiet", "--api-listen", "127.0.0.1:0", "--api-auth-failures", "3",
+                                 "--api-auth-failures-exempt", "none"});
     const auto key = admin_ok(pg.url(), {"apikey", "add", "rl", "--scope", "read"});
     EXPECT_EQ(srv.api("GET", "/v1/openapi.json", "", key).first, 200);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(srv.api("GET", "/v1/openapi.json", "", "imk_wrong").first, 401);
@@ -491,6 +503,22 @@ TEST(ApiRateLimit, failed_authentications_are_limited_per_address) {
     EXPECT_NE(body.find("RATE_LIMITED"), std::string::npos) << body;
     // While limited, even the right key waits: a guess that succeeds is never known.
     EXPECT_EQ(srv.api("GET", "/v1/openapi.json", "", key).first, 429);
+}
+
+// Server.md: "No or unknown key: 401". A caller on this host (the default
+// listener is loopback only) is not counted: however often it fails, it gets
+// 401, and its right key keeps working.
+TEST(ApiRateLimit, a_loopback_caller_is_not_counted_by_default_and_always_gets_401) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet", "--api-listen", "127.0.0.1:0", "--api-auth-failures", "3"});
+    const auto key = admin_ok(pg.url(), {"apikey", "add", "rl", "--scope", "read"});
+    for (int i = 0; i < 12; ++i) {
+        auto [st, body] = srv.api("GET", "/v1/openapi.json", "", "imk_wrong");
+        EXPECT_EQ(st, 401) << "failure " << i + 1 << ": " << body;
+        EXPECT_NE(body.find("UNAUTHENTICATED"), std::string::npos) << body;
+    }
+    EXPECT_EQ(srv.api("GET", "/v1/openapi.json", "", "").first, 401);
+    EXPECT_EQ(srv.api("GET", "/v1/openapi.json", "", key).first, 200);
 }
 
 TEST(ApiListener, the_default_address_is_taken_without_failing_and_an_explicit_one_must_bind) {

@@ -496,9 +496,15 @@ TEST_F(Contract, requests_before_hello_are_unauthenticated_and_a_second_hello_is
 }
 
 TEST_F(Contract, a_bad_token_is_unauthenticated_and_the_connection_closes) {
-    WsClient c(port());
-    EXPECT_EQ(str(c.hello("not-a-token"), "code"), "UNAUTHENTICATED");
-    EXPECT_NE(c.wait_closed(), -1);
+    // Unknown, empty and over-long alike: bad credentials, not a malformed
+    // request (contract 4 and 8).
+    for (const std::string& token : {std::string("not-a-token"), std::string(), std::string(4097, 'a')}) {
+        WsClient c(port());
+        auto r = c.hello(token);
+        EXPECT_EQ(str(r, "code"), "UNAUTHENTICATED") << token.size() << " chars: " << json::serialize(r);
+        EXPECT_EQ(str(r, "msg"), "unknown or revoked device token") << token.size() << " chars";
+        EXPECT_NE(c.wait_closed(), -1) << token.size() << " chars";
+    }
 }
 
 TEST_F(Contract, a_revoked_device_cannot_say_hello) {
@@ -897,6 +903,21 @@ TEST_F(Contract, purge_older_than_removes_only_old_events_and_all_covers_every_c
     EXPECT_EQ(str(send_msg(*a, w.conv, "old1", "two days old"), "code"), "ORIGINAL_EXPIRED");
     EXPECT_EQ(str(send_msg(*a, w.conv, "new1", "fresh"), "t"), "sent");
     EXPECT_EQ(admin(db(), {"purge", w.conv}).first, 2); // bad usage: exit 2
+}
+
+// Server.md: exit status 2 on bad usage, 1 on failure. A value the
+// provisioning layer refuses is bad usage like a missing argument; a
+// command that cannot be done is a failure.
+TEST_F(Contract, the_admin_cli_exits_2_on_a_refused_value_and_1_on_a_failure) {
+    auto u = make_user(db(), unique_name("exit"));
+    auto [rc_kind, out_kind] = admin(db(), {"conv", "create", unique_name("exitconv"), "--kind", "bogus",
+                                            "--members", u.user});
+    EXPECT_EQ(rc_kind, 2) << out_kind;
+    auto [rc_id, out_id] = admin(db(), {"user", "add", "no spaces allowed"});
+    EXPECT_EQ(rc_id, 2) << out_id;
+    EXPECT_EQ(pg->scalar("SELECT count(*) FROM users WHERE user_id = 'no spaces allowed'"), "0");
+    auto [rc_missing, out_missing] = admin(db(), {"member", "add", unique_name("noconv"), u.user});
+    EXPECT_EQ(rc_missing, 1) << out_missing;
 }
 
 // ---------------------------------------------------------------- http

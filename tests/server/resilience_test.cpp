@@ -5,6 +5,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <cstdio>
+#include <vector>
+
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -131,6 +134,43 @@ TEST(Resilience, a_silent_connection_is_pinged_and_closed_after_the_idle_timeout
     std::cerr << "silent connection ended with: " << ec.message() << "\n";
     EXPECT_FALSE(live.closed());
     EXPECT_EQ(str(live.request({{"t", "convs"}}), "code"), "UNAUTHENTICATED"); // still served
+}
+
+// Contract section 3: a ping every ping period. With the defaults the write
+// timeout's quarter (7.5 s) is a shorter tick than the ping period (20 s),
+// and a ping that waited for the next tick went out every 22.5 s. Scaled
+// down here: ping period 1 s, write timeout 3.6 s (a 0.9 s tick): a ping
+// due at 1 s would leave at 1.8 s.
+TEST(Resilience, a_ping_goes_out_every_ping_period_whatever_the_other_timeouts) {
+    namespace beast = boost::beast;
+    namespace net = boost::asio;
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet", "--ping-interval-ms", "1000", "--write-timeout-ms", "3600",
+                                 "--idle-timeout-ms", "60000", "--hello-timeout-ms", "60000"});
+    net::io_context ioc;
+    beast::websocket::stream<beast::tcp_stream> ws(ioc);
+    beast::get_lowest_layer(ws).connect({net::ip::make_address("127.0.0.1"), srv.port()});
+    ws.handshake("127.0.0.1", "/v1/ws");
+    std::vector<std::chrono::steady_clock::time_point> pings;
+    ws.control_callback([&](beast::websocket::frame_type kind, beast::string_view) {
+        if (kind != beast::websocket::frame_type::ping) return;
+        pings.push_back(std::chrono::steady_clock::now());
+        if (pings.size() == 7) { // enough: end the read below
+            beast::error_code ignored;
+            beast::get_lowest_layer(ws).socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+        }
+    });
+    struct timeval tv{20, 0};
+    ::setsockopt(beast::get_lowest_layer(ws).socket().native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    beast::flat_buffer buf;
+    beast::error_code ec;
+    ws.read(buf, ec); // answers each ping (pong) until the shutdown above
+    ASSERT_EQ(pings.size(), 7u) << "read ended with: " << ec.message();
+    const auto mean_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(pings.back() - pings.front()).count() / 6;
+    std::printf("6 ping gaps, mean %lld ms (period 1000 ms)\n", static_cast<long long>(mean_ms));
+    EXPECT_GE(mean_ms, 950) << "pinged more often than the period";
+    EXPECT_LE(mean_ms, 1400) << "pings wait for a coarser tick than the ping period";
 }
 
 TEST(Resilience, two_gateways_on_one_database_push_each_others_commits) {
