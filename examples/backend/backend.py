@@ -85,7 +85,8 @@ def mint_jwt(secret, user, device, ttl_s=600, issuer=None, audience=None, now=No
 
 def read_secret(path):
     with open(path, "rb") as f:
-        secret = f.read().rstrip(b"\r\n")
+        # The first line, as imserver reads --jwt-hs256-secret-file.
+        secret = f.readline().rstrip(b"\r\n")
     if len(secret) < 32:
         sys.exit(f"{path}: an HS256 secret needs at least 32 bytes")
     return secret

@@ -336,9 +336,10 @@ std::optional<std::string> Verifier::reload() {
     std::vector<std::string> skipped;
     if (!hs_file_.empty()) {
         if (auto e = read_file(hs_file_, fresh->hs256_secret)) return "--jwt-hs256-secret-file: " + *e;
-        // One line; a trailing newline is not part of the secret.
+        // The file's first line, without its line end (docs/operations.md).
         auto& sec = fresh->hs256_secret;
-        while (!sec.empty() && (sec.back() == '\n' || sec.back() == '\r')) sec.pop_back();
+        if (auto eol = sec.find('\n'); eol != std::string::npos) sec.resize(eol);
+        if (!sec.empty() && sec.back() == '\r') sec.pop_back();
         if (sec.size() < min_hs256_secret_bytes)
             return "--jwt-hs256-secret-file: " + hs_file_ + ": the secret must be at least " +
                    std::to_string(min_hs256_secret_bytes) + " bytes";

@@ -145,7 +145,8 @@ protected:
         dir = new TempDir("imjwt");
         rsa = new KeyPair(make_key("rsa-1", true));
         ec = new KeyPair(make_key("ec-1", false));
-        write_file(dir->path() + "/hs.secret", secret + "\n");
+        // The secret is the first line: a CRLF ends it and what follows is not part of it.
+        write_file(dir->path() + "/hs.secret", secret + "\r\nnot part of the secret\n");
         // Besides ours, keys the server must skip (not for signatures, another
         // type or curve), as identity providers' JWKS documents hold them.
         json::object doc = json::parse(jwks_of({rsa, ec})).as_object();
