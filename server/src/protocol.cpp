@@ -44,7 +44,8 @@ struct Fields {
     }
 
     /// The page window shared by sync and history: optional `limit` (>= 1,
-    /// cut to max_sync_limit) and optional `epoch` (>= 1).
+    /// cut to max_sync_limit) and optional `epoch` (any integer: one that is
+    /// not the conversation's epoch, 0 included, is EPOCH_CHANGED in the store).
     std::optional<std::string> window(std::int64_t& limit, std::optional<std::int64_t>& epoch) const {
         if (auto e = integer("limit", limit, false)) return e;
         if (limit < b.min_limit) return std::string("field 'limit' must be >= 1");
@@ -52,7 +53,6 @@ struct Fields {
         if (o.contains("epoch")) {
             std::int64_t ep = 0;
             if (auto e = integer("epoch", ep)) return e;
-            if (ep < 1) return std::string("field 'epoch' must be >= 1");
             epoch = ep;
         }
         return std::nullopt;
@@ -100,10 +100,9 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         std::int64_t seq = 0;
         if (auto e = f.conv(conv)) return bad(*e);
         if (auto e = f.integer("seq", seq)) return bad(*e);
-        if (t == "fetch") {
-            if (seq < 1) return bad("field 'seq' must be >= 1");
-            return req::Fetch{std::move(conv), seq};
-        }
+        // Any seq: no event has seq < 1, so the store answers NOT_FOUND
+        // (contract section 9 bounds only sync, history and convs).
+        if (t == "fetch") return req::Fetch{std::move(conv), seq};
         if (seq < 0) return bad("field 'seq' must be >= 0");
         if (t == "ack") return req::Ack{std::move(conv), seq};
         return req::Read{std::move(conv), seq};
@@ -112,7 +111,6 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         req::Recall r;
         if (auto e = f.conv(r.conv)) return bad(*e);
         if (auto e = f.integer("target", r.target)) return bad(*e);
-        if (r.target < 1) return bad("field 'target' must be >= 1");
         if (auto e = f.cmid(r.cmid)) return bad(*e);
         return r;
     }

@@ -185,7 +185,7 @@ Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, c
         if (!tx.exec_prepared("im_tombstone", rc.conv, who.user, rc.cmid).empty())
             return Error{Code::original_expired, "the original was purged by retention"};
         // The target: exists and not purged; readable; a msg; ours; not recalled; in the window.
-        if (rc.target > access.head || rc.target < conv->min_seq)
+        if (rc.target < 1 || rc.target > access.head || rc.target < conv->min_seq)
             return Error{Code::not_found, "no such event"};
         auto ev = tx.exec_prepared("im_recall_target", rc.conv, rc.target, conv->recall_window_ms);
         if (ev.empty()) return Error{Code::not_found, "no such event"};

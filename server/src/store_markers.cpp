@@ -62,9 +62,14 @@ std::string convs_sql(bool backend) {
            "LEFT JOIN LATERAL ("
            " SELECT c.conv_id, c.kind, h.head, c.epoch, c.min_seq, COALESCE(" + delivered + ", 0) AS delivered, "
            "        k.rd, u.unread "
-           " FROM (SELECT DISTINCT conv_id FROM membership_periods WHERE user_id = $1 AND conv_id > " + after +
-           "       ORDER BY conv_id LIMIT " + rows + ") m "
-           " JOIN conversations c ON c.conv_id = m.conv_id "
+           // conv_id order is byte order whatever the database's collation:
+           // compared and sorted COLLATE "C", read in that order from the
+           // index membership_by_user (schema/011), and joined back to the
+           // primary key of conversations in the database's own collation.
+           " FROM (SELECT DISTINCT conv_id COLLATE \"C\" AS k FROM membership_periods "
+           "       WHERE user_id = $1 AND conv_id COLLATE \"C\" > " + after +
+           "       ORDER BY 1 LIMIT " + rows + ") m "
+           " JOIN conversations c ON c.conv_id = m.k COLLATE \"default\" "
            " CROSS JOIN LATERAL (SELECT COALESCE((SELECT rm.read FROM read_markers rm "
            "     WHERE rm.conv_id = c.conv_id AND rm.user_id = $1), 0) AS rd) k "
            // A former member learns nothing of traffic after their last period.
@@ -81,7 +86,7 @@ std::string convs_sql(bool backend) {
            "     WHERE pr.b > pr.a) u "
            " WHERE g.ok"
            ") x ON true "
-           "ORDER BY x.conv_id";
+           "ORDER BY x.conv_id COLLATE \"C\"";
 }
 
 // ack and read, one statement each (autocommit): the caller's device row

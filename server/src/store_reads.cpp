@@ -260,7 +260,7 @@ Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, con
         if (!loaded) return loaded.error();
         auto& access = loaded->second;
         if (!access.any()) return not_member();
-        if (f.seq > access.head) return Error{Code::not_found, "no such event"};
+        if (f.seq < 1 || f.seq > access.head) return Error{Code::not_found, "no such event"};
         if (!access.can_read(f.seq)) return not_member();
         auto r = tx.exec_prepared("im_event", f.conv, f.seq);
         if (r.empty()) return Error{Code::not_found, "no such event"};

@@ -369,11 +369,12 @@ constexpr FieldBounds lab_unbounded{.min_cmid_chars = 0,
 void WsSession::on_frame(const std::string& text) {
     Parsed p = parse_request(text, gw_->faults().broken("rule.limits") ? lab_unbounded : contract_bounds);
     if (auto* e = std::get_if<Error>(&p.body)) {
-        gw_->metrics().count_request(p.type.empty() ? "invalid" : p.type, code_name(e->code));
-        return send(encode_error(*e, p.rid));
+        queue_.push_back(Pending{p.rid, p.type.empty() ? "invalid" : p.type, req::Sub{},
+                                 std::chrono::steady_clock::now(), text.size(), *e});
+    } else {
+        queue_.push_back(Pending{p.rid, p.type, std::get<Request>(std::move(p.body)),
+                                 std::chrono::steady_clock::now(), text.size(), std::nullopt});
     }
-    queue_.push_back(
-        Pending{p.rid, p.type, std::get<Request>(std::move(p.body)), std::chrono::steady_clock::now(), text.size()});
     hold(text.size());
     next();
 }
@@ -387,6 +388,19 @@ void WsSession::next() {
     queue_.pop_front();
     do_read();
 
+    if (item.refused) {
+        // Contract 4: before a successful hello, any request but hello is
+        // UNAUTHENTICATED, a malformed one of a known type too; a frame that
+        // names no request type (not JSON, no or an unknown `t`) is not a
+        // request and stays INVALID_ARGUMENT.
+        const bool request = item.type != "invalid" && item.type != "other" && item.type != "hello";
+        if (!who_ && request) {
+            Handled h = error_reply({Code::unauthenticated, "send hello first"}, item.rid);
+            h.close_after = false;
+            return finish(item, std::move(h));
+        }
+        return finish(item, error_reply(*item.refused, item.rid));
+    }
     if (gw_->draining()) return finish(item, error_reply(unavailable("gateway is draining; reconnect"), item.rid));
     if (auto refused = out_of_order(who_, item.req, item.rid)) return finish(item, std::move(*refused));
     if (std::holds_alternative<req::Hello>(item.req)) {
@@ -486,7 +500,7 @@ bool WsSession::deliver(const Pending& item, Handled h) {
         hello_pending_ = false;
         if (h.code == code_name(Code::unauthenticated)) gw_->hello_failed(address_);
     }
-    if (item.type == "send") {
+    if (item.type == "send" && !item.refused) {
         const auto now = std::chrono::steady_clock::now();
         gw_->metrics().observe_send_seconds(std::chrono::duration<double>(now - item.received).count());
         if (h.answered != std::chrono::steady_clock::time_point{})

@@ -54,6 +54,9 @@ private:
         Request req;
         std::chrono::steady_clock::time_point received;
         std::size_t bytes = 0; // the frame's size, held against the buffer budget until answered
+        /// A frame that did not parse: answered with this error in its turn
+        /// (replies keep the order of the frames; `req` is unused).
+        std::optional<Error> refused;
     };
     void hold(std::size_t n);
     void unhold(std::size_t n);

@@ -67,7 +67,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"sync_after_float", R"({"t":"sync","conv":"c","after":1.5})", "INVALID_ARGUMENT"},
         Case{"sync_after_string", R"({"t":"sync","conv":"c","after":"1"})", "INVALID_ARGUMENT"},
         Case{"sync_after_huge", R"({"t":"sync","conv":"c","after":18446744073709551615})", "INVALID_ARGUMENT"},
-        Case{"sync_epoch_0", R"({"t":"sync","conv":"c","after":0,"epoch":0})", "INVALID_ARGUMENT"},
+        // No bound on epoch, fetch.seq or recall.target (contract section 9):
+        // the store answers EPOCH_CHANGED / NOT_FOUND (contract_test).
+        Case{"sync_epoch_0_parses", R"({"t":"sync","conv":"c","after":0,"epoch":0})", "sync"},
+        Case{"history_epoch_neg_parses", R"({"t":"history","conv":"c","before":0,"epoch":-1})", "history"},
+        Case{"sync_epoch_string", R"({"t":"sync","conv":"c","after":0,"epoch":"1"})", "INVALID_ARGUMENT"},
         Case{"rid_64_ok", R"({"t":"convs","rid":")" + rep(64) + R"("})", "convs"},
         Case{"rid_65", R"({"t":"convs","rid":")" + rep(65) + R"("})", "INVALID_ARGUMENT"},
         Case{"rid_number", R"({"t":"convs","rid":7})", "INVALID_ARGUMENT"},
@@ -93,7 +97,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"refresh_token_number", R"({"t":"refresh","token":5})", "INVALID_ARGUMENT"},
         Case{"refresh_token_4097_chars_parses", R"({"t":"refresh","token":")" + rep(4097) + R"("})", "refresh"},
         Case{"ack_seq_neg", R"({"t":"ack","conv":"c","seq":-1})", "INVALID_ARGUMENT"},
-        Case{"fetch_seq_0", R"({"t":"fetch","conv":"c","seq":0})", "INVALID_ARGUMENT"},
+        Case{"fetch_seq_0_parses", R"({"t":"fetch","conv":"c","seq":0})", "fetch"},
+        Case{"recall_target_0_parses", R"({"t":"recall","conv":"c","target":0,"cmid":"k"})", "recall"},
         Case{"recall_ok", R"({"t":"recall","conv":"c","target":3,"cmid":"k"})", "recall"},
         Case{"recall_no_cmid", R"({"t":"recall","conv":"c","target":3})", "INVALID_ARGUMENT"}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });

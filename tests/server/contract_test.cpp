@@ -2,6 +2,7 @@
 // sends real frames over a real WebSocket and asserts replies and rows.
 #include "common.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <map>
@@ -435,6 +436,14 @@ TEST_F(Contract, epoch_bump_voids_old_cursors) {
     EXPECT_EQ(admin_ok(db(), {"epoch", "bump", w.conv}), "2");
     auto old = c->request({{"t", "sync"}, {"conv", w.conv}, {"after", 1}, {"epoch", 1}});
     EXPECT_EQ(str(old, "code"), "EPOCH_CHANGED");
+    // Any epoch that is not the current one, 0 and negative included (no
+    // bound in contract section 9), for sync and history alike.
+    for (std::int64_t ep : {0, -1, 3}) {
+        EXPECT_EQ(str(c->request({{"t", "sync"}, {"conv", w.conv}, {"after", 0}, {"epoch", ep}}), "code"),
+                  "EPOCH_CHANGED") << ep;
+        EXPECT_EQ(str(c->request({{"t", "history"}, {"conv", w.conv}, {"before", 0}, {"epoch", ep}}), "code"),
+                  "EPOCH_CHANGED") << ep;
+    }
     auto fresh = c->request({{"t", "sync"}, {"conv", w.conv}, {"after", 0}, {"epoch", 2}});
     EXPECT_EQ(str(fresh, "t"), "page");
     EXPECT_EQ(num(fresh, "epoch"), 2);
@@ -483,6 +492,12 @@ TEST_F(Contract, fetch_returns_one_event) {
     EXPECT_EQ(str(ev, "mid"), str(s, "mid"));
     EXPECT_EQ(str(ev, "cmid"), "k"); // lets the sender settle a send whose reply it lost
     EXPECT_EQ(str(c->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", 99}}), "code"), "NOT_FOUND");
+    // No event has a seq below 1: NOT_FOUND too (contract section 9 sets no
+    // bound on fetch.seq), and still NOT_MEMBER for a stranger (C4 first).
+    EXPECT_EQ(str(c->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", 0}}), "code"), "NOT_FOUND");
+    EXPECT_EQ(str(c->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", -5}}), "code"), "NOT_FOUND");
+    auto outsider = login(port(), make_user(db(), unique_name("fetchout")));
+    EXPECT_EQ(str(outsider->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", 0}}), "code"), "NOT_MEMBER");
 }
 
 // ---------------------------------------------------------------- sessions
@@ -491,6 +506,11 @@ TEST_F(Contract, requests_before_hello_are_unauthenticated_and_a_second_hello_is
     auto u = make_user(db(), unique_name("auth"));
     WsClient c(port());
     EXPECT_EQ(str(c.request({{"t", "convs"}}), "code"), "UNAUTHENTICATED");
+    // A malformed request of a known type is still a request before hello
+    // (contract 4); a frame naming no request type is not one.
+    EXPECT_EQ(str(c.request({{"t", "sync"}, {"conv", "c"}}), "code"), "UNAUTHENTICATED");
+    EXPECT_EQ(str(c.request({{"t", "send"}, {"conv", "c"}, {"cmid", "k"}, {"body", 5}}), "code"), "UNAUTHENTICATED");
+    EXPECT_EQ(str(c.request({{"t", "explode"}}), "code"), "INVALID_ARGUMENT");
     EXPECT_EQ(str(c.hello(u.token), "t"), "welcome");
     EXPECT_EQ(str(c.hello(u.token), "code"), "INVALID_ARGUMENT");
 }
@@ -537,6 +557,27 @@ TEST_F(Contract, bad_frames_get_invalid_argument_and_the_connection_stays_open) 
     EXPECT_EQ(str(*e2, "code"), "INVALID_ARGUMENT");
     EXPECT_EQ(str(*e2, "rid"), "r9");
     EXPECT_EQ(str(c.hello(u.token), "t"), "welcome");
+}
+
+TEST_F(Contract, a_malformed_frame_is_answered_in_its_turn_after_the_requests_before_it) {
+    // docs/protocol.md: a connection's requests are answered in the order
+    // they arrived; the error for a bad frame does not overtake a send that
+    // is still in the database.
+    auto w = make_world(db(), "order", 2);
+    auto c = login(port(), w.users[0]);
+    for (int i = 0; i < 3; ++i) {
+        const std::string n = std::to_string(i);
+        c->send_text(R"({"t":"send","rid":"s)" + n + R"(","conv":")" + w.conv + R"(","cmid":"k)" + n +
+                     R"(","body":"first"})");
+        c->send_text(R"({"t":"sync","rid":"bad)" + n + R"(","conv":")" + w.conv + R"("})"); // no `after`
+        auto first = c->next();
+        auto second = c->next();
+        ASSERT_TRUE(first && second);
+        EXPECT_EQ(str(*first, "rid"), "s" + n);
+        EXPECT_EQ(str(*first, "t"), "sent");
+        EXPECT_EQ(str(*second, "rid"), "bad" + n);
+        EXPECT_EQ(str(*second, "code"), "INVALID_ARGUMENT");
+    }
 }
 
 TEST_F(Contract, a_frame_over_64_KiB_closes_with_1009) {
@@ -653,6 +694,8 @@ TEST_F(Contract, recall_rejections_follow_the_contract) {
     EXPECT_EQ(recall(*b, num(s, "seq"), "x1"), "NOT_SENDER");
     EXPECT_EQ(recall(*a, 1, "x2"), "INVALID_ARGUMENT"); // a join event
     EXPECT_EQ(recall(*a, 99, "x3"), "NOT_FOUND");
+    EXPECT_EQ(recall(*a, 0, "x3z"), "NOT_FOUND"); // no bound in section 9: no event has seq 0
+    EXPECT_EQ(recall(*a, -1, "x3n"), "NOT_FOUND");
     // The window is judged against the stored created_at, in milliseconds:
     // a message written 61 s ago is out of a 60 s window, one of 50 s is in
     // (10 s left for the admin commands below; a window read in seconds
@@ -885,6 +928,38 @@ TEST_F(Contract, purge_writes_tombstones_so_a_late_resend_creates_nothing) {
     EXPECT_EQ(str(a->request({{"t", "fetch"}, {"conv", w.conv}, {"seq", num(s, "seq")}}), "code"), "NOT_FOUND");
     auto r = a->request({{"t", "recall"}, {"conv", w.conv}, {"target", num(s, "seq")}, {"cmid", "rr"}});
     EXPECT_EQ(str(r, "code"), "NOT_FOUND");
+}
+
+// An operator's database may sort text by a language's rules (ICU en-US puts
+// "abc" before "Zed"); the convs page's conv_id order is byte order all the
+// same, and paging by `after` neither skips nor repeats.
+TEST_F(Contract, convs_pages_in_byte_order_whatever_the_database_collation) {
+    pg->scalar("CREATE DATABASE im_icu TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C.UTF-8' "
+               "LOCALE_PROVIDER icu ICU_LOCALE 'en-US'", "postgres");
+    ASSERT_EQ(pg->scalar("SELECT datlocprovider FROM pg_database WHERE datname = 'im_icu'", "postgres"), "i");
+    // The database itself orders them otherwise: the test would prove nothing.
+    ASSERT_EQ(pg->scalar("SELECT string_agg(x, ',' ORDER BY x) FROM (VALUES ('Zed'), ('abc')) v(x)", "im_icu"),
+              "abc,Zed");
+    const std::string url = pg->url("im_icu");
+    ServerProcess icu(url, {"--quiet"});
+    auto u = make_user(url, "icu-user");
+    const std::vector<std::string> names = {"abc", "Zed", "b_1", "B2", "a-z", "a.z", "Z9", "_x"};
+    for (const auto& n : names) admin_ok(url, {"conv", "create", n, "--kind", "group", "--members", u.user});
+    auto c = login(icu.port(), u);
+    std::vector<std::string> seen;
+    std::string after;
+    for (int page = 0; page < 10; ++page) {
+        json::object req{{"t", "convs"}, {"limit", 3}};
+        if (!after.empty()) req["after"] = after;
+        auto r = c->request(req);
+        ASSERT_EQ(str(r, "t"), "convs") << json::serialize(r);
+        for (auto& v : r.at("convs").as_array()) seen.push_back(str(v.as_object(), "conv"));
+        after = str(r, "next_after");
+        if (!r.at("has_more").as_bool()) break;
+    }
+    std::vector<std::string> bytes = names;
+    std::sort(bytes.begin(), bytes.end()); // std::string compares bytes
+    EXPECT_EQ(seen, bytes);
 }
 
 TEST_F(Contract, purge_older_than_removes_only_old_events_and_all_covers_every_conversation) {
