@@ -59,6 +59,7 @@ ClientPrivate::ClientPrivate(Client *qq)
 
     // What the models follow: private signals of this object (see below).
     connect(&outbox, &Outbox::timelineChanged, this, &ClientPrivate::timelineChanged);
+    connect(&outbox, &Outbox::draftWritten, this, &ClientPrivate::draftWritten);
     connect(&sync, &Sync::timelineChanged, this, &ClientPrivate::timelineChanged);
     connect(&markers, &Markers::timelineChanged, this, &ClientPrivate::timelineChanged);
     connect(&sync, &Sync::conversationsChanged, this, &ClientPrivate::conversationsChanged);

@@ -85,6 +85,9 @@ Q_SIGNALS:
     // may disconnect): see the constructor.
     /// The timeline of `conv` may have changed (models reload).
     void timelineChanged(const QString &conv);
+    /// The app's own send()/recall() wrote a pending row into `conv`: the
+    /// models show it before the call returns (obligation 1).
+    void draftWritten(const QString &conv);
     /// Forwarded to Client::conversationsChanged.
     void conversationsChanged();
     /// Forwarded to Client::identityChanged.

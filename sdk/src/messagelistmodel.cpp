@@ -67,6 +67,12 @@ void MessageListModel::setClient(Client *client) {
             if (c == d->conv && !d->reload.isActive())
                 d->reload.start();
         });
+        // The app's own message shows before send() returns (obligation 1);
+        // other changes are coalesced by the timer above.
+        d->links << connect(cp, &ClientPrivate::draftWritten, this, [this](const QString &c) {
+            if (c == d->conv)
+                refresh();
+        });
         d->links << connect(&cp->sync, &Sync::windowLoaded, this, [this](const QString &c, bool ok) {
             if (c != d->conv || !d->fetching)
                 return;

@@ -9,6 +9,7 @@
 #include <QtCore/QJsonObject>
 #include <QtCore/QUuid>
 
+#include <algorithm>
 #include <limits>
 
 namespace im {
@@ -92,6 +93,7 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     emit messageStateChanged(conv, row.cmid, 0, MessageState::Pending, QString());
     emit outboxChanged();
     emit timelineChanged(conv);
+    emit draftWritten(conv);
     schedulePump();
     return row.cmid;
 }
@@ -223,6 +225,11 @@ void Outbox::pump() {
         retryTimer_.start(int(std::min<qint64>(nextDue - t, std::numeric_limits<int>::max())));
     if (batch.isEmpty())
         return;
+    // Obligation 3: the batch leaves in creation order across conversations
+    // too (the walk above goes conversation by conversation); row ids are
+    // creation order.
+    std::stable_sort(batch.begin(), batch.end(),
+                     [](const auto &a, const auto &b) { return a.first->row.id < b.first->row.id; });
     // Before any byte leaves: these entries count as sent from now on
     // (cancel() refuses them, also after a crash and restart).
     QList<QPair<QString, int>> marks;

@@ -129,6 +129,9 @@ Q_SIGNALS:
     void outboxChanged();
     /// The timeline of `conv` changed (the models reload).
     void timelineChanged(const QString &conv);
+    /// A send() or recall() of the app wrote its pending row into `conv`'s
+    /// timeline (obligation 1: shown at once, not after the coalescing delay).
+    void draftWritten(const QString &conv);
     /// classify() said EndSession: the entry stays, the session ends
     /// (what that means for the code is the client's decision).
     void sessionMustEnd(const std::optional<im::proto::Incoming> &reply);

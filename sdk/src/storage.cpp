@@ -113,6 +113,8 @@ void Storage::close() {
 bool Storage::exec(QSqlQuery &q) {
     if (faultCountdown_ > 0 && --faultCountdown_ == 0)
         return fail(QStringLiteral("injected storage fault"));
+    if (recordRelaxed_ && relaxed_)
+        relaxedWrites_.append(q.lastQuery());
     if (!q.exec())
         return fail(QStringLiteral("SQLite: %1 (%2)").arg(q.lastError().text(), q.lastQuery()));
     return true;

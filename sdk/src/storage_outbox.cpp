@@ -135,7 +135,9 @@ bool Storage::settleOutbox(const QList<Finish> &finished, const QList<Retry> &re
 bool Storage::markOnWire(const QList<QPair<QString, int>> &cmidAttempts) {
     if (cmidAttempts.isEmpty())
         return true;
-    bool ok = begin(Durability::Relaxed);
+    // FULL: after a power cut, an entry that may be on the server must not
+    // look unsent (cancel() would then drop a message the others can read).
+    bool ok = begin(Durability::Full);
     if (ok) {
         QSqlQuery q(QSqlDatabase::database(connection_, false));
         q.prepare(QStringLiteral("UPDATE outbox SET attempts = ? WHERE cmid = ?"));

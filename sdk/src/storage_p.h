@@ -185,6 +185,13 @@ public:
 
     // Test hook: the n-th write statement from now fails (0 disables).
     void injectFaultAfter(int statements) { faultCountdown_ = statements; }
+    // Test hook: records the write statements run under synchronous=NORMAL
+    // (relaxed) from now on.
+    void recordRelaxedWrites(bool on) {
+        recordRelaxed_ = on;
+        relaxedWrites_.clear();
+    }
+    const QStringList &relaxedWrites() const { return relaxedWrites_; }
     // Test hook: the n-th event insert from now fails (0 disables).
     void injectEventInsertFault(int n) { eventFaultCountdown_ = n; }
     // Value of a PRAGMA on this connection (tests, diagnostics).
@@ -231,6 +238,8 @@ private:
     std::unique_ptr<QLockFile> lock_;
     int faultCountdown_ = 0;
     int eventFaultCountdown_ = 0;
+    bool recordRelaxed_ = false;
+    QStringList relaxedWrites_;
     bool eventInsertFault();
 };
 

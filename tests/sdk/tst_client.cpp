@@ -116,6 +116,9 @@ private slots:
     void a_batched_retry_never_takes_back_the_attempts_on_the_wire();
     void a_draft_written_under_another_users_token_is_never_sent();
     void a_draft_names_the_credential_it_was_written_under();
+    // Second audit against sdk.md (2026-12-03).
+    void resend_after_reconnect_is_in_creation_order_across_conversations();
+    void the_on_the_wire_mark_is_written_with_a_flush();
 };
 
 void TestClient::send_commits_the_outbox_row_before_the_first_frame_leaves() {
@@ -848,7 +851,7 @@ void TestClient::message_model_shows_pending_at_once_then_sent_and_others_messag
     QVERIFY(f.client.open(f.db));
     im::MessageListModel model(&f.client, QStringLiteral("c1"));
     const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("mine"));
-    QTRY_COMPARE(model.count(), 1);
+    QCOMPARE(model.count(), 1); // before send() returned (obligation 1), not after a timer
     QCOMPARE(model.get(0, im::MessageListModel::StateRole).toInt(), int(MessageState::Pending));
     QCOMPARE(model.get(0, im::MessageListModel::CmidRole).toString(), cmid);
     QCOMPARE(model.get(0, im::MessageListModel::BodyRole).toString(), QStringLiteral("mine"));
@@ -1476,3 +1479,43 @@ void TestClient::a_batched_retry_never_takes_back_the_attempts_on_the_wire() {
 
 QTEST_GUILESS_MAIN(TestClient)
 #include "tst_client.moc"
+
+void TestClient::resend_after_reconnect_is_in_creation_order_across_conversations() {
+    // Obligation 3: resendPending() (here: the first connection) sends the
+    // outbox in creation order, also when the drafts interleave conversations.
+    Fixture f;
+    const QStringList convs = {QStringLiteral("c1"), QStringLiteral("c2"), QStringLiteral("c3"), QStringLiteral("c4")};
+    for (const QString &c : convs)
+        f.server.convs[c].members = {QStringLiteral("ana"), QStringLiteral("ben")};
+    QVERIFY(f.client.open(f.db));
+    QStringList cmids;
+    for (int i = 0; i < 12; ++i)
+        cmids << f.client.send(convs.at(i % convs.size()), QStringLiteral("m%1").arg(i));
+    f.client.connectToServer();
+    QTRY_COMPARE(f.client.pendingCount(), 0);
+    QStringList sent;
+    for (const QJsonObject &o : std::as_const(f.server.received))
+        if (o.value(QStringLiteral("t")).toString() == u"send")
+            sent << o.value(QStringLiteral("cmid")).toString();
+    QCOMPARE(sent, cmids);
+}
+
+void TestClient::the_on_the_wire_mark_is_written_with_a_flush() {
+    // sdk.md, local database: outbox writes are synchronous=FULL. The mark
+    // that an entry went on the wire decides whether cancel() may still drop
+    // it; lost in a power cut, a message the others can read would look
+    // unsent and could be cancelled.
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    im::detail::Storage &st = im::ClientPrivate::get(&f.client)->storage;
+    st.recordRelaxedWrites(true);
+    f.client.send(QStringLiteral("c1"), QStringLiteral("flushed"));
+    QTRY_COMPARE(f.client.pendingCount(), 0);
+    const QStringList relaxed = st.relaxedWrites();
+    // The answer's write is relaxed (a resend is answered dup): the hook sees it.
+    QVERIFY2(std::any_of(relaxed.cbegin(), relaxed.cend(),
+                         [](const QString &s) { return s.startsWith(u"DELETE FROM outbox"); }),
+             qPrintable(relaxed.join(u'|')));
+    for (const QString &s : relaxed)
+        QVERIFY2(!s.startsWith(u"UPDATE outbox SET attempts = ? "), qPrintable(s));
+}
