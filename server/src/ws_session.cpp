@@ -370,10 +370,10 @@ void WsSession::on_frame(const std::string& text) {
     Parsed p = parse_request(text, gw_->faults().broken("rule.limits") ? lab_unbounded : contract_bounds);
     if (auto* e = std::get_if<Error>(&p.body)) {
         queue_.push_back(Pending{p.rid, p.type.empty() ? "invalid" : p.type, req::Sub{},
-                                 std::chrono::steady_clock::now(), text.size(), *e});
+                                 std::chrono::steady_clock::now(), text.size(), *e, draining_});
     } else {
         queue_.push_back(Pending{p.rid, p.type, std::get<Request>(std::move(p.body)),
-                                 std::chrono::steady_clock::now(), text.size(), std::nullopt});
+                                 std::chrono::steady_clock::now(), text.size(), std::nullopt, draining_});
     }
     hold(text.size());
     next();
@@ -401,7 +401,9 @@ void WsSession::next() {
         }
         return finish(item, error_reply(*item.refused, item.rid));
     }
-    if (gw_->draining()) return finish(item, error_reply(unavailable("gateway is draining; reconnect"), item.rid));
+    // Draining (contract 7): what was read before this connection's goaway is
+    // finished; what came after it is refused, retryable elsewhere.
+    if (item.after_goaway) return finish(item, error_reply(unavailable("gateway is draining; reconnect"), item.rid));
     if (auto refused = out_of_order(who_, item.req, item.rid)) return finish(item, std::move(*refused));
     if (std::holds_alternative<req::Hello>(item.req)) {
         if (gw_->hello_limited(address_)) {

@@ -57,6 +57,9 @@ private:
         /// A frame that did not parse: answered with this error in its turn
         /// (replies keep the order of the frames; `req` is unused).
         std::optional<Error> refused;
+        /// Read after this connection's goaway: answered UNAVAILABLE (the
+        /// ones read before are finished, contract 7).
+        bool after_goaway = false;
     };
     void hold(std::size_t n);
     void unhold(std::size_t n);

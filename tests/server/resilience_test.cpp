@@ -6,6 +6,7 @@
 #include <boost/beast/websocket.hpp>
 
 #include <cstdio>
+#include <map>
 #include <vector>
 
 #include <sys/socket.h>
@@ -53,7 +54,12 @@ TEST(Resilience, sigterm_sends_goaway_finishes_in_flight_requests_and_exits_zero
     auto w = make_world(pg.url(), "drain", 2);
     auto c = login(srv.port(), w.users[0]);
     c->request({{"t", "sub"}});
-    c->send_json({{"t", "send"}, {"rid", "slow"}, {"conv", w.conv}, {"cmid", "inflight"}, {"body", "slow commit"}});
+    const json::object slow{{"t", "send"}, {"rid", "slow"}, {"conv", w.conv}, {"cmid", "inflight"}, {"body", "slow commit"}};
+    // Read by the gateway before SIGTERM, queued behind the send: finished
+    // too ("finishes in-flight requests"), not refused.
+    const json::object queued{{"t", "convs"}, {"rid", "queued"}};
+    c->send_json(slow);
+    c->send_json(queued);
     // Wait until the send really waits before COMMIT (its transaction open,
     // the fault's delay running): only then does SIGTERM find it in flight.
     bool in_flight = false;
@@ -63,15 +69,27 @@ TEST(Resilience, sigterm_sends_goaway_finishes_in_flight_requests_and_exits_zero
         if (!in_flight) std::this_thread::sleep_for(10ms);
     }
     ASSERT_TRUE(in_flight) << "the send never reached the point before COMMIT";
+    // Both frames read (held as queued input until answered).
+    const auto held = static_cast<long long>(json::serialize(slow).size() + json::serialize(queued).size());
+    ASSERT_TRUE(wait_until([&] { return srv.metric("im_buffered_bytes") >= held; }, 10s))
+        << "the gateway never read the queued request";
     ::kill(srv.pid(), SIGTERM);
     bool got_goaway = false, got_sent = false;
+    std::map<std::string, std::string> replies; // rid -> t or error code
     while (auto f = c->next(10s)) {
-        if (str(*f, "t") == "goaway") got_goaway = true;
+        if (str(*f, "t") == "goaway" && !got_goaway) {
+            got_goaway = true;
+            // Sent after the goaway: refused, retryable elsewhere.
+            c->send_json({{"t", "convs"}, {"rid", "late"}});
+        }
+        if (f->contains("rid")) replies[str(*f, "rid")] = str(*f, "t") == "error" ? str(*f, "code") : str(*f, "t");
         if (str(*f, "t") == "sent" && str(*f, "rid") == "slow") got_sent = true;
-        if (got_goaway && got_sent) break;
+        if (got_goaway && replies.size() == 3) break;
     }
     EXPECT_TRUE(got_goaway);
     EXPECT_TRUE(got_sent);
+    EXPECT_EQ(replies["queued"], "convs");
+    EXPECT_EQ(replies["late"], "UNAVAILABLE");
     EXPECT_EQ(srv.wait_exit(15s), std::optional<int>(0));
     EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'inflight'"), "1");
 }
