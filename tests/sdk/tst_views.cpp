@@ -58,6 +58,7 @@ private slots:
     void cleanupTestCase();
     void a_qlistview_kept_at_the_newest_message_holds_a_window_and_loads_older_only_on_scroll();
     void a_qml_listview_kept_at_the_newest_message_holds_a_window_and_loads_older_only_on_scroll();
+    void a_qlistview_shows_the_apps_own_message_before_send_returns();
 
 private:
     std::unique_ptr<Client> makeClient(const QString &user);
@@ -239,6 +240,33 @@ int main(int argc, char **argv) {
     QApplication app(argc, argv);
     TestViews t;
     return QTest::qExec(&t, argc, argv);
+}
+
+void TestViews::a_qlistview_shows_the_apps_own_message_before_send_returns() {
+    // Obligation 1 through a real view: the row is in the view's model, and
+    // the view can paint it, in the same event-loop turn as send().
+    auto ana = makeClient(QStringLiteral("ana"));
+    QSignalSpy synced(ana.get(), &Client::conversationSynced);
+    ana->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(synced.contains(QVariantList{QStringLiteral("ana-ben")}), 120000);
+    MessageListModel model(ana.get(), QStringLiteral("ana-ben"));
+    QListView view;
+    view.resize(400, 300);
+    view.setModel(&model);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QTRY_VERIFY(model.count() > 0);
+    QTest::qWait(50); // the initial reloads settle (coalesced over 20 ms)
+    const int before = view.model()->rowCount();
+    const QString cmid = ana->send(QStringLiteral("ana-ben"), QStringLiteral("seen at once"));
+    QVERIFY(!cmid.isEmpty());
+    QCOMPARE(view.model()->rowCount(), before + 1);
+    const QModelIndex newest = view.model()->index(0, 0); // newest first; a pending row has no seq yet
+    QCOMPARE(newest.data(MessageListModel::CmidRole).toString(), cmid);
+    QCOMPARE(newest.data(MessageListModel::BodyRole).toString(), QStringLiteral("seen at once"));
+    view.scrollTo(newest);
+    QVERIFY(view.visualRect(newest).isValid());
+    view.setModel(nullptr);
 }
 
 #include "tst_views.moc"
