@@ -10,20 +10,20 @@
 namespace im {
 
 WsSession::WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw)
-    : ws_(std::in_place_type<websocket::stream<beast::tcp_stream>>, std::move(socket)), gw_(std::move(gw)),
+    : ws_(make_ws_stream(std::move(socket))), gw_(std::move(gw)),
       ping_timer_(executor()), token_timer_(executor()) {
     note_address();
 }
 
 WsSession::WsSession(tls_stream&& stream, std::shared_ptr<ssl::context> tls, std::shared_ptr<Gateway> gw)
-    : tls_(std::move(tls)), ws_(std::in_place_type<websocket::stream<tls_stream>>, std::move(stream)),
+    : tls_(std::move(tls)), ws_(make_ws_stream(std::move(stream))),
       gw_(std::move(gw)), ping_timer_(executor()), token_timer_(executor()) {
     note_address();
 }
 
 void WsSession::note_address() {
     beast::error_code ec;
-    auto ep = with_ws([&](auto& ws) { return beast::get_lowest_layer(ws).socket().remote_endpoint(ec); });
+    auto ep = ws_->socket().remote_endpoint(ec);
     if (!ec) address_ = ep.address().to_string();
 }
 
@@ -77,27 +77,13 @@ void WsSession::shed() {
 }
 
 void WsSession::run(http::request<http::string_body> req) {
-    // Beast times the handshake and the close; liveness is ours (see
-    // tick()): Beast's own idle timer is re-armed only when the app starts
-    // a read, so a quiet peer that answers every ping would still be cut.
-    with_ws([&](auto& ws) {
-        websocket::stream_base::timeout opt{std::chrono::seconds(30), websocket::stream_base::none(), false};
-        ws.set_option(opt);
-        ws.control_callback([this](websocket::frame_type, beast::string_view) { last_rx_ = Clock::now(); });
-        ws.read_message_max(max_frame_bytes);
-        // One message, one frame (<= MAX_FRAME anyway). Beast would otherwise
-        // cut a message into frames at its write buffer size, anywhere in a
-        // UTF-8 sequence; Qt WebSockets (the SDK) checks each text frame on
-        // its own and closes with 1007 on a split CJK character or emoji.
-        ws.auto_fragment(false);
-        ws.set_option(websocket::stream_base::decorator(
-            [](websocket::response_type& res) { res.set(http::field::server, "imserver"); }));
-    });
+    // Liveness is ours (see tick()): every control frame counts as traffic.
+    ws_->configure(max_frame_bytes, [this] { last_rx_ = Clock::now(); });
     // A connection over a cap is told so in a close frame (1013) once the
     // handshake is done, rather than with a bare reset.
     reject_ = gw_->admit(address_);
     admitted_ = !reject_;
-    with_ws([&](auto& ws) { ws.async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this())); });
+    ws_->async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
 }
 
 void WsSession::post_frame(std::shared_ptr<const std::string> frame) {
@@ -232,12 +218,10 @@ void WsSession::on_accept(beast::error_code ec) {
     if (ec) return fail(ec, "ws_accept");
     if (reject_) {
         log_warn("connection_rejected", {{"address", address_}, {"reason", *reject_}});
-        with_ws([&](auto& ws) {
-            ws.async_close({websocket::close_code::try_again_later, *reject_},
-                           [self = shared_from_this()](beast::error_code cec) {
-                               if (cec) fail(cec, "ws_close");
-                           });
-        });
+        ws_->async_close({websocket::close_code::try_again_later, *reject_},
+                         [self = shared_from_this()](beast::error_code cec) {
+                             if (cec) fail(cec, "ws_close");
+                         });
         return;
     }
     gw_->session_opened(shared_from_this());
@@ -275,7 +259,7 @@ void WsSession::tick() {
     if (now - last_rx_ >= std::chrono::milliseconds(cfg.idle_timeout_ms)) {
         log_info("idle_closed");
         beast::error_code ignored;
-        with_ws([&](auto& ws) { beast::get_lowest_layer(ws).socket().close(ignored); }); // the pending read fails: shutdown()
+        ws_->socket().close(ignored); // the pending read fails: shutdown()
         return;
     }
     if (writing_ && now - write_started_ >= std::chrono::milliseconds(cfg.write_timeout_ms)) {
@@ -283,7 +267,7 @@ void WsSession::tick() {
         ++gw_->metrics().write_timeouts;
         log_info("write_timeout_closed", {{"unsent", static_cast<long>(out_bytes_)}});
         beast::error_code ignored;
-        with_ws([&](auto& ws) { beast::get_lowest_layer(ws).socket().close(ignored); });
+        ws_->socket().close(ignored);
         return;
     }
     // A hello read in time but still waiting for the database is not late:
@@ -297,11 +281,9 @@ void WsSession::tick() {
     if (!pinging_ && now - last_ping_ >= std::chrono::milliseconds(cfg.ping_interval_ms)) {
         pinging_ = true;
         last_ping_ = now;
-        with_ws([&](auto& ws) {
-            ws.async_ping({}, [self = shared_from_this()](beast::error_code ec) {
-                self->pinging_ = false;
-                if (ec) fail(ec, "ping");
-            });
+        ws_->async_ping([self = shared_from_this()](beast::error_code ec) {
+            self->pinging_ = false;
+            if (ec) fail(ec, "ping");
         });
     }
     schedule_tick();
@@ -330,7 +312,7 @@ void WsSession::do_read() {
         return gw_->wait_for_budget(shared_from_this());
     }
     reading_ = true;
-    with_ws([&](auto& ws) { ws.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this())); });
+    ws_->async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
 }
 
 void WsSession::on_read(beast::error_code ec, std::size_t) {
@@ -341,7 +323,7 @@ void WsSession::on_read(beast::error_code ec, std::size_t) {
         fail(ec, "ws_read");
         return shutdown();
     }
-    if (!with_ws([](auto& ws) { return ws.got_text(); })) {
+    if (!ws_->got_text()) {
         buffer_.consume(buffer_.size());
         return close(websocket::close_code::unknown_data); // 1003
     }
@@ -560,10 +542,7 @@ void WsSession::send(std::shared_ptr<const std::string> frame) {
 void WsSession::do_write() {
     writing_ = true;
     write_started_ = Clock::now();
-    with_ws([&](auto& ws) {
-        ws.text(true);
-        ws.async_write(net::buffer(*out_.front()), beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
-    });
+    ws_->async_write_text(net::buffer(*out_.front()), beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
 }
 
 void WsSession::on_write(beast::error_code ec, std::size_t) {
@@ -597,11 +576,9 @@ void WsSession::close(websocket::close_reason reason) {
 }
 
 void WsSession::do_close() {
-    with_ws([&](auto& ws) {
-        ws.async_close(close_reason_, [self = shared_from_this()](beast::error_code ec) {
-            if (ec) fail(ec, "ws_close");
-            self->shutdown();
-        });
+    ws_->async_close(close_reason_, [self = shared_from_this()](beast::error_code ec) {
+        if (ec) fail(ec, "ws_close");
+        self->shutdown();
     });
 }
 

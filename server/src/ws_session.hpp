@@ -5,6 +5,7 @@
 #include "api.hpp"
 #include "net_common.hpp"
 #include "tls.hpp"
+#include "ws_stream.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -12,7 +13,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <variant>
 
 namespace im {
 
@@ -98,15 +98,11 @@ private:
     static constexpr std::size_t max_queued_ = 64;        // requests read ahead
     static constexpr std::size_t max_send_batch_ = 64;    // sends per transaction
 
-    template <class F>
-    decltype(auto) with_ws(F&& f) { return std::visit(std::forward<F>(f), ws_); }
-    net::any_io_executor executor() {
-        return with_ws([](auto& ws) -> net::any_io_executor { return ws.get_executor(); });
-    }
+    net::any_io_executor executor() { return ws_->get_executor(); }
     void note_address();
 
     std::shared_ptr<ssl::context> tls_;   // outlives ws_ (nullptr: plain)
-    std::variant<websocket::stream<beast::tcp_stream>, websocket::stream<tls_stream>> ws_;
+    std::unique_ptr<WsStream> ws_;        // plain or TLS (ws_stream.hpp)
     beast::flat_buffer buffer_;
     std::shared_ptr<Gateway> gw_;
     net::steady_timer ping_timer_;
