@@ -10,12 +10,14 @@
 #   tsan    build-tsan/   TSan (clang, -O1 -g1): the server suites whose threads
 #                         meet: send workers and group commit, push fan-out,
 #                         revocation across gateways, TLS reload
-#   fuzz    build-fuzz/   libFuzzer (clang): kept regression inputs, then
-#                         IM_FUZZ_SECONDS (60) per target
+#   fuzz    build-asan/   libFuzzer with ASan+UBSan, in the ASan tree: kept
+#                         regression inputs, then IM_FUZZ_SECONDS (60) per target
 # IM_TEST_STAGES (default "plain bench asan tsan fuzz") picks stages; what is
-# left out is named in the summary.
+# left out is named in the summary. The fuzz stage, the only one that keeps
+# both cores busy, runs last, so the background builds have the idle CPU of
+# the stages before it.
 #
-# The asan, tsan and fuzz trees build in the background, one after another,
+# The asan, tsan and fuzz builds run in the background, one after another,
 # at the lowest CPU priority (nice 19), from the start: they take the CPU the
 # plain build and the tests leave idle (tests wait on fsyncs, sockets and
 # timers), and give it back at once when a test needs it. Each of those
@@ -109,14 +111,24 @@ bench() {
 }
 
 # Sanitizer builds with clang at -O1 -g1 (line tables: reports name files
-# and lines): readable reports, builds in about half of gcc's -O1 -g time
-# (README, "Timings"), and still fast enough for the timing of the
-# integration tests. The demo app is left out (its GUI test is in the plain
-# stage).
+# and lines; OSS-Fuzz's flags too): readable reports, builds in about half of
+# gcc's -O1 -g time (README, "Timings"), and still fast enough for the timing
+# of the integration tests. Test programs build at -O0 (im_test_code() in
+# tests/CMakeLists.txt). The demo app is left out (its GUI test is in the
+# plain stage). The fuzzers build in the ASan tree: the sanitizers they need
+# are its own, and a tree of their own would compile the same files again.
 sanitizer_flags=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DCMAKE_CXX_FLAGS_DEBUG=-g1)
+# A sanitizer tree that an older test.sh configured with gcc starts afresh.
+clang_tree() {
+    grep -qs '^CMAKE_CXX_COMPILER:.*clang' "$1/CMakeCache.txt" || rm -rf "$1/CMakeCache.txt" "$1/CMakeFiles"
+}
+configure_asan() {
+    clang_tree build-asan &&
+    cmake -S . -B build-asan "${sanitizer_flags[@]}" -DIM_SANITIZE=address,undefined -DIM_FUZZ=ON \
+        -DIM_BUILD_DEMO=OFF -DIM_BUILD_QML=OFF >/dev/null
+}
 build_asan() {
-    cmake -S . -B build-asan "${sanitizer_flags[@]}" -DIM_SANITIZE=address,undefined \
-        -DIM_BUILD_DEMO=OFF -DIM_BUILD_QML=OFF >/dev/null &&
+    configure_asan &&
     cmake --build build-asan -j"$jobs" --target imserver server_codec_test server_contract_test \
         server_resilience_test server_group_commit_test server_fuzz_test tst_codec tst_client tst_kill tst_integration tst_obligations \
         tst_reconnect im_sdk_killhelper
@@ -130,6 +142,7 @@ asan() {
 }
 
 build_tsan() {
+    clang_tree build-tsan &&
     cmake -S . -B build-tsan "${sanitizer_flags[@]}" -DIM_SANITIZE=thread \
         -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null &&
     cmake --build build-tsan -j"$jobs" --target imserver server_contract_test server_resilience_test \
@@ -142,13 +155,12 @@ tsan() {
 }
 
 build_fuzz() {
-    cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_FUZZ=ON \
-        -DIM_BUILD_SERVER=OFF -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null &&
-    cmake --build build-fuzz -j"$jobs" --target fuzz_server_request fuzz_sdk_frame fuzz_jwt fuzz_sdk_apply fuzz_session
+    configure_asan &&
+    cmake --build build-asan -j"$jobs" --target fuzz_server_request fuzz_sdk_frame fuzz_jwt fuzz_sdk_apply fuzz_session
 }
 fuzz() {
     await_build fuzz &&
-    (cd build-fuzz && ctest -j2 --output-on-failure -L fuzz)
+    (cd build-asan && ctest -j2 --output-on-failure -L fuzz)
 }
 
 start_background_builds
