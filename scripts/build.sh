@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 if [ "${IM_BUILD_TESTS:-ON}" = "OFF" ]; then bash scripts/deps.sh run; else bash scripts/deps.sh test; fi
 source scripts/ccache-env.sh
 echo "== configuring build/ (tests ${IM_BUILD_TESTS:-ON})"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIM_BUILD_TESTS="${IM_BUILD_TESTS:-ON}" >/dev/null
+cmake -S . -B build "${im_build_flags[@]}" -DIM_BUILD_TESTS="${IM_BUILD_TESTS:-ON}" >/dev/null
 targets=()
 for t in "$@"; do targets+=(--target "$t"); done
 echo "== building ${*:-everything} ($(nproc) jobs; ccache: $(ccache -s 2>/dev/null | awk '/Hits:/{print $2 " hits so far"; exit}'))"
