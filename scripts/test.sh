@@ -113,12 +113,12 @@ bench() {
 # Sanitizer builds with clang at -O0 -g1 (line tables: reports name files
 # and lines). The sanitizers check unoptimised code the same, and the
 # optimiser was most of these trees' build time (ws_stream_tls.cpp under
-# ASan: 169 s at -O1, 57 s at -O0; the ASan tree 817 CPU-s at -O1); the
-# tests pay for it with slower sanitized servers (README, "Timings"). The
-# fuzzers keep -O1 (tests/fuzz/CMakeLists.txt). The demo app is left out
-# (its GUI test is in the plain stage). The fuzzers build in the ASan tree:
-# the sanitizers they need are its own, and a tree of their own would
-# compile the same files again.
+# ASan: 169 s at -O1, 57 s at -O0; the ASan tree alone on 2 cores: 434 s
+# at -O1, 299 s at -O0); the tests pay for it with slower sanitized servers
+# (docs/acceptance.md, "Sanitizer stages"). The demo app is left out (its
+# GUI test is in the plain stage). The fuzzers build in the ASan tree, at
+# -O1 (tests/fuzz/CMakeLists.txt): the sanitizers they need are its own, and
+# a tree of their own would compile the same files again.
 sanitizer_flags=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O0 -DCMAKE_CXX_FLAGS_DEBUG=-g1)
 # A sanitizer tree that an older test.sh configured with gcc starts afresh.
 clang_tree() {
