@@ -38,14 +38,27 @@
 -- locks do not conflict with each other, so sends of one device on several
 -- connections never wait for one another here.
 
--- The signature changed with the set-based rewrite (issue 28). The one-run
--- im_send(text, text, text, text, text[], text[], text[]) of the previous
--- release is NOT dropped here: in a database made before, it stays callable
--- for the previous release's gateways during a rolling upgrade
--- (docs/operations.md, "Schema"); no gateway of this release calls it.
+--
+-- p_channel: when not empty, the notification of the group's events
+-- (contract section 7) goes out with this transaction, pg_notify on that
+-- channel, one payload per conversation ('e CONV HIGH [LOW]', as
+-- PgBus::collapse writes them): PostgreSQL delivers it at COMMIT or never,
+-- so the reply waits for one transaction, not for a second one of the bus
+-- (--notify-in-commit, docs/operations.md). Empty: the caller publishes
+-- after COMMIT (the NATS bus, or --notify-in-commit off). A duplicate is
+-- announced again, as the bus's publish-after-commit does: its original may
+-- have been committed by a gateway that died before it published.
+
+-- The signature changed with the set-based rewrite (issue 28) and again
+-- with p_channel. The one-run im_send(text, text, text, text, text[],
+-- text[], text[]) and the set-based im_send of eight arrays of the previous
+-- releases are NOT dropped here: in a database made before, they stay
+-- callable for the previous releases' gateways during a rolling upgrade
+-- (docs/operations.md, "Schema"); no gateway of this release calls them.
 
 CREATE OR REPLACE FUNCTION im_send(p_devices text[], p_token_sha256s text[], p_convs text[], p_users text[],
-                                   p_runs integer[], p_cmids text[], p_bodies text[], p_prevs text[])
+                                   p_runs integer[], p_cmids text[], p_bodies text[], p_prevs text[],
+                                   p_channel text)
 RETURNS TABLE (r_run integer, r_item integer, r_code text, r_seq bigint, r_mid text, r_epoch bigint, r_dup boolean,
                r_ts bigint)
 LANGUAGE plpgsql AS $$
@@ -259,6 +272,15 @@ BEGIN
           FROM unnest(p_runs, p_cmids, p_bodies, a_new, a_seq, a_mid, a_fp, a_ep, a_conv, a_off, a_own)
                AS u(g, cmid, body, new, seq, mid, fp, ep, conv_at, off, own)
          WHERE u.new;
+    END IF;
+    -- 5. The notification, in this transaction (p_channel, above): per
+    --    conversation its highest and lowest seq answered OK (new or dup).
+    IF p_channel <> '' THEN
+        PERFORM pg_notify(p_channel, 'e ' || c.conv || ' ' || c.hi || CASE WHEN c.lo < c.hi THEN ' ' || c.lo ELSE '' END)
+           FROM (SELECT p_convs[u.g] AS conv, max(u.seq) AS hi, min(u.seq) AS lo
+                   FROM unnest(p_runs, a_code, a_seq) AS u(g, code, seq)
+                  WHERE coalesce(run_code[u.g], u.code) = 'OK'
+                  GROUP BY p_convs[u.g]) c;
     END IF;
     RETURN QUERY
         SELECT u.g, u.i::integer, coalesce(run_code[u.g], u.code), u.seq, u.mid, u.ep, u.dup, u.ts

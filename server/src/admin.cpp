@@ -246,16 +246,7 @@ int run(int argc, char** argv) {
     // 30 s) rather than failing on the gateway's short connect timeout (3 s).
     const int applied = prepare_schema(d.url, 30000);
     if (auto refusal = refuse_foreign_lab_database(d.url, applied, cfg)) throw Usage(*refusal);
-    std::unique_ptr<pqxx::connection> conn;
-    for (const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);;) {
-        try {
-            conn = open_connection(d.url, "imserver-admin");
-            break;
-        } catch (const pqxx::broken_connection&) {
-            if (std::chrono::steady_clock::now() >= give_up) throw;
-            std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        }
-    }
+    auto conn = open_connection_waiting(d.url, "imserver-admin", std::chrono::steady_clock::now() + std::chrono::seconds(30));
     FaultRegistry faults(cfg.enable_faults);
     for (const auto& f : cfg.faults)
         if (auto e = faults.arm(f)) throw Usage("--fault " + f + ": " + *e);

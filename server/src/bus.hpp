@@ -7,6 +7,9 @@
 // rows itself. Publishing happens after COMMIT, so payloads of one
 // conversation may reach subscribers out of seq order: the consumer
 // (notifier.hpp) reads ranges, never single rows, and keeps seq order itself.
+// One exception, for the PostgreSQL bus only: sends NOTIFY inside their own
+// transaction (Store::notify_in_commit, --notify-in-commit), which the
+// listening sessions receive like the publisher's payloads.
 #pragma once
 
 #include <functional>

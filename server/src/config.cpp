@@ -316,6 +316,12 @@ const std::vector<Option>& options() {
              return std::nullopt;
          },
          [](const Config& c) { return c.bus; }, for_both},
+        {"--notify-in-commit", "IM_NOTIFY_IN_COMMIT", "on|off",
+         "with --bus postgres: a send's NOTIFY goes inside its own transaction, so its reply waits for one commit "
+         "(default on); off: the bus's own session publishes after COMMIT, as the NATS bus does, and notifying "
+         "commits no longer queue one after another (PostgreSQL serialises them)",
+         [](Config& c, const std::string& v) { return to_bool(v, c.notify_in_commit); },
+         [](const Config& c) { return std::string(c.notify_in_commit ? "on" : "off"); }},
         {"--quiet", "IM_QUIET", nullptr, "log warnings and errors only",
          [](Config& c, const std::string& v) { return to_bool(v, c.quiet); },
          [](const Config& c) { return yes_no(c.quiet); }},

@@ -64,6 +64,7 @@ struct Config {
     int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)
     int listen_probe_ms = 1000;
     std::string bus = "postgres";        // or nats://HOST:PORT[,nats://HOST:PORT...]
+    bool notify_in_commit = true;        // PostgreSQL bus: sends NOTIFY inside their transaction
     bool quiet = false;
 
     std::string config_file;                     // the file that was read ("" if none)

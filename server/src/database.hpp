@@ -5,9 +5,12 @@
 #include "config.hpp"
 #include "pg_cluster.hpp"
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+
+#include <pqxx/pqxx>
 
 namespace im {
 
@@ -20,8 +23,15 @@ struct Database {
 /// Embedded mode initialises and starts STATE/pg when needed.
 Database open_database(const std::optional<std::string>& db_url, const std::string& state_dir);
 
-/// Connects and applies migrations, retrying for up to `wait_ms` while the
-/// database is not reachable yet. Throws on failure.
+/// A connection for a start's (or an admin command's) own steps: a
+/// database that is not reachable yet, or slow to take a connection (a
+/// loaded machine: the 3 s connect timeout of open_connection expired), is
+/// tried again every 500 ms until `deadline`. Throws the last failure then.
+std::unique_ptr<pqxx::connection> open_connection_waiting(const std::string& url, const std::string& app_name,
+                                                          std::chrono::steady_clock::time_point deadline);
+
+/// Connects (open_connection_waiting, up to `wait_ms`) and applies
+/// migrations. Throws on failure.
 int prepare_schema(const std::string& url, int wait_ms);
 
 /// The lab's database guard, for the gateway and `imserver admin` alike. A

@@ -62,9 +62,16 @@ int serve(const im::Config& cfg) {
             }
         }
     } stopper{db};
+    // The start's own connections wait (up to 30 s each) for a database
+    // that is starting, or slow to take a connection on a loaded machine.
+    constexpr int start_wait_ms = 30000;
+    auto patiently = [&](const char* app) {
+        return im::open_connection_waiting(db.url, app,
+                                           std::chrono::steady_clock::now() + std::chrono::milliseconds(start_wait_ms));
+    };
     int applied = 0;
     try {
-        applied = im::prepare_schema(db.url, 30000);
+        applied = im::prepare_schema(db.url, start_wait_ms);
     } catch (const im::SchemaMismatch& e) {
         // An applied migration was edited (or the database's history is
         // another schema's): nothing is altered, the start stops.
@@ -82,18 +89,18 @@ int serve(const im::Config& cfg) {
     if (cfg.enable_faults) {
         // The lab's broken send functions, only into a database the lab
         // created (checked by the marker): production SQL has no lab switch.
-        auto c = im::open_connection(db.url, "imserver-lab");
+        auto c = patiently("imserver-lab");
         if (im::Store::lab_database(*c, false)) im::install_lab_send_functions(*c);
         else im::log_warn("lab_send_functions_not_installed", {{"reason", "not a database the lab created"}});
     }
     if (cfg.lab.no_unique_index) {
         // The switch drops an index: only on a database a lab run created
         // (checked above).
-        auto c = im::open_connection(db.url, "imserver-lab");
+        auto c = patiently("imserver-lab");
         im::Store::lab_drop_unique_index(*c);
         im::log_warn("lab_control_no_unique_index");
     } else {
-        auto c = im::open_connection(db.url, "imserver-check");
+        auto c = patiently("imserver-check");
         im::FaultRegistry none(false);
         if (!im::Store(none, {}).idempotency_index_present(*c)) {
             im::log_error("idempotency_index_missing");
@@ -114,6 +121,9 @@ int serve(const im::Config& cfg) {
     if (cfg.enable_faults) im::log_warn("faults_enabled");
 
     im::Store store(faults, cfg.lab);
+    // The PostgreSQL bus: sends announce their events with their COMMIT
+    // (one transaction per reply); NATS publishes after it (bus.hpp).
+    if (cfg.bus == "postgres" && cfg.notify_in_commit) store.notify_in_commit(im::notify_channel);
     im::Metrics metrics;
     im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), im::effective_db_queue(cfg),
                     std::chrono::milliseconds(cfg.db_timeout_ms));

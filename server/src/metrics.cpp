@@ -119,7 +119,8 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
       << "im_send_seconds_sum " << send_sum_ << '\n'
       << "im_send_seconds_count " << send_count_ << '\n';
     o << "# HELP im_send_stage_seconds Send time per stage: queue (run submitted -> taken by a send worker), "
-         "statement (a group's im_send statement with its commit), publish (run handed to the bus -> taken), "
+         "statement (a group's im_send statement with its commit), publish (run handed to the bus -> taken; none when "
+         "the notification went with the commit, --notify-in-commit), "
          "strand (reply answered -> on its session's strand).\n# TYPE im_send_stage_seconds histogram\n";
     static constexpr const char* stage_names[send_stages] = {"queue", "statement", "publish", "strand"};
     for (std::size_t k = 0; k < send_stages; ++k) {

@@ -2,12 +2,20 @@
 // own connections. One listening session (application_name
 // imserver-listen-GATEWAY) and one publishing session per gateway.
 //
-// Publishing: every payload queued while the previous NOTIFY ran goes out in
-// one statement (collapsed: per conversation only the highest event seq), in
-// a transaction of its own with synchronous_commit off. The rows it announces
-// were committed durably before; a crash loses the notification anyway (every
-// listener is cut and resyncs), so waiting for its WAL flush buys nothing,
-// and keeping NOTIFY out of the data transactions lets those share flushes.
+// Publishing. Sends, by default, need none: their NOTIFY is inside their
+// own transaction (Store::notify_in_commit, --notify-in-commit on), so a
+// reply waits for one commit. PostgreSQL serialises the commits of
+// notifying transactions (a database-wide lock held through the WAL
+// flush); the send path's group commit already puts a whole group in one
+// transaction, and at its --send-workers (2 on this machine kind) that
+// cost less than the second transaction did (docs/benchmarks.md, "The
+// publish in the commit"). Everything else (reads, recalls, and sends with
+// --notify-in-commit off): every payload queued while the previous NOTIFY
+// ran goes out in one statement (collapsed: per conversation only the
+// highest event seq), in a transaction of its own with synchronous_commit
+// off. The rows it announces were committed durably before; a crash loses
+// the notification anyway (every listener is cut and resyncs), so waiting
+// for its WAL flush buys nothing.
 //
 // Listening: the thread sleeps in poll() on the session's socket only after
 // everything libpq has already read was delivered, and probes the session

@@ -64,9 +64,10 @@ void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Sen
     // Own subscribers first: no read, no wait for the bus's round trip.
     if (ctx.committed && !events.empty()) ctx.committed(events);
     // Contract section 6, send step 5: the replies only after the events'
-    // notification was handed to the bus.
+    // notification was handed to the bus; with the PostgreSQL bus it went
+    // with the COMMIT itself (Store::notify_in_commit), nothing to wait for.
     const auto handed = std::chrono::steady_clock::now();
-    const bool publishing = !notes.empty() && ctx.bus;
+    const bool publishing = !notes.empty() && ctx.bus && !ctx.store.notifies_in_commit();
     if (!publishing) metrics = nullptr; // nothing published: no publish stage
     auto complete = [&ctx, results = std::move(results), rids, done = std::move(done), metrics,
                      handed](bool published) mutable {

@@ -40,7 +40,7 @@ namespace {
 // statement is prepared under the function's name.
 std::string send_sql(const std::string& function) {
     return "SELECT r_run, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM " + function +
-           "($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[])";
+           "($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::text)";
 }
 
 // im_send's answer for a run whose conversation row another transaction
@@ -69,10 +69,11 @@ struct RunSpan {
     std::vector<req::Send>::const_iterator first, last;
 };
 
-// im_send's eight parameters for a group of runs, in the group's order:
+// im_send's nine parameters for a group of runs, in the group's order:
 // per run device, token hash, conversation, user; per item its run
-// (1-based), cmid, body, prev (an empty `prev` is NULL).
-std::vector<std::string> send_params(const std::vector<RunSpan>& spans) {
+// (1-based), cmid, body, prev (an empty `prev` is NULL); then the channel
+// to notify in the transaction (empty: none, the caller publishes).
+std::vector<std::string> send_params(const std::vector<RunSpan>& spans, const std::string& channel) {
     std::vector<std::string> out;
     auto per_run = [&](auto field) {
         return text_array_of(spans.size(), [&](std::size_t g) { return &field(spans[g]); });
@@ -99,6 +100,7 @@ std::vector<std::string> send_params(const std::vector<RunSpan>& spans) {
     out.push_back(per_item(&req::Send::cmid));
     out.push_back(per_item(&req::Send::body));
     out.push_back(per_item(&req::Send::prev));
+    out.push_back(channel);
     return out;
 }
 
@@ -157,7 +159,7 @@ std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c
                     c.prepare(fn, send_sql(fn));
                     const std::vector<RunSpan> spans{{&who, batch.begin() + static_cast<std::ptrdiff_t>(from),
                                                       batch.begin() + static_cast<std::ptrdiff_t>(to)}};
-                    const auto params = send_params(spans);
+                    const auto params = send_params(spans, send_channel_);
                     pqxx::result rows;
                     if (faults_.enabled()) {
                         pqxx::work tx(c);
@@ -231,7 +233,7 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_group(pqxx::con
     pqxx::result rows;
     try {
         c.prepare("im_send", send_sql("im_send"));
-        const auto params = send_params(spans);
+        const auto params = send_params(spans, send_channel_);
         pqxx::nontransaction tx(c); // autocommit: the statement is the transaction
         rows = tx.exec_prepared("im_send", pqxx::prepare::make_dynamic_params(params));
     } catch (const pqxx::unique_violation&) {

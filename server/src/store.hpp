@@ -62,6 +62,14 @@ class Store {
 public:
     Store(FaultRegistry& faults, LabSwitches lab) : faults_(faults), lab_(lab) {}
 
+    /// Sends announce their events inside their own transaction, NOTIFY on
+    /// `channel` (the PostgreSQL bus with --notify-in-commit on): the
+    /// notification is delivered at COMMIT or never, so their replies need
+    /// no publish after it. Empty (the default): the caller publishes the
+    /// sends' Notes after COMMIT. Set before the first send.
+    void notify_in_commit(std::string channel) { send_channel_ = std::move(channel); }
+    bool notifies_in_commit() const { return !send_channel_.empty(); }
+
     Outcome<Identity> hello(pqxx::connection_base& c, const req::Hello& r);
     /// hello with a verified JWT (contract section 4a): `user` must exist;
     /// the device row is created for it on its first hello (with a random
@@ -214,6 +222,7 @@ public:
 private:
     FaultRegistry& faults_;
     LabSwitches lab_;
+    std::string send_channel_; // notify_in_commit()
     Notes* after_commit_ = nullptr;
 };
 

@@ -457,7 +457,10 @@ TEST(SendWorkers, a_throw_inside_the_send_worker_strands_neither_its_slot_nor_it
 // one send through the gateway is counted once in every stage.
 TEST(SendWorkers, every_stage_of_a_send_is_counted_in_its_histogram) {
     TestPostgres pg;
-    ServerProcess srv(pg.url(), {"--quiet"});
+    // Sends publish after COMMIT here, so every stage is there (with
+    // --notify-in-commit on, the default, there is no publish stage:
+    // Push.a_sends_notification_goes_out_with_its_commit).
+    ServerProcess srv(pg.url(), {"--quiet", "--notify-in-commit", "off"});
     auto w = make_world(pg.url(), "gcstage", 2);
     auto c = login(srv.port(), w.users[0]);
     auto count = [&](const std::string& stage) {

@@ -129,4 +129,47 @@ TEST(Push, accepted_sockets_have_nodelay) {
     }
 }
 
+// Issue 28, item 3: with the PostgreSQL bus a send's notification goes out
+// with its own COMMIT (pg_notify inside im_send), so its reply waits for no
+// second transaction: the gateway that committed never opens the bus's
+// publishing session for it, and another gateway still gets the push.
+// --notify-in-commit off is the previous path, and the control: the same
+// send then goes through the publishing session and its publish stage.
+TEST(Push, a_sends_notification_goes_out_with_its_commit) {
+    TestPostgres pg;
+    ServerProcess in_commit(pg.url(), slow_probe, "gw-commit");
+    ServerProcess after(pg.url(), {"--quiet", "--listen-probe-ms", "60000", "--notify-in-commit", "off"}, "gw-after");
+    ServerProcess watch(pg.url(), slow_probe, "gw-watch");
+    auto w = make_world(pg.url(), "incommit", 2);
+    auto watcher = login(watch.port(), w.users[1]);
+    ASSERT_EQ(str(watcher->request({{"t", "sub"}}), "t"), "subscribed");
+    auto publishers = [&](const std::string& gw) {
+        return pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'imserver-notify-" + gw + "'");
+    };
+    struct Case {
+        ServerProcess* gw;
+        std::string name, publishers;
+        bool published; // the replies waited for the bus's publish (its stage histogram)
+    };
+    for (const auto& c : {Case{&in_commit, "gw-commit", "0", false}, Case{&after, "gw-after", "1", true}}) {
+        SCOPED_TRACE(c.name);
+        auto sender = login(c.gw->port(), w.users[0]);
+        // Two sends, one after the other: each reply, then its push on the
+        // third gateway, which only the bus can have told.
+        for (int i = 0; i < 2; ++i) {
+            auto sent = send_msg(*sender, w.conv, c.name + "-" + std::to_string(i), "hello");
+            ASSERT_EQ(str(sent, "t"), "sent") << json::serialize(sent);
+            const std::int64_t seq = num(sent, "seq");
+            auto pushed = watcher->wait_push(
+                [&](const json::object& o) { return str(o, "t") == "event" && o.at("ev").as_object().at("seq").as_int64() == seq; },
+                20s);
+            ASSERT_TRUE(pushed.has_value()) << "seq " << seq << " was not pushed on the other gateway";
+        }
+        EXPECT_EQ(publishers(c.name), c.publishers) << "the bus's publishing sessions of " << c.name;
+        const long long publish_stage = c.gw->metric("im_send_stage_seconds_count{stage=\"publish\"}");
+        ASSERT_GE(publish_stage, 0) << "no publish stage in /metrics";
+        EXPECT_EQ(publish_stage > 0, c.published) << publish_stage << " runs waited for the bus's publish";
+    }
+}
+
 } // namespace
