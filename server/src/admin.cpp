@@ -243,10 +243,11 @@ int run(int argc, char** argv) {
         }
     } stopper{d};
     // An operator's command waits for a busy or starting database (up to
-    // 30 s) rather than failing on the gateway's short connect timeout (3 s).
-    const int applied = prepare_schema(d.url, 30000);
+    // start_wait, 30 s), as a gateway's start does, rather than failing on
+    // one short connect timeout (3 s).
+    const int applied = prepare_schema(d.url);
     if (auto refusal = refuse_foreign_lab_database(d.url, applied, cfg)) throw Usage(*refusal);
-    auto conn = open_connection_waiting(d.url, "imserver-admin", std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    auto conn = open_connection_waiting(d.url, "imserver-admin");
     FaultRegistry faults(cfg.enable_faults);
     for (const auto& f : cfg.faults)
         if (auto e = faults.arm(f)) throw Usage("--fault " + f + ": " + *e);

@@ -28,7 +28,8 @@ Database open_database(const std::optional<std::string>& db_url, const std::stri
 }
 
 std::unique_ptr<pqxx::connection> open_connection_waiting(const std::string& url, const std::string& app_name,
-                                                          std::chrono::steady_clock::time_point deadline) {
+                                                          std::chrono::milliseconds wait) {
+    const auto deadline = std::chrono::steady_clock::now() + wait;
     for (;;) {
         try {
             return open_connection(url, app_name);
@@ -40,16 +41,15 @@ std::unique_ptr<pqxx::connection> open_connection_waiting(const std::string& url
     }
 }
 
-int prepare_schema(const std::string& url, int wait_ms) {
-    auto c = open_connection_waiting(url, "imserver-migrate",
-                                     std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms));
+int prepare_schema(const std::string& url, std::chrono::milliseconds wait) {
+    auto c = open_connection_waiting(url, "imserver-migrate", wait);
     return migrate(*c).migrations;
 }
 
 std::optional<std::string> refuse_foreign_lab_database(const std::string& url, int applied, const Config& cfg) {
     if (!cfg.enable_faults) return std::nullopt; // parse_config refuses every --lab-* without it
     const bool fresh = applied == static_cast<int>(all_migrations().size());
-    auto c = open_connection_waiting(url, "imserver-lab", std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    auto c = open_connection_waiting(url, "imserver-lab");
     const bool lab = Store::lab_database(*c, fresh); // marks the database this start created
     const char* harmful = cfg.lab.no_unique_index            ? "--lab-no-unique-index"
                           : cfg.lab.purge_without_tombstones ? "--lab-purge-without-tombstones"

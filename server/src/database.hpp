@@ -23,16 +23,19 @@ struct Database {
 /// Embedded mode initialises and starts STATE/pg when needed.
 Database open_database(const std::optional<std::string>& db_url, const std::string& state_dir);
 
+/// How long a start (or an admin command) waits for its database.
+inline constexpr std::chrono::milliseconds start_wait{30000};
+
 /// A connection for a start's (or an admin command's) own steps: a
 /// database that is not reachable yet, or slow to take a connection (a
 /// loaded machine: the 3 s connect timeout of open_connection expired), is
-/// tried again every 500 ms until `deadline`. Throws the last failure then.
+/// tried again every 500 ms for up to `wait`. Throws the last failure then.
 std::unique_ptr<pqxx::connection> open_connection_waiting(const std::string& url, const std::string& app_name,
-                                                          std::chrono::steady_clock::time_point deadline);
+                                                          std::chrono::milliseconds wait = start_wait);
 
-/// Connects (open_connection_waiting, up to `wait_ms`) and applies
+/// Connects (open_connection_waiting, up to `wait`) and applies
 /// migrations. Throws on failure.
-int prepare_schema(const std::string& url, int wait_ms);
+int prepare_schema(const std::string& url, std::chrono::milliseconds wait = start_wait);
 
 /// The lab's database guard, for the gateway and `imserver admin` alike. A
 /// start with --enable-faults whose prepare_schema() made the whole schema

@@ -62,16 +62,11 @@ int serve(const im::Config& cfg) {
             }
         }
     } stopper{db};
-    // The start's own connections wait (up to 30 s each) for a database
+    // The start's own connections wait (im::start_wait each) for a database
     // that is starting, or slow to take a connection on a loaded machine.
-    constexpr int start_wait_ms = 30000;
-    auto patiently = [&](const char* app) {
-        return im::open_connection_waiting(db.url, app,
-                                           std::chrono::steady_clock::now() + std::chrono::milliseconds(start_wait_ms));
-    };
     int applied = 0;
     try {
-        applied = im::prepare_schema(db.url, start_wait_ms);
+        applied = im::prepare_schema(db.url);
     } catch (const im::SchemaMismatch& e) {
         // An applied migration was edited (or the database's history is
         // another schema's): nothing is altered, the start stops.
@@ -89,18 +84,18 @@ int serve(const im::Config& cfg) {
     if (cfg.enable_faults) {
         // The lab's broken send functions, only into a database the lab
         // created (checked by the marker): production SQL has no lab switch.
-        auto c = patiently("imserver-lab");
+        auto c = im::open_connection_waiting(db.url, "imserver-lab");
         if (im::Store::lab_database(*c, false)) im::install_lab_send_functions(*c);
         else im::log_warn("lab_send_functions_not_installed", {{"reason", "not a database the lab created"}});
     }
     if (cfg.lab.no_unique_index) {
         // The switch drops an index: only on a database a lab run created
         // (checked above).
-        auto c = patiently("imserver-lab");
+        auto c = im::open_connection_waiting(db.url, "imserver-lab");
         im::Store::lab_drop_unique_index(*c);
         im::log_warn("lab_control_no_unique_index");
     } else {
-        auto c = patiently("imserver-check");
+        auto c = im::open_connection_waiting(db.url, "imserver-check");
         im::FaultRegistry none(false);
         if (!im::Store(none, {}).idempotency_index_present(*c)) {
             im::log_error("idempotency_index_missing");

@@ -141,7 +141,7 @@ public:
     BenchDatabase& operator=(const BenchDatabase&) = delete;
     im::Database& db() { return db_; }
     const std::string& url() const { return db_.url; }
-    void prepare_schema() { im::prepare_schema(db_.url, 30000); }
+    void prepare_schema() { im::prepare_schema(db_.url); }
 
 private:
     im::test::TempDir state_;
