@@ -664,7 +664,9 @@ private:
             ssize_t n = ::read(from, buf, sizeof buf);
             if (n <= 0) break;
             for (ssize_t off = 0; off < n;) {
-                ssize_t w = ::write(to, buf + off, static_cast<std::size_t>(n - off));
+                // send(), not write(): a peer gone at teardown is EPIPE
+                // here, never a SIGPIPE that kills the whole test program.
+                ssize_t w = ::send(to, buf + off, static_cast<std::size_t>(n - off), MSG_NOSIGNAL);
                 if (w <= 0) return (void)::shutdown(from, SHUT_RDWR);
                 off += w;
             }
