@@ -61,6 +61,15 @@ CREATE OR REPLACE FUNCTION im_send(p_devices text[], p_token_sha256s text[], p_c
                                    p_channel text)
 RETURNS TABLE (r_run integer, r_item integer, r_code text, r_seq bigint, r_mid text, r_epoch bigint, r_dup boolean,
                r_ts bigint)
+-- Generic plans, planned once per connection. PL/pgSQL hands this
+-- function's arrays and local variables to its statements as parameters;
+-- under the default plan_cache_mode a custom plan sees them as constants,
+-- estimates unnest() at its real size and so always looks cheaper than the
+-- generic plan (100 rows): the key lookup (2) was replanned on two calls in
+-- three, about as much planning as execution. The generic plans are as
+-- good at 5 items and at 500 (docs/benchmarks.md, "Generic plans"), and the
+-- setting also keeps an operator's own plan_cache_mode out of the send path.
+SET plan_cache_mode = force_generic_plan
 LANGUAGE plpgsql AS $$
 DECLARE
     nr       integer := coalesce(array_length(p_convs, 1), 0);

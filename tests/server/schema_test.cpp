@@ -285,3 +285,20 @@ TEST(Schema, migration_010_drops_the_events_foreign_key_and_the_mid_index_and_ke
 }
 
 } // namespace
+
+// im_send's statements take the group's arrays as parameters; a custom plan
+// sees them as constants and always looks cheaper than the generic one, so
+// under the default plan_cache_mode the key lookup was replanned on most
+// calls (docs/benchmarks.md, "Generic plans"). The function carries its own
+// setting, so whatever an operator sets for the database, the send path plans
+// once per connection.
+TEST(Schema, im_send_plans_generically_whatever_the_database_sets) {
+    TestPostgres pg;
+    pg.scalar("ALTER DATABASE im SET plan_cache_mode = force_custom_plan");
+    pqxx::connection c(pg.url());
+    im::migrate(c);
+    EXPECT_EQ(pg.scalar("SELECT array_to_string(proconfig, ',') FROM pg_proc "
+                        "WHERE oid = 'im_send(text[], text[], text[], text[], integer[], text[], text[], text[], "
+                        "text)'::regprocedure"),
+              "plan_cache_mode=force_generic_plan");
+}
