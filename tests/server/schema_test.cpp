@@ -284,8 +284,6 @@ TEST(Schema, migration_010_drops_the_events_foreign_key_and_the_mid_index_and_ke
               "1");
 }
 
-} // namespace
-
 // im_send's statements take the group's arrays as parameters; a custom plan
 // sees them as constants and always looks cheaper than the generic one, so
 // under the default plan_cache_mode the key lookup was replanned on most
@@ -302,3 +300,5 @@ TEST(Schema, im_send_plans_generically_whatever_the_database_sets) {
                         "text)'::regprocedure"),
               "plan_cache_mode=force_generic_plan");
 }
+
+} // namespace
