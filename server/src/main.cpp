@@ -17,6 +17,7 @@
 
 #include <pqxx/pqxx>
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -39,6 +40,13 @@ void write_ready_file(const std::string& path, unsigned short port) {
 }
 
 int serve(const im::Config& cfg) {
+    // A log reader that went away (stderr a pipe: a supervisor restarted,
+    // `imserver 2>&1 | head`) must not end the gateway and every connection
+    // on it: with SIGPIPE ignored a write to that pipe fails with EPIPE
+    // instead. Sockets never raise it (Asio and libpq send with
+    // MSG_NOSIGNAL); the embedded cluster's programs get the default back
+    // (pg_cluster.cpp, spawn).
+    std::signal(SIGPIPE, SIG_IGN);
     im::set_log_gateway(cfg.gateway_id);
     im::set_log_quiet(cfg.quiet);
     // The signed-token keys first: a bad key file stops the start at once.

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -64,6 +65,7 @@ int spawn(const std::vector<std::string>& argv, const std::string& out_file) {
         }
         int devnull = ::open("/dev/null", O_RDONLY);
         if (devnull >= 0) ::dup2(devnull, 0);
+        ::signal(SIGPIPE, SIG_DFL); // imserver ignores it (main.cpp); an ignored signal survives exec
         if (acct.drop) {
             if (::setgroups(0, nullptr) != 0 || ::setgid(acct.gid) != 0 || ::setuid(acct.uid) != 0) ::_exit(126);
         }

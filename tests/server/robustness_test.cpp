@@ -20,7 +20,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -860,6 +862,67 @@ TEST(HungGateway, a_gateway_frozen_inside_a_send_does_not_keep_the_conversation_
     EXPECT_EQ(str(resent, "t"), "sent") << json::serialize(resent);
     EXPECT_GT(num(resent, "seq"), num(r, "seq"));
     EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'cut'"), "1");
+}
+
+// A gateway whose log reader is gone keeps serving. Its log is stderr; under
+// a supervisor that restarted, or `imserver 2>&1 | head`, that is a pipe
+// with no reader, and a write to it raises SIGPIPE, whose default action
+// ends the process: every open connection dropped for a log line.
+TEST(Signals, a_gateway_whose_log_pipe_lost_its_reader_keeps_serving) {
+    TestPostgres pg;
+    auto w = make_world(pg.url(), "logpipe", 2);
+    TempDir dir("imlogpipe");
+    // Everything the child needs, made before fork (only exec after it).
+    const std::string bin = imserver_bin(), db = pg.url(), ready = dir.path() + "/port";
+    std::vector<const char*> argv = {bin.c_str(), "--db", db.c_str(), "--listen", "127.0.0.1:0",
+                                     "--ready-file", ready.c_str(), "--api-listen", "", nullptr};
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        ::dup2(fds[1], 1);
+        ::dup2(fds[1], 2);
+        ::close(fds[0]);
+        ::close(fds[1]);
+        ::execv(argv[0], const_cast<char* const*>(argv.data()));
+        ::_exit(127);
+    }
+    ::close(fds[1]);
+    struct Reap {
+        pid_t pid;
+        ~Reap() {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+        }
+    } reap{pid};
+    unsigned short port = 0;
+    for (auto until = Clock::now() + 60s; port == 0 && Clock::now() < until; std::this_thread::sleep_for(20ms)) {
+        std::ifstream f(ready);
+        int p = 0;
+        if (f >> p && p > 0) port = static_cast<unsigned short>(p);
+        ASSERT_EQ(::waitpid(pid, nullptr, WNOHANG), 0) << "imserver exited at start";
+    }
+    ASSERT_NE(port, 0) << "imserver did not become ready";
+    ::close(fds[0]); // the reader goes away; the next log line meets a closed pipe
+
+    // hello writes a log line before it answers: a gateway killed by
+    // SIGPIPE never answers it.
+    auto a = login(port, w.users[0]);
+    auto b = login(port, w.users[1]);
+    ASSERT_EQ(str(b->request({{"t", "sub"}}), "t"), "subscribed");
+    auto sent = send_msg(*a, w.conv, "after-pipe", "still here");
+    EXPECT_EQ(str(sent, "t"), "sent") << json::serialize(sent);
+    const std::int64_t seq = num(sent, "seq");
+    auto got = b->wait_push([&](const json::object& f) {
+        return str(f, "t") == "event" && f.at("ev").as_object().at("seq").as_int64() == seq;
+    });
+    EXPECT_TRUE(got.has_value()) << "the other member got no push";
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND client_msg_id = 'after-pipe'"), "1");
+    int status = 0;
+    EXPECT_EQ(::waitpid(pid, &status, WNOHANG), 0)
+        << "imserver exited" << (WIFSIGNALED(status) ? " on signal " + std::to_string(WTERMSIG(status)) : std::string());
 }
 
 } // namespace
