@@ -4,6 +4,8 @@
 
 #include <pqxx/pqxx>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <optional>
 
@@ -45,7 +47,63 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const 
     // shut the socket) stops its query within a second instead of running
     // (or waiting on a lock) to the end (PostgreSQL 14+).
     set_session_variable(*c, "client_connection_check_interval", "'1s'");
+    pin_operator_settings(*c);
     return c;
+}
+
+namespace {
+
+// A setting the contract rests on, pinned on every session whatever the
+// operator's postgresql.conf, ALTER DATABASE or ALTER ROLE says.
+struct Pinned {
+    const char* name;
+    const char* value;     // what the session gets
+    bool (*acceptable)(const std::string& current);
+    const char* why;
+};
+
+bool is_utf8(const std::string& v) { return v == "UTF8"; }
+bool is_read_committed(const std::string& v) { return v == "read committed"; }
+bool is_off(const std::string& v) { return v == "off"; }
+bool is_on(const std::string& v) { return v == "on"; }
+// Every level but off waits for the local WAL flush before COMMIT returns;
+// remote_write, remote_apply and on with synchronous standbys are the
+// operator's replication choice and stay.
+bool flushes(const std::string& v) { return v != "off"; }
+
+constexpr std::array<Pinned, 5> pinned{{
+    {"client_encoding", "UTF8", is_utf8, "bodies, names and cmids are UTF-8"},
+    {"default_transaction_isolation", "read committed", is_read_committed,
+     "im_send's row locks re-read the newest row version; under stricter levels a send can fail with a "
+     "serialization error"},
+    {"default_transaction_read_only", "off", is_off, "the gateway writes"},
+    {"standard_conforming_strings", "on", is_on, "the SQL's string literals are standard"},
+    {"synchronous_commit", "on", flushes, "a reply follows COMMIT, so COMMIT must wait for the WAL flush"},
+}};
+
+std::array<std::atomic<bool>, pinned.size()> pin_logged{};
+
+} // namespace
+
+void pin_operator_settings(pqxx::connection_base& c) {
+    std::array<std::string, pinned.size()> current;
+    {
+        pqxx::nontransaction tx(c);
+        // One round trip: the session's values, whatever set them.
+        auto r = tx.exec("SELECT current_setting('client_encoding'), current_setting('default_transaction_isolation'), "
+                         "current_setting('default_transaction_read_only'), "
+                         "current_setting('standard_conforming_strings'), current_setting('synchronous_commit')");
+        for (std::size_t i = 0; i < pinned.size(); ++i) current[i] = r[0][static_cast<int>(i)].c_str();
+    }
+    for (std::size_t i = 0; i < pinned.size(); ++i) {
+        const Pinned& p = pinned[i];
+        if (p.acceptable(current[i])) continue;
+        set_session_variable(c, p.name, c.quote(std::string(p.value)));
+        // Once per setting and process: every connection gets the same.
+        if (!pin_logged[i].exchange(true))
+            log_warn("db_setting_overridden",
+                     {{"setting", p.name}, {"was", current[i]}, {"now", p.value}, {"why", p.why}});
+    }
 }
 
 Watchdog::Watchdog(std::chrono::milliseconds limit) : limit_(limit), thread_([this] { run(); }) {}

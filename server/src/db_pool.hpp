@@ -116,5 +116,12 @@ void set_session_variable(pqxx::connection_base& c, const std::string& name, con
 /// Opens a connection with a short connect timeout and the session settings
 /// (set_session_variable); throws on failure.
 std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const std::string& app_name);
+/// Overrides, on this session, the operator's settings the contract cannot
+/// run under (docs/operations.md, "Database settings the gateway pins"):
+/// client_encoding, default_transaction_isolation,
+/// default_transaction_read_only, standard_conforming_strings, and
+/// synchronous_commit = off. Logs db_setting_overridden once per setting.
+/// open_connection() calls it.
+void pin_operator_settings(pqxx::connection_base& c);
 
 } // namespace im

@@ -1,5 +1,7 @@
 #include "migrations.hpp"
 
+#include <stdexcept>
+
 #include "digest.hpp"
 #include "log.hpp"
 
@@ -46,6 +48,13 @@ void lock_schema(pqxx::transaction_base& tx) {
 
 MigrateResult migrate(pqxx::connection_base& c, const Schema& schema) {
     pqxx::work tx(c);
+    // Bodies, names and cmids are UTF-8; a database in another encoding
+    // would refuse some of them or store them altered. Refused before any
+    // change (docs/operations.md, "Database settings the gateway pins").
+    const std::string encoding = tx.exec("SELECT current_setting('server_encoding')")[0][0].c_str();
+    if (encoding != "UTF8")
+        throw std::runtime_error("the database's encoding is " + encoding +
+                                 "; imserver needs UTF8 (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0)");
     lock_schema(tx);
     tx.exec("CREATE TABLE IF NOT EXISTS schema_migrations ("
             "version integer PRIMARY KEY, name text NOT NULL, checksum text, "

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <pqxx/pqxx>
 
+#include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <set>
 #include <string>
@@ -299,6 +301,108 @@ TEST(Schema, im_send_plans_generically_whatever_the_database_sets) {
                         "WHERE oid = 'im_send(text[], text[], text[], text[], integer[], text[], text[], text[], "
                         "text)'::regprocedure"),
               "plan_cache_mode=force_generic_plan");
+}
+
+// An operator's database defaults that the contract cannot run under
+// (postgresql.conf, ALTER DATABASE or ALTER ROLE): the gateway pins its own
+// sessions' values and says so once in its log (db_pool.cpp,
+// pin_operator_settings; docs/operations.md, "Database settings the gateway
+// pins"). Without it the gateway cannot migrate or provision (read-only), a
+// body outside Latin-1 is stored as mojibake (the client reads it back
+// intact, the row's length is 21 code points, not 9), a reply could precede
+// the WAL flush, and a send may fail with a serialization error (the burst
+// below did not show one in our runs: the log is what catches that pin).
+// The other defaults set here change nothing the gateway answers.
+TEST(OperatorSettings, the_contract_holds_whatever_the_databases_defaults_say) {
+    TestPostgres pg;
+    // (read-only last: this test's own later ALTERs would fail after it)
+    for (const char* s : {"default_transaction_isolation = 'serializable'", "synchronous_commit = off",
+                          "client_encoding = 'LATIN1'", "standard_conforming_strings = off",
+                          "plan_cache_mode = force_custom_plan", "bytea_output = 'escape'",
+                          "TimeZone = 'Pacific/Kiritimati'", "DateStyle = 'SQL, DMY'",
+                          "IntervalStyle = 'sql_standard'", "extra_float_digits = -15",
+                          "default_transaction_read_only = on"})
+        pg.scalar(std::string("ALTER DATABASE im SET ") + s);
+    ServerProcess srv(pg.url());
+    auto w = make_world(pg.url(), "opset", 3);
+    const std::int64_t joins = 3;
+
+    // Concurrent sends into one conversation from six connections: under
+    // serializable, their transactions conflict (the same row, the same
+    // index ranges).
+    constexpr int per_conn = 10;
+    std::vector<std::unique_ptr<WsClient>> conns;
+    for (int i = 0; i < 6; ++i) conns.push_back(login(srv.port(), w.users[static_cast<std::size_t>(i % 3)]));
+    std::vector<std::vector<json::object>> replies(conns.size());
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < conns.size(); ++i)
+        threads.emplace_back([&, i] {
+            for (int k = 0; k < per_conn; ++k)
+                replies[i].push_back(send_msg(*conns[i], w.conv, "c" + std::to_string(i) + "-" + std::to_string(k),
+                                              "burst " + std::to_string(k)));
+        });
+    for (auto& t : threads) t.join();
+    std::set<std::int64_t> seqs;
+    for (const auto& rs : replies)
+        for (const auto& r : rs) {
+            ASSERT_EQ(str(r, "t"), "sent") << json::serialize(r);
+            EXPECT_FALSE(r.at("dup").as_bool());
+            seqs.insert(num(r, "seq"));
+        }
+    EXPECT_EQ(seqs.size(), conns.size() * per_conn);
+    EXPECT_EQ(*seqs.begin(), joins + 1);
+    EXPECT_EQ(*seqs.rbegin(), joins + static_cast<std::int64_t>(conns.size() * per_conn));
+
+    // A body far outside Latin-1 is stored and read back as sent.
+    const std::string body = "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xe2\x9c\x93 \xf0\x9f\x99\x82 \xc3\xa9";
+    auto& a = *conns[0];
+    auto sent = send_msg(a, w.conv, "uni", body);
+    ASSERT_EQ(str(sent, "t"), "sent") << json::serialize(sent);
+    auto page = sync_conv(*conns[1], w.conv, num(sent, "seq") - 1, 1);
+    ASSERT_EQ(str(page, "t"), "page") << json::serialize(page);
+    ASSERT_EQ(page.at("events").as_array().size(), 1u);
+    const auto& ev = page.at("events").as_array()[0].as_object();
+    EXPECT_EQ(str(ev, "body"), body);
+    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    EXPECT_LT(std::llabs(num(ev, "ts") - now_ms), 60000) << "ts is epoch milliseconds whatever TimeZone says";
+    EXPECT_EQ(pg.scalar("SELECT length(body) FROM events WHERE client_msg_id = 'uni'"), "9");
+
+    // The request key: the same body again is the original; another is a mismatch.
+    auto again = send_msg(a, w.conv, "uni", body);
+    EXPECT_EQ(str(again, "t"), "sent");
+    EXPECT_TRUE(again.at("dup").as_bool());
+    EXPECT_EQ(num(again, "seq"), num(sent, "seq"));
+    EXPECT_EQ(str(send_msg(a, w.conv, "uni", "other"), "code"), "IDEMPOTENCY_MISMATCH");
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM events WHERE kind = 'msg'"), std::to_string(conns.size() * per_conn + 1));
+
+    // Said once per setting it overrode; the settings it may keep are kept.
+    const std::string log = srv.log();
+    for (const char* setting : {"client_encoding", "default_transaction_isolation", "default_transaction_read_only",
+                                "standard_conforming_strings", "synchronous_commit"}) {
+        const std::string mark = std::string("\"setting\":\"") + setting + "\"";
+        EXPECT_NE(log.find(mark), std::string::npos) << setting << " not reported overridden:\n" << log;
+        EXPECT_EQ(log.find(mark), log.rfind(mark)) << setting << " reported more than once";
+    }
+    EXPECT_EQ(log.find("\"setting\":\"TimeZone\""), std::string::npos);
+}
+
+// A database in another encoding than UTF8 would refuse some bodies or store
+// them altered: the gateway refuses it at start, before it changes anything,
+// and says how to make one that works.
+TEST(OperatorSettings, a_database_not_in_utf8_is_refused_before_anything_changes) {
+    TestPostgres pg;
+    pg.scalar("CREATE DATABASE latin ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+    std::string error;
+    try {
+        ServerProcess srv(pg.url("latin"));
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    EXPECT_NE(error.find("the database's encoding is LATIN1; imserver needs UTF8"), std::string::npos)
+        << "the start was not refused as it should be: " << error;
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", "latin"), "0")
+        << "a refused start created tables";
 }
 
 } // namespace
