@@ -70,8 +70,9 @@ bool is_on(const std::string& v) { return v == "on"; }
 // remote_write, remote_apply and on with synchronous standbys are the
 // operator's replication choice and stay.
 bool flushes(const std::string& v) { return v != "off"; }
+bool is_zero(const std::string& v) { return v == "0"; }
 
-constexpr std::array<Pinned, 5> pinned{{
+constexpr std::array<Pinned, 6> pinned{{
     {"client_encoding", "UTF8", is_utf8, "bodies, names and cmids are UTF-8"},
     {"default_transaction_isolation", "read committed", is_read_committed,
      "im_send's row locks re-read the newest row version; under stricter levels a send can fail with a "
@@ -79,6 +80,8 @@ constexpr std::array<Pinned, 5> pinned{{
     {"default_transaction_read_only", "off", is_off, "the gateway writes"},
     {"standard_conforming_strings", "on", is_on, "the SQL's string literals are standard"},
     {"synchronous_commit", "on", flushes, "a reply follows COMMIT, so COMMIT must wait for the WAL flush"},
+    {"idle_session_timeout", "0", is_zero,
+     "the gateway's connections idle by design; a LISTEN session ended makes every subscriber resync"},
 }};
 
 std::array<std::atomic<bool>, pinned.size()> pin_logged{};
@@ -92,7 +95,8 @@ void pin_operator_settings(pqxx::connection_base& c) {
         // One round trip: the session's values, whatever set them.
         auto r = tx.exec("SELECT current_setting('client_encoding'), current_setting('default_transaction_isolation'), "
                          "current_setting('default_transaction_read_only'), "
-                         "current_setting('standard_conforming_strings'), current_setting('synchronous_commit')");
+                         "current_setting('standard_conforming_strings'), current_setting('synchronous_commit'), "
+                         "current_setting('idle_session_timeout')");
         for (std::size_t i = 0; i < pinned.size(); ++i) current[i] = r[0][static_cast<int>(i)].c_str();
     }
     for (std::size_t i = 0; i < pinned.size(); ++i) {

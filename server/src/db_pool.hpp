@@ -119,8 +119,9 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const 
 /// Overrides, on this session, the operator's settings the contract cannot
 /// run under (docs/operations.md, "Database settings the gateway pins"):
 /// client_encoding, default_transaction_isolation,
-/// default_transaction_read_only, standard_conforming_strings, and
-/// synchronous_commit = off. Logs db_setting_overridden once per setting.
+/// default_transaction_read_only, standard_conforming_strings,
+/// idle_session_timeout, and synchronous_commit = off. Logs
+/// db_setting_overridden once per setting.
 /// open_connection() calls it.
 void pin_operator_settings(pqxx::connection_base& c);
 

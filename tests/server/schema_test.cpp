@@ -321,7 +321,7 @@ TEST(OperatorSettings, the_contract_holds_whatever_the_databases_defaults_say) {
                           "plan_cache_mode = force_custom_plan", "bytea_output = 'escape'",
                           "TimeZone = 'Pacific/Kiritimati'", "DateStyle = 'SQL, DMY'",
                           "IntervalStyle = 'sql_standard'", "extra_float_digits = -15",
-                          "default_transaction_read_only = on"})
+                          "idle_session_timeout = '1s'", "default_transaction_read_only = on"})
         pg.scalar(std::string("ALTER DATABASE im SET ") + s);
     ServerProcess srv(pg.url());
     auto w = make_world(pg.url(), "opset", 3);
@@ -379,12 +379,23 @@ TEST(OperatorSettings, the_contract_holds_whatever_the_databases_defaults_say) {
     // Said once per setting it overrode; the settings it may keep are kept.
     const std::string log = srv.log();
     for (const char* setting : {"client_encoding", "default_transaction_isolation", "default_transaction_read_only",
-                                "standard_conforming_strings", "synchronous_commit"}) {
+                                "standard_conforming_strings", "synchronous_commit", "idle_session_timeout"}) {
         const std::string mark = std::string("\"setting\":\"") + setting + "\"";
         EXPECT_NE(log.find(mark), std::string::npos) << setting << " not reported overridden:\n" << log;
         EXPECT_EQ(log.find(mark), log.rfind(mark)) << setting << " reported more than once";
     }
     EXPECT_EQ(log.find("\"setting\":\"TimeZone\""), std::string::npos);
+
+    // The gateway's sessions idle by design: under the operator's
+    // idle_session_timeout (1 s here) PostgreSQL would end them, the LISTEN
+    // session with them (every subscriber told to resync). Still the same
+    // backends after twice that long idle.
+    const std::string backends = "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity "
+                                 "WHERE application_name LIKE 'imserver-%'";
+    const std::string before = pg.scalar(backends);
+    ASSERT_FALSE(before.empty());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500)); // the idleness itself is the condition
+    EXPECT_EQ(pg.scalar(backends), before) << "the gateway's idle sessions were ended";
 }
 
 // A database in another encoding than UTF8 would refuse some bodies or store
