@@ -91,12 +91,12 @@ std::array<std::atomic<bool>, pinned.size()> pin_logged{};
 void pin_operator_settings(pqxx::connection_base& c) {
     std::array<std::string, pinned.size()> current;
     {
-        pqxx::nontransaction tx(c);
         // One round trip: the session's values, whatever set them.
-        auto r = tx.exec("SELECT current_setting('client_encoding'), current_setting('default_transaction_isolation'), "
-                         "current_setting('default_transaction_read_only'), "
-                         "current_setting('standard_conforming_strings'), current_setting('synchronous_commit'), "
-                         "current_setting('idle_session_timeout')");
+        std::string sql = "SELECT ";
+        for (std::size_t i = 0; i < pinned.size(); ++i)
+            sql += std::string(i ? ", " : "") + "current_setting(" + c.quote(std::string(pinned[i].name)) + ")";
+        pqxx::nontransaction tx(c);
+        auto r = tx.exec(sql);
         for (std::size_t i = 0; i < pinned.size(); ++i) current[i] = r[0][static_cast<int>(i)].c_str();
     }
     for (std::size_t i = 0; i < pinned.size(); ++i) {

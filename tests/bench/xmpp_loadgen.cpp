@@ -31,6 +31,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <openssl/evp.h>
 #include <pqxx/pqxx>
 
 #include <atomic>
@@ -71,30 +72,12 @@ long long wall_us() {
         .count();
 }
 
+// SASL PLAIN's payload, base64 by OpenSSL.
 std::string base64(std::string_view in) {
-    static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    std::size_t i = 0;
-    for (; i + 2 < in.size(); i += 3) {
-        const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
-                           static_cast<unsigned char>(in[i + 2]);
-        out += abc[(v >> 18) & 63];
-        out += abc[(v >> 12) & 63];
-        out += abc[(v >> 6) & 63];
-        out += abc[v & 63];
-    }
-    if (i + 1 == in.size()) {
-        const unsigned v = static_cast<unsigned char>(in[i]) << 16;
-        out += abc[(v >> 18) & 63];
-        out += abc[(v >> 12) & 63];
-        out += "==";
-    } else if (i + 2 == in.size()) {
-        const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
-        out += abc[(v >> 18) & 63];
-        out += abc[(v >> 12) & 63];
-        out += abc[(v >> 6) & 63];
-        out += '=';
-    }
+    std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+    const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                  reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+    out.resize(static_cast<std::size_t>(n));
     return out;
 }
 
