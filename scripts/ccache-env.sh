@@ -3,6 +3,12 @@
 export CCACHE_BASEDIR="$PWD"
 export CCACHE_NOHASHDIR=1
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+# Depend mode: on a miss ccache takes the header list from the compiler's
+# own -MD output instead of running the preprocessor a second time to hash
+# its output (the SDK's objects from an empty cache: 92-99 CPU-seconds
+# against 107-114 without it, measured twice each, alternating). Hits in a
+# clone in another folder still work (base_dir).
+export CCACHE_DEPEND=1
 # New build trees use Ninja (scripts/deps.sh installs it): it keeps both
 # cores busy across the targets of one build, where make finishes one target
 # before the next. A tree configured earlier keeps its generator.

@@ -15,7 +15,8 @@
 #                         regression inputs, then IM_FUZZ_SECONDS (75) per target,
 #                         three at a time
 # IM_TEST_STAGES (default "plain bench asan tsan fuzz") picks stages; what is
-# left out is named in the summary. The fuzz stage, the only one that keeps
+# left out is named in the summary. When both asan and tsan are selected they
+# run side by side (see run_stage below). The fuzz stage, the only one that keeps
 # both cores busy, runs last, so the background builds have the idle CPU of
 # the stages before it.
 #
@@ -37,20 +38,22 @@ source scripts/ccache-env.sh
 export QT_QPA_PLATFORM=offscreen
 jobs="$(nproc)"
 status=0
-summary=()
 logs="$(mktemp -d /tmp/imtest-logs-XXXXXX)"
 
-stage() { # name, then the command
+# stage NAME COMMAND...: runs one stage, its output on the terminal and in
+# $logs/NAME.log; its lines for the summary go to $logs/NAME.summary.
+stage() {
     local name="$1"; shift
     local t0=$SECONDS
     echo "== stage $name ($(date -u +%H:%M:%S))"
     if "$@" 2>&1 | tee "$logs/$name.log"; then
-        summary+=("$name: passed in $((SECONDS - t0)) s ($(tests_line "$name"))")
+        echo "$name: passed in $((SECONDS - t0)) s ($(tests_line "$name"))" > "$logs/$name.summary"
     else
-        summary+=("$name: FAILED after $((SECONDS - t0)) s ($(tests_line "$name"))")
-        # ctest's list of failed tests, so the end of the output names them
-        while IFS= read -r line; do summary+=("    $line"); done < <(failed_tests "$name")
-        status=1
+        { echo "$name: FAILED after $((SECONDS - t0)) s ($(tests_line "$name"))"
+          # ctest's list of failed tests, so the end of the output names them
+          failed_tests "$name" | sed 's/^/    /'
+        } > "$logs/$name.summary"
+        return 1
     fi
 }
 tests_line() { # ctest's own count of what the stage ran
@@ -69,7 +72,7 @@ start_background_builds() {
     for s in $stages; do case " $bg_stages " in *" $s "*) todo+=("$s") ;; esac; done
     [ ${#todo[@]} -gt 0 ] || return 0
     echo "== building ${todo[*]} in the background (nice 19; logs $logs/<stage>.build.log)"
-    set -m # its own process group, so the trap below stops all of it
+    set -m # its own process group, so cleanup (below) stops all of it
     (
         renice -n 19 -p "$BASHPID" > /dev/null # and so every compiler it starts
         for s in "${todo[@]}"; do
@@ -80,7 +83,6 @@ start_background_builds() {
     ) &
     bg_pid=$!
     set +m
-    trap 'kill -- -"$bg_pid" 2>/dev/null || true' EXIT
 }
 # await_build STAGE: waits for STAGE's background build; its log on failure.
 await_build() {
@@ -185,15 +187,51 @@ fuzz() {
     (cd build-asan && ctest -j3 --output-on-failure -L fuzz)
 }
 
+# asan and tsan run side by side when both are selected: their suites
+# spend much of their time waiting (the group-commit and contract suites
+# under either sanitizer keep a core 20-50 % busy), so one after the other
+# left a core idle for minutes. The second starts with the first and waits
+# for its own background build; its output is printed when it ends (it is
+# in its log meanwhile).
+stage_label() { case "$1" in asan) echo asan+ubsan ;; *) echo "$1" ;; esac; }
+run_stage() { stage "$(stage_label "$1")" "$1" || status=1; }
+side_pid=""
+start_beside() { # STAGE: starts it in the background, output to its log only
+    echo "== stage $(stage_label "$1") runs beside it from $(date -u +%H:%M:%S); its output follows when it ends (log $logs/$(stage_label "$1").log)"
+    set -m # its own process group, for cleanup
+    ( stage "$(stage_label "$1")" "$1" > /dev/null ) &
+    side_pid=$!
+    set +m
+}
+finish_beside() { # STAGE: waits for the stage start_beside started
+    local rc=0
+    wait "$side_pid" || rc=1
+    side_pid=""
+    echo "== stage $(stage_label "$1") (ran beside the stage before; its output:)"
+    cat "$logs/$(stage_label "$1").log"
+    [ $rc = 0 ] || status=1
+}
+cleanup() {
+    [ -z "${bg_pid:-}" ] || kill -- -"$bg_pid" 2>/dev/null || true
+    [ -z "$side_pid" ] || kill -- -"$side_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
 start_background_builds
+ran=" "
 for s in $stages; do
-    case "$s" in
-        plain) stage plain plain ;;
-        bench) stage bench bench ;;
-        fuzz) stage fuzz fuzz ;;
-        asan) stage asan+ubsan asan ;;
-        tsan) stage tsan tsan ;;
-    esac
+    case "$ran" in *" $s "*) continue ;; esac
+    pair=""
+    case "$s" in asan) pair=tsan ;; tsan) pair=asan ;; esac
+    if [ -n "$pair" ] && [[ " $stages " == *" $pair "* ]]; then
+        start_beside "$pair"
+        run_stage "$s"
+        finish_beside "$pair"
+        ran+="$s $pair "
+    else
+        run_stage "$s"
+        ran+="$s "
+    fi
 done
 left_out=()
 for s in $all_stages; do
@@ -201,7 +239,7 @@ for s in $all_stages; do
 done
 wait "${bg_pid:-}" 2>/dev/null || true
 echo "== summary (total $SECONDS s; logs in $logs)"
-printf '%s\n' "${summary[@]}"
+for s in $stages; do cat "$logs/$(stage_label "$s").summary" 2>/dev/null || echo "$s: did not run"; done
 if [ ${#left_out[@]} -gt 0 ]; then
     echo "left out by IM_TEST_STAGES: ${left_out[*]} (the whole proof is all of: $all_stages)"
 fi
