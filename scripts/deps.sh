@@ -6,7 +6,7 @@
 set -euo pipefail
 
 run_packages=(
-  build-essential cmake ninja-build pkg-config ccache
+  build-essential cmake ninja-build pkg-config ccache lld
   qt6-base-dev qt6-websockets-dev libqt6sql6-sqlite libgl-dev qt6-qpa-plugins
   libboost1.81-dev libboost-json1.81-dev libpqxx-dev
   postgresql

@@ -135,7 +135,7 @@ bench() {
 # The fuzzers build in the ASan tree, at -O1 (tests/fuzz/CMakeLists.txt):
 # the sanitizers they need are its own, and a tree of their own would
 # compile the same files again.
-sanitizer_flags=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DCMAKE_CXX_FLAGS_DEBUG=-g1)
+sanitizer_flags=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DCMAKE_CXX_FLAGS_DEBUG=-g1 "${im_link_flags[@]}")
 # A sanitizer tree that an older test.sh configured with gcc starts afresh.
 clang_tree() {
     grep -qs '^CMAKE_CXX_COMPILER:.*clang' "$1/CMakeCache.txt" || rm -rf "$1/CMakeCache.txt" "$1/CMakeFiles"
