@@ -23,9 +23,10 @@ im_build_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBI
 # Link with lld (Debian's `lld`, installed by scripts/deps.sh) where it is
 # present: relinking every binary of a warm tree took 34 CPU-s with GNU ld
 # against 12 with lld (./build, 49 links), 66 against 28 (the ASan tree)
-# and 40 against 13 (the TSan tree). Links are the part of a warm build
-# the compiler cache cannot serve, so this is most of what a warm build
-# still costs. Without lld, the system's default linker.
+# and 40 against 13 (the TSan tree); on a faster machine 13.8 against 3.6
+# (./build). Links are a part of a warm build the compiler cache cannot
+# serve (moc is another); over a whole warm test.sh run the gain is within
+# the noise (README, Timings). Without lld, the system's default linker.
 im_link_flags=()
 if command -v ld.lld > /dev/null; then
     for kind in EXE SHARED MODULE; do im_link_flags+=("-DCMAKE_${kind}_LINKER_FLAGS=-fuse-ld=lld"); done

@@ -137,6 +137,16 @@ Outcome rolling_restart(const LabEnv& env, const std::string& label, const std::
     return outcome;
 }
 
+// After a `resync` push: does a sync of `conv` after seq - 1 start with
+// `seq`? Empty when it does, else the page it got (contract: a subscriber
+// told to resync catches up by sync).
+std::string sync_lacks(test::WsClient& c, const std::string& conv, std::int64_t seq) {
+    auto page = c.request({{"t", "sync"}, {"conv", conv}, {"after", seq - 1}});
+    const auto* evs = page.if_contains("events");
+    if (evs && !evs->as_array().empty() && evs->as_array().front().as_object().at("seq").as_int64() == seq) return {};
+    return test::json::serialize(page);
+}
+
 // The bus, seen from the clients: a sender on gw1, watchers on gw2 and gw3.
 // Pushes cross gateways, arrive in seq order without gaps, and when the bus
 // connection is cut and comes back every watcher gets `resync` and pushes
@@ -234,11 +244,9 @@ Outcome bus_checks(const LabEnv& env, const std::string& label, const std::vecto
                                                "not one for a failed read (bus reconnections " +
                                std::to_string(reconnects_before[i]) + " -> " +
                                std::to_string(g.metric("im_listen_reconnects_total")) + ")"};
-        auto page = c[i]->request({{"t", "sync"}, {"conv", w.conv}, {"after", seq - 1}});
-        const auto* evs = page.if_contains("events");
-        if (!evs || evs->as_array().empty() || evs->as_array().front().as_object().at("seq").as_int64() != seq)
+        if (auto page = sync_lacks(*c[i], w.conv, seq); !page.empty())
             return {false, figures.str() + gw + " told its watcher to resync, but a sync after it lacks seq " +
-                               std::to_string(seq) + ": " + test::json::serialize(page)};
+                               std::to_string(seq) + ": " + page};
         ++as_resync;
     }
     if (as_resync > 0)
@@ -295,12 +303,9 @@ Outcome admin_on_nats(NatsServer& nats, const std::string& db) {
         20s);
     if (!joined) return {false, "the join made by admin (seq " + std::to_string(join_seq) + ") was not pushed on gw2"};
     if (test::str(*joined, "t") == "resync") {
-        auto page = watcher->request({{"t", "sync"}, {"conv", w.conv}, {"after", join_seq - 1}});
-        const auto* evs = page.if_contains("events");
-        if (!evs || evs->as_array().empty() ||
-            evs->as_array().front().as_object().at("seq").as_int64() != join_seq)
+        if (auto page = sync_lacks(*watcher, w.conv, join_seq); !page.empty())
             return {false, "gw2 told its subscribers to resync, but a sync after it lacks the join (seq " +
-                               std::to_string(join_seq) + "): " + test::json::serialize(page)};
+                               std::to_string(join_seq) + "): " + page};
         figures << "admin's join reached gw2 as a resync (its read failed), the sync holds it; ";
     } else {
         figures << "admin's join pushed on gw2; ";
