@@ -443,7 +443,20 @@ TEST(Revocation, a_send_committing_when_the_revocation_comes_is_ordered_before_i
     auto c = login(gw.port(), dev);
     ASSERT_EQ(gw.http("POST", "/lab/fault", "store.before_commit=delay:2000:1").first, 200);
     c->send_json({{"t", "send"}, {"rid", "inside"}, {"conv", w.conv}, {"cmid", "inside"}, {"body", "inside"}});
-    ASSERT_TRUE(wait_until([&] { return gw.metric("im_db_pool_in_use") >= 1; }, 10s));
+    // The send inside its transaction, waiting before COMMIT with the
+    // device's row share-locked. Not merely "a pool job busy": a hello's or
+    // login's statement ending on a loaded machine made im_db_pool_in_use 1
+    // before the send had locked anything, the revocation went first, and
+    // the send was refused (seen in CI).
+    ASSERT_TRUE(wait_until(
+        [&] {
+            return pg.scalar("SELECT count(*) FROM pg_stat_activity a WHERE a.state = 'idle in transaction' "
+                             "AND a.backend_xid IS NOT NULL AND a.application_name LIKE 'imserver-pool-%' "
+                             "AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid "
+                             "AND l.relation = 'devices'::regclass AND l.granted)") == "1";
+        },
+        10s))
+        << "the send never sat inside its transaction";
     const auto t0 = std::chrono::steady_clock::now();
     admin_ok(pg.url(), {"device", "revoke", dev.device});
     const auto waited =
