@@ -40,6 +40,15 @@ inline std::unique_ptr<WsClient> login(unsigned short port, const TestUser& u, c
     return c;
 }
 
+/// Waits until the gateway's send worker has taken `runs` runs off its queue
+/// (the queue stage observed): a held send then really holds a database
+/// worker. "im_db_pool_in_use >= 1" is no such proof: a hello's or another
+/// job's statement still ending satisfies it on a loaded machine, and the
+/// next send then joins the held one's group instead of queueing behind it.
+inline bool wait_send_taken(ServerProcess& srv, long long runs = 1, std::chrono::milliseconds timeout = 10s) {
+    return wait_until([&] { return srv.metric("im_send_stage_seconds_count{stage=\"queue\"}") >= runs; }, timeout);
+}
+
 /// One real PostgreSQL and one real imserver shared by a test suite.
 using Clock = std::chrono::steady_clock;
 

@@ -36,7 +36,7 @@ using tcp = net::ip::tcp;
 void hold_the_only_worker(ServerProcess& srv, WsClient& bystander, const World& w, int ms) {
     ASSERT_EQ(srv.http("POST", "/lab/fault", "store.before_commit=delay:" + std::to_string(ms) + ":1").first, 200);
     bystander.send_json({{"t", "send"}, {"rid", "hold"}, {"conv", w.conv}, {"cmid", uuid4()}, {"body", "hold"}});
-    ASSERT_TRUE(wait_until([&] { return srv.metric("im_db_pool_in_use") >= 1; }, 10s));
+    ASSERT_TRUE(wait_send_taken(srv));
 }
 
 // Issue 24, item 7: the hello deadline is for a hello that never comes. A
@@ -545,7 +545,7 @@ TEST(BufferBudget, two_thousand_connections_pipelining_1_mib_and_never_reading_s
     auto bystander = login(srv.port(), w.users[1]);
     ASSERT_EQ(srv.http("POST", "/lab/fault", "store.before_commit=delay:600000:1").first, 200);
     bystander->send_json({{"t", "send"}, {"rid", "hold"}, {"conv", w.conv}, {"cmid", "hold"}, {"body", "hold"}});
-    ASSERT_TRUE(wait_until([&] { return srv.metric("im_db_pool_in_use") >= 1; }, 10s));
+    ASSERT_TRUE(wait_send_taken(srv));
     const long long rss_before = rss_kib(srv.pid());
 
     std::vector<std::string> frames;

@@ -395,11 +395,7 @@ TEST(Revocation, revoking_a_device_closes_its_connections_on_both_gateways_withi
     // The bystander's send holds gw1's only database worker for 3 s ...
     ASSERT_EQ(gw1.http("POST", "/lab/fault", "store.before_commit=delay:3000:1").first, 200);
     bystander->send_json({{"t", "send"}, {"rid", "hold"}, {"conv", w.conv}, {"cmid", "hold"}, {"body", "hold"}});
-    // Taken by the send worker (the queue stage observed), not merely some
-    // job on the pool: another job still ending (on a loaded machine) can
-    // make im_db_pool_in_use 1 before the send is taken, and the device's
-    // send then joins the bystander's group instead of queueing behind it.
-    ASSERT_TRUE(wait_until([&] { return gw1.metric("im_send_stage_seconds_count{stage=\"queue\"}") >= 1; }, 10s));
+    ASSERT_TRUE(wait_send_taken(gw1));
     // ... so the device's send waits in the gateway's queue.
     on1->send_json({{"t", "send"}, {"rid", "queued"}, {"conv", w.conv}, {"cmid", "queued"}, {"body", "queued"}});
     ASSERT_TRUE(wait_until([&] { return gw1.metric("im_send_runs_queued") >= 1; }, 10s));
