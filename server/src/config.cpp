@@ -184,7 +184,7 @@ const std::vector<Option>& options() {
          [](const Config& c) { return std::to_string(c.send_group_max); }},
         {"--send-workers", "IM_SEND_WORKERS", "N|auto",
          "database workers that may run sends at once; the others stay free for reads, and under load the "
-         "sends queue into larger group commits (default auto: the CPU cores, at least 2, at most --db-pool)",
+         "sends queue into larger group commits (default auto: half the CPU cores, at least 1, at most --db-pool)",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
              if (v == "auto") {
                  c.send_workers = 0;
@@ -686,7 +686,11 @@ std::size_t effective_db_queue(const Config& c) {
 
 int effective_send_workers(const Config& c) {
     int n = c.send_workers;
-    if (n == 0) n = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+    // auto: half the cores, at least 1. On the 2-core machine that also runs
+    // PostgreSQL one send worker made larger groups and spent less database
+    // CPU per send at every load (docs/benchmarks.md, "One send worker
+    // against two").
+    if (n == 0) n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
     return std::max(1, std::min(n, c.db_pool));
 }
 

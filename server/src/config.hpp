@@ -79,8 +79,8 @@ struct Config {
 /// docs/benchmarks.md, "Reconnect storm").
 std::size_t effective_db_queue(const Config& c);
 
-/// --send-workers as the gateway uses it: auto is the CPU cores (at least
-/// 2), never more than --db-pool.
+/// --send-workers as the gateway uses it: auto is half the CPU cores (at
+/// least 1), never more than --db-pool.
 int effective_send_workers(const Config& c);
 
 /// Which program reads the options: the gateway reads them all, `imserver

@@ -7,7 +7,7 @@
 // reply waits for one commit. PostgreSQL serialises the commits of
 // notifying transactions (a database-wide lock held through the WAL
 // flush); the send path's group commit already puts a whole group in one
-// transaction, and at its --send-workers (2 on this machine kind) that
+// transaction, and at 2 --send-workers (1, auto, on 2 cores now) that
 // cost less than the second transaction did (docs/benchmarks.md, "The
 // publish in the commit"). Everything else (reads, recalls, and sends with
 // --notify-in-commit off): every payload queued while the previous NOTIFY

@@ -135,11 +135,11 @@ TEST(Config, password_file_is_added_to_the_connection_string) {
     EXPECT_EQ(*db_conninfo(c), "host=db1 dbname=im");
 }
 
-TEST(Config, send_workers_are_the_cores_by_default_and_never_more_than_the_pool) {
-    const int cores = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+TEST(Config, send_workers_are_half_the_cores_by_default_and_never_more_than_the_pool) {
+    const int half = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
     Config c;
     c.db_pool = 64;
-    EXPECT_EQ(effective_send_workers(c), std::min(cores, 64)); // auto
+    EXPECT_EQ(effective_send_workers(c), std::min(half, 64)); // auto
     c.db_pool = 1;
     EXPECT_EQ(effective_send_workers(c), 1);
     c.db_pool = 16;
