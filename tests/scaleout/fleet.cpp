@@ -13,6 +13,24 @@ namespace fs = std::filesystem;
 
 // ------------------------------------------------------------------ Fleet
 
+std::string Fleet::warnings(std::size_t per_gateway) const {
+    std::string out;
+    for (std::size_t i = 0; i < gws_.size(); ++i) {
+        std::vector<std::string> lines;
+        std::istringstream log(gws_[i]->log());
+        for (std::string line; std::getline(log, line);)
+            if (line.find("\"level\":\"warn\"") != std::string::npos ||
+                line.find("\"level\":\"error\"") != std::string::npos)
+                lines.push_back(line);
+        if (lines.empty()) continue;
+        out += "\n  gw" + std::to_string(i + 1) + " logged " + std::to_string(lines.size()) + " warning(s)/error(s)" +
+               (lines.size() > per_gateway ? ", the last " + std::to_string(per_gateway) : std::string()) + ":";
+        for (std::size_t k = lines.size() > per_gateway ? lines.size() - per_gateway : 0; k < lines.size(); ++k)
+            out += "\n    " + lines[k];
+    }
+    return out;
+}
+
 Fleet::Fleet(const LabEnv& env, const std::string& db_url, const std::vector<std::string>& gateway_flags)
     : dir_("imfleet") {
     for (int i = 0; i < 3; ++i) ports_.push_back(free_port());

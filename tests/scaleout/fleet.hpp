@@ -31,6 +31,10 @@ public:
     std::size_t size() const { return gws_.size(); }
     test::ServerProcess& gateway(std::size_t i) { return *gws_[i]; }
     std::string haproxy_cfg() const { return dir_.path() + "/haproxy.cfg"; }
+    /// The gateways' warning and error log lines so far (they run --quiet,
+    /// which keeps exactly those), the last `per_gateway` of each, for a
+    /// failed scenario's report; empty when there are none.
+    std::string warnings(std::size_t per_gateway = 20) const;
 
 private:
     test::TempDir dir_;

@@ -99,10 +99,31 @@ Outcome judge(const std::string& db, Clients& clients, std::ostringstream& figur
     return {false, detail};
 }
 
+// Runs a scenario on a fleet; a failure (a verdict or an exception) carries
+// the gateways' own warnings, so a failure seen once in a long run can be
+// explained from its report (the gateways' logs go with their temporary
+// directories).
+Outcome on_fleet(Fleet& fleet, const std::function<Outcome()>& scenario) {
+    Outcome o;
+    try {
+        o = scenario();
+    } catch (const std::exception& e) {
+        o = {false, e.what()};
+    }
+    if (!o.pass) o.detail += fleet.warnings();
+    return o;
+}
+
+Outcome rolling_restart_on(Fleet& fleet, const std::string& db, const LabEnv& env, const std::string& label);
+
 Outcome rolling_restart(const LabEnv& env, const std::string& label, const std::vector<std::string>& bus_flags,
                         const std::function<std::string()>& db_url) {
     std::string db = db_url();
     Fleet fleet(env, db, gateway_flags(bus_flags));
+    return on_fleet(fleet, [&] { return rolling_restart_on(fleet, db, env, label); });
+}
+
+Outcome rolling_restart_on(Fleet& fleet, const std::string& db, const LabEnv& env, const std::string& label) {
     Clients clients(env, fleet.ws_url(), make_worlds(db, label), 40);
     clients.wait_each_acked(5, 120s);
     std::vector<long> drained, back;
@@ -151,10 +172,18 @@ std::string sync_lacks(test::WsClient& c, const std::string& conv, std::int64_t 
 // Pushes cross gateways, arrive in seq order without gaps, and when the bus
 // connection is cut and comes back every watcher gets `resync` and pushes
 // flow again. `cut` breaks the bus of every gateway and returns what it did.
+Outcome bus_checks_on(Fleet& fleet, const std::string& db, const std::string& label,
+                      const std::function<std::string(const std::string&)>& cut);
+
 Outcome bus_checks(const LabEnv& env, const std::string& label, const std::vector<std::string>& bus_flags,
                    const std::function<std::string()>& db_url, const std::function<std::string(const std::string&)>& cut) {
     const std::string db = db_url();
     Fleet fleet(env, db, gateway_flags(bus_flags));
+    return on_fleet(fleet, [&] { return bus_checks_on(fleet, db, label, cut); });
+}
+
+Outcome bus_checks_on(Fleet& fleet, const std::string& db, const std::string& label,
+                      const std::function<std::string(const std::string&)>& cut) {
     auto w = test::make_world(db, label, 3);
     std::vector<std::unique_ptr<test::WsClient>> c;
     for (std::size_t i = 0; i < 3; ++i) {
