@@ -101,6 +101,9 @@ public:
     QList<QJsonObject> requests(const QString &type) const;
     QStringList distinctCmids(const QString &conv = {}) const;
     int subscribedCount() const;
+    /// Connections open now (a killed client's is gone once the fake has
+    /// read everything it sent and seen the close).
+    int openSessions() const { return static_cast<int>(sessions_.size()); }
 
     static QJsonObject demoEvent(const QString &conv, qint64 seq, const QString &sender, const QString &body,
                                  qint64 epoch);
