@@ -615,14 +615,34 @@ void TestDemoApp::recall_from_the_context_menu_shows_recalled_on_both_sides() {
     QTRY_COMPARE(ana_->client()->pendingCount(), 0);
 }
 
+// A message on the wire when the socket goes (the server holds it 3 s, so
+// its reply cannot come back on that connection): after the reconnect it
+// ends Sent, once, at both ends, and the outbox is empty.
 void TestDemoApp::close_socket_now_reconnects_and_the_outbox_drains() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    clickConversation(ana_, QStringLiteral("ana-ben"));
     waitConnected(ana_);
+    QTRY_COMPARE(ana_->client()->pendingCount(), 0);
+    armServerFault(ana_, QStringLiteral("store.before_insert"), QStringLiteral("delay:3000"), 1);
+    QTRY_VERIFY_WITH_TIMEOUT(child<QLabel>(ana_, "faultAnswer")->text().startsWith(QStringLiteral("HTTP 200 armed")),
+                             10000);
+    const QString body = QStringLiteral("on the wire when the socket closed");
+    typeAndSend(ana_, body);
+    auto *outbox = child<QTableView>(ana_, "outboxView");
+    QTRY_COMPARE(outbox->model()->index(0, ChatWindow::OInFlight).data().toString(), QStringLiteral("yes"));
     QSignalSpy states(ana_->client(), &im::Client::connectionStateChanged);
     QTest::mouseClick(child<QPushButton>(ana_, "closeSocketButton"), Qt::LeftButton);
     QTRY_VERIFY(!states.isEmpty());
     QVERIFY(states.first().first().value<im::ConnectionState>() != im::ConnectionState::Connected);
     waitConnected(ana_);
     QTRY_VERIFY(child<QLabel>(ana_, "connectionLabel")->text().contains(QStringLiteral("Connected - gateway")));
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    QTRY_COMPARE(ana_->client()->pendingCount(), 0);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
 }
 
 // The outbox panel: "Cancel selected" withdraws a Pending entry that never
