@@ -34,6 +34,9 @@ FaultPanel::FaultPanel(const Session &session, im::Client *client, im::testing::
         faults_->dropNextReply();
         emit statusMessage(tr("The next reply will be dropped"), 5000);
     });
+    connect(faults_, &im::testing::Faults::replyDropped, this, [this](const QString &rid, const QString &type) {
+        emit statusMessage(tr("Dropped the reply to %1 (%2)").arg(rid, type), 10000);
+    });
     auto *closeNow = new QPushButton(tr("Close socket now"));
     closeNow->setObjectName(QStringLiteral("closeSocketButton"));
     connect(closeNow, &QPushButton::clicked, faults_, &im::testing::Faults::closeSocketNow);

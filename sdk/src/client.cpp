@@ -21,6 +21,7 @@ const QString StorageError = QStringLiteral("STORAGE_ERROR");
 FaultHooks::FaultHooks(Connection &conn, QObject *parent) : QObject(parent), conn_(conn) {
     setObjectName(QStringLiteral("im.sdk.faults"));
     connect(&conn_, &Connection::offlineChanged, this, &FaultHooks::offlineChanged);
+    connect(&conn_, &Connection::replyDropped, this, &FaultHooks::replyDropped);
 }
 bool FaultHooks::isOffline() const { return conn_.isOffline(); }
 void FaultHooks::setOffline(bool offline) { conn_.setOffline(offline); }

@@ -45,6 +45,7 @@ public:
     Q_INVOKABLE void closeSocketNow();
 Q_SIGNALS:
     void offlineChanged(bool offline);
+    void replyDropped(const QString &rid, const QString &type);
 private:
     Connection &conn_;
 };

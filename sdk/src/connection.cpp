@@ -4,6 +4,8 @@
 
 #include <im/client.h>
 
+#include <QtCore/QJsonDocument>
+#include <QtCore/QJsonObject>
 #include <QtCore/QRandomGenerator>
 
 #include <algorithm>
@@ -227,6 +229,7 @@ void Connection::onText(const QByteArray &frame) {
         return; // late reply to a request already given up (not an outbox one)
     if (dropNext_) { // QA hook
         dropNext_ = false;
+        emit replyDropped(in->rid, QJsonDocument::fromJson(frame).object().value(QLatin1String("t")).toString());
         return;
     }
     const Waiting w = *it;

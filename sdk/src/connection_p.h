@@ -140,6 +140,9 @@ Q_SIGNALS:
     void sessionEnded();
     /// The QA hook `offline` changed.
     void offlineChanged(bool offline);
+    /// QA hook (dropNextReply): the reply to `rid`, of type `type` (its
+    /// frame's `t`), was ignored.
+    void replyDropped(const QString &rid, const QString &type);
     /// tokenExpiresAt() changed.
     void tokenExpiryChanged();
 

@@ -22,8 +22,10 @@ void call(Client *client, const char *method) {
 } // namespace
 
 Faults::Faults(Client *client, QObject *parent) : QObject(parent), client_(client) {
-    if (QObject *h = hooksOf(client))
+    if (QObject *h = hooksOf(client)) {
         connect(h, SIGNAL(offlineChanged(bool)), this, SIGNAL(offlineChanged(bool)));
+        connect(h, SIGNAL(replyDropped(QString, QString)), this, SIGNAL(replyDropped(QString, QString)));
+    }
 }
 
 Faults::~Faults() = default;

@@ -500,16 +500,22 @@ void TestDemoApp::unread_count_rises_and_falls_when_the_conversation_is_viewed()
 void TestDemoApp::client_dropped_reply_settles_sent_once_with_the_same_cmid() {
     ensureBen();
     QVERIFY(ben_);
+    clickConversation(ben_, QStringLiteral("ana-ben")); // ben's view shows it (also when run alone)
     clickConversation(ana_, QStringLiteral("ana-ben"));
     // Let the markers and acks of opening the conversation settle, so that
     // the next reply the client sees is the send's.
     QTRY_COMPARE_WITH_TIMEOUT(ana_->conversations()->get(ana_->conversations()->indexOf(QStringLiteral("ana-ben")),
                                                          ConversationListModel::UnreadRole).toLongLong(),
                               0, kSettle);
+    QSignalSpy dropped(ana_->clientFaults(), &im::testing::Faults::replyDropped);
     QTest::mouseClick(child<QPushButton>(ana_, "dropReplyButton"), Qt::LeftButton);
     const QString body = QStringLiteral("my reply gets lost on the client");
     typeAndSend(ana_, body);
     expectLostReplySettledOnce(body);
+    // The reply lost was the send's, not another request's that happened to
+    // be answered first (the push of our own event would settle it anyway).
+    QCOMPARE(dropped.size(), 1);
+    QCOMPARE(dropped.at(0).at(1).toString(), QStringLiteral("sent"));
 }
 
 void TestDemoApp::server_fault_drop_reply_settles_sent_once() {

@@ -37,13 +37,17 @@ public Q_SLOTS:
     /// Go offline (close the socket, no reconnect) or back online.
     void setOffline(bool offline);
     /// Ignore the next reply frame that answers a request (it times out and
-    /// counts as "no reply").
+    /// counts as "no reply"); replyDropped() says which one it was.
     void dropNextReply();
     /// Drop the socket right now without a close handshake; reconnect applies.
     void closeSocketNow();
 
 Q_SIGNALS:
     void offlineChanged(bool offline);
+    /// The reply dropped by dropNextReply(): its request's `rid` and the
+    /// reply's type (`t`: "sent", "error", "acked", ...), so a test can tell
+    /// that the reply it meant to lose was the one lost.
+    void replyDropped(const QString &rid, const QString &replyType);
 
 private:
     QPointer<Client> client_;
