@@ -212,8 +212,26 @@ void TestDemoTls::window_trusting_another_ca_shows_tls_error_and_keeps_the_messa
     QVERIFY(w->client()->lastError().startsWith(QStringLiteral("TLS_ERROR")));
     // The store of this install knows no conversation yet: send through the
     // client (the send box needs a selected conversation) and see it kept.
+    QSignalSpy states(w->client(), &im::Client::connectionStateChanged);
     const QString cmid = w->client()->send(QStringLiteral("team"), QStringLiteral("never over a wrong CA"));
     QVERIFY(!cmid.isEmpty());
+    QCOMPARE(w->client()->messageState(cmid), MessageState::Pending);
+    // Kept across the next attempts, not only right after send(): wait for
+    // an attempt made after it (Connecting) to fail again (Reconnecting).
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+            bool tried = false;
+            for (const QList<QVariant> &args : states) {
+                const auto st = args.at(0).value<ConnectionState>();
+                if (st == ConnectionState::Connecting)
+                    tried = true;
+                else if (tried && st == ConnectionState::Reconnecting)
+                    return true;
+            }
+            return false;
+        }(),
+        kSettle);
+    QVERIFY(w->client()->lastError().startsWith(QStringLiteral("TLS_ERROR")));
     QCOMPARE(w->client()->messageState(cmid), MessageState::Pending);
     QCOMPARE(w->client()->pendingCount(), 1);
     QVERIFY(w->client()->connectionState() != ConnectionState::Connected);
