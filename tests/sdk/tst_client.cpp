@@ -624,9 +624,13 @@ void TestClient::out_of_order_event_push_is_not_applied_but_triggers_sync() {
 
 void TestClient::hint_triggers_sync_and_updates_the_read_marker() {
     Fixture f;
+    QSignalSpy synced(&f.client, &im::Client::conversationSynced);
     QVERIFY(f.openAndConnect());
     QTRY_COMPARE(f.server.subscribedCount(), 1);
-    QTRY_VERIFY(f.client.conversationIds().contains(QStringLiteral("c1")));
+    // The session's own sync of c1 answered, so that only the hint can fetch
+    // what is appended next.
+    QTRY_VERIFY(!synced.isEmpty() && synced.last().at(0).toString() == QStringLiteral("c1"));
+    const int syncsBefore = f.requestsOf(QStringLiteral("sync"));
     f.server.pushEvents = false;
     f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b1"));
     f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b2"));
@@ -636,21 +640,34 @@ void TestClient::hint_triggers_sync_and_updates_the_read_marker() {
                         {QStringLiteral("epoch"), 1},
                         {QStringLiteral("read"), 1}});
     QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 2);
+    QVERIFY(f.requestsOf(QStringLiteral("sync")) > syncsBefore);
     QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT read FROM conversations WHERE conv = 'c1'")).toLongLong(), 1);
 }
 
 void TestClient::resync_syncs_every_conversation() {
     Fixture f;
     f.server.convs[QStringLiteral("c2")].members = {QStringLiteral("ana"), QStringLiteral("cy")};
+    QSignalSpy synced(&f.client, &im::Client::conversationSynced);
     QVERIFY(f.openAndConnect());
     QTRY_COMPARE(f.server.subscribedCount(), 1);
     QTRY_COMPARE(f.client.conversationIds().size(), 2);
+    // Both session-start syncs answered: only the resync can fetch what
+    // is appended next.
+    const auto syncedBoth = [&] {
+        QSet<QString> seen;
+        for (const QList<QVariant> &args : synced)
+            seen.insert(args.at(0).toString());
+        return seen.contains(QStringLiteral("c1")) && seen.contains(QStringLiteral("c2"));
+    };
+    QTRY_VERIFY(syncedBoth());
+    const int syncsBefore = f.requestsOf(QStringLiteral("sync"));
     f.server.pushEvents = false;
     f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("x"));
     f.server.append(QStringLiteral("c2"), QStringLiteral("cy"), QStringLiteral("y"));
     f.server.pushToAll({{QStringLiteral("t"), QStringLiteral("resync")}});
     QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 1);
     QTRY_COMPARE(f.cursor(QStringLiteral("c2")), 1);
+    QVERIFY(f.requestsOf(QStringLiteral("sync")) >= syncsBefore + 2);
 }
 
 void TestClient::goaway_reconnects_to_the_next_server_url() {
