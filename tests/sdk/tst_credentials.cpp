@@ -152,7 +152,10 @@ void TestCredentials::a_jwt_close_to_its_exp_is_asked_about_before_the_server_pu
     QTRY_COMPARE(f.needed.size(), 1);
     QCOMPARE(f.reason(0), Reason::Expiring);
     f.server.pushTokenExpiring(expSecs * 1000);
-    QTest::qWait(100);
+    // A barrier, not a sleep: the reply to this send comes after the push on
+    // the same connection, so once it is Sent the push has been handled.
+    const QString barrier = f.client.send(QStringLiteral("c1"), QStringLiteral("after the push"));
+    QTRY_COMPARE(f.client.messageState(barrier), MessageState::Sent);
     QCOMPARE(f.needed.size(), 1); // the push names what was asked already
     QCOMPARE(Fixture(QStringLiteral("tok-ana")).client.tokenExpiresAt(), QDateTime()); // not a JWT: unknown
 }
