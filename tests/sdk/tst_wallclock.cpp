@@ -69,11 +69,13 @@ private slots:
 // One send whose replies are lost 4 times: the client retries after its
 // request timeout plus a jittered backoff. While it waits out the first
 // backoff the wall clock jumps a day forward, while it waits out the second
-// two days back (a day behind the true time). A retry timer on the wall
-// clock would fire at once after the forward jump or wait a day after the
-// backward one (the outbox stalls, the message is never Sent). The
-// keep-alive watchdog must not see a day of silence either: the connection
-// stays up throughout.
+// two days back (a day behind the true time), and while its third attempt
+// is on the wire two days forward again. A retry timer on the wall clock
+// would fire at once after a forward jump or wait a day after the backward
+// one (the outbox stalls, the message is never Sent); a request deadline on
+// the wall clock would time the third attempt out at once. The keep-alive
+// watchdog must not see a day of silence either: the connection stays up
+// throughout.
 void TestWallClock::wall_clock_jumps_neither_stall_the_outbox_nor_fire_timeouts_early() {
     QTemporaryDir dir;
     FakeServer server;
@@ -99,32 +101,40 @@ void TestWallClock::wall_clock_jumps_neither_stall_the_outbox_nor_fire_timeouts_
         if (req.value(QStringLiteral("t")).toString() == u"send")
             at << clock.elapsed();
     };
-    // The jumps land while the entry waits out a backoff: its request timed
-    // out (not in flight) and its next attempt is not on the wire yet.
+    // The first two jumps land while the entry waits out a backoff: its
+    // request timed out (not in flight) and its next attempt is not on the
+    // wire yet; the third while its third attempt waits for its reply.
     QList<int> jumpedAfterFrames;
+    QList<qint64> wallAfterJump;
     QTimer poll;
     connect(&poll, &QTimer::timeout, this, [&] {
         const auto entries = client.outbox();
-        if (entries.size() != 1 || entries[0].inFlight || jumpedAfterFrames.size() >= 2)
+        const int n = int(jumpedAfterFrames.size());
+        if (entries.size() != 1 || n >= 3)
             return;
         const int attempts = entries[0].attempts;
-        if (attempts != jumpedAfterFrames.size() + 1 || at.size() != attempts)
+        const bool wantInFlight = n == 2;
+        if (entries[0].inFlight != wantInFlight || attempts != (wantInFlight ? 3 : n + 1) || at.size() != attempts)
             return;
-        g_shift_ms = attempts == 1 ? 24LL * 3600 * 1000 : -24LL * 3600 * 1000;
+        g_shift_ms = n == 0 ? 24LL * 3600 * 1000 : n == 1 ? -24LL * 3600 * 1000 : 24LL * 3600 * 1000;
         jumpedAfterFrames << int(at.size());
+        wallAfterJump << QDateTime::currentMSecsSinceEpoch();
     });
     poll.start(2);
     const qint64 wallBefore = QDateTime::currentMSecsSinceEpoch();
     const QString cmid = client.send(QStringLiteral("c1"), QStringLiteral("across the jumps"));
     QVERIFY(!cmid.isEmpty());
-    QTRY_COMPARE_WITH_TIMEOUT(jumpedAfterFrames.size(), 2, 10000);
-    // The jumps took: the process's wall clock is now a day behind.
-    QVERIFY2(QDateTime::currentMSecsSinceEpoch() < wallBefore - 23LL * 3600 * 1000,
+    QTRY_COMPARE_WITH_TIMEOUT(jumpedAfterFrames.size(), 3, 10000);
+    // The jumps took: the process's wall clock was a day ahead, a day
+    // behind, then a day ahead again.
+    QVERIFY2(wallAfterJump[0] > wallBefore + 23LL * 3600 * 1000 && wallAfterJump[1] < wallBefore - 23LL * 3600 * 1000
+                 && wallAfterJump[2] > wallBefore + 23LL * 3600 * 1000,
              "the wall-clock shift did not reach QDateTime: the test would prove nothing");
     QTRY_COMPARE_WITH_TIMEOUT(client.messageState(cmid), MessageState::Sent, 20000);
     poll.stop();
-    // Each jump came between an attempt and the next one, in a backoff wait.
-    QCOMPARE(jumpedAfterFrames, (QList<int>{1, 2}));
+    // The first two jumps came in a backoff wait, the third with attempt 3
+    // on the wire.
+    QCOMPARE(jumpedAfterFrames, (QList<int>{1, 2, 3}));
     QCOMPARE(at.size(), 5);
     for (int i = 1; i < at.size(); ++i) {
         const qint64 d = std::min<qint64>(cap, qint64(initial) << (i - 1));
