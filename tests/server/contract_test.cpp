@@ -48,15 +48,17 @@ TEST_F(Contract, resend_of_the_same_key_returns_the_original_seq_and_mid_with_du
 // Heard on the bus itself (a LISTEN session of the test's own), whichever
 // way the gateway publishes: with the send's COMMIT (--notify-in-commit on,
 // the default) or after it.
-TEST_F(Contract, a_resend_answered_dup_publishes_the_notification_again) {
-    auto w = make_world(db(), "duppub", 2);
-    pqxx::connection lc(db());
+// One gateway's check (the shared one publishes in the commit; the test runs
+// it again on a gateway that publishes after COMMIT, the path NATS takes).
+void expect_dup_published_again(const std::string& db, unsigned short port, const std::string& prefix) {
+    auto w = make_world(db, prefix, 2);
+    pqxx::connection lc(db);
     struct Heard : pqxx::notification_receiver {
         std::vector<std::string> payloads;
         explicit Heard(pqxx::connection& c) : pqxx::notification_receiver(c, "im_events") {}
         void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
     } heard(lc);
-    auto c = login(port(), w.users[0]);
+    auto c = login(port, w.users[0]);
     auto first = send_msg(*c, w.conv, "k1", "hello");
     ASSERT_EQ(str(first, "t"), "sent") << json::serialize(first);
     const std::string note = "e " + w.conv + " " + std::to_string(num(first, "seq"));
@@ -74,7 +76,14 @@ TEST_F(Contract, a_resend_answered_dup_publishes_the_notification_again) {
     heard.payloads.clear();
     auto again = send_msg(*c, w.conv, "k1", "hello");
     ASSERT_TRUE(again.at("dup").as_bool()) << json::serialize(again);
-    EXPECT_TRUE(announced()) << "the duplicate was answered without publishing its notification again";
+    EXPECT_TRUE(announced()) << "the duplicate was answered without publishing its notification again (" << prefix
+                             << ")";
+}
+
+TEST_F(Contract, a_resend_answered_dup_publishes_the_notification_again) {
+    expect_dup_published_again(db(), port(), "duppub");
+    ServerProcess after(db(), {"--quiet", "--notify-in-commit", "off"}, "gw-after");
+    expect_dup_published_again(db(), after.port(), "duppubafter");
 }
 
 TEST_F(Contract, same_key_other_body_is_refused_and_the_stored_body_is_untouched) {

@@ -280,6 +280,9 @@ TEST(Safety, the_database_password_comes_from_a_file_or_the_environment_never_ar
         ::unsetenv("IM_DB_PASSWORD_FILE");
         EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
     }
+    // No option takes the password itself: one would put it in argv.
+    EXPECT_EQ(imserver_exit_code({"--db", db, "--listen", "127.0.0.1:0", "--quiet", "--db-password", secret}, 30s), 2)
+        << "an option that takes the password on the command line exists";
     EXPECT_EQ(imserver_exit_code({"--db", db, "--listen", "127.0.0.1:0", "--quiet", "--db-password-file",
                                   dir.path() + "/missing"},
                                  30s),
