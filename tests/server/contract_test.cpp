@@ -767,6 +767,38 @@ TEST_F(Contract, recall_rejections_follow_the_contract) {
 // that never comes, so the commit is flushed locally and waits (SyncRep);
 // the test then terminates that backend, which ends the wait with the
 // commit done locally and the client's connection lost mid-COMMIT.
+// A session's SHOW sees synchronous_standby_names at once, but commits wait
+// for the standby only once the checkpointer has reloaded the setting too
+// (it publishes sync_standbys_defined), which a checkpoint under way delays.
+// So the test asks a commit: true when a probe commit of its own (a row in
+// a database of the probe's) waited in SyncRep (its backend is then
+// terminated), false when it committed.
+bool a_commit_waits_for_the_standby(TestPostgres& pg) {
+    std::atomic<bool> done{false};
+    std::thread probe([&] {
+        try {
+            pqxx::connection c(pg.url("syncrep_probe"));
+            pqxx::nontransaction tx(c);
+            tx.exec("SET application_name = 'im-syncrep-probe'");
+            tx.exec("INSERT INTO probe VALUES (1)"); // only a commit that wrote WAL waits
+        } catch (const std::exception&) {
+            // terminated while it waited
+        }
+        done = true;
+    });
+    std::string waiting;
+    wait_until(
+        [&] {
+            waiting = pg.scalar("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+                                "AND application_name = 'im-syncrep-probe' LIMIT 1");
+            return !waiting.empty() || done;
+        },
+        10s);
+    if (!waiting.empty()) pg.scalar("SELECT pg_terminate_backend(" + waiting + ")");
+    probe.join();
+    return !waiting.empty();
+}
+
 void expect_unknown_commit_answers_unavailable(TestPostgres& pg, unsigned short port, const World& w,
                                                bool in_doubt_message) {
     auto c = login(port, w.users[0]); // hello writes: before the commits are held
@@ -777,14 +809,18 @@ void expect_unknown_commit_answers_unavailable(TestPostgres& pg, unsigned short 
             pg.scalar("SELECT pg_reload_conf()");
         }
     } reset{pg};
+    pg.create_database("syncrep_probe");
+    pg.scalar("CREATE TABLE IF NOT EXISTS probe (x integer)", "syncrep_probe");
     pg.scalar("ALTER SYSTEM SET synchronous_standby_names = 'im_no_such_standby'");
     pg.scalar("SELECT pg_reload_conf()");
-    ASSERT_TRUE(wait_until([&] { return pg.scalar("SHOW synchronous_standby_names") == "im_no_such_standby"; }, 10s));
+    ASSERT_TRUE(wait_until([&] { return a_commit_waits_for_the_standby(pg); }, 60s))
+        << "commits never began to wait for the standby";
     c->send_json({{"t", "send"}, {"rid", "d"}, {"conv", w.conv}, {"cmid", "doubt"}, {"body", "in doubt"}});
     std::string backend;
     ASSERT_TRUE(wait_until(
         [&] {
-            backend = pg.scalar("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' LIMIT 1");
+            backend = pg.scalar("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+                                "AND application_name LIKE 'imserver-pool-%' LIMIT 1");
             return !backend.empty();
         },
         20s))
@@ -802,7 +838,8 @@ void expect_unknown_commit_answers_unavailable(TestPostgres& pg, unsigned short 
                            10s));
     pg.scalar("ALTER SYSTEM RESET synchronous_standby_names");
     pg.scalar("SELECT pg_reload_conf()");
-    ASSERT_TRUE(wait_until([&] { return pg.scalar("SHOW synchronous_standby_names").empty(); }, 10s));
+    ASSERT_TRUE(wait_until([&] { return !a_commit_waits_for_the_standby(pg); }, 60s))
+        << "commits still wait for the standby after the reset";
     json::object again;
     ASSERT_TRUE(wait_until(
         [&] {
