@@ -299,6 +299,46 @@ TEST_F(Contract, a_stranger_gets_not_member_without_waiting_on_a_held_row_lock) 
     EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv)), "3");
 }
 
+// The other side of step 0: a stranger's send never takes the conversation's
+// row lock, even for a moment (taken, it would make members' sends skip the
+// row and come back LOCKED, at a stranger's will). The stranger's own device
+// row is held elsewhere, so a send that got as far as locking would stay
+// there, inside its transaction, holding what it had taken.
+TEST_F(Contract, a_strangers_send_never_holds_the_conversation_row) {
+    auto w = make_world(db(), "lockheld", 2);
+    auto stranger = make_user(db(), unique_name("stranger"));
+    auto c = login(port(), stranger); // hello writes the device row: before it is held
+    pqxx::connection holder(db());
+    pqxx::work hold(holder);
+    ASSERT_EQ(hold.exec("SELECT 1 FROM devices WHERE device_id = " + q(stranger.device) + " FOR UPDATE").size(), 1u);
+    c->send_json({{"t", "send"}, {"rid", "s1"}, {"conv", w.conv}, {"cmid", "probe"}, {"body", "hello?"}});
+    // Answered at once, or waiting on the held device row: either way the
+    // send has gone as far as it will while the device row is held.
+    std::optional<json::object> reply;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            if (pg->pool_workers_waiting_on_locks() > 0) return true;
+            reply = c->next(50ms);
+            return reply.has_value();
+        },
+        10s))
+        << "the send neither answered nor waited";
+    pqxx::connection other(db());
+    pqxx::work probe(other);
+    try {
+        EXPECT_EQ(probe.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR UPDATE NOWAIT").size(), 1u);
+    } catch (const pqxx::sql_error& e) {
+        ADD_FAILURE() << "a stranger's send holds the conversation's row: " << e.what();
+    }
+    probe.abort();
+    hold.abort();
+    if (!reply) reply = c->next(20s);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(str(*reply, "rid"), "s1");
+    EXPECT_EQ(str(*reply, "code"), "NOT_MEMBER") << json::serialize(*reply);
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv)), "2");
+}
+
 // Four pipelined sends that go as one batch, the third of which the
 // database rejects on every try because of `check`, an operator's CHECK
 // expression on events that only the body "poison" fails (for a CHECK

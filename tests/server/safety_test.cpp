@@ -67,13 +67,17 @@ std::string non_loopback_address() {
 }
 
 // POST to host:port from a socket bound to `from`; returns the status.
-int post_from(const std::string& from, const std::string& host, unsigned short port, const std::string& target,
-              const std::string& body) {
+// A POST from the local address `from` to `to`, naming `host` in its Host
+// header: the three are independent, so a server that judged the caller by
+// the Host header or by the address it was reached on can be told apart
+// from one that judges the caller's own address.
+int post_from(const std::string& from, const std::string& to, const std::string& host, unsigned short port,
+              const std::string& target, const std::string& body) {
     net::io_context ioc;
     beast::tcp_stream stream(ioc);
     stream.socket().open(tcp::v4());
     stream.socket().bind(tcp::endpoint(net::ip::make_address(from), 0));
-    stream.connect(tcp::endpoint(net::ip::make_address(host), port));
+    stream.connect(tcp::endpoint(net::ip::make_address(to), port));
     http::request<http::string_body> req{http::verb::post, target, 11};
     req.set(http::field::host, host);
     req.body() = body;
@@ -163,9 +167,15 @@ TEST(Safety, the_fault_endpoint_answers_loopback_callers_only) {
     ASSERT_FALSE(lan.empty()) << "this test needs a non-loopback IPv4 address on the machine";
     TestPostgres pg;
     ServerProcess srv(pg.url(), {"--quiet", "--enable-faults", "--listen", "0.0.0.0:0"});
-    EXPECT_EQ(post_from(lan, lan, srv.port(), "/lab/fault", "store.before_commit=delay:1"), 404)
+    EXPECT_EQ(post_from(lan, lan, lan, srv.port(), "/lab/fault", "store.before_commit=delay:1"), 404)
         << "a caller from " << lan << " reached /lab/fault";
-    EXPECT_EQ(post_from("127.0.0.1", "127.0.0.1", srv.port(), "/lab/fault", "off"), 200);
+    // From the LAN address to the loopback one, saying Host: 127.0.0.1: the
+    // caller is still not on loopback.
+    EXPECT_EQ(post_from(lan, "127.0.0.1", "127.0.0.1", srv.port(), "/lab/fault", "store.before_commit=delay:1"), 404)
+        << "a caller from " << lan << " reached /lab/fault through the loopback address or Host header";
+    // From loopback to the LAN address, saying Host: LAN: a loopback caller.
+    EXPECT_EQ(post_from("127.0.0.1", lan, lan, srv.port(), "/lab/fault", "off"), 200);
+    EXPECT_EQ(post_from("127.0.0.1", "127.0.0.1", "127.0.0.1", srv.port(), "/lab/fault", "off"), 200);
 }
 
 TEST(Safety, the_embedded_clusters_folder_is_private_and_a_planted_symlink_is_refused) {
