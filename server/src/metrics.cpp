@@ -37,7 +37,9 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_db_pool_size", "Database workers.", static_cast<long long>(pool_size));
     gauge("im_db_pool_queued", "Jobs waiting for a database worker.", static_cast<long long>(pool_queued));
     gauge("im_notify_lag_ms", "Last delay from commit to this gateway's notification.", notify_lag_ms.load());
-    gauge("im_send_transactions_total", "Transactions that carried sends (a run of pipelined sends shares one).",
+    gauge("im_send_transactions_total",
+          "Runs of sends handed to the database (a run: one connection's pipelined sends to one conversation); "
+          "runs of several connections share a group commit (im_send_runs_grouped_total).",
           send_transactions.load(), "counter");
     gauge("im_pushes_direct_total", "Events pushed to own subscribers by the committing gateway (no read, no bus).",
           pushes_direct.load(), "counter");

@@ -21,7 +21,7 @@ public:
     std::atomic<long long> notify_lag_ms{0};      // last commit -> gateway delay seen
     std::atomic<long long> listen_reconnects{0};
     std::atomic<long long> bus_publishes{0};      // NOTIFY statements (each carries a batch)
-    std::atomic<long long> send_transactions{0};  // database transactions that carried sends
+    std::atomic<long long> send_transactions{0};  // runs of sends handed to the database (name kept: /metrics)
     // Admission and back-pressure.
     std::atomic<long long> hello_timeouts{0};       // closed 1008: no hello in time
     std::atomic<long long> unsent_budget_closes{0}; // closed 1013: unsent output over budget

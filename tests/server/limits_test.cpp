@@ -408,12 +408,18 @@ TEST_F(Limits, ack_read_and_convs_are_one_prepared_statement_each_and_hello_runs
     ASSERT_FALSE(*acked);
     EXPECT_EQ(acked->error().code, im::Code::cursor_ahead);
     EXPECT_EQ(s.bound, std::vector<std::string>{"im_ack"});
+    // A read the device could make (seq 5 exists, above its marker 4),
+    // refused because the device was revoked: the marker stays.
+    ASSERT_EQ(str(send_msg(*a, w.conv, "o3", "three"), "t"), "sent"); // 5
     admin_ok(db(), {"device", "revoke", ben.device});
-    s = traced(conn, [&] { read = store.read(conn, who, {w.conv, 4}, notes); });
+    s = traced(conn, [&] { read = store.read(conn, who, {w.conv, 5}, notes); });
     ASSERT_FALSE(*read);
     EXPECT_EQ(read->error().code, im::Code::unauthenticated);
     EXPECT_EQ(s.bound, std::vector<std::string>{"im_read"});
+    EXPECT_TRUE(notes.empty()) << "a refused read is not announced";
     EXPECT_EQ(pg->scalar("SELECT delivered FROM delivery_markers WHERE conv_id = " + q(w.conv) +
                          " AND device_id = " + q(ben.device)),
               "3");
+    EXPECT_EQ(pg->scalar("SELECT read FROM read_markers WHERE conv_id = " + q(w.conv) + " AND user_id = " + q(ben.user)),
+              "4");
 }
