@@ -147,31 +147,67 @@ TEST(GroupCommit, a_request_the_database_rejects_fails_alone_among_other_connect
 }
 
 // `prev` inside a group statement: each run's check sees only its own
-// sender's committed keys, whatever else the statement carries.
+// sender's keys in its own conversation, whatever else the statement
+// carries. Per world i (A and B members of conversation C, and both of a
+// second conversation X), committed before the group: A's k0 in C, B's
+// "theirs" in C, A's "mine-x" in X. In the group, first: A's k1 naming k0
+// (sent), B's "shared-b" in C, A's "shared-x" in X; after them, four runs of
+// A in C, each naming one of the keys that are not A's in C: all refused,
+// nothing written.
 TEST(GroupCommit, prev_is_judged_per_run_inside_a_group_commit) {
-    constexpr int senders = 6;
+    constexpr int senders = 3;
     Queued qd(senders);
-    for (int i = 0; i < senders; ++i)
-        ASSERT_EQ(str(send_msg(*qd.clients[i], qd.worlds[i].conv, "k0", "zero"), "t"), "sent");
+    const std::vector<std::string> not_mine = {"theirs", "mine-x", "shared-b", "shared-x"};
+    std::vector<std::string> second; // X, per world
+    std::vector<std::unique_ptr<WsClient>> bees, elsewhere;
+    std::vector<std::vector<std::unique_ptr<WsClient>>> askers(senders);
+    for (int i = 0; i < senders; ++i) {
+        const auto& w = qd.worlds[i];
+        second.push_back(unique_name("gcx"));
+        admin_ok(qd.pg.url(), {"conv", "create", second[i], "--kind", "group", "--members",
+                               w.users[0].user + "," + w.users[1].user});
+        bees.push_back(login(qd.srv.port(), w.users[1]));
+        elsewhere.push_back(login(qd.srv.port(), w.users[0]));
+        for (std::size_t k = 0; k < not_mine.size(); ++k) askers[i].push_back(login(qd.srv.port(), w.users[0]));
+        ASSERT_EQ(str(send_msg(*qd.clients[i], w.conv, "k0", "zero"), "t"), "sent");
+        ASSERT_EQ(str(send_msg(*bees[i], w.conv, "theirs", "b's"), "t"), "sent");
+        ASSERT_EQ(str(send_msg(*elsewhere[i], second[i], "mine-x", "a's in x"), "t"), "sent");
+    }
     auto first = login(qd.srv.port(), qd.blocker.users[0]);
     const long long before = qd.srv.metric("im_send_group_commits_total");
-    ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, 2 * senders, [&] {
-        // One connection names the committed k0, the other a key never sent.
+    const int runs = senders * (3 + static_cast<int>(not_mine.size()));
+    ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, runs, [&] {
         for (int i = 0; i < senders; ++i) {
-            qd.clients[i]->send_json({{"t", "send"}, {"rid", "ok"}, {"conv", qd.worlds[i].conv}, {"cmid", "k1"},
+            const auto& w = qd.worlds[i];
+            qd.clients[i]->send_json({{"t", "send"}, {"rid", "ok"}, {"conv", w.conv}, {"cmid", "k1"},
                                       {"body", "one"}, {"prev", "k0"}});
-            qd.twins[i]->send_json({{"t", "send"}, {"rid", "no"}, {"conv", qd.worlds[i].conv}, {"cmid", "k2"},
-                                    {"body", "two"}, {"prev", "never-sent"}});
+            bees[i]->send_json({{"t", "send"}, {"rid", "b"}, {"conv", w.conv}, {"cmid", "shared-b"}, {"body", "b"}});
+            elsewhere[i]->send_json(
+                {{"t", "send"}, {"rid", "x"}, {"conv", second[i]}, {"cmid", "shared-x"}, {"body", "x"}});
         }
+        // The runs naming them come after them in the group.
+        ASSERT_TRUE(wait_for([&] { return qd.srv.metric("im_send_runs_queued") == 3 * senders; }, 20s));
+        for (int i = 0; i < senders; ++i)
+            for (std::size_t k = 0; k < not_mine.size(); ++k)
+                askers[i][k]->send_json({{"t", "send"}, {"rid", "no"}, {"conv", qd.worlds[i].conv},
+                                         {"cmid", "ask" + std::to_string(k)}, {"body", "asks"},
+                                         {"prev", not_mine[k]}});
     }));
     ASSERT_TRUE(first->next(20s).has_value());
     for (int i = 0; i < senders; ++i) {
-        auto ok = qd.clients[i]->next(20s), no = qd.twins[i]->next(20s);
-        ASSERT_TRUE(ok.has_value() && no.has_value()) << "sender " << i << ": missing replies";
+        const auto& conv = qd.worlds[i].conv;
+        auto ok = qd.clients[i]->next(20s), b = bees[i]->next(20s), x = elsewhere[i]->next(20s);
+        ASSERT_TRUE(ok.has_value() && b.has_value() && x.has_value()) << "sender " << i << ": missing replies";
         EXPECT_EQ(str(*ok, "t"), "sent") << json::serialize(*ok);
-        EXPECT_EQ(num(*ok, "seq"), 4); // joins 1-2, k0 3
-        EXPECT_EQ(str(*no, "code"), "UNAVAILABLE") << json::serialize(*no);
-        EXPECT_EQ(count_rows(qd.pg, "conv_id = " + q(qd.worlds[i].conv) + " AND client_msg_id = 'k2'"), "0");
+        EXPECT_EQ(str(*b, "t"), "sent") << json::serialize(*b);
+        EXPECT_EQ(str(*x, "t"), "sent") << json::serialize(*x);
+        for (std::size_t k = 0; k < not_mine.size(); ++k) {
+            auto no = askers[i][k]->next(20s);
+            ASSERT_TRUE(no.has_value()) << "sender " << i << ", prev " << not_mine[k] << ": no reply";
+            EXPECT_EQ(str(*no, "code"), "UNAVAILABLE") << "prev " << not_mine[k] << ": " << json::serialize(*no);
+        }
+        EXPECT_EQ(count_rows(qd.pg, "conv_id = " + q(conv) + " AND client_msg_id LIKE 'ask%'"), "0");
+        EXPECT_EQ(count_rows(qd.pg, "conv_id = " + q(conv) + " AND kind = 'msg'"), "4"); // k0, theirs, k1, shared-b
     }
     EXPECT_EQ(qd.srv.metric("im_send_group_commits_total") - before, 1);
 }
