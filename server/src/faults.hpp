@@ -34,6 +34,10 @@ inline constexpr std::string_view fault_points[] = {
     // a gateway's fan-out: bus notifications received, not yet pushed to
     // subscribers (unavailable = they are lost; subscribers get resync)
     "notify.before_publish",
+    // a send worker has taken its group (conversations marked, slot held),
+    // nothing sent yet (`unavailable` = the runs are answered UNAVAILABLE and
+    // the worker throws out of its loop, as an allocation failure would)
+    "send.after_take",
     // Negative controls of the acceptance lab (action `skip` only): each
     // breaks exactly one rule of the contract while armed.
     "rule.cursor_ahead",       // sync answers a page for `after` beyond head

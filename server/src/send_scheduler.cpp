@@ -194,6 +194,13 @@ void SendScheduler::drain(pqxx::connection_base* c) {
             return;
         }
         for (const auto& it : items) slot.held.push_back(it.sends.front().conv);
+        if (ctx_.faults.enabled() && ctx_.faults.hit("send.after_take") == FaultKind::unavailable) {
+            for (auto& it : items)
+                finish_run(ctx_, it.who, it.sends, it.rids,
+                           std::vector<Outcome<Store::SendResult>>(it.sends.size(), unavailable("injected fault")),
+                           std::move(it.done));
+            throw std::runtime_error("injected fault: the send worker unwinds"); // Slot gives back
+        }
         // The round-trip watchdog bounds one group, not a worker's whole busy spell.
         Watchdog::progress();
         if (!c) {

@@ -489,6 +489,59 @@ TEST(SendWorkers, a_throw_inside_the_send_worker_strands_neither_its_slot_nor_it
     pool.stop();
 }
 
+// The same, for an exception out of the worker's loop itself (the lab point
+// send.after_take: the group's runs are answered UNAVAILABLE, then the worker
+// throws, as an allocation failure would): only the slot's guard gives the
+// slot and the conversation back. A resend and a later run of the same
+// conversation are taken and written.
+TEST(SendWorkers, a_worker_that_throws_out_of_its_loop_gives_back_its_slot_and_conversation) {
+    TestPostgres pg;
+    {
+        pqxx::connection c(pg.url());
+        im::migrate(c);
+    }
+    auto w = make_world(pg.url(), "gcunwind", 2);
+    im::FaultRegistry faults(true);
+    ASSERT_FALSE(faults.arm("send.after_take=unavailable:1").has_value());
+    im::Store store(faults, {});
+    im::Metrics metrics;
+    im::DbPool pool(pg.url(), 2, 100);
+    im::ApiContext ctx{store, faults, "gw-unwind", nullptr, {}, nullptr};
+    ctx.committed = [](const std::vector<im::Event>&) {};
+    im::SendScheduler sends(ctx, pool, metrics, 16, 1, 100);
+    im::Identity who;
+    who.user = w.users[0].user;
+    who.device = w.users[0].device;
+    who.token_sha256 = im::sha256_hex(w.users[0].token);
+    auto run = [&](const std::string& cmid) {
+        auto p = std::make_shared<std::promise<std::vector<im::Handled>>>();
+        auto f = p->get_future();
+        im::req::Send s;
+        s.conv = w.conv;
+        s.cmid = cmid;
+        s.body = "body " + cmid;
+        EXPECT_TRUE(sends.submit(who, {s}, {std::optional<std::string>(cmid)},
+                                 [p](std::vector<im::Handled> hs) { p->set_value(std::move(hs)); }));
+        return f;
+    };
+    auto first = run("u1");
+    ASSERT_EQ(first.wait_for(20s), std::future_status::ready) << "the run taken before the throw was never answered";
+    auto h1 = first.get();
+    ASSERT_EQ(h1.size(), 1u);
+    EXPECT_NE(h1[0].frame.find("\"UNAVAILABLE\""), std::string::npos) << h1[0].frame;
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "0");
+    for (const std::string cmid : {"u1", "u2"}) {
+        auto next = run(cmid);
+        ASSERT_EQ(next.wait_for(20s), std::future_status::ready)
+            << cmid << " was never taken: the worker's slot or its conversation was kept";
+        auto hs = next.get();
+        ASSERT_EQ(hs.size(), 1u);
+        EXPECT_NE(hs[0].frame.find("\"sent\""), std::string::npos) << hs[0].frame;
+    }
+    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "2");
+    pool.stop();
+}
+
 // Issue 28 item 4: each stage of a send has its histogram in /metrics, and
 // one send through the gateway is counted once in every stage.
 TEST(SendWorkers, every_stage_of_a_send_is_counted_in_its_histogram) {
