@@ -36,7 +36,11 @@
 -- committed finds no valid row (FOR SHARE re-reads the newest version of a
 -- row it waited for) and every item of the run gets UNAUTHENTICATED. Share
 -- locks do not conflict with each other, so sends of one device on several
--- connections never wait for one another here.
+-- connections never wait for one another here. Before the rows, the gate of
+-- each device is taken shared, in device order (schema/functions/
+-- im_device_gate.sql): a revocation waiting for the row is then never
+-- starved by the device's next sends, and a send that waited at the gate
+-- reads the device's row after the revocation committed.
 
 --
 -- p_channel: when not empty, the notification of the group's events
@@ -107,6 +111,9 @@ BEGIN
     -- 0. The caller has (or had) a period here: tested before the rows are
     --    locked (a filtered row is never locked), so a stranger, or a probe
     --    of an unknown conversation, never waits on the row lock.
+    -- The devices' gates, shared (above), before this call's first snapshot
+    -- of their rows.
+    PERFORM im_device_gate_shared(g.dev) FROM (SELECT DISTINCT dev FROM unnest(p_devices) AS dev ORDER BY dev) g;
     -- 1. The conversation rows, locked in conversation order: per-conversation
     --    seq order = commit order. A row another transaction holds is
     --    skipped, not waited for. The devices' rows with them.

@@ -51,11 +51,13 @@ const Statements& admin_statements() {
          "SELECT from_seq FROM membership_periods WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL"},
         // recall: a member at all (no lock taken first, C4).
         {"im_any_period", "SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 LIMIT 1"},
-        // The caller's device row, held (FOR SHARE) until the transaction
-        // ends, as im_send does for sends: a revocation or a new token waits
-        // for this transaction, and one that committed first leaves no row.
+        // The caller's device row, held (FOR SHARE, behind the device's gate:
+        // schema/functions/im_device_gate.sql) until the transaction ends, as
+        // im_send does for sends: a revocation or a new token waits for this
+        // transaction, and one that committed first leaves no row.
         {"im_hold_device",
-         "SELECT coalesce(d.current_install, '') FROM devices d WHERE " + device_valid_where(1, 2, 3) + " FOR SHARE"},
+         "SELECT coalesce(d.current_install, '') FROM devices d WHERE " + device_valid_where(1, 2, 3) +
+             " AND im_device_gate_shared($1::text) FOR SHARE"},
         // The request key, as for send, with the recall fingerprint (looked
         // up through the key's index: OFFSET 0 keeps ORDER BY seq from
         // choosing a walk of the conversation by primary key, as in im_send).

@@ -28,7 +28,7 @@ const Statements& devices_statements() {
          "FOR UPDATE"},
         {"im_hello_device_share",
          "SELECT device_id, user_id FROM devices WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL "
-         "FOR SHARE"},
+         "AND im_device_gate_shared(device_id) FOR SHARE"},
         // hello with a JWT: the device is created on its first hello, with a
         // token hash of a random secret nobody holds.
         {"im_jwt_device_add",
@@ -40,7 +40,7 @@ const Statements& devices_statements() {
          "FOR UPDATE"},
         {"im_jwt_device_share",
          "SELECT user_id, revoked_at IS NOT NULL, encode(token_sha256, 'hex') FROM devices WHERE device_id = $1 "
-         "FOR SHARE"},
+         "AND im_device_gate_shared($1) FOR SHARE"},
         // The install rule: a known install, superseded or not.
         {"im_install", "SELECT superseded_at IS NOT NULL FROM device_installs WHERE device_id = $1 AND install_id = $2"},
         // A new install supersedes every older one of the device.
@@ -53,9 +53,14 @@ const Statements& devices_statements() {
         {"im_user_add", "INSERT INTO users (user_id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING 1"},
         {"im_device_exists", "SELECT 1 FROM devices WHERE device_id = $1"},
         {"im_device_add", "INSERT INTO devices (device_id, user_id, token_sha256) VALUES ($1, $2, decode($3, 'hex'))"},
+        // A new token and a revocation take the device's gate exclusive
+        // first: the requests already judged on the row finish, the later
+        // ones queue behind (schema/functions/im_device_gate.sql).
         {"im_token_reissue",
-         "UPDATE devices SET token_sha256 = decode($2, 'hex'), revoked_at = NULL WHERE device_id = $1 RETURNING 1"},
-        {"im_device_revoke", "UPDATE devices SET revoked_at = now() WHERE device_id = $1 RETURNING 1"},
+         "UPDATE devices SET token_sha256 = decode($2, 'hex'), revoked_at = NULL WHERE device_id = $1 "
+         "AND im_device_gate_exclusive($1) RETURNING 1"},
+        {"im_device_revoke",
+         "UPDATE devices SET revoked_at = now() WHERE device_id = $1 AND im_device_gate_exclusive($1) RETURNING 1"},
         {"im_token_valid",
          "SELECT 1 FROM devices WHERE device_id = $1 AND revoked_at IS NULL AND token_sha256 = decode($2, 'hex')"},
         // Backend API keys (only their SHA-256 is kept).

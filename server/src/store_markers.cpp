@@ -90,8 +90,8 @@ std::string convs_sql(bool backend) {
 }
 
 // ack and read, one statement each (autocommit): the caller's device row
-// held FOR SHARE until the statement ends, as im_send does for sends
-// (schema/functions/im_send.sql), so a revocation or a new token waits for
+// held FOR SHARE until the statement ends, behind the device's gate, as
+// im_send does for sends (schema/functions/im_send.sql, im_device_gate.sql), so a revocation or a new token waits for
 // it and one that committed first makes it DEVICE_REVOKED; then the install
 // rule, membership and head, and the marker moved forward only when all
 // hold. Columns: the verdict (OK, DEVICE_REVOKED, STALE_INSTALL,
@@ -102,7 +102,7 @@ std::string convs_sql(bool backend) {
 std::string marker_sql(bool read) {
     std::string sql =
         "WITH d AS (SELECT coalesce(d.current_install, '') AS install FROM devices d WHERE " +
-        device_valid_where(1, 2, 3) + " FOR SHARE), "
+        device_valid_where(1, 2, 3) + " AND im_device_gate_shared($1::text) FOR SHARE), "
         "a AS (SELECT count(*) AS n, CASE WHEN bool_or(p.to_seq IS NULL) "
         "      THEN (SELECT c.next_seq - 1 FROM conversations c WHERE c.conv_id = $4::text) "
         "      ELSE max(p.to_seq) END AS head "
