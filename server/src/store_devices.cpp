@@ -18,14 +18,16 @@ const Statements& devices_statements() {
         // hello: the device of a token, held FOR UPDATE only when this hello
         // writes a new install; a known install holds it FOR SHARE, like a
         // send, so a reconnect never waits for (nor holds up) the device's
-        // requests. Whether the install is known is read first, unlocked;
+        // requests. Each behind the device's gate, exclusive or shared as
+        // its row lock (schema/functions/im_device_gate.sql): a new install
+        // is not starved by the older install's requests either. Whether the install is known is read first, unlocked;
         // the rule is then judged under the lock (installs are never deleted).
         {"im_hello_known",
          "SELECT 1 FROM devices d JOIN device_installs i ON i.device_id = d.device_id "
          "WHERE d.token_sha256 = decode($1, 'hex') AND i.install_id = $2"},
         {"im_hello_device",
          "SELECT device_id, user_id FROM devices WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL "
-         "FOR UPDATE"},
+         "AND im_device_gate_exclusive(device_id) FOR UPDATE"},
         {"im_hello_device_share",
          "SELECT device_id, user_id FROM devices WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL "
          "AND im_device_gate_shared(device_id) FOR SHARE"},
@@ -37,7 +39,7 @@ const Statements& devices_statements() {
         {"im_jwt_known", "SELECT 1 FROM device_installs WHERE device_id = $1 AND install_id = $2"},
         {"im_jwt_device",
          "SELECT user_id, revoked_at IS NOT NULL, encode(token_sha256, 'hex') FROM devices WHERE device_id = $1 "
-         "FOR UPDATE"},
+         "AND im_device_gate_exclusive($1) FOR UPDATE"},
         {"im_jwt_device_share",
          "SELECT user_id, revoked_at IS NOT NULL, encode(token_sha256, 'hex') FROM devices WHERE device_id = $1 "
          "AND im_device_gate_shared($1) FOR SHARE"},
