@@ -113,7 +113,8 @@ BEGIN
     --    of an unknown conversation, never waits on the row lock.
     -- The devices' gates, shared (above), before this call's first snapshot
     -- of their rows.
-    PERFORM im_device_gate_shared(g.dev) FROM (SELECT DISTINCT dev FROM unnest(p_devices) AS dev ORDER BY dev) g;
+    PERFORM pg_advisory_xact_lock_shared(im_device_gate_key(g.dev))
+       FROM (SELECT DISTINCT dev FROM unnest(p_devices) AS dev ORDER BY dev) g;
     -- 1. The conversation rows, locked in conversation order: per-conversation
     --    seq order = commit order. A row another transaction holds is
     --    skipped, not waited for. The devices' rows with them.
