@@ -441,52 +441,68 @@ TEST(SendWorkers, conversations_held_by_another_session_never_stall_the_send_wor
     EXPECT_EQ(srv.metric("im_send_runs_queued"), 0);
 }
 
-// Issue 24 item 7: a send worker's slot and the conversations of its group
-// are given back however the worker ends. Here the first group's commit
-// callback throws inside the worker (the only one, --send-workers 1): the
-// next run of the same conversation must still be taken and answered.
-TEST(SendWorkers, a_throw_inside_the_send_worker_strands_neither_its_slot_nor_its_conversation) {
+// One send worker (--send-workers 1) over a real pool and database, in
+// this process: runs submitted straight to the scheduler, each answered
+// through a future.
+struct OneSendWorker {
     TestPostgres pg;
-    {
-        pqxx::connection c(pg.url());
-        im::migrate(c);
-    }
-    auto w = make_world(pg.url(), "gcthrow", 2);
-    im::FaultRegistry faults(false);
-    im::Store store(faults, {});
+    World w;
+    im::FaultRegistry faults;
+    im::Store store{faults, {}};
     im::Metrics metrics;
-    im::DbPool pool(pg.url(), 2, 100);
-    std::atomic<int> thrown{0};
-    im::ApiContext ctx{store, faults, "gw-throw", nullptr, {}, nullptr};
-    ctx.committed = [&](const std::vector<im::Event>&) {
-        if (thrown++ == 0) throw std::runtime_error("test: the commit callback throws once");
-    };
-    im::SendScheduler sends(ctx, pool, metrics, 16, 1, 100);
+    std::unique_ptr<im::DbPool> pool;
+    im::ApiContext ctx{store, faults, "gw-one", nullptr, {}, nullptr};
+    std::unique_ptr<im::SendScheduler> sends;
     im::Identity who;
-    who.user = w.users[0].user;
-    who.device = w.users[0].device;
-    who.token_sha256 = im::sha256_hex(w.users[0].token);
-    auto run = [&](const std::string& cmid) {
+
+    OneSendWorker(const std::string& prefix, bool lab, std::function<void(const std::vector<im::Event>&)> committed)
+        : faults(lab) {
+        {
+            pqxx::connection c(pg.url());
+            im::migrate(c);
+        }
+        w = make_world(pg.url(), prefix, 2);
+        pool = std::make_unique<im::DbPool>(pg.url(), 2, 100);
+        ctx.committed = std::move(committed);
+        sends = std::make_unique<im::SendScheduler>(ctx, *pool, metrics, 16, 1, 100);
+        who.user = w.users[0].user;
+        who.device = w.users[0].device;
+        who.token_sha256 = im::sha256_hex(w.users[0].token);
+    }
+    ~OneSendWorker() { pool->stop(); }
+
+    std::future<std::vector<im::Handled>> run(const std::string& cmid) {
         auto p = std::make_shared<std::promise<std::vector<im::Handled>>>();
         auto f = p->get_future();
         im::req::Send s;
         s.conv = w.conv;
         s.cmid = cmid;
         s.body = "body " + cmid;
-        EXPECT_TRUE(sends.submit(who, {s}, {std::optional<std::string>(cmid)},
-                                 [p](std::vector<im::Handled> hs) { p->set_value(std::move(hs)); }));
+        EXPECT_TRUE(sends->submit(who, {s}, {std::optional<std::string>(cmid)},
+                                  [p](std::vector<im::Handled> hs) { p->set_value(std::move(hs)); }));
         return f;
-    };
-    auto first = run("t1");
+    }
+    std::string msg_rows() { return count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"); }
+};
+
+// Issue 24 item 7: a send worker's slot and the conversations of its group
+// are given back however the worker ends. Here the first group's commit
+// callback throws inside the worker (the only one): the next run of the
+// same conversation must still be taken and answered.
+TEST(SendWorkers, a_throw_inside_the_send_worker_strands_neither_its_slot_nor_its_conversation) {
+    std::atomic<int> thrown{0};
+    OneSendWorker one("gcthrow", false, [&](const std::vector<im::Event>&) {
+        if (thrown++ == 0) throw std::runtime_error("test: the commit callback throws once");
+    });
+    auto first = one.run("t1");
     ASSERT_TRUE(wait_for([&] { return thrown.load() == 1; }, 20s)) << "the first group never committed";
-    auto second = run("t2");
+    auto second = one.run("t2");
     ASSERT_EQ(second.wait_for(20s), std::future_status::ready)
         << "the run after a throw was never taken: the worker's slot or its conversation was kept";
     auto hs = second.get();
     ASSERT_EQ(hs.size(), 1u);
     EXPECT_NE(hs[0].frame.find("\"sent\""), std::string::npos) << hs[0].frame;
-    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "2");
-    pool.stop();
+    EXPECT_EQ(one.msg_rows(), "2");
 }
 
 // The same, for an exception out of the worker's loop itself (the lab point
@@ -495,51 +511,23 @@ TEST(SendWorkers, a_throw_inside_the_send_worker_strands_neither_its_slot_nor_it
 // slot and the conversation back. A resend and a later run of the same
 // conversation are taken and written.
 TEST(SendWorkers, a_worker_that_throws_out_of_its_loop_gives_back_its_slot_and_conversation) {
-    TestPostgres pg;
-    {
-        pqxx::connection c(pg.url());
-        im::migrate(c);
-    }
-    auto w = make_world(pg.url(), "gcunwind", 2);
-    im::FaultRegistry faults(true);
-    ASSERT_FALSE(faults.arm("send.after_take=unavailable:1").has_value());
-    im::Store store(faults, {});
-    im::Metrics metrics;
-    im::DbPool pool(pg.url(), 2, 100);
-    im::ApiContext ctx{store, faults, "gw-unwind", nullptr, {}, nullptr};
-    ctx.committed = [](const std::vector<im::Event>&) {};
-    im::SendScheduler sends(ctx, pool, metrics, 16, 1, 100);
-    im::Identity who;
-    who.user = w.users[0].user;
-    who.device = w.users[0].device;
-    who.token_sha256 = im::sha256_hex(w.users[0].token);
-    auto run = [&](const std::string& cmid) {
-        auto p = std::make_shared<std::promise<std::vector<im::Handled>>>();
-        auto f = p->get_future();
-        im::req::Send s;
-        s.conv = w.conv;
-        s.cmid = cmid;
-        s.body = "body " + cmid;
-        EXPECT_TRUE(sends.submit(who, {s}, {std::optional<std::string>(cmid)},
-                                 [p](std::vector<im::Handled> hs) { p->set_value(std::move(hs)); }));
-        return f;
-    };
-    auto first = run("u1");
+    OneSendWorker one("gcunwind", true, [](const std::vector<im::Event>&) {});
+    ASSERT_FALSE(one.faults.arm("send.after_take=unavailable:1").has_value());
+    auto first = one.run("u1");
     ASSERT_EQ(first.wait_for(20s), std::future_status::ready) << "the run taken before the throw was never answered";
     auto h1 = first.get();
     ASSERT_EQ(h1.size(), 1u);
     EXPECT_NE(h1[0].frame.find("\"UNAVAILABLE\""), std::string::npos) << h1[0].frame;
-    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "0");
+    EXPECT_EQ(one.msg_rows(), "0");
     for (const std::string cmid : {"u1", "u2"}) {
-        auto next = run(cmid);
+        auto next = one.run(cmid);
         ASSERT_EQ(next.wait_for(20s), std::future_status::ready)
             << cmid << " was never taken: the worker's slot or its conversation was kept";
         auto hs = next.get();
         ASSERT_EQ(hs.size(), 1u);
         EXPECT_NE(hs[0].frame.find("\"sent\""), std::string::npos) << hs[0].frame;
     }
-    EXPECT_EQ(count_rows(pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "2");
-    pool.stop();
+    EXPECT_EQ(one.msg_rows(), "2");
 }
 
 // Issue 28 item 4: each stage of a send has its histogram in /metrics, and
