@@ -167,10 +167,23 @@ Verdict crash_purge(Lab& lab, const std::string& point, bool after_commit) {
 // the event is committed; its subscriber reconnects and converges by sync.
 // lose_after_restart: the negative control; the restarted gateway loses its
 // notifications (notify.before_publish=unavailable).
+// The gateway's notification bus is up (/readyz says so; its LISTEN
+// session may trail the ready file): before then, a commit elsewhere never
+// reaches its fan-out, so neither the crash nor a push could follow.
+bool bus_ready(ServerProcess& srv) {
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (srv.http("GET", "/readyz").first != 200) {
+        if (std::chrono::steady_clock::now() > until) return false;
+        std::this_thread::sleep_for(20ms);
+    }
+    return true;
+}
+
 Verdict crash_notify(Lab& lab, bool lose_after_restart) {
     auto a = lab.user("ana"), b = lab.user("ben");
     auto c = lab.conv("c-cnote", "direct", {a, b});
     CrashServer cs(lab);
+    expect(bus_ready(*cs.srv), "ready", "the gateway's /readyz never answered 200");
     auto wa = connect(cs.srv->port(), a.token);
     expect(outcome(wa->request({{"t", "sub"}})) == "subscribed", "subscribed", "sub");
     std::int64_t cursor = 0;
@@ -183,6 +196,7 @@ Verdict crash_notify(Lab& lab, bool lose_after_restart) {
     expect(rc && *rc == 70, "exit-70", std::string("gateway exit status ") + (rc ? std::to_string(*rc) : "none (running)"));
     expect(wa->wait_closed(10s) != -1 || wa->closed(), "subscriber-closed", "the subscriber's connection outlived the gateway");
     cs.srv->restart();
+    expect(bus_ready(*cs.srv), "ready-again", "the restarted gateway's /readyz never answered 200");
     auto wa2 = connect(cs.srv->port(), a.token);
     expect(outcome(wa2->request({{"t", "sub"}})) == "subscribed", "subscribed", "sub after the restart");
     if (lose_after_restart) Lab::arm(*cs.srv, "notify.before_publish=unavailable");
