@@ -17,7 +17,8 @@ Gateway::Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& s
     : ioc_(ioc), cfg_(cfg), pool_(pool), metrics_(metrics), faults_(faults), api_{store, faults, cfg.gateway_id, nullptr, {}},
       sends_(api_, pool, metrics, static_cast<std::size_t>(cfg.send_group_max),
              static_cast<std::size_t>(effective_send_workers(cfg)), effective_db_queue(cfg), !cfg.lab.no_unique_index,
-             std::chrono::milliseconds(cfg.db_timeout_ms)),
+             std::chrono::milliseconds(cfg.db_timeout_ms),
+             std::chrono::microseconds(cfg.send_linger_us)),
       jwt_(std::move(jwt)) {
     if (!cfg.tls_cert.empty()) {
         tls_ = std::make_shared<TlsContexts>(cfg.tls_cert, cfg.tls_key);

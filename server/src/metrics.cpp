@@ -86,6 +86,9 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
           send_group_commits.load(), "counter");
     gauge("im_send_runs_grouped_total", "Runs of sends committed inside those group statements.",
           send_runs_grouped.load(), "counter");
+    gauge("im_send_lingers_total",
+          "Times a send worker waited (--send-linger-us) for the senders of its last group before its next statement.",
+          send_lingers.load(), "counter");
     gauge("im_send_runs_held_total",
           "Runs of sends put back in the queue because another transaction held their conversation's row.",
           send_runs_held.load(), "counter");

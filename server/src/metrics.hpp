@@ -37,6 +37,7 @@ public:
     std::atomic<long long> send_runs_grouped{0};  // runs carried by those statements
     std::atomic<long long> send_runs_held{0};     // runs put back because their conversation's row was held
     std::atomic<long long> send_runs_queued{0};   // runs waiting for a send worker now
+    std::atomic<long long> send_lingers{0};       // times a send worker lingered for a group (--send-linger-us)
     std::atomic<long long> send_workers{0};       // --send-workers in effect
     std::atomic<long long> db_timeouts{0};          // database connections cut by --db-timeout-ms
     std::atomic<long long> tls_handshake_failures{0};

@@ -19,10 +19,10 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 SendScheduler::SendScheduler(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs,
                            std::size_t max_workers, std::size_t max_queue, bool per_conversation,
-                           std::chrono::milliseconds held_limit)
+                           std::chrono::milliseconds held_limit, std::chrono::microseconds linger)
     : ctx_(ctx), pool_(pool), metrics_(metrics), max_runs_(std::max<std::size_t>(1, max_runs)),
       max_workers_(std::max<std::size_t>(1, max_workers)), max_queue_(max_queue), per_conversation_(per_conversation),
-      held_limit_(held_limit) {
+      held_limit_(held_limit), linger_(linger) {
     metrics_.send_workers = static_cast<long long>(max_workers_);
 }
 
@@ -34,6 +34,7 @@ bool SendScheduler::submit(Identity who, std::vector<req::Send> sends, std::vect
     queue_.back().submitted = std::chrono::steady_clock::now();
     metrics_.send_runs_queued = static_cast<long long>(queue_.size());
     wake_.notify_one(); // a worker waiting out a held run's back-off takes this one now
+    arrived_.notify_all();
     // Every send worker busy: the first to finish its group takes this run.
     if (active_ >= max_workers_) return true;
     ++active_;
@@ -53,7 +54,22 @@ void SendScheduler::release(std::vector<std::string>& done) {
 std::vector<SendScheduler::Item> SendScheduler::take(std::vector<std::string>& done) {
     std::vector<Item> items;
     std::unique_lock lk(mu_);
+    // Linger (--send-linger-us): after a group of several runs the load is
+    // a crowd, and the senders just answered send again within a round
+    // trip. Starting at once would split them off into a group of their own
+    // (two half groups taking turns, each paying the statement's fixed
+    // cost); waiting for as many runs as the last group had, on top of those
+    // queued now, lets them join. Never for a lone run, never past linger_.
+    const std::size_t last_group = done.size();
     release(done);
+    if (linger_.count() > 0 && last_group > 1) {
+        const std::size_t want = std::min(max_runs_, queue_.size() + last_group);
+        const auto until = std::chrono::steady_clock::now() + linger_;
+        if (queue_.size() < want) ++metrics_.send_lingers;
+        while (queue_.size() < want && arrived_.wait_until(lk, until) != std::cv_status::timeout) {
+        }
+        Watchdog::progress(); // lingering is not a database round trip
+    }
     for (;;) {
         // Oldest first; several runs of one conversation may share the group
         // (the statement runs them in order under one row lock). A run whose

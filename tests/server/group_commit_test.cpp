@@ -50,12 +50,17 @@ void hold_device_row(pqxx::work& lock, const TestUser& u) {
 // in the queue until the lock goes, and the worker then takes them all at once.
 struct Queued {
     TestPostgres pg;
-    ServerProcess srv{pg.url(), {"--quiet", "--db-pool", "1", "--db-timeout-ms", "30000"}};
+    ServerProcess srv;
     World blocker = make_world(pg.url(), "gcblock", 2);
     std::vector<World> worlds;
     std::vector<std::unique_ptr<WsClient>> clients, twins; // twins: a second connection of the same device
 
-    explicit Queued(int senders) {
+    static std::vector<std::string> args(std::vector<std::string> extra) {
+        std::vector<std::string> a{"--quiet", "--db-pool", "1", "--db-timeout-ms", "30000"};
+        a.insert(a.end(), extra.begin(), extra.end());
+        return a;
+    }
+    explicit Queued(int senders, std::vector<std::string> extra = {}) : srv{pg.url(), args(std::move(extra))} {
         for (int i = 0; i < senders; ++i) {
             worlds.push_back(make_world(pg.url(), "gc" + std::to_string(i), 2));
             const std::string install = uuid4();
@@ -118,6 +123,48 @@ TEST(GroupCommit, runs_queued_by_many_connections_share_one_transaction_each_jud
     EXPECT_EQ(qd.pg.scalar("SELECT count(DISTINCT xmin::text) FROM events WHERE kind = 'msg' AND conv_id IN (" +
                            convs + ")"),
               "1");
+}
+
+// --send-linger-us: after a group of several runs the send worker waits
+// for as many runs as that group had before its next statement, so senders
+// that come back one after another share one group instead of the first
+// going alone; after a lone run it never waits. (The linger here is long
+// enough that only the runs' arrival ends it; without the linger the first
+// of the three would find the worker idle and commit alone.)
+TEST(GroupCommit, after_a_group_the_worker_lingers_for_as_many_runs_and_after_a_lone_run_never) {
+    Queued qd(6, {"--send-linger-us", "1000000"});
+    auto send = [&](int i, const std::string& cmid) {
+        qd.clients[i]->send_json({{"t", "send"}, {"rid", cmid}, {"conv", qd.worlds[i].conv}, {"cmid", cmid}, {"body", "x"}});
+    };
+    auto expect_sent = [&](int i, const std::string& cmid) {
+        auto r = reply_to(*qd.clients[i], cmid);
+        ASSERT_TRUE(r.has_value()) << "sender " << i << ": no reply to " << cmid;
+        EXPECT_EQ(str(*r, "t"), "sent") << json::serialize(*r);
+    };
+    // Two lone runs, one after the other: no linger after either.
+    send(0, "lone1");
+    ASSERT_NO_FATAL_FAILURE(expect_sent(0, "lone1"));
+    send(1, "lone2");
+    ASSERT_NO_FATAL_FAILURE(expect_sent(1, "lone2"));
+    EXPECT_EQ(qd.srv.metric("im_send_lingers_total"), 0);
+    // A group of three (queued behind the blocked send) ...
+    auto first = login(qd.srv.port(), qd.blocker.users[0]);
+    ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, 3, [&] {
+        for (int i = 0; i < 3; ++i) send(i, "g");
+    }));
+    for (int i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(expect_sent(i, "g"));
+    // ... and the worker waits for three runs: the next three senders' runs,
+    // sent one by one, go in one statement.
+    ASSERT_TRUE(wait_for([&] { return qd.srv.metric("im_send_lingers_total") == 1; }, 20s))
+        << "lingers: " << qd.srv.metric("im_send_lingers_total");
+    for (int i = 3; i < 6; ++i) send(i, "after");
+    for (int i = 3; i < 6; ++i) ASSERT_NO_FATAL_FAILURE(expect_sent(i, "after"));
+    std::string convs;
+    for (int i = 3; i < 6; ++i) convs += (convs.empty() ? "" : ",") + q(qd.worlds[i].conv);
+    EXPECT_EQ(qd.pg.scalar("SELECT count(DISTINCT xmin::text) FROM events WHERE kind = 'msg' AND conv_id IN (" +
+                           convs + ")"),
+              "1");
+    EXPECT_EQ(count_rows(qd.pg, "kind = 'msg' AND conv_id IN (" + convs + ")"), "3");
 }
 
 TEST(GroupCommit, a_request_the_database_rejects_fails_alone_among_other_connections_runs) {
