@@ -196,8 +196,9 @@ const std::vector<Option>& options() {
         {"--send-linger-us", "IM_SEND_LINGER_US", "N",
          "group commit under load: after a group of several runs, a send worker waits up to N microseconds for "
          "as many runs as that group had plus those already queued before it starts the next statement, so the "
-         "senders it just answered join the next group instead of forming a group of their own (default 2000; "
-         "0: never wait; a lone run never waits)",
+         "senders it just answered join the next group instead of forming a group of their own: less database "
+         "CPU per send for a few milliseconds more latency under moderate load (default 0: never wait; a lone run "
+         "never waits)",
          [](Config& c, const std::string& v) { return to_int(v, 0, 1000000, c.send_linger_us); },
          [](const Config& c) { return std::to_string(c.send_linger_us); }},
         {"--io-threads", "IM_IO_THREADS", "N", "network I/O threads (default 2)",

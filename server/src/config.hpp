@@ -36,7 +36,7 @@ struct Config {
     std::size_t db_queue = 0;            // jobs waiting for a database worker; 0: auto (effective_db_queue)
     int send_group_max = 32;             // runs of sends of different connections per commit
     int send_workers = 0;                // database workers running sends at once; 0: auto (effective_send_workers)
-    int send_linger_us = 2000;           // under load, a send worker waits up to this for the last group's senders
+    int send_linger_us = 0;              // under load, a send worker waits up to this for the last group's senders
     int io_threads = 2;
     std::string ready_file;
     // The backend API (docs/integration.md): its own listener, never the WebSocket port.

@@ -61,7 +61,7 @@ void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Sen
 /// (it would only wait on that group's row lock inside the database), so one
 /// busy or stuck conversation occupies one send worker, never all of them.
 ///
-/// Under load a worker lingers (--send-linger-us): after a group of several
+/// With --send-linger-us a worker lingers under load: after a group of several
 /// runs it waits, at most that long, until as many runs as that group had
 /// are queued on top of those already waiting, so the senders it just
 /// answered join the next group instead of taking turns with the others in
