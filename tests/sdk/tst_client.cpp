@@ -1530,13 +1530,26 @@ void TestClient::the_on_the_wire_mark_is_written_with_a_flush() {
     QVERIFY(f.openAndConnect());
     im::detail::Storage &st = im::ClientPrivate::get(&f.client)->storage;
     st.recordRelaxedWrites(true);
+    // The mark is on disk before the frame leaves: read through a
+    // connection of its own when the server sees the frame.
+    qint64 attemptsOnDisk = -1;
+    f.server.onFrame = [&](const QJsonObject &o) {
+        if (o.value(QStringLiteral("t")).toString() == u"send")
+            attemptsOnDisk = sqlScalar(f.db, QStringLiteral("SELECT attempts FROM outbox WHERE cmid = ?"),
+                                       {o.value(QStringLiteral("cmid")).toString()})
+                                 .toLongLong();
+    };
     f.client.send(QStringLiteral("c1"), QStringLiteral("flushed"));
     QTRY_COMPARE(f.client.pendingCount(), 0);
+    QCOMPARE(attemptsOnDisk, 1);
     const QStringList relaxed = st.relaxedWrites();
     // The answer's write is relaxed (a resend is answered dup): the hook sees it.
     QVERIFY2(std::any_of(relaxed.cbegin(), relaxed.cend(),
                          [](const QString &s) { return s.startsWith(u"DELETE FROM outbox"); }),
              qPrintable(relaxed.join(u'|')));
-    for (const QString &s : relaxed)
+    // Neither the mark nor the entry itself is ever written relaxed.
+    for (const QString &s : relaxed) {
         QVERIFY2(!s.startsWith(u"UPDATE outbox SET attempts = ? "), qPrintable(s));
+        QVERIFY2(!s.startsWith(u"INSERT INTO outbox"), qPrintable(s));
+    }
 }

@@ -306,6 +306,9 @@ void TestObligations::cancel_withdraws_an_unsent_message_and_discard_drops_a_fai
     QCOMPARE(sqlScalar(ana->databasePath(), QStringLiteral("SELECT COUNT(*) FROM local_messages WHERE cmid = ?"), {gone})
                  .toInt(),
              0);
+    // Withdrawn on disk too: a restart does not bring it back.
+    QCOMPARE(sqlScalar(ana->databasePath(), QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {gone}).toInt(), 0);
+    QCOMPARE(sqlScalar(ana->databasePath(), QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {keep}).toInt(), 1);
     const QString doomed = ana->send(QStringLiteral("nowhere"), QStringLiteral("not a member"));
     ana->connectToServer();
     QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(keep), MessageState::Sent, 30000);
