@@ -33,8 +33,9 @@ bool SendScheduler::submit(Identity who, std::vector<req::Send> sends, std::vect
     queue_.push_back(Item{std::move(who), std::move(sends), std::move(rids), std::move(done)});
     queue_.back().submitted = std::chrono::steady_clock::now();
     metrics_.send_runs_queued = static_cast<long long>(queue_.size());
-    wake_.notify_one(); // a worker waiting out a held run's back-off takes this one now
-    arrived_.notify_all();
+    // A worker waiting out a held run's back-off takes this one now; a
+    // lingering one counts it.
+    wake_.notify_all();
     // Every send worker busy: the first to finish its group takes this run.
     if (active_ >= max_workers_) return true;
     ++active_;
@@ -66,7 +67,7 @@ std::vector<SendScheduler::Item> SendScheduler::take(std::vector<std::string>& d
         const std::size_t want = std::min(max_runs_, queue_.size() + last_group);
         const auto until = std::chrono::steady_clock::now() + linger_;
         if (queue_.size() < want) ++metrics_.send_lingers;
-        while (queue_.size() < want && arrived_.wait_until(lk, until) != std::cv_status::timeout) {
+        while (queue_.size() < want && wake_.wait_until(lk, until) != std::cv_status::timeout) {
         }
         Watchdog::progress(); // lingering is not a database round trip
     }

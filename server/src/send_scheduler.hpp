@@ -124,13 +124,12 @@ private:
     bool per_conversation_;
     std::chrono::milliseconds held_limit_;
     std::mutex mu_;
-    std::condition_variable wake_; // a worker waiting for a held run's back-off hears of new runs
+    std::condition_variable wake_; // a worker waiting for a held run's back-off, or lingering, hears of new runs
     bool waiting_ = false;         // one worker waits for the back-off of held runs
     std::deque<Item> queue_;
     std::size_t active_ = 0; // send workers running or scheduled in the pool
     std::multiset<std::string> held_; // conversations of the groups being run now
     std::chrono::microseconds linger_; // --send-linger-us
-    std::condition_variable arrived_;  // a lingering worker hears of each new run
 };
 
 } // namespace im
