@@ -8,7 +8,7 @@
 // and reconnect through the proxy again.
 //
 // Why in the demo app and not in the server: imserver's fault points
-// (server/src/faults.hpp) act on requests inside a database transaction;
+// (server/src/core/faults.hpp) act on requests inside a database transaction;
 // none keeps a WebSocket open while answering nothing, pongs included
 // (Beast answers pings itself). docs/demo-app.md, "Silent server".
 #pragma once

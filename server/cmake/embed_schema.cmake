@@ -22,7 +22,7 @@ endfunction()
 im_embed_list("${SCHEMA_DIR}/[0-9][0-9][0-9]_*.sql" migrations ON)
 im_embed_list("${SCHEMA_DIR}/functions/*.sql" functions OFF)
 file(WRITE "${OUT}.tmp" "// Generated from schema/ by cmake/embed_schema.cmake. Do not edit.
-#include \"migrations.hpp\"
+#include \"store/migrations.hpp\"
 
 namespace im {
 

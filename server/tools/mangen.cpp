@@ -1,7 +1,7 @@
 // Build tool: writes imserver.8 and imserver-admin.8 into OUTDIR, rendered
 // from the option and command tables that --help uses.
-#include "admin.hpp"
-#include "config.hpp"
+#include "app/admin.hpp"
+#include "core/config.hpp"
 
 #include <fstream>
 #include <iostream>

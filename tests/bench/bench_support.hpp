@@ -3,7 +3,7 @@
 // waiting for a condition. Header-only; nothing here asserts.
 #pragma once
 
-#include "database.hpp"
+#include "store/database.hpp"
 #include "harness.hpp"
 
 #include <pqxx/pqxx>

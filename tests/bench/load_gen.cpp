@@ -17,10 +17,10 @@
 // spread round-robin, so most pushes cross gateways through the bus.
 // Not run by ctest: it prints figures, it asserts nothing.
 #include "bench_support.hpp"
-#include "database.hpp"
+#include "store/database.hpp"
 #include "exe_relative.hpp"
 #include "harness.hpp"
-#include "store.hpp"
+#include "store/store.hpp"
 
 #include <array>
 #include <boost/asio.hpp>

@@ -14,10 +14,10 @@
 // See docs/benchmarks.md, "Reconnect storm". It prints figures, it asserts
 // nothing (exit 1 only when the storm never completed).
 #include "bench_support.hpp"
-#include "database.hpp"
+#include "store/database.hpp"
 #include "exe_relative.hpp"
 #include "harness.hpp"
-#include "store.hpp"
+#include "store/store.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>

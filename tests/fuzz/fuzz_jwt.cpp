@@ -1,13 +1,13 @@
 // libFuzzer target: everything that parses a JWT or a JWKS on the server
-// (server/src/jwt.cpp), the code a hello or refresh token reaches before
+// (server/src/api/jwt.cpp), the code a hello or refresh token reaches before
 // any database. Each input goes through the whole verification (header,
 // key choice, libjwt, claims), the claim checks alone (as if the signature
 // were good), and the JWKS parser. Besides crashes and sanitizer reports it
 // checks the promises: an accepted token or claim set names valid ids and
 // an exp in the future; a token whose header is not HS256/RS256/ES256 with a
 // key of that type is never accepted.
-#include "jwt.hpp"
-#include "protocol.hpp"
+#include "api/jwt.hpp"
+#include "core/protocol.hpp"
 
 #include <openssl/bio.h>
 #include <openssl/evp.h>

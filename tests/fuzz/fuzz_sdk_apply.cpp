@@ -383,7 +383,7 @@ QByteArray Harness::serverAnswer(const Entry &en) {
 }
 
 QByteArray Harness::page(int c, qint64 after, std::optional<qint64> epoch, int limit) {
-    // Contract section 6, "sync" (server/src/store_reads.cpp, Store::sync).
+    // Contract section 6, "sync" (server/src/store/store_reads.cpp, Store::sync).
     ServerConv &s = server_[c];
     if (epoch && *epoch != s.epoch)
         return errorFrame("EPOCH_CHANGED");

@@ -1,9 +1,9 @@
-// libFuzzer target: the server's request parser (server/src/protocol.cpp),
+// libFuzzer target: the server's request parser (server/src/core/protocol.cpp),
 // the first code every WebSocket text frame reaches. Besides crashes and
 // sanitizer reports it checks what the contract promises for any input: a
 // rejected frame gets a clear error code and its error reply is valid JSON
 // that echoes a readable rid.
-#include "protocol.hpp"
+#include "core/protocol.hpp"
 
 #include <boost/json.hpp>
 

@@ -1,5 +1,5 @@
 // libFuzzer target: one client's session against the real request handler
-// (server/src/api.cpp, send_scheduler.cpp's send path) and the real codec,
+// (server/src/api/api.cpp, send_scheduler.cpp's send path) and the real codec,
 // with the database replaced by the in-memory model of memory_store.hpp
 // behind the handler's SessionStore seam. Stateful: the input is a program
 // of operations (hello, pipelined sends, sync, history, convs, fetch, recall,
@@ -51,12 +51,12 @@
 //   b the bus refuses (again takes) notifications
 //   c the connection closes (the next operation is on a new one)
 // At the end the open connection walks its conversations once more.
-#include "api.hpp"
-#include "jwt.hpp"
-#include "log.hpp"
+#include "api/api.hpp"
+#include "api/jwt.hpp"
+#include "core/log.hpp"
 #include "memory_store.hpp"
-#include "protocol.hpp"
-#include "send_scheduler.hpp"
+#include "core/protocol.hpp"
+#include "api/send_scheduler.hpp"
 
 #include <boost/json.hpp>
 

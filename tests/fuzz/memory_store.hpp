@@ -1,5 +1,5 @@
 // An in-memory model of the contract's storage, behind the request
-// handler's SessionStore seam (server/src/session_store.hpp), for the
+// handler's SessionStore seam (server/src/store/session_store.hpp), for the
 // stateful fuzz target fuzz_session. It keeps the rules a session can see
 // (contract sections 4-6, docs/protocol.md's decisions), not PostgreSQL's
 // mechanics: no SQL, no locks, no revocation, one thread. A model, so it is
@@ -17,7 +17,7 @@
 // (STALE_INSTALL).
 #pragma once
 
-#include "session_store.hpp"
+#include "store/session_store.hpp"
 
 #include <cstdint>
 #include <map>

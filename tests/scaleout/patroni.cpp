@@ -1,6 +1,6 @@
 #include "patroni.hpp"
 
-#include "pg_cluster.hpp"
+#include "store/pg_cluster.hpp"
 
 #include <pqxx/pqxx>
 

@@ -7,8 +7,8 @@
 // Conversations go through the server's own Store (join events, periods);
 // events are one INSERT ... SELECT generate_series (seq, epoch and the running
 // ordinals that `unread` uses filled as append_event fills them).
-#include "faults.hpp"
-#include "store.hpp"
+#include "core/faults.hpp"
+#include "store/store.hpp"
 
 #include <pqxx/pqxx>
 

@@ -1,8 +1,8 @@
 // The notification bus's pure parts: the --bus flag and the NATS bus's
 // message packing. The buses themselves run in the scale-out lab
 // (tests/scaleout: bus-postgres, bus-nats) against real engines.
-#include "config.hpp"
-#include "nats_bus.hpp"
+#include "core/config.hpp"
+#include "bus/nats_bus.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The wire codec, driven by tables of frames: every limit of contract
 // section 9 at its edge and just past it. No sockets, no database.
-#include "protocol.hpp"
+#include "core/protocol.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The configuration: one table gives each option a flag, an environment
 // variable and a file key; flag > env > file > default; --print-config masks
 // secrets; the manual pages list what --help lists. Runs the real binary.
-#include "config.hpp"
+#include "core/config.hpp"
 #include "harness.hpp"
 
 #include <gtest/gtest.h>

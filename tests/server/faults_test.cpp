@@ -1,6 +1,6 @@
 // The lab's fault registry: which actions each point takes, and that nothing
 // is ever armed or reported broken without --enable-faults.
-#include "faults.hpp"
+#include "core/faults.hpp"
 
 #include <gtest/gtest.h>
 

@@ -3,11 +3,11 @@
 // (contract section 6), and a request the database rejects fails alone.
 #include "common.hpp"
 
-#include "db_pool.hpp"
-#include "digest.hpp"
-#include "metrics.hpp"
-#include "migrations.hpp"
-#include "send_scheduler.hpp"
+#include "store/db_pool.hpp"
+#include "core/digest.hpp"
+#include "core/metrics.hpp"
+#include "store/migrations.hpp"
+#include "api/send_scheduler.hpp"
 
 #include <pqxx/pqxx>
 

@@ -3,9 +3,9 @@
 // range scans that never visit what the caller cannot read.
 #include "common.hpp"
 
-#include "faults.hpp"
-#include "protocol.hpp"
-#include "store.hpp"
+#include "core/faults.hpp"
+#include "core/protocol.hpp"
+#include "store/store.hpp"
 
 #include <pqxx/pqxx>
 

@@ -3,7 +3,7 @@
 // unsent-output budget, revocation of open connections, and a database
 // whose processes are frozen with SIGSTOP.
 #include "common.hpp"
-#include "db_pool.hpp"
+#include "store/db_pool.hpp"
 
 #include <boost/asio.hpp>
 #include <pqxx/pqxx>

@@ -6,7 +6,7 @@
 // raw token never reaches PostgreSQL; the database password comes from a
 // file (or the environment), never argv.
 #include "common.hpp"
-#include "pg_cluster.hpp"
+#include "store/pg_cluster.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>

@@ -3,7 +3,7 @@
 // the catalog after the real migrations ran. See docs/scaling.md.
 #include "common.hpp"
 
-#include "migrations.hpp"
+#include "store/migrations.hpp"
 
 #include <gtest/gtest.h>
 #include <pqxx/pqxx>

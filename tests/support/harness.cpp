@@ -1,6 +1,6 @@
 #include "harness.hpp"
 
-#include "pg_cluster.hpp"
+#include "store/pg_cluster.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>

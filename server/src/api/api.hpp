@@ -1,0 +1,77 @@
+// The request handlers: one request in, one reply frame out. Runs on a
+// database worker thread; knows the store (through SessionStore,
+// session_store.hpp) and the codec, never the socket.
+#pragma once
+
+#include "bus/bus.hpp"
+#include "api/jwt.hpp"
+#include "core/protocol.hpp"
+#include "store/session_store.hpp"
+#include "store/store.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace im {
+
+struct Handled {
+    std::string frame;                  // the reply (empty when dropped)
+    std::string code = "OK";            // for metrics
+    bool close_after = false;           // UNAUTHENTICATED / STALE_INSTALL
+    std::optional<Identity> identity;   // set by a successful hello
+    /// A send's reply: when it was answered (off the session's strand), for
+    /// the strand stage of im_send_stage_seconds; unset for other replies.
+    std::chrono::steady_clock::time_point answered{};
+};
+
+struct ApiContext {
+    /// The whole store (gateway probes, the backend API); a session's
+    /// requests reach it only through a SessionStore (PgSessionStore).
+    Store& store;
+    FaultRegistry& faults;
+    std::string gateway_id;
+    /// Where committed events are announced; a reply that announces an
+    /// event goes out only after its payload was handed over.
+    NotificationBus* bus = nullptr;
+    /// Events this gateway committed, for its own subscribers (notifier.hpp).
+    std::function<void(const std::vector<Event>&)> committed;
+    /// Signed device tokens (contract section 4a); null when not configured.
+    const jwt::Verifier* jwt = nullptr;
+};
+
+/// Checks a JWT handed over by hello or refresh; the claims, or the
+/// UNAUTHENTICATED error to answer (the reason is logged, not sent).
+Outcome<jwt::Claims> check_jwt(const ApiContext& ctx, const std::string& token);
+
+/// Contract section 4, the order of a connection's requests: any request
+/// but hello before a successful hello is UNAUTHENTICATED (the connection
+/// stays open: only a failed hello closes it); a second hello is
+/// INVALID_ARGUMENT. nullopt when `req` may run now. `who` is the
+/// connection's identity (unset before its hello succeeded).
+std::optional<Handled> out_of_order(const std::optional<Identity>& who, const Request& req,
+                                    const std::optional<std::string>& rid);
+
+/// One request of a connection whose identity is `who`, against `db` (the
+/// database on a worker's connection, or tests/fuzz's in-memory model);
+/// `db` is nullptr when the database is unreachable (UNAVAILABLE).
+Handled handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Identity>& who, const Request& req,
+                       const std::optional<std::string>& rid);
+
+/// The same, answering through `done`: read and recall give their worker
+/// back once they committed and answer when the bus took their notification
+/// (`done` then runs on the bus's thread); the others answer at once.
+void handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Identity>& who, const Request& req,
+                    const std::optional<std::string>& rid, std::function<void(Handled)> done);
+
+/// Replies that need no database (errors found on the I/O thread).
+Handled error_reply(const Error& e, const std::optional<std::string>& rid);
+
+/// The answer to a request that committed but whose notification the bus
+/// could not take: the resend is a duplicate and publishes again.
+Error unpublished();
+
+} // namespace im

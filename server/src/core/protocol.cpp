@@ -1,0 +1,336 @@
+#include "core/protocol.hpp"
+
+#include <boost/json.hpp>
+
+namespace im {
+namespace json = boost::json;
+
+namespace {
+
+// Field readers. Each returns an error message for INVALID_ARGUMENT, or
+// nothing when the field is good.
+struct Fields {
+    const json::object& o;
+    const FieldBounds& b;
+
+    std::optional<std::string> str(std::string_view key, std::string& out) const {
+        auto* v = o.if_contains(key);
+        if (!v) return "missing field '" + std::string(key) + "'";
+        if (!v->is_string()) return "field '" + std::string(key) + "' must be a string";
+        out = std::string(v->get_string());
+        return std::nullopt;
+    }
+
+    std::optional<std::string> integer(std::string_view key, std::int64_t& out, bool required = true) const {
+        auto* v = o.if_contains(key);
+        if (!v) return required ? std::optional<std::string>("missing field '" + std::string(key) + "'") : std::nullopt;
+        if (v->is_int64()) { out = v->get_int64(); return std::nullopt; }
+        if (v->is_uint64()) return "field '" + std::string(key) + "' is out of range";
+        return "field '" + std::string(key) + "' must be an integer";
+    }
+
+    std::optional<std::string> conv(std::string& out) const {
+        if (auto e = str("conv", out)) return e;
+        if (!valid_id(out)) return std::string("field 'conv' must be 1-64 characters of [A-Za-z0-9._:-]");
+        return std::nullopt;
+    }
+
+    std::optional<std::string> cmid(std::string& out, std::string_view key = "cmid") const {
+        if (auto e = str(key, out)) return e;
+        auto n = utf8_code_points(out);
+        if (!n || *n < b.min_cmid_chars || *n > b.max_cmid_chars || out.find('\0') != std::string::npos)
+            return "field '" + std::string(key) + "' must be 1-64 characters";
+        return std::nullopt;
+    }
+
+    /// The page window shared by sync and history: optional `limit` (>= 1,
+    /// cut to max_sync_limit) and optional `epoch` (any integer: one that is
+    /// not the conversation's epoch, 0 included, is EPOCH_CHANGED in the store).
+    std::optional<std::string> window(std::int64_t& limit, std::optional<std::int64_t>& epoch) const {
+        if (auto e = integer("limit", limit, false)) return e;
+        if (limit < b.min_limit) return std::string("field 'limit' must be >= 1");
+        if (limit > max_sync_limit) limit = max_sync_limit;
+        if (o.contains("epoch")) {
+            std::int64_t ep = 0;
+            if (auto e = integer("epoch", ep)) return e;
+            epoch = ep;
+        }
+        return std::nullopt;
+    }
+};
+
+std::variant<Request, Error> parse_body(std::string_view t, const json::object& o, const FieldBounds& b) {
+    Fields f{o, b};
+    auto bad = [](std::string m) -> std::variant<Request, Error> { return invalid(std::move(m)); };
+
+    if (t == "hello") {
+        req::Hello r;
+        if (auto e = f.str("token", r.token)) return bad(*e);
+        if (auto e = f.str("install", r.install)) return bad(*e);
+        // An empty or over-long token is a bad credential, not a malformed
+        // request: UNAUTHENTICATED and close (api.cpp), like an unknown one.
+        if (!valid_id(r.install)) return bad("field 'install' must be 1-64 characters of [A-Za-z0-9._:-]");
+        return r;
+    }
+    if (t == "send") {
+        req::Send r;
+        if (auto e = f.conv(r.conv)) return bad(*e);
+        if (auto e = f.cmid(r.cmid)) return bad(*e);
+        if (auto e = f.str("body", r.body)) return bad(*e);
+        auto n = utf8_code_points(r.body);
+        if (!n) return bad("field 'body' must be valid UTF-8");
+        if (*n < b.min_body_code_points || *n > b.max_body_code_points) return bad("field 'body' must be 1-4000 code points");
+        if (r.body.find('\0') != std::string::npos) return bad("field 'body' must not contain U+0000");
+        if (o.contains("prev")) {
+            if (auto e = f.cmid(r.prev, "prev")) return bad(*e);
+            if (r.prev == r.cmid) return bad("field 'prev' must name another message than 'cmid'");
+        }
+        return r;
+    }
+    if (t == "sync") {
+        req::Sync r;
+        if (auto e = f.conv(r.conv)) return bad(*e);
+        if (auto e = f.integer("after", r.after)) return bad(*e);
+        if (r.after < b.min_after) return bad("field 'after' must be >= 0");
+        if (auto e = f.window(r.limit, r.epoch)) return bad(*e);
+        return r;
+    }
+    if (t == "ack" || t == "read" || t == "fetch") {
+        std::string conv;
+        std::int64_t seq = 0;
+        if (auto e = f.conv(conv)) return bad(*e);
+        if (auto e = f.integer("seq", seq)) return bad(*e);
+        // Any seq: no event has seq < 1, so the store answers NOT_FOUND
+        // (contract section 9 bounds only sync, history and convs).
+        if (t == "fetch") return req::Fetch{std::move(conv), seq};
+        if (seq < 0) return bad("field 'seq' must be >= 0");
+        if (t == "ack") return req::Ack{std::move(conv), seq};
+        return req::Read{std::move(conv), seq};
+    }
+    if (t == "recall") {
+        req::Recall r;
+        if (auto e = f.conv(r.conv)) return bad(*e);
+        if (auto e = f.integer("target", r.target)) return bad(*e);
+        if (auto e = f.cmid(r.cmid)) return bad(*e);
+        return r;
+    }
+    if (t == "history") {
+        req::History r;
+        if (auto e = f.conv(r.conv)) return bad(*e);
+        if (auto e = f.integer("before", r.before)) return bad(*e);
+        if (r.before < 0) return bad("field 'before' must be >= 0");
+        if (auto e = f.window(r.limit, r.epoch)) return bad(*e);
+        return r;
+    }
+    if (t == "convs") {
+        req::Convs r;
+        if (o.contains("after")) {
+            if (auto e = f.str("after", r.after)) return bad(*e);
+            if (!r.after.empty() && !valid_id(r.after))
+                return bad("field 'after' must be a conversation id (1-64 characters of [A-Za-z0-9._:-])");
+        }
+        if (auto e = f.integer("limit", r.limit, false)) return bad(*e);
+        if (r.limit < b.min_limit) return bad("field 'limit' must be >= 1");
+        if (r.limit > max_convs_limit) r.limit = max_convs_limit;
+        return r;
+    }
+    if (t == "sub") return req::Sub{};
+    if (t == "refresh") {
+        req::Refresh r;
+        if (auto e = f.str("token", r.token)) return bad(*e); // any string: a bad one is UNAUTHENTICATED
+        return r;
+    }
+    // Echoed only when short: a 64 KiB `t` must not make a reply past the
+    // frame limit (an error reply is a server frame, <= 64 KiB).
+    if (t.size() > max_echoed_type_bytes) return bad("unknown request type (not echoed: longer than 32 bytes)");
+    return bad("unknown request type '" + std::string(t) + "'");
+}
+
+json::object event_json(const Event& ev) {
+    json::object o;
+    o["conv"] = ev.conv;
+    o["seq"] = ev.seq;
+    o["mid"] = ev.mid;
+    o["kind"] = ev.kind;
+    o["sender"] = ev.sender;
+    if (ev.body) o["body"] = *ev.body;
+    if (ev.target) o["target"] = *ev.target;
+    if (ev.user) o["user"] = *ev.user;
+    if (ev.cmid) o["cmid"] = *ev.cmid;
+    o["ts"] = ev.ts;
+    o["epoch"] = ev.epoch;
+    return o;
+}
+
+json::object conv_info_json(const ConvInfo& c) {
+    return json::object{{"conv", c.conv},       {"kind", c.kind},   {"head", c.head},   {"delivered", c.delivered},
+                        {"read", c.read},       {"unread", c.unread}, {"epoch", c.epoch}, {"min_seq", c.min_seq}};
+}
+
+std::string finish(json::object o, const std::optional<std::string>& rid) {
+    if (rid) o["rid"] = *rid;
+    return json::serialize(o);
+}
+
+} // namespace
+
+bool valid_id(std::string_view id) {
+    if (id.empty() || id.size() > max_id_chars) return false;
+    for (char c : id) {
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == ':' || c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+std::optional<std::size_t> utf8_code_points(std::string_view s) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < s.size();) {
+        auto c = static_cast<unsigned char>(s[i]);
+        std::size_t len;
+        std::uint32_t cp;
+        if (c < 0x80) { len = 1; cp = c; }
+        else if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+        else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+        else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+        else return std::nullopt;
+        if (i + len > s.size()) return std::nullopt;
+        for (std::size_t k = 1; k < len; ++k) {
+            auto cc = static_cast<unsigned char>(s[i + k]);
+            if ((cc & 0xC0) != 0x80) return std::nullopt;
+            cp = (cp << 6) | (cc & 0x3F);
+        }
+        // Reject overlong forms, surrogates and values past U+10FFFF.
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+            return std::nullopt;
+        i += len;
+        ++n;
+    }
+    return n;
+}
+
+std::string_view request_name(const Request& r) {
+    static constexpr std::string_view names[] = {"hello", "send", "sync", "ack", "read",
+                                                 "recall", "convs", "fetch", "sub", "history", "refresh"};
+    return names[r.index()];
+}
+
+Parsed parse_request(std::string_view frame, const FieldBounds& bounds) {
+    Parsed p;
+    json::error_code ec;
+    json::value v = json::parse(frame, ec);
+    if (ec || !v.is_object()) {
+        p.body = invalid("frame must be one JSON object");
+        return p;
+    }
+    const auto& o = v.get_object();
+    if (auto* rid = o.if_contains("rid")) {
+        if (!rid->is_string()) { p.body = invalid("field 'rid' must be a string"); return p; }
+        // Characters (code points), as the contract says, not bytes.
+        const auto chars = utf8_code_points(std::string_view(rid->get_string()));
+        if (!chars || *chars > max_rid_chars) { p.body = invalid("field 'rid' must be at most 64 characters"); return p; }
+        p.rid = std::string(rid->get_string());
+    }
+    auto* t = o.if_contains("t");
+    if (!t || !t->is_string()) {
+        p.body = invalid("missing string field 't'");
+        return p;
+    }
+    static constexpr std::string_view known[] = {"hello", "send", "sync", "ack", "read",
+                                                 "recall", "convs", "fetch", "sub", "history", "refresh"};
+    std::string_view tv = t->get_string();
+    p.type = "other";
+    for (auto k : known)
+        if (tv == k) p.type = std::string(k);
+    p.body = parse_body(tv, o, bounds);
+    return p;
+}
+
+std::string encode_error(const Error& e, const std::optional<std::string>& rid) {
+    json::object o;
+    o["t"] = "error";
+    o["code"] = code_name(e.code);
+    o["msg"] = e.msg;
+    return finish(std::move(o), rid);
+}
+
+std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) {
+    json::object o;
+    std::visit(
+        [&](const auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, Welcome>) {
+                o["t"] = "welcome"; o["user"] = x.user; o["device"] = x.device;
+                o["gateway"] = x.gateway; o["server_time"] = x.server_time;
+            } else if constexpr (std::is_same_v<T, Sent>) {
+                o["t"] = "sent"; o["conv"] = x.conv; o["seq"] = x.seq; o["mid"] = x.mid;
+                o["dup"] = x.dup; o["epoch"] = x.epoch;
+            } else if constexpr (std::is_same_v<T, Page>) {
+                o["t"] = "page"; o["conv"] = x.conv;
+                json::array evs;
+                evs.reserve(x.events.size());
+                for (const auto& ev : x.events) evs.push_back(event_json(ev));
+                o["events"] = std::move(evs);
+                o["next_after"] = x.next_after; o["has_more"] = x.has_more; o["head"] = x.head;
+                o["min_seq"] = x.min_seq; o["trimmed"] = x.trimmed; o["epoch"] = x.epoch;
+            } else if constexpr (std::is_same_v<T, HistoryPage>) {
+                o["t"] = "page"; o["conv"] = x.conv;
+                json::array evs;
+                evs.reserve(x.events.size());
+                for (const auto& ev : x.events) evs.push_back(event_json(ev));
+                o["events"] = std::move(evs);
+                o["oldest"] = x.oldest; o["has_older"] = x.has_older; o["head"] = x.head;
+                o["min_seq"] = x.min_seq; o["trimmed"] = x.trimmed; o["epoch"] = x.epoch;
+            } else if constexpr (std::is_same_v<T, Acked>) {
+                o["t"] = "acked"; o["conv"] = x.conv; o["delivered"] = x.delivered;
+            } else if constexpr (std::is_same_v<T, ReadOk>) {
+                o["t"] = "read_ok"; o["conv"] = x.conv; o["read"] = x.read;
+            } else if constexpr (std::is_same_v<T, Recalled>) {
+                o["t"] = "recalled"; o["conv"] = x.conv; o["seq"] = x.seq; o["dup"] = x.dup;
+            } else if constexpr (std::is_same_v<T, ConvList>) {
+                o["t"] = "convs";
+                json::array a;
+                for (const auto& c : x.convs) a.push_back(conv_info_json(c));
+                o["convs"] = std::move(a);
+                o["next_after"] = x.next_after; o["has_more"] = x.has_more;
+            } else if constexpr (std::is_same_v<T, Fetched>) {
+                o["t"] = "fetched"; o["ev"] = event_json(x.ev);
+            } else if constexpr (std::is_same_v<T, Subscribed>) {
+                o["t"] = "subscribed";
+            } else if constexpr (std::is_same_v<T, Refreshed>) {
+                o["t"] = "refreshed"; o["exp"] = x.exp;
+            }
+        },
+        r);
+    return finish(std::move(o), rid);
+}
+
+std::size_t encoded_size(const Event& ev) { return json::serialize(event_json(ev)).size() + 1; }
+std::size_t encoded_size(const ConvInfo& c) { return json::serialize(conv_info_json(c)).size() + 1; }
+
+std::string encode_event_push(const Event& ev) {
+    return json::serialize(json::object{{"t", "event"}, {"ev", event_json(ev)}});
+}
+
+std::string encode_hint(std::string_view conv, std::int64_t head, std::int64_t epoch,
+                        std::optional<std::int64_t> read) {
+    json::object o{{"t", "hint"}, {"conv", conv}, {"head", head}, {"epoch", epoch}};
+    if (read) o["read"] = *read;
+    return json::serialize(o);
+}
+
+std::string encode_resync() { return json::serialize(json::object{{"t", "resync"}}); }
+
+std::string encode_goaway(std::string_view reason, std::optional<std::int64_t> retry_ms) {
+    json::object o{{"t", "goaway"}, {"reason", reason}};
+    if (retry_ms) o["retry_ms"] = *retry_ms;
+    return json::serialize(o);
+}
+
+std::string encode_token_expiring(std::int64_t exp_ms) {
+    return json::serialize(json::object{{"t", "token_expiring"}, {"exp", exp_ms}});
+}
+
+} // namespace im

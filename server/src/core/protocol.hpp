@@ -1,0 +1,156 @@
+// The wire codec: JSON text frame <-> typed requests and replies.
+// Pure (no sockets, no database), so it is tested with tables of frames.
+// Every limit of contract section 9 is enforced here and only here.
+#pragma once
+
+#include "core/errors.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace im {
+
+inline constexpr std::size_t max_frame_bytes = 64 * 1024;
+/// An unknown request type is echoed in its error only up to this length.
+inline constexpr std::size_t max_echoed_type_bytes = 32;
+inline constexpr std::size_t max_rid_chars = 64;
+inline constexpr std::size_t max_cmid_chars = 64;
+inline constexpr std::size_t max_body_code_points = 4000;
+inline constexpr std::size_t max_id_chars = 64; // conv ids, install ids
+/// hello.token and refresh.token: a random device token or a JWT.
+inline constexpr std::size_t max_token_chars = 4096;
+inline constexpr std::int64_t default_sync_limit = 50;
+inline constexpr std::int64_t max_sync_limit = 200;
+inline constexpr std::int64_t default_convs_limit = 100;
+inline constexpr std::int64_t max_convs_limit = 500;
+/// Room kept in every page for its envelope (type, conv, cursors, a rid of
+/// up to 64 characters even when each is escaped as \uXXXX): the items of a
+/// page may use max_frame_bytes - frame_envelope_reserve bytes together.
+inline constexpr std::size_t frame_envelope_reserve = 2048;
+inline constexpr std::size_t page_item_budget = max_frame_bytes - frame_envelope_reserve;
+
+namespace req {
+struct Hello { std::string token, install; };
+// `prev` (optional, empty when absent): the cmid of the caller's previous
+// message in this conversation, which must be committed before this one may
+// be (pipelined sends keep their order; docs/protocol.md, "Send").
+struct Send { std::string conv, cmid, body, prev; };
+struct Sync { std::string conv; std::int64_t after = 0; std::int64_t limit = default_sync_limit; std::optional<std::int64_t> epoch; };
+struct Ack { std::string conv; std::int64_t seq = 0; };
+struct Read { std::string conv; std::int64_t seq = 0; };
+struct Recall { std::string conv; std::int64_t target = 0; std::string cmid; };
+struct History { std::string conv; std::int64_t before = 0; std::int64_t limit = default_sync_limit; std::optional<std::int64_t> epoch; };
+struct Convs { std::string after; std::int64_t limit = default_convs_limit; };
+struct Fetch { std::string conv; std::int64_t seq = 0; };
+struct Sub {};
+/// A new JWT for the open connection (contract section 4a).
+struct Refresh { std::string token; };
+} // namespace req
+
+using Request = std::variant<req::Hello, req::Send, req::Sync, req::Ack, req::Read,
+                             req::Recall, req::Convs, req::Fetch, req::Sub, req::History, req::Refresh>;
+
+/// The request type name as it appears in `t` (for metrics and logs).
+std::string_view request_name(const Request& r);
+
+struct Parsed {
+    std::optional<std::string> rid;       // echoed on the reply when readable
+    std::string type;                     // `t` when readable, for metrics
+    std::variant<Request, Error> body;
+};
+
+/// The field bounds of contract section 9 that parse_request checks. The
+/// contract's are the only ones production uses; the acceptance lab's
+/// negative control `rule.limits` (ws_session.cpp, behind --enable-faults)
+/// parses with looser ones to prove 04-limits sees a server that accepts
+/// what it must refuse.
+struct FieldBounds {
+    std::size_t min_cmid_chars = 1, max_cmid_chars = im::max_cmid_chars;
+    std::size_t min_body_code_points = 1, max_body_code_points = im::max_body_code_points;
+    std::int64_t min_limit = 1;  // sync, history, convs
+    std::int64_t min_after = 0;  // sync
+};
+inline constexpr FieldBounds contract_bounds{};
+
+/// Parses and validates one text frame.
+Parsed parse_request(std::string_view frame, const FieldBounds& bounds = contract_bounds);
+
+/// Validation helpers, exposed for the admin CLI and tests.
+bool valid_id(std::string_view id);                       // [A-Za-z0-9._:-]{1,64}
+std::optional<std::size_t> utf8_code_points(std::string_view s); // nullopt if invalid
+
+// ---- replies and pushes -------------------------------------------------
+
+struct Event {
+    std::string conv;
+    std::int64_t seq = 0;
+    std::string mid;
+    std::string kind;                      // msg | recall | join | leave
+    std::string sender;
+    std::optional<std::string> body;       // msg
+    std::optional<std::int64_t> target;    // recall
+    std::optional<std::string> user;       // join | leave
+    std::optional<std::string> cmid;       // msg | recall: the sender's request key
+    std::int64_t ts = 0;                   // database commit clock, ms
+    std::int64_t epoch = 1;
+};
+
+struct Welcome { std::string user, device, gateway; std::int64_t server_time = 0; };
+struct Sent { std::string conv; std::int64_t seq = 0; std::string mid; bool dup = false; std::int64_t epoch = 1; };
+struct Page {
+    std::string conv;
+    std::vector<Event> events;
+    std::int64_t next_after = 0;
+    bool has_more = false;
+    std::int64_t head = 0;
+    std::int64_t min_seq = 1;
+    bool trimmed = false;
+    std::int64_t epoch = 1;
+};
+/// A `history` page: same frame type as sync's, with `oldest`/`has_older`.
+struct HistoryPage {
+    std::string conv;
+    std::vector<Event> events;
+    std::int64_t oldest = 0;
+    bool has_older = false;
+    std::int64_t head = 0;
+    std::int64_t min_seq = 1;
+    bool trimmed = false;
+    std::int64_t epoch = 1;
+};
+struct Acked { std::string conv; std::int64_t delivered = 0; };
+struct ReadOk { std::string conv; std::int64_t read = 0; };
+struct Recalled { std::string conv; std::int64_t seq = 0; bool dup = false; };
+struct ConvInfo {
+    std::string conv, kind;
+    std::int64_t head = 0, delivered = 0, read = 0, unread = 0, epoch = 1, min_seq = 1;
+};
+struct ConvList { std::vector<ConvInfo> convs; std::string next_after; bool has_more = false; };
+struct Fetched { Event ev; };
+struct Subscribed {};
+struct Refreshed { std::int64_t exp = 0; }; // the new token's `exp`, ms
+
+using Reply = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, ConvList, Fetched, Subscribed, HistoryPage,
+                           Refreshed>;
+
+std::string encode_reply(const Reply& r, const std::optional<std::string>& rid);
+std::string encode_error(const Error& e, const std::optional<std::string>& rid);
+
+/// Bytes an item takes inside a page's list (its JSON plus a separator):
+/// the store cuts pages with these so no frame passes max_frame_bytes.
+std::size_t encoded_size(const Event& ev);
+std::size_t encoded_size(const ConvInfo& c);
+
+std::string encode_event_push(const Event& ev);
+std::string encode_hint(std::string_view conv, std::int64_t head, std::int64_t epoch,
+                        std::optional<std::int64_t> read);
+std::string encode_resync();
+std::string encode_goaway(std::string_view reason, std::optional<std::int64_t> retry_ms);
+/// {"t":"token_expiring","exp":<ms>}: the connection's JWT runs out at exp.
+std::string encode_token_expiring(std::int64_t exp_ms);
+
+} // namespace im

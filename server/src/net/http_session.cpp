@@ -1,0 +1,232 @@
+#include "net/http_session.hpp"
+
+#include "net/backend_api.hpp"
+#include "net/gateway.hpp"
+#include "core/log.hpp"
+#include "net/ws_session.hpp"
+
+#include <array>
+#include <chrono>
+#include <functional>
+
+namespace im {
+
+namespace {
+
+std::variant<beast::tcp_stream, tls_stream> make_stream(tcp::socket&& socket, ssl::context* tls) {
+    if (tls) return std::variant<beast::tcp_stream, tls_stream>(std::in_place_type<tls_stream>, std::move(socket), *tls);
+    return std::variant<beast::tcp_stream, tls_stream>(std::in_place_type<beast::tcp_stream>, std::move(socket));
+}
+
+} // namespace
+
+HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, BackendApi* api, bool metrics_only,
+                         bool http_slot)
+    : tls_(gw->tls() && !metrics_only ? gw->tls()->current() : nullptr),
+      stream_(make_stream(std::move(socket), tls_.get())), gw_(std::move(gw)), api_(api), metrics_only_(metrics_only),
+      http_slot_(http_slot) {
+    beast::error_code ec;
+    auto ep = with_stream([&](auto& s) { return beast::get_lowest_layer(s).socket().remote_endpoint(ec); });
+    if (!ec) address_ = ep.address().to_string();
+}
+
+HttpSession::~HttpSession() {
+    if (http_slot_) gw_->put_http_slot();
+}
+
+// GET /metrics where --metrics-listen puts it.
+bool HttpSession::serves_metrics() const {
+    const auto& where = gw_->config().metrics_listen;
+    if (metrics_only_) return true;
+    return api_ ? where == "api" : where == "public";
+}
+
+void HttpSession::metrics(const http::request<http::string_body>& req) {
+    auto& p = gw_->pool();
+    gw_->metrics().db_timeouts = p.watchdog().fired();
+    respond(req, http::status::ok, gw_->metrics().render(p.in_use(), p.size(), p.queued()), "text/plain; version=0.0.4");
+}
+
+void HttpSession::run() {
+    auto exec = with_stream([](auto& s) { return s.get_executor(); });
+    net::dispatch(exec, [self = shared_from_this()] {
+        if (auto* tls = std::get_if<tls_stream>(&self->stream_)) {
+            beast::get_lowest_layer(*tls).expires_after(std::chrono::seconds(30));
+            tls->async_handshake(ssl::stream_base::server, self->buffer_.data(),
+                                 beast::bind_front_handler(&HttpSession::on_handshake, self));
+            return;
+        }
+        self->do_read();
+    });
+}
+
+void HttpSession::on_handshake(beast::error_code ec, std::size_t used) {
+    if (ec) {
+        ++gw_->metrics().tls_handshake_failures;
+        log_info("tls_handshake_failed", {{"err", ec.message()}});
+        return;
+    }
+    buffer_.consume(used);
+    do_read();
+}
+
+void HttpSession::do_read() {
+    parser_.emplace();
+    parser_->body_limit(api_ ? api_max_body_bytes : 8 * 1024);
+    with_stream([this](auto& s) {
+        beast::get_lowest_layer(s).expires_after(std::chrono::seconds(30));
+        http::async_read(s, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+    });
+}
+
+void HttpSession::on_read(beast::error_code ec, std::size_t) {
+    if (api_) return on_api_read(ec);
+    if (ec) return fail(ec, "http_read");
+    auto req = parser_->release();
+    if (metrics_only_) {
+        if (req.method() == http::verb::get && req.target() == "/metrics") return metrics(req);
+        return respond(req, http::status::not_found, "not found\n");
+    }
+    if (websocket::is_upgrade(req)) {
+        if (req.target() != "/v1/ws" || gw_->draining()) return respond(req, http::status::not_found, "not found\n");
+        with_stream([](auto& s) { beast::get_lowest_layer(s).expires_never(); });
+        // Upgraded: the WebSocket caps take over from the pre-upgrade one.
+        if (http_slot_) {
+            http_slot_ = false;
+            gw_->put_http_slot();
+        }
+        if (auto* tls = std::get_if<tls_stream>(&stream_))
+            std::make_shared<WsSession>(std::move(*tls), tls_, gw_)->run(std::move(req));
+        else
+            std::make_shared<WsSession>(std::get<beast::tcp_stream>(stream_).release_socket(), gw_)->run(std::move(req));
+        return;
+    }
+    auto target = std::string(req.target());
+    if (req.method() == http::verb::get && target == "/healthz") return respond(req, http::status::ok, "ok\n");
+    if (req.method() == http::verb::get && target == "/metrics" && serves_metrics()) return metrics(req);
+    if (req.method() == http::verb::get && target == "/readyz") return readyz(std::move(req));
+    if (gw_->faults().enabled() && target == "/lab/fault" && req.method() == http::verb::post && from_loopback()) {
+        std::string spec = req.body();
+        while (!spec.empty() && (spec.back() == '\n' || spec.back() == '\r' || spec.back() == ' ')) spec.pop_back();
+        if (spec == "off") {
+            gw_->faults().clear();
+            return respond(req, http::status::ok, "cleared\n");
+        }
+        if (auto e = gw_->faults().arm(spec)) return respond(req, http::status::bad_request, *e + "\n");
+        log_warn("fault_armed", {{"spec", spec}});
+        return respond(req, http::status::ok, "armed\n");
+    }
+    respond(req, http::status::not_found, "not found\n");
+}
+
+// The backend API's listener: its routes only (no WebSocket, no lab endpoint).
+void HttpSession::on_api_read(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+        const auto& h = parser_->get();
+        return api_respond(h.version(), false, BackendApi::too_large());
+    }
+    if (ec) return fail(ec, "api_read");
+    auto req = parser_->release();
+    if (req.method() == http::verb::get && req.target() == "/metrics" && serves_metrics()) {
+        // --metrics-listen api: the backend's network scrapes it here.
+        auto res = std::make_shared<http::response<http::string_body>>(http::status::ok, req.version());
+        auto& p = gw_->pool();
+        gw_->metrics().db_timeouts = p.watchdog().fired();
+        res->set(http::field::server, "imserver");
+        res->set(http::field::content_type, "text/plain; version=0.0.4");
+        res->keep_alive(req.keep_alive());
+        res->body() = gw_->metrics().render(p.in_use(), p.size(), p.queued());
+        res->prepare_payload();
+        return write(std::move(res));
+    }
+    const unsigned version = req.version();
+    const bool keep_alive = req.keep_alive();
+    auto exec = with_stream([](auto& s) { return s.get_executor(); });
+    api_->handle(std::move(req), address_, [self = shared_from_this(), exec, version, keep_alive](ApiReply r) {
+        net::post(exec, [self, version, keep_alive, r = std::move(r)]() mutable {
+            self->api_respond(version, keep_alive, std::move(r));
+        });
+    });
+}
+
+void HttpSession::api_respond(unsigned version, bool keep_alive, ApiReply reply) {
+    auto res = std::make_shared<http::response<http::string_body>>(reply.status, version);
+    res->set(http::field::server, "imserver");
+    res->set(http::field::content_type, "application/json");
+    res->set(http::field::cache_control, "no-store");
+    for (auto& [field, value] : reply.headers) res->set(field, value);
+    res->keep_alive(keep_alive);
+    res->body() = std::move(reply.body);
+    res->prepare_payload();
+    write(std::move(res));
+}
+
+// The lab endpoint answers only local callers, whatever --listen says.
+bool HttpSession::from_loopback() {
+    beast::error_code ec;
+    auto ep = with_stream([&](auto& s) { return beast::get_lowest_layer(s).socket().remote_endpoint(ec); });
+    return !ec && ep.address().is_loopback();
+}
+
+// At most one database check a second (Gateway::readiness): /readyz is
+// unauthenticated, and each check would take a database worker.
+void HttpSession::readyz(http::request<http::string_body> req) {
+    auto self = shared_from_this();
+    auto shared_req = std::make_shared<http::request<http::string_body>>(std::move(req));
+    auto exec = with_stream([](auto& s) { return s.get_executor(); });
+    gw_->readiness([self, shared_req, exec](bool ready, const char* why) {
+        std::string body = std::string(why) + "\n";
+        net::post(exec, [self, shared_req, ready, body = std::move(body)]() mutable {
+            self->respond(*shared_req, ready ? http::status::ok : http::status::service_unavailable, std::move(body));
+        });
+    });
+}
+
+void HttpSession::respond(const http::request<http::string_body>& req, http::status status, std::string body,
+                          const char* type) {
+    auto res = std::make_shared<http::response<http::string_body>>(status, req.version());
+    res->set(http::field::server, "imserver");
+    res->set(http::field::content_type, type);
+    res->keep_alive(req.keep_alive());
+    res->body() = std::move(body);
+    res->prepare_payload();
+    write(std::move(res));
+}
+
+void HttpSession::write(std::shared_ptr<http::response<http::string_body>> res) {
+    with_stream([&](auto& s) {
+        http::async_write(s, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+            if (ec) return fail(ec, "http_write");
+            if (!res->keep_alive()) return self->close();
+            self->do_read();
+        });
+    });
+}
+
+void HttpSession::close() {
+    if (auto* tls = std::get_if<tls_stream>(&stream_)) {
+        beast::get_lowest_layer(*tls).expires_after(std::chrono::seconds(5));
+        tls->async_shutdown([self = shared_from_this()](beast::error_code) {});
+        return;
+    }
+    beast::error_code ignored;
+    auto& plain = std::get<beast::tcp_stream>(stream_);
+    plain.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    if (!api_) return;
+    // The API may close with a request body unread (413): read it away
+    // until the client closes (at most 5 s), so the close sends no RST that
+    // could destroy the answer before the client read it.
+    plain.expires_after(std::chrono::seconds(5));
+    auto sink = std::make_shared<std::array<char, 4096>>();
+    auto drain = std::make_shared<std::function<void(beast::error_code, std::size_t)>>();
+    *drain = [self = shared_from_this(), sink, drain](beast::error_code ec, std::size_t) {
+        if (ec) {
+            *drain = nullptr; // break the cycle
+            return;
+        }
+        std::get<beast::tcp_stream>(self->stream_).async_read_some(net::buffer(*sink), *drain);
+    };
+    (*drain)({}, 0);
+}
+
+} // namespace im

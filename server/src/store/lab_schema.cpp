@@ -1,0 +1,96 @@
+#include "store/lab_schema.hpp"
+
+#include "core/log.hpp"
+#include "store/migrations.hpp"
+
+#include <stdexcept>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace im {
+
+namespace {
+
+struct Edit {
+    std::string_view from, to;
+};
+
+struct Variant {
+    std::string_view point; // the fault point that selects it ("" for no_lock)
+    std::string_view name;  // im_lab_send_<name>
+    std::vector<Edit> edits;
+};
+
+const std::vector<Variant>& variants() {
+    static const std::vector<Variant> list = {
+        // a stranger (no period, or no open one) may write (C4)
+        {"rule.send_membership", "send_membership",
+         {{"         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)\n",
+           ""},
+          {"IF NOT k.open THEN", "IF false THEN"}}},
+        // an unknown conversation answers NO_SUCH_CONV, not NOT_MEMBER (C4: no existence oracle)
+        {"rule.same_error", "same_error",
+         {{"            run_code[g] := 'NOT_MEMBER';",
+           "            run_code[g] := CASE WHEN EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_convs[g]) "
+           "THEN 'NOT_MEMBER' ELSE 'NO_SUCH_CONV' END;"}}},
+        // a reused cmid is a duplicate whatever its body (C1)
+        {"rule.request_hash", "request_hash",
+         {{"IF k.o_hash = k.fp THEN", "IF true THEN"}, {"IF a_fp[j] = k.fp THEN", "IF true THEN"}}},
+        // a fresh append is answered dup:true
+        {"rule.fresh_dup", "fresh_dup", {{"a_dup[k.i] := false;", "a_dup[k.i] := true;"}}},
+        // a send is appended though the message its `prev` names is not
+        {"rule.send_prev", "send_prev",
+         {{"IF NOT (k.prev_ok OR key_new[k.prev_at] IS NOT NULL) THEN", "IF false THEN"}}},
+        // the request-key lookup skipped: a repeated (conv, sender, cmid) is
+        // judged as a fresh send and inserts a second event (C1; with
+        // events_idempotency in place the second insert meets the index)
+        {"rule.send_dedup", "send_dedup",
+         {{"IF k.o_seq IS NOT NULL THEN", "IF false THEN"}, {"IF j IS NOT NULL THEN", "IF false THEN"}}},
+        // --lab-no-unique-index: check-then-insert without the row lock (the
+        // counters' UPDATE takes it only after the keys were checked)
+        {"", "no_lock", {{"FOR UPDATE OF cv SKIP LOCKED FOR SHARE OF d", "FOR SHARE OF d"}}},
+    };
+    return list;
+}
+
+void replace_once(std::string& sql, std::string_view from, std::string_view to, std::string_view variant) {
+    const auto at = sql.find(from);
+    if (at == std::string::npos || sql.find(from, at + 1) != std::string::npos)
+        throw std::runtime_error("lab variant " + std::string(variant) + ": schema/functions/im_send.sql no longer has '" +
+                                 std::string(from) + "' exactly once");
+    sql.replace(at, from.size(), to);
+}
+
+std::string variant_sql(const Variant& v) {
+    std::string sql;
+    for (const auto& f : all_functions())
+        if (f.name == "im_send") sql = f.sql;
+    if (sql.empty()) throw std::runtime_error("schema/functions/im_send.sql is not embedded");
+    replace_once(sql, "FUNCTION im_send(", "FUNCTION im_lab_send_" + std::string(v.name) + "(", v.name);
+    for (const auto& e : v.edits) replace_once(sql, e.from, e.to, v.name);
+    return sql;
+}
+
+} // namespace
+
+void install_lab_send_functions(pqxx::connection_base& c) {
+    pqxx::work tx(c);
+    lock_schema(tx); // gateways of one lab start together
+    for (const auto& v : variants()) tx.exec(variant_sql(v));
+    tx.commit();
+    log_warn("lab_send_functions_installed", {{"count", static_cast<int>(variants().size())}});
+}
+
+std::string lab_send_function(FaultRegistry& faults, bool no_lock) {
+    std::string chosen = no_lock ? "no_lock" : "";
+    for (const auto& v : variants()) {
+        if (v.point.empty() || !faults.broken(v.point)) continue;
+        if (!chosen.empty()) throw std::runtime_error("lab: one broken send rule at a time (" + chosen + ", " +
+                                                      std::string(v.name) + ")");
+        chosen = v.name;
+    }
+    return chosen.empty() ? std::string("im_send") : "im_lab_send_" + chosen;
+}
+
+} // namespace im

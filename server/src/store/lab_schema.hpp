@@ -1,0 +1,29 @@
+// The acceptance lab's broken variants of the send function (its negative
+// controls of the send rules, docs/acceptance.md). Production SQL carries no
+// lab switch: schema/functions/im_send.sql reads no setting. Each variant is
+// a separate function, im_lab_send_<rule>, derived from that file's text by
+// exact text edits of the rule's places (each must match exactly once), and installed only by a gateway started with
+// --enable-faults into a database the lab created (lab_marker). A gateway
+// without --enable-faults never calls one; a setting in the --db URL,
+// PGOPTIONS or ALTER ROLE/DATABASE SET cannot select one.
+#pragma once
+
+#include "core/faults.hpp"
+
+#include <string>
+
+#include <pqxx/pqxx>
+
+namespace im {
+
+/// Creates (or replaces) every im_lab_send_<rule> variant, under the schema
+/// lock. Throws when an edit no longer matches im_send.sql exactly once.
+void install_lab_send_functions(pqxx::connection_base& c);
+
+/// The send function for this call: "im_send", or the variant that breaks
+/// the armed rule.send_* point (consumes one COUNT of it), or, with
+/// `no_lock` (--lab-no-unique-index), the variant without the row lock.
+/// Throws when two are asked for at once (the lab arms one at a time).
+std::string lab_send_function(FaultRegistry& faults, bool no_lock);
+
+} // namespace im

@@ -1,0 +1,71 @@
+// What one session's requests need from storage: the request handler's
+// (api.hpp) only door to the database. One call per request, each a contract
+// outcome, the same as Store's (store.hpp documents the rules).
+//
+// Production uses PgSessionStore, the Store on one pooled connection. The
+// seam exists so the handler can also run against an in-memory model of the
+// contract (tests/fuzz/memory_store.hpp, the stateful fuzz target), without
+// PostgreSQL; a nullptr SessionStore means "the database is unreachable".
+#pragma once
+
+#include "core/protocol.hpp"
+#include "store/store.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace im {
+
+class SessionStore {
+public:
+    virtual ~SessionStore() = default;
+    virtual Outcome<Identity> hello(const req::Hello& r) = 0;
+    /// hello with a verified JWT's claims (Store::hello_jwt).
+    virtual Outcome<Identity> hello_jwt(const std::string& user, const std::string& device,
+                                        const std::string& install, std::int64_t exp_ms) = 0;
+    /// A run of one connection's sends to one conversation (Store::send_run):
+    /// EMPTY when the conversation's row was held and nothing was written.
+    virtual std::vector<Outcome<Store::SendResult>> send_run(const Identity& who,
+                                                             const std::vector<req::Send>& run) = 0;
+    virtual Outcome<Page> sync(const Identity& who, const req::Sync& r) = 0;
+    virtual Outcome<Fetched> fetch(const Identity& who, const req::Fetch& r) = 0;
+    virtual Outcome<HistoryPage> history(const Identity& who, const req::History& r) = 0;
+    virtual Outcome<ConvList> convs(const Identity& who, const req::Convs& r) = 0;
+    virtual Outcome<Acked> ack(const Identity& who, const req::Ack& r) = 0;
+    /// `notes`: the bus payloads to publish after the commit (a moved marker).
+    virtual Outcome<ReadOk> read(const Identity& who, const req::Read& r, Notes& notes) = 0;
+    virtual Outcome<Recalled> recall(const Identity& who, const req::Recall& r) = 0;
+};
+
+/// The production SessionStore: the Store's transactions on one connection
+/// (a database worker's, borrowed for one request).
+class PgSessionStore final : public SessionStore {
+public:
+    PgSessionStore(Store& store, pqxx::connection_base& c) : store_(store), c_(c) {}
+    Outcome<Identity> hello(const req::Hello& r) override { return store_.hello(c_, r); }
+    Outcome<Identity> hello_jwt(const std::string& user, const std::string& device, const std::string& install,
+                                std::int64_t exp_ms) override {
+        return store_.hello_jwt(c_, user, device, install, exp_ms);
+    }
+    std::vector<Outcome<Store::SendResult>> send_run(const Identity& who, const std::vector<req::Send>& run) override {
+        return store_.send_run(c_, who, run);
+    }
+    Outcome<Page> sync(const Identity& who, const req::Sync& r) override { return store_.sync(c_, who, r); }
+    Outcome<Fetched> fetch(const Identity& who, const req::Fetch& r) override { return store_.fetch(c_, who, r); }
+    Outcome<HistoryPage> history(const Identity& who, const req::History& r) override {
+        return store_.history(c_, who, r);
+    }
+    Outcome<ConvList> convs(const Identity& who, const req::Convs& r) override { return store_.convs(c_, who, r); }
+    Outcome<Acked> ack(const Identity& who, const req::Ack& r) override { return store_.ack(c_, who, r); }
+    Outcome<ReadOk> read(const Identity& who, const req::Read& r, Notes& notes) override {
+        return store_.read(c_, who, r, notes);
+    }
+    Outcome<Recalled> recall(const Identity& who, const req::Recall& r) override { return store_.recall(c_, who, r); }
+
+private:
+    Store& store_;
+    pqxx::connection_base& c_;
+};
+
+} // namespace im

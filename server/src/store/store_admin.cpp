@@ -1,0 +1,334 @@
+// The store's writes other than send: recall (contract section 6) and the
+// operator commands on conversations (create, members, settings, epoch,
+// retention purge). Both append events through the same statement. The
+// admin CLI and the backend API reach the operator commands through the
+// same functions (provisioning.hpp).
+#include "store/store_internal.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace im {
+
+using namespace store_detail;
+
+namespace {
+
+// Appends an event at the conversation's next seq, in one statement: take
+// the seq (bump next_seq), insert the row with its running counts for
+// `unread`, and (for the admin CLI, which has no bus of its own) queue the
+// notification. Gateways publish after COMMIT instead (bus.hpp). The caller
+// holds the conversation row lock, so commit order equals seq order.
+// $1 conv, $2 channel, $3 kind, $4 the fingerprint's argument, $5 sender,
+// $6 cmid, $7 has a body, $8 body, $9 target, $10 subject, $11 notify.
+std::string append_sql(const std::string& fingerprint_sql) {
+    const std::string fp =
+        fingerprint_sql.empty() ? std::string("(CASE WHEN $4::text IS NULL THEN NULL END)::bytea") : fingerprint_sql;
+    return "WITH c AS (UPDATE conversations SET next_seq = next_seq + 1, "
+           "           msg_count = msg_count + CASE WHEN $3 = 'msg' THEN 1 ELSE 0 END "
+           "           WHERE conv_id = $1 RETURNING next_seq - 1 AS seq, msg_count, epoch), "
+           "e AS (INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, request_hash, body, target_seq, "
+           "      subject_user, epoch, msg_ordinal, sender_ordinal) "
+           "      SELECT $1, c.seq, $3, NULLIF($5, ''), NULLIF($6, ''), " + fp +
+           ",      CASE WHEN $7 THEN $8 END, NULLIF($9, '')::bigint, NULLIF($10, ''), c.epoch, c.msg_count, "
+           "      CASE WHEN $3 = 'msg' THEN COALESCE((SELECT p.sender_ordinal FROM events p WHERE p.conv_id = $1 "
+           "           AND p.sender_user = $5 AND p.kind = 'msg' ORDER BY p.seq DESC LIMIT 1), 0) + 1 END "
+           "      FROM c RETURNING seq, mid::text AS mid, " + ts_ms + " AS ts, epoch) "
+           "SELECT seq, mid, ts, epoch, CASE WHEN $11 THEN pg_notify($2, 'e ' || $1 || ' ' || seq) END FROM e";
+}
+
+// Every statement of this part, prepared per connection (prepare_all).
+const Statements& admin_statements() {
+    static const Statements table{
+        {"im_append_recall", append_sql(recall_fp)},
+        {"im_append_admin", append_sql("")},
+        // The conversation row, held until COMMIT (appends are in seq order).
+        {"im_conv_lock", std::string("SELECT ") + conv_columns + " FROM conversations WHERE conv_id = $1 FOR UPDATE"},
+        // A user's membership periods in one conversation.
+        {"im_periods",
+         "SELECT from_seq, to_seq FROM membership_periods WHERE conv_id = $1 AND user_id = $2 ORDER BY from_seq"},
+        {"im_open_period",
+         "SELECT from_seq FROM membership_periods WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL"},
+        // recall: a member at all (no lock taken first, C4).
+        {"im_any_period", "SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 LIMIT 1"},
+        // The caller's device row, held (FOR SHARE, behind the device's gate:
+        // schema/functions/im_device_gate.sql) until the transaction ends, as
+        // im_send does for sends: a revocation or a new token waits for this
+        // transaction, and one that committed first leaves no row.
+        {"im_hold_device",
+         "SELECT coalesce(d.current_install, '') FROM devices d WHERE " + device_valid_where(1, 2, 3) +
+             " AND im_device_gate_shared($1::text) FOR SHARE"},
+        // The request key, as for send, with the recall fingerprint (looked
+        // up through the key's index: OFFSET 0 keeps ORDER BY seq from
+        // choosing a walk of the conversation by primary key, as in im_send).
+        // A key held by a send never matches (C3: another kind of request
+        // is other content, even where the fingerprints' bytes agree). The
+        // send side of this rule is the key lookup in
+        // schema/functions/im_send.sql.
+        {"im_recall_key",
+         std::string("SELECT seq, coalesce(kind = 'recall' AND request_hash = ") + recall_fp +
+             ", false) FROM (SELECT seq, kind, request_hash FROM events WHERE conv_id = $1 AND sender_user = $2 "
+             "AND client_msg_id = $3 OFFSET 0) found ORDER BY seq LIMIT 1"},
+        {"im_tombstone", "SELECT 1 FROM idem_tombstones WHERE conv_id = $1 AND sender_user = $2 AND client_msg_id = $3"},
+        {"im_recall_target",
+         "SELECT kind, sender_user, clock_timestamp() <= created_at + $3 * interval '1 millisecond' "
+         "FROM events WHERE conv_id = $1 AND seq = $2"},
+        {"im_recalled", "SELECT 1 FROM events WHERE conv_id = $1 AND kind = 'recall' AND target_seq = $2"},
+        // Operator commands.
+        {"im_conv_add",
+         "INSERT INTO conversations (conv_id, kind) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1"},
+        {"im_conv_current",
+         "SELECT c.kind, m.user_id FROM conversations c LEFT JOIN membership_periods m "
+         "ON m.conv_id = c.conv_id AND m.to_seq IS NULL WHERE c.conv_id = $1 ORDER BY m.user_id"},
+        {"im_admin_user", "SELECT 1 FROM users WHERE user_id = $1"},
+        {"im_member_open", "INSERT INTO membership_periods (conv_id, user_id, from_seq) VALUES ($1, $2, $3)"},
+        {"im_member_close",
+         "UPDATE membership_periods SET to_seq = $3 WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL"},
+        {"im_set_recall_window", "UPDATE conversations SET recall_window_ms = $2 WHERE conv_id = $1"},
+        {"im_set_push_full_max", "UPDATE conversations SET push_full_max = $2 WHERE conv_id = $1"},
+        {"im_bump_epoch", "UPDATE conversations SET epoch = epoch + 1 WHERE conv_id = $1 RETURNING epoch"},
+        {"im_purge_cutoff_age",
+         "SELECT COALESCE(min(seq), $2) FROM events WHERE conv_id = $1 "
+         "AND created_at > clock_timestamp() - $3 * interval '1 millisecond'"},
+        {"im_purge_tombstones",
+         "INSERT INTO idem_tombstones (conv_id, sender_user, client_msg_id, request_hash, seq) "
+         "SELECT conv_id, sender_user, client_msg_id, request_hash, seq FROM events "
+         "WHERE conv_id = $1 AND seq < $2 AND client_msg_id IS NOT NULL ON CONFLICT DO NOTHING"},
+        {"im_purge_events", "DELETE FROM events WHERE conv_id = $1 AND seq < $2"},
+        {"im_purge_min_seq", "UPDATE conversations SET min_seq = $2 WHERE conv_id = $1"},
+        {"im_all_convs", "SELECT conv_id FROM conversations ORDER BY conv_id"},
+    };
+    return table;
+}
+
+void prepare_admin(pqxx::connection_base& c) { prepare_all(c, admin_statements()); }
+
+struct Appended { std::int64_t seq; std::string mid; std::int64_t ts; std::int64_t epoch; };
+
+// `statement`: im_append_recall (fingerprint of $4) or im_append_admin.
+Appended append_event(pqxx::transaction_base& tx, const char* statement, const std::string& conv,
+                      const std::string& kind, const std::optional<std::string>& sender,
+                      const std::optional<std::string>& cmid, const std::optional<std::string>& body,
+                      std::optional<std::int64_t> target, const std::optional<std::string>& subject,
+                      const std::string& fp_arg, bool notify_in_tx) {
+    auto r = tx.exec_prepared(statement, conv, std::string(notify_channel), kind, fp_arg, sender.value_or(""),
+                              cmid.value_or(""), body.has_value(), body.value_or(""),
+                              target ? std::to_string(*target) : "", subject.value_or(""), notify_in_tx);
+    if (r.empty()) throw std::runtime_error("append: conversation row vanished: " + conv);
+    return {r[0][0].as<std::int64_t>(), r[0][1].c_str(), r[0][2].as<std::int64_t>(), r[0][3].as<std::int64_t>()};
+}
+
+std::optional<ConvRow> lock_conv(pqxx::transaction_base& tx, const std::string& conv) {
+    auto r = tx.exec_prepared("im_conv_lock", conv);
+    if (r.empty()) return std::nullopt;
+    return conv_row(r[0]);
+}
+
+Access load_access(pqxx::transaction_base& tx, const std::string& conv, const std::string& user,
+                   std::int64_t next_seq) {
+    Access a;
+    std::int64_t last_to = 0;
+    for (const auto& row : tx.exec_prepared("im_periods", conv, user)) {
+        Access::Period p{row[0].as<std::int64_t>(), INT64_MAX};
+        if (row[1].is_null()) a.open = true;
+        else {
+            p.to = row[1].as<std::int64_t>();
+            last_to = std::max(last_to, p.to);
+        }
+        a.periods.push_back(p);
+    }
+    // A former member learns nothing of traffic after their last period.
+    a.head = a.open ? next_seq - 1 : last_to;
+    return a;
+}
+
+ConvRow need_conv(pqxx::transaction_base& tx, const std::string& conv) {
+    auto row = lock_conv(tx, conv);
+    if (!row) throw AdminError(AdminError::not_found, "no such conversation: " + conv);
+    return *row;
+}
+
+std::int64_t admin_append(pqxx::transaction_base& tx, Notes* sink, const std::string& conv, const std::string& kind,
+                          const std::string& subject) {
+    auto a = append_event(tx, "im_append_admin", conv, kind, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                          subject, "", sink == nullptr);
+    if (sink) sink->push_back("e " + conv + " " + std::to_string(a.seq));
+    return a.seq;
+}
+
+std::int64_t open_member(pqxx::transaction_base& tx, Notes* sink, const std::string& conv, const std::string& user) {
+    auto seq = admin_append(tx, sink, conv, "join", user);
+    tx.exec_prepared("im_member_open", conv, user, seq);
+    return seq;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- recall
+
+Outcome<Recalled> Store::recall(pqxx::connection_base& c, const Identity& who, const req::Recall& rc) {
+    return guarded<Recalled>("recall", [&]() -> Outcome<Recalled> {
+        prepare_admin(c);
+        pqxx::work tx(c);
+        // Without any lock first (C4): a stranger never waits on the row lock.
+        if (tx.exec_prepared("im_any_period", rc.conv, who.user).empty()) return not_member();
+        if (tx.exec_prepared("im_hold_device", who.device, who.user, who.token_sha256).empty()) return device_revoked();
+        auto conv = lock_conv(tx, rc.conv);
+        if (!conv) return not_member();
+        auto access = load_access(tx, rc.conv, who.user, conv->next_seq);
+        if (!access.any()) return not_member(); // C4: nothing else is revealed
+        const std::string target = std::to_string(rc.target);
+        auto k = tx.exec_prepared("im_recall_key", rc.conv, who.user, rc.cmid, target);
+        if (!k.empty()) {
+            if (!k[0][1].as<bool>())
+                return Error{Code::idempotency_mismatch, "cmid already used with different content"};
+            return Recalled{rc.conv, k[0][0].as<std::int64_t>(), true};
+        }
+        if (!tx.exec_prepared("im_tombstone", rc.conv, who.user, rc.cmid).empty())
+            return Error{Code::original_expired, "the original was purged by retention"};
+        // The target: exists and not purged; readable; a msg; ours; not recalled; in the window.
+        if (rc.target < 1 || rc.target > access.head || rc.target < conv->min_seq)
+            return Error{Code::not_found, "no such event"};
+        auto ev = tx.exec_prepared("im_recall_target", rc.conv, rc.target, conv->recall_window_ms);
+        if (ev.empty()) return Error{Code::not_found, "no such event"};
+        if (!access.can_read(rc.target)) return not_member();
+        if (std::string_view(ev[0][0].c_str()) != "msg") return invalid("only a msg event can be recalled");
+        if (ev[0][1].is_null() || who.user != ev[0][1].c_str())
+            return Error{Code::not_sender, "only the sender may recall"};
+        if (!tx.exec_prepared("im_recalled", rc.conv, rc.target).empty())
+            return Error{Code::already_recalled, "already recalled"};
+        if (!ev[0][2].as<bool>() && !faults_.broken("rule.recall_window"))
+            return Error{Code::recall_window_expired, "past the recall window"};
+        if (!access.open) return not_member();
+        auto a = append_event(tx, "im_append_recall", rc.conv, "recall", who.user, rc.cmid, std::nullopt, rc.target,
+                              std::nullopt, target, false);
+        if (faults_.hit("store.recall_before_commit") == FaultKind::unavailable) return unavailable("injected fault");
+        tx.commit();
+        return Recalled{rc.conv, a.seq, false};
+    });
+}
+
+// ---------------------------------------------------------------- operator commands
+
+bool Store::create_conv(pqxx::connection_base& c, const std::string& conv, const std::string& kind,
+                        const std::vector<std::string>& members) {
+    need_id("conversation", conv);
+    if (kind != "direct" && kind != "group") throw AdminError(AdminError::invalid, "kind must be direct or group");
+    if (kind == "direct" && members.size() != 2) throw AdminError(AdminError::invalid, "a direct conversation has 2 members");
+    prepare_admin(c);
+    pqxx::work tx(c);
+    auto r = tx.exec_prepared("im_conv_add", conv, kind);
+    if (r.empty()) {
+        // The same conversation again (kind and current members) is fine.
+        auto existing = tx.exec_prepared("im_conv_current", conv);
+        std::vector<std::string> wanted = members, current;
+        std::sort(wanted.begin(), wanted.end());
+        for (const auto& row : existing)
+            if (!row[1].is_null()) current.push_back(row[1].c_str());
+        if (!existing.empty() && existing[0][0].as<std::string>() == kind && current == wanted) return false;
+        throw AdminError(AdminError::exists, "conversation exists with other settings: " + conv);
+    }
+    for (const auto& u : members) {
+        if (tx.exec_prepared("im_admin_user", u).empty()) throw AdminError(AdminError::not_found, "no such user: " + u);
+        need_conv(tx, conv);
+        if (!tx.exec_prepared("im_any_period", conv, u).empty())
+            throw AdminError(AdminError::invalid, "member listed twice: " + u);
+        open_member(tx, after_commit_, conv, u);
+    }
+    tx.commit();
+    return true;
+}
+
+std::int64_t Store::add_member(pqxx::connection_base& c, const std::string& conv, const std::string& user,
+                               bool* already) {
+    if (already) *already = false;
+    prepare_admin(c);
+    pqxx::work tx(c);
+    need_conv(tx, conv);
+    if (tx.exec_prepared("im_admin_user", user).empty()) throw AdminError(AdminError::not_found, "no such user: " + user);
+    auto open = tx.exec_prepared("im_open_period", conv, user);
+    if (!open.empty()) {
+        if (already) {
+            *already = true;
+            return open[0][0].as<std::int64_t>(); // the seq of the join that opened the period
+        }
+        throw AdminError(AdminError::exists, user + " is already a member of " + conv);
+    }
+    auto seq = open_member(tx, after_commit_, conv, user);
+    tx.commit();
+    return seq;
+}
+
+std::int64_t Store::remove_member(pqxx::connection_base& c, const std::string& conv, const std::string& user) {
+    prepare_admin(c);
+    pqxx::work tx(c);
+    need_conv(tx, conv);
+    if (tx.exec_prepared("im_open_period", conv, user).empty())
+        throw AdminError(AdminError::not_member, user + " is not a member of " + conv);
+    auto seq = admin_append(tx, after_commit_, conv, "leave", user);
+    tx.exec_prepared("im_member_close", conv, user, seq);
+    tx.commit();
+    return seq;
+}
+
+void Store::set_conv(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> recall_window_ms,
+                     std::optional<std::int64_t> push_full_max) {
+    prepare_admin(c);
+    pqxx::work tx(c);
+    need_conv(tx, conv);
+    if (recall_window_ms) tx.exec_prepared("im_set_recall_window", conv, *recall_window_ms);
+    if (push_full_max) tx.exec_prepared("im_set_push_full_max", conv, *push_full_max);
+    admin_note(tx, after_commit_, "m " + conv); // gateways drop their cached membership of it
+    tx.commit();
+}
+
+std::int64_t Store::bump_epoch(pqxx::connection_base& c, const std::string& conv) {
+    prepare_admin(c);
+    pqxx::work tx(c);
+    need_conv(tx, conv);
+    auto r = tx.exec_prepared("im_bump_epoch", conv);
+    admin_note(tx, after_commit_, "x " + conv);
+    tx.commit();
+    return r[0][0].as<std::int64_t>();
+}
+
+std::int64_t Store::purge(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> before_seq,
+                          std::optional<std::int64_t> older_than_ms, std::int64_t batch) {
+    prepare_admin(c);
+    std::int64_t cutoff = 0;
+    {
+        pqxx::work tx(c);
+        auto row = need_conv(tx, conv);
+        if (before_seq) cutoff = std::min(*before_seq, row.next_seq);
+        else cutoff = tx.exec_prepared("im_purge_cutoff_age", conv, row.next_seq, *older_than_ms)[0][0].as<std::int64_t>();
+        tx.commit();
+    }
+    std::int64_t purged = 0;
+    for (;;) {
+        // One batch, one transaction: tombstones, delete, raise min_seq together.
+        pqxx::work tx(c);
+        auto row = need_conv(tx, conv);
+        if (row.min_seq >= cutoff) break;
+        std::int64_t end = std::min(cutoff, row.min_seq + batch);
+        if (!lab_.purge_without_tombstones) tx.exec_prepared("im_purge_tombstones", conv, end);
+        if (faults_.hit("store.purge_after_tombstones") == FaultKind::unavailable)
+            throw std::runtime_error("purge: injected fault after the tombstones");
+        auto d = tx.exec_prepared("im_purge_events", conv, end);
+        tx.exec_prepared("im_purge_min_seq", conv, end);
+        if (faults_.hit("store.purge_before_commit") == FaultKind::unavailable)
+            throw std::runtime_error("purge: injected fault before the commit");
+        tx.commit();
+        purged += static_cast<std::int64_t>(d.affected_rows());
+    }
+    return purged;
+}
+
+std::vector<std::string> Store::all_convs(pqxx::connection_base& c) {
+    prepare_admin(c);
+    pqxx::work tx(c);
+    std::vector<std::string> out;
+    for (const auto& row : tx.exec_prepared("im_all_convs")) out.push_back(row[0].c_str());
+    return out;
+}
+
+} // namespace im

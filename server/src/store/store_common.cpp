@@ -1,0 +1,98 @@
+// Helpers the parts of the store share (store_internal.hpp).
+#include "store/store_internal.hpp"
+
+#include "core/digest.hpp"
+
+#include <fstream>
+#include <stdexcept>
+
+namespace im::store_detail {
+
+void prepare_all(pqxx::connection_base& c, const Statements& table) {
+    for (const auto& s : table) c.prepare(s.name, s.sql);
+}
+
+ConvRow conv_row(const pqxx::row& row) {
+    ConvRow c;
+    c.kind = row[0].c_str();
+    c.next_seq = row[1].as<std::int64_t>();
+    c.epoch = row[2].as<std::int64_t>();
+    c.min_seq = row[3].as<std::int64_t>();
+    c.recall_window_ms = row[4].as<std::int64_t>();
+    c.push_full_max = row[5].as<std::int64_t>();
+    return c;
+}
+
+std::string device_valid_where(int dev, int user, int tok) {
+    return "d.device_id = $" + std::to_string(dev) + " AND d.user_id = $" + std::to_string(user) +
+           " AND d.token_sha256 = decode($" + std::to_string(tok) + ", 'hex') AND d.revoked_at IS NULL";
+}
+
+std::string device_valid_sql(int dev, int user, int tok) {
+    return "EXISTS (SELECT 1 FROM devices d WHERE " + device_valid_where(dev, user, tok) + ")";
+}
+
+std::string event_columns() {
+    return std::string("conv_id, seq, mid::text, kind, sender_user, body, target_seq, subject_user, ") + ts_ms +
+           ", epoch, client_msg_id";
+}
+
+Event read_event(const pqxx::row& row) {
+    Event ev;
+    ev.conv = row[0].c_str();
+    ev.seq = row[1].as<std::int64_t>();
+    ev.mid = row[2].c_str();
+    ev.kind = row[3].c_str();
+    if (!row[4].is_null()) ev.sender = row[4].c_str();
+    if (!row[5].is_null()) ev.body = std::string(row[5].c_str());
+    if (!row[6].is_null()) ev.target = row[6].as<std::int64_t>();
+    if (!row[7].is_null()) {
+        ev.user = std::string(row[7].c_str());
+        if (ev.sender.empty()) ev.sender = *ev.user;
+    }
+    ev.ts = row[8].as<std::int64_t>();
+    ev.epoch = row[9].as<std::int64_t>();
+    if (!row[10].is_null()) ev.cmid = std::string(row[10].c_str());
+    return ev;
+}
+
+bool deterministic(const pqxx::sql_error& e) {
+    const std::string& state = e.sqlstate();
+    return (state.rfind("22", 0) == 0 || state.rfind("23", 0) == 0) && state != "23505";
+}
+
+std::string token_hash_hex(const std::string& token) { return sha256_hex(token); }
+
+std::string random_token() {
+    std::ifstream rnd("/dev/urandom", std::ios::binary);
+    unsigned char buf[32];
+    if (!rnd.read(reinterpret_cast<char*>(buf), sizeof buf)) throw std::runtime_error("cannot read /dev/urandom");
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (unsigned char b : buf) {
+        out += hex[b >> 4];
+        out += hex[b & 15];
+    }
+    return out;
+}
+
+namespace {
+const Statements& common_statements() {
+    static const Statements table{
+        {"im_notify", std::string("SELECT pg_notify('") + notify_channel + "', $1)"},
+    };
+    return table;
+}
+} // namespace
+
+void notify(pqxx::transaction_base& tx, const std::string& payload) {
+    prepare_all(tx.conn(), common_statements());
+    tx.exec_prepared("im_notify", payload);
+}
+
+void need_id(const std::string& what, const std::string& id) {
+    if (!valid_id(id))
+        throw AdminError(AdminError::invalid, what + " must be 1-64 characters of [A-Za-z0-9._:-]: '" + id + "'");
+}
+
+} // namespace im::store_detail
