@@ -39,13 +39,13 @@ TEST(Bus, flag_takes_postgres_or_nats_urls_and_names_what_it_expects_otherwise) 
 
 TEST(Bus, a_nats_url_list_becomes_one_server_per_url_for_the_client_library) {
     using V = std::vector<std::string>;
-    EXPECT_EQ(im::NatsBus::servers("nats://127.0.0.1:4222"), V{"nats://127.0.0.1:4222"});
-    EXPECT_EQ(im::NatsBus::servers("nats://a:4222,nats://b:4223,nats://c:4224"),
+    EXPECT_EQ(im::nats_servers("nats://127.0.0.1:4222"), V{"nats://127.0.0.1:4222"});
+    EXPECT_EQ(im::nats_servers("nats://a:4222,nats://b:4223,nats://c:4224"),
               (V{"nats://a:4222", "nats://b:4223", "nats://c:4224"}));
     // Empty items stay, so that --bus refuses them (above) instead of the
     // bus quietly dropping a server the operator meant to list.
-    EXPECT_EQ(im::NatsBus::servers("nats://a:1,"), (V{"nats://a:1", ""}));
-    EXPECT_EQ(im::NatsBus::servers(""), V{""});
+    EXPECT_EQ(im::nats_servers("nats://a:1,"), (V{"nats://a:1", ""}));
+    EXPECT_EQ(im::nats_servers(""), V{""});
 }
 
 TEST(Bus, nats_messages_carry_every_payload_once_in_order_within_the_size_limit) {

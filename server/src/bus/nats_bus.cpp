@@ -1,5 +1,7 @@
 #include "bus/nats_bus.hpp"
 
+#include "core/config.hpp"
+
 #include "core/log.hpp"
 #include "bus/pg_bus.hpp"
 
@@ -64,7 +66,7 @@ NatsBus::NatsBus(std::string url, std::string gateway_id, Metrics& metrics)
     : url_(std::move(url)), gateway_id_(std::move(gateway_id)), metrics_(metrics) {
     check(natsOptions_Create(&opts_), "options");
     const std::string name = "imserver-" + gateway_id_;
-    const auto urls = servers(url_);
+    const auto urls = nats_servers(url_);
     std::vector<const char*> list;
     for (const auto& u : urls) list.push_back(u.c_str());
     check(natsOptions_SetServers(opts_, list.data(), static_cast<int>(list.size())), "servers");
@@ -121,17 +123,6 @@ void NatsBus::stop() {
             log_warn("bus_close_unconfirmed", {{"bus", "nats"}});
     }
     if (deliverer_.joinable()) deliverer_.join();
-}
-
-std::vector<std::string> NatsBus::servers(const std::string& url) {
-    std::vector<std::string> out;
-    std::size_t start = 0;
-    for (;;) {
-        auto comma = url.find(',', start);
-        out.push_back(url.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-        if (comma == std::string::npos) return out;
-        start = comma + 1;
-    }
 }
 
 std::vector<std::string> NatsBus::pack(const std::vector<std::string>& payloads, std::size_t max_bytes) {

@@ -49,11 +49,6 @@ public:
     static std::vector<std::string> pack(const std::vector<std::string>& payloads, std::size_t max_bytes);
     /// The payloads of one NATS message.
     static std::vector<std::string> unpack(const char* data, std::size_t len);
-    /// The server URLs of a --bus value, split at every ',' (an empty item
-    /// stays, for the caller to refuse). The C library takes a list only as
-    /// an array (natsOptions_SetServers): one string with commas in it is
-    /// one server it cannot reach.
-    static std::vector<std::string> servers(const std::string& url);
 
 private:
     friend struct NatsCallbacks; // the C library's callbacks (nats_bus.cpp)

@@ -99,6 +99,13 @@ std::optional<std::string> parse_config(const std::vector<std::string>& args, Co
                                         ConfigAction& action);
 std::optional<std::string> parse_config(int argc, char** argv, Config& cfg, ConfigAction& action);
 
+/// The server URLs of a NATS --bus value, split at every ',' (an empty item
+/// stays, for the caller to refuse): the option's check and the NATS bus
+/// split it alike. The C library takes a list only as an array
+/// (natsOptions_SetServers): one string with commas in it is one server it
+/// cannot reach.
+std::vector<std::string> nats_servers(const std::string& bus);
+
 /// True if `arg` (e.g. "--db" or "--db=URL") names an option of `scope`;
 /// `takes_value` tells whether it consumes the next argument.
 bool is_config_flag(const std::string& arg, ConfigScope scope, bool& takes_value);

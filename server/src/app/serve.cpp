@@ -1,0 +1,144 @@
+#include "app/serve.hpp"
+
+#include "app/startup.hpp"
+#include "bus/nats_bus.hpp"
+#include "bus/pg_bus.hpp"
+#include "core/log.hpp"
+#include "core/metrics.hpp"
+#include "net/backend_api.hpp"
+#include "net/gateway.hpp"
+#include "net/notifier.hpp"
+#include "store/database.hpp"
+#include "store/db_pool.hpp"
+#include "store/store.hpp"
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <thread>
+
+namespace {
+
+void write_ready_file(const std::string& path, unsigned short port) {
+    std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::trunc);
+        f << port << '\n';
+    }
+    std::filesystem::rename(tmp, path);
+}
+
+} // namespace
+
+int im::serve(const Config& cfg) {
+    // A log reader that went away (stderr a pipe: a supervisor restarted,
+    // `imserver 2>&1 | head`) must not end the gateway and every connection
+    // on it: with SIGPIPE ignored a write to that pipe fails with EPIPE
+    // instead. Sockets never raise it (Asio and libpq send with
+    // MSG_NOSIGNAL); the embedded cluster's programs get the default back
+    // (pg_cluster.cpp, spawn).
+    std::signal(SIGPIPE, SIG_IGN);
+    im::set_log_gateway(cfg.gateway_id);
+    im::set_log_quiet(cfg.quiet);
+    // The signed-token keys first: a bad key file stops the start at once.
+    std::unique_ptr<im::jwt::Verifier> jwt;
+    if (auto stop = im::load_jwt_keys(cfg, jwt)) return *stop;
+    im::Database db = im::open_database(im::db_conninfo(cfg), cfg.state_dir);
+    struct StopCluster {
+        im::Database& d;
+        ~StopCluster() {
+            // The embedded cluster lives and dies with the gateway.
+            if (d.cluster) {
+                d.cluster->stop();
+                im::log_info("embedded_pg_stopped");
+            }
+        }
+    } stopper{db};
+    if (auto stop = im::prepare_database(cfg, db.url)) return *stop;
+
+    im::FaultRegistry faults(cfg.enable_faults);
+    if (auto stop = im::arm_faults(cfg, faults)) return *stop;
+
+    im::Store store(faults, cfg.lab);
+    // The PostgreSQL bus: sends announce their events with their COMMIT
+    // (one transaction per reply); NATS publishes after it (bus.hpp).
+    if (cfg.bus == "postgres" && cfg.notify_in_commit) store.notify_in_commit(im::notify_channel);
+    im::Metrics metrics;
+    im::DbPool pool(db.url, static_cast<std::size_t>(cfg.db_pool), im::effective_db_queue(cfg),
+                    std::chrono::milliseconds(cfg.db_timeout_ms));
+    boost::asio::io_context ioc(cfg.io_threads);
+    std::unique_ptr<im::NotificationBus> bus_owner;
+    if (cfg.bus == "postgres") bus_owner = std::make_unique<im::PgBus>(db.url, cfg.gateway_id, metrics, cfg.listen_probe_ms,
+                                                                    cfg.db_timeout_ms);
+    else bus_owner = std::make_unique<im::NatsBus>(cfg.bus, cfg.gateway_id, metrics);
+    im::NotificationBus& bus = *bus_owner;
+    im::log_info("bus", {{"bus", cfg.bus == "postgres" ? std::string("postgres") : std::string("nats")}});
+    auto gw = std::make_shared<im::Gateway>(ioc, cfg, pool, store, metrics, faults, std::move(jwt));
+    gw->api().bus = &bus;
+    im::Notifier notifier(db.url, gw, store, metrics);
+    gw->api().committed = [&notifier](const std::vector<im::Event>& events) { notifier.committed_here(events); };
+    notifier.start(bus);
+    unsigned short port = gw->listen();
+    if (auto mp = gw->listen_metrics())
+        im::log_info("metrics_listening", {{"listen", cfg.metrics_listen}, {"port", static_cast<int>(*mp)}});
+    // The backend API on its own listener (never the WebSocket port).
+    im::BackendApi api(*gw);
+    std::optional<unsigned short> api_port;
+    if (!cfg.api_listen.empty()) {
+        try {
+            api_port = api.listen(ioc, gw);
+        } catch (const std::exception& e) {
+            // The default address taken (a second gateway on this host):
+            // this one runs without the API. An address asked for must work.
+            auto origin = cfg.origin.find("api-listen");
+            if (origin != cfg.origin.end() && origin->second != "default") throw;
+            im::log_warn("api_not_listening", {{"listen", cfg.api_listen}, {"err", e.what()}});
+        }
+    }
+
+    // SIGHUP: reload the TLS certificate and key (open connections keep
+    // theirs) and the JWT keys.
+    boost::asio::signal_set hup(ioc, SIGHUP);
+    std::function<void()> wait_hup = [&] {
+        hup.async_wait([&](const boost::system::error_code& ec, int) {
+            if (ec) return;
+            gw->reload_on_hup();
+            wait_hup();
+        });
+    };
+    wait_hup();
+
+    boost::asio::signal_set signals(ioc, SIGTERM, SIGINT);
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        im::log_info("signal", {{"signal", sig}});
+        hup.cancel();
+        api.close();
+        gw->drain([&ioc] { ioc.stop(); });
+    });
+
+    im::log_info("listening", {{"host", cfg.listen_host}, {"port", static_cast<int>(port)}, {"tls", gw->tls() ? "on" : "off"}});
+    if (api_port) {
+        auto colon = cfg.api_listen.rfind(':');
+        im::log_info("api_listening", {{"host", cfg.api_listen.substr(0, colon)},
+                                       {"port", static_cast<int>(*api_port)},
+                                       {"tls", gw->tls() ? "on" : "off"}});
+        if (!cfg.api_ready_file.empty()) write_ready_file(cfg.api_ready_file, *api_port);
+    }
+    if (!cfg.ready_file.empty()) write_ready_file(cfg.ready_file, port);
+
+    std::vector<std::thread> threads;
+    for (int i = 1; i < cfg.io_threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
+    ioc.run();
+    for (auto& t : threads) t.join();
+    gw->release_listener();
+    api.release_listener();
+
+    pool.stop(); // in-flight requests still publish
+    bus.stop();
+    im::log_info("stopped");
+    return 0;
+}
+
