@@ -419,4 +419,37 @@ TEST(OperatorSettings, a_database_not_in_utf8_is_refused_before_anything_changes
         << "a refused start created tables";
 }
 
+// The pin's effect, not its log line: an acknowledged send survives an
+// immediate-mode stop of the database (no shutdown checkpoint, no WAL
+// writer flush: what a crash of PostgreSQL leaves) even where the
+// database's own default is synchronous_commit = off. Under `off` a COMMIT
+// returns with its WAL still in PostgreSQL's buffers, and with the WAL
+// writer's delay at its 10 s maximum the last page of it is still there
+// when the database stops: the acknowledged sends on it are gone after the
+// restart. Under the pinned `on` the WAL is written before the reply (the
+// test clusters run with fsync off, so `on` writes to the OS, which an
+// immediate stop keeps; a power cut is not what this tests).
+TEST(OperatorSettings, an_acknowledged_send_survives_an_immediate_stop_of_a_database_whose_default_is_asynchronous_commit) {
+    TestPostgres pg;
+    pg.scalar("ALTER SYSTEM SET wal_writer_delay = '10s'");
+    pg.scalar("SELECT pg_reload_conf()");
+    pg.scalar("ALTER DATABASE im SET synchronous_commit = off");
+    ServerProcess srv(pg.url(), {"--quiet"});
+    auto w = make_world(pg.url(), "durable", 2);
+    auto c = login(srv.port(), w.users[0]);
+    std::set<std::int64_t> acked;
+    for (int i = 0; i < 30; ++i) {
+        auto r = send_msg(*c, w.conv, "durable-" + std::to_string(i), "acknowledged " + std::to_string(i));
+        ASSERT_EQ(str(r, "t"), "sent") << json::serialize(r);
+        acked.insert(num(r, "seq"));
+    }
+    // At once, before the WAL writer's next round.
+    pg.stop_immediate();
+    pg.start();
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM events WHERE client_msg_id LIKE 'durable-%'"),
+              std::to_string(acked.size()))
+        << "acknowledged sends were lost by an immediate stop of the database";
+    EXPECT_EQ(pg.scalar("SELECT max(seq) FROM events WHERE conv_id = " + q(w.conv)), std::to_string(*acked.rbegin()));
+}
+
 } // namespace
