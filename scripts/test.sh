@@ -154,7 +154,8 @@ configure_asan() {
 build_asan() {
     configure_asan &&
     cmake --build build-asan -j"$jobs" --target imserver server_codec_test server_contract_test \
-        server_resilience_test server_group_commit_test server_fuzz_test tst_codec tst_client tst_kill tst_integration tst_obligations \
+        server_resilience_test server_group_commit_test server_fuzz_test tst_codec tst_client_outbox tst_client_sync \
+        tst_client_markers tst_client_session tst_kill tst_integration tst_obligations \
         tst_reconnect im_sdk_killhelper
 }
 asan() {
@@ -162,7 +163,7 @@ asan() {
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         LSAN_OPTIONS=suppressions="$root/tests/lsan.supp":print_suppressions=0 \
         ctest -j2 --output-on-failure --timeout 1800 \
-        -R '^(server_(codec|contract|resilience|group_commit|fuzz)_test|sdk\.tst_(codec|client|kill|integration|obligations|reconnect))$')
+        -R '^(server_(codec|contract|resilience|group_commit|fuzz)_test|sdk\.tst_(codec|client_(outbox|sync|markers|session)|kill|integration|obligations|reconnect))$')
 }
 
 build_tsan() {

@@ -1,0 +1,217 @@
+// im::Client against an in-process fake server (tst_client_fixture.h):
+// markers, unread counts, hints, recall and the models that show them.
+// One test per obligation of docs/sdk.md / spec sdk.md, each written so
+// that breaking the obligation it names makes it fail.
+#include "client_p.h"
+#include "fakeserver.h"
+#include "sdktestutil.h"
+#include "tst_client_fixture.h"
+
+#include <im/client.h>
+#include <im/conversationlistmodel.h>
+#include <im/messagelistmodel.h>
+#include <im/outboxmodel.h>
+#include <im/testing.h>
+
+#include <QtCore/QElapsedTimer>
+#include <QtCore/QJsonArray>
+#include <QtCore/QTemporaryDir>
+#include <QtCore/QUuid>
+#include <QtNetwork/QTcpServer>
+#include <QtSql/QSqlDatabase>
+#include <QtSql/QSqlError>
+#include <QtSql/QSqlQuery>
+#include <QtTest/QtTest>
+
+class TestClientMarkers : public QObject {
+    Q_OBJECT
+private slots:
+    void hint_triggers_sync_and_updates_the_read_marker();
+    void recall_goes_through_the_outbox_and_the_target_shows_recalled();
+    void mark_read_sends_read_and_records_the_marker();
+    void message_model_shows_pending_at_once_then_sent_and_others_messages();
+    void conversation_model_exposes_markers();
+    void recalled_lookup_is_an_index_search();
+    void unread_badge_is_the_servers_count_also_across_a_gap();
+};
+
+void TestClientMarkers::hint_triggers_sync_and_updates_the_read_marker() {
+    Fixture f;
+    QSignalSpy synced(&f.client, &im::Client::conversationSynced);
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.server.subscribedCount(), 1);
+    // The session's own sync of c1 answered, so that only the hint can fetch
+    // what is appended next.
+    QTRY_VERIFY(!synced.isEmpty() && synced.last().at(0).toString() == QStringLiteral("c1"));
+    const int syncsBefore = f.requestsOf(QStringLiteral("sync"));
+    f.server.pushEvents = false;
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b1"));
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b2"));
+    f.server.pushToAll({{QStringLiteral("t"), QStringLiteral("hint")},
+                        {QStringLiteral("conv"), QStringLiteral("c1")},
+                        {QStringLiteral("head"), 2},
+                        {QStringLiteral("epoch"), 1},
+                        {QStringLiteral("read"), 1}});
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 2);
+    QVERIFY(f.requestsOf(QStringLiteral("sync")) > syncsBefore);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT read FROM conversations WHERE conv = 'c1'")).toLongLong(), 1);
+}
+
+void TestClientMarkers::recall_goes_through_the_outbox_and_the_target_shows_recalled() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    im::MessageListModel model(&f.client, QStringLiteral("c1"));
+    const QString msg = f.client.send(QStringLiteral("c1"), QStringLiteral("oops"));
+    QTRY_COMPARE(f.client.messageState(msg), MessageState::Sent);
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 1);
+    bool durable = false;
+    f.server.onFrame = [&](const QJsonObject &req) {
+        if (req.value(QStringLiteral("t")).toString() == u"recall")
+            durable = sqlScalar(f.db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ? AND kind = 'recall'"
+                                                     " AND target = 1"),
+                                {req.value(QStringLiteral("cmid")).toString()})
+                          .toInt() == 1;
+    };
+    QSignalSpy states(&f.client, &Client::messageStateChanged);
+    const QString rc = f.client.recall(QStringLiteral("c1"), 1);
+    QVERIFY(!rc.isEmpty() && rc != msg);
+    QTRY_COMPARE(f.server.requests(QStringLiteral("recall")).size(), 1);
+    QVERIFY(durable);
+    QCOMPARE(f.server.requests(QStringLiteral("recall")).first().value(QStringLiteral("target")).toInteger(), 1);
+    QTRY_COMPARE(f.client.messageState(msg), MessageState::Recalled);
+    QTRY_COMPARE(model.count(), 1);
+    QTRY_COMPARE(model.get(0, im::MessageListModel::StateRole).toInt(), int(MessageState::Recalled));
+    bool sawRecalled = false;
+    for (const auto &s : states)
+        sawRecalled = sawRecalled || (s.at(1).toString() == msg && s.at(3).value<MessageState>() == MessageState::Recalled);
+    QVERIFY(sawRecalled);
+    QCOMPARE(f.client.messageState(rc), MessageState::Sent);
+}
+
+void TestClientMarkers::mark_read_sends_read_and_records_the_marker() {
+    Fixture f;
+    for (int i = 1; i <= 3; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(QStringLiteral("c1")), 3);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c1'")).toLongLong(), 3);
+    QVERIFY(f.client.markRead(QStringLiteral("c1"), 2));
+    QTRY_COMPARE(f.server.requests(QStringLiteral("read")).size(), 1);
+    QCOMPARE(f.server.requests(QStringLiteral("read")).first().value(QStringLiteral("seq")).toInteger(), 2);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT read FROM conversations WHERE conv = 'c1'")).toLongLong(), 2);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c1'")).toLongLong(), 1);
+    // Offline: remembered and sent after the next hello.
+    im::testing::Faults(&f.client).setOffline(true);
+    QVERIFY(f.client.markRead(QStringLiteral("c1"), 3));
+    im::testing::Faults(&f.client).setOffline(false);
+    QTRY_COMPARE(f.server.requests(QStringLiteral("read")).size(), 2);
+    QTRY_COMPARE(f.server.convs[QStringLiteral("c1")].read.value(QStringLiteral("ana")), 3);
+}
+
+void TestClientMarkers::message_model_shows_pending_at_once_then_sent_and_others_messages() {
+    Fixture f;
+    f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("from ben"));
+    QVERIFY(f.client.open(f.db));
+    im::MessageListModel model(&f.client, QStringLiteral("c1"));
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("mine"));
+    QCOMPARE(model.count(), 1); // before send() returned (obligation 1), not after a timer
+    QCOMPARE(model.get(0, im::MessageListModel::StateRole).toInt(), int(MessageState::Pending));
+    QCOMPARE(model.get(0, im::MessageListModel::CmidRole).toString(), cmid);
+    QCOMPARE(model.get(0, im::MessageListModel::BodyRole).toString(), QStringLiteral("mine"));
+    QCOMPARE(model.get(0, im::MessageListModel::IsOwnRole).toBool(), true);
+    QCOMPARE(model.get(0, im::MessageListModel::SeqRole).toLongLong(), 0);
+    f.client.connectToServer();
+    // Newest first (obligation 15): ours (seq 2) at row 0, ben's (seq 1) below.
+    QTRY_COMPARE(model.count(), 2);
+    QTRY_COMPARE(model.get(0, im::MessageListModel::StateRole).toInt(), int(MessageState::Sent));
+    QCOMPARE(model.get(1, im::MessageListModel::SenderRole).toString(), QStringLiteral("ben"));
+    QCOMPARE(model.get(1, im::MessageListModel::IsOwnRole).toBool(), false);
+    QCOMPARE(model.get(1, im::MessageListModel::SeqRole).toLongLong(), 1);
+    QCOMPARE(model.get(0, im::MessageListModel::CmidRole).toString(), cmid);
+    QTRY_COMPARE(model.get(0, im::MessageListModel::SeqRole).toLongLong(), 2);
+    QCOMPARE(model.get(0, im::MessageListModel::DupRole).toBool(), false);
+    QVERIFY(model.roleNames().values().contains("errorCode"));
+}
+
+void TestClientMarkers::conversation_model_exposes_markers() {
+    Fixture f;
+    f.server.convs[QStringLiteral("c1")].kind = QStringLiteral("direct");
+    for (int i = 1; i <= 4; ++i)
+        f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    f.server.convs[QStringLiteral("c1")].read[QStringLiteral("ana")] = 1;
+    im::ConversationListModel model(&f.client);
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(model.count(), 1);
+    QTRY_COMPARE(model.get(0, im::ConversationListModel::CursorRole).toLongLong(), 4);
+    QTRY_COMPARE(model.get(0, im::ConversationListModel::DeliveredRole).toLongLong(), 4);
+    QCOMPARE(model.get(0, im::ConversationListModel::ConvRole).toString(), QStringLiteral("c1"));
+    QCOMPARE(model.get(0, im::ConversationListModel::KindRole).toString(), QStringLiteral("direct"));
+    QCOMPARE(model.get(0, im::ConversationListModel::HeadRole).toLongLong(), 4);
+    QCOMPARE(model.get(0, im::ConversationListModel::ReadRole).toLongLong(), 1);
+    QCOMPARE(model.get(0, im::ConversationListModel::UnreadRole).toLongLong(), 3);
+    QCOMPARE(model.get(0, im::ConversationListModel::EpochRole).toLongLong(), 1);
+    QCOMPARE(model.get(0, im::ConversationListModel::HasGapRole).toBool(), false);
+}
+
+// "Is seq recalled?" (every model row, every unread recount) must be an index
+// search, not a scan of the conversation: a scan made a full sync cubic.
+void TestClientMarkers::recalled_lookup_is_an_index_search() {
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    f.client.close();
+    QStringList plan;
+    {
+        QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("plan"));
+        db.setDatabaseName(f.db);
+        QVERIFY(db.open());
+        QSqlQuery q(db);
+        QVERIFY(q.exec(QStringLiteral("EXPLAIN QUERY PLAN SELECT 1 FROM events r"
+                                      " WHERE r.conv = 'c1' AND r.kind = 'recall' AND r.target = 7")));
+        while (q.next())
+            plan << q.value(3).toString();
+        db.close();
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("plan"));
+    QCOMPARE(plan.size(), 1);
+    QVERIFY2(plan.first().contains(QStringLiteral("target=?")), qPrintable(plan.first()));
+}
+
+// Issue 26 item 5. Ten unread messages, of which the client downloads only
+// the newest window (2): the badge is the server's 10, not a local recount
+// of what happens to be stored; new messages add to it, reading clears it.
+void TestClientMarkers::unread_badge_is_the_servers_count_also_across_a_gap() {
+    Fixture f;
+    const QString c1 = QStringLiteral("c1");
+    f.client.setBacklogLimit(3);
+    f.client.setHistoryWindow(2);
+    for (int i = 1; i <= 10; ++i)
+        f.server.append(c1, QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    const auto unread = [&] {
+        return sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = ?"), {c1}).toLongLong();
+    };
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(c1), 10);
+    QCOMPARE(f.eventCount(c1), 2); // a gap below the window
+    QCOMPARE(unread(), 10);
+    QTRY_COMPARE(f.server.subscribedCount(), 1);
+    f.server.append(c1, QStringLiteral("ben"), QStringLiteral("b11")); // pushed
+    QTRY_COMPARE(f.cursor(c1), 11);
+    QCOMPARE(unread(), 11);
+    const QString mine = f.client.send(c1, QStringLiteral("my own counts for nobody"));
+    QTRY_COMPARE(f.cursor(c1), 12);
+    QCOMPARE(unread(), 11);
+    QTRY_COMPARE(f.client.messageState(mine), MessageState::Sent);
+    // Another device of ana's read b1..b5: the server's count is now 6, a
+    // number neither the local badge (11) nor a recount of the stored rows
+    // (b9, b10, b11: 3) gives. After a resync the badge must be the server's.
+    f.server.convs[c1].read[QStringLiteral("ana")] = 5;
+    const int convsBefore = f.requestsOf(QStringLiteral("convs"));
+    f.server.pushToAll({{QStringLiteral("t"), QStringLiteral("resync")}}); // the server's count again
+    QTRY_VERIFY(f.requestsOf(QStringLiteral("convs")) > convsBefore);
+    QTRY_COMPARE(unread(), 6);
+    QVERIFY(f.client.markRead(c1, 12));
+    QTRY_COMPARE(unread(), 0);
+}
+
+QTEST_GUILESS_MAIN(TestClientMarkers)
+#include "tst_client_markers.moc"
