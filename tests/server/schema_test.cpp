@@ -310,6 +310,19 @@ TEST(Schema, an_older_gateway_restarting_in_a_rolling_upgrade_serves_on_the_newe
     new_gw->restart();
     EXPECT_EQ(new_gw->log().substr(seen_new).find("\"msg\":\"function_applied\""), std::string::npos)
         << new_gw->log().substr(seen_new);
+
+    // A rollback for good (docs/operations.md, "The function set's
+    // version"): the newer gateways stopped, the newer sets forgotten, an
+    // older gateway applies its own files.
+    new_gw.reset();
+    const std::string n = std::to_string(version);
+    pg.scalar("DELETE FROM schema_function_files WHERE version > " + n + "; DELETE FROM schema_function_set WHERE version > " + n);
+    const std::size_t seen_back = old_gw.log().size();
+    old_gw.restart();
+    EXPECT_NE(old_gw.log().substr(seen_back).find("\"msg\":\"function_applied\""), std::string::npos)
+        << old_gw.log().substr(seen_back);
+    EXPECT_EQ(im_send_source(pg).find("imserver_next"), std::string::npos) << "the rollback did not apply the older im_send";
+    EXPECT_EQ(recorded_function_version(pg), n);
 }
 
 TEST(Schema, gateways_starting_together_apply_each_migration_and_changed_function_once) {
