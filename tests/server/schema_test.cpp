@@ -106,7 +106,8 @@ std::string im_send_source(TestPostgres& pg, const std::string& db = "im") {
 // interval, a SQL-standard function body): server_version_num below 140000
 // is refused with the major version named; the real cluster here is newer.
 TEST(PostgresVersion, fourteen_and_newer_are_accepted_and_older_ones_refused_by_name) {
-    for (int ok : {140000, 140011, 150004, 160000, 170002, 999999}) EXPECT_EQ(im::unsupported_postgres(ok), std::nullopt) << ok;
+    for (int ok : {140000, 140011, 150004, 160000, 170002, 999999})
+        EXPECT_EQ(im::unsupported_postgres(ok), std::nullopt) << ok;
     struct Old {
         int num;
         const char* named;
@@ -316,12 +317,14 @@ TEST(Schema, an_older_gateway_restarting_in_a_rolling_upgrade_serves_on_the_newe
     // older gateway applies its own files.
     new_gw.reset();
     const std::string n = std::to_string(version);
-    pg.scalar("DELETE FROM schema_function_files WHERE version > " + n + "; DELETE FROM schema_function_set WHERE version > " + n);
+    pg.scalar("DELETE FROM schema_function_files WHERE version > " + n +
+              "; DELETE FROM schema_function_set WHERE version > " + n);
     const std::size_t seen_back = old_gw.log().size();
     old_gw.restart();
     EXPECT_NE(old_gw.log().substr(seen_back).find("\"msg\":\"function_applied\""), std::string::npos)
         << old_gw.log().substr(seen_back);
-    EXPECT_EQ(im_send_source(pg).find("imserver_next"), std::string::npos) << "the rollback did not apply the older im_send";
+    EXPECT_EQ(im_send_source(pg).find("imserver_next"), std::string::npos)
+        << "the rollback did not apply the older im_send";
     EXPECT_EQ(recorded_function_version(pg), n);
 }
 

@@ -110,7 +110,8 @@ MigrateResult migrate(pqxx::connection_base& c, const Schema& schema) {
     // restarts during a rolling upgrade (or a rollback) would otherwise put
     // its functions back for every gateway, and the newer gateways' rows
     // (a column the newer function fills) would meet the older function.
-    out.database_function_version = tx.exec("SELECT coalesce(max(version), 0) FROM schema_function_set")[0][0].as<int>();
+    out.database_function_version =
+        tx.exec("SELECT coalesce(max(version), 0) FROM schema_function_set")[0][0].as<int>();
     if (schema.function_version < out.database_function_version) {
         log_warn("functions_newer_in_database",
                  {{"version", schema.function_version}, {"database_version", out.database_function_version}});
@@ -118,7 +119,8 @@ MigrateResult migrate(pqxx::connection_base& c, const Schema& schema) {
         return out;
     }
     std::map<std::string, std::string> sums;
-    for (const auto& row : tx.exec("SELECT name, checksum FROM schema_function_files")) sums[row[0].c_str()] = row[1].c_str();
+    for (const auto& row : tx.exec("SELECT name, checksum FROM schema_function_files"))
+        sums[row[0].c_str()] = row[1].c_str();
     for (const auto& f : schema.functions) {
         const std::string sum = schema_checksum(f.sql);
         auto it = sums.find(f.name);
