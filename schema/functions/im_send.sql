@@ -16,8 +16,9 @@
 -- out the bases of the new seqs, (4) one INSERT ... SELECT of the new events.
 --
 -- This is the only definition of im_send: the server applies this file with
--- CREATE OR REPLACE whenever its checksum differs from the one recorded in
--- schema_functions (docs/operations.md, "Schema"). It carries no lab switch:
+-- CREATE OR REPLACE, as a part of the versioned set of schema/functions (a
+-- change here is a new version in versions.txt), never over a newer set
+-- (docs/operations.md, "The function set's version"). It carries no lab switch:
 -- nothing here reads a session setting. The acceptance lab's broken variants
 -- are separate functions, derived from this text and installed only into a
 -- database the lab created (server/src/lab_schema.cpp, docs/acceptance.md).

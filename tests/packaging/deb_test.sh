@@ -53,7 +53,7 @@ for p in $packages; do
     [ "$(field $p Version)" = "${version}-1" ] || fail "$p: Version field"
     [ -n "$(field $p Maintainer)" ] || fail "$p: no Maintainer"
 done
-field imserver Depends | matches '\bpostgresql\b' || fail "imserver must depend on postgresql: $(field imserver Depends)"
+field imserver Depends | matches -F 'postgresql (>= 14)' || fail "imserver must depend on postgresql (>= 14): $(field imserver Depends)"
 field imserver Depends | matches '\badduser\b' || fail "imserver must depend on adduser"
 field imserver Depends | matches 'libpqxx' || fail "imserver lacks its library dependencies: $(field imserver Depends)"
 field libimsdk-dev Depends | matches "$lib (= ${version}-1)" || fail "libimsdk-dev must pin $lib"
@@ -104,7 +104,7 @@ sed "s|/usr/bin/imserver|$root/usr/bin/imserver|" "$root/lib/systemd/system/imse
 MANPATH="$root/usr/share/man" systemd-analyze verify "$work/unit/imserver.service" >"$work/verify.log" 2>&1 || { cat "$work/verify.log"; fail "systemd-analyze verify"; }
 if grep -v -e 'Failed to open /dev/tty' "$work/verify.log" | matches .; then cat "$work/verify.log"; fail "systemd-analyze verify complained"; fi
 for key in 'User=imserver' 'NoNewPrivileges=yes' 'ProtectSystem=strict' 'ReadWritePaths=/var/lib/imserver' \
-           'PrivateTmp=yes' 'Restart=on-failure' 'KillSignal=SIGTERM'; do
+           'PrivateTmp=yes' 'Restart=on-failure' 'KillSignal=SIGTERM' 'ExecReload=/bin/kill -HUP $MAINPID'; do
     grep -qx "$key" "$root/lib/systemd/system/imserver.service" || fail "unit lacks $key"
 done
 stop=$(sed -n 's/^TimeoutStopSec=//p' "$root/lib/systemd/system/imserver.service")

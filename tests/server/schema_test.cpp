@@ -3,13 +3,16 @@
 // the catalog after the real migrations ran. See docs/scaling.md.
 #include "common.hpp"
 
+#include "store/database.hpp"
 #include "store/migrations.hpp"
 
 #include <gtest/gtest.h>
 #include <pqxx/pqxx>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -80,9 +83,12 @@ void add_data(pqxx::connection& c) {
     tx.commit();
 }
 
-// The embedded schema with one change to the function file `name`.
-im::Schema with_function_changed(const std::string& name, const std::string& marker) {
+// The embedded schema with one change to the function file `name`: the next
+// version of the function set (`version_step` 0: the same version, a build
+// of a version corrected before its release).
+im::Schema with_function_changed(const std::string& name, const std::string& marker, int version_step = 1) {
     im::Schema s = im::embedded_schema();
+    s.function_version += version_step;
     for (auto& f : s.functions)
         if (f.name == name) {
             const auto at = f.sql.find("BEGIN\n");
@@ -94,6 +100,44 @@ im::Schema with_function_changed(const std::string& name, const std::string& mar
 
 std::string im_send_source(TestPostgres& pg, const std::string& db = "im") {
     return pg.scalar("SELECT prosrc FROM pg_proc WHERE proname = 'im_send'", db);
+}
+
+// PostgreSQL 14 is the oldest the schema runs on (client_connection_check_
+// interval, a SQL-standard function body): server_version_num below 140000
+// is refused with the major version named; the real cluster here is newer.
+TEST(PostgresVersion, fourteen_and_newer_are_accepted_and_older_ones_refused_by_name) {
+    for (int ok : {140000, 140011, 150004, 160000, 170002, 999999})
+        EXPECT_EQ(im::unsupported_postgres(ok), std::nullopt) << ok;
+    struct Old {
+        int num;
+        const char* named;
+    };
+    for (const Old& o : {Old{139999, "PostgreSQL 13 "}, Old{130014, "PostgreSQL 13 "}, Old{120000, "PostgreSQL 12 "},
+                         Old{100023, "PostgreSQL 10 "}, Old{90624, "PostgreSQL 9.6 "}, Old{90500, "PostgreSQL 9.5 "}}) {
+        const auto why = im::unsupported_postgres(o.num);
+        ASSERT_TRUE(why) << o.num;
+        EXPECT_NE(why->find(o.named), std::string::npos) << *why;
+        EXPECT_NE(why->find("needs PostgreSQL 14 or newer"), std::string::npos) << *why;
+    }
+    TestPostgres pg;
+    EXPECT_GE(std::stoi(pg.scalar("SHOW server_version_num")), im::min_server_version_num);
+}
+
+// The function files are the newest version of schema/functions/versions.txt
+// (the build checks it too: server_function_versions_check), and the
+// embedded schema carries that version and version 1's checksums.
+TEST(Schema, the_function_files_are_the_newest_recorded_version_of_the_set) {
+    const im::Schema& s = im::embedded_schema();
+    std::map<std::string, std::string> newest;
+    int top = 0;
+    for (const auto& e : im::function_set_history()) top = std::max(top, e.version);
+    for (const auto& e : im::function_set_history())
+        if (e.version == top) newest[e.name] = e.checksum;
+    EXPECT_EQ(s.function_version, top);
+    ASSERT_EQ(newest.size(), s.functions.size());
+    for (const auto& f : s.functions) EXPECT_EQ(newest[f.name], im::schema_checksum(f.sql)) << f.name;
+    EXPECT_FALSE(s.legacy_function_checksums.empty());
+    for (const auto& [name, sum] : s.legacy_function_checksums) EXPECT_EQ(sum.size(), 64u) << name;
 }
 
 TEST(Schema, exactly_one_function_file_defines_im_send_and_the_baseline_defines_no_function) {
@@ -148,12 +192,19 @@ TEST(Schema, a_changed_applied_migration_refuses_to_start_and_makes_readyz_503) 
     EXPECT_TRUE(wait_until([&] { return srv.http("GET", "/readyz").first == 200; }, 30s));
 }
 
+std::string recorded_function_version(TestPostgres& pg) {
+    return pg.scalar("SELECT max(version) FROM schema_function_set");
+}
+
 TEST(Schema, a_changed_function_file_is_applied_on_the_next_start_and_only_then) {
     TestPostgres pg;
     pqxx::connection c(pg.url());
+    const int version = im::embedded_schema().function_version;
     auto first = im::migrate(c);
     EXPECT_EQ(first.migrations, static_cast<int>(im::all_migrations().size()));
     EXPECT_EQ(first.functions, static_cast<int>(im::all_functions().size()));
+    EXPECT_EQ(first.database_function_version, version);
+    EXPECT_EQ(recorded_function_version(pg), std::to_string(version));
     auto again = im::migrate(c);
     EXPECT_EQ(again.migrations, 0);
     EXPECT_EQ(again.functions, 0) << "an unchanged function file was applied again";
@@ -162,15 +213,119 @@ TEST(Schema, a_changed_function_file_is_applied_on_the_next_start_and_only_then)
     auto next = im::migrate(c, changed);
     EXPECT_EQ(next.migrations, 0);
     EXPECT_EQ(next.functions, 1);
+    EXPECT_EQ(next.database_function_version, version + 1);
     EXPECT_NE(im_send_source(pg).find("revision two"), std::string::npos) << "the changed file was not applied";
     for (const auto& f : changed.functions) {
         if (f.name != "im_send") continue;
-        EXPECT_EQ(pg.scalar("SELECT checksum FROM schema_functions WHERE name = 'im_send'"), im::schema_checksum(f.sql));
+        EXPECT_EQ(pg.scalar("SELECT checksum || ' ' || version FROM schema_function_files WHERE name = 'im_send'"),
+                  im::schema_checksum(f.sql) + " " + std::to_string(version + 1));
     }
     EXPECT_EQ(im::migrate(c, changed).functions, 0);
-    // Back to the binary's own file: applied again.
-    EXPECT_EQ(im::migrate(c).functions, 1);
-    EXPECT_EQ(im_send_source(pg).find("revision two"), std::string::npos);
+    // A build of the same version whose file was corrected before its
+    // release: applied (said in the log), the version stays.
+    auto corrected = with_function_changed("im_send", "revision two, corrected", 0);
+    corrected.function_version = version + 1;
+    EXPECT_EQ(im::migrate(c, corrected).functions, 1);
+    EXPECT_NE(im_send_source(pg).find("revision two, corrected"), std::string::npos);
+    EXPECT_EQ(recorded_function_version(pg), std::to_string(version + 1));
+}
+
+// A gateway of the previous release restarting during a rolling upgrade (or
+// a rollback) must not put its older functions back under the newer
+// gateways: it leaves them alone and serves on them. Two builds here: the
+// embedded schema and the same with im_send changed in a new version.
+TEST(Schema, an_older_function_set_is_never_applied_over_a_newer_one) {
+    TestPostgres pg;
+    pqxx::connection c(pg.url());
+    const im::Schema& older = im::embedded_schema();
+    im::migrate(c, older);
+    const auto newer = with_function_changed("im_send", "the newer set");
+    EXPECT_EQ(im::migrate(c, newer).functions, 1);
+    const std::string files = "SELECT string_agg(name || ' ' || checksum || ' ' || version, ',' ORDER BY name) "
+                              "FROM schema_function_files";
+    const std::string before = pg.scalar(files);
+    auto back = im::migrate(c, older);
+    EXPECT_EQ(back.functions, 0) << "the older set was applied over the newer one";
+    EXPECT_EQ(back.database_function_version, newer.function_version);
+    EXPECT_NE(im_send_source(pg).find("the newer set"), std::string::npos) << "the older im_send is back";
+    EXPECT_EQ(pg.scalar(files), before);
+    EXPECT_EQ(recorded_function_version(pg), std::to_string(newer.function_version));
+    // The gateways of the releases before function-set versions compare
+    // their files with schema_functions and re-apply what differs: it holds
+    // version 1's checksums (theirs), so they leave the newer set alone too.
+    for (const auto& e : im::function_set_history()) {
+        if (e.version != 1) continue;
+        EXPECT_EQ(pg.scalar("SELECT checksum FROM schema_functions WHERE name = " + q(e.name)), e.checksum) << e.name;
+    }
+}
+
+// The same with two real binaries: the build's imserver and imserver_next,
+// the same tree with im_send changed and the function set one version higher
+// (tests/server/CMakeLists.txt).
+TEST(Schema, an_older_gateway_restarting_in_a_rolling_upgrade_serves_on_the_newer_functions) {
+    const char* next_bin = std::getenv("IMSERVER_NEXT_BIN");
+    ASSERT_TRUE(next_bin && *next_bin) << "IMSERVER_NEXT_BIN is not set";
+    const std::string this_bin = im::test::imserver_bin();
+    const int version = im::embedded_schema().function_version;
+    TestPostgres pg;
+    ServerProcess old_gw(pg.url(), {}, "gw-old");
+    EXPECT_EQ(recorded_function_version(pg), std::to_string(version));
+    EXPECT_EQ(im_send_source(pg).find("imserver_next"), std::string::npos);
+
+    // The upgrade begins: a second gateway runs the next build.
+    ::setenv("IMSERVER_BIN", next_bin, 1);
+    std::unique_ptr<ServerProcess> new_gw;
+    try {
+        new_gw = std::make_unique<ServerProcess>(pg.url(), std::vector<std::string>{}, "gw-new");
+    } catch (...) {
+        ::setenv("IMSERVER_BIN", this_bin.c_str(), 1);
+        throw;
+    }
+    ::setenv("IMSERVER_BIN", this_bin.c_str(), 1);
+    EXPECT_EQ(recorded_function_version(pg), std::to_string(version + 1));
+    EXPECT_NE(im_send_source(pg).find("imserver_next"), std::string::npos) << new_gw->log();
+    EXPECT_NE(new_gw->log().find("\"msg\":\"function_set_applied\""), std::string::npos) << new_gw->log();
+
+    // The old gateway restarts before its turn (or is rolled back to).
+    const std::size_t seen = old_gw.log().size();
+    old_gw.restart();
+    ASSERT_TRUE(wait_until([&] { return old_gw.http("GET", "/readyz").first == 200; }, 30s)) << old_gw.log();
+    const std::string restart_log = old_gw.log().substr(seen);
+    EXPECT_NE(restart_log.find("\"msg\":\"functions_newer_in_database\""), std::string::npos) << restart_log;
+    EXPECT_EQ(restart_log.find("\"msg\":\"function_applied\""), std::string::npos) << restart_log;
+    EXPECT_NE(im_send_source(pg).find("imserver_next"), std::string::npos)
+        << "the older gateway put its im_send back over the newer one";
+    EXPECT_EQ(recorded_function_version(pg), std::to_string(version + 1));
+
+    // Both serve, on the newer function: a send through each.
+    auto w = make_world(pg.url(), "roll", 2);
+    auto a = login(old_gw.port(), w.users[0]);
+    auto b = login(new_gw->port(), w.users[1]);
+    auto sa = send_msg(*a, w.conv, "via-old", "from the older gateway");
+    auto sb = send_msg(*b, w.conv, "via-new", "from the newer gateway");
+    EXPECT_EQ(str(sa, "t"), "sent") << json::serialize(sa);
+    EXPECT_EQ(str(sb, "t"), "sent") << json::serialize(sb);
+
+    // The newer gateway restarting finds its own set: nothing applied.
+    const std::size_t seen_new = new_gw->log().size();
+    new_gw->restart();
+    EXPECT_EQ(new_gw->log().substr(seen_new).find("\"msg\":\"function_applied\""), std::string::npos)
+        << new_gw->log().substr(seen_new);
+
+    // A rollback for good (docs/operations.md, "The function set's
+    // version"): the newer gateways stopped, the newer sets forgotten, an
+    // older gateway applies its own files.
+    new_gw.reset();
+    const std::string n = std::to_string(version);
+    pg.scalar("DELETE FROM schema_function_files WHERE version > " + n +
+              "; DELETE FROM schema_function_set WHERE version > " + n);
+    const std::size_t seen_back = old_gw.log().size();
+    old_gw.restart();
+    EXPECT_NE(old_gw.log().substr(seen_back).find("\"msg\":\"function_applied\""), std::string::npos)
+        << old_gw.log().substr(seen_back);
+    EXPECT_EQ(im_send_source(pg).find("imserver_next"), std::string::npos)
+        << "the rollback did not apply the older im_send";
+    EXPECT_EQ(recorded_function_version(pg), n);
 }
 
 TEST(Schema, gateways_starting_together_apply_each_migration_and_changed_function_once) {
@@ -199,8 +354,10 @@ TEST(Schema, gateways_starting_together_apply_each_migration_and_changed_functio
     EXPECT_EQ(changed.migrations, 0);
     EXPECT_EQ(changed.functions, 1) << "the changed function was applied more than once (or not at all)";
     EXPECT_NE(im_send_source(pg).find("applied once"), std::string::npos);
-    // Real gateways too: two processes started at once on the changed record.
-    pg.scalar("UPDATE schema_functions SET checksum = 'stale'");
+    // Real gateways too: two processes started at once on a database whose
+    // recorded set is older than theirs (none recorded) and whose files differ.
+    pg.scalar("DELETE FROM schema_function_set");
+    pg.scalar("UPDATE schema_function_files SET checksum = 'stale'");
     std::unique_ptr<ServerProcess> a, b;
     std::thread ta([&] { a = std::make_unique<ServerProcess>(pg.url(), std::vector<std::string>{}, "gw-a"); });
     std::thread tb([&] { b = std::make_unique<ServerProcess>(pg.url(), std::vector<std::string>{}, "gw-b"); });
@@ -245,6 +402,7 @@ TEST(Schema, the_baseline_then_each_later_migration_applies_to_a_database_with_d
     EXPECT_EQ(pg.scalar("SELECT note FROM gap_a"), "kept");
     // The functions, then a send through them on the old rows.
     s.functions = im::all_functions();
+    s.function_version = im::embedded_schema().function_version;
     EXPECT_EQ(im::migrate(c, s).functions, static_cast<int>(s.functions.size()));
     pqxx::work tx(c);
     auto r = tx.exec("SELECT r_code, r_seq, r_dup FROM im_send('{d1}', '{01}', '{c1}', '{u1}', '{1,1}', '{k1,k2}', "

@@ -39,6 +39,11 @@ std::optional<int> prepare_database(const Config& cfg, const std::string& url) {
                                                {"file_checksum", e.file_checksum}});
         std::cerr << "imserver: " << e.what() << '\n';
         return 1;
+    } catch (const UnsupportedPostgres& e) {
+        log_error("postgres_unsupported",
+                  {{"server_version_num", e.server_version_num}, {"required", min_server_version_num}});
+        std::cerr << "imserver: " << e.what() << '\n';
+        return 1;
     }
     if (auto refusal = refuse_foreign_lab_database(url, applied, cfg)) {
         std::cerr << "imserver: " << *refusal << '\n';

@@ -41,8 +41,29 @@ std::unique_ptr<pqxx::connection> open_connection_waiting(const std::string& url
     }
 }
 
+std::optional<std::string> unsupported_postgres(int num) {
+    if (num >= min_server_version_num) return std::nullopt;
+    // Since 10 the major version is num / 10000; before, two parts (9.6 = 90600).
+    const std::string major = num >= 100000 ? std::to_string(num / 10000)
+                                            : std::to_string(num / 10000) + "." + std::to_string(num / 100 % 100);
+    return "the database server is PostgreSQL " + major + " (server_version_num " + std::to_string(num) +
+           "); imserver needs PostgreSQL " + std::to_string(min_server_version_num / 10000) +
+           " or newer (client_connection_check_interval, SQL-standard function bodies): upgrade the server "
+           "(docs/operations.md, \"Starting\")";
+}
+
+UnsupportedPostgres::UnsupportedPostgres(int num, const std::string& why)
+    : std::runtime_error(why), server_version_num(num) {}
+
 int prepare_schema(const std::string& url, std::chrono::milliseconds wait) {
     auto c = open_connection_waiting(url, "imserver-migrate", wait);
+    {
+        // Before any change: a server too old refuses the schema halfway
+        // (a function body) or runs without a setting the gateway relies on.
+        pqxx::nontransaction tx(*c);
+        const int num = tx.exec("SELECT current_setting('server_version_num')::int")[0][0].as<int>();
+        if (auto why = unsupported_postgres(num)) throw UnsupportedPostgres(num, *why);
+    }
     return migrate(*c).migrations;
 }
 

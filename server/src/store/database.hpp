@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <pqxx/pqxx>
@@ -33,8 +34,25 @@ inline constexpr std::chrono::milliseconds start_wait{30000};
 std::unique_ptr<pqxx::connection> open_connection_waiting(const std::string& url, const std::string& app_name,
                                                           std::chrono::milliseconds wait = start_wait);
 
-/// Connects (open_connection_waiting, up to `wait`) and applies
-/// migrations. Throws on failure.
+/// The oldest PostgreSQL the schema runs on, as server_version_num: 14
+/// (client_connection_check_interval, the SQL-standard `RETURN` body of
+/// schema/functions/im_device_gate.sql). docs/operations.md, "Starting".
+inline constexpr int min_server_version_num = 140000;
+
+/// Nothing when a server reporting `server_version_num` (e.g. 150004 for
+/// 15.4, 90624 for 9.6.24) is new enough; else the reason to print.
+std::optional<std::string> unsupported_postgres(int server_version_num);
+
+/// A database server older than min_server_version_num: the start (or the
+/// admin command) stops before it changes anything.
+class UnsupportedPostgres : public std::runtime_error {
+public:
+    UnsupportedPostgres(int server_version_num, const std::string& why);
+    int server_version_num;
+};
+
+/// Connects (open_connection_waiting, up to `wait`), checks the server's
+/// version (UnsupportedPostgres) and applies migrations. Throws on failure.
 int prepare_schema(const std::string& url, std::chrono::milliseconds wait = start_wait);
 
 /// The lab's database guard, for the gateway and `imserver admin` alike. A

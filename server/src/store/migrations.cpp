@@ -7,6 +7,7 @@
 
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <map>
 
 namespace im {
@@ -27,7 +28,13 @@ std::map<int, Recorded> recorded_migrations(pqxx::transaction_base& tx) {
 } // namespace
 
 const Schema& embedded_schema() {
-    static const Schema s{all_migrations(), all_functions()};
+    static const Schema s = [] {
+        Schema out{all_migrations(), all_functions(), 0, {}};
+        for (const auto& e : function_set_history()) out.function_version = std::max(out.function_version, e.version);
+        for (const auto& e : function_set_history())
+            if (e.version == 1) out.legacy_function_checksums[e.name] = e.checksum;
+        return out;
+    }();
     return s;
 }
 
@@ -62,8 +69,17 @@ MigrateResult migrate(pqxx::connection_base& c, const Schema& schema) {
     // A table from before checksums were recorded: its rows have none, and
     // are refused below as changed.
     tx.exec("ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS checksum text");
+    // What the gateways of the releases before function-set versions compare
+    // their files against (see the end of this function).
     tx.exec("CREATE TABLE IF NOT EXISTS schema_functions ("
             "name text PRIMARY KEY, checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())");
+    // Each version of the function set applied (the newest is the
+    // database's), and each file applied with the version that applied it.
+    tx.exec("CREATE TABLE IF NOT EXISTS schema_function_set ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())");
+    tx.exec("CREATE TABLE IF NOT EXISTS schema_function_files ("
+            "name text PRIMARY KEY, checksum text NOT NULL, version integer NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())");
     const auto recorded = recorded_migrations(tx);
     // First every check, then any change: a refused start alters nothing.
     for (const auto& m : schema.migrations) {
@@ -89,20 +105,53 @@ MigrateResult migrate(pqxx::connection_base& c, const Schema& schema) {
         log_info("migration_applied", {{"version", m.version}, {"name", m.name}});
         ++out.migrations;
     }
-    // Functions after the tables they read; each applied when its file changed.
+    // Functions after the tables they read, as one versioned set: never an
+    // older set over a newer one. A gateway of the previous release that
+    // restarts during a rolling upgrade (or a rollback) would otherwise put
+    // its functions back for every gateway, and the newer gateways' rows
+    // (a column the newer function fills) would meet the older function.
+    out.database_function_version =
+        tx.exec("SELECT coalesce(max(version), 0) FROM schema_function_set")[0][0].as<int>();
+    if (schema.function_version < out.database_function_version) {
+        log_warn("functions_newer_in_database",
+                 {{"version", schema.function_version}, {"database_version", out.database_function_version}});
+        tx.commit();
+        return out;
+    }
     std::map<std::string, std::string> sums;
-    for (const auto& row : tx.exec("SELECT name, checksum FROM schema_functions")) sums[row[0].c_str()] = row[1].c_str();
+    for (const auto& row : tx.exec("SELECT name, checksum FROM schema_function_files"))
+        sums[row[0].c_str()] = row[1].c_str();
     for (const auto& f : schema.functions) {
         const std::string sum = schema_checksum(f.sql);
         auto it = sums.find(f.name);
         if (it != sums.end() && it->second == sum) continue;
+        // The same version with another file: a build of a version that
+        // was corrected before its release (the build refuses a changed
+        // file under a released version's number). Applied, and said.
+        if (schema.function_version == out.database_function_version && it != sums.end())
+            log_warn("function_changed_within_version", {{"name", f.name}, {"version", schema.function_version}});
         tx.exec(f.sql);
-        tx.exec_params("INSERT INTO schema_functions (name, checksum) VALUES ($1, $2) "
-                       "ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()",
-                       f.name, sum);
-        log_info("function_applied", {{"name", f.name}, {"checksum", sum}});
+        tx.exec_params("INSERT INTO schema_function_files (name, checksum, version) VALUES ($1, $2, $3) "
+                       "ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, version = EXCLUDED.version, "
+                       "applied_at = now()",
+                       f.name, sum, schema.function_version);
+        log_info("function_applied", {{"name", f.name}, {"checksum", sum}, {"version", schema.function_version}});
         ++out.functions;
     }
+    if (schema.function_version > out.database_function_version) {
+        tx.exec_params("INSERT INTO schema_function_set (version) VALUES ($1)", schema.function_version);
+        log_info("function_set_applied",
+                 {{"version", schema.function_version}, {"previous_version", out.database_function_version}});
+        out.database_function_version = schema.function_version;
+    }
+    // The gateways of the releases before these versions re-apply each file
+    // whose checksum differs from schema_functions: it keeps version 1's
+    // checksums, theirs, so they leave this set alone.
+    for (const auto& [name, sum] : schema.legacy_function_checksums)
+        tx.exec_params("INSERT INTO schema_functions (name, checksum) VALUES ($1, $2) "
+                       "ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now() "
+                       "WHERE schema_functions.checksum <> EXCLUDED.checksum",
+                       name, sum);
     tx.commit();
     return out;
 }
