@@ -59,9 +59,10 @@ stage() {
 tests_line() { # ctest's own count of what the stage ran
     grep -Eo '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$logs/$1.log" | tail -1 || true
 }
-failed_tests() { # the lines after ctest's "The following tests FAILED:"
+failed_tests() { # the lines after ctest's "The following tests FAILED:", and a count that differs (run_ctest)
     sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' "$logs/$1.log" |
         grep -E '^[[:space:]]*[0-9]+ - ' || true
+    grep -E '^== ctest ran .* this stage declares' "$logs/$1.log" || true
 }
 # Background builds: build_<stage> for each selected stage of $bg_stages, in
 # the order the stages run, in one niced job; each writes $logs/<stage>.build.log and then
@@ -97,6 +98,27 @@ await_build() {
     if [ "$r" != ok ]; then tail -n 60 "$logs/$s.build.log"; return 1; fi
 }
 
+# run_ctest DIR N ARGS...: ctest ARGS in DIR with --no-tests=error, failing
+# also unless ctest ran exactly N tests (its "... tests failed out of M"
+# line). Each stage declares its N beside its call: a suite renamed out of a
+# stage's -R/-L selection (or a new one that joins it) changes the count and
+# fails the stage, instead of leaving it silently. When a suite is added or
+# split on purpose, update the stage's number with it.
+run_ctest() {
+    local dir="$1" want="$2" out rc ran
+    shift 2
+    out="$(mktemp "$logs/ctest-XXXXXX")"
+    (cd "$dir" && ctest --no-tests=error "$@") 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    ran="$(grep -Eo 'tests? failed out of [0-9]+' "$out" | tail -1 | grep -Eo '[0-9]+$' || true)"
+    if [ "$ran" != "$want" ]; then
+        echo "== ctest ran ${ran:-no} tests in $dir, this stage declares $want (ctest $*):" \
+             "a suite left or joined the stage's selection; if that was meant, update the number in scripts/test.sh"
+        return 1
+    fi
+    return "$rc"
+}
+
 configure_plain() {
     cmake -S . -B build "${im_build_flags[@]}" -DIM_BUILD_TESTS=ON >/dev/null
 }
@@ -105,7 +127,7 @@ configure_plain() {
 plain() {
     configure_plain &&
     cmake --build build -j"$jobs" &&
-    (cd build && ctest -j"$plain_jobs" --output-on-failure --timeout 1200 -LE bench)
+    run_ctest build 42 -j"$plain_jobs" --output-on-failure --timeout 1200 -LE bench
 }
 # Three plain tests at a time on two cores: they wait on fsyncs, sockets and
 # timers, so at -j2 both cores were 54-78 % busy (warm, once the background
@@ -120,7 +142,7 @@ plain_jobs="${IM_PLAIN_JOBS:-3}"
 bench() {
     configure_plain &&
     cmake --build build -j"$jobs" --target benchmarks &&
-    (cd build && ctest -j2 --output-on-failure -L bench)
+    run_ctest build 7 -j2 --output-on-failure -L bench
 }
 
 # Sanitizer builds with clang at -O1 -g1 (line tables: reports name files
@@ -160,10 +182,10 @@ build_asan() {
 }
 asan() {
     await_build asan &&
-    (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         LSAN_OPTIONS=suppressions="$root/tests/lsan.supp":print_suppressions=0 \
-        ctest -j2 --output-on-failure --timeout 1800 \
-        -R '^(server_(codec|contract|resilience|group_commit|fuzz)_test|sdk\.tst_(codec|client_(outbox|sync|markers|session)|kill|integration|obligations|reconnect))$')
+        run_ctest build-asan 14 -j2 --output-on-failure --timeout 1800 \
+        -R '^(server_(codec|contract|resilience|group_commit|fuzz)_test|sdk\.tst_(codec|client_(outbox|sync|markers|session)|kill|integration|obligations|reconnect))$'
 }
 
 build_tsan() {
@@ -175,8 +197,8 @@ build_tsan() {
 }
 tsan() {
     await_build tsan &&
-    (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        ctest -j2 --output-on-failure --timeout 1800 -R '^server_(contract|resilience|group_commit|push|safety|tls)_test$')
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+        run_ctest build-tsan 6 -j2 --output-on-failure --timeout 1800 -R '^server_(contract|resilience|group_commit|push|safety|tls)_test$'
 }
 
 build_fuzz() {
@@ -185,7 +207,7 @@ build_fuzz() {
 }
 fuzz() {
     await_build fuzz &&
-    (cd build-asan && ctest -j3 --output-on-failure -L fuzz)
+    run_ctest build-asan 10 -j3 --output-on-failure -L fuzz
 }
 
 # asan and tsan run side by side when both are selected: one after the

@@ -139,10 +139,11 @@ std::string quote(const std::string& s) {
 }
 
 std::unique_ptr<WsClient> connect(unsigned short port, const std::string& token, const std::string& install) {
-    auto ws = std::make_unique<WsClient>(port);
-    auto w = ws->hello(token, install);
-    if (str(w, "t") != "welcome") throw CheckFailed("welcome", "hello -> " + json::serialize(w));
-    return ws;
+    try {
+        return login(port, token, install);
+    } catch (const HelloRefused& e) { // a verdict at "welcome", not a harness error
+        throw CheckFailed("welcome", e.what());
+    }
 }
 
 json::object send(WsClient& ws, const std::string& conv, const std::string& cmid, const std::string& body,

@@ -125,7 +125,7 @@ std::optional<json::object> awaited_push(WsClient& ws, const std::function<bool(
 bool flag(const json::object& o, const char* key);
 std::string quote(const std::string& s); // SQL literal
 
-/// Connects and says hello; fails at tag "welcome" unless the reply is `welcome`.
+/// Connects and says hello (the shared login()); fails at tag "welcome" unless the reply is `welcome`.
 std::unique_ptr<WsClient> connect(unsigned short port, const std::string& token, const std::string& install = {});
 json::object send(WsClient& ws, const std::string& conv, const std::string& cmid, const std::string& body,
                   std::chrono::milliseconds timeout = 10s);

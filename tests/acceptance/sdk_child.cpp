@@ -5,7 +5,9 @@
 //                                         soon as send() returned; then idle (the
 //                                         lab SIGKILLs us)
 //   send-inflight DB URL TOKEN CONV BODY  same, but print once the request is on
-//                                         the wire (attempts >= 1), before its reply
+//                                         the wire (attempts >= 1) and the gateway has
+//                                         read it (its send workers took one more run:
+//                                         GET /metrics on URL's port), before its reply
 //   drain DB URL TOKEN                    connect; print "DRAINED" when the outbox
 //                                         is empty, then exit 0
 //   watch DB URL TOKEN CONV               connect and sync CONV; print "SYNCED <rows>"
@@ -30,8 +32,11 @@
 #include <QtCore/QFile>
 #include <QtCore/QTimer>
 #include <QtCore/QUrl>
+#include <QtNetwork/QNetworkAccessManager>
+#include <QtNetwork/QNetworkReply>
 
 #include <cstdio>
+#include <functional>
 #include <limits>
 
 namespace {
@@ -39,6 +44,24 @@ namespace {
 void say(const QString& line) {
     std::printf("%s\n", qPrintable(line));
     std::fflush(stdout);
+}
+
+// The runs of sends the gateway's workers have taken off their queue
+// (im_send_stage_seconds_count{stage="queue"} of GET /metrics on the
+// WebSocket URL's host and port), handed to `done`; -1 when unknown.
+void sendsTaken(QNetworkAccessManager& nam, const QUrl& ws, const std::function<void(long long)>& done) {
+    QUrl url(ws);
+    url.setScheme(ws.scheme() == QLatin1String("wss") ? QStringLiteral("https") : QStringLiteral("http"));
+    url.setPath(QStringLiteral("/metrics"));
+    QNetworkReply* reply = nam.get(QNetworkRequest(url));
+    QObject::connect(reply, &QNetworkReply::finished, reply, [reply, done] {
+        long long n = -1;
+        const QByteArray key = "im_send_stage_seconds_count{stage=\"queue\"} ";
+        for (const QByteArray& line : reply->readAll().split('\n'))
+            if (line.startsWith(key)) n = line.mid(key.size()).trimmed().toLongLong();
+        reply->deleteLater();
+        done(n);
+    });
 }
 
 } // namespace
@@ -88,9 +111,33 @@ int main(int argc, char** argv) {
         const QString conv = a[5], body = a[6];
         const bool inflight = mode == QLatin1String("send-inflight");
         auto sent = std::make_shared<bool>(false);
-        QObject::connect(&client, &im::Client::connectionStateChanged, &app, [&, sent, conv, body, inflight](im::ConnectionState s) {
-            if (s != im::ConnectionState::Connected || *sent) return;
-            *sent = true;
+        auto* nam = new QNetworkAccessManager(&app);
+        const QUrl gateway = servers.value(0);
+        // send-inflight: once the request is on the wire, polls /metrics until
+        // the gateway took one run more than `before` (it has read the frame),
+        // then prints the cmid.
+        auto whenRead = [nam, gateway](const QString& cmid, long long before) {
+            auto* timer = new QTimer(QCoreApplication::instance());
+            auto asking = std::make_shared<bool>(false); // one GET at a time
+            QObject::connect(timer, &QTimer::timeout, timer, [nam, gateway, cmid, before, timer, asking] {
+                if (*asking) return;
+                *asking = true;
+                sendsTaken(*nam, gateway, [cmid, before, timer, asking](long long now) {
+                    *asking = false;
+                    if (timer->isActive() && now > before) {
+                        timer->stop();
+                        say(QStringLiteral("CMID ") + cmid);
+                    }
+                });
+            });
+            timer->start(20);
+        };
+        auto doSend = [&client, conv, body, inflight, whenRead](long long before) {
+            if (inflight && before < 0) {
+                std::fprintf(stderr, "the gateway's /metrics has no im_send_stage_seconds_count{stage=\"queue\"}\n");
+                QCoreApplication::exit(1);
+                return;
+            }
             const QString cmid = client.send(conv, body);
             if (cmid.isEmpty()) {
                 std::fprintf(stderr, "send failed: %s\n", qPrintable(client.lastError()));
@@ -101,16 +148,24 @@ int main(int argc, char** argv) {
                 say(QStringLiteral("CMID ") + cmid); // right after send() returned
                 return;
             }
-            auto* poll = new QTimer(&app);
-            QObject::connect(poll, &QTimer::timeout, &app, [&client, poll, cmid] {
+            auto* poll = new QTimer(QCoreApplication::instance());
+            QObject::connect(poll, &QTimer::timeout, poll, [&client, poll, cmid, before, whenRead] {
                 for (const auto& e : client.outbox())
                     if (e.cmid == cmid && e.attempts >= 1 && e.inFlight) {
                         poll->stop();
-                        // On the wire; give the frame a moment to reach the server.
-                        QTimer::singleShot(200, [cmid] { say(QStringLiteral("CMID ") + cmid); });
+                        whenRead(cmid, before); // on the wire: wait until the gateway has read it
+                        return;
                     }
             });
             poll->start(5);
+        };
+        QObject::connect(&client, &im::Client::connectionStateChanged, &app, [&, sent, inflight, doSend](im::ConnectionState s) {
+            if (s != im::ConnectionState::Connected || *sent) return;
+            *sent = true;
+            if (inflight)
+                sendsTaken(*nam, gateway, doSend); // the count before the send
+            else
+                doSend(-1);
         });
     } else if (mode == QLatin1String("drain")) {
         auto check = [&client] {

@@ -106,9 +106,8 @@ struct Sample {
 void measure(const TestPostgres& pg, const std::string& bin, const std::string& token, int requests, Sample& out) {
     ::setenv("IMSERVER_BIN", bin.c_str(), 1);
     ServerProcess srv(pg.url(), {"--quiet"});
-    WsClient c(srv.port());
-    auto w = c.hello(token);
-    if (str(w, "t") != "welcome") throw std::runtime_error("hello failed: " + json::serialize(w));
+    auto ws = login(srv.port(), token);
+    WsClient& c = *ws;
     out.answer = list_all(c); // warm-up: connections, plans, caches
     for (int k = 0; k < requests; ++k) {
         auto t0 = clock_type::now();

@@ -93,15 +93,8 @@ inline double self_cpu() {
            static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-/// Polls `pred` every 10 ms until it holds or `limit` passes.
-inline bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return pred();
-}
+/// The shared wait (tests/support/harness.hpp).
+using test::wait_until;
 
 /// Raises this process's descriptor limit to its hard limit (and further
 /// when root may): children (imserver) inherit it.

@@ -303,18 +303,13 @@ Outcome admin_on_nats(NatsServer& nats, const std::string& db) {
         args.insert(args.begin(), {"--bus", nats.cluster_url()});
         return test::admin(db, args);
     };
-    auto login = [](unsigned short port, const test::TestUser& u) {
-        auto c = std::make_unique<test::WsClient>(port);
-        if (test::str(c->hello(u.token), "t") != "welcome") throw std::runtime_error("hello refused for " + u.user);
-        return c;
-    };
     std::ostringstream figures;
     auto ready = [](test::ServerProcess& g) { return g.http("GET", "/readyz").first; };
     // Both gateways on the bus first: a gateway whose first connect to NATS
     // timed out (a loaded machine) subscribes later and then tells its
     // subscribers to resync, which would pass for the delivery below.
     wait_until([&] { return ready(gw1) == 200 && ready(gw2) == 200; }, 60s, "/readyz 200 on both gateways");
-    auto watcher = login(gw2.port(), w.users[1]);
+    auto watcher = test::login(gw2.port(), w.users[1]);
     if (test::str(watcher->request({{"t", "sub"}}), "t") != "subscribed") return {false, "sub refused"};
 
     auto [rc, out] = admin({"member", "add", w.conv, newcomer.user});
@@ -349,8 +344,8 @@ Outcome admin_on_nats(NatsServer& nats, const std::string& db) {
     figures << "epoch bump hinted; ";
 
     const auto& dev = w.users[0];
-    auto on1 = login(gw1.port(), dev);
-    auto on2 = login(gw2.port(), dev);
+    auto on1 = test::login(gw1.port(), dev);
+    auto on2 = test::login(gw2.port(), dev);
     auto t0 = Clock::now();
     std::tie(rc, out) = admin({"device", "revoke", dev.device});
     if (rc != 0) return {false, figures.str() + "admin device revoke exited " + std::to_string(rc) + ": " + out};
@@ -363,8 +358,8 @@ Outcome admin_on_nats(NatsServer& nats, const std::string& db) {
     // The bus goes away: /readyz says so; a revocation committed meanwhile
     // (admin cannot publish it: exit 1) still closes the connections once
     // the bus is back, through the gateways' check after resync.
-    auto late1 = login(gw1.port(), late);
-    auto late2 = login(gw2.port(), late);
+    auto late1 = test::login(gw1.port(), late);
+    auto late2 = test::login(gw2.port(), late);
     if (ready(gw1) != 200 || ready(gw2) != 200) return {false, figures.str() + "/readyz not 200 with NATS up"};
     nats.stop();
     wait_until([&] { return ready(gw1) == 503 && ready(gw2) == 503; }, 30s, "/readyz 503 with NATS down");
@@ -419,9 +414,8 @@ Outcome patroni_failover(const LabEnv& env) {
     auto probe_world = test::make_world(db, "probe", 1);
     auto write_ok = [&](const std::string& cmid) {
         try {
-            test::WsClient c(fleet.front_port());
-            if (test::str(c.hello(probe_world.users[0].token), "t") != "welcome") return false;
-            auto r = c.request({{"t", "send"}, {"conv", probe_world.conv}, {"cmid", cmid}, {"body", cmid}}, 2s);
+            auto c = test::login(fleet.front_port(), probe_world.users[0]);
+            auto r = c->request({{"t", "send"}, {"conv", probe_world.conv}, {"cmid", cmid}, {"body", cmid}}, 2s);
             return test::str(r, "t") == "sent";
         } catch (const std::exception&) {
             return false;

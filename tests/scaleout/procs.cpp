@@ -30,36 +30,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 
-unsigned short free_port() {
-    // Reserved by binding, for the whole run: a socket bound to the port
-    // (SO_REUSEADDR, never listening, close-on-exec) stays open, so neither
-    // the kernel (ephemeral ports, another test's bind to 0) nor another
-    // free_port() can hand the port out between its choice and its use. The
-    // program given the port binds it beside the reservation (Linux allows
-    // that while the reserving socket does not listen, and every program the
-    // lab starts sets SO_REUSEADDR: imserver, HAProxy, nats-server, etcd,
-    // PostgreSQL, Patroni's REST API), also when restarted on it.
-    static std::mutex mu;
-    static std::vector<int> held;
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) throw std::runtime_error("free_port: socket failed");
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof addr;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-        ::close(fd);
-        throw std::runtime_error("free_port: bind failed");
-    }
-    std::lock_guard lk(mu);
-    held.push_back(fd); // closed at exit
-    return ntohs(addr.sin_port);
-}
-
 void render(const std::string& template_path, const std::string& out, const std::map<std::string, std::string>& vars) {
     std::ifstream in(template_path);
     if (!in) throw std::runtime_error("cannot read " + template_path);
@@ -100,14 +70,6 @@ std::optional<std::pair<int, std::string>> http_get(unsigned short port, const s
         return std::make_pair(static_cast<int>(res.result_int()), res.body());
     } catch (const std::exception&) {
         return std::nullopt;
-    }
-}
-
-void wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout, const std::string& what) {
-    auto deadline = Clock::now() + timeout;
-    while (!pred()) {
-        if (Clock::now() > deadline) throw std::runtime_error("timed out waiting for " + what);
-        std::this_thread::sleep_for(50ms);
     }
 }
 

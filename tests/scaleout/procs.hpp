@@ -3,6 +3,8 @@
 // plain HTTP GET. Every process started here dies with the lab.
 #pragma once
 
+#include "harness.hpp"
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -17,9 +19,10 @@ namespace im::scaleout {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-/// A loopback TCP port reserved for this run: chosen by binding to 0 and kept
-/// bound (not listening) until exit, so nothing else is given it meanwhile.
-unsigned short free_port();
+// A loopback TCP port reserved for the run, and the wait that throws with
+// what it waited for: the shared ones (tests/support/harness.hpp).
+using test::free_port;
+using test::wait_until;
 
 /// Reads a template, replaces every @KEY@ by vars[KEY], writes it to out.
 void render(const std::string& template_path, const std::string& out, const std::map<std::string, std::string>& vars);
@@ -27,9 +30,6 @@ void render(const std::string& template_path, const std::string& out, const std:
 /// Plain HTTP/1.1 GET on 127.0.0.1:port; nothing when the connection fails.
 std::optional<std::pair<int, std::string>> http_get(unsigned short port, const std::string& target,
                                                     std::chrono::milliseconds timeout = 2s);
-
-/// Waits until pred() is true; throws with `what` after timeout.
-void wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout, const std::string& what);
 
 /// True when we are root and PostgreSQL tools must run as `postgres`.
 bool drop_to_postgres();

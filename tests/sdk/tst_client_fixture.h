@@ -18,6 +18,13 @@ using im::MessageState;
 
 namespace {
 
+// No request times out in these tests unless the test asks for it: a reply
+// that a loaded machine delays is waited for, never resent, so a test may
+// count requests exactly. A test whose replies are lost on purpose (dropped
+// by the fake server or by the QA hook) sets kLostReplyTimeoutMs itself.
+constexpr int kNoTimeoutMs = 600000;
+constexpr int kLostReplyTimeoutMs = 400;
+
 struct Fixture {
     QTemporaryDir dir;
     FakeServer server;
@@ -29,7 +36,7 @@ struct Fixture {
         server.convs[QStringLiteral("c1")].members = {QStringLiteral("ana"), QStringLiteral("ben")};
         client.setServers({server.url()});
         client.setCredentials(QStringLiteral("tok-ana"));
-        client.setRequestTimeout(400);
+        client.setRequestTimeout(kNoTimeoutMs);
         client.setRetryBackoff(40, 300);
         client.setReconnectBackoff(40, 200);
         db = dir.filePath(QStringLiteral("client.db"));

@@ -182,9 +182,10 @@ void TestClientOutbox::retryable_outcomes_keep_the_entry_and_resend_the_same_cmi
     const QString send = QStringLiteral("send");
     if (fault == u"unavailable")
         f.server.unavailable.insert(send, 2);
-    else if (fault == u"drop")
+    else if (fault == u"drop") {
+        f.client.setRequestTimeout(kLostReplyTimeoutMs);
         f.server.dropReplies.insert(send, 1);
-    else
+    } else
         f.server.closeOn.insert(send, 1);
     // While it retries the message stays Pending, in the store and in what
     // the app is told: a retryable outcome is never shown as Failed (the
@@ -337,8 +338,10 @@ void TestClientOutbox::unanswered_requests_are_retried_with_capped_exponential_b
     };
     const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("retry me"));
     QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(cmid), MessageState::Sent, 15000);
-    QCOMPARE(at.size(), 9);
-    for (int i = 1; i < at.size(); ++i) {
+    // The 8 lost replies and the answered 9th send; a 10th when that answer
+    // took longer than the 100 ms timeout (a loaded machine).
+    QVERIFY2(at.size() >= 9, qPrintable(QStringLiteral("%1 sends").arg(at.size())));
+    for (int i = 1; i < 9; ++i) {
         const qint64 d = std::min<qint64>(cap, qint64(initial) << (i - 1));
         const qint64 gap = at[i] - at[i - 1];
         // timeout + jittered backoff in [d/2, d]. Never earlier is the

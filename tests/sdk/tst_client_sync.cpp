@@ -220,7 +220,7 @@ void TestClientSync::out_of_order_event_push_is_not_applied_but_triggers_sync() 
     f.server.pushEvents = false;
     f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b3"));
     f.server.append(QStringLiteral("c1"), QStringLiteral("ben"), QStringLiteral("b4"));
-    f.server.dropReplies.insert(QStringLiteral("sync"), 1); // hold the pull back for a moment
+    f.server.holdReplies.insert(QStringLiteral("sync"), 1); // hold the pull back until released
     const int before = f.requestsOf(QStringLiteral("sync"));
     const QJsonObject ev4 = f.server.convs[QStringLiteral("c1")].events.at(3);
     f.server.pushToAll({{QStringLiteral("t"), QStringLiteral("event")}, {QStringLiteral("ev"), ev4}});
@@ -229,6 +229,7 @@ void TestClientSync::out_of_order_event_push_is_not_applied_but_triggers_sync() 
     QCOMPARE(f.cursor(QStringLiteral("c1")), 2);
     QCOMPARE(f.eventCount(QStringLiteral("c1")), 2);
     QCOMPARE(f.server.requests(QStringLiteral("sync")).last().value(QStringLiteral("after")).toInteger(), 2);
+    f.server.releaseHeld();
     QTRY_COMPARE_WITH_TIMEOUT(f.cursor(QStringLiteral("c1")), 4, 5000);
     QCOMPARE(f.eventCount(QStringLiteral("c1")), 4);
     // The next one in order is applied directly, without a sync, and acked.

@@ -13,17 +13,6 @@
 
 namespace im::test {
 
-/// Polls pred every 50 ms until it holds or timeout passes; its last answer.
-template <class Pred>
-bool wait_until(Pred pred, std::chrono::milliseconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(50ms);
-    }
-    return pred();
-}
-
 inline json::object send_msg(WsClient& c, const std::string& conv, const std::string& cmid, const std::string& body,
                              std::chrono::milliseconds timeout = 10s) {
     return c.request({{"t", "send"}, {"conv", conv}, {"cmid", cmid}, {"body", body}}, timeout);
@@ -31,13 +20,6 @@ inline json::object send_msg(WsClient& c, const std::string& conv, const std::st
 
 inline json::object sync_conv(WsClient& c, const std::string& conv, std::int64_t after, std::int64_t limit = 50) {
     return c.request({{"t", "sync"}, {"conv", conv}, {"after", after}, {"limit", limit}});
-}
-
-inline std::unique_ptr<WsClient> login(unsigned short port, const TestUser& u, const std::string& install = {}) {
-    auto c = std::make_unique<WsClient>(port);
-    auto w = c->hello(u.token, install);
-    EXPECT_EQ(str(w, "t"), "welcome") << json::serialize(w);
-    return c;
 }
 
 /// Waits until the gateway's send worker has taken `runs` runs off its queue

@@ -20,16 +20,6 @@ using namespace im::test;
 
 namespace {
 
-
-bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds within) {
-    const auto until = std::chrono::steady_clock::now() + within;
-    while (!cond()) {
-        if (std::chrono::steady_clock::now() > until) return false;
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
-}
-
 // The reply carrying `rid`, skipping pushes; nothing within 20 s: none.
 std::optional<json::object> reply_to(WsClient& c, const std::string& rid) {
     while (auto f = c.next(20s))
@@ -77,11 +67,11 @@ struct Queued {
         pqxx::work lock(holder);
         hold_device_row(lock, blocker.users[0]);
         first.send_json({{"t", "send"}, {"rid", "b"}, {"conv", blocker.conv}, {"cmid", "b"}, {"body", "blocked"}});
-        ASSERT_TRUE(wait_for([&] {
+        ASSERT_TRUE(wait_until([&] {
             return pg.pool_workers_waiting_on_locks() == 1;
         }, 20s)) << "the first send never reached the row lock";
         queue();
-        ASSERT_TRUE(wait_for([&] { return srv.metric("im_send_runs_queued") == runs; }, 20s))
+        ASSERT_TRUE(wait_until([&] { return srv.metric("im_send_runs_queued") == runs; }, 20s))
             << "queued runs: " << srv.metric("im_send_runs_queued");
         lock.abort();
     }
@@ -155,7 +145,7 @@ TEST(GroupCommit, after_a_group_the_worker_lingers_for_as_many_runs_and_after_a_
     for (int i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(expect_sent(i, "g"));
     // ... and the worker waits for three runs: the next three senders' runs,
     // sent one by one, go in one statement.
-    ASSERT_TRUE(wait_for([&] { return qd.srv.metric("im_send_lingers_total") == 1; }, 20s))
+    ASSERT_TRUE(wait_until([&] { return qd.srv.metric("im_send_lingers_total") == 1; }, 20s))
         << "lingers: " << qd.srv.metric("im_send_lingers_total");
     for (int i = 3; i < 6; ++i) send(i, "after");
     for (int i = 3; i < 6; ++i) ASSERT_NO_FATAL_FAILURE(expect_sent(i, "after"));
@@ -233,7 +223,7 @@ TEST(GroupCommit, prev_is_judged_per_run_inside_a_group_commit) {
                 {{"t", "send"}, {"rid", "x"}, {"conv", second[i]}, {"cmid", "shared-x"}, {"body", "x"}});
         }
         // The runs naming them come after them in the group.
-        ASSERT_TRUE(wait_for([&] { return qd.srv.metric("im_send_runs_queued") == 3 * senders; }, 20s));
+        ASSERT_TRUE(wait_until([&] { return qd.srv.metric("im_send_runs_queued") == 3 * senders; }, 20s));
         for (int i = 0; i < senders; ++i)
             for (std::size_t k = 0; k < not_mine.size(); ++k)
                 askers[i][k]->send_json({{"t", "send"}, {"rid", "no"}, {"conv", qd.worlds[i].conv},
@@ -341,11 +331,11 @@ TEST(SendWorkers, sends_take_at_most_their_workers_and_reads_pass_the_queued_sen
         pqxx::work lock(holder);
         hold_device_row(lock, a.users[0]);
         ca->send_json({{"t", "send"}, {"rid", "a"}, {"conv", a.conv}, {"cmid", "a1"}, {"body", "blocked"}});
-        ASSERT_TRUE(wait_for([&] {
+        ASSERT_TRUE(wait_until([&] {
             return pg.pool_workers_waiting_on_locks() == 1;
         }, 20s)) << "the first send never reached the row lock";
         cb->send_json({{"t", "send"}, {"rid", "b"}, {"conv", b.conv}, {"cmid", "b1"}, {"body", "queued"}});
-        ASSERT_TRUE(wait_for([&] { return srv.metric("im_send_runs_queued") == 1; }, 20s))
+        ASSERT_TRUE(wait_until([&] { return srv.metric("im_send_runs_queued") == 1; }, 20s))
             << "queued runs: " << srv.metric("im_send_runs_queued");
         // Another connection's read is answered by an idle worker (well
         // inside the 5 s database round-trip limit that ends the wait) ...
@@ -437,7 +427,7 @@ TEST(SendWorkers, conversations_held_by_another_session_never_stall_the_send_wor
         hc[i]->send_json({{"t", "send"}, {"rid", "h"}, {"conv", held[i].conv}, {"cmid", "h"}, {"body", "held"}});
     second->send_json({{"t", "send"}, {"rid", "h2"}, {"conv", held[0].conv}, {"cmid", "h2"}, {"body", "held too"}});
     // Every held send met its row (skipped, or, without the fix, waiting on it).
-    ASSERT_TRUE(wait_for([&] {
+    ASSERT_TRUE(wait_until([&] {
         return srv.metric("im_send_runs_held_total") >= static_cast<long long>(held.size()) + 1 ||
                pg.pool_workers_waiting_on_locks() >= workers;
     }, 4s)) << "the held sends never reached the database";
@@ -542,7 +532,7 @@ TEST(SendWorkers, a_throw_inside_the_send_worker_strands_neither_its_slot_nor_it
         if (thrown++ == 0) throw std::runtime_error("test: the commit callback throws once");
     });
     auto first = one.run("t1");
-    ASSERT_TRUE(wait_for([&] { return thrown.load() == 1; }, 20s)) << "the first group never committed";
+    ASSERT_TRUE(wait_until([&] { return thrown.load() == 1; }, 20s)) << "the first group never committed";
     auto second = one.run("t2");
     ASSERT_EQ(second.wait_for(20s), std::future_status::ready)
         << "the run after a throw was never taken: the worker's slot or its conversation was kept";

@@ -289,13 +289,6 @@ TEST(Revocation, a_busy_device_on_two_gateways_is_revoked_through_the_backend_ap
 
 // ------------------------------------------------------------------ item 5
 
-// A port free right now (the server binds it a moment later).
-unsigned short free_port() {
-    net::io_context ioc;
-    tcp::acceptor a(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
-    return a.local_endpoint().port();
-}
-
 // GET on 127.0.0.1:port; {status, body} ({-1, ""} when nothing answered).
 std::pair<int, std::string> http_get(unsigned short port, const std::string& target) {
     try {

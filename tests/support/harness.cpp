@@ -16,14 +16,18 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -705,6 +709,54 @@ int WsClient::wait_closed(std::chrono::milliseconds timeout) {
 
 json::object WsClient::hello(const std::string& token, const std::string& install) {
     return request({{"t", "hello"}, {"token", token}, {"install", install.empty() ? uuid4() : install}});
+}
+
+// ------------------------------------------------------------------ shared helpers
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(10ms);
+    }
+    return pred();
+}
+
+void wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout, const std::string& what) {
+    if (!wait_until(pred, timeout)) throw std::runtime_error("timed out waiting for " + what);
+}
+
+unsigned short free_port() {
+    static std::mutex mu;
+    static std::vector<int> held; // closed at exit
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("free_port: socket failed");
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof addr;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        ::close(fd);
+        throw std::runtime_error("free_port: bind failed");
+    }
+    std::lock_guard lk(mu);
+    held.push_back(fd);
+    return ntohs(addr.sin_port);
+}
+
+std::unique_ptr<WsClient> login(unsigned short port, const std::string& token, const std::string& install) {
+    auto c = std::make_unique<WsClient>(port);
+    auto w = c->hello(token, install);
+    if (str(w, "t") != "welcome") throw HelloRefused("hello -> " + json::serialize(w));
+    return c;
+}
+
+std::unique_ptr<WsClient> login(unsigned short port, const TestUser& u, const std::string& install) {
+    return login(port, u.token, install);
 }
 
 } // namespace im::test

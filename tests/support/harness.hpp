@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -178,6 +179,39 @@ struct World {
     std::vector<TestUser> users;
 };
 World make_world(const std::string& db_url, const std::string& prefix, int members, const std::string& kind = "group");
+
+// ------------------------------------------------- helpers shared by every C++ test
+// (tests/server, tests/acceptance, tests/scaleout, tests/bench, tests/examples):
+// one wait, one free port, one connect-and-hello. The Qt tests have theirs in
+// tests/sdk/sdktestutil.h.
+
+/// Polls `pred` every 10 ms until it holds or `timeout` passes; returns its
+/// last answer (so a condition met at the deadline still counts).
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+/// As above, but throws std::runtime_error("timed out waiting for WHAT")
+/// when `pred` never held.
+void wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout, const std::string& what);
+
+/// A 127.0.0.1 TCP port reserved for the whole run: a socket bound to it
+/// (SO_REUSEADDR, never listening, close-on-exec) stays open, so neither the
+/// kernel (ephemeral ports, another program's bind to 0) nor another
+/// free_port() can hand it out between its choice and its use. The program
+/// given the port binds it beside the reservation (Linux allows that while
+/// the reserving socket does not listen, and every program the tests start
+/// sets SO_REUSEADDR: imserver, HAProxy, nats-server, etcd, PostgreSQL,
+/// Patroni's REST API), also when restarted on it.
+unsigned short free_port();
+
+/// The server's answer to a hello was not `welcome` (what(): the reply).
+struct HelloRefused : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+/// A WebSocket client on 127.0.0.1:port that said hello with `token` (and
+/// `install`, fresh unless given); throws HelloRefused unless the server
+/// answered `welcome`.
+std::unique_ptr<WsClient> login(unsigned short port, const std::string& token, const std::string& install = {});
+/// The same for a user of make_user()/make_world().
+std::unique_ptr<WsClient> login(unsigned short port, const TestUser& u, const std::string& install = {});
 
 /// count(*) of events matching a WHERE clause, as text.
 std::string count_rows(const TestPostgres& pg, const std::string& where);
