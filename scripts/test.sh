@@ -193,12 +193,14 @@ build_tsan() {
     cmake -S . -B build-tsan "${sanitizer_flags[@]}" -DIM_SANITIZE=thread \
         -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null &&
     cmake --build build-tsan -j"$jobs" --target imserver server_contract_test server_resilience_test \
-        server_group_commit_test server_push_test server_safety_test server_tls_test
+        server_group_commit_test server_push_test server_safety_test server_tls_test \
+        server_hardening_test server_robustness_test
 }
 tsan() {
     await_build tsan &&
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        run_ctest build-tsan 6 -j2 --output-on-failure --timeout 1800 -R '^server_(contract|resilience|group_commit|push|safety|tls)_test$'
+        run_ctest build-tsan 8 -j2 --output-on-failure --timeout 1800 \
+        -R '^server_((contract|resilience|group_commit|push|safety|tls)_test|(hardening|robustness)_test\.revocation)$'
 }
 
 build_fuzz() {
