@@ -13,9 +13,12 @@
 #include "store/store.hpp"
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <pqxx/pqxx>
 
 #include <arpa/inet.h>
@@ -614,6 +617,17 @@ TEST(ForwardedForUnit, the_client_is_the_right_most_address_that_is_no_trusted_p
         << "behind an untrusted hop (a PROXY header's client) X-Forwarded-For is the client's own word";
 }
 
+// A hello on an open WebSocket stream (plain or TLS); the reply.
+template <class Ws>
+json::object hello_on(Ws& ws, const std::string& token) {
+    ws.text(true);
+    ws.write(net::buffer(
+        json::serialize(json::object{{"t", "hello"}, {"rid", "h"}, {"token", token}, {"install", uuid4()}})));
+    beast::flat_buffer buf;
+    ws.read(buf);
+    return json::parse(beast::buffers_to_string(buf.data())).as_object();
+}
+
 // A WebSocket client from a chosen loopback address, with what a proxy in
 // front of the gateway would write: a PROXY v2 header before the first byte
 // and/or an X-Forwarded-For on the upgrade request.
@@ -631,15 +645,8 @@ struct ProxiedWs {
             ws.set_option(websocket::stream_base::decorator(
                 [forwarded_for](websocket::request_type& req) { req.set("X-Forwarded-For", forwarded_for); }));
         ws.handshake("127.0.0.1", "/v1/ws");
-        ws.text(true);
     }
-    json::object hello(const std::string& token) {
-        ws.write(net::buffer(json::serialize(
-            json::object{{"t", "hello"}, {"rid", "h"}, {"token", token}, {"install", uuid4()}})));
-        beast::flat_buffer buf;
-        ws.read(buf);
-        return json::parse(beast::buffers_to_string(buf.data())).as_object();
-    }
+    json::object hello(const std::string& token) { return hello_on(ws, token); }
 };
 
 // One HTTP exchange from `from` with bytes written first; the status, or
@@ -720,6 +727,37 @@ TEST(TrustedProxy, forwarded_for_names_the_client_the_hello_limit_counts) {
                               "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
                               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"),
               400);
+}
+
+// HAProxy in `mode tcp` with send-proxy-v2 in front of a gateway that
+// terminates TLS: the header comes before the TLS handshake.
+TEST(TrustedProxy, proxy_v2_header_before_the_tls_handshake_names_the_client) {
+    TestPostgres pg;
+    TempDir dir("impptls");
+    const std::string cert = dir.path() + "/server.crt", key = dir.path() + "/server.key";
+    ASSERT_EQ(std::system(("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+                           "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert +
+                           " >/dev/null 2>&1").c_str()),
+              0);
+    ServerProcess srv(pg.url(), {"--quiet", "--trusted-proxies", "127.0.0.2", "--hello-failures", "1",
+                                 "--tls-cert", cert, "--tls-key", key});
+    auto hello_via_proxy = [&](const std::string& client) {
+        net::io_context ioc;
+        net::ssl::context ctx(net::ssl::context::tls_client);
+        ctx.set_verify_mode(net::ssl::verify_none); // the header's path is tested here, not the certificate
+        websocket::stream<beast::ssl_stream<tcp::socket>> ws(ioc, ctx);
+        auto& s = beast::get_lowest_layer(ws);
+        s.open(tcp::v4());
+        s.bind(tcp::endpoint(net::ip::make_address("127.0.0.2"), 0));
+        s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), srv.port()));
+        net::write(s, net::buffer(proxy_v2(client)));
+        ws.next_layer().handshake(net::ssl::stream_base::client);
+        ws.handshake("127.0.0.1", "/v1/ws");
+        return str(hello_on(ws, "not-a-token"), "code");
+    };
+    EXPECT_EQ(hello_via_proxy("198.51.100.7"), "UNAUTHENTICATED");
+    EXPECT_EQ(hello_via_proxy("198.51.100.7"), "UNAVAILABLE") << "--hello-failures 1: that client is limited";
+    EXPECT_EQ(hello_via_proxy("198.51.100.8"), "UNAUTHENTICATED") << "another client is not";
 }
 
 // From a peer that is not a trusted proxy both headers are ignored: a forged
