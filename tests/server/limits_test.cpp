@@ -760,6 +760,31 @@ TEST(TrustedProxy, proxy_v2_header_before_the_tls_handshake_names_the_client) {
     EXPECT_EQ(hello_via_proxy("198.51.100.8"), "UNAUTHENTICATED") << "another client is not";
 }
 
+// The backend API's failed keys count the client too (X-Forwarded-For on
+// each request from a trusted proxy), and its log names client and proxy.
+TEST(TrustedProxy, backend_api_auth_failures_count_the_forwarded_client) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--api-listen", "127.0.0.1:0", "--trusted-proxies", "127.0.0.2",
+                                 "--api-auth-failures", "2", "--api-auth-failures-exempt", "none"});
+    auto call = [&](const std::string& from, const std::string& client) {
+        return raw_http_status(srv.api_port(), from,
+                               "GET /v1/openapi.json HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+                               "X-Forwarded-For: " + client + "\r\nConnection: close\r\n\r\n");
+    };
+    EXPECT_EQ(call("127.0.0.2", "198.51.100.7"), 401);
+    EXPECT_EQ(call("127.0.0.2", "198.51.100.7"), 401);
+    EXPECT_EQ(call("127.0.0.2", "198.51.100.7"), 429) << "that client used up its failures";
+    EXPECT_EQ(call("127.0.0.2", "198.51.100.8"), 401) << "another client behind the same proxy is not limited";
+    EXPECT_TRUE(wait_until(
+        [&] { return srv.log().find(R"("status":429,"address":"198.51.100.7","proxy":"127.0.0.2")") != std::string::npos; },
+        10s))
+        << "api_call names the client and the proxy";
+    // From an untrusted peer the header is ignored: the peer is counted.
+    EXPECT_EQ(call("127.0.0.3", "198.51.100.20"), 401);
+    EXPECT_EQ(call("127.0.0.3", "198.51.100.21"), 401);
+    EXPECT_EQ(call("127.0.0.3", "198.51.100.22"), 429);
+}
+
 // From a peer that is not a trusted proxy both headers are ignored: a forged
 // X-Forwarded-For does not move the limit off the real peer, and a forged
 // PROXY header is not read (it is a bad HTTP request).
