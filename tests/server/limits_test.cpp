@@ -709,6 +709,35 @@ TEST(TrustedProxy, proxy_v2_header_names_the_client_the_hello_limit_counts) {
     EXPECT_TRUE(wait_until([&] { return srv.log().find("proxy_header_refused") != std::string::npos; }, 10s));
 }
 
+// --max-connections-per-address counts the client too (IPv6 by its /64).
+TEST(TrustedProxy, connections_per_address_count_the_client_behind_the_proxy) {
+    TestPostgres pg;
+    auto u = make_user(pg.url(), unique_name("ppc"));
+    ServerProcess srv(pg.url(), {"--quiet", "--trusted-proxies", "127.0.0.2", "--max-connections-per-address", "1"});
+    auto via_proxy = [&](const std::string& client) {
+        return std::make_unique<ProxiedWs>(srv.port(), "127.0.0.2", proxy_v2(client));
+    };
+    auto close_code = [](ProxiedWs& c) {
+        beast::flat_buffer b;
+        beast::error_code ec;
+        c.ws.read(b, ec);
+        return ec == websocket::error::closed ? static_cast<int>(c.ws.reason().code) : -1;
+    };
+    auto first = via_proxy("198.51.100.7");
+    ASSERT_EQ(str(first->hello(u.token), "t"), "welcome");
+    auto second = via_proxy("198.51.100.7");
+    EXPECT_EQ(close_code(*second), 1013) << "that client has its one connection";
+    EXPECT_EQ(str(via_proxy("198.51.100.8")->hello(u.token), "t"), "welcome") << "another client behind the proxy";
+    auto v6 = via_proxy("2001:db8:0:9::1");
+    ASSERT_EQ(str(v6->hello(u.token), "t"), "welcome");
+    auto same64 = via_proxy("2001:db8:0:9::2");
+    EXPECT_EQ(close_code(*same64), 1013) << "one /64 is one client";
+    EXPECT_EQ(str(via_proxy("2001:db8:0:a::1")->hello(u.token), "t"), "welcome");
+    EXPECT_NE(srv.log().find(R"("msg":"connection_rejected")"), std::string::npos);
+    EXPECT_NE(srv.log().find(R"("address":"2001:db8:0:9::2","proxy":"127.0.0.2")"), std::string::npos)
+        << "the log names the client and the proxy";
+}
+
 // The same with X-Forwarded-For on the upgrade request (an HTTP proxy).
 TEST(TrustedProxy, forwarded_for_names_the_client_the_hello_limit_counts) {
     TestPostgres pg;
