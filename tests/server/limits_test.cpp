@@ -649,6 +649,11 @@ struct ProxiedWs {
     json::object hello(const std::string& token) { return hello_on(ws, token); }
 };
 
+// A connection from the trusted proxy 127.0.0.2 whose PROXY v2 header names `client`.
+std::unique_ptr<ProxiedWs> through_proxy(unsigned short port, const std::string& client) {
+    return std::make_unique<ProxiedWs>(port, "127.0.0.2", proxy_v2(client));
+}
+
 // One HTTP exchange from `from` with bytes written first; the status, or
 // -1 when the server closed without an answer.
 int raw_http_status(unsigned short port, const std::string& from, const std::string& bytes) {
@@ -684,9 +689,7 @@ TEST(TrustedProxy, proxy_v2_header_names_the_client_the_hello_limit_counts) {
     TestPostgres pg;
     auto u = make_user(pg.url(), unique_name("pp"));
     ServerProcess srv(pg.url(), {"--quiet", "--trusted-proxies", "127.0.0.2/32", "--hello-failures-exempt", "none"});
-    auto via_proxy = [&](const std::string& client) {
-        return std::make_unique<ProxiedWs>(srv.port(), "127.0.0.2", proxy_v2(client));
-    };
+    auto via_proxy = [&](const std::string& client) { return through_proxy(srv.port(), client); };
     fail_hellos_until_limited(via_proxy, "198.51.100.7");
     EXPECT_EQ(str(via_proxy("198.51.100.8")->hello(u.token), "t"), "welcome") << "another client is not refused";
     EXPECT_EQ(str(via_proxy("198.51.100.7")->hello(u.token), "code"), "UNAVAILABLE") << "the limited client stays limited";
@@ -714,9 +717,7 @@ TEST(TrustedProxy, connections_per_address_count_the_client_behind_the_proxy) {
     TestPostgres pg;
     auto u = make_user(pg.url(), unique_name("ppc"));
     ServerProcess srv(pg.url(), {"--quiet", "--trusted-proxies", "127.0.0.2", "--max-connections-per-address", "1"});
-    auto via_proxy = [&](const std::string& client) {
-        return std::make_unique<ProxiedWs>(srv.port(), "127.0.0.2", proxy_v2(client));
-    };
+    auto via_proxy = [&](const std::string& client) { return through_proxy(srv.port(), client); };
     auto close_code = [](ProxiedWs& c) {
         beast::flat_buffer b;
         beast::error_code ec;
