@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "net/ws_session.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <functional>
@@ -12,6 +13,20 @@
 namespace im {
 
 namespace {
+
+// The peer's address in the limits' form (a link-local IPv6 scope is dropped).
+IpAddress ip_of(const net::ip::address& a) {
+    IpAddress ip;
+    if (a.is_v6()) {
+        const auto b = a.to_v6().to_bytes();
+        std::copy(b.begin(), b.end(), ip.bytes.begin());
+    } else {
+        ip = *parse_ip("0.0.0.0"); // the IPv4-mapped prefix
+        const auto b = a.to_v4().to_bytes();
+        std::copy(b.begin(), b.end(), ip.bytes.begin() + 12);
+    }
+    return ip;
+}
 
 std::variant<beast::tcp_stream, tls_stream> make_stream(tcp::socket&& socket, ssl::context* tls) {
     if (tls) return std::variant<beast::tcp_stream, tls_stream>(std::in_place_type<tls_stream>, std::move(socket), *tls);
@@ -28,13 +43,9 @@ HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, Back
     beast::error_code ec;
     auto ep = with_stream([&](auto& s) { return beast::get_lowest_layer(s).socket().remote_endpoint(ec); });
     if (ec) return;
-    if (auto ip = parse_ip(ep.address().to_string())) {
-        hop_ = *ip;
-        address_ = to_string(*ip); // IPv4-mapped IPv6 as IPv4
-        trusted_ = !metrics_only_ && in_any(gw_->config().trusted_proxies, *ip);
-    } else {
-        address_ = ep.address().to_string();
-    }
+    hop_ = ip_of(ep.address());
+    address_ = to_string(hop_); // IPv4-mapped IPv6 as IPv4
+    trusted_ = !metrics_only_ && in_any(gw_->config().trusted_proxies, hop_);
 }
 
 HttpSession::~HttpSession() {
