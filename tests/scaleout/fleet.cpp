@@ -38,7 +38,11 @@ Fleet::Fleet(const LabEnv& env, const std::string& db_url, const std::vector<std
     stats_ = free_port();
     for (std::size_t i = 0; i < ports_.size(); ++i) {
         std::vector<std::string> flags = gateway_flags;
-        flags.insert(flags.end(), {"--listen", "127.0.0.1:" + std::to_string(ports_[i])});
+        // HAProxy (on this host) writes a PROXY v2 header naming each
+        // client (send-proxy-v2 in haproxy.cfg): the gateways take it from
+        // its address only.
+        flags.insert(flags.end(), {"--listen", "127.0.0.1:" + std::to_string(ports_[i]), "--trusted-proxies",
+                                   "127.0.0.1/32"});
         gws_.push_back(std::make_unique<test::ServerProcess>(db_url, flags, "gw-" + std::to_string(i + 1)));
     }
     render(env.config_dir + "/haproxy.cfg", haproxy_cfg(),

@@ -162,6 +162,87 @@ TEST(Config, send_workers_are_half_the_cores_by_default_and_never_more_than_the_
     }
 }
 
+// --trusted-proxies (server.md, "Scaling out"): CIDR ranges, a bare
+// address being one host; a range with bits set past its prefix is refused
+// (a typo for the network or for one host?), and so is anything else.
+TEST(Config, cidr_ranges_parse_and_contain_what_they_should) {
+    IpNetwork n;
+    ASSERT_EQ(parse_cidr("10.0.0.0/8", n), std::nullopt);
+    EXPECT_TRUE(n.contains(*parse_ip("10.255.1.2")));
+    EXPECT_TRUE(n.contains(*parse_ip("::ffff:10.1.2.3"))) << "IPv4-mapped IPv6 is the IPv4 address";
+    EXPECT_FALSE(n.contains(*parse_ip("11.0.0.1")));
+    EXPECT_FALSE(n.contains(*parse_ip("::a00:1"))) << "an IPv4 range holds no native IPv6 address";
+    EXPECT_EQ(to_string(n), "10.0.0.0/8");
+
+    ASSERT_EQ(parse_cidr("192.0.2.7", n), std::nullopt);
+    EXPECT_EQ(n.prefix, 128);
+    EXPECT_TRUE(n.contains(*parse_ip("192.0.2.7")));
+    EXPECT_FALSE(n.contains(*parse_ip("192.0.2.8")));
+    EXPECT_EQ(to_string(n), "192.0.2.7/32");
+
+    ASSERT_EQ(parse_cidr("2001:db8::/32", n), std::nullopt);
+    EXPECT_TRUE(n.contains(*parse_ip("2001:db8:ffff::1")));
+    EXPECT_FALSE(n.contains(*parse_ip("2001:db9::1")));
+    ASSERT_EQ(parse_cidr("2001:db8:0:2::/63", n), std::nullopt) << "a prefix that ends inside a byte";
+    EXPECT_TRUE(n.contains(*parse_ip("2001:db8:0:2::5")));
+    EXPECT_TRUE(n.contains(*parse_ip("2001:db8:0:3::5")));
+    EXPECT_FALSE(n.contains(*parse_ip("2001:db8:0:1::5")));
+    EXPECT_FALSE(n.contains(*parse_ip("2001:db8:0:4::5")));
+    EXPECT_TRUE(parse_cidr("2001:db8:0:1::/63", n).has_value()) << "bit 63 is past a /63";
+    ASSERT_EQ(parse_cidr("0.0.0.0/0", n), std::nullopt);
+    EXPECT_TRUE(n.contains(*parse_ip("203.0.113.9")));
+    EXPECT_FALSE(n.contains(*parse_ip("2001:db8::1")));
+
+    const IpNetwork before = n;
+    for (const char* bad : {"10.0.0.1/8", "10.0.0.0/33", "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/8x", "2001:db8::/129",
+                            "2001:db8::1/32", "10.0.0", "example.com", "", "[::1]", "10.0.0.0/8/8"}) {
+        auto e = parse_cidr(bad, n);
+        EXPECT_TRUE(e.has_value()) << bad;
+        EXPECT_EQ(n, before) << bad << ": a refused range changes nothing";
+    }
+    EXPECT_NE(parse_cidr("10.0.0.1/8", n).value_or("").find("10.0.0.0/8"), std::string::npos)
+        << "the message names the range that was probably meant";
+
+    std::vector<IpNetwork> list;
+    ASSERT_EQ(parse_cidr_list(" 10.0.0.0/8, 192.0.2.7 ,2001:db8::/32", list), std::nullopt);
+    ASSERT_EQ(list.size(), 3u);
+    EXPECT_TRUE(in_any(list, *parse_ip("192.0.2.7")));
+    EXPECT_FALSE(in_any(list, *parse_ip("192.0.2.6")));
+    EXPECT_TRUE(parse_cidr_list("10.0.0.0/8,,192.0.2.7", list).has_value());
+    EXPECT_EQ(list.size(), 3u) << "a refused list changes nothing";
+    ASSERT_EQ(parse_cidr_list("", list), std::nullopt);
+    EXPECT_TRUE(list.empty());
+}
+
+// Every per-address limit counts IPv4 as itself (IPv4-mapped IPv6 too) and
+// IPv6 by its /64.
+TEST(Config, limits_key_ipv6_by_its_64_and_ipv4_mapped_as_ipv4) {
+    EXPECT_EQ(address_key("192.0.2.7"), "192.0.2.7");
+    EXPECT_EQ(address_key("::ffff:192.0.2.7"), "192.0.2.7");
+    EXPECT_EQ(address_key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+    EXPECT_EQ(address_key("2001:db8:1:2:bbbb::9"), "2001:db8:1:2::/64");
+    EXPECT_NE(address_key("2001:db8:1:3::1"), address_key("2001:db8:1:2::1"));
+    EXPECT_EQ(address_key("not an address"), "not an address");
+}
+
+TEST(Config, trusted_proxies_from_flag_environment_and_file) {
+    TempDir dir("imcfg");
+    auto r = run_imserver(dir, "IM_TRUSTED_PROXIES='10.0.0.0/8, 2001:db8::/32'", "--config '' --print-config");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(line_of(r.out, "trusted-proxies").substr(0, 42), "trusted-proxies = 10.0.0.0/8,2001:db8::/32");
+    EXPECT_NE(line_of(r.out, "trusted-proxies").find("# env IM_TRUSTED_PROXIES"), std::string::npos);
+    write(dir.path() + "/saved.conf", r.out);
+    auto again = run_imserver(dir, "", "--config " + dir.path() + "/saved.conf --print-config");
+    ASSERT_EQ(again.code, 0) << again.err;
+    EXPECT_EQ(line_of(again.out, "trusted-proxies").substr(0, 42), "trusted-proxies = 10.0.0.0/8,2001:db8::/32");
+
+    r = run_imserver(dir, "", "--config '' --trusted-proxies 10.0.0.1/8 --print-config");
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("trusted-proxies"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("bits set past its prefix"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty());
+}
+
 TEST(Config, bad_file_lines_are_refused_with_file_and_line) {
     TempDir dir("imcfg");
     const std::string conf = dir.path() + "/bad.conf";

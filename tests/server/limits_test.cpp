@@ -1,13 +1,27 @@
 // Real-world sizes against a real imserver and PostgreSQL: pages cut by
 // encoded size (no server frame over 64 KiB), `history`, `convs` paging, and
-// range scans that never visit what the caller cannot read.
+// range scans that never visit what the caller cannot read. Then the
+// per-address limits: the AddressLimiter, the PROXY v2 header and
+// X-Forwarded-For readers, and a real server behind a (test-written)
+// trusted proxy (server.md, "Scaling out").
 #include "common.hpp"
 
+#include "core/address_limiter.hpp"
 #include "core/faults.hpp"
 #include "core/protocol.hpp"
+#include "net/client_address.hpp"
 #include "store/store.hpp"
 
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <pqxx/pqxx>
+
+#include <arpa/inet.h>
 
 #include <cstdio>
 #include <map>
@@ -423,3 +437,404 @@ TEST_F(Limits, ack_read_and_convs_are_one_prepared_statement_each_and_hello_runs
     EXPECT_EQ(pg->scalar("SELECT read FROM read_markers WHERE conv_id = " + q(w.conv) + " AND user_id = " + q(ben.user)),
               "4");
 }
+
+// ------------------------------------------------------------ per-address limits
+
+namespace {
+
+using im::AddressLimiter;
+using im::IpAddress;
+using im::ProxyHeader;
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = net::ip::tcp;
+
+const AddressLimiter::Clock::time_point t0{};
+
+TEST(AddressLimiterUnit, counts_failures_per_address_in_a_window) {
+    AddressLimiter l(3, std::chrono::minutes(1));
+    for (int i = 0; i < 2; ++i) l.failed("198.51.100.7", t0 + std::chrono::seconds(i));
+    EXPECT_FALSE(l.limited("198.51.100.7", t0 + 2s));
+    l.failed("198.51.100.7", t0 + 3s);
+    EXPECT_TRUE(l.limited("198.51.100.7", t0 + 3s));
+    EXPECT_FALSE(l.limited("198.51.100.8", t0 + 3s)) << "another address is not limited";
+    EXPECT_TRUE(l.limited("198.51.100.7", t0 + 59s)) << "limited until the window opened by the first failure ends";
+    EXPECT_FALSE(l.limited("198.51.100.7", t0 + 60s));
+    EXPECT_EQ(l.size(), 0u) << "a window that is over is forgotten";
+    l.failed("198.51.100.7", t0 + 61s);
+    EXPECT_FALSE(l.limited("198.51.100.7", t0 + 61s)) << "a new window starts from one";
+}
+
+TEST(AddressLimiterUnit, keys_ipv6_by_its_64_and_ipv4_mapped_as_ipv4) {
+    AddressLimiter l(2, std::chrono::minutes(1));
+    l.failed("2001:db8:1:2::1", t0);
+    l.failed("2001:db8:1:2:ffff:ffff:ffff:fffe", t0);
+    EXPECT_TRUE(l.limited("2001:db8:1:2::99", t0)) << "one /64 is one client";
+    EXPECT_FALSE(l.limited("2001:db8:1:3::1", t0)) << "the next /64 is another";
+    l.failed("::ffff:192.0.2.7", t0);
+    l.failed("192.0.2.7", t0);
+    EXPECT_TRUE(l.limited("192.0.2.7", t0));
+    EXPECT_TRUE(l.limited("::ffff:192.0.2.7", t0));
+    EXPECT_FALSE(l.limited("192.0.2.8", t0)) << "IPv4 is keyed by the whole address";
+}
+
+// Bounded: at the capacity a new address pushes out the one whose window
+// opened first; expiry drops only what is over, oldest first, as calls come.
+TEST(AddressLimiterUnit, holds_at_most_its_capacity_and_forgets_the_oldest_window_first) {
+    AddressLimiter l(2, std::chrono::minutes(1), 3);
+    l.failed("10.0.0.1", t0);
+    l.failed("10.0.0.1", t0);
+    l.failed("10.0.0.2", t0 + 1s);
+    l.failed("10.0.0.3", t0 + 2s);
+    EXPECT_EQ(l.size(), 3u);
+    EXPECT_TRUE(l.limited("10.0.0.1", t0 + 2s));
+    l.failed("10.0.0.4", t0 + 3s);
+    EXPECT_EQ(l.size(), 3u) << "never more than the capacity";
+    EXPECT_EQ(l.evicted(), 1u);
+    EXPECT_FALSE(l.limited("10.0.0.1", t0 + 3s)) << "the oldest window made room";
+    l.failed("10.0.0.2", t0 + 4s);
+    EXPECT_TRUE(l.limited("10.0.0.2", t0 + 4s)) << "the others kept their counts";
+    // 10.0.0.2's window (opened at 1 s) is over at 61 s; 10.0.0.3's not yet.
+    EXPECT_FALSE(l.limited("10.0.0.9", t0 + 61s));
+    EXPECT_EQ(l.size(), 2u) << "one window expired, without a whole sweep being needed";
+    EXPECT_FALSE(l.limited("10.0.0.2", t0 + 61s));
+    EXPECT_FALSE(l.limited("10.0.0.9", t0 + 64s));
+    EXPECT_EQ(l.size(), 0u);
+
+    // Many addresses failing once: memory stays at the capacity.
+    AddressLimiter big(30, std::chrono::minutes(1), 1000);
+    for (int i = 0; i < 100000; ++i)
+        big.failed("2001:db8:" + std::to_string(i / 65536) + ":" + std::to_string(i % 65536) + "::1",
+                   t0 + std::chrono::milliseconds(i));
+    EXPECT_EQ(big.size(), 1000u);
+    EXPECT_EQ(big.evicted(), 99000u);
+}
+
+std::string bytes_of(const std::string& address) {
+    unsigned char b[16];
+    if (inet_pton(AF_INET, address.c_str(), b) == 1) return std::string(reinterpret_cast<char*>(b), 4);
+    if (inet_pton(AF_INET6, address.c_str(), b) != 1) throw std::runtime_error("bad address " + address);
+    return std::string(reinterpret_cast<char*>(b), 16);
+}
+
+std::string be16(std::size_t v) { return {static_cast<char>(v >> 8), static_cast<char>(v & 0xff)}; }
+
+// A PROXY protocol v2 header as HAProxy's send-proxy-v2 writes it: PROXY
+// command over TCP, source then destination address and port, then `tlvs`.
+std::string proxy_v2(const std::string& src, const std::string& dst = "127.0.0.1", const std::string& tlvs = {}) {
+    const std::string s = bytes_of(src);
+    const bool v6 = s.size() == 16;
+    const std::string d = bytes_of(v6 && dst == "127.0.0.1" ? std::string("::1") : dst);
+    std::string h(im::proxy_v2_signature);
+    h += '\x21';                     // version 2, PROXY
+    h += v6 ? '\x21' : '\x11';       // INET6 or INET, STREAM
+    const std::string block = s + d + be16(51000) + be16(8080);
+    h += be16(block.size() + tlvs.size());
+    return h + block + tlvs;
+}
+
+// LOCAL: the proxy's own connection (its health check).
+std::string proxy_v2_local() {
+    std::string h(im::proxy_v2_signature);
+    h += '\x20';
+    h += '\x00';
+    return h + be16(0);
+}
+
+TEST(ProxyHeaderUnit, reads_what_haproxy_writes) {
+    const std::string rest = "GET / HTTP/1.1\r\n\r\n";
+    auto h = im::parse_proxy_v2(proxy_v2("198.51.100.7") + rest);
+    ASSERT_EQ(h.status, ProxyHeader::Status::ok) << h.error;
+    EXPECT_EQ(h.length, 28u);
+    ASSERT_TRUE(h.source);
+    EXPECT_EQ(im::to_string(*h.source), "198.51.100.7");
+
+    h = im::parse_proxy_v2(proxy_v2("2001:db8::7", "2001:db8::1"));
+    ASSERT_EQ(h.status, ProxyHeader::Status::ok) << h.error;
+    EXPECT_EQ(h.length, 52u);
+    EXPECT_EQ(im::to_string(*h.source), "2001:db8::7");
+
+    // TLVs (here a PP2_TYPE_UNIQUE_ID) are skipped.
+    const std::string tlv = std::string("\x05", 1) + be16(4) + "abcd";
+    h = im::parse_proxy_v2(proxy_v2("198.51.100.7", "127.0.0.1", tlv) + rest);
+    ASSERT_EQ(h.status, ProxyHeader::Status::ok) << h.error;
+    EXPECT_EQ(h.length, 28u + tlv.size());
+
+    h = im::parse_proxy_v2(proxy_v2_local());
+    ASSERT_EQ(h.status, ProxyHeader::Status::ok) << h.error;
+    EXPECT_EQ(h.length, 16u);
+    EXPECT_FALSE(h.source) << "LOCAL: the peer is the client";
+}
+
+TEST(ProxyHeaderUnit, tells_absent_partial_and_malformed_headers_apart) {
+    EXPECT_EQ(im::parse_proxy_v2("G").status, ProxyHeader::Status::absent) << "HTTP: one byte tells";
+    EXPECT_EQ(im::parse_proxy_v2("\x16\x03\x01").status, ProxyHeader::Status::absent) << "a TLS ClientHello";
+    EXPECT_EQ(im::parse_proxy_v2("PROXY TCP4 198.51.100.7 127.0.0.1 1 2\r\n").status, ProxyHeader::Status::absent)
+        << "version 1 (text) is not read";
+    const std::string whole = proxy_v2("198.51.100.7");
+    for (std::size_t n = 0; n < whole.size(); ++n) {
+        auto h = im::parse_proxy_v2(whole.substr(0, n));
+        EXPECT_EQ(h.status, ProxyHeader::Status::need_more) << n;
+        EXPECT_GT(h.length, n) << n;
+    }
+    auto with = [&](std::size_t at, char byte) {
+        std::string b = whole;
+        b[at] = byte;
+        return im::parse_proxy_v2(b).status;
+    };
+    EXPECT_EQ(with(12, '\x11'), ProxyHeader::Status::malformed) << "version 1 in a v2 header";
+    EXPECT_EQ(with(12, '\x22'), ProxyHeader::Status::malformed) << "unknown command";
+    EXPECT_EQ(with(13, '\x41'), ProxyHeader::Status::malformed) << "unknown family";
+    EXPECT_EQ(with(13, '\x12'), ProxyHeader::Status::malformed) << "a datagram";
+    EXPECT_EQ(with(15, '\x04'), ProxyHeader::Status::malformed) << "too short for its addresses";
+    EXPECT_EQ(with(14, '\x10'), ProxyHeader::Status::malformed) << "longer than the bound";
+    EXPECT_EQ(with(14, '\x07'), ProxyHeader::Status::need_more) << "long, within the bound: read on";
+}
+
+TEST(ForwardedForUnit, the_client_is_the_right_most_address_that_is_no_trusted_proxy) {
+    std::vector<im::IpNetwork> trusted;
+    ASSERT_EQ(im::parse_cidr_list("10.0.0.0/8,2001:db8:ffff::/48", trusted), std::nullopt);
+    const auto proxy = *im::parse_ip("10.0.0.5");
+    auto client = [&](const IpAddress& hop, std::vector<std::string_view> xff) {
+        auto c = im::forwarded_client(hop, xff, trusted);
+        return c ? im::to_string(*c) : std::string("(refused)");
+    };
+    EXPECT_EQ(client(proxy, {}), "10.0.0.5") << "no header: the proxy itself (its health check)";
+    EXPECT_EQ(client(proxy, {"198.51.100.7"}), "198.51.100.7");
+    EXPECT_EQ(client(proxy, {"203.0.113.1, 198.51.100.7"}), "198.51.100.7") << "the client's own entry is left of it";
+    EXPECT_EQ(client(proxy, {"198.51.100.7, 10.1.1.1"}), "198.51.100.7") << "a chain of trusted proxies";
+    EXPECT_EQ(client(proxy, {"198.51.100.7", "10.1.1.1"}), "198.51.100.7") << "split over header lines";
+    EXPECT_EQ(client(proxy, {"10.3.3.3, 10.1.1.1"}), "10.3.3.3") << "all trusted: the left-most";
+    EXPECT_EQ(client(proxy, {"garbage, 198.51.100.7"}), "198.51.100.7") << "what the client wrote is not read";
+    EXPECT_EQ(client(proxy, {"198.51.100.7:5678"}), "198.51.100.7");
+    EXPECT_EQ(client(proxy, {"[2001:db8::7]:443"}), "2001:db8::7");
+    EXPECT_EQ(client(proxy, {"2001:db8::7"}), "2001:db8::7");
+    EXPECT_EQ(client(proxy, {"198.51.100.7, garbage"}), "(refused)") << "a trusted proxy wrote no address";
+    EXPECT_EQ(client(proxy, {"[2001:db8::7"}), "(refused)");
+    EXPECT_EQ(client(*im::parse_ip("198.51.100.9"), {"203.0.113.1"}), "198.51.100.9")
+        << "behind an untrusted hop (a PROXY header's client) X-Forwarded-For is the client's own word";
+}
+
+// A hello on an open WebSocket stream (plain or TLS); the reply.
+template <class Ws>
+json::object hello_on(Ws& ws, const std::string& token) {
+    ws.text(true);
+    ws.write(net::buffer(
+        json::serialize(json::object{{"t", "hello"}, {"rid", "h"}, {"token", token}, {"install", uuid4()}})));
+    beast::flat_buffer buf;
+    ws.read(buf);
+    return json::parse(beast::buffers_to_string(buf.data())).as_object();
+}
+
+// A WebSocket client from a chosen loopback address, with what a proxy in
+// front of the gateway would write: a PROXY v2 header before the first byte
+// and/or an X-Forwarded-For on the upgrade request.
+struct ProxiedWs {
+    net::io_context ioc;
+    websocket::stream<tcp::socket> ws{ioc};
+    ProxiedWs(unsigned short port, const std::string& from, const std::string& preamble,
+              const std::string& forwarded_for = {}) {
+        auto& s = ws.next_layer();
+        s.open(tcp::v4());
+        s.bind(tcp::endpoint(net::ip::make_address(from), 0));
+        s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+        if (!preamble.empty()) net::write(s, net::buffer(preamble));
+        if (!forwarded_for.empty())
+            ws.set_option(websocket::stream_base::decorator(
+                [forwarded_for](websocket::request_type& req) { req.set("X-Forwarded-For", forwarded_for); }));
+        ws.handshake("127.0.0.1", "/v1/ws");
+    }
+    json::object hello(const std::string& token) { return hello_on(ws, token); }
+};
+
+// A connection from the trusted proxy 127.0.0.2 whose PROXY v2 header names `client`.
+std::unique_ptr<ProxiedWs> through_proxy(unsigned short port, const std::string& client) {
+    return std::make_unique<ProxiedWs>(port, "127.0.0.2", proxy_v2(client));
+}
+
+// One HTTP exchange from `from` with bytes written first; the status, or
+// -1 when the server closed without an answer.
+int raw_http_status(unsigned short port, const std::string& from, const std::string& bytes) {
+    net::io_context ioc;
+    tcp::socket s(ioc);
+    s.open(tcp::v4());
+    s.bind(tcp::endpoint(net::ip::make_address(from), 0));
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+    net::write(s, net::buffer(bytes));
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    beast::error_code ec;
+    http::read(s, buf, res, ec);
+    return ec ? -1 : static_cast<int>(res.result_int());
+}
+
+// 31 failed hellos from one client (with the default --hello-failures 30,
+// the 31st is refused): `open(client)` opens a connection on its behalf.
+template <class Open>
+void fail_hellos_until_limited(Open open, const std::string& client) {
+    for (int i = 0; i < 30; ++i) {
+        auto c = open(client);
+        ASSERT_EQ(str(c->hello("not-a-token"), "code"), "UNAUTHENTICATED") << client << " hello " << i;
+    }
+    auto c = open(client);
+    ASSERT_EQ(str(c->hello("not-a-token"), "code"), "UNAVAILABLE") << client << ": the 31st is refused";
+}
+
+// Issue 47 section 2: behind a trusted proxy every client has the proxy's
+// address; the PROXY v2 header names the client, and the failed-hello limit
+// counts it, not the proxy.
+TEST(TrustedProxy, proxy_v2_header_names_the_client_the_hello_limit_counts) {
+    TestPostgres pg;
+    auto u = make_user(pg.url(), unique_name("pp"));
+    ServerProcess srv(pg.url(), {"--quiet", "--trusted-proxies", "127.0.0.2/32", "--hello-failures-exempt", "none"});
+    auto via_proxy = [&](const std::string& client) { return through_proxy(srv.port(), client); };
+    fail_hellos_until_limited(via_proxy, "198.51.100.7");
+    EXPECT_EQ(str(via_proxy("198.51.100.8")->hello(u.token), "t"), "welcome") << "another client is not refused";
+    EXPECT_EQ(str(via_proxy("198.51.100.7")->hello(u.token), "code"), "UNAVAILABLE") << "the limited client stays limited";
+    // IPv6 clients are counted by their /64.
+    fail_hellos_until_limited(via_proxy, "2001:db8:0:7::1");
+    EXPECT_EQ(str(via_proxy("2001:db8:0:7::2")->hello(u.token), "code"), "UNAVAILABLE") << "same /64";
+    EXPECT_EQ(str(via_proxy("2001:db8:0:8::1")->hello(u.token), "t"), "welcome") << "another /64";
+    EXPECT_NE(srv.log().find(R"("address":"198.51.100.7","proxy":"127.0.0.2")"), std::string::npos)
+        << "the log names the client and the proxy";
+
+    // The proxy's health check (LOCAL) is served, and so is a trusted peer
+    // that sends no header at all (the header is optional).
+    const std::string get = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    EXPECT_EQ(raw_http_status(srv.port(), "127.0.0.2", proxy_v2_local() + get), 200);
+    EXPECT_EQ(raw_http_status(srv.port(), "127.0.0.2", get), 200);
+    // A header begun but malformed from a trusted peer closes the connection.
+    std::string bad = proxy_v2("198.51.100.9") + get;
+    bad[12] = '\x22';
+    EXPECT_EQ(raw_http_status(srv.port(), "127.0.0.2", bad), -1);
+    EXPECT_TRUE(wait_until([&] { return srv.log().find("proxy_header_refused") != std::string::npos; }, 10s));
+}
+
+// --max-connections-per-address counts the client too (IPv6 by its /64).
+TEST(TrustedProxy, connections_per_address_count_the_client_behind_the_proxy) {
+    TestPostgres pg;
+    auto u = make_user(pg.url(), unique_name("ppc"));
+    ServerProcess srv(pg.url(), {"--quiet", "--trusted-proxies", "127.0.0.2", "--max-connections-per-address", "1"});
+    auto via_proxy = [&](const std::string& client) { return through_proxy(srv.port(), client); };
+    auto close_code = [](ProxiedWs& c) {
+        beast::flat_buffer b;
+        beast::error_code ec;
+        c.ws.read(b, ec);
+        return ec == websocket::error::closed ? static_cast<int>(c.ws.reason().code) : -1;
+    };
+    auto first = via_proxy("198.51.100.7");
+    ASSERT_EQ(str(first->hello(u.token), "t"), "welcome");
+    auto second = via_proxy("198.51.100.7");
+    EXPECT_EQ(close_code(*second), 1013) << "that client has its one connection";
+    EXPECT_EQ(str(via_proxy("198.51.100.8")->hello(u.token), "t"), "welcome") << "another client behind the proxy";
+    auto v6 = via_proxy("2001:db8:0:9::1");
+    ASSERT_EQ(str(v6->hello(u.token), "t"), "welcome");
+    auto same64 = via_proxy("2001:db8:0:9::2");
+    EXPECT_EQ(close_code(*same64), 1013) << "one /64 is one client";
+    EXPECT_EQ(str(via_proxy("2001:db8:0:a::1")->hello(u.token), "t"), "welcome");
+    EXPECT_NE(srv.log().find(R"("msg":"connection_rejected")"), std::string::npos);
+    EXPECT_NE(srv.log().find(R"("address":"2001:db8:0:9::2","proxy":"127.0.0.2")"), std::string::npos)
+        << "the log names the client and the proxy";
+}
+
+// The same with X-Forwarded-For on the upgrade request (an HTTP proxy).
+TEST(TrustedProxy, forwarded_for_names_the_client_the_hello_limit_counts) {
+    TestPostgres pg;
+    auto u = make_user(pg.url(), unique_name("xff"));
+    ServerProcess srv(pg.url(), {"--quiet", "--trusted-proxies", "127.0.0.2", "--hello-failures-exempt", "none"});
+    auto via_proxy = [&](const std::string& client) {
+        // The client's own (forged) entry first, then what the proxy appended.
+        return std::make_unique<ProxiedWs>(srv.port(), "127.0.0.2", "", "203.0.113.66, " + client);
+    };
+    fail_hellos_until_limited(via_proxy, "198.51.100.7");
+    EXPECT_EQ(str(via_proxy("198.51.100.8")->hello(u.token), "t"), "welcome") << "another client is not refused";
+    EXPECT_EQ(str(via_proxy("198.51.100.7")->hello(u.token), "code"), "UNAVAILABLE");
+    // A trusted proxy's X-Forwarded-For without an address is refused.
+    EXPECT_EQ(raw_http_status(srv.port(), "127.0.0.2",
+                              "GET /v1/ws HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.7, junk\r\n"
+                              "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"),
+              400);
+}
+
+// HAProxy in `mode tcp` with send-proxy-v2 in front of a gateway that
+// terminates TLS: the header comes before the TLS handshake.
+TEST(TrustedProxy, proxy_v2_header_before_the_tls_handshake_names_the_client) {
+    TestPostgres pg;
+    TempDir dir("impptls");
+    const std::string cert = dir.path() + "/server.crt", key = dir.path() + "/server.key";
+    ASSERT_EQ(std::system(("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+                           "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert +
+                           " >/dev/null 2>&1").c_str()),
+              0);
+    ServerProcess srv(pg.url(), {"--quiet", "--trusted-proxies", "127.0.0.2", "--hello-failures", "1",
+                                 "--tls-cert", cert, "--tls-key", key});
+    auto hello_via_proxy = [&](const std::string& client) {
+        net::io_context ioc;
+        net::ssl::context ctx(net::ssl::context::tls_client);
+        ctx.set_verify_mode(net::ssl::verify_none); // the header's path is tested here, not the certificate
+        websocket::stream<beast::ssl_stream<tcp::socket>> ws(ioc, ctx);
+        auto& s = beast::get_lowest_layer(ws);
+        s.open(tcp::v4());
+        s.bind(tcp::endpoint(net::ip::make_address("127.0.0.2"), 0));
+        s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), srv.port()));
+        net::write(s, net::buffer(proxy_v2(client)));
+        ws.next_layer().handshake(net::ssl::stream_base::client);
+        ws.handshake("127.0.0.1", "/v1/ws");
+        return str(hello_on(ws, "not-a-token"), "code");
+    };
+    EXPECT_EQ(hello_via_proxy("198.51.100.7"), "UNAUTHENTICATED");
+    EXPECT_EQ(hello_via_proxy("198.51.100.7"), "UNAVAILABLE") << "--hello-failures 1: that client is limited";
+    EXPECT_EQ(hello_via_proxy("198.51.100.8"), "UNAUTHENTICATED") << "another client is not";
+}
+
+// The backend API's failed keys count the client too (X-Forwarded-For on
+// each request from a trusted proxy), and its log names client and proxy.
+TEST(TrustedProxy, backend_api_auth_failures_count_the_forwarded_client) {
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--api-listen", "127.0.0.1:0", "--trusted-proxies", "127.0.0.2",
+                                 "--api-auth-failures", "2", "--api-auth-failures-exempt", "none"});
+    auto call = [&](const std::string& from, const std::string& client) {
+        return raw_http_status(srv.api_port(), from,
+                               "GET /v1/openapi.json HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+                               "X-Forwarded-For: " + client + "\r\nConnection: close\r\n\r\n");
+    };
+    EXPECT_EQ(call("127.0.0.2", "198.51.100.7"), 401);
+    EXPECT_EQ(call("127.0.0.2", "198.51.100.7"), 401);
+    EXPECT_EQ(call("127.0.0.2", "198.51.100.7"), 429) << "that client used up its failures";
+    EXPECT_EQ(call("127.0.0.2", "198.51.100.8"), 401) << "another client behind the same proxy is not limited";
+    EXPECT_TRUE(wait_until(
+        [&] { return srv.log().find(R"("status":429,"address":"198.51.100.7","proxy":"127.0.0.2")") != std::string::npos; },
+        10s))
+        << "api_call names the client and the proxy";
+    // From an untrusted peer the header is ignored: the peer is counted.
+    EXPECT_EQ(call("127.0.0.3", "198.51.100.20"), 401);
+    EXPECT_EQ(call("127.0.0.3", "198.51.100.21"), 401);
+    EXPECT_EQ(call("127.0.0.3", "198.51.100.22"), 429);
+}
+
+// From a peer that is not a trusted proxy both headers are ignored: a forged
+// X-Forwarded-For does not move the limit off the real peer, and a forged
+// PROXY header is not read (it is a bad HTTP request).
+TEST(TrustedProxy, forged_headers_from_an_untrusted_peer_are_ignored) {
+    TestPostgres pg;
+    auto u = make_user(pg.url(), unique_name("forged"));
+    ServerProcess srv(pg.url(), {"--quiet", "--trusted-proxies", "127.0.0.2", "--hello-failures-exempt", "none"});
+    int n = 0;
+    auto forging = [&](const std::string& from) {
+        // A new forged client address on every connection.
+        return std::make_unique<ProxiedWs>(srv.port(), from, "", "198.51.100." + std::to_string(++n % 250));
+    };
+    fail_hellos_until_limited(forging, "127.0.0.3");
+    EXPECT_EQ(str(forging("127.0.0.3")->hello(u.token), "code"), "UNAVAILABLE") << "the real peer is limited";
+    EXPECT_EQ(str(forging("127.0.0.4")->hello(u.token), "t"), "welcome");
+
+    const std::string get = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    EXPECT_EQ(raw_http_status(srv.port(), "127.0.0.3", proxy_v2("198.51.100.200") + get), -1)
+        << "a PROXY header from an untrusted peer is not parsed: a bad request, closed unanswered";
+    EXPECT_EQ(raw_http_status(srv.port(), "127.0.0.3", get), 200);
+}
+
+} // namespace

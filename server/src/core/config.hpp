@@ -3,6 +3,7 @@
 // manual pages and --print-config are all rendered from it.
 #pragma once
 
+#include "core/address.hpp"
 #include "core/faults.hpp"
 
 #include <map>
@@ -60,6 +61,7 @@ struct Config {
     int max_http_connections = 2048;        // accepted connections not upgraded (yet); more are closed at accept
     int hello_failures = 30;                // failed hellos per client address per minute, then 1013
     bool hello_failures_loopback = false;   // count loopback clients too (default: exempt, a local proxy's address)
+    std::vector<IpNetwork> trusted_proxies; // peers whose PROXY v2 header / X-Forwarded-For name the client
     std::string metrics_listen = "public";  // where GET /metrics is served: public, api, or HOST:PORT
     int db_timeout_ms = 5000;               // a database job stuck this long: drop its connection
     int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)

@@ -251,6 +251,16 @@ const std::vector<Option>& options() {
              return std::nullopt;
          },
          [](const Config& c) { return std::string(c.hello_failures_loopback ? "none" : "loopback"); }},
+        {"--trusted-proxies", "IM_TRUSTED_PROXIES", "CIDR,...",
+         "load balancers whose word on the client's address is taken: from these peers a PROXY protocol v2 header "
+         "(HAProxy send-proxy-v2) and X-Forwarded-For give the address every per-address limit counts; from any "
+         "other peer both are ignored (default none)",
+         [](Config& c, const std::string& v) { return parse_cidr_list(v, c.trusted_proxies); },
+         [](const Config& c) {
+             std::vector<std::string> v;
+             for (const auto& n : c.trusted_proxies) v.push_back(to_string(n));
+             return join(v);
+         }},
         {"--metrics-listen", "IM_METRICS_LISTEN", "public|api|HOST:PORT",
          "where GET /metrics is served: on --listen (public, the default), on the backend API's listener (api), "
          "or on a listener of its own (HOST:PORT); elsewhere it is 404",

@@ -289,7 +289,7 @@ std::string bearer(const http::request<http::string_body>& req) {
 struct BackendApi::Call {
     const Route* route = nullptr;
     http::verb method;
-    std::string target, key, address;
+    std::string target, key, address, proxy; // the client's address; the trusted proxy that named it
     std::map<std::string, std::string> ids; // path ids
     json::object body, query;
     std::optional<std::string> invalid; // a 400 to give once authenticated
@@ -297,7 +297,7 @@ struct BackendApi::Call {
     std::function<void(ApiReply)> done;
 };
 
-BackendApi::BackendApi(Gateway& gw) : gw_(gw) {}
+BackendApi::BackendApi(Gateway& gw) : gw_(gw), failures_(gw.config().api_auth_failures) {}
 BackendApi::~BackendApi() = default;
 
 unsigned short BackendApi::listen(net::io_context& ioc, std::shared_ptr<Gateway> gw) {
@@ -322,48 +322,37 @@ ApiReply BackendApi::too_large() {
                  "the body is over " + std::to_string(api_max_body_bytes / 1024) + " KiB");
 }
 
+ApiReply BackendApi::bad_forwarded_for() {
+    return bad("X-Forwarded-For from a trusted proxy is not a list of addresses");
+}
+
 bool BackendApi::counts_failures(const std::string& address) const {
     return gw_.config().api_auth_failures_loopback || !is_loopback_address(address);
 }
 
 bool BackendApi::limited(const std::string& address) {
-    if (!counts_failures(address)) return false;
-    std::lock_guard lk(mu_);
-    auto it = failures_.find(address);
-    if (it == failures_.end()) return false;
-    if (std::chrono::steady_clock::now() - it->second.first >= std::chrono::minutes(1)) {
-        failures_.erase(it);
-        return false;
-    }
-    return it->second.second >= gw_.config().api_auth_failures;
+    return counts_failures(address) && failures_.limited(address);
 }
 
 void BackendApi::failed_auth(const std::string& address) {
-    if (!counts_failures(address)) return;
-    std::lock_guard lk(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (failures_.size() > 100000) // bounded: forget windows that are over
-        for (auto it = failures_.begin(); it != failures_.end();)
-            it = now - it->second.first >= std::chrono::minutes(1) ? failures_.erase(it) : std::next(it);
-    auto& [start, n] = failures_[address];
-    if (n == 0 || now - start >= std::chrono::minutes(1)) {
-        start = now;
-        n = 0;
-    }
-    ++n;
+    if (counts_failures(address)) failures_.failed(address);
 }
 
-void BackendApi::handle(http::request<http::string_body> req, std::string address, std::function<void(ApiReply)> done) {
+void BackendApi::handle(http::request<http::string_body> req, ClientAddress client, std::function<void(ApiReply)> done) {
     auto call = std::make_shared<Call>();
     call->method = req.method();
     call->target = std::string(req.target());
-    call->address = std::move(address);
-    // Every answer is logged: key name (once known), method, path, status; never the key.
+    call->address = std::move(client.address);
+    call->proxy = std::move(client.proxy);
+    // Every answer is logged: key name (once known), method, path, status,
+    // the client's address (and the trusted proxy that named it); never the key.
     call->done = [call_ptr = call.get(), done = std::move(done)](ApiReply r) {
         log_info("api_call", {{"key", call_ptr->key_name.empty() ? std::string("-") : call_ptr->key_name},
                               {"method", std::string(http::to_string(call_ptr->method))},
                               {"path", call_ptr->target},
-                              {"status", static_cast<int>(r.status)}});
+                              {"status", static_cast<int>(r.status)},
+                              {"address", call_ptr->address},
+                              {"proxy", call_ptr->proxy.empty() ? std::string("-") : call_ptr->proxy}});
         done(std::move(r));
     };
     const std::string_view target = call->target;

@@ -7,7 +7,9 @@
 // a message goes through the gateway's send path (SendScheduler, send_scheduler.hpp).
 #pragma once
 
+#include "core/address_limiter.hpp"
 #include "core/faults.hpp"
+#include "net/client_address.hpp"
 #include "net/net_common.hpp"
 
 #include <boost/json.hpp>
@@ -47,10 +49,14 @@ public:
     void close();
     void release_listener();
 
-    /// One request; `done` is called once, on any thread.
-    void handle(http::request<http::string_body> req, std::string address, std::function<void(ApiReply)> done);
+    /// One request from `client` (behind a trusted proxy: the address it
+    /// named); `done` is called once, on any thread.
+    void handle(http::request<http::string_body> req, ClientAddress client, std::function<void(ApiReply)> done);
     /// The answer to a body over api_max_body_bytes.
     static ApiReply too_large();
+    /// The answer to a request whose trusted proxy sent an X-Forwarded-For
+    /// without an address where one is needed (400).
+    static ApiReply bad_forwarded_for();
 
     /// The OpenAPI 3 document of every route (the same table the router uses).
     static boost::json::object openapi();
@@ -67,9 +73,8 @@ private:
     Gateway& gw_;
     FaultRegistry no_faults_{false}; // the lab's fault switches never reach the API
     std::shared_ptr<Listener> listener_;
-    std::mutex mu_;
     // Failed authentications per client address in the current minute.
-    std::map<std::string, std::pair<std::chrono::steady_clock::time_point, int>> failures_;
+    AddressLimiter failures_;
 };
 
 } // namespace im

@@ -130,9 +130,10 @@ std::optional<std::string> Gateway::admit(const std::string& address) {
         ++metrics_.rejected_total_cap;
         return std::string("server full");
     }
-    int& n = per_address_[address];
+    const auto key = address_key(address);
+    int& n = per_address_[key];
     if (n >= cfg_.max_connections_per_address) {
-        if (n == 0) per_address_.erase(address);
+        if (n == 0) per_address_.erase(key);
         ++metrics_.rejected_address_cap;
         return std::string("too many connections from this address");
     }
@@ -144,7 +145,7 @@ std::optional<std::string> Gateway::admit(const std::string& address) {
 void Gateway::release(const std::string& address) {
     std::lock_guard lk(mu_);
     --admitted_;
-    auto it = per_address_.find(address);
+    auto it = per_address_.find(address_key(address));
     if (it != per_address_.end() && --it->second <= 0) per_address_.erase(it);
 }
 
@@ -325,29 +326,12 @@ bool Gateway::counts_hello_failures(const std::string& address) const {
 }
 
 bool Gateway::hello_limited(const std::string& address) {
-    if (!counts_hello_failures(address)) return false;
-    std::lock_guard lk(hello_mu_);
-    auto it = hello_failures_.find(address);
-    if (it == hello_failures_.end()) return false;
-    if (std::chrono::steady_clock::now() - it->second.start >= std::chrono::minutes(1)) {
-        hello_failures_.erase(it);
-        return false;
-    }
-    return it->second.count >= cfg_.hello_failures;
+    return counts_hello_failures(address) && hello_failures_.limited(address);
 }
 
 void Gateway::hello_failed(const std::string& address) {
     ++metrics_.hello_failures;
-    if (!counts_hello_failures(address)) return;
-    const auto now = std::chrono::steady_clock::now();
-    std::lock_guard lk(hello_mu_);
-    // Old windows go when the table grows (many addresses failing once).
-    if (hello_failures_.size() >= 10000)
-        for (auto it = hello_failures_.begin(); it != hello_failures_.end();)
-            it = now - it->second.start >= std::chrono::minutes(1) ? hello_failures_.erase(it) : std::next(it);
-    auto& w = hello_failures_[address];
-    if (w.count == 0 || now - w.start >= std::chrono::minutes(1)) w = FailWindow{now, 0};
-    ++w.count;
+    if (counts_hello_failures(address)) hello_failures_.failed(address);
 }
 
 // ------------------------------------------------------------ connections before the upgrade

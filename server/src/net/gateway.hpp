@@ -6,6 +6,7 @@
 
 #include "api/api.hpp"
 #include "api/send_scheduler.hpp"
+#include "core/address_limiter.hpp"
 #include "core/config.hpp"
 #include "store/db_pool.hpp"
 #include "core/metrics.hpp"
@@ -63,8 +64,9 @@ public:
     SendScheduler& sends() { return sends_; }
     void session_opened(const std::shared_ptr<WsSession>& s);
     void subscribe(const std::string& user, const std::shared_ptr<WsSession>& s);
-    /// Takes a connection slot for a client address; on a cap, returns the
-    /// reason and takes nothing. Each successful admit is paired with release.
+    /// Takes a connection slot for a client address (counted under
+    /// address_key: IPv6 by its /64); on a cap, returns the reason and takes
+    /// nothing. Each successful admit is paired with release.
     std::optional<std::string> admit(const std::string& address);
     void release(const std::string& address);
     /// `user` is the one it subscribed as (empty if it never did): a
@@ -75,7 +77,8 @@ public:
     /// /readyz: at most one database check a second; callers in between get
     /// the last answer. `done(ready, why)` may run on any thread.
     void readiness(std::function<void(bool ready, const char* why)> done);
-    /// True when this address used up its failed hellos for the minute.
+    /// True when this client address used up its failed hellos for the
+    /// minute (counted under address_key: IPv6 by its /64).
     bool hello_limited(const std::string& address);
     void hello_failed(const std::string& address);
     /// HTTP connections on --listen before their upgrade: a slot, or false
@@ -138,7 +141,7 @@ private:
     std::map<WsSession*, std::pair<std::string, std::string>> authed_; // device, token hash
     std::atomic<std::uint64_t> resync_generation_{0};
     int admitted_ = 0;
-    std::map<std::string, int> per_address_;
+    std::map<std::string, int> per_address_; // by address_key; at most one entry per admitted connection
     std::shared_ptr<Listener> metrics_listener_;
 
     void shed();
@@ -151,9 +154,7 @@ private:
     std::chrono::steady_clock::time_point ready_at_{};
     std::vector<std::function<void(bool, const char*)>> ready_waiters_;
 
-    std::mutex hello_mu_;
-    struct FailWindow { std::chrono::steady_clock::time_point start; int count = 0; };
-    std::map<std::string, FailWindow> hello_failures_;
+    AddressLimiter hello_failures_{cfg_.hello_failures};
 
     std::atomic<int> http_pending_{0};
 

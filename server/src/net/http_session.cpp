@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "net/ws_session.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <functional>
@@ -12,6 +13,20 @@
 namespace im {
 
 namespace {
+
+// The peer's address in the limits' form (a link-local IPv6 scope is dropped).
+IpAddress ip_of(const net::ip::address& a) {
+    IpAddress ip;
+    if (a.is_v6()) {
+        const auto b = a.to_v6().to_bytes();
+        std::copy(b.begin(), b.end(), ip.bytes.begin());
+    } else {
+        ip = *parse_ip("0.0.0.0"); // the IPv4-mapped prefix
+        const auto b = a.to_v4().to_bytes();
+        std::copy(b.begin(), b.end(), ip.bytes.begin() + 12);
+    }
+    return ip;
+}
 
 std::variant<beast::tcp_stream, tls_stream> make_stream(tcp::socket&& socket, ssl::context* tls) {
     if (tls) return std::variant<beast::tcp_stream, tls_stream>(std::in_place_type<tls_stream>, std::move(socket), *tls);
@@ -27,7 +42,10 @@ HttpSession::HttpSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, Back
       http_slot_(http_slot) {
     beast::error_code ec;
     auto ep = with_stream([&](auto& s) { return beast::get_lowest_layer(s).socket().remote_endpoint(ec); });
-    if (!ec) address_ = ep.address().to_string();
+    if (ec) return;
+    hop_ = ip_of(ep.address());
+    address_ = to_string(hop_); // IPv4-mapped IPv6 as IPv4
+    trusted_ = !metrics_only_ && in_any(gw_->config().trusted_proxies, hop_);
 }
 
 HttpSession::~HttpSession() {
@@ -50,14 +68,65 @@ void HttpSession::metrics(const http::request<http::string_body>& req) {
 void HttpSession::run() {
     auto exec = with_stream([](auto& s) { return s.get_executor(); });
     net::dispatch(exec, [self = shared_from_this()] {
-        if (auto* tls = std::get_if<tls_stream>(&self->stream_)) {
-            beast::get_lowest_layer(*tls).expires_after(std::chrono::seconds(30));
-            tls->async_handshake(ssl::stream_base::server, self->buffer_.data(),
-                                 beast::bind_front_handler(&HttpSession::on_handshake, self));
-            return;
-        }
-        self->do_read();
+        if (self->trusted_) return self->read_proxy_header();
+        self->start();
     });
+}
+
+void HttpSession::start() {
+    if (auto* tls = std::get_if<tls_stream>(&stream_)) {
+        beast::get_lowest_layer(*tls).expires_after(std::chrono::seconds(30));
+        // Bytes read after a PROXY header already belong to the handshake.
+        tls->async_handshake(ssl::stream_base::server, buffer_.data(),
+                             beast::bind_front_handler(&HttpSession::on_handshake, shared_from_this()));
+        return;
+    }
+    do_read();
+}
+
+// A trusted proxy MAY start the connection with a PROXY v2 header (docs/
+// operations.md, "Behind a proxy"): its first bytes are read until they
+// either differ from the signature (no header: HTTP or TLS follows, one byte
+// tells) or make a whole header. A header begun but malformed, or cut short
+// by the end of the connection or the 30 s deadline, closes the connection.
+void HttpSession::read_proxy_header() {
+    auto& tcp = with_stream([](auto& s) -> beast::tcp_stream& { return beast::get_lowest_layer(s); });
+    tcp.expires_after(std::chrono::seconds(30));
+    const auto header = parse_proxy_v2({static_cast<const char*>(buffer_.data().data()), buffer_.size()});
+    const std::size_t want = std::max<std::size_t>(header.length, 16) - buffer_.size();
+    tcp.async_read_some(buffer_.prepare(std::max<std::size_t>(want, 512)),
+                        beast::bind_front_handler(&HttpSession::on_proxy_bytes, shared_from_this()));
+}
+
+void HttpSession::on_proxy_bytes(beast::error_code ec, std::size_t n) {
+    buffer_.commit(n);
+    const auto header = parse_proxy_v2({static_cast<const char*>(buffer_.data().data()), buffer_.size()});
+    using S = ProxyHeader::Status;
+    if (header.status == S::absent) return start();
+    if (header.status == S::malformed || (ec && header.status == S::need_more)) {
+        log_warn("proxy_header_refused", {{"proxy", address_},
+                                          {"err", header.status == S::malformed ? header.error
+                                                  : ec == beast::error::timeout ? std::string("timed out in the header")
+                                                  : "connection ended in the header: " + ec.message()}});
+        beast::error_code ignored;
+        with_stream([&](auto& s) { beast::get_lowest_layer(s).socket().close(ignored); });
+        return;
+    }
+    if (header.status == S::need_more) return read_proxy_header();
+    buffer_.consume(header.length);
+    if (header.source) hop_ = *header.source;
+    start();
+}
+
+std::optional<ClientAddress> HttpSession::client_of(const http::request<http::string_body>& req) const {
+    if (!trusted_) return ClientAddress{address_, {}};
+    std::vector<std::string_view> xff;
+    for (auto [it, end] = req.equal_range("X-Forwarded-For"); it != end; ++it) xff.push_back(it->value());
+    auto client = forwarded_client(hop_, xff, gw_->config().trusted_proxies);
+    if (!client) return std::nullopt;
+    ClientAddress c{to_string(*client), {}};
+    if (c.address != address_) c.proxy = address_;
+    return c;
 }
 
 void HttpSession::on_handshake(beast::error_code ec, std::size_t used) {
@@ -87,6 +156,12 @@ void HttpSession::on_read(beast::error_code ec, std::size_t) {
         if (req.method() == http::verb::get && req.target() == "/metrics") return metrics(req);
         return respond(req, http::status::not_found, "not found\n");
     }
+    const auto client = client_of(req);
+    if (!client) {
+        log_warn("forwarded_for_refused", {{"proxy", address_}});
+        req.keep_alive(false);
+        return respond(req, http::status::bad_request, "X-Forwarded-For from a trusted proxy is not an address list\n");
+    }
     if (websocket::is_upgrade(req)) {
         if (req.target() != "/v1/ws" || gw_->draining()) return respond(req, http::status::not_found, "not found\n");
         with_stream([](auto& s) { beast::get_lowest_layer(s).expires_never(); });
@@ -96,16 +171,17 @@ void HttpSession::on_read(beast::error_code ec, std::size_t) {
             gw_->put_http_slot();
         }
         if (auto* tls = std::get_if<tls_stream>(&stream_))
-            std::make_shared<WsSession>(std::move(*tls), tls_, gw_)->run(std::move(req));
+            std::make_shared<WsSession>(std::move(*tls), tls_, gw_, *client)->run(std::move(req));
         else
-            std::make_shared<WsSession>(std::get<beast::tcp_stream>(stream_).release_socket(), gw_)->run(std::move(req));
+            std::make_shared<WsSession>(std::get<beast::tcp_stream>(stream_).release_socket(), gw_, *client)
+                ->run(std::move(req));
         return;
     }
     auto target = std::string(req.target());
     if (req.method() == http::verb::get && target == "/healthz") return respond(req, http::status::ok, "ok\n");
     if (req.method() == http::verb::get && target == "/metrics" && serves_metrics()) return metrics(req);
     if (req.method() == http::verb::get && target == "/readyz") return readyz(std::move(req));
-    if (gw_->faults().enabled() && target == "/lab/fault" && req.method() == http::verb::post && from_loopback()) {
+    if (gw_->faults().enabled() && target == "/lab/fault" && req.method() == http::verb::post && from_loopback(*client)) {
         std::string spec = req.body();
         while (!spec.empty() && (spec.back() == '\n' || spec.back() == '\r' || spec.back() == ' ')) spec.pop_back();
         if (spec == "off") {
@@ -139,10 +215,15 @@ void HttpSession::on_api_read(beast::error_code ec) {
         res->prepare_payload();
         return write(std::move(res));
     }
+    auto client = client_of(req);
+    if (!client) {
+        log_warn("forwarded_for_refused", {{"proxy", address_}});
+        return api_respond(req.version(), false, BackendApi::bad_forwarded_for());
+    }
     const unsigned version = req.version();
     const bool keep_alive = req.keep_alive();
     auto exec = with_stream([](auto& s) { return s.get_executor(); });
-    api_->handle(std::move(req), address_, [self = shared_from_this(), exec, version, keep_alive](ApiReply r) {
+    api_->handle(std::move(req), std::move(*client), [self = shared_from_this(), exec, version, keep_alive](ApiReply r) {
         net::post(exec, [self, version, keep_alive, r = std::move(r)]() mutable {
             self->api_respond(version, keep_alive, std::move(r));
         });
@@ -161,11 +242,10 @@ void HttpSession::api_respond(unsigned version, bool keep_alive, ApiReply reply)
     write(std::move(res));
 }
 
-// The lab endpoint answers only local callers, whatever --listen says.
-bool HttpSession::from_loopback() {
-    beast::error_code ec;
-    auto ep = with_stream([&](auto& s) { return beast::get_lowest_layer(s).socket().remote_endpoint(ec); });
-    return !ec && ep.address().is_loopback();
+// The lab endpoint answers only local callers, whatever --listen says (and
+// not a remote client that a proxy on this host forwards).
+bool HttpSession::from_loopback(const ClientAddress& client) const {
+    return is_loopback_address(address_) && is_loopback_address(client.address);
 }
 
 // At most one database check a second (Gateway::readiness): /readyz is

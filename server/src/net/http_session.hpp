@@ -2,8 +2,15 @@
 // /metrics, the lab endpoint (only with --enable-faults), and the upgrade to
 // /v1/ws, which hands the stream on to a WsSession. On the backend API's
 // listener (`api` set) it serves that API and nothing else.
+//
+// From a peer in --trusted-proxies (gateway and API listeners) the
+// connection may start with a PROXY protocol v2 header, read before the TLS
+// handshake and the first request, and X-Forwarded-For is read on each
+// request: they name the client (client_address.hpp). From other peers
+// neither is looked at.
 #pragma once
 
+#include "net/client_address.hpp"
 #include "net/net_common.hpp"
 #include "net/tls.hpp"
 
@@ -29,10 +36,16 @@ public:
     void run();
 
 private:
+    void read_proxy_header();
+    void on_proxy_bytes(beast::error_code ec, std::size_t n);
+    void start(); // the TLS handshake or the first read
+    /// The client of `req`; nullopt when a trusted proxy's X-Forwarded-For
+    /// has no address where one is needed (answered 400).
+    std::optional<ClientAddress> client_of(const http::request<http::string_body>& req) const;
     void on_handshake(beast::error_code ec, std::size_t used);
     void do_read();
     void on_read(beast::error_code ec, std::size_t);
-    bool from_loopback();
+    bool from_loopback(const ClientAddress& client) const;
     bool serves_metrics() const;
     void metrics(const http::request<http::string_body>& req);
     void readyz(http::request<http::string_body> req);
@@ -54,7 +67,9 @@ private:
     BackendApi* api_;
     bool metrics_only_;
     bool http_slot_;
-    std::string address_; // the client's IP address
+    std::string address_;  // the connection's peer (TCP)
+    bool trusted_ = false; // the peer is in --trusted-proxies (not on the metrics listener)
+    IpAddress hop_;        // where the connection comes from: the peer, or its PROXY header's source
 };
 
 } // namespace im

@@ -9,26 +9,17 @@
 
 namespace im {
 
-WsSession::WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw)
+WsSession::WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, ClientAddress client)
     : ws_(make_ws_stream(std::move(socket))), gw_(std::move(gw)),
-      ping_timer_(executor()), token_timer_(executor()) {
-    note_address();
-}
+      ping_timer_(executor()), token_timer_(executor()), client_(std::move(client)) {}
 
-WsSession::WsSession(tls_stream&& stream, std::shared_ptr<ssl::context> tls, std::shared_ptr<Gateway> gw)
+WsSession::WsSession(tls_stream&& stream, std::shared_ptr<ssl::context> tls, std::shared_ptr<Gateway> gw,
+                     ClientAddress client)
     : tls_(std::move(tls)), ws_(make_ws_stream(std::move(stream))),
-      gw_(std::move(gw)), ping_timer_(executor()), token_timer_(executor()) {
-    note_address();
-}
-
-void WsSession::note_address() {
-    beast::error_code ec;
-    auto ep = ws_->socket().remote_endpoint(ec);
-    if (!ec) address_ = ep.address().to_string();
-}
+      gw_(std::move(gw)), ping_timer_(executor()), token_timer_(executor()), client_(std::move(client)) {}
 
 WsSession::~WsSession() {
-    if (admitted_) gw_->release(address_);
+    if (admitted_) gw_->release(client_.address);
     gw_->metrics().unsent_bytes -= static_cast<long long>(out_bytes_);
     gw_->buffered(-held_.load());
 }
@@ -81,7 +72,7 @@ void WsSession::run(http::request<http::string_body> req) {
     ws_->configure(max_frame_bytes, [this] { last_rx_ = Clock::now(); });
     // A connection over a cap is told so in a close frame (1013) once the
     // handshake is done, rather than with a bare reset.
-    reject_ = gw_->admit(address_);
+    reject_ = gw_->admit(client_.address);
     admitted_ = !reject_;
     ws_->async_accept(req, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
 }
@@ -217,7 +208,7 @@ void WsSession::drop_unsent() {
 void WsSession::on_accept(beast::error_code ec) {
     if (ec) return fail(ec, "ws_accept");
     if (reject_) {
-        log_warn("connection_rejected", {{"address", address_}, {"reason", *reject_}});
+        log_warn("connection_rejected", {{"address", client_.address}, {"proxy", proxy()}, {"reason", *reject_}});
         ws_->async_close({websocket::close_code::try_again_later, *reject_},
                          [self = shared_from_this()](beast::error_code cec) {
                              if (cec) fail(cec, "ws_close");
@@ -388,11 +379,11 @@ void WsSession::next() {
     if (item.after_goaway) return finish(item, error_reply(unavailable("gateway is draining; reconnect"), item.rid));
     if (auto refused = out_of_order(who_, item.req, item.rid)) return finish(item, std::move(*refused));
     if (std::holds_alternative<req::Hello>(item.req)) {
-        if (gw_->hello_limited(address_)) {
+        if (gw_->hello_limited(client_.address)) {
             // Too many failed hellos from this address this minute: no
             // database check, no token check; retryable later (UNAVAILABLE, 1013).
             ++gw_->metrics().hello_rate_limited;
-            log_warn("hello_rate_limited", {{"address", address_}});
+            log_warn("hello_rate_limited", {{"address", client_.address}, {"proxy", proxy()}});
             Handled h = error_reply(unavailable("too many failed hellos from this address; retry later"), item.rid);
             unhold(item.bytes);
             if (!deliver(item, std::move(h))) return;
@@ -482,7 +473,7 @@ bool WsSession::deliver(const Pending& item, Handled h) {
     gw_->metrics().count_request(item.type, h.code);
     if (std::holds_alternative<req::Hello>(item.req)) {
         hello_pending_ = false;
-        if (h.code == code_name(Code::unauthenticated)) gw_->hello_failed(address_);
+        if (h.code == code_name(Code::unauthenticated)) gw_->hello_failed(client_.address);
     }
     if (item.type == "send" && !item.refused) {
         const auto now = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "api/api.hpp"
+#include "net/client_address.hpp"
 #include "net/net_common.hpp"
 #include "net/tls.hpp"
 #include "net/ws_stream.hpp"
@@ -20,9 +21,12 @@ class Gateway;
 
 class WsSession : public std::enable_shared_from_this<WsSession> {
 public:
-    WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw);
+    /// `client`: who the upgrade request came from (behind a trusted proxy,
+    /// the address it named); every per-address limit counts it.
+    WsSession(tcp::socket&& socket, std::shared_ptr<Gateway> gw, ClientAddress client);
     /// Over TLS: the stream after its handshake, and the context it used.
-    WsSession(tls_stream&& stream, std::shared_ptr<ssl::context> tls, std::shared_ptr<Gateway> gw);
+    WsSession(tls_stream&& stream, std::shared_ptr<ssl::context> tls, std::shared_ptr<Gateway> gw,
+              ClientAddress client);
     ~WsSession();
 
     void run(http::request<http::string_body> req);
@@ -99,7 +103,8 @@ private:
     static constexpr std::size_t max_send_batch_ = 64;    // sends per transaction
 
     net::any_io_executor executor() { return ws_->get_executor(); }
-    void note_address();
+    /// "-" when the client came without a trusted proxy (log fields).
+    std::string proxy() const { return client_.proxy.empty() ? std::string("-") : client_.proxy; }
 
     std::shared_ptr<ssl::context> tls_;   // outlives ws_ (nullptr: plain)
     std::unique_ptr<WsStream> ws_;        // plain or TLS (ws_stream.hpp)
@@ -116,7 +121,7 @@ private:
     websocket::close_reason close_reason_{websocket::close_code::normal};
     using Clock = std::chrono::steady_clock;
     Clock::time_point last_rx_{}, last_ping_{}, opened_at_{}, write_started_{};
-    std::string address_;                 // the client's IP address (connection caps)
+    ClientAddress client_;                // the client's IP address (connection caps, failed hellos)
     std::optional<std::string> reject_;   // over a cap: why
     std::size_t out_bytes_ = 0;           // bytes in out_ (the unsent output budget)
     bool admitted_ = false, opened_ = false, reading_ = false, busy_ = false, pinging_ = false, subscribed_ = false;
