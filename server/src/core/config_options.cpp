@@ -266,8 +266,9 @@ const std::vector<Option>& options() {
          },
          [](const Config& c) { return c.metrics_listen; }},
         {"--db-timeout-ms", "IM_DB_TIMEOUT_MS", "MS",
-         "a database request (or LISTEN round trip) taking longer is cut: its connection is dropped and replaced, "
-         "the request gets UNAVAILABLE (a hung database is noticed; default 5000)",
+         "a database round trip (one statement; or a LISTEN probe) without an answer for longer is cut: its connection "
+         "is dropped and replaced, the request gets UNAVAILABLE (a hung database is noticed; a request of many "
+         "statements is not bounded as a whole; default 5000)",
          [](Config& c, const std::string& v) { return to_int(v, 200, 600000, c.db_timeout_ms); },
          [](const Config& c) { return std::to_string(c.db_timeout_ms); }},
         {"--accept-backoff-ms", "IM_ACCEPT_BACKOFF_MS", "MS",
