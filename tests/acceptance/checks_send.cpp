@@ -251,7 +251,7 @@ std::vector<Check> send_checks() {
         {"04-non-member-rejected", non_member_rejected, breaking("rule.send_membership", non_member_rejected),
          "gateway rule.send_membership=skip: im_send appends a stranger's send", "not-member"},
         {"04-unknown-conv-same-error", unknown_conv_same_error, breaking("rule.same_error", unknown_conv_same_error),
-         "gateway rule.same_error=skip: an unknown conversation answers \"no such conversation\"", "same-msg"},
+         "gateway rule.same_error=skip: an unknown conversation answers UNAUTHENTICATED", "unknown-not-member"},
         {"04-idempotency-mismatch", idempotency_mismatch, breaking("rule.request_hash", idempotency_mismatch),
          "gateway rule.request_hash=skip: a reused cmid is a duplicate whatever its body", "mismatch"},
         {"04-concurrent-replay-one-row", concurrent_replay_one_row, concurrent_replay_without_index,

@@ -341,6 +341,35 @@ TEST_F(Jwt, token_expiring_then_refresh_keeps_the_connection_open_past_the_old_e
     EXPECT_EQ(c2.wait_closed(5s), 1008);
 }
 
+// docs/protocol.md, "refresh": a connection gets at most 10 signature checks
+// per minute. Beyond, RATE_LIMITED with retry_ms and no check at all (even a
+// bad token does not close the connection), the connection served as
+// before; another connection of the same device has its own budget.
+TEST_F(Jwt, refresh_beyond_ten_a_minute_is_rate_limited_without_a_signature_check) {
+    const std::string u = new_user("jrl");
+    const std::string d = u + "-jwt";
+    WsClient c(srv->port());
+    ASSERT_EQ(str(c.hello(hs(claims(u, d))), "t"), "welcome");
+    for (int i = 0; i < 10; ++i) {
+        auto r = c.request({{"t", "refresh"}, {"token", hs(claims(u, d, 3600 + i))}});
+        ASSERT_EQ(str(r, "t"), "refreshed") << "refresh " << i + 1 << ": " << json::serialize(r);
+    }
+    // The 11th, with a token that a check would refuse (and close on).
+    auto over = c.request({{"t", "refresh"}, {"token", hs(claims(u, d + "-other"))}});
+    EXPECT_EQ(str(over, "code"), "RATE_LIMITED") << json::serialize(over);
+    ASSERT_TRUE(over.contains("retry_ms")) << json::serialize(over);
+    EXPECT_GT(num(over, "retry_ms"), 0);
+    EXPECT_LE(num(over, "retry_ms"), 60000);
+    auto again = c.request({{"t", "refresh"}, {"token", hs(claims(u, d))}});
+    EXPECT_EQ(str(again, "code"), "RATE_LIMITED") << json::serialize(again);
+    EXPECT_FALSE(c.closed());
+    EXPECT_EQ(str(c.request({{"t", "convs"}}), "t"), "convs");
+
+    WsClient c2(srv->port());
+    ASSERT_EQ(str(c2.hello(hs(claims(u, d))), "t"), "welcome");
+    EXPECT_EQ(str(c2.request({{"t", "refresh"}, {"token", hs(claims(u, d))}}), "t"), "refreshed");
+}
+
 TEST_F(Jwt, unrefreshed_token_closes_with_4001_within_2s_of_exp) {
     const std::string u = new_user();
     const std::int64_t exp = now_s() + 2;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <optional>
 
 using namespace im::test;
 
@@ -83,6 +84,59 @@ TEST(Push, a_burst_of_commits_across_conversations_is_pushed_completely_without_
         }
         for (const auto& [conv, seq] : last_seq) EXPECT_EQ(seen[conv], seq) << "round " << r << " " << conv;
     }
+}
+
+// docs/operations.md, "--fanout-cache-members": the fan-out's membership
+// cache stays within its cap (a conversation costs one plus its periods)
+// however many conversations it serves, dropping the least recently pushed
+// ones, and every push still arrives, in order. Six groups of 10 members
+// (66 units) through a cap of 40: the cache must evict, round after round.
+TEST(Push, the_fanout_cache_stays_within_its_cap_and_every_push_still_arrives) {
+    TestPostgres pg;
+    constexpr long long cap = 40;
+    ServerProcess srv(pg.url(), slow_probe, "gw-send");
+    auto flags = slow_probe;
+    flags.insert(flags.end(), {"--fanout-cache-members", std::to_string(cap)});
+    ServerProcess watch(pg.url(), flags, "gw-watch");
+    auto sender = make_user(pg.url(), unique_name("cap-s"));
+    auto watcher = make_user(pg.url(), unique_name("cap-w"));
+    constexpr int convs = 6, fillers = 8, rounds = 5;
+    const std::string prefix = unique_name("capf");
+    pg.scalar("INSERT INTO users (user_id) SELECT '" + prefix + "-' || g FROM generate_series(1, " +
+              std::to_string(convs * fillers) + ") g");
+    std::vector<std::string> ids;
+    for (int i = 0; i < convs; ++i) {
+        ids.push_back(unique_name("cap"));
+        std::string members = sender.user + "," + watcher.user;
+        for (int f = 1; f <= fillers; ++f) members += "," + prefix + "-" + std::to_string(i * fillers + f);
+        admin_ok(pg.url(), {"conv", "create", ids.back(), "--kind", "group", "--members", members});
+    }
+    auto w = login(watch.port(), watcher);
+    ASSERT_EQ(str(w->request({{"t", "sub"}}), "t"), "subscribed");
+    auto c = login(srv.port(), sender);
+    std::map<std::string, std::int64_t> seen;
+    for (int r = 0; r < rounds; ++r) {
+        for (int i = 0; i < convs; ++i) {
+            const std::string n = std::to_string(r) + "-" + std::to_string(i);
+            ASSERT_EQ(str(send_msg(*c, ids[i], "m" + n, "round " + n), "t"), "sent");
+            // Each push before the next send: the cache turns over conversation by conversation.
+            std::optional<json::object> f;
+            do f = w->next_push(20s);
+            while (f && str(*f, "t") != "event");
+            ASSERT_TRUE(f) << "round " << r << ": no push for " << ids[i];
+            const auto& ev = f->at("ev").as_object();
+            EXPECT_EQ(str(ev, "conv"), ids[i]) << json::serialize(*f);
+            auto& prev = seen[ids[i]];
+            if (prev != 0) {
+                EXPECT_EQ(num(ev, "seq"), prev + 1) << "out of order in " << ids[i];
+            }
+            prev = num(ev, "seq");
+            const long long cached = watch.metric("im_fanout_cache_members");
+            EXPECT_GE(cached, 1);
+            EXPECT_LE(cached, cap) << "round " << r << ", conversation " << i;
+        }
+    }
+    EXPECT_GE(watch.metric("im_fanout_cache_evictions_total"), convs) << "the cap never took effect";
 }
 
 // The server's side of a connection must carry TCP_NODELAY: a send puts two

@@ -64,6 +64,49 @@ Outcome<jwt::Claims> check_jwt(const ApiContext& ctx, const std::string& token) 
     return std::get<jwt::Claims>(std::move(v));
 }
 
+std::int64_t RefreshBudget::take(std::chrono::steady_clock::time_point now) {
+    constexpr auto window = std::chrono::minutes(1);
+    if (used_ == recent_.size()) {
+        const auto oldest = recent_[next_];
+        if (now - oldest < window)
+            return std::max<std::int64_t>(
+                1, std::chrono::ceil<std::chrono::milliseconds>(oldest + window - now).count());
+    } else {
+        ++used_;
+    }
+    recent_[next_] = now;
+    next_ = (next_ + 1) % recent_.size();
+    return 0;
+}
+
+// refresh (section 4a): a valid JWT for the same user and device moves the
+// connection's exp; anything else is UNAUTHENTICATED and closes. A
+// connection opened with a random device token has no `sub` to match: its
+// refresh is refused the same way (docs/protocol.md). Over the budget, no
+// signature is checked: RATE_LIMITED, the connection stays open.
+Handled handle_refresh(const ApiContext& ctx, RefreshBudget& budget, const Identity& who, const req::Refresh& r,
+                       const std::optional<std::string>& rid, std::optional<std::int64_t>& new_exp_ms) {
+    if (!who.token_exp_ms)
+        return error_reply({Code::unauthenticated, "refresh needs a connection opened with a signed token"}, rid);
+    if (const auto wait_ms = budget.take(std::chrono::steady_clock::now())) {
+        log_info("refresh_rate_limited", {{"device", who.device}, {"retry_ms", static_cast<long>(wait_ms)}});
+        const Error e{Code::rate_limited, "at most " + std::to_string(refresh_per_minute) +
+                                              " refreshes per connection per minute"};
+        Handled h;
+        h.frame = encode_error(e, rid, wait_ms);
+        h.code = std::string(code_name(e.code));
+        return h;
+    }
+    auto claims = check_jwt(ctx, r.token);
+    if (!claims) return error_reply(claims.error(), rid);
+    if (claims->sub != who.user || claims->device != who.device)
+        return error_reply({Code::unauthenticated, "token is for another user or device"}, rid);
+    new_exp_ms = claims->exp_ms;
+    Handled h;
+    h.frame = encode_reply(Refreshed{claims->exp_ms}, rid);
+    return h;
+}
+
 std::optional<Handled> out_of_order(const std::optional<Identity>& who, const Request& req,
                                     const std::optional<std::string>& rid) {
     const bool hello = std::holds_alternative<req::Hello>(req);

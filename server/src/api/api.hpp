@@ -9,6 +9,7 @@
 #include "store/session_store.hpp"
 #include "store/store.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -46,6 +47,30 @@ struct ApiContext {
 /// Checks a JWT handed over by hello or refresh; the claims, or the
 /// UNAUTHENTICATED error to answer (the reason is logged, not sent).
 Outcome<jwt::Claims> check_jwt(const ApiContext& ctx, const std::string& token);
+
+/// refresh (contract section 4a) checks a signature on the I/O thread: a
+/// connection gets at most refresh_per_minute checks in any 60 s. Beyond,
+/// the refresh is answered RATE_LIMITED with retry_ms, no check is made and
+/// the connection stays open (docs/protocol.md, "refresh").
+inline constexpr std::size_t refresh_per_minute = 10;
+
+/// One connection's refreshes of the last minute.
+class RefreshBudget {
+public:
+    /// 0 when a refresh may be checked at `now` (it is counted); else the
+    /// ms until one may.
+    std::int64_t take(std::chrono::steady_clock::time_point now);
+
+private:
+    std::array<std::chrono::steady_clock::time_point, refresh_per_minute> recent_{}; // a ring, oldest at next_
+    std::size_t next_ = 0;
+    std::size_t used_ = 0;
+};
+
+/// A refresh on a connection whose identity is `who`: the reply; `new_exp_ms`
+/// is set when the token was accepted (the connection's exp moves to it).
+Handled handle_refresh(const ApiContext& ctx, RefreshBudget& budget, const Identity& who, const req::Refresh& r,
+                       const std::optional<std::string>& rid, std::optional<std::int64_t>& new_exp_ms);
 
 /// Contract section 4, the order of a connection's requests: any request
 /// but hello before a successful hello is UNAUTHENTICATED (the connection

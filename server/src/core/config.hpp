@@ -63,7 +63,8 @@ struct Config {
     bool hello_failures_loopback = false;   // count loopback clients too (default: exempt, a local proxy's address)
     std::vector<IpNetwork> trusted_proxies; // peers whose PROXY v2 header / X-Forwarded-For name the client
     std::string metrics_listen = "public";  // where GET /metrics is served: public, api, or HOST:PORT
-    int db_timeout_ms = 5000;               // a database job stuck this long: drop its connection
+    int db_timeout_ms = 5000;               // a database round trip unanswered this long: drop its connection
+    int fanout_cache_members = 200000;      // the fan-out's membership cache: periods cached in all (notifier.hpp)
     int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)
     int listen_probe_ms = 1000;
     std::string bus = "postgres";        // or nats://HOST:PORT[,nats://HOST:PORT...]

@@ -276,10 +276,16 @@ const std::vector<Option>& options() {
          },
          [](const Config& c) { return c.metrics_listen; }},
         {"--db-timeout-ms", "IM_DB_TIMEOUT_MS", "MS",
-         "a database request (or LISTEN round trip) taking longer is cut: its connection is dropped and replaced, "
-         "the request gets UNAVAILABLE (a hung database is noticed; default 5000)",
+         "a database round trip (one statement; or a LISTEN probe) without an answer for longer is cut: its connection "
+         "is dropped and replaced, the request gets UNAVAILABLE (a hung database is noticed; a request of many "
+         "statements is not bounded as a whole; default 5000)",
          [](Config& c, const std::string& v) { return to_int(v, 200, 600000, c.db_timeout_ms); },
          [](const Config& c) { return std::to_string(c.db_timeout_ms); }},
+        {"--fanout-cache-members", "IM_FANOUT_CACHE_MEMBERS", "N",
+         "membership periods the push fan-out keeps cached, over all conversations; beyond, the least recently "
+         "pushed conversations are dropped and read again when next needed (default 200000)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 100000000, c.fanout_cache_members); },
+         [](const Config& c) { return std::to_string(c.fanout_cache_members); }},
         {"--accept-backoff-ms", "IM_ACCEPT_BACKOFF_MS", "MS",
          "pause accepting this long after accept() fails for lack of descriptors or memory (EMFILE, ENFILE, "
          "ENOBUFS, ENOMEM); doubles up to 2000 while it keeps failing (default 100)",

@@ -17,6 +17,7 @@ std::string_view code_name(Code c) {
     case Code::epoch_changed: return "EPOCH_CHANGED";
     case Code::stale_install: return "STALE_INSTALL";
     case Code::unavailable: return "UNAVAILABLE";
+    case Code::rate_limited: return "RATE_LIMITED";
     }
     return "UNAVAILABLE";
 }

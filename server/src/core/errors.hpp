@@ -23,12 +23,14 @@ enum class Code {
     epoch_changed,
     stale_install,
     unavailable,
+    rate_limited, // contract v3 section 13; the error frame carries retry_ms
 };
 
 std::string_view code_name(Code c);
 
-/// C6: only UNAVAILABLE is retryable; every other code is terminal.
-constexpr bool is_retryable(Code c) { return c == Code::unavailable; }
+/// C6: only UNAVAILABLE (and, contract v3, RATE_LIMITED after its
+/// retry_ms) is retryable; every other code is terminal.
+constexpr bool is_retryable(Code c) { return c == Code::unavailable || c == Code::rate_limited; }
 
 struct Error {
     Code code;

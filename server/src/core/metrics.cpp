@@ -37,6 +37,11 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_db_pool_size", "Database workers.", static_cast<long long>(pool_size));
     gauge("im_db_pool_queued", "Jobs waiting for a database worker.", static_cast<long long>(pool_queued));
     gauge("im_notify_lag_ms", "Last delay from commit to this gateway's notification.", notify_lag_ms.load());
+    gauge("im_fanout_cache_members",
+          "Membership periods (plus one per conversation) in the fan-out's cache; at most --fanout-cache-members.",
+          fanout_cache_members.load());
+    gauge("im_fanout_cache_evictions_total", "Conversations dropped from the fan-out's cache at --fanout-cache-members.",
+          fanout_cache_evictions.load(), "counter");
     gauge("im_send_transactions_total",
           "Runs of sends handed to the database (a run: one connection's pipelined sends to one conversation); "
           "runs of several connections share a group commit (im_send_runs_grouped_total).",

@@ -19,6 +19,8 @@ public:
     std::atomic<long long> pushes_resync{0};
     std::atomic<long long> pushes_direct{0};      // events pushed by the gateway that committed them, without a read
     std::atomic<long long> notify_lag_ms{0};      // last commit -> gateway delay seen
+    std::atomic<long long> fanout_cache_members{0}; // membership periods (+1 per conversation) the fan-out caches
+    std::atomic<long long> fanout_cache_evictions{0}; // conversations dropped from that cache at its cap
     std::atomic<long long> listen_reconnects{0};
     std::atomic<long long> bus_publishes{0};      // NOTIFY statements (each carries a batch)
     std::atomic<long long> send_transactions{0};  // runs of sends handed to the database (name kept: /metrics)

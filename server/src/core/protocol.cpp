@@ -248,11 +248,12 @@ Parsed parse_request(std::string_view frame, const FieldBounds& bounds) {
     return p;
 }
 
-std::string encode_error(const Error& e, const std::optional<std::string>& rid) {
+std::string encode_error(const Error& e, const std::optional<std::string>& rid, std::optional<std::int64_t> retry_ms) {
     json::object o;
     o["t"] = "error";
     o["code"] = code_name(e.code);
     o["msg"] = e.msg;
+    if (retry_ms) o["retry_ms"] = *retry_ms;
     return finish(std::move(o), rid);
 }
 

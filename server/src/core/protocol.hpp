@@ -138,7 +138,9 @@ using Reply = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, ConvLis
                            Refreshed>;
 
 std::string encode_reply(const Reply& r, const std::optional<std::string>& rid);
-std::string encode_error(const Error& e, const std::optional<std::string>& rid);
+/// `retry_ms`: RATE_LIMITED's wait before a retry may succeed.
+std::string encode_error(const Error& e, const std::optional<std::string>& rid,
+                         std::optional<std::int64_t> retry_ms = std::nullopt);
 
 /// Bytes an item takes inside a page's list (its JSON plus a separator):
 /// the store cuts pages with these so no frame passes max_frame_bytes.

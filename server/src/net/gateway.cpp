@@ -228,6 +228,29 @@ void Gateway::push_to_user(const std::string& user, const std::shared_ptr<const 
     }
 }
 
+std::size_t Gateway::push_to_users(const std::vector<std::string>& users,
+                                   const std::shared_ptr<const std::string>& frame) {
+    std::vector<std::shared_ptr<WsSession>> targets;
+    std::size_t reached = 0;
+    {
+        std::lock_guard lk(mu_);
+        auto take = [&](const std::map<WsSession*, std::weak_ptr<WsSession>>& sessions) {
+            ++reached;
+            for (auto& [p, w] : sessions)
+                if (auto s = w.lock()) targets.push_back(std::move(s));
+        };
+        if (users.size() <= subscribers_.size()) {
+            for (const auto& u : users)
+                if (auto it = subscribers_.find(u); it != subscribers_.end()) take(it->second);
+        } else {
+            for (const auto& [u, sessions] : subscribers_)
+                if (std::binary_search(users.begin(), users.end(), u)) take(sessions);
+        }
+    }
+    for (auto& s : targets) s->post_frame(frame);
+    return reached;
+}
+
 bool Gateway::has_subscribers(const std::string& user) const {
     std::lock_guard lk(mu_);
     return subscribers_.count(user) > 0;

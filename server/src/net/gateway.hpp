@@ -103,6 +103,10 @@ public:
     /// The frame is encoded once and shared by every connection it goes to.
     void push_to_user(const std::string& user, const std::shared_ptr<const std::string>& frame,
                       const std::string& skip_device = {});
+    /// The same frame to every session subscribed as one of `users` (sorted,
+    /// unique), under one lock: walks whichever of `users` and the
+    /// subscribed users is the smaller. The number of users reached.
+    std::size_t push_to_users(const std::vector<std::string>& users, const std::shared_ptr<const std::string>& frame);
     bool has_subscribers(const std::string& user) const;
     bool has_any_subscriber() const;
     void resync_all();

@@ -5,6 +5,7 @@
 
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -24,8 +25,73 @@ constexpr std::int64_t max_catch_up = 256;
 
 } // namespace
 
+FanoutCache::Entry* FanoutCache::find(const std::string& conv) {
+    auto it = map_.find(conv);
+    if (it == map_.end()) return nullptr;
+    used_.splice(used_.begin(), used_, it->second.used);
+    return &it->second.entry;
+}
+
+FanoutCache::Entry& FanoutCache::get(const std::string& conv) {
+    if (auto* e = find(conv)) return *e;
+    used_.push_front(conv);
+    auto& slot = map_[conv];
+    slot.used = used_.begin();
+    cost_ += cost_of(slot.entry);
+    trim(conv);
+    return slot.entry;
+}
+
+void FanoutCache::set_members(const std::string& conv, std::shared_ptr<const Store::Members> m) {
+    Entry& e = get(conv);
+    cost_ -= cost_of(e);
+    e.members = std::move(m);
+    e.open_users.clear();
+    e.open_from = INT64_MAX;
+    if (e.members) {
+        std::int64_t from = 0;
+        for (const auto& p : e.members->periods) {
+            if (p.to == INT64_MAX) {
+                e.open_users.push_back(p.user);
+                from = std::max(from, p.from);
+            } else {
+                from = std::max(from, p.to + 1);
+            }
+        }
+        std::sort(e.open_users.begin(), e.open_users.end());
+        e.open_users.erase(std::unique(e.open_users.begin(), e.open_users.end()), e.open_users.end());
+        e.open_from = from;
+    }
+    cost_ += cost_of(e);
+    trim(conv);
+}
+
+void FanoutCache::trim(const std::string& keep) {
+    while (cost_ > cap_ && map_.size() > 1) {
+        auto victim = std::prev(used_.end());
+        if (*victim == keep) break; // only the one in hand is left to drop
+        auto it = map_.find(*victim);
+        cost_ -= cost_of(it->second.entry);
+        map_.erase(it);
+        used_.erase(victim);
+        ++evictions_;
+    }
+}
+
+void FanoutCache::clear() {
+    map_.clear();
+    used_.clear();
+    cost_ = 0;
+}
+
 Notifier::Notifier(std::string url, std::shared_ptr<Gateway> gw, Store& store, Metrics& metrics)
-    : url_(std::move(url)), gw_(std::move(gw)), store_(store), metrics_(metrics) {}
+    : url_(std::move(url)), gw_(std::move(gw)), store_(store), metrics_(metrics),
+      convs_(static_cast<std::size_t>(gw_->config().fanout_cache_members)) {}
+
+void Notifier::count_cache() {
+    metrics_.fanout_cache_members = static_cast<long long>(convs_.cost());
+    metrics_.fanout_cache_evictions = static_cast<long long>(convs_.evictions());
+}
 
 void Notifier::start(NotificationBus& bus) {
     bus.subscribe({[this](const std::vector<std::string>& p) { deliver(p); }, [this] { resync(); }});
@@ -35,6 +101,7 @@ void Notifier::resync() {
     {
         std::lock_guard lk(mu_);
         convs_.clear();
+        count_cache();
     }
     gw_->recheck_tokens(); // revocations announced while the bus was away
     if (gw_->config().lab.no_resync) return; // the lab's negative control of 10-notify-loss-resync
@@ -48,10 +115,10 @@ void Notifier::committed_here(const std::vector<Event>& events) {
         // Only the next event of a conversation whose members are known:
         // anything else (an earlier seq still on its way, a first sight of
         // the conversation) is left to the bus delivery, which reads ranges.
-        auto it = convs_.find(ev.conv);
-        if (it == convs_.end() || !it->second.members || it->second.pushed_upto != ev.seq - 1) continue;
-        fan_out(ev.conv, *it->second.members, {ev});
-        it->second.pushed_upto = ev.seq;
+        auto* st = convs_.find(ev.conv);
+        if (!st || !st->members || st->pushed_upto != ev.seq - 1) continue;
+        fan_out(ev.conv, *st, {ev});
+        st->pushed_upto = ev.seq;
         ++metrics_.pushes_direct;
     }
 }
@@ -70,6 +137,7 @@ void Notifier::deliver(const std::vector<std::string>& payloads) {
     if (!gw_->has_any_subscriber()) {
         std::lock_guard lk(mu_);
         convs_.clear(); // nobody to push to: nothing to keep in order
+        count_cache();
         return;
     }
     try {
@@ -85,26 +153,48 @@ void Notifier::deliver(const std::vector<std::string>& payloads) {
     }
 }
 
-void Notifier::fan_out(const std::string& conv, const Store::Members& m, const std::vector<Event>& events) {
-    std::map<std::string, std::int64_t> hint_heads; // large conversations: one hint per user
-    std::int64_t epoch = 1;
+void Notifier::fan_out(const std::string& conv, const FanoutCache::Entry& st, const std::vector<Event>& events) {
+    const Store::Members& m = *st.members;
     const bool full = m.full || gw_->faults().broken("rule.push_hint"); // the latter: lab negative control only
-    for (const auto& ev : events) {
-        epoch = ev.epoch;
-        // Encoded once; the same frame goes to every subscribed connection.
-        auto frame = full ? std::make_shared<const std::string>(encode_event_push(ev)) : nullptr;
-        for (const auto& p : m.periods) {
-            if (ev.seq < p.from || ev.seq > p.to || !gw_->has_subscribers(p.user)) continue;
-            if (frame) {
-                gw_->push_to_user(p.user, frame);
-                ++metrics_.pushes_event;
-            } else {
-                hint_heads[p.user] = std::max(hint_heads[p.user], ev.seq);
-            }
+    // The members who may read `seq`, sorted: the cached open members for
+    // every event at or above open_from (nearly all), else a walk of the periods.
+    std::vector<std::string> walked;
+    auto readers = [&](std::int64_t seq) -> const std::vector<std::string>& {
+        if (seq >= st.open_from) return st.open_users;
+        walked.clear();
+        for (const auto& p : m.periods)
+            if (seq >= p.from && seq <= p.to) walked.push_back(p.user);
+        std::sort(walked.begin(), walked.end());
+        walked.erase(std::unique(walked.begin(), walked.end()), walked.end());
+        return walked;
+    };
+    if (full) {
+        for (const auto& ev : events) {
+            // Encoded once; the same frame goes to every subscribed connection.
+            auto frame = std::make_shared<const std::string>(encode_event_push(ev));
+            metrics_.pushes_event += static_cast<long long>(gw_->push_to_users(readers(ev.seq), frame));
         }
+        return;
     }
-    for (const auto& [user, head] : hint_heads) {
-        gw_->push_to_user(user, std::make_shared<const std::string>(encode_hint(conv, head, epoch, std::nullopt)));
+    // Large conversations: one hint per user, with the newest seq it may
+    // read. When the newest event is above open_from, every open member's
+    // hint is the same frame; a former member whose period ended inside
+    // these events gets its own.
+    const Event& last = events.back();
+    std::map<std::string, std::int64_t> other_heads;
+    if (last.seq < st.open_from || events.front().seq < st.open_from) {
+        for (const auto& ev : events)
+            for (const auto& u : readers(ev.seq)) other_heads[u] = std::max(other_heads[u], ev.seq);
+        if (last.seq >= st.open_from) // every open member reads `last`: the shared frame below
+            for (const auto& u : st.open_users) other_heads.erase(u);
+    }
+    if (last.seq >= st.open_from) {
+        auto frame = std::make_shared<const std::string>(encode_hint(conv, last.seq, last.epoch, std::nullopt));
+        metrics_.pushes_hint += static_cast<long long>(gw_->push_to_users(st.open_users, frame));
+    }
+    for (const auto& [user, head] : other_heads) {
+        if (!gw_->has_subscribers(user)) continue;
+        gw_->push_to_user(user, std::make_shared<const std::string>(encode_hint(conv, head, last.epoch, std::nullopt)));
         ++metrics_.pushes_hint;
     }
 }
@@ -136,8 +226,7 @@ void Notifier::process(pqxx::connection_base& c, const std::vector<std::string>&
             reads.push_back(std::move(m));
         } else if (kind == "x" || kind == "m") {
             std::lock_guard lk(mu_);
-            auto it = convs_.find(conv);
-            if (it != convs_.end()) it->second.members.reset(); // settings or epoch changed
+            if (convs_.find(conv)) convs_.set_members(conv, nullptr); // settings or epoch changed
             if (kind == "x") changed.push_back(conv);
         }
     }
@@ -145,7 +234,8 @@ void Notifier::process(pqxx::connection_base& c, const std::vector<std::string>&
         bool reload = false;
         {
             std::lock_guard lk(mu_);
-            auto& st = convs_[conv];
+            auto& st = convs_.get(conv);
+            count_cache();
             if (st.pushed_upto > 0) range.first = st.pushed_upto + 1;
             range.first = std::max(range.first, range.second - max_catch_up + 1);
             if (range.first > range.second) continue; // already pushed (here, directly)
@@ -162,14 +252,15 @@ void Notifier::process(pqxx::connection_base& c, const std::vector<std::string>&
         std::shared_ptr<const Store::Members> fresh;
         if (reload) fresh = std::make_shared<const Store::Members>(store_.push_members(c, conv));
         std::lock_guard lk(mu_);
-        auto& st = convs_[conv];
-        if (fresh) st.members = fresh;
+        if (fresh) convs_.set_members(conv, fresh);
+        count_cache();
+        auto& st = convs_.get(conv);
         if (!st.members) continue;
         std::vector<Event> todo;
         for (auto& ev : events)
             if (ev.seq > st.pushed_upto) todo.push_back(std::move(ev));
         if (todo.empty()) continue;
-        fan_out(conv, *st.members, todo);
+        fan_out(conv, st, todo);
         st.pushed_upto = todo.back().seq;
     }
     for (const auto& m : reads) {

@@ -176,21 +176,15 @@ void WsSession::token_expired() {
     close(std::move(reason));
 }
 
-// refresh (section 4a): a valid JWT for the same user and device moves the
-// connection's exp; anything else is UNAUTHENTICATED and closes. A
-// connection opened with a random device token has no `sub` to match: its
-// refresh is refused the same way (docs/protocol.md).
+// refresh (section 4a, api.cpp handle_refresh): an accepted token moves
+// the connection's exp.
 Handled WsSession::refresh(const req::Refresh& r, const std::optional<std::string>& rid) {
-    if (!who_->token_exp_ms)
-        return error_reply({Code::unauthenticated, "refresh needs a connection opened with a signed token"}, rid);
-    auto claims = check_jwt(gw_->api(), r.token);
-    if (!claims) return error_reply(claims.error(), rid);
-    if (claims->sub != who_->user || claims->device != who_->device)
-        return error_reply({Code::unauthenticated, "token is for another user or device"}, rid);
-    who_->token_exp_ms = claims->exp_ms;
-    arm_token_timer();
-    Handled h;
-    h.frame = encode_reply(Refreshed{claims->exp_ms}, rid);
+    std::optional<std::int64_t> exp_ms;
+    Handled h = handle_refresh(gw_->api(), refresh_budget_, *who_, r, rid, exp_ms);
+    if (exp_ms) {
+        who_->token_exp_ms = *exp_ms;
+        arm_token_timer();
+    }
     return h;
 }
 

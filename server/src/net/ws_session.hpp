@@ -113,6 +113,7 @@ private:
     net::steady_timer ping_timer_;
     net::steady_timer token_timer_;        // JWT connections: token_expiring, then 4001
     std::uint64_t token_gen_ = 0;          // bumped by each (re)arm: stale waits do nothing
+    RefreshBudget refresh_budget_;         // refresh's signature checks of the last minute
     bool token_warned_ = false;            // token_expiring sent for the current token
     std::deque<std::shared_ptr<const std::string>> out_;
     std::deque<Pending> queue_;

@@ -4,6 +4,8 @@
 
 #include <pqxx/pqxx>
 
+#include <libpq-events.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -48,6 +50,7 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, const 
     // (or waiting on a lock) to the end (PostgreSQL 14+).
     set_session_variable(*c, "client_connection_check_interval", "'1s'");
     pin_operator_settings(*c);
+    Watchdog::attach(*c);
     return c;
 }
 
@@ -156,6 +159,31 @@ void Watchdog::progress() {
     if (it != current_dog->watches_.end() && !it->second.shut) it->second.since = std::chrono::steady_clock::now();
 }
 
+namespace {
+
+// libpqxx 6 gives its libpq handle to large objects only, through a
+// transaction; a subclass may ask for it.
+struct RawConnection : pqxx::largeobject {
+    static PGconn* of(const pqxx::dbtransaction& tx) { return raw_connection(tx); }
+};
+
+// A result received is an answer from the database: the round trip it
+// ended is over, so the calling thread's watch starts again.
+int on_libpq_event(PGEventId id, void*, void*) {
+    if (id == PGEVT_RESULTCREATE) Watchdog::progress();
+    return 1; // success: libpq would otherwise mark the result as failed
+}
+
+} // namespace
+
+int Watchdog::attach(pqxx::connection_base& c) {
+    pqxx::work tx(c, "watchdog_attach");
+    // Fails (harmlessly) when this handle already has it.
+    if (PGconn* raw = RawConnection::of(tx)) PQregisterEventProc(raw, on_libpq_event, "imserver-watchdog", nullptr);
+    tx.abort();
+    return c.backendpid();
+}
+
 void Watchdog::run() {
     std::unique_lock lk(mu_);
     while (!stop_) {
@@ -211,6 +239,7 @@ void DbPool::stop() {
 
 void DbPool::run(std::size_t index) {
     std::unique_ptr<pqxx::connection> conn;
+    int attached_pid = 0; // the session whose libpq handle carries the watchdog's event procedure
     auto retry_after = std::chrono::steady_clock::time_point{};
     for (;;) {
         Job job;
@@ -223,6 +252,16 @@ void DbPool::run(std::size_t index) {
         }
         ++busy_;
         if (conn && !conn->is_open()) conn.reset();
+        if (conn && conn->backendpid() != attached_pid) {
+            // libpqxx reopened the session on its own: a new libpq handle
+            // without our event procedure.
+            try {
+                attached_pid = Watchdog::attach(*conn);
+            } catch (const std::exception& e) {
+                log_warn("db_watchdog_attach_failed", {{"worker", static_cast<int>(index)}, {"err", e.what()}});
+                conn.reset();
+            }
+        }
         if (!conn && !stopping_flag_ && std::chrono::steady_clock::now() >= retry_after) {
             try {
                 conn = open_connection(url_, "imserver-pool-" + std::to_string(index));
@@ -230,6 +269,7 @@ void DbPool::run(std::size_t index) {
                 // the watchdog would cut the connection: the statement
                 // fails cleanly and the backend waits no longer either.
                 set_session_variable(*conn, "lock_timeout", "'" + std::to_string(lock_timeout().count()) + "ms'");
+                attached_pid = conn->backendpid(); // open_connection attached it
             } catch (const std::exception& e) {
                 // Don't let every queued job wait for a connect timeout.
                 retry_after = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);

@@ -25,6 +25,12 @@ namespace im {
 /// trip watched for longer than the limit has its socket shut down, so the
 /// blocked libpq call fails at once (broken connection -> UNAVAILABLE) and
 /// the connection is replaced. Works for TCP and Unix sockets alike.
+///
+/// The limit bounds one round trip, not a whole job: every result the
+/// connection receives restarts the clock of its watch (a libpq event
+/// procedure that attach() registers), so a job of many short statements
+/// (a 5,000-member create, a purge in batches) runs as long as it needs
+/// while one statement that gets no answer is cut after the limit.
 class Watchdog {
 public:
     explicit Watchdog(std::chrono::milliseconds limit);
@@ -46,10 +52,18 @@ public:
     };
 
     long long fired() const { return fired_.load(); }
-    /// Called by a long job between round trips (e.g. once per conversation
-    /// of a `convs` page): the clock of the calling thread's watch restarts,
-    /// so the limit bounds one stalled step, not the whole job.
+    /// Restarts the clock of the calling thread's watch: called for every
+    /// result received on an attached connection, and by a job that waits
+    /// between round trips for something other than the database (the send
+    /// scheduler lingering for a group).
     static void progress();
+    /// Registers the event procedure that calls progress() for every
+    /// result received on `c` (one BEGIN/ROLLBACK round trip: libpqxx 6
+    /// hands out its libpq handle only through a transaction). Returns the
+    /// backend pid it attached to; a connection libpqxx reopened on its own
+    /// has another pid and must be attached again (DbPool does), else its
+    /// watches fall back to bounding the whole job.
+    static int attach(pqxx::connection_base& c);
 
 private:
     void run();

@@ -29,11 +29,13 @@ const std::vector<Variant>& variants() {
          {{"         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)\n",
            ""},
           {"IF NOT k.open THEN", "IF false THEN"}}},
-        // an unknown conversation answers NO_SUCH_CONV, not NOT_MEMBER (C4: no existence oracle)
+        // an unknown conversation answers apart from a non-member (C4: no
+        // existence oracle): UNAUTHENTICATED, a code production im_send
+        // also returns, so the gateway needs no lab-only result code
         {"rule.same_error", "same_error",
          {{"            run_code[g] := 'NOT_MEMBER';",
            "            run_code[g] := CASE WHEN EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_convs[g]) "
-           "THEN 'NOT_MEMBER' ELSE 'NO_SUCH_CONV' END;"}}},
+           "THEN 'NOT_MEMBER' ELSE 'UNAUTHENTICATED' END;"}}},
         // a reused cmid is a duplicate whatever its body (C1)
         {"rule.request_hash", "request_hash",
          {{"IF k.o_hash = k.fp THEN", "IF true THEN"}, {"IF a_fp[j] = k.fp THEN", "IF true THEN"}}},
@@ -57,7 +59,7 @@ const std::vector<Variant>& variants() {
 void replace_once(std::string& sql, std::string_view from, std::string_view to, std::string_view variant) {
     const auto at = sql.find(from);
     if (at == std::string::npos || sql.find(from, at + 1) != std::string::npos)
-        throw std::runtime_error("lab variant " + std::string(variant) + ": schema/functions/im_send.sql no longer has '" +
+        throw std::runtime_error("lab variant " + std::string(variant) + ": the production SQL no longer has '" +
                                  std::string(from) + "' exactly once");
     sql.replace(at, from.size(), to);
 }
@@ -73,6 +75,11 @@ std::string variant_sql(const Variant& v) {
 }
 
 } // namespace
+
+std::string lab_rule_off(std::string sql, std::string_view rule, std::string_view off, std::string_view variant) {
+    replace_once(sql, rule, off, variant);
+    return sql;
+}
 
 void install_lab_send_functions(pqxx::connection_base& c) {
     pqxx::work tx(c);

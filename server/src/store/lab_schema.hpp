@@ -1,6 +1,6 @@
-// The acceptance lab's broken variants of the send function (its negative
-// controls of the send rules, docs/acceptance.md). Production SQL carries no
-// lab switch: schema/functions/im_send.sql reads no setting. Each variant is
+// The acceptance lab's broken variants of the send function and of the
+// ack/read statements (its negative controls, docs/acceptance.md).
+// Production SQL carries no lab switch nor lab parameter: schema/functions/im_send.sql reads no setting. Each variant is
 // a separate function, im_lab_send_<rule>, derived from that file's text by
 // exact text edits of the rule's places (each must match exactly once), and installed only by a gateway started with
 // --enable-faults into a database the lab created (lab_marker). A gateway
@@ -11,6 +11,7 @@
 #include "core/faults.hpp"
 
 #include <string>
+#include <string_view>
 
 #include <pqxx/pqxx>
 
@@ -19,6 +20,15 @@ namespace im {
 /// Creates (or replaces) every im_lab_send_<rule> variant, under the schema
 /// lock. Throws when an edit no longer matches im_send.sql exactly once.
 void install_lab_send_functions(pqxx::connection_base& c);
+
+/// A production statement with one of its rules turned off (its exact text
+/// `rule` replaced by `off`): the lab's variant of it, for the negative
+/// control of `variant` (e.g. the ack and read statements without their
+/// install rule, prepared by Store::ack and Store::read only while
+/// rule.stale_install is armed, which needs --enable-faults). Throws when
+/// `sql` no longer has `rule` exactly once, so a rewrite cannot silently
+/// disarm a control.
+std::string lab_rule_off(std::string sql, std::string_view rule, std::string_view off, std::string_view variant);
 
 /// The send function for this call: "im_send", or the variant that breaks
 /// the armed rule.send_* point (consumes one COUNT of it), or, with

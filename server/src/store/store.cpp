@@ -55,7 +55,6 @@ Outcome<Store::SendResult> send_outcome(const std::string& conv_id, const pqxx::
     if (code == "IDEMPOTENCY_MISMATCH") return Error{Code::idempotency_mismatch, "cmid already used with different content"};
     if (code == "ORIGINAL_EXPIRED") return Error{Code::original_expired, "the original was purged by retention"};
     if (code == "PREV_NOT_COMMITTED") return unavailable("the message named by 'prev' is not committed; send it first");
-    if (code == "NO_SUCH_CONV") return Error{Code::not_member, "no such conversation"}; // lab: rule.same_error armed
     if (code == "UNAUTHENTICATED") return device_revoked();
     if (code != "OK") throw std::runtime_error("im_send: unknown result code " + std::string(code));
     return Store::SendResult{Sent{conv_id, row[at + 1].as<std::int64_t>(), row[at + 2].c_str(), row[at + 4].as<bool>(),

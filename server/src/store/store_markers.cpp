@@ -1,5 +1,6 @@
 // The store's markers and the conversation list: convs (with `unread`),
 // ack (delivery marker per device), read (read marker per user).
+#include "store/lab_schema.hpp"
 #include "store/store_internal.hpp"
 
 #include <string_view>
@@ -97,8 +98,14 @@ std::string convs_sql(bool backend) {
 // hold. Columns: the verdict (OK, DEVICE_REVOKED, STALE_INSTALL,
 // NOT_MEMBER, CURSOR_AHEAD), the marker after the statement (NULL unless
 // OK); read adds the marker before it.
-// $1 device, $2 user, $3 token hash, $4 conv, $5 install, $6 seq,
-// $7 ignore the install rule (lab: rule.stale_install).
+// $1 device, $2 user, $3 token hash, $4 conv, $5 install, $6 seq.
+// The install rule is one condition of the verdict; the lab's variant for
+// its negative control of STALE_INSTALL turns exactly this text off
+// (lab_markers_statements, prepared only behind --enable-faults), keeping
+// $5 typed.
+constexpr std::string_view install_rule = "(SELECT install FROM d) <> $5::text";
+constexpr std::string_view install_rule_off = "false AND $5::text IS NOT NULL";
+
 std::string marker_sql(bool read) {
     std::string sql =
         "WITH d AS (SELECT coalesce(d.current_install, '') AS install FROM devices d WHERE " +
@@ -108,7 +115,7 @@ std::string marker_sql(bool read) {
         "      ELSE max(p.to_seq) END AS head "
         "      FROM membership_periods p WHERE p.conv_id = $4::text AND p.user_id = $2::text), "
         "v AS (SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM d) THEN 'DEVICE_REVOKED' "
-        "      WHEN (SELECT install FROM d) <> $5::text AND NOT $7::boolean THEN 'STALE_INSTALL' "
+        "      WHEN " + std::string(install_rule) + " THEN 'STALE_INSTALL' "
         "      WHEN a.n = 0 THEN 'NOT_MEMBER' "
         "      WHEN $6::bigint > a.head THEN 'CURSOR_AHEAD' ELSE 'OK' END AS code FROM a), ";
     if (!read)
@@ -143,6 +150,23 @@ const Statements& markers_statements() {
         {"im_read", marker_sql(true)},
     };
     return table;
+}
+
+// Lab only (rule.stale_install armed, which needs --enable-faults): the
+// same statements without the install rule, prepared when first chosen.
+const Statements& lab_markers_statements() {
+    static const Statements table{
+        {"im_lab_ack_stale_install", lab_rule_off(marker_sql(false), install_rule, install_rule_off, "ack_stale_install")},
+        {"im_lab_read_stale_install", lab_rule_off(marker_sql(true), install_rule, install_rule_off, "read_stale_install")},
+    };
+    return table;
+}
+
+// im_ack / im_read, or (lab) its variant that breaks the armed rule.
+const char* marker_statement_name(FaultRegistry& faults, pqxx::connection_base& c, bool read) {
+    if (!faults.broken("rule.stale_install")) return read ? "im_read" : "im_ack";
+    prepare_all(c, lab_markers_statements());
+    return read ? "im_lab_read_stale_install" : "im_lab_ack_stale_install";
 }
 
 // The verdict of im_ack / im_read as an error, nullopt for OK.
@@ -224,9 +248,8 @@ Outcome<ConvList> Store::convs(pqxx::connection_base& c, const Identity& who, co
 Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const req::Ack& a) {
     return guarded<Acked>("ack", [&]() -> Outcome<Acked> {
         prepare_all(c, markers_statements());
-        auto row = marker_statement(c, faults_, "im_ack", "store.ack_before_commit", who.device, who.user,
-                                    who.token_sha256, a.conv, who.install, a.seq,
-                                    faults_.broken("rule.stale_install"));
+        auto row = marker_statement(c, faults_, marker_statement_name(faults_, c, false), "store.ack_before_commit",
+                                    who.device, who.user, who.token_sha256, a.conv, who.install, a.seq);
         if (!row) return row.error();
         if (auto e = marker_verdict(row.value()[0].c_str())) return *e;
         return Acked{a.conv, row.value()[1].as<std::int64_t>()};
@@ -236,9 +259,8 @@ Outcome<Acked> Store::ack(pqxx::connection_base& c, const Identity& who, const r
 Outcome<ReadOk> Store::read(pqxx::connection_base& c, const Identity& who, const req::Read& rd, Notes& notes) {
     return guarded<ReadOk>("read", [&]() -> Outcome<ReadOk> {
         prepare_all(c, markers_statements());
-        auto row = marker_statement(c, faults_, "im_read", "store.read_before_commit", who.device, who.user,
-                                    who.token_sha256, rd.conv, who.install, rd.seq,
-                                    faults_.broken("rule.stale_install"));
+        auto row = marker_statement(c, faults_, marker_statement_name(faults_, c, true), "store.read_before_commit",
+                                    who.device, who.user, who.token_sha256, rd.conv, who.install, rd.seq);
         if (!row) return row.error();
         if (auto e = marker_verdict(row.value()[0].c_str())) return *e;
         const std::int64_t now = row.value()[1].as<std::int64_t>(), before = row.value()[2].as<std::int64_t>();
