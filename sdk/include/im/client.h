@@ -23,8 +23,10 @@ class ClientPrivate;
  * \code
  *   im::Client client;
  *   client.setServers({QUrl("ws://chat.example:8080/v1/ws")});
- *   client.setCredentials(token);
- *   if (!client.open(dataDir + "/chat.db")) qFatal("%s", qPrintable(client.lastError()));
+ *   client.setCredentials(token);                       // the signed-in user's token
+ *   // One store per user (obligation 10, docs/sdk.md "Quick start"):
+ *   if (!client.open(dataDir + "/" + QString::fromLatin1(QUrl::toPercentEncoding(user)) + ".db"))
+ *       qFatal("%s", qPrintable(client.lastError()));
  *   client.connectToServer();
  *   const QString cmid = client.send("team", "hello"); // durable before it returns
  * \endcode
