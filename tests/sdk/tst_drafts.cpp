@@ -97,6 +97,7 @@ private slots:
     void the_session_binds_the_token_its_hello_carried();
     void a_jwt_handed_over_during_the_handshake_is_sent_as_refresh();
     void a_rejection_of_a_superseded_token_reconnects_with_the_newer_one();
+    void an_expiry_close_of_a_replaced_token_reconnects_with_the_new_one();
     void drafts_of_a_rejected_token_are_not_carried_to_another_user();
     void same_user_carries_the_rejected_tokens_drafts();
     void held_drafts_show_as_held_in_both_models_and_can_be_discarded();
@@ -224,6 +225,23 @@ void TestDrafts::a_rejection_of_a_superseded_token_reconnects_with_the_newer_one
     c.connectToServer();
     QTRY_COMPARE(c.connectionState(), ConnectionState::Connected);
     QCOMPARE(c.userId(), QStringLiteral("ana"));
+    QVERIFY(!c.isAwaitingCredentials());
+}
+
+// Defect 2, close 4001: the session's token expires after the app already
+// handed over another (an opaque one is kept for the next hello). The close
+// concerns the session's token, not the new one: the client reconnects with
+// the new token instead of asking for credentials.
+void TestDrafts::an_expiry_close_of_a_replaced_token_reconnects_with_the_new_one() {
+    Fixture f;
+    Client &c = f.reopen(FakeServer::jwt(QStringLiteral("ana"), QDateTime::currentSecsSinceEpoch() + 3600));
+    QVERIFY(f.connected());
+    c.setCredentials(QStringLiteral("tok-ana"));
+    f.server.closeAllWithCode(4001, QStringLiteral("token expired"));
+    QTRY_COMPARE(f.server.requests(QStringLiteral("hello")).size(), qsizetype(2));
+    QCOMPARE(f.server.requests(QStringLiteral("hello")).last().value(QStringLiteral("token")).toString(),
+             QStringLiteral("tok-ana"));
+    QTRY_COMPARE(c.connectionState(), ConnectionState::Connected);
     QVERIFY(!c.isAwaitingCredentials());
 }
 
