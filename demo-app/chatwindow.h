@@ -54,7 +54,8 @@ public:
         OLastError = OutboxPanel::OLastError,
         ONextRetry = OutboxPanel::ONextRetry,
         OInFlight = OutboxPanel::OInFlight,
-        OPrev = OutboxPanel::OPrev
+        OPrev = OutboxPanel::OPrev,
+        OHeld = OutboxPanel::OHeld
     };
 
     /// Opens the session's database and connects. A failed open shows the

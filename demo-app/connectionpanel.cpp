@@ -5,6 +5,7 @@
 
 #include <QtCore/QDateTime>
 #include <QtCore/QFileInfo>
+#include <QtWidgets/QCheckBox>
 #include <QtWidgets/QHBoxLayout>
 #include <QtWidgets/QLabel>
 #include <QtWidgets/QLineEdit>
@@ -79,7 +80,10 @@ ConnectionPanel::ConnectionPanel(const Session &session, im::Client *client, im:
                                              : tr("Credentials: new token handed over, used for the next hello"));
         credentialsLabel_->setStyleSheet(QString());
         newTokenEdit_->clear();
-        client_->setCredentials(token);
+        // Obligation 10: only when the tester says it is the same person do
+        // the previous token's held drafts go with the new one.
+        client_->setCredentials(token, sameUserCheck_->isChecked() ? im::Client::SameUser : im::Client::UnknownUser);
+        sameUserCheck_->setChecked(false);
         updateTokenExpiry();
     };
     connect(useToken, &QPushButton::clicked, this, handOver);
@@ -97,8 +101,14 @@ ConnectionPanel::ConnectionPanel(const Session &session, im::Client *client, im:
         updateTokenExpiry();
     });
     connect(client_, &im::Client::tokenExpiresAtChanged, this, &ConnectionPanel::updateTokenExpiry);
+    sameUserCheck_ = new QCheckBox(tr("Same person"));
+    sameUserCheck_->setObjectName(QStringLiteral("sameUserCheck"));
+    sameUserCheck_->setToolTip(tr("setCredentials(token, im::Client::SameUser): the new token is the same person's, "
+                                  "so drafts written under the previous token that no welcome proved go with it. "
+                                  "Unticked, they stay held (never sent as someone else)."));
     auto *tokenRow = new QHBoxLayout;
     tokenRow->addWidget(newTokenEdit_, 1);
+    tokenRow->addWidget(sameUserCheck_);
     tokenRow->addWidget(useToken);
 
     staleBox_ = new QWidget;

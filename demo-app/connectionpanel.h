@@ -15,6 +15,7 @@ class Faults;
 }
 } // namespace im
 
+class QCheckBox;
 class QLabel;
 class QLineEdit;
 
@@ -53,5 +54,6 @@ private:
     QLabel *tokenExpiryLabel_;
     QLabel *credentialsLabel_;
     QLineEdit *newTokenEdit_;
+    QCheckBox *sameUserCheck_;
     QWidget *staleBox_;
 };

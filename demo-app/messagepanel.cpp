@@ -148,10 +148,16 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
                       return QColor(0xff, 0xe0, 0xb0);
                   return {};
               }
+              // A held draft (obligation 10): written under another user's
+              // token, never sent in this store's sessions: apart from Pending.
+              const bool held = s.data(MessageListModel::HeldRole).toBool();
               if (role == Qt::DisplayRole)
-                  return stateText(st, s.data(MessageListModel::ErrorCodeRole).toString());
+                  return held ? QStringLiteral("Held") : stateText(st, s.data(MessageListModel::ErrorCodeRole).toString());
               if (role == Qt::BackgroundRole)
-                  return stateColor(st);
+                  return held ? QColor(0xd8, 0xd8, 0xd8) : stateColor(st);
+              if (role == Qt::ToolTipRole && held)
+                  return QStringLiteral("held: written under another user's token; never sent as this window's user "
+                                        "(Outbox > Discard held drafts)");
               if (role == Qt::FontRole && st != MessageState::Sent) {
                   QFont f;
                   f.setBold(true);

@@ -87,6 +87,18 @@ OutboxPanel::OutboxPanel(im::Client *client, OutboxModel *outbox, QWidget *paren
                   return prev.isEmpty() ? tr("sent behind nothing unanswered")
                                         : tr("sent behind %1: appended only once that one is committed").arg(prev);
               return {};
+          }},
+         // Obligation 10: written under another user's token, never sent here.
+         {tr("Held"),
+          [](const QModelIndex &s, int role) -> QVariant {
+              const bool held = s.data(OutboxModel::HeldRole).toBool();
+              if (role == Qt::DisplayRole)
+                  return held ? QStringLiteral("held") : QStringLiteral("-");
+              if (role == Qt::ToolTipRole && held)
+                  return tr("written under another user's token: never sent as this window's user");
+              if (role == Qt::BackgroundRole && held)
+                  return QColor(0xd8, 0xd8, 0xd8);
+              return {};
           }}},
         this);
     view_ = makeTable(QStringLiteral("outboxView"));
@@ -122,21 +134,34 @@ OutboxPanel::OutboxPanel(im::Client *client, OutboxModel *outbox, QWidget *paren
         }
         emit actionDone(cancelOutboxEntry(client_, outbox_->get(cur.row(), OutboxModel::CmidRole).toString()));
     });
+    auto *discardHeld = new QPushButton(tr("Discard held drafts"));
+    discardHeld->setObjectName(QStringLiteral("discardHeldButton"));
+    discardHeld->setToolTip(tr("Client::discardHeldDrafts(): drops every draft written under another user's token "
+                               "(never sent as this window's user)"));
+    connect(discardHeld, &QPushButton::clicked, this, [this] {
+        const int n = client_->discardHeldDrafts();
+        emit actionDone(n < 0 ? tr("Held drafts not discarded: %1").arg(client_->lastError())
+                              : tr("Discarded %n held draft(s)", nullptr, n));
+    });
     auto *top = new QHBoxLayout;
     top->addWidget(depth_, 1);
     top->addWidget(cancelSelected);
+    top->addWidget(discardHeld);
     auto *l = new QVBoxLayout;
     l->addLayout(top);
     l->addWidget(view_, 1);
     setLayout(l);
     setMinimumHeight(150);
     connect(client_, &im::Client::outboxChanged, this, &OutboxPanel::updateDepth);
+    connect(client_, &im::Client::heldDraftsChanged, this, &OutboxPanel::updateDepth);
     updateDepth();
 }
 
 void OutboxPanel::updateDepth() {
     const int n = client_->pendingCount();
-    depth_->setText(tr("Queue depth: <b>%1</b>").arg(n));
+    const int held = client_->heldCount();
+    depth_->setText(held > 0 ? tr("Queue depth: <b>%1</b> (held: <b>%2</b>)").arg(n).arg(held)
+                             : tr("Queue depth: <b>%1</b>").arg(n));
 }
 
 void OutboxPanel::tick() {

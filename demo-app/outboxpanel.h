@@ -1,7 +1,9 @@
 // The outbox panel of a chat window: the durable outbox in creation order
 // (cmid, kind, conversation, body or target, attempts, last error, next
-// retry, in flight, and the `prev` its latest attempt named), the queue
-// depth, and Cancel for an entry that never went on the wire.
+// retry, in flight, the `prev` its latest attempt named, and whether it is
+// held: written under another user's token, obligation 10), the queue depth
+// with the held count, Cancel for an entry that never went on the wire, and
+// Discard held drafts.
 #pragma once
 
 #include <QtWidgets/QGroupBox>
@@ -19,7 +21,7 @@ class OutboxPanel : public QGroupBox {
     Q_OBJECT
 public:
     /// Columns of the outbox table.
-    enum Column { OCmid, OKind, OConv, OWhat, OAttempts, OLastError, ONextRetry, OInFlight, OPrev };
+    enum Column { OCmid, OKind, OConv, OWhat, OAttempts, OLastError, ONextRetry, OInFlight, OPrev, OHeld };
 
     OutboxPanel(im::Client *client, im::OutboxModel *outbox, QWidget *parent = nullptr);
 

@@ -34,20 +34,25 @@ Item {
         return ""
     }
 
-    /// Opens the local database of this server + token (one store per
-    /// device token) and connects. Returns false with view.status set.
-    function signIn(url, deviceToken) {
+    /// Opens the local database of the signed-in user and connects. One
+    /// store per user (obligation 10, docs/sdk.md "Quick start"): named
+    /// after the server and the user the sign-in chose (a user of the token
+    /// file), or after the token when the user is not known (a bare device
+    /// token is one user's: its store never sees another). Never one store
+    /// for whoever signs in. Returns false with view.status set.
+    function signIn(url, deviceToken, userName) {
         if (url === "" || deviceToken === "") {
             view.status = "a server URL and a token are needed"
             return false
         }
-        const db = view.dataDir + "/" + Qt.md5(url + " " + deviceToken) + ".db"
+        const who = userName ? "user " + userName : "token " + deviceToken
+        const db = view.dataDir + "/" + Qt.md5(url + " " + who) + ".db"
+        client.setCredentials(deviceToken)
         if (!client.open(db)) {
             view.status = client.lastError()
             return false
         }
         client.setServers([url])
-        client.setCredentials(deviceToken)
         client.connectToServer()
         view.opened = true
         view.status = ""
@@ -96,8 +101,9 @@ Item {
         Button {
             objectName: "signInButton"
             text: "Sign in"
-            onClicked: view.signIn(urlField.text,
-                                   view.users.length > 0 ? view.tokenFor(userBox.currentText) : tokenField.text)
+            onClicked: view.users.length > 0
+                       ? view.signIn(urlField.text, view.tokenFor(userBox.currentText), userBox.currentText)
+                       : view.signIn(urlField.text, tokenField.text, "")
         }
         Label { text: view.status; color: "firebrick"; wrapMode: Text.Wrap; Layout.fillWidth: true }
     }
@@ -157,12 +163,14 @@ Item {
                     required property string body
                     required property int messageState
                     required property string errorCode
+                    required property bool held
                     width: ListView.view.width
                     wrapMode: Text.Wrap
                     text: kind === "gap" ? "… older messages not loaded …"
                         : kind !== "msg" ? "· " + kind
                         : sender + ": " + body
-                          + (messageState === Im.Pending ? "  (sending…)"
+                          + (held ? "  (held: written under another user's token, never sent)"
+                             : messageState === Im.Pending ? "  (sending…)"
                              : messageState === Im.Failed || messageState === Im.Expired ? "  (not sent: " + errorCode + ")"
                              : messageState === Im.Recalled ? "  (recalled)" : "")
                     opacity: messageState === Im.Pending ? 0.6 : 1

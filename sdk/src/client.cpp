@@ -80,6 +80,7 @@ ClientPrivate::ClientPrivate(Client *qq)
     connect(&outbox, &Outbox::messageStateChanged, q, &Client::messageStateChanged);
     connect(&sync, &Sync::messageStateChanged, q, &Client::messageStateChanged);
     connect(&outbox, &Outbox::outboxChanged, q, &Client::outboxChanged);
+    connect(&outbox, &Outbox::heldChanged, q, &Client::heldDraftsChanged);
     connect(&sync, &Sync::eventsApplied, q, &Client::eventsApplied);
     connect(&sync, &Sync::conversationReset, q, &Client::conversationReset);
     connect(&sync, &Sync::conversationSynced, q, &Client::conversationSynced);
@@ -87,11 +88,14 @@ ClientPrivate::ClientPrivate(Client *qq)
 
 ClientPrivate::~ClientPrivate() { delete faultHooks; }
 
-void ClientPrivate::onSessionStarted() {
+void ClientPrivate::onSessionStarted(const QString &helloToken) {
     sync.requestConvs(true);
     markers.sendPendingReads();
-    if (!outbox.bindCredential(conn.token()))
+    // The welcome proves the token the hello carried, not whatever token the
+    // app handed over during the handshake (issue 48).
+    if (!outbox.bindCredential(helloToken))
         storageFailed(QStringLiteral("cannot bind drafts to their user"));
+    outbox.updateHeld();
     if (const int held = outbox.heldCount(); held > 0)
         reportError(QStringLiteral("WRONG_USER"),
                               QStringLiteral("%1 outbox entries were written under another user's credential; "
@@ -214,14 +218,17 @@ void Client::setPinnedCertificateSha256Property(const QString &fingerprint) {
     if (!setPinnedCertificateSha256(fingerprint))
         d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->reporter.lastError);
 }
-void Client::setCredentials(const QString &token) {
-    // Obligation 14 with item 13 of issue 26: a token handed over after the
-    // server rejected the current one takes over what was queued under the
-    // rejected one (it never reached the server); any other change of token
-    // leaves drafts bound to the credential they were written under.
-    if (d->conn.awaitsCredentials() && d->storage.isOpen() && !d->outbox.carryCredential(d->conn.token(), token))
-        qCWarning(lcClient, "could not move the rejected token's drafts to the new one");
+void Client::setCredentials(const QString &token) { setCredentials(token, UnknownUser); }
+
+void Client::setCredentials(const QString &token, TokenOwner owner) {
+    // Obligation 10 (issue 48): drafts stay with the credential they were
+    // written under, also after a rejection (ana's revoked token, then ben
+    // signs in on the same machine), unless the app says the new token is
+    // the same person's as the one it replaces.
+    const QString previous = d->conn.token();
     d->conn.setToken(token);
+    if (d->storage.isOpen() && !d->outbox.handOver(previous, token, owner == SameUser))
+        d->storageFailed(QStringLiteral("cannot move drafts to the new token"));
 }
 QDateTime Client::tokenExpiresAt() const { return d->conn.tokenExpiresAt(); }
 bool Client::isAwaitingCredentials() const { return d->conn.awaitsCredentials(); }
@@ -334,6 +341,14 @@ QString Client::deviceId() const { return d->id.deviceId; }
 QString Client::installId() const { return d->id.installId; }
 bool Client::isInstallStale() const { return d->id.stale; }
 int Client::pendingCount() const { return d->outbox.size(); }
+int Client::heldCount() const { return d->outbox.heldCount(); }
+bool Client::isHeld(const QString &cmid) const { return d->outbox.isHeld(cmid); }
+
+int Client::discardHeldDrafts() {
+    if (!d->storage.isOpen())
+        return 0;
+    return d->outbox.discardHeld();
+}
 
 QList<OutboxEntry> Client::outbox() const {
     QList<OutboxEntry> out;

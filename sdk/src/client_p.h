@@ -97,7 +97,7 @@ Q_SIGNALS:
     void aboutToBeDestroyed();
 
 private:
-    void onSessionStarted();
+    void onSessionStarted(const QString &helloToken);
     // Connection::Host
     bool mayConnect() const override { return storage.isOpen() && !id.stale; }
     QString installId() const override { return id.installId; }

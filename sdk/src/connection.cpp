@@ -155,6 +155,7 @@ void Connection::onOpened() {
     sinceActivity_.start();
     keepAliveTimer_.start(pingMs_);
     const QString rid = nextRid();
+    helloToken_ = token_; // the session this hello opens is this token's (obligation 10)
     request(rid, proto::encodeHello(rid, token_, host_.installId()),
             [this](const std::optional<proto::Incoming> &reply) { onHelloReply(reply); });
 }
@@ -179,7 +180,8 @@ void Connection::onClosed() {
     if (hadHello)
         hadSession_ = true;
     if (transport_->lastCloseCode() == TokenExpiredCloseCode)
-        credentialsRejected(QStringLiteral("the server closed the connection: token expired (close code 4001)"));
+        credentialsRejected(QStringLiteral("the server closed the connection: token expired (close code 4001)"),
+                            sessionToken_);
 }
 
 void Connection::onDeadline() {
@@ -298,6 +300,7 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
         }
         gateway_ = w->gateway;
         helloDone_ = true;
+        sessionToken_ = helloToken_;
         qCInfo(lcConnection, "welcome: user %s, device %s, gateway %s", qUtf8Printable(w->user),
                qUtf8Printable(w->device), qUtf8Printable(w->gateway));
         // The reconnect backoff starts over only once this session has
@@ -307,11 +310,18 @@ void Connection::onHelloReply(const std::optional<proto::Incoming> &reply) {
         state_ = ConnectionState::Reconnecting; // force the emission below
         setState(ConnectionState::Connected);
         subscribe();
-        emit sessionStarted();
+        emit sessionStarted(helloToken_);
+        if (token_ != helloToken_ && isSessionUp()) {
+            // Handed over during the handshake: the session runs on the
+            // token the hello carried; the new one is sent as `refresh` (a
+            // JWT) or used for the next hello.
+            qCInfo(lcConnection, "a new token was handed over during the handshake");
+            sendRefresh();
+        }
     } else if (code == proto::code::StaleInstall) {
         emit staleInstall(proto::errorMessage(reply));
     } else if (code == proto::code::Unauthenticated) {
-        credentialsRejected(proto::errorMessage(reply));
+        credentialsRejected(proto::errorMessage(reply), helloToken_);
     } else if (disp == proto::Disposition::Retry) {
         transport_->abortNow(); // reconnect with backoff
     } else {
@@ -381,13 +391,14 @@ void Connection::sendRefresh() {
         if (disp == proto::Disposition::Success) {
             if (const auto *r = std::get_if<proto::Refreshed>(&reply->body)) {
                 qCInfo(lcConnection, "refreshed: the connection runs on the new token");
+                sessionToken_ = sentToken;
                 setTokenExpiry(r->exp);
             }
             retrySucceeded(QStringLiteral("refresh"));
         } else if (disp == proto::Disposition::Retry) {
             retryLater(QStringLiteral("refresh"), [this] { sendRefresh(); });
         } else if (proto::errorCode(reply) == proto::code::Unauthenticated) {
-            credentialsRejected(proto::errorMessage(reply));
+            credentialsRejected(proto::errorMessage(reply), sentToken);
         } else {
             // A server without JWT support: the token waits for the next hello.
             qCWarning(lcConnection, "refresh refused (%s): the new token is used from the next hello",
@@ -432,7 +443,17 @@ void Connection::askForCredentials(int reason) {
     emit credentialsNeeded(reason);
 }
 
-void Connection::credentialsRejected(const QString &message) {
+void Connection::credentialsRejected(const QString &message, const QString &rejected) {
+    if (rejected != token_) {
+        // The app handed over another token meanwhile (during the
+        // handshake, or before the expired one was refreshed): that one is
+        // not judged yet. Reconnect with it, nothing is carried.
+        qCInfo(lcConnection, "the previous token was rejected (%s); reconnecting with the newer one",
+               qUtf8Printable(message));
+        if (wantConnected_)
+            transport_->abortNow();
+        return;
+    }
     const bool was = rejected_;
     rejected_ = true;
     reporter_.lastError = QStringLiteral("UNAUTHENTICATED: %1").arg(message);

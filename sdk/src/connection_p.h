@@ -134,8 +134,9 @@ Q_SIGNALS:
     void eventPushed(const im::proto::Event &event);
     void hintPushed(const im::proto::Hint &hint);
     void resyncPushed();
-    /// `welcome` accepted: requests flow.
-    void sessionStarted();
+    /// `welcome` accepted: requests flow. `helloToken` is the token the
+    /// `hello` carried (the session's, whatever setToken() did meanwhile).
+    void sessionStarted(const QString &helloToken);
     /// The connection of an established (or starting) session is gone.
     void sessionEnded();
     /// The QA hook `offline` changed.
@@ -169,8 +170,10 @@ private:
     /// the timer that asks the app ahead of it.
     void setTokenExpiry(qint64 serverMs);
     void askForCredentials(int reason);
-    /// The current token was refused: wait for setToken(), no reconnect.
-    void credentialsRejected(const QString &message);
+    /// `rejected` was refused: if it is still the current token, wait for
+    /// setToken(), no reconnect; if the app handed over another meanwhile,
+    /// reconnect with that one.
+    void credentialsRejected(const QString &message, const QString &rejected);
 
     Host &host_;
     detail::Reporter &reporter_;
@@ -195,6 +198,8 @@ private:
     int silenceMs_ = 25000;
     int ignoredFrames_ = 0;
     QString token_;
+    QString helloToken_;   // the token the latest hello carried
+    QString sessionToken_; // the token the open session runs on (hello, then refreshed)
     bool rejected_ = false;
     qint64 tokenExpMs_ = 0;   // server clock, 0: unknown
     qint64 clockSkewMs_ = 0;  // server clock - local clock, from welcome

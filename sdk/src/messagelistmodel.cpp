@@ -160,6 +160,9 @@ void MessageListModel::refresh() {
                 cp->storageFailed(QStringLiteral("cannot read messages"));
                 return;
             }
+            // Held drafts (obligation 10) show as such: from the outbox in memory.
+            for (detail::MessageRow &r : *rows)
+                r.held = !r.cmid.isEmpty() && r.state == int(MessageState::Pending) && cp->outbox.isHeld(r.cmid);
             d->localOlder = *older;
             d->bottom.reset();
             if (!gaps->isEmpty() && !*belowFirstGap)
@@ -259,6 +262,7 @@ QVariant MessageListModel::data(const QModelIndex &index, int role) const {
     case UserRole: return r.user;
     case GapFromRole: return r.gapLo;
     case GapToRole: return r.gapHi;
+    case HeldRole: return r.held;
     default: return {};
     }
 }
@@ -276,7 +280,8 @@ QHash<int, QByteArray> MessageListModel::roleNames() const {
             {StateRole, "messageState"}, {ErrorCodeRole, "errorCode"}, {CmidRole, "cmid"},
             {TimestampRole, "timestamp"}, {KindRole, "kind"},   {DupRole, "dup"},
             {IsOwnRole, "isOwn"},       {UserRole, "user"},
-            {GapFromRole, "gapFrom"},   {GapToRole, "gapTo"}};
+            {GapFromRole, "gapFrom"},   {GapToRole, "gapTo"},
+            {HeldRole, "held"}};
 }
 
 } // namespace im

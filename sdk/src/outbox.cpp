@@ -29,7 +29,11 @@ void Outbox::load(const QList<detail::OutboxRow> &rows) {
         ids_.insert(r.cmid, r.id);
         convs_[r.conv].insert(r.id);
     }
+    proven_.clear();
+    for (auto &[id, item] : items_)
+        item.held = computeHeld(item);
     emit entriesReset();
+    noteHeld();
 }
 
 OutboxEntry Outbox::toEntry(const Item &item) {
@@ -46,6 +50,7 @@ OutboxEntry Outbox::toEntry(const Item &item) {
     e.createdAt = QDateTime::fromMSecsSinceEpoch(item.row.createdAt);
     e.inFlight = item.inFlight;
     e.prev = item.sentPrev;
+    e.held = item.held;
     return e;
 }
 
@@ -56,8 +61,10 @@ void Outbox::clear() {
     finished_.clear();
     retries_.clear();
     inFlight_ = 0;
+    proven_.clear();
     retryTimer_.stop();
     emit entriesReset();
+    noteHeld();
 }
 
 QString Outbox::enqueue(const QString &kind, const QString &conv, const QString &body, qint64 target) {
@@ -73,23 +80,22 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     row.body = body;
     row.target = target;
     row.createdAt = QDateTime::currentMSecsSinceEpoch();
-    // Bound to the credential it is written under: never sent on a session
-    // of another user (a JWT names its user offline; an opaque token is
-    // bound to its user at its first welcome; a store that has a user binds
-    // to it).
-    row.owner = credentialOf(conn_.token());
-    if (!row.owner.startsWith(u"user:") && !id_.userId.isEmpty())
-        row.owner = QStringLiteral("user:") + id_.userId;
+    // Obligation 10: bound to the credential it is written under, never to
+    // the store's user: a JWT names its user offline; an opaque token is its
+    // fingerprint until a welcome under it proved its user (then that user).
+    row.owner = ownerOf(conn_.token());
     // A2: committed (WAL, synchronous=FULL) before anything is transmitted.
     row.id = storage_.enqueue(row);
     if (row.id == 0) {
         reporter_.storageFailed(QStringLiteral("cannot write outbox"), storage_.lastError());
         return {};
     }
-    items_.emplace(row.id, Item{row, false, false, {}, {}, 0});
+    Item &added = items_.emplace(row.id, Item{row, false, false, {}, {}, 0}).first->second;
+    added.held = computeHeld(added);
     ids_.insert(row.cmid, row.id);
     convs_[conv].insert(row.id);
     emit entryAdded(row.id);
+    noteHeld();
     emit messageStateChanged(conv, row.cmid, 0, MessageState::Pending, QString());
     emit outboxChanged();
     emit timelineChanged(conv);
@@ -115,31 +121,73 @@ QString Outbox::credentialOf(const QString &token) {
         + QString::fromLatin1(QCryptographicHash::hash(token.toUtf8(), QCryptographicHash::Sha256).toHex());
 }
 
-bool Outbox::bindCredential(const QString &token) {
-    const QString from = credentialOf(token);
-    if (!from.startsWith(u"token:") || id_.userId.isEmpty())
+QString Outbox::provenKey(const QString &credential) { return QStringLiteral("proven ") + credential; }
+
+QString Outbox::ownerOf(const QString &token) const {
+    const QString cred = credentialOf(token);
+    if (!cred.startsWith(u"token:"))
+        return cred; // a JWT's user, or no token
+    auto it = proven_.constFind(cred);
+    if (it == proven_.cend()) {
+        // Proven by an earlier welcome (or handed over as the same user)?
+        // Kept in the store's meta table, by fingerprint.
+        const std::optional<QString> user = storage_.isOpen() ? storage_.meta(provenKey(cred)) : std::nullopt;
+        it = proven_.insert(cred, user ? *user : QString());
+    }
+    return it->isEmpty() ? cred : QStringLiteral("user:") + *it;
+}
+
+bool Outbox::prove(const QString &credential, const QString &user) {
+    if (!credential.startsWith(u"token:") || user.isEmpty())
         return true;
-    return rebind(from, QStringLiteral("user:") + id_.userId);
+    if (proven_.value(credential) != user) {
+        if (!storage_.setMeta(provenKey(credential), user))
+            return false;
+        proven_.insert(credential, user);
+    }
+    return rebind(credential, QStringLiteral("user:") + user);
+}
+
+bool Outbox::bindCredential(const QString &helloToken) {
+    if (id_.userId.isEmpty())
+        return true;
+    return prove(credentialOf(helloToken), id_.userId);
 }
 
 bool Outbox::rebind(const QString &from, const QString &to) {
     bool any = false;
     for (const auto &[id, item] : items_)
         any = any || item.row.owner == from;
-    if (!any)
-        return true;
-    if (!storage_.rebindOutbox(from, to))
-        return false;
-    for (auto &[id, item] : items_)
-        if (item.row.owner == from)
-            item.row.owner = to;
+    if (any) {
+        if (!storage_.rebindOutbox(from, to))
+            return false;
+        for (auto &[id, item] : items_)
+            if (item.row.owner == from)
+                item.row.owner = to;
+    }
+    updateHeld();
     return true;
 }
 
-bool Outbox::carryCredential(const QString &rejected, const QString &replacement) {
-    const QString from = credentialOf(rejected), to = credentialOf(replacement);
-    if (!from.startsWith(u"token:") || to.isEmpty() || from == to)
+bool Outbox::handOver(const QString &previous, const QString &next, bool sameUser) {
+    const QString from = ownerOf(previous), to = ownerOf(next);
+    if (!sameUser || from.isEmpty() || to.isEmpty() || from == to) {
+        updateHeld(); // which drafts are held may depend on the current token
         return true;
+    }
+    if (from.startsWith(u"user:") && to.startsWith(u"user:")) {
+        // Two JWTs naming different users: their `sub`s say otherwise.
+        reporter_.lastError = QStringLiteral("the new token names user %1, the previous one %2: not the same user; "
+                                             "drafts stay with the user they were written as")
+                                  .arg(to.mid(5), from.mid(5));
+        qCWarning(lcOutbox, "%s", qUtf8Printable(reporter_.lastError));
+        updateHeld();
+        return true;
+    }
+    if (from.startsWith(u"user:"))
+        return prove(credentialOf(next), from.mid(5)); // the new opaque token is that user's
+    // The previous opaque token was never proven: what it wrote goes with
+    // the new token (and with its user once a welcome proves it).
     return rebind(from, to);
 }
 
@@ -148,10 +196,80 @@ bool Outbox::belongsToSession(const Item &item) const {
     return owner.isEmpty() || (owner.startsWith(u"user:") && QStringView(owner).mid(5) == id_.userId);
 }
 
+bool Outbox::computeHeld(const Item &item) const {
+    const QString &owner = item.row.owner;
+    if (owner.isEmpty())
+        return false; // written before schema 4, or before any token: goes as before
+    if (!id_.userId.isEmpty())
+        return owner != QStringLiteral("user:") + id_.userId;
+    // A store no welcome has named yet: the first welcome decides; what was
+    // written under another token than the current one cannot be that session's.
+    return owner != ownerOf(conn_.token());
+}
+
+void Outbox::updateHeld() {
+    QSet<QString> convs;
+    bool changed = false;
+    for (auto &[id, item] : items_) {
+        const bool held = computeHeld(item);
+        if (held == item.held)
+            continue;
+        item.held = held;
+        changed = true;
+        convs.insert(item.row.conv);
+        emit entryChanged(id);
+    }
+    if (!changed)
+        return;
+    for (const QString &conv : std::as_const(convs))
+        emit timelineChanged(conv);
+    noteHeld();
+}
+
+void Outbox::noteHeld() {
+    const int n = heldCount();
+    if (n == lastHeld_)
+        return;
+    lastHeld_ = n;
+    emit heldChanged(n);
+}
+
 int Outbox::heldCount() const {
     int n = 0;
     for (const auto &[id, item] : items_)
-        n += belongsToSession(item) ? 0 : 1;
+        n += item.held ? 1 : 0;
+    return n;
+}
+
+bool Outbox::isHeld(const QString &cmid) const {
+    const auto it = ids_.constFind(cmid);
+    return it != ids_.cend() && items_.at(*it).held;
+}
+
+int Outbox::discardHeld() {
+    QList<qint64> held;
+    for (const auto &[id, item] : items_)
+        if (item.held && !item.inFlight && !item.settling)
+            held.append(id);
+    QSet<QString> convs;
+    int n = 0;
+    for (const qint64 id : std::as_const(held)) {
+        const detail::OutboxRow &row = items_.at(id).row;
+        if (!storage_.cancelOutbox(row.cmid)) {
+            reporter_.storageFailed(QStringLiteral("cannot discard held draft"), storage_.lastError());
+            n = -1;
+            break;
+        }
+        convs.insert(row.conv);
+        forget(id);
+        ++n;
+    }
+    if (convs.isEmpty())
+        return n;
+    emit outboxChanged();
+    for (const QString &conv : std::as_const(convs))
+        emit timelineChanged(conv);
+    noteHeld();
     return n;
 }
 
@@ -270,6 +388,7 @@ bool Outbox::cancel(const QString &cmid) {
     forget(*it);
     emit outboxChanged();
     emit timelineChanged(conv);
+    noteHeld();
     return true;
 }
 

@@ -55,6 +55,7 @@ public:
         QString rid;
         QString sentPrev;      ///< the `prev` the attempt on the wire names (empty: none)
         qint64 dueAt = 0;      ///< monotonic ms (clock()) of the next attempt; 0: due
+        bool held = false;     ///< written as another user than this store's (computeHeld())
     };
 
     Outbox(detail::Storage &storage, Connection &conn, detail::Reporter &reporter, const detail::Identity &identity,
@@ -84,20 +85,38 @@ public:
     /// signature unchecked: only the server can check it), else
     /// "token:<SHA-256 of the token>"; empty without a token.
     static QString credentialOf(const QString &token);
-    /// A session was accepted for the identity's user under `token`: drafts bound to
-    /// that token's fingerprint are that user's from now on. Returns false on
-    /// a storage error.
-    bool bindCredential(const QString &token);
-    /// The app answered a rejection of `rejected` with `replacement`: what
-    /// was queued under the rejected opaque token (never accepted by the
-    /// server, so bound to no user yet) is bound to the replacement instead.
-    /// A JWT's drafts name their user already and are left as they are.
-    bool carryCredential(const QString &rejected, const QString &replacement);
+    /// The owner a draft written under `token` gets now: credentialOf(),
+    /// except that an opaque token a welcome has proven (or the app handed
+    /// over as the same user) names that user ("user:<id>"). Never the
+    /// store's user for an unproven token (issue 48).
+    QString ownerOf(const QString &token) const;
+    /// A session was accepted for the identity's user under `helloToken`
+    /// (the token its `hello` carried, not the current one): that token is
+    /// proven to be this user's (kept in the store), and its drafts are that
+    /// user's from now on. Returns false on a storage error.
+    bool bindCredential(const QString &helloToken);
+    /// The app replaced `previous` with `next`. Only when it says they are
+    /// the same user (`sameUser`) does anything move: an unproven opaque
+    /// `previous`'s drafts go with `next`; a proven (or JWT) `previous`
+    /// proves an opaque `next`; two JWTs with different `sub`s move nothing.
+    /// Without `sameUser` drafts stay with the credential they were written
+    /// under. Returns false on a storage error.
+    bool handOver(const QString &previous, const QString &next, bool sameUser);
     /// Whether `item` may go on the wire in the current session: written
     /// under no credential (before schema 4), or under this session's user.
     bool belongsToSession(const Item &item) const;
-    /// Entries held back because they were written under another credential.
+    /// Entries held (Item::held): written as another user than the store's
+    /// (or, in a store no welcome named yet, under another token than the
+    /// current one). They never go out in this store's sessions until a
+    /// welcome under their own token proves them this user's.
     int heldCount() const;
+    bool isHeld(const QString &cmid) const;
+    /// Drops every held entry (outbox and timeline rows). Returns how many,
+    /// or -1 on a storage error (reported).
+    int discardHeld();
+    /// Recomputes Item::held of every entry (after the token or the store's
+    /// user changed), with row-level notifications for what changed.
+    void updateHeld();
 
     /// What the API shows of one entry (Client::outbox(), OutboxModel).
     static OutboxEntry toEntry(const Item &item);
@@ -132,6 +151,8 @@ Q_SIGNALS:
     /// A send() or recall() of the app wrote its pending row into `conv`'s
     /// timeline (obligation 1: shown at once, not after the coalescing delay).
     void draftWritten(const QString &conv);
+    /// heldCount() changed.
+    void heldChanged(int count);
     /// classify() said EndSession: the entry stays, the session ends
     /// (what that means for the code is the client's decision).
     void sessionMustEnd(const std::optional<im::proto::Incoming> &reply);
@@ -139,6 +160,12 @@ Q_SIGNALS:
 private:
     // Drafts bound to credential `from` become bound to `to` (storage first).
     bool rebind(const QString &from, const QString &to);
+    // `credential` (an opaque token's) is `user`'s: remembered in the store's
+    // meta table, and its drafts bound to that user.
+    bool prove(const QString &credential, const QString &user);
+    static QString provenKey(const QString &credential);
+    bool computeHeld(const Item &item) const;
+    void noteHeld(); // heldChanged() if the count moved
     void onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);
     void transmit(Item &item, const QString &prev);
     void retry(Item &item, const QString &lastError);
@@ -157,6 +184,8 @@ private:
     QHash<QString, std::set<qint64>> convs_;    // conv -> its row ids, in order
     QList<detail::Storage::Finish> finished_;   // answers waiting for the batched write
     QList<detail::Storage::Retry> retries_;
+    mutable QHash<QString, QString> proven_;    // "token:<hex>" -> its proven user ("": not proven)
+    int lastHeld_ = 0;
     int inFlight_ = 0;
     quint64 rotor_ = 0;                         // where pump()'s walk over conversations starts
     bool pumpQueued_ = false;

@@ -130,6 +130,7 @@ QVariant OutboxModel::data(const QModelIndex &index, int role) const {
     case CreatedAtRole: return e.createdAt;
     case InFlightRole: return e.inFlight;
     case PrevRole: return e.prev;
+    case HeldRole: return e.held;
     default: return {};
     }
 }
@@ -144,7 +145,8 @@ QHash<int, QByteArray> OutboxModel::roleNames() const {
     return {{CmidRole, "cmid"},         {ConvRole, "conv"},           {KindRole, "kind"},
             {BodyRole, "body"},         {TargetRole, "target"},       {AttemptsRole, "attempts"},
             {LastErrorRole, "lastError"}, {NextRetryAtRole, "nextRetryAt"}, {CreatedAtRole, "createdAt"},
-            {InFlightRole, "inFlight"},   {PrevRole, "prev"}};
+            {InFlightRole, "inFlight"},   {PrevRole, "prev"},
+            {HeldRole, "held"}};
 }
 
 } // namespace im

@@ -74,6 +74,7 @@ struct MessageRow {
     bool own = false;
     QString user;   // join/leave
     qint64 gapLo = 0, gapHi = 0; // a gap marker row (kind "gap"): seqs not downloaded
+    bool held = false; // a held draft (Outbox::isHeld), set by the model
     QString key() const {
         if (gapHi > 0)
             return QStringLiteral("gap:%1").arg(gapLo);

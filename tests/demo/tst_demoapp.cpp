@@ -171,6 +171,7 @@ private slots:
     void discard_removes_a_failed_message_from_the_view_and_the_store();
     void history_view_shows_a_gap_fills_it_and_loads_older();
     void token_panel_shows_the_expiry_and_recovers_from_a_rejected_token();
+    void held_drafts_show_apart_from_pending_and_are_discarded();
     void log_pane_shows_the_sdks_im_sdk_lines();
     void send_window_of_one_keeps_a_single_request_in_flight();
     void reconnect_backoff_setting_shows_in_the_countdown();
@@ -922,13 +923,73 @@ void TestDemoApp::token_panel_shows_the_expiry_and_recovers_from_a_rejected_toke
     QCOMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
     QCOMPARE(stateOf(ana_->messages(), body), MessageState::Pending);
 
-    // The good token again: reconnects, and the message goes, once.
+    // Written under a token no welcome proved: held, not just pending.
+    QTRY_COMPARE(shown(ana_, body, ChatWindow::StateColumn), QStringLiteral("Held"));
+
+    // The good token again, as the same person (obligation 10: only then do
+    // the refused token's drafts go with it): reconnects, and the message
+    // goes, once.
+    child<QCheckBox>(ana_, "sameUserCheck")->setChecked(true);
     edit->setText(good);
     QTest::keyClick(edit, Qt::Key_Return);
+    QVERIFY(!child<QCheckBox>(ana_, "sameUserCheck")->isChecked()); // one hand-over only
     waitConnected(ana_);
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
     QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
     QTRY_VERIFY(expiry->text().contains(QStringLiteral("unknown")));
+}
+
+// Obligation 10 in the demo: offline, ana writes a draft (Pending); then
+// ben's token is pasted into ana's window and a second draft is written
+// under it. The message view shows it "Held" beside ana's "Pending", the
+// outbox panel marks it held and counts it; "Discard held drafts" drops it
+// (and only it). ana's token back: her draft goes, ben's never does.
+void TestDemoApp::held_drafts_show_apart_from_pending_and_are_discarded() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    const QString good = ana_->session().token;
+    auto *offline = child<QPushButton>(ana_, "offlineButton");
+    QTest::mouseClick(offline, Qt::LeftButton);
+    QTRY_VERIFY(ana_->clientFaults()->isOffline());
+    const QString anas = QStringLiteral("ana's own draft, offline");
+    typeAndSend(ana_, anas);
+    QTRY_COMPARE(shown(ana_, anas, ChatWindow::StateColumn), QStringLiteral("Pending"));
+
+    auto *edit = child<QLineEdit>(ana_, "newTokenEdit");
+    edit->setText(server_->tokens.value(QStringLiteral("ben")));
+    QTest::mouseClick(child<QPushButton>(ana_, "useTokenButton"), Qt::LeftButton);
+    const QString bens = QStringLiteral("ben's draft in ana's window");
+    typeAndSend(ana_, bens);
+    QTRY_COMPARE(shown(ana_, bens, ChatWindow::StateColumn), QStringLiteral("Held"));
+    QCOMPARE(shown(ana_, anas, ChatWindow::StateColumn), QStringLiteral("Pending"));
+    QCOMPARE(stateOf(ana_->messages(), bens), MessageState::Pending); // the state itself: not sent
+
+    auto *outbox = child<QTableView>(ana_, "outboxView");
+    QTRY_COMPARE(outbox->model()->rowCount(), 2);
+    QCOMPARE(outbox->model()->index(0, ChatWindow::OWhat).data().toString(), anas);
+    QCOMPARE(outbox->model()->index(0, ChatWindow::OHeld).data().toString(), QStringLiteral("-"));
+    QCOMPARE(outbox->model()->index(1, ChatWindow::OWhat).data().toString(), bens);
+    QCOMPARE(outbox->model()->index(1, ChatWindow::OHeld).data().toString(), QStringLiteral("held"));
+    auto *depth = child<QLabel>(ana_, "outboxDepth");
+    QVERIFY2(depth->text().contains(QStringLiteral("held: <b>1</b>")), qPrintable(depth->text()));
+
+    QTest::mouseClick(child<QPushButton>(ana_, "discardHeldButton"), Qt::LeftButton);
+    QCOMPARE(ana_->lastActionText(), QStringLiteral("Discarded 1 held draft(s)"));
+    QTRY_COMPARE(outbox->model()->rowCount(), 1);
+    QCOMPARE(outbox->model()->index(0, ChatWindow::OWhat).data().toString(), anas);
+    QVERIFY2(!depth->text().contains(QStringLiteral("held")), qPrintable(depth->text()));
+    QTRY_COMPARE(rowsWithBody(ana_->messages(), bens).size(), 0);
+
+    edit->setText(good);
+    QTest::mouseClick(child<QPushButton>(ana_, "useTokenButton"), Qt::LeftButton);
+    QTest::mouseClick(offline, Qt::LeftButton); // Go online
+    QTRY_VERIFY(!ana_->clientFaults()->isOffline());
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), anas), MessageState::Sent, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), anas), MessageState::Sent, kSettle);
+    QCOMPARE(rowsWithBody(ben_->messages(), bens).size(), 0);
+    QCOMPARE(ana_->client()->heldCount(), 0);
 }
 
 // The log pane shows the SDK's im.sdk.* lines as they are written: a

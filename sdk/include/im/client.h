@@ -23,8 +23,10 @@ class ClientPrivate;
  * \code
  *   im::Client client;
  *   client.setServers({QUrl("ws://chat.example:8080/v1/ws")});
- *   client.setCredentials(token);
- *   if (!client.open(dataDir + "/chat.db")) qFatal("%s", qPrintable(client.lastError()));
+ *   client.setCredentials(token);                       // the signed-in user's token
+ *   // One store per user (obligation 10, docs/sdk.md "Quick start"):
+ *   if (!client.open(dataDir + "/" + QString::fromLatin1(QUrl::toPercentEncoding(user)) + ".db"))
+ *       qFatal("%s", qPrintable(client.lastError()));
  *   client.connectToServer();
  *   const QString cmid = client.send("team", "hello"); // durable before it returns
  * \endcode
@@ -67,6 +69,9 @@ class IM_SDK_EXPORT Client : public QObject {
     Q_PROPERTY(bool installStale READ isInstallStale NOTIFY installStaleChanged)
     /// Number of entries in the durable outbox (queue depth).
     Q_PROPERTY(int pendingCount READ pendingCount NOTIFY outboxChanged)
+    /// How many of them are held: written as another user than this store's
+    /// (obligation 10), never sent in its sessions; see isHeld().
+    Q_PROPERTY(int heldCount READ heldCount NOTIFY heldDraftsChanged)
     /// How long a request may stay unanswered before it counts as "no reply".
     Q_PROPERTY(int requestTimeout READ requestTimeout WRITE setRequestTimeout NOTIFY requestTimeoutChanged)
     /// When the token runs out (UTC; invalid if unknown): the JWT's `exp`,
@@ -107,6 +112,24 @@ public:
     };
     Q_ENUM(CredentialsReason)
 
+    /// Who the token given to setCredentials() belongs to, compared with the
+    /// token it replaces (obligation 10).
+    enum TokenOwner {
+        /// Not known (the default): drafts written under the previous token
+        /// stay its own. A rejected or replaced opaque token that no
+        /// `welcome` ever proved keeps its drafts held; they never go out
+        /// under the new token (on a shared machine, ana's revoked token and
+        /// then ben's sign-in never send ana's drafts as ben).
+        UnknownUser,
+        /// The app knows it is the same person (a re-issued token after a
+        /// rejection, a new device token of the same account): drafts of the
+        /// previous token that no welcome has proven go with the new one,
+        /// and an opaque new token counts as the previous token's proven
+        /// user. Two JWTs whose `sub`s differ move nothing whatever the flag.
+        SameUser,
+    };
+    Q_ENUM(TokenOwner)
+
     explicit Client(QObject *parent = nullptr);
     ~Client() override;
 
@@ -140,8 +163,17 @@ public:
     /// (awaitingCredentials) it reconnects, if connectToServer() was called.
     /// Answer credentialsNeeded() with this. What send() and recall() queue is
     /// bound to the credential it was written under (a JWT's `sub`, else the
-    /// token's fingerprint) and never sent on a session of another user.
+    /// token's fingerprint until a `welcome` under that token proves its
+    /// user) and never sent on a session of another user: until then it is
+    /// held (isHeld(), heldCount). This overload is
+    /// setCredentials(token, UnknownUser): drafts of the previous token are
+    /// never carried to this one.
     Q_INVOKABLE void setCredentials(const QString &token);
+    /// The same, saying whose token it is compared with the previous one
+    /// (see TokenOwner): `SameUser` carries the previous token's unproven
+    /// drafts to this one (typically the answer to credentialsNeeded(Rejected)
+    /// when the same person signed in again).
+    Q_INVOKABLE void setCredentials(const QString &token, im::Client::TokenOwner owner);
     void setRequestTimeout(int ms);
     int requestTimeout() const;
     /// Retry backoff for unanswered/UNAVAILABLE requests while connected:
@@ -198,6 +230,15 @@ public:
     QString installId() const;
     bool isInstallStale() const;
     int pendingCount() const;
+    int heldCount() const;
+    /// Whether the outbox entry `cmid` is held (obligation 10): written under
+    /// a token no `welcome` has proven to be this store's user (another
+    /// user's token, or one replaced before it ever connected). It shows
+    /// Pending with the role `held` in MessageListModel and OutboxModel, is
+    /// never sent in this store's sessions, and goes out only once a session
+    /// opened with its own token proves it this store's user. cancel() or
+    /// discardHeldDrafts() drops it.
+    Q_INVOKABLE bool isHeld(const QString &cmid) const;
     QDateTime tokenExpiresAt() const;
     bool isAwaitingCredentials() const;
     /// The durable outbox in creation order, with attempts, last error and
@@ -229,6 +270,11 @@ public Q_SLOTS:
     /// has been sent it may already be committed, so cancel() refuses it
     /// (returns false, lastError() says why): recall it once it shows Sent.
     bool cancel(const QString &cmid);
+    /// Drops every held draft (isHeld()) from the outbox and the timeline: the
+    /// app's answer to "these were written as someone else" (show them, then
+    /// let the user throw them away). Returns how many, or -1 on a local
+    /// database error (errorOccurred("STORAGE_ERROR")).
+    int discardHeldDrafts();
     /// Removes a Failed or Expired message from the local timeline (it is not
     /// resent). Returns false for any other state or an unknown cmid.
     bool discard(const QString &cmid);
@@ -282,6 +328,10 @@ Q_SIGNALS:
     void conversationsChanged();
     /// The outbox changed (entry added, removed, attempt recorded).
     void outboxChanged();
+    /// heldCount changed: drafts became held (written under another user's
+    /// token, a store opened with another token) or were released (a welcome
+    /// proved their token this store's user) or dropped.
+    void heldDraftsChanged(int count);
     /// Something failed that the app should know about: a server error code
     /// (e.g. UNAUTHENTICATED, NOT_MEMBER, STALE_INSTALL), "STORAGE_ERROR",
     /// "PROTOCOL_ERROR" or "INVALID_ARGUMENT" (bad call).

@@ -59,6 +59,8 @@ public:
         UserRole,       ///< QString the user who joined / left (join/leave)
         GapFromRole,    ///< qint64 first missing seq of a "gap" row (0 otherwise)
         GapToRole,      ///< qint64 last missing seq of a "gap" row (0 otherwise)
+        HeldRole,       ///< bool: a Pending draft of ours that is held (Client::isHeld()):
+                        ///< written as another user, never sent in this store's sessions
     };
     Q_ENUM(Roles)
 

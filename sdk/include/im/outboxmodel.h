@@ -37,6 +37,7 @@ public:
         CreatedAtRole,   ///< QDateTime
         InFlightRole,    ///< bool
         PrevRole,        ///< QString the cmid its latest attempt named as `prev` (OutboxEntry::prev)
+        HeldRole,        ///< bool held: written as another user, never sent here (Client::isHeld())
     };
     Q_ENUM(Roles)
 

@@ -79,6 +79,7 @@ struct IM_SDK_EXPORT OutboxEntry {
     Q_PROPERTY(QDateTime createdAt MEMBER createdAt)
     Q_PROPERTY(bool inFlight MEMBER inFlight)
     Q_PROPERTY(QString prev MEMBER prev)
+    Q_PROPERTY(bool held MEMBER held)
 public:
     QString cmid;          ///< the client message id (UUID v4), the request key
     QString conv;          ///< conversation id
@@ -95,6 +96,9 @@ public:
     /// committed before it appends this one. Empty: none (nothing of its
     /// conversation was unanswered then, or it was never put on the wire).
     QString prev;
+    /// Held (obligation 10, Client::isHeld()): written under a token not
+    /// proven to be this store's user; never sent in its sessions.
+    bool held = false;
 };
 
 } // namespace im

@@ -10,9 +10,12 @@ int main(int argc, char **argv) {
     QCoreApplication app(argc, argv);
     im::Client client;
     client.setServers({QUrl(qEnvironmentVariable("IM_SERVER", "ws://127.0.0.1:8080/v1/ws"))});
+    // Signed in: a user and their token. One store per user (obligation 10):
+    // never one chat.db for whoever signs in on this machine.
+    const QString user = qEnvironmentVariable("IM_USER");
     client.setCredentials(qEnvironmentVariable("IM_TOKEN"));   // from `imserver admin ... device add`
     const QString dir = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation);
-    if (!client.open(dir + "/chat.db"))                      // creates the folder, the database, the lock
+    if (!client.open(dir + "/" + QString::fromLatin1(QUrl::toPercentEncoding(user)) + ".db")) // folder, database, lock
         qFatal("%s", qPrintable(client.lastError()));
     QObject::connect(&client, &im::Client::messageStateChanged,
                      [&app](const QString &conv, const QString &cmid, qint64 seq, im::MessageState st, const QString &err) {

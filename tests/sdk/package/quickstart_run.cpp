@@ -36,6 +36,7 @@ int main(int argc, char **argv) {
     env.insert(QStringLiteral("XDG_DATA_HOME"), home.filePath(QStringLiteral("home/.local/share")));
     env.insert(QStringLiteral("IM_SERVER"), server.url.toString());
     env.insert(QStringLiteral("IM_TOKEN"), server.tokens.value(QStringLiteral("ana")));
+    env.insert(QStringLiteral("IM_USER"), QStringLiteral("ana"));
     QProcess mychat;
     mychat.setProcessEnvironment(env);
     mychat.setProcessChannelMode(QProcess::MergedChannels);
