@@ -97,7 +97,7 @@ void ClientPrivate::onSessionStarted(const QString &helloToken) {
         storageFailed(QStringLiteral("cannot bind drafts to their user"));
     outbox.updateHeld();
     if (const int held = outbox.heldCount(); held > 0)
-        reportError(QStringLiteral("WRONG_USER"),
+        reportError(QStringLiteral("DRAFTS_HELD"),
                               QStringLiteral("%1 outbox entries were written under another user's credential; "
                                              "they are held, never sent as %2 (cancel() them, or open the store "
                                              "with that user's token)")

@@ -29,6 +29,7 @@ Error errorFromCode(const QString &code) {
         {QStringLiteral("STORE_LOCKED"), Error::StoreLocked},
         {QStringLiteral("WRONG_USER"), Error::WrongUser},
         {QStringLiteral("TLS_ERROR"), Error::TlsError},
+        {QStringLiteral("DRAFTS_HELD"), Error::DraftsHeld},
     };
     if (code.isEmpty())
         return Error::None;

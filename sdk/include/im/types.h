@@ -55,9 +55,13 @@ enum class Error {
     ProtocolError,       ///< PROTOCOL_ERROR: the server sent something this SDK cannot read
     StorageError,        ///< STORAGE_ERROR: a local database read or write failed
     StoreLocked,         ///< STORE_LOCKED: another process has this store open
-    WrongUser,           ///< WRONG_USER: the token belongs to another user than the store
+    WrongUser,           ///< WRONG_USER: the token belongs to another user than the store; the
+                         ///< session is refused for good (no reconnect)
     TlsError,            ///< TLS_ERROR: a wss:// handshake failed (untrusted certificate, wrong
                          ///< name or pin, not TLS at all); retried with the reconnect backoff
+    DraftsHeld,          ///< DRAFTS_HELD: at a session start, outbox entries written under another
+                         ///< user's credential are held, never sent in this session; the session
+                         ///< goes on (obligation 10; Client::heldCount, discardHeldDrafts())
 };
 Q_ENUM_NS(Error)
 
