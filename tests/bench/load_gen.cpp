@@ -636,8 +636,8 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     }
     row("imserver over WebSocket", srvf);
     if (o.b_senders > 0) {
-        const auto& a = st.ack_by_gateway[0];
-        const auto& b = st.ack_by_gateway[1];
+        auto& a = st.ack_by_gateway[0];
+        auto& b = st.ack_by_gateway[1];
         std::printf("gateway A (%d closed-loop senders): %zu acks, p50 %.2f ms, p99 %.2f ms\n", o.senders - o.b_senders,
                     a.v.size(), a.pct(50), a.pct(99));
         std::printf("gateway B (%d senders, %s): %zu acks, p50 %.2f ms, p99 %.2f ms; B/A p99 %.2f\n", o.b_senders,
