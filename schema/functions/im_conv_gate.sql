@@ -13,9 +13,10 @@
 --
 -- So a send takes this gate, a transaction-level advisory lock on
 -- im_conv_gate_key(conv), exclusive, before the conversation's row:
--- - im_send TRIES it (pg_try_advisory_xact_lock) in its locking select,
---   for a run that passed step 0 only; held or waited for by another
---   transaction, the run comes back LOCKED like a held row, unwritten;
+-- - im_send TRIES it (pg_try_advisory_xact_lock) for each conversation row
+--   its locking select got (so only for a run that passed step 0); held or
+--   waited for by another transaction, the run comes back LOCKED like a
+--   held row, unwritten;
 -- - its retry, im_send_queued (im_send_lock), WAITS for it, in order with
 --   the other waiters of every gateway, and then for the row.
 -- The key: 0x494D0002 ("IM", 2) in the high 32 bits (the device gate is 1),

@@ -123,23 +123,27 @@ BEGIN
     PERFORM pg_advisory_xact_lock_shared(im_device_gate_key(g.dev))
        FROM (SELECT DISTINCT dev FROM unnest(p_devices) AS dev ORDER BY dev) g;
     -- 1. The conversation rows, locked in conversation order: per-conversation
-    --    seq order = commit order. First each member's conversation gate,
-    --    tried (schema/functions/im_conv_gate.sql; the CASE keeps it after
-    --    step 0): held or waited for by another transaction, the run is left
-    --    out as if its row were held. A row another transaction holds is
-    --    skipped, not waited for (a gate or row this transaction holds
-    --    already, im_send_queued's, is ours). The devices' rows with them.
+    --    seq order = commit order. A row another transaction holds is
+    --    skipped, not waited for. The devices' rows with them. Then each
+    --    locked row's conversation gate is tried (schema/functions/
+    --    im_conv_gate.sql): held or waited for by another transaction, the
+    --    run is left out as if its row were held (the row stays locked until
+    --    this call commits: the gate's first waiter waits for this one
+    --    statement, then has its turn). A gate or row this transaction holds
+    --    already, im_send_queued's, is ours. (The gate is tried here, not in
+    --    the query: a qual there would be evaluated before step 0's semi-join,
+    --    or turn it into a subplan, and the plan was measured as is.)
     FOR k IN
         SELECT r.g::integer AS g, cv.epoch
           FROM unnest(p_devices, p_token_sha256s, p_convs, p_users) WITH ORDINALITY AS r(dev, tok, conv, usr, g)
           JOIN conversations cv ON cv.conv_id = r.conv
           JOIN devices d ON d.device_id = r.dev AND d.user_id = r.usr
                         AND d.token_sha256 = decode(r.tok, 'hex') AND d.revoked_at IS NULL
-         WHERE CASE WHEN EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)
-                    THEN pg_try_advisory_xact_lock(im_conv_gate_key(r.conv)) END
+         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)
          ORDER BY cv.conv_id
            FOR NO KEY UPDATE OF cv SKIP LOCKED FOR SHARE OF d
     LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(im_conv_gate_key(p_convs[k.g]));
         run_lock[k.g] := true;
         run_ep[k.g] := k.epoch;
     END LOOP;

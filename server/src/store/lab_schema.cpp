@@ -26,8 +26,8 @@ const std::vector<Variant>& variants() {
     static const std::vector<Variant> list = {
         // a stranger (no period, or no open one) may write (C4)
         {"rule.send_membership", "send_membership",
-         {{"CASE WHEN EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)\n",
-           "CASE WHEN true\n"},
+         {{"         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)\n",
+           ""},
           {"IF NOT k.open THEN", "IF false THEN"}}},
         // an unknown conversation answers NO_SUCH_CONV, not NOT_MEMBER (C4: no existence oracle)
         {"rule.same_error", "same_error",
@@ -51,7 +51,7 @@ const std::vector<Variant>& variants() {
         // counters' UPDATE takes it only after the keys were checked)
         {"", "no_lock",
          {{"FOR NO KEY UPDATE OF cv SKIP LOCKED FOR SHARE OF d", "FOR SHARE OF d"},
-          {"THEN pg_try_advisory_xact_lock(im_conv_gate_key(r.conv)) END", "THEN true END"}}},
+          {"        CONTINUE WHEN NOT pg_try_advisory_xact_lock(im_conv_gate_key(p_convs[k.g]));\n", ""}}},
     };
     return list;
 }
