@@ -75,9 +75,9 @@ void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Sen
 /// outside the send workers (at most `max_waiters` at once, see the
 /// constructor) that takes the held run together with the runs of the same
 /// conversation queued behind it (never another conversation's) and runs
-/// them through im_send_queued, which waits for the row in PostgreSQL's lock
-/// queue: late arrivals from every gateway are served in the order they
-/// queued (contract section 6), instead of a back-off that the gateway
+/// them through im_send_queued, which waits for the conversation's gate and
+/// row in PostgreSQL's lock queue: late arrivals from every gateway are
+/// served in the order they queued (contract section 6), instead of a back-off that the gateway
 /// holding the row keeps winning. Each wait is bounded (lock_timeout: half
 /// of --db-timeout-ms, and never past the run's own bound); a wait that ends
 /// without the row puts the run back for another one, and a run held
