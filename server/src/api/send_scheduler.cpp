@@ -38,6 +38,9 @@ bool SendScheduler::submit(Identity who, std::vector<req::Send> sends, std::vect
     metrics_.send_runs_queued = static_cast<long long>(queue_.size());
     // A lingering worker counts it.
     wake_.notify_all();
+    // A held run left without a lock waiter (the pool's queue was full when
+    // it was put back) gets one now.
+    start_waiter();
     // Every send worker busy: the first to finish its group takes this run.
     if (active_ >= max_workers_) return true;
     ++active_;
