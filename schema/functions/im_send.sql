@@ -1,7 +1,7 @@
 -- im_send: contract section 6, steps 0-5 of a send, for a whole group of
 -- runs in one server-side call: one statement, one round trip, one commit
--- per group (server/src/store.cpp, Store::send_runs; a lone run is a group
--- of one, Store::send_batch). A run is the pipelined sends of one connection
+-- per group (server/src/store/store.cpp, Store::send_group; a lone run is a group
+-- of one, Store::send_run). A run is the pipelined sends of one connection
 -- to one conversation: run g has p_devices[g], p_token_sha256s[g] (hex),
 -- p_convs[g] and p_users[g]; item i belongs to run p_runs[i] (ascending) and
 -- carries p_cmids[i], p_bodies[i], p_prevs[i] (NULL: no prev). Each item is
@@ -21,14 +21,21 @@
 -- (docs/operations.md, "The function set's version"). It carries no lab switch:
 -- nothing here reads a session setting. The acceptance lab's broken variants
 -- are separate functions, derived from this text and installed only into a
--- database the lab created (server/src/lab_schema.cpp, docs/acceptance.md).
+-- database the lab created (server/src/store/lab_schema.cpp, docs/acceptance.md).
 --
 -- One row per item, in item order: r_run, r_item (the item's index in the
 -- group), r_code: 'OK' (r_dup says whether it is the original's reply), the
 -- contract's error code, UNAUTHENTICATED (the device lost its access),
 -- PREV_NOT_COMMITTED, or LOCKED: another transaction holds the run's
 -- conversation row, nothing of that run was written, and the caller runs it
--- again later (a held conversation never stalls a send worker).
+-- again later (a held conversation never stalls a send worker): through
+-- im_send_queued (schema/functions/im_send_queued.sql), which waits for the
+-- row in its lock queue first and then calls this function.
+--
+-- The row is locked FOR NO KEY UPDATE: a send changes no key of it, and
+-- FOR UPDATE would also collide with the FOR KEY SHARE that every insert
+-- referencing the conversation takes (a first ack or read marker, a
+-- member added).
 --
 -- The sending device's row is held FOR SHARE until COMMIT: the device and
 -- token proved at hello, not revoked (contract section 4). A revocation or a
@@ -118,7 +125,15 @@ BEGIN
        FROM (SELECT DISTINCT dev FROM unnest(p_devices) AS dev ORDER BY dev) g;
     -- 1. The conversation rows, locked in conversation order: per-conversation
     --    seq order = commit order. A row another transaction holds is
-    --    skipped, not waited for. The devices' rows with them.
+    --    skipped, not waited for. The devices' rows with them. Then each
+    --    locked row's conversation gate is tried (schema/functions/
+    --    im_conv_gate.sql): held or waited for by another transaction, the
+    --    run is left out as if its row were held (the row stays locked until
+    --    this call commits: the gate's first waiter waits for this one
+    --    statement, then has its turn). A gate or row this transaction holds
+    --    already, im_send_queued's, is ours. (The gate is tried here, not in
+    --    the query: a qual there would be evaluated before step 0's semi-join,
+    --    or turn it into a subplan, and the plan was measured as is.)
     FOR k IN
         SELECT r.g::integer AS g, cv.epoch
           FROM unnest(p_devices, p_token_sha256s, p_convs, p_users) WITH ORDINALITY AS r(dev, tok, conv, usr, g)
@@ -127,8 +142,9 @@ BEGIN
                         AND d.token_sha256 = decode(r.tok, 'hex') AND d.revoked_at IS NULL
          WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)
          ORDER BY cv.conv_id
-           FOR UPDATE OF cv SKIP LOCKED FOR SHARE OF d
+           FOR NO KEY UPDATE OF cv SKIP LOCKED FOR SHARE OF d
     LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(im_conv_gate_key(p_convs[k.g]));
         run_lock[k.g] := true;
         run_ep[k.g] := k.epoch;
     END LOOP;

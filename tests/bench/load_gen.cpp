@@ -12,9 +12,18 @@
 //                   [--warmup S] [--window S] [--db-pool N] [--db URL]
 //                   [--gateways N] [--bus postgres|nats://HOST:PORT] [--server-arg ARG]...
 //                   [--rate SENDS_PER_S]
+//                   [--second-gateway-senders K [--second-gateway-interval-ms MS]]
+//                   [--skip-baselines]
 //                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
 // With --gateways N, N imservers share the database and the connections are
 // spread round-robin, so most pushes cross gateways through the bus.
+// With --second-gateway-senders K, a second imserver (gateway B) takes the
+// last K senders and every other connection stays on gateway A; with
+// --second-gateway-interval-ms, B's senders send every MS ms (open loop)
+// while A's stay closed-loop. Both gateways' ack p50/p99 are printed: the
+// hot-conversation workload of issue 47 is
+//   --convs 1 --members 25 --senders 25 --second-gateway-senders 1 --second-gateway-interval-ms 50
+// --skip-baselines leaves out the raw/direct/grouped SQL baselines.
 // Not run by ctest: it prints figures, it asserts nothing.
 #include "bench_support.hpp"
 #include "store/database.hpp"
@@ -70,6 +79,9 @@ struct Options {
     std::string bus;       // imserver --bus (empty: its default, postgres)
     std::vector<std::string> server_args; // more imserver flags, e.g. --send-group-max 1
     double rate = 0;       // > 0: open loop, this many sends/s offered over all senders
+    int b_senders = 0;     // > 0: a second gateway (B) with this many of the senders, the rest on A
+    double b_interval_ms = 0; // > 0: B's senders send every this many ms (open loop)
+    bool skip_baselines = false;
 };
 
 double wall_ms() {
@@ -224,6 +236,7 @@ Figure grouped_baseline(const std::string& url, const Options& o, int send_worke
 struct Stats {
     std::mutex mu;
     Samples ack, fanout;
+    std::array<Samples, 2> ack_by_gateway; // --second-gateway-senders: gateway A's and B's acks
     long acked_total = 0, acked_window = 0, other_replies = 0, pushes = 0, order_violations = 0, gaps = 0;
     std::map<std::string, long> other_codes;
 };
@@ -248,7 +261,15 @@ public:
            int index, std::optional<net::ip::address> bind_to = std::nullopt)
         : run_(run), ws_(net::make_strand(run.ioc)), token_(std::move(token)), install_(std::move(install)),
           conv_(std::move(conv)), user_(std::move(user)), sender_(sender), index_(index), bind_to_(bind_to),
-          timer_(ws_.get_executor()) {}
+          timer_(ws_.get_executor()), interval_(run.interval),
+          gateway_(run.ports.empty() ? 0 : static_cast<std::size_t>(index) % run.ports.size()) {}
+
+    /// Before start(): this client's gateway (an index into Run::ports) and
+    /// its time between sends (zero: closed loop).
+    void place(std::size_t gateway, clk::duration interval) {
+        gateway_ = gateway;
+        interval_ = interval;
+    }
 
     void start(bool subscribe, bool big_first = false) {
         subscribe_ = subscribe;
@@ -260,9 +281,7 @@ public:
         if (ec) return fail();
         sock.set_option(tcp::no_delay(true), ec);
         beast::get_lowest_layer(ws_).async_connect(
-            tcp::endpoint(net::ip::make_address(run_.host),
-                          run_.ports.empty() ? run_.port
-                                             : run_.ports[static_cast<std::size_t>(index_) % run_.ports.size()]),
+            tcp::endpoint(net::ip::make_address(run_.host), run_.ports.empty() ? run_.port : run_.ports[gateway_]),
             [self = shared_from_this()](beast::error_code e) {
                 if (e) return self->fail();
                 self->ws_.async_handshake(self->run_.host, "/v1/ws", [self](beast::error_code e2) {
@@ -276,10 +295,10 @@ public:
 
     void begin_sending() {
         net::post(ws_.get_executor(), [self = shared_from_this()] {
-            if (self->run_.interval == clk::duration::zero()) return self->send_next();
+            if (self->interval_ == clk::duration::zero()) return self->send_next();
             // Open loop: sends on a fixed schedule from a staggered start; a
             // late tick sends at once (the schedule does not slip with the server).
-            self->start_ = clk::now() + self->run_.interval * (self->index_ % 97) / 97;
+            self->start_ = clk::now() + self->interval_ * (self->index_ % 97) / 97;
             self->tick();
         });
     }
@@ -321,7 +340,7 @@ private:
     }
 
     void tick() {
-        const auto at = start_ + run_.interval * ticks_++;
+        const auto at = start_ + interval_ * ticks_++;
         timer_.expires_at(at);
         timer_.async_wait([self = shared_from_this(), at](beast::error_code ec) {
             if (ec || !self->run_.sending || clk::now() >= self->run_.w1) return;
@@ -374,7 +393,9 @@ private:
                     ++run_.stats.acked_total;
                     if (sent_at >= run_.w0 && sent_at < run_.w1) {
                         ++run_.stats.acked_window;
-                        run_.stats.ack.v.push_back(std::chrono::duration<double, std::milli>(now - sent_at).count());
+                        const double ms = std::chrono::duration<double, std::milli>(now - sent_at).count();
+                        run_.stats.ack.v.push_back(ms);
+                        if (gateway_ < run_.stats.ack_by_gateway.size()) run_.stats.ack_by_gateway[gateway_].v.push_back(ms);
                     }
                 } else {
                     ++run_.stats.other_replies;
@@ -382,7 +403,7 @@ private:
                     ++run_.stats.other_codes[code && code->is_string() ? std::string(code->as_string()) : std::string(type)];
                 }
             }
-            if (run_.interval == clk::duration::zero()) send_next();
+            if (interval_ == clk::duration::zero()) send_next();
         } else if (big_first_ && o.contains("rid") && o.at("rid").as_string() == "big") {
             ++run_.ready;
         } else if (type == "error") {
@@ -419,6 +440,8 @@ private:
     int index_ = 0;
     std::optional<net::ip::address> bind_to_;
     net::steady_timer timer_; // open loop: the next send
+    clk::duration interval_;  // open loop: time between sends (zero: closed loop)
+    std::size_t gateway_;     // index into Run::ports
     std::deque<clk::time_point> sent_at_; // sends not answered yet, oldest first
     long k_ = 0;
     clk::time_point start_{};
@@ -496,9 +519,12 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
             sql_users.push_back(who.value());
         }
     }
-    Figure raw = raw_baseline(url, o);
-    Figure direct = direct_baseline(url, o, sql_convs, sql_users);
-    Figure grouped = grouped_baseline(url, o, static_cast<int>(send_workers), sql_convs, sql_users);
+    Figure raw, direct, grouped;
+    if (!o.skip_baselines) {
+        raw = raw_baseline(url, o);
+        direct = direct_baseline(url, o, sql_convs, sql_users);
+        grouped = grouped_baseline(url, o, static_cast<int>(send_workers), sql_convs, sql_users);
+    }
 
     // The server run.
     net::io_context ioc;
@@ -517,9 +543,17 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
             // Senders fill the conversations' first members first: one per
             // conversation while senders <= convs (the issue's workload),
             // several members of each (a busy group) beyond that.
-            bool is_sender = m * o.convs + c < o.senders;
+            const int order = m * o.convs + c;
+            bool is_sender = order < o.senders;
             auto cl = std::make_shared<Client>(run, u.token, "bench-install", ws_world.convs[static_cast<std::size_t>(c)],
                                                u.user, is_sender, index++);
+            if (o.b_senders > 0) { // the last b_senders senders on gateway B, every other connection on A
+                const bool on_b = is_sender && order >= o.senders - o.b_senders;
+                cl->place(on_b ? 1 : 0,
+                          on_b && o.b_interval_ms > 0
+                              ? std::chrono::duration_cast<clk::duration>(std::chrono::duration<double, std::milli>(o.b_interval_ms))
+                              : run.interval);
+            }
             clients.push_back(cl);
             if (is_sender) senders.push_back(cl);
             cl->start(true);
@@ -591,14 +625,32 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     srvf.p99 = st.ack.pct(99);
 
     auto row = [&](const char* name, const Figure& f) {
-        std::printf("%-36s %9.0f %8.2f %8.2f %8.2f %8.2f %9.2f\n", name, f.rate, f.p50, f.p90, f.p99, f.rate / raw.rate,
-                    f.rate / direct.rate);
+        std::printf("%-36s %9.0f %8.2f %8.2f %8.2f %8.2f %9.2f\n", name, f.rate, f.p50, f.p90, f.p99,
+                    raw.rate > 0 ? f.rate / raw.rate : 0.0, direct.rate > 0 ? f.rate / direct.rate : 0.0);
     };
     std::printf("\n%-36s %9s %8s %8s %8s %8s %9s\n", "", "msg/s", "p50 ms", "p90 ms", "p99 ms", "x raw", "x direct");
-    row("raw INSERT+COMMIT (libpqxx)", raw);
-    row("server send SQL direct (libpqxx)", direct);
-    row("same, grouped per db worker", grouped);
+    if (!o.skip_baselines) {
+        row("raw INSERT+COMMIT (libpqxx)", raw);
+        row("server send SQL direct (libpqxx)", direct);
+        row("same, grouped per db worker", grouped);
+    }
     row("imserver over WebSocket", srvf);
+    if (o.b_senders > 0) {
+        auto& a = st.ack_by_gateway[0];
+        auto& b = st.ack_by_gateway[1];
+        std::printf("gateway A (%d closed-loop senders): %zu acks, p50 %.2f ms, p99 %.2f ms\n", o.senders - o.b_senders,
+                    a.v.size(), a.pct(50), a.pct(99));
+        std::printf("gateway B (%d senders, %s): %zu acks, p50 %.2f ms, p99 %.2f ms; B/A p99 %.2f\n", o.b_senders,
+                    o.b_interval_ms > 0 ? ("one send every " + std::to_string(static_cast<int>(o.b_interval_ms)) + " ms").c_str()
+                                        : "closed-loop",
+                    b.v.size(), b.pct(50), b.pct(99), a.pct(99) > 0 ? b.pct(99) / a.pct(99) : 0.0);
+    }
+    // Runs that met another transaction's conversation row (put back for a
+    // lock waiter), per gateway.
+    std::printf("held runs put back:");
+    for (std::size_t g = 0; g < gws.size(); ++g)
+        std::printf(" %s%lld", g ? ", " : "", gws[g]->metric("im_send_runs_held_total"));
+    std::printf("\n");
     std::printf("\nfan-out, commit (event ts) -> pushed to another member: p50 %.1f ms, p99 %.1f ms (%zu samples)\n",
                 st.fanout.pct(50), st.fanout.pct(99), st.fanout.v.size());
     std::printf("deliveries: %ld of %ld expected event pushes (acked %ld x %d members)\n", st.pushes, expected,
@@ -689,14 +741,22 @@ int main(int argc, char** argv) {
         else if (a == "--bus") o.bus = next();
         else if (a == "--server-arg") o.server_args.push_back(next());
         else if (a == "--rate") o.rate = std::stod(next());
+        else if (a == "--second-gateway-senders") o.b_senders = std::max(0, std::stoi(next()));
+        else if (a == "--second-gateway-interval-ms") o.b_interval_ms = std::stod(next());
+        else if (a == "--skip-baselines") o.skip_baselines = true;
         else {
             std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "
                                  "[--warmup S] [--window S] [--db-pool N] [--db URL] [--gateways N] [--bus postgres|nats://HOST:PORT] "
-                                 "[--server-arg ARG]... [--rate SENDS_PER_S] [--idle CONNECTIONS [--idle-big]]\n");
+                                 "[--server-arg ARG]... [--rate SENDS_PER_S] [--second-gateway-senders K "
+                                 "[--second-gateway-interval-ms MS]] [--skip-baselines] [--idle CONNECTIONS [--idle-big]]\n");
             return 2;
         }
     }
     if (o.senders > o.convs * o.members) o.senders = o.convs * o.members;
+    if (o.b_senders > 0) {
+        o.b_senders = std::min(o.b_senders, o.senders);
+        o.gateways = 2; // A and B
+    }
     // Many sockets: raise the descriptor limit (imserver inherits it).
     raise_descriptor_limit(4 * static_cast<rlim_t>(o.idle) + 4096);
 

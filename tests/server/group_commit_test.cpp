@@ -394,20 +394,23 @@ TEST(SendWorkers, a_send_worker_busy_longer_than_the_round_trip_limit_keeps_its_
 }
 
 // Issue 24, hole 2: rows of as many conversations as there are send
-// workers, plus one, held by another session for 5 s (an operator's
-// transaction, a purge batch, a gateway frozen inside a send). im_send skips
-// a held row (SKIP LOCKED) and the run waits in the gateway's queue instead
-// of in a send worker, so sends to ten other conversations are answered at
-// their normal latency while the rows are still held; the held
-// conversations' sends (two members of one of them) commit once the rows
-// are free, once each, gap-free.
+// workers, plus one, held by another session (an operator's transaction, a
+// purge batch, a gateway frozen inside a send) until this test lets go.
+// im_send skips a held row (SKIP LOCKED) and the run goes to a lock waiter,
+// a database worker outside the send workers (issue 47: it waits for the
+// row in its lock queue), so the send workers never wait: sends to ten other
+// conversations are all answered while the rows are still held (the hold
+// ends only after their replies are in; no time bound, so set-up time on a
+// loaded machine cannot fail it). The held conversations' sends (two
+// members of one of them) commit once the rows are free, once each,
+// gap-free.
 TEST(SendWorkers, conversations_held_by_another_session_never_stall_the_send_workers) {
     TestPostgres pg;
     constexpr int workers = 2;
-    // The round-trip limit past the hold: the held sends are answered `sent`
-    // after it, not UNAVAILABLE.
+    // The round-trip limit far away: a lock waiter waits up to half of it
+    // (longer than reply_to's 20 s), so only the release ends the wait.
     ServerProcess srv{pg.url(), {"--quiet", "--db-pool", "4", "--send-workers", std::to_string(workers),
-                                 "--db-timeout-ms", "10000"}};
+                                 "--db-timeout-ms", "60000"}};
     ASSERT_EQ(srv.metric("im_send_workers"), workers);
     std::vector<World> held, others;
     for (int i = 0; i < workers + 1; ++i) held.push_back(make_world(pg.url(), "held" + std::to_string(i), 2));
@@ -422,41 +425,37 @@ TEST(SendWorkers, conversations_held_by_another_session_never_stall_the_send_wor
     std::string in;
     for (const auto& w : held) in += (in.empty() ? "" : ", ") + q(w.conv);
     ASSERT_EQ(lock.exec("SELECT 1 FROM conversations WHERE conv_id IN (" + in + ") FOR UPDATE").size(), held.size());
-    const auto held_at = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < held.size(); ++i)
         hc[i]->send_json({{"t", "send"}, {"rid", "h"}, {"conv", held[i].conv}, {"cmid", "h"}, {"body", "held"}});
     second->send_json({{"t", "send"}, {"rid", "h2"}, {"conv", held[0].conv}, {"cmid", "h2"}, {"body", "held too"}});
-    // Every held send met its row (skipped, or, without the fix, waiting on it).
+    // Every held conversation met its row: put back at least once (the
+    // second run of held[0] may go to the lock waiter with the first
+    // without being put back itself) and the lock waiter waits on one; or,
+    // were the send workers to wait on held rows, all of them wait.
     ASSERT_TRUE(wait_until([&] {
-        return srv.metric("im_send_runs_held_total") >= static_cast<long long>(held.size()) + 1 ||
-               pg.pool_workers_waiting_on_locks() >= workers;
-    }, 4s)) << "the held sends never reached the database";
+        const long long waiting = pg.pool_workers_waiting_on_locks();
+        return (srv.metric("im_send_runs_held_total") >= static_cast<long long>(held.size()) && waiting >= 1) ||
+               waiting >= workers;
+    }, 20s)) << "the held sends never reached the database: held runs " << srv.metric("im_send_runs_held_total")
+             << ", database workers waiting " << pg.pool_workers_waiting_on_locks();
 
-    std::vector<std::chrono::steady_clock::time_point> asked(others.size());
-    for (std::size_t i = 0; i < others.size(); ++i) {
-        asked[i] = std::chrono::steady_clock::now();
-        oc[i]->send_json({{"t", "send"}, {"rid", "o"}, {"conv", others[i].conv}, {"cmid", "o"}, {"body", "elsewhere"}});
-    }
     long long slowest_ms = 0;
     for (std::size_t i = 0; i < others.size(); ++i) {
+        const auto asked = std::chrono::steady_clock::now();
+        oc[i]->send_json({{"t", "send"}, {"rid", "o"}, {"conv", others[i].conv}, {"cmid", "o"}, {"body", "elsewhere"}});
         auto r = reply_to(*oc[i], "o");
-        ASSERT_TRUE(r.has_value()) << "no reply for other conversation " << i;
+        ASSERT_TRUE(r.has_value()) << "no reply for other conversation " << i << " while the rows are held";
         EXPECT_EQ(str(*r, "t"), "sent") << json::serialize(*r);
-        slowest_ms = std::max<long long>(slowest_ms, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                         std::chrono::steady_clock::now() - asked[i]).count());
+        slowest_ms = std::max<long long>(slowest_ms, ms_since(asked));
     }
-    const auto answered_after = std::chrono::steady_clock::now() - held_at;
-    // Answered well before the rows go (5 s): not a tight timing, the old
-    // behaviour answered them only once the held rows were released.
-    EXPECT_LT(answered_after, 3s) << "the other conversations' sends waited for the held rows";
-    EXPECT_LT(slowest_ms, 2000);
-    EXPECT_EQ(pg.pool_workers_waiting_on_locks(), 0) << "a send worker waits on a held row";
+    // Only the lock waiters wait on the held rows (one here: --db-pool 4,
+    // 2 send workers, 1 kept for reads), never a send worker.
+    EXPECT_EQ(pg.pool_workers_waiting_on_locks(), 1) << "a send worker waits on a held row";
     for (std::size_t i = 0; i < held.size(); ++i)
         EXPECT_EQ(count_rows(pg, "conv_id = " + q(held[i].conv) + " AND kind = 'msg'"), "0");
-    std::printf("%zu held conversations, %d send workers: 10 other sends answered, slowest %lld ms\n", held.size(),
-                workers, slowest_ms);
+    std::printf("%zu held conversations, %d send workers: 10 other sends answered while held, slowest %lld ms\n",
+                held.size(), workers, slowest_ms);
 
-    std::this_thread::sleep_until(held_at + 5s); // the hold lasts 5 s: the scenario, not a wait for a condition
     lock.abort();
     std::vector<long long> seqs;
     for (std::size_t i = 0; i < held.size(); ++i) {

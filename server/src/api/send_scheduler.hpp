@@ -69,15 +69,30 @@ void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Sen
 ///
 /// A conversation whose row another transaction holds (an operator's
 /// transaction, a purge batch, another gateway's send) is skipped inside the
-/// database, not waited for (im_send: SKIP LOCKED): its run comes back
-/// unwritten and waits in the queue, tried again after a short back-off
-/// (10 ms doubling to 200 ms), while the worker goes on with other
-/// conversations. A run still held after `held_limit` (the database timeout,
-/// --db-timeout-ms) is answered UNAVAILABLE; the resend is safe.
+/// database, not waited for (im_send: SKIP LOCKED): a group never waits on a
+/// foreign row, and the run comes back unwritten, *held*. It is not tried
+/// again by the send workers but by a *lock waiter*: a database worker
+/// outside the send workers (at most `max_waiters` at once, see the
+/// constructor) that takes the held run together with the runs of the same
+/// conversation queued behind it (never another conversation's) and runs
+/// them through im_send_queued, which waits for the conversation's gate and
+/// row in PostgreSQL's lock queue: late arrivals from every gateway are
+/// served in the order they queued (contract section 6), instead of a back-off that the gateway
+/// holding the row keeps winning. Each wait is bounded (lock_timeout: half
+/// of --db-timeout-ms, and never past the run's own bound); a wait that ends
+/// without the row puts the run back for another one, and a run held
+/// `held_limit` (--db-timeout-ms) since it first came back held is answered
+/// UNAVAILABLE (the resend is safe). A waiter stays with its conversation
+/// while runs of it queue and the last wait got the row; after a wait that
+/// did not, it serves the other held conversations first. So held
+/// conversations never occupy a send worker: every other conversation's
+/// sends keep their latency.
 class SendScheduler {
 public:
     /// per_conversation false (the lab's --lab-no-unique-index control only):
     /// runs of one conversation may run in several workers at once again.
+    /// Lock waiters: as many as the pool has workers beyond the send workers
+    /// and one kept for reads, at least 1.
     SendScheduler(ApiContext& ctx, DbPool& pool, Metrics& metrics, std::size_t max_runs, std::size_t max_workers,
                  std::size_t max_queue, bool per_conversation = true,
                  std::chrono::milliseconds held_limit = std::chrono::milliseconds(5000),
@@ -92,28 +107,49 @@ private:
         std::vector<req::Send> sends;
         std::vector<std::optional<std::string>> rids;
         RepliesDone done;
-        // A run whose conversation was held: not tried again before
-        // not_before; answered UNAVAILABLE once held_limit passed since held_since.
-        std::chrono::steady_clock::time_point not_before{}, held_since{};
+        // A run whose conversation was held: only a lock waiter takes it;
+        // answered UNAVAILABLE once held_limit passed since held_since.
+        bool held = false;
+        int waits = 0; // lock waits it took part in without getting the row
+        std::chrono::steady_clock::time_point held_since{};
         std::chrono::steady_clock::time_point submitted{}; // for the queue stage (metrics.hpp)
-        int held_tries = 0;
     };
     class Slot;
     void drain(pqxx::connection_base* c);
-    /// Answers a group's runs (or puts back the held ones), each on its own.
-    void finish_group(std::vector<Item>& items, std::vector<std::vector<Outcome<Store::SendResult>>>& results);
+    /// A lock waiter's job: held runs, one conversation at a time.
+    void wait_for_rows(pqxx::connection_base* c);
+    /// A group's one statement (Store::send_group; `lock_wait` > 0: waiting
+    /// for its one conversation's row, at most that long), with its metrics;
+    /// UNAVAILABLE for every run when it throws.
+    std::vector<std::vector<Outcome<Store::SendResult>>> run_group(pqxx::connection_base& c,
+                                                                   const std::vector<Item>& items,
+                                                                   std::chrono::milliseconds lock_wait);
+    /// Answers a group's runs (or puts back the held ones), each on its own;
+    /// true when none was held.
+    bool finish_group(std::vector<Item>& items, std::vector<std::vector<Outcome<Store::SendResult>>>& results,
+                      bool waited);
     /// A worker that unwound: releases `held`, hands its slot to a fresh job
     /// while runs wait, else frees it.
-    void give_back(std::vector<std::string>& held) noexcept;
-    /// Puts back a run whose conversation was held (or answers it UNAVAILABLE
+    void give_back(std::vector<std::string>& held, bool waiter) noexcept;
+    /// Puts back the runs whose conversation was held, in their order, at
+    /// the head of the queue for a lock waiter (or answers one UNAVAILABLE
     /// when it has been held too long).
-    void requeue(Item it);
+    void requeue(std::vector<Item> held, bool waited);
     /// The next group under the lock, skipping conversations other groups
-    /// hold; empty (and this worker signed off) when nothing can be taken.
-    /// `done` are the conversations of this worker's last group, released.
+    /// hold and held runs; empty (and this worker signed off) when nothing
+    /// can be taken. `done` are the conversations of this worker's last
+    /// group, released.
     std::vector<Item> take(std::vector<std::string>& done);
-    /// Gives back the conversations of a finished group (mu_ held); clears `done`.
+    /// A lock waiter's next group: the runs of one conversation, the first
+    /// of them held; `done` as for take(). `stay`: the last wait got its row,
+    /// so the waiter keeps to that conversation while runs of it queue.
+    std::vector<Item> take_held(std::vector<std::string>& done, bool stay);
+    /// Gives back the conversations of a finished group (mu_ held); clears
+    /// `done`; starts a lock waiter if a held run can now be taken.
     void release(std::vector<std::string>& done);
+    /// Starts a lock waiter (mu_ held) when a held run of a conversation no
+    /// group holds waits and fewer than max_waiters_ run.
+    void start_waiter();
 
     ApiContext& ctx_;
     DbPool& pool_;
@@ -123,12 +159,15 @@ private:
     std::size_t max_queue_;
     bool per_conversation_;
     std::chrono::milliseconds held_limit_;
+    std::chrono::milliseconds lock_wait_; // one wait's bound: the pool's lock_timeout
     std::mutex mu_;
-    std::condition_variable wake_; // a worker waiting for a held run's back-off, or lingering, hears of new runs
-    bool waiting_ = false;         // one worker waits for the back-off of held runs
+    std::condition_variable wake_; // a lingering worker hears of new runs
     std::deque<Item> queue_;
-    std::size_t active_ = 0; // send workers running or scheduled in the pool
-    std::multiset<std::string> held_; // conversations of the groups being run now
+    std::size_t held_runs_ = 0; // runs in queue_ that are held (for lock waiters)
+    std::size_t active_ = 0;    // send workers running or scheduled in the pool
+    std::size_t waiters_ = 0;   // lock waiters running or scheduled in the pool
+    std::size_t max_waiters_;
+    std::multiset<std::string> running_; // conversations of the groups being run now
     std::chrono::microseconds linger_; // --send-linger-us
 };
 

@@ -51,7 +51,9 @@ const std::vector<Variant>& variants() {
          {{"IF k.o_seq IS NOT NULL THEN", "IF false THEN"}, {"IF j IS NOT NULL THEN", "IF false THEN"}}},
         // --lab-no-unique-index: check-then-insert without the row lock (the
         // counters' UPDATE takes it only after the keys were checked)
-        {"", "no_lock", {{"FOR UPDATE OF cv SKIP LOCKED FOR SHARE OF d", "FOR SHARE OF d"}}},
+        {"", "no_lock",
+         {{"FOR NO KEY UPDATE OF cv SKIP LOCKED FOR SHARE OF d", "FOR SHARE OF d"},
+          {"        CONTINUE WHEN NOT pg_try_advisory_xact_lock(im_conv_gate_key(p_convs[k.g]));\n", ""}}},
     };
     return list;
 }

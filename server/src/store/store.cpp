@@ -12,6 +12,7 @@
 #include <pqxx/pqxx>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <stdexcept>
 #include <string_view>
@@ -42,6 +43,35 @@ std::string send_sql(const std::string& function) {
     return "SELECT r_run, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM " + function +
            "($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::text)";
 }
+
+// A held conversation's retry (Store::send_run, lock_wait): im_send behind
+// a wait for the row in its lock queue, bounded by $1 ms
+// (schema/functions/im_send_queued.sql), in one statement; the lab's
+// variants run behind im_send_lock in one transaction with it.
+constexpr const char* queued_function = "im_send_queued";
+const std::string& queued_sql() {
+    static const std::string sql =
+        "SELECT r_run, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send_queued($1::integer, "
+        "$2::text[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::text[], $9::text[], $10::text)";
+    return sql;
+}
+constexpr const char* lock_function = "im_send_lock";
+constexpr const char* lock_sql =
+    "SELECT im_send_lock($1::integer, $2::text[], $3::text[], $4::text[], $5::text[])";
+
+// im_send's parameters behind the wait's bound in ms (im_send_queued's);
+// `count` of them (im_send_lock takes the first four per-run arrays).
+std::vector<std::string> with_wait(std::chrono::milliseconds wait, const std::vector<std::string>& params,
+                                   std::size_t count) {
+    std::vector<std::string> out{std::to_string(wait.count())};
+    out.insert(out.end(), params.begin(), params.begin() + static_cast<std::ptrdiff_t>(count));
+    return out;
+}
+
+// The wait for a held row ended without the row: its lock_timeout passed
+// (55P03), or PostgreSQL broke a deadlock (40P01). Nothing was written;
+// the run is held still and tried again (SendScheduler).
+bool row_wait_ended(const pqxx::sql_error& e) { return e.sqlstate() == "55P03" || e.sqlstate() == "40P01"; }
 
 // im_send's answer for a run whose conversation row another transaction
 // holds: nothing of it was written, the caller runs it again later.
@@ -127,7 +157,9 @@ std::vector<std::vector<Outcome<Store::SendResult>>> send_results(const pqxx::re
 } // namespace
 
 std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c, const Identity& who,
-                                                          const std::vector<req::Send>& batch) {
+                                                          const std::vector<req::Send>& batch,
+                                                          std::chrono::milliseconds lock_wait) {
+    const bool wait = lock_wait.count() > 0;
     using Results = std::vector<Outcome<SendResult>>;
     // Lab fault points (no-ops unless --enable-faults): before the insert of
     // an item, and between the inserts and COMMIT.
@@ -160,17 +192,33 @@ std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c
                                                       batch.begin() + static_cast<std::ptrdiff_t>(to)}};
                     const auto params = send_params(spans, send_channel_);
                     pqxx::result rows;
-                    if (faults_.enabled()) {
-                        pqxx::work tx(c);
-                        rows = tx.exec_prepared(fn, pqxx::prepare::make_dynamic_params(params));
-                        auto fc = faults_.hit("store.before_commit");
-                        if (fc == FaultKind::unavailable) return Results(to - from, unavailable("injected fault"));
-                        tx.commit();
-                        if (fc == FaultKind::drop_reply)
-                            for (std::size_t i = from; i < to; ++i) drop[i] = true;
-                    } else {
-                        pqxx::nontransaction tx(c); // autocommit: the call is the transaction
-                        rows = tx.exec_prepared(fn, pqxx::prepare::make_dynamic_params(params));
+                    try {
+                        if (faults_.enabled()) {
+                            pqxx::work tx(c);
+                            if (wait) {
+                                c.prepare(lock_function, lock_sql);
+                                tx.exec_prepared(lock_function,
+                                                 pqxx::prepare::make_dynamic_params(with_wait(lock_wait, params, 4)));
+                            }
+                            rows = tx.exec_prepared(fn, pqxx::prepare::make_dynamic_params(params));
+                            auto fc = faults_.hit("store.before_commit");
+                            if (fc == FaultKind::unavailable) return Results(to - from, unavailable("injected fault"));
+                            tx.commit();
+                            if (fc == FaultKind::drop_reply)
+                                for (std::size_t i = from; i < to; ++i) drop[i] = true;
+                        } else if (wait) {
+                            c.prepare(queued_function, queued_sql());
+                            pqxx::nontransaction tx(c); // autocommit: the call is the transaction
+                            rows = tx.exec_prepared(queued_function, pqxx::prepare::make_dynamic_params(
+                                                                         with_wait(lock_wait, params, params.size())));
+                        } else {
+                            pqxx::nontransaction tx(c); // autocommit: the call is the transaction
+                            rows = tx.exec_prepared(fn, pqxx::prepare::make_dynamic_params(params));
+                        }
+                    } catch (const pqxx::sql_error& e) {
+                        if (!wait || !row_wait_ended(e)) throw;
+                        was_held = true; // the row stayed held for the whole wait: try again
+                        return Results(to - from, unavailable());
                     }
                     auto part = send_results(rows, spans);
                     if (part[0].empty()) {
@@ -212,11 +260,13 @@ std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c
 }
 
 std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_group(pqxx::connection_base& c,
-                                                                      const std::vector<SendRun>& runs) {
+                                                                      const std::vector<SendRun>& runs,
+                                                                      std::chrono::milliseconds lock_wait) {
     using Results = std::vector<Outcome<SendResult>>;
+    const bool wait = lock_wait.count() > 0;
     std::vector<Results> out(runs.size());
     auto one_by_one = [&] {
-        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = send_run(c, *runs[g].who, *runs[g].sends);
+        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = send_run(c, *runs[g].who, *runs[g].sends, lock_wait);
         return out;
     };
     if (runs.size() == 1 || faults_.enabled()) return one_by_one();
@@ -231,13 +281,20 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_group(pqxx::con
     for (std::size_t k : order) spans.push_back({runs[k].who, runs[k].sends->begin(), runs[k].sends->end()});
     pqxx::result rows;
     try {
-        c.prepare("im_send", send_sql("im_send"));
         const auto params = send_params(spans, send_channel_);
         pqxx::nontransaction tx(c); // autocommit: the statement is the transaction
-        rows = tx.exec_prepared("im_send", pqxx::prepare::make_dynamic_params(params));
+        if (wait) {
+            c.prepare(queued_function, queued_sql());
+            rows = tx.exec_prepared(queued_function,
+                                    pqxx::prepare::make_dynamic_params(with_wait(lock_wait, params, params.size())));
+        } else {
+            c.prepare("im_send", send_sql("im_send"));
+            rows = tx.exec_prepared("im_send", pqxx::prepare::make_dynamic_params(params));
+        }
     } catch (const pqxx::unique_violation&) {
         return one_by_one(); // as send_run: its second pass answers the key as a duplicate
     } catch (const pqxx::sql_error& e) {
+        if (wait && row_wait_ended(e)) return out; // every run held still (EMPTY): tried again
         if (!deterministic(e)) {
             log_warn("db_error", {{"op", "send_group"}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
             for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());

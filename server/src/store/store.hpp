@@ -9,6 +9,7 @@
 #include "core/faults.hpp"
 #include "core/protocol.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -86,8 +87,12 @@ public:
     /// EMPTY when another transaction held the conversation's row (im_send
     /// skips it, SKIP LOCKED): nothing of the run was written, or only what
     /// a resend answers as a duplicate; the caller runs it again later.
+    /// With `lock_wait` (a held run's retry, SendScheduler): waits for the
+    /// row in its lock queue first, at most that long (im_send_queued);
+    /// EMPTY when the row stayed held that long.
     std::vector<Outcome<SendResult>> send_run(pqxx::connection_base& c, const Identity& who,
-                                                const std::vector<req::Send>& batch);
+                                                const std::vector<req::Send>& batch,
+                                                std::chrono::milliseconds lock_wait = {});
 
     /// Runs of sends of several connections (each run: one connection, one
     /// conversation) in ONE statement, so one commit (one WAL flush) for all
@@ -96,12 +101,15 @@ public:
     /// fails only its own request. With lab faults armed, one send_run
     /// per run. A run whose conversation's row was held gets an EMPTY
     /// result (as send_run); the others commit without waiting for it.
+    /// With `lock_wait`, the runs are of ONE conversation and wait for its
+    /// row, as send_run's (a group never waits on several rows).
     struct SendRun {
         const Identity* who;
         const std::vector<req::Send>* sends;
     };
     std::vector<std::vector<Outcome<SendResult>>> send_group(pqxx::connection_base& c,
-                                                            const std::vector<SendRun>& runs);
+                                                            const std::vector<SendRun>& runs,
+                                                            std::chrono::milliseconds lock_wait = {});
 
     Outcome<Page> sync(pqxx::connection_base& c, const Identity& who, const req::Sync& r);
     Outcome<Fetched> fetch(pqxx::connection_base& c, const Identity& who, const req::Fetch& r);
