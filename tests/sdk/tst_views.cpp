@@ -59,6 +59,7 @@ private slots:
     void a_qlistview_kept_at_the_newest_message_holds_a_window_and_loads_older_only_on_scroll();
     void a_qml_listview_kept_at_the_newest_message_holds_a_window_and_loads_older_only_on_scroll();
     void a_qlistview_shows_the_apps_own_message_before_send_returns();
+    void a_qlistview_shows_a_held_draft_as_held_and_drops_it_when_discarded();
 
 private:
     std::unique_ptr<Client> makeClient(const QString &user);
@@ -266,6 +267,47 @@ void TestViews::a_qlistview_shows_the_apps_own_message_before_send_returns() {
     QCOMPARE(newest.data(MessageListModel::BodyRole).toString(), QStringLiteral("seen at once"));
     view.scrollTo(newest);
     QVERIFY(view.visualRect(newest).isValid());
+    view.setModel(nullptr);
+}
+
+void TestViews::a_qlistview_shows_a_held_draft_as_held_and_drops_it_when_discarded() {
+    // Obligation 10 through a real view: a store that belongs to ana, opened
+    // offline with ben's token; ben's draft is held, and the view's model
+    // says so in the row the view paints.
+    const QString file = dir_.filePath(QStringLiteral("held-view.db"));
+    {
+        Client ana;
+        ana.setServers({server_->url});
+        ana.setCredentials(server_->tokens.value(QStringLiteral("ana")));
+        QVERIFY2(ana.open(file), qPrintable(ana.lastError()));
+        ana.connectToServer();
+        QTRY_COMPARE_WITH_TIMEOUT(ana.userId(), QStringLiteral("ana"), 120000);
+    }
+    Client ben;
+    ben.setCredentials(server_->tokens.value(QStringLiteral("ben")));
+    QVERIFY2(ben.open(file), qPrintable(ben.lastError()));
+    MessageListModel model(&ben, QStringLiteral("ana-ben"));
+    QListView view;
+    view.resize(400, 300);
+    view.setModel(&model);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QTest::qWait(50); // the initial reloads settle (coalesced over 20 ms)
+    const int before = view.model()->rowCount();
+    const QString cmid = ben.send(QStringLiteral("ana-ben"), QStringLiteral("ben's draft in ana's store"));
+    QVERIFY(!cmid.isEmpty());
+    QVERIFY(ben.isHeld(cmid));
+    QTRY_COMPARE(view.model()->rowCount(), before + 1);
+    QModelIndex row;
+    for (int r = 0; r < view.model()->rowCount() && !row.isValid(); ++r)
+        if (view.model()->index(r, 0).data(MessageListModel::CmidRole).toString() == cmid)
+            row = view.model()->index(r, 0);
+    QVERIFY(row.isValid());
+    QCOMPARE(row.data(MessageListModel::HeldRole).toBool(), true);
+    view.scrollTo(row);
+    QVERIFY(view.visualRect(row).isValid());
+    QCOMPARE(ben.discardHeldDrafts(), 1);
+    QTRY_COMPARE(view.model()->rowCount(), before);
     view.setModel(nullptr);
 }
 
