@@ -20,7 +20,7 @@
 
 #ifdef IM_SERVER_BIN
 #include "exerelative.h"
-#include "realserver.h"
+#include "realclient.h"
 #endif
 
 #include <memory>
@@ -348,15 +348,7 @@ void TestDrafts::real_server_never_stores_a_draft_as_the_stores_user() {
     QTemporaryDir dir;
     const QString conv = QStringLiteral("ana-ben");
     const auto make = [&](const QString &user, const QString &file) {
-        auto c = std::make_unique<Client>();
-        c->setServers({server.url});
-        c->setCredentials(server.tokens.value(user));
-        c->setRequestTimeout(10000);
-        c->setReconnectBackoff(100, 1000);
-        c->setRetryBackoff(100, 800);
-        if (!c->open(dir.filePath(file)))
-            qWarning("open: %s", qPrintable(c->lastError()));
-        return c;
+        return makeRealClient(server, user, dir.filePath(file));
     };
     {
         auto ana = make(QStringLiteral("ana"), QStringLiteral("owned.db"));

@@ -2,7 +2,7 @@
 // (embedded PostgreSQL), started by the harness in realserver.h.
 // Demo data: users ana, ben, cy; direct conv "ana-ben"; group "team".
 #include "exerelative.h"
-#include "realserver.h"
+#include "realclient.h"
 #include "sdktestutil.h"
 
 #include <im/client.h>
@@ -73,15 +73,7 @@ std::unique_ptr<RealServer> TestObligations::start(const QStringList &args) {
 }
 
 std::unique_ptr<Client> TestObligations::makeClient(RealServer &server, const QString &user, const QString &db) {
-    auto c = std::make_unique<Client>();
-    c->setServers({server.url});
-    c->setCredentials(server.tokens.value(user));
-    c->setRequestTimeout(10000);
-    c->setReconnectBackoff(100, 1000);
-    c->setRetryBackoff(100, 800);
-    if (!c->open(dir_.filePath(db)))
-        qWarning("open: %s", qPrintable(c->lastError()));
-    return c;
+    return makeRealClient(server, user, dir_.filePath(db));
 }
 
 // Obligation 9: the server answers UNAVAILABLE again and again (8 faults)
