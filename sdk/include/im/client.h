@@ -41,9 +41,12 @@ class ClientPrivate;
  *  - A sync page, its markers and the new cursor are written in one
  *    transaction: a crash mid-page loses nothing and duplicates nothing.
  *
- * Threading: a Client lives in the thread that created it. It never blocks
- * that thread on the network; SQLite writes are short transactions on that
- * thread. Do not call it from other threads.
+ * Threading: a Client lives in the thread that created it, or the one it was
+ * moved to: moveToThread() takes all of its parts along (timers, socket).
+ * Move it before open() and open() it on its new thread (the SQLite
+ * connection belongs to the thread that opened it); see docs/sdk.md
+ * "Threading". It never blocks its thread on the network; SQLite writes are
+ * short transactions on that thread. Do not call it from other threads.
  *
  * Errors: every failed local database write is reported through
  * errorOccurred("STORAGE_ERROR", ...) and the return value of the call that
