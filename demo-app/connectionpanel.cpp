@@ -126,6 +126,19 @@ ConnectionPanel::ConnectionPanel(const Session &session, im::Client *client, im:
     staleRow->addWidget(staleText, 1);
     staleRow->addWidget(reset);
 
+    // Connect / Disconnect (issue 48): after "Reset install", a refusal
+    // (WRONG_USER, STALE_INSTALL) or a disconnect, the client stays
+    // Disconnected until the app connects it again; QA does it here instead
+    // of closing the window.
+    connectButton_ = new QPushButton(tr("Connect"));
+    connectButton_->setObjectName(QStringLiteral("connectButton"));
+    connectButton_->setToolTip(tr("Client::connectToServer(): connect and keep reconnecting"));
+    connect(connectButton_, &QPushButton::clicked, client_, &im::Client::connectToServer);
+    disconnectButton_ = new QPushButton(tr("Disconnect"));
+    disconnectButton_->setObjectName(QStringLiteral("disconnectButton"));
+    disconnectButton_->setToolTip(tr("Client::disconnectFromServer(): close the connection and stop reconnecting; "
+                                     "what is typed meanwhile waits in the outbox"));
+    connect(disconnectButton_, &QPushButton::clicked, client_, &im::Client::disconnectFromServer);
     auto *syncAll = new QPushButton(tr("Sync all"));
     syncAll->setObjectName(QStringLiteral("syncAllButton"));
     connect(syncAll, &QPushButton::clicked, client_, &im::Client::syncAll);
@@ -133,6 +146,8 @@ ConnectionPanel::ConnectionPanel(const Session &session, im::Client *client, im:
     resend->setObjectName(QStringLiteral("resendButton"));
     connect(resend, &QPushButton::clicked, client_, &im::Client::resendPending);
     auto *buttons = new QHBoxLayout;
+    buttons->addWidget(connectButton_);
+    buttons->addWidget(disconnectButton_);
     buttons->addWidget(syncAll);
     buttons->addWidget(resend);
 
@@ -194,6 +209,11 @@ void ConnectionPanel::updateConnection() {
     case ConnectionState::Connected: color = QStringLiteral("#00a000"); break;
     case ConnectionState::Reconnecting: color = QStringLiteral("#d00000"); break;
     }
+    // Connect while nothing runs (not for a stale install: Reset it first);
+    // Disconnect while the client is connected or trying to be.
+    const bool idle = client_->connectionState() == ConnectionState::Disconnected;
+    connectButton_->setEnabled(idle && !client_->isInstallStale());
+    disconnectButton_->setEnabled(!idle);
     const QString text = connectionText();
     connLabel_->setText(QStringLiteral("<span style='color:%1; font-size:16pt'>&#9679;</span> <b>%2</b>")
                             .arg(color, text.toHtmlEscaped()));

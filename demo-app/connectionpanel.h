@@ -1,7 +1,8 @@
 // The connection panel of a chat window: the connection indicator, who is
 // signed in where (user, device, install, database, servers), which TLS
 // trust is used, the last error, the token (expiry, requests for a new one,
-// a field to hand one over), the STALE_INSTALL banner, Sync all / Resend.
+// a field to hand one over), the STALE_INSTALL banner, Connect / Disconnect,
+// Sync all / Resend.
 #pragma once
 
 #include "signindialog.h"
@@ -18,6 +19,7 @@ class Faults;
 class QCheckBox;
 class QLabel;
 class QLineEdit;
+class QPushButton;
 
 class ConnectionPanel : public QGroupBox {
     Q_OBJECT
@@ -55,5 +57,7 @@ private:
     QLabel *credentialsLabel_;
     QLineEdit *newTokenEdit_;
     QCheckBox *sameUserCheck_;
+    QPushButton *connectButton_;
+    QPushButton *disconnectButton_;
     QWidget *staleBox_;
 };

@@ -7,6 +7,7 @@
 #include <im/outboxmodel.h>
 
 #include <QtCore/QDateTime>
+#include <QtCore/QSortFilterProxyModel>
 #include <QtGui/QAction>
 #include <QtGui/QColor>
 #include <QtGui/QFont>
@@ -28,9 +29,8 @@ OutboxPanel::OutboxPanel(im::Client *client, OutboxModel *outbox, QWidget *paren
             return role == Qt::DisplayRole ? s.data(r) : QVariant();
         };
     };
-    table_ = new RoleTableModel(
-        outbox_,
-        {{tr("cmid"),
+    const QList<RoleTableModel::Column> columns{
+         {tr("cmid"),
           [](const QModelIndex &s, int role) -> QVariant {
               if (role == Qt::DisplayRole || role == Qt::ToolTipRole)
                   return s.data(OutboxModel::CmidRole);
@@ -99,24 +99,40 @@ OutboxPanel::OutboxPanel(im::Client *client, OutboxModel *outbox, QWidget *paren
               if (role == Qt::BackgroundRole && held)
                   return QColor(0xd8, 0xd8, 0xd8);
               return {};
-          }}},
-        this);
+          }}};
+    // Held drafts apart from the entries that go out (issue 48): the outbox
+    // table shows what this window's user will send, a second table below
+    // the held drafts (written under another user's token, never sent
+    // here), shown only while there are some. One filter on HeldRole each.
+    auto heldFilter = [this](bool held) {
+        auto *f = new QSortFilterProxyModel(this);
+        f->setSourceModel(outbox_);
+        f->setFilterRole(OutboxModel::HeldRole);
+        f->setFilterFixedString(held ? QStringLiteral("true") : QStringLiteral("false"));
+        return f;
+    };
+    table_ = new RoleTableModel(heldFilter(false), columns, this);
+    heldTable_ = new RoleTableModel(heldFilter(true), columns, this);
     view_ = makeTable(QStringLiteral("outboxView"));
     view_->setModel(table_);
-    for (int c = 0; c < table_->columnCount(); ++c)
-        view_->horizontalHeader()->setSectionResizeMode(c, c == OWhat ? QHeaderView::Stretch
-                                                                            : QHeaderView::ResizeToContents);
+    heldView_ = makeTable(QStringLiteral("heldView"));
+    heldView_->setModel(heldTable_);
+    for (QTableView *v : {view_, heldView_})
+        for (int c = 0; c < table_->columnCount(); ++c)
+            v->horizontalHeader()->setSectionResizeMode(c, c == OWhat ? QHeaderView::Stretch
+                                                                      : QHeaderView::ResizeToContents);
     view_->setContextMenuPolicy(Qt::CustomContextMenu);
     connect(view_, &QWidget::customContextMenuRequested, this, [this](const QPoint &pos) {
         const QModelIndex idx = view_->indexAt(pos);
         if (!idx.isValid())
             return;
-        const QString cmid = outbox_->get(idx.row(), OutboxModel::CmidRole).toString();
+        const QModelIndex entry = table_->sourceIndex(idx.row());
+        const QString cmid = entry.data(OutboxModel::CmidRole).toString();
         QMenu menu(this);
         menu.setObjectName(QStringLiteral("outboxMenu"));
         QAction *cancel = menu.addAction(tr("Cancel (not sent yet)"));
         cancel->setObjectName(QStringLiteral("cancelOutboxAction"));
-        cancel->setEnabled(outbox_->get(idx.row(), OutboxModel::AttemptsRole).toInt() == 0);
+        cancel->setEnabled(entry.data(OutboxModel::AttemptsRole).toInt() == 0);
         connect(cancel, &QAction::triggered, this, [this, cmid] { emit actionDone(cancelOutboxEntry(client_, cmid)); });
         menu.exec(view_->viewport()->mapToGlobal(pos));
     });
@@ -132,7 +148,7 @@ OutboxPanel::OutboxPanel(im::Client *client, OutboxModel *outbox, QWidget *paren
             emit statusMessage(tr("Select an outbox entry first"), 5000);
             return;
         }
-        emit actionDone(cancelOutboxEntry(client_, outbox_->get(cur.row(), OutboxModel::CmidRole).toString()));
+        emit actionDone(cancelOutboxEntry(client_, table_->sourceIndex(cur.row()).data(OutboxModel::CmidRole).toString()));
     });
     auto *discardHeld = new QPushButton(tr("Discard held drafts"));
     discardHeld->setObjectName(QStringLiteral("discardHeldButton"));
@@ -146,10 +162,22 @@ OutboxPanel::OutboxPanel(im::Client *client, OutboxModel *outbox, QWidget *paren
     auto *top = new QHBoxLayout;
     top->addWidget(depth_, 1);
     top->addWidget(cancelSelected);
-    top->addWidget(discardHeld);
+    heldBox_ = new QWidget;
+    heldBox_->setObjectName(QStringLiteral("heldBox"));
+    auto *heldLabel = new QLabel(tr("<b>Held drafts</b>: written under another user's token; never sent as this "
+                                    "window's user (they go out only in a session of their own user's token)"));
+    heldLabel->setWordWrap(true);
+    auto *heldTop = new QHBoxLayout;
+    heldTop->addWidget(heldLabel, 1);
+    heldTop->addWidget(discardHeld);
+    auto *heldLayout = new QVBoxLayout(heldBox_);
+    heldLayout->setContentsMargins(0, 0, 0, 0);
+    heldLayout->addLayout(heldTop);
+    heldLayout->addWidget(heldView_, 1);
     auto *l = new QVBoxLayout;
     l->addLayout(top);
-    l->addWidget(view_, 1);
+    l->addWidget(view_, 2);
+    l->addWidget(heldBox_, 1);
     setLayout(l);
     setMinimumHeight(150);
     connect(client_, &im::Client::outboxChanged, this, &OutboxPanel::updateDepth);
@@ -162,9 +190,12 @@ void OutboxPanel::updateDepth() {
     const int held = client_->heldCount();
     depth_->setText(held > 0 ? tr("Queue depth: <b>%1</b> (held: <b>%2</b>)").arg(n).arg(held)
                              : tr("Queue depth: <b>%1</b>").arg(n));
+    heldBox_->setVisible(held > 0);
 }
 
 void OutboxPanel::tick() {
-    if (outbox_->depth() > 0)
+    if (outbox_->depth() > 0) {
         table_->refreshColumn(ONextRetry);
+        heldTable_->refreshColumn(ONextRetry);
+    }
 }

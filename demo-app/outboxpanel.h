@@ -2,8 +2,9 @@
 // (cmid, kind, conversation, body or target, attempts, last error, next
 // retry, in flight, the `prev` its latest attempt named, and whether it is
 // held: written under another user's token, obligation 10), the queue depth
-// with the held count, Cancel for an entry that never went on the wire, and
-// Discard held drafts.
+// with the held count, Cancel for an entry that never went on the wire; the
+// held drafts apart, in a table of their own (shown while there are some),
+// with Discard held drafts.
 #pragma once
 
 #include <QtWidgets/QGroupBox>
@@ -38,7 +39,10 @@ private:
 
     im::Client *client_;
     im::OutboxModel *outbox_;
-    RoleTableModel *table_;
+    RoleTableModel *table_;     ///< entries to send (not held)
+    RoleTableModel *heldTable_; ///< held drafts
     QTableView *view_;
+    QTableView *heldView_;
+    QWidget *heldBox_;
     QLabel *depth_;
 };

@@ -3,10 +3,13 @@
 
 #include <QtNetwork/QSslCertificate>
 
+#include <QtCore/QEvent>
 #include <QtCore/QRandomGenerator>
 #include <QtCore/QUuid>
 
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 
 namespace im {
 namespace {
@@ -32,8 +35,15 @@ void FaultHooks::closeSocketNow() { conn_.closeSocketNow(); }
 // ClientPrivate: what the parts share, and the session's start wired to them.
 
 ClientPrivate::ClientPrivate(Client *qq)
-    : q(qq), conn(*this, reporter, retryBackoff), outbox(storage, conn, reporter, id, retryBackoff),
+    : QObject(qq), q(qq), conn(*this, reporter, retryBackoff), outbox(storage, conn, reporter, id, retryBackoff),
       sync(storage, conn, reporter, id), markers(storage, conn, reporter) {
+    // Everything the client is made of is in its object tree (this object
+    // is a child of the Client; the parts, their timers and the transport's
+    // socket are children below it), so client->moveToThread() takes all of
+    // it along (issue 48). Members as children are safe: each one leaves its
+    // parent's list when it is destroyed, before ~QObject of its parent.
+    for (QObject *part : std::initializer_list<QObject *>{&reporter, &conn, &outbox, &sync, &markers})
+        part->setParent(this);
     faultHooks = new FaultHooks(conn, q);
     // Every part's report, typed: one place.
     connect(&reporter, &detail::Reporter::errorOccurred, this, &ClientPrivate::reportError);
@@ -87,6 +97,18 @@ ClientPrivate::ClientPrivate(Client *qq)
 }
 
 ClientPrivate::~ClientPrivate() { delete faultHooks; }
+
+bool ClientPrivate::event(QEvent *e) {
+    // The store's SQLite connection belongs to the thread that opened it
+    // (Qt Sql): a client moved while its store is open cannot use it on the
+    // new thread. Say so where it happens (docs/sdk.md, "Threads").
+    if (e->type() == QEvent::ThreadChange && storage.isOpen())
+        qCWarning(lcClient, "a Client was moved to another thread with its store open (%s): its database calls "
+                            "will fail there; moveToThread() before open(), or close() and open() it again on "
+                            "the new thread",
+                  qUtf8Printable(storage.path()));
+    return QObject::event(e);
+}
 
 void ClientPrivate::onSessionStarted(const QString &helloToken) {
     sync.requestConvs(true);
@@ -173,8 +195,11 @@ Client::~Client() {
 }
 
 void Client::setServers(const QList<QUrl> &servers) {
+    const bool changed = d->conn.urls != servers;
     d->conn.urls = servers;
     d->conn.transport()->setUrls(servers);
+    if (changed)
+        emit settingsChanged();
 }
 QList<QUrl> Client::servers() const { return d->conn.urls; }
 bool Client::setTrustedCaFile(const QString &pemFile) {
@@ -242,14 +267,47 @@ void Client::setRequestTimeout(int ms) {
 }
 int Client::requestTimeout() const { return d->conn.requestTimeoutMs; }
 
+// Each setting: the setter clamps, and settingsChanged() follows a change.
 void Client::setRetryBackoff(int initialMs, int maxMs) {
+    const detail::Backoff was = d->retryBackoff;
     d->retryBackoff.initialMs = std::max(1, initialMs);
     d->retryBackoff.maxMs = std::max(d->retryBackoff.initialMs, maxMs);
+    if (was.initialMs != d->retryBackoff.initialMs || was.maxMs != d->retryBackoff.maxMs)
+        emit settingsChanged();
 }
-void Client::setReconnectBackoff(int initialMs, int maxMs) { d->conn.transport()->setBackoff(initialMs, maxMs); }
-void Client::setSyncPageSize(int limit) { d->sync.pageSize = std::clamp(limit, 1, 200); }
-void Client::setHistoryWindow(int events) { d->sync.historyWindow = std::clamp(events, 1, 200); }
-void Client::setBacklogLimit(int events) { d->sync.backlogLimit = events; }
+int Client::retryBackoffInitial() const { return d->retryBackoff.initialMs; }
+int Client::retryBackoffMax() const { return d->retryBackoff.maxMs; }
+void Client::setRetryBackoffInitial(int ms) { setRetryBackoff(ms, std::max(ms, retryBackoffMax())); }
+void Client::setRetryBackoffMax(int ms) { setRetryBackoff(std::min(retryBackoffInitial(), std::max(1, ms)), ms); }
+void Client::setReconnectBackoff(int initialMs, int maxMs) {
+    const int initial = reconnectBackoffInitial(), max = reconnectBackoffMax();
+    d->conn.transport()->setBackoff(initialMs, maxMs);
+    if (initial != reconnectBackoffInitial() || max != reconnectBackoffMax())
+        emit settingsChanged();
+}
+int Client::reconnectBackoffInitial() const { return d->conn.transport()->initialBackoffMs(); }
+int Client::reconnectBackoffMax() const { return d->conn.transport()->maxBackoffMs(); }
+void Client::setReconnectBackoffInitial(int ms) { setReconnectBackoff(ms, std::max(ms, reconnectBackoffMax())); }
+void Client::setReconnectBackoffMax(int ms) {
+    setReconnectBackoff(std::min(reconnectBackoffInitial(), std::max(1, ms)), ms);
+}
+void Client::setSyncPageSize(int limit) {
+    limit = std::clamp(limit, 1, 200);
+    if (std::exchange(d->sync.pageSize, limit) != limit)
+        emit settingsChanged();
+}
+int Client::syncPageSize() const { return d->sync.pageSize; }
+void Client::setHistoryWindow(int events) {
+    events = std::clamp(events, 1, 200);
+    if (std::exchange(d->sync.historyWindow, events) != events)
+        emit settingsChanged();
+}
+int Client::historyWindow() const { return d->sync.historyWindow; }
+void Client::setBacklogLimit(int events) {
+    if (std::exchange(d->sync.backlogLimit, events) != events)
+        emit settingsChanged();
+}
+int Client::backlogLimit() const { return d->sync.backlogLimit; }
 void Client::setKeepAlive(int pingIntervalMs, int silenceTimeoutMs) {
     const int ping = pingInterval(), silence = silenceTimeout();
     d->conn.setKeepAlive(pingIntervalMs, silenceTimeoutMs);

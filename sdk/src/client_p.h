@@ -53,8 +53,10 @@ private:
 class ClientPrivate : public QObject, private Connection::Host {
     Q_OBJECT
 public:
+    /// A child of q (see the constructor: the whole client moves with q).
     explicit ClientPrivate(Client *q);
     ~ClientPrivate() override;
+    bool event(QEvent *e) override;
 
     static ClientPrivate *get(Client *c) { return c->d.get(); }
     static const ClientPrivate *get(const Client *c) { return c->d.get(); }

@@ -190,9 +190,9 @@ private:
     quint64 session_ = 0;
     QHash<QString, Waiting> waiting_;  // by rid
     QHash<QString, int> failures_;     // retry key -> failed attempts this session
-    QTimer deadlineTimer_;    // the earliest request deadline only
-    QTimer keepAliveTimer_;
-    QTimer stableTimer_;      // stableSessionMs after welcome: backoff reset
+    QTimer deadlineTimer_{this};    // the earliest request deadline only
+    QTimer keepAliveTimer_{this};
+    QTimer stableTimer_{this};      // stableSessionMs after welcome: backoff reset
     QElapsedTimer sinceActivity_; // monotonic: last frame or pong
     int pingMs_ = 10000;
     int silenceMs_ = 25000;
@@ -204,7 +204,7 @@ private:
     qint64 tokenExpMs_ = 0;   // server clock, 0: unknown
     qint64 clockSkewMs_ = 0;  // server clock - local clock, from welcome
     QString expiringAskedFor_; // the token Expiring was already asked about
-    QTimer expiryTimer_;
+    QTimer expiryTimer_{this};
 };
 
 } // namespace im

@@ -1,6 +1,7 @@
 #include "markers_p.h"
 
 #include "connection_p.h"
+#include "logging_p.h"
 
 namespace im {
 
@@ -39,6 +40,7 @@ void Markers::onAcked(const QString &conv, const std::optional<proto::Incoming> 
     const proto::Disposition disp = proto::classify(reply);
     if (disp == proto::Disposition::Success) {
         if (const auto *a = std::get_if<proto::Acked>(&reply->body)) {
+            qCDebug(lcMarkers, "%s: delivered up to seq %lld", qUtf8Printable(a->conv), a->delivered);
             if (!storage_.setDelivered(a->conv, a->delivered))
                 reporter_.storageFailed(QStringLiteral("cannot record delivered marker"), storage_.lastError());
             emit conversationsChanged();
@@ -87,6 +89,7 @@ void Markers::onRead(const QString &conv, const std::optional<proto::Incoming> &
     const proto::Disposition disp = proto::classify(reply);
     if (disp == proto::Disposition::Success) {
         if (const auto *r = std::get_if<proto::ReadOk>(&reply->body)) {
+            qCDebug(lcMarkers, "%s: read up to seq %lld", qUtf8Printable(r->conv), r->read);
             if (!storage_.setRead(r->conv, r->read))
                 reporter_.storageFailed(QStringLiteral("cannot record read marker"), storage_.lastError());
             conn_.retrySucceeded(QStringLiteral("read:") + r->conv);

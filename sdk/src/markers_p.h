@@ -60,7 +60,7 @@ private:
     detail::Reporter &reporter_;
     QHash<QString, qint64> ackSent_; // conv -> highest seq acked on this connection
     QSet<QString> ackDue_;
-    QTimer ackTimer_;
+    QTimer ackTimer_{this};
 };
 
 } // namespace im

@@ -2,6 +2,7 @@
 
 #include "connection_p.h"
 #include "logging_p.h"
+#include "outboxentry_p.h"
 
 #include <QtCore/QCryptographicHash>
 #include <QtCore/QDateTime>
@@ -37,21 +38,21 @@ void Outbox::load(const QList<detail::OutboxRow> &rows) {
 }
 
 OutboxEntry Outbox::toEntry(const Item &item) {
-    OutboxEntry e;
-    e.cmid = item.row.cmid;
-    e.conv = item.row.conv;
-    e.kind = item.row.kind;
-    e.body = item.row.body;
-    e.target = item.row.target;
-    e.attempts = item.row.attempts;
-    e.lastError = item.row.lastError;
+    auto *e = new OutboxEntryData;
+    e->cmid = item.row.cmid;
+    e->conv = item.row.conv;
+    e->kind = item.row.kind;
+    e->body = item.row.body;
+    e->target = item.row.target;
+    e->attempts = item.row.attempts;
+    e->lastError = item.row.lastError;
     if (item.row.nextRetryAt > 0)
-        e.nextRetryAt = QDateTime::fromMSecsSinceEpoch(item.row.nextRetryAt);
-    e.createdAt = QDateTime::fromMSecsSinceEpoch(item.row.createdAt);
-    e.inFlight = item.inFlight;
-    e.prev = item.sentPrev;
-    e.held = item.held;
-    return e;
+        e->nextRetryAt = QDateTime::fromMSecsSinceEpoch(item.row.nextRetryAt);
+    e->createdAt = QDateTime::fromMSecsSinceEpoch(item.row.createdAt);
+    e->inFlight = item.inFlight;
+    e->prev = item.sentPrev;
+    e->held = item.held;
+    return OutboxEntry(e);
 }
 
 void Outbox::clear() {

@@ -191,7 +191,7 @@ private:
     bool pumpQueued_ = false;
     bool flushQueued_ = false;
     QElapsedTimer clock_;                       // monotonic: wall-clock jumps do not matter
-    QTimer retryTimer_;
+    QTimer retryTimer_{this};
 };
 
 } // namespace im

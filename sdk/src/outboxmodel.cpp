@@ -119,18 +119,18 @@ QVariant OutboxModel::data(const QModelIndex &index, int role) const {
     const OutboxEntry e = Outbox::toEntry(*item);
     switch (role) {
     case Qt::DisplayRole:
-    case CmidRole: return e.cmid;
-    case ConvRole: return e.conv;
-    case KindRole: return e.kind;
-    case BodyRole: return e.body;
-    case TargetRole: return e.target;
-    case AttemptsRole: return e.attempts;
-    case LastErrorRole: return e.lastError;
-    case NextRetryAtRole: return e.nextRetryAt;
-    case CreatedAtRole: return e.createdAt;
-    case InFlightRole: return e.inFlight;
-    case PrevRole: return e.prev;
-    case HeldRole: return e.held;
+    case CmidRole: return e.cmid();
+    case ConvRole: return e.conv();
+    case KindRole: return e.kind();
+    case BodyRole: return e.body();
+    case TargetRole: return e.target();
+    case AttemptsRole: return e.attempts();
+    case LastErrorRole: return e.lastError();
+    case NextRetryAtRole: return e.nextRetryAt();
+    case CreatedAtRole: return e.createdAt();
+    case InFlightRole: return e.isInFlight();
+    case PrevRole: return e.prev();
+    case HeldRole: return e.isHeld();
     default: return {};
     }
 }

@@ -1,6 +1,7 @@
 #include "sync_p.h"
 
 #include "connection_p.h"
+#include "logging_p.h"
 
 #include <QtCore/QSet>
 
@@ -102,6 +103,7 @@ void Sync::launch(const QString &conv) {
     if (backlogLimit > 0 && row->head - after > backlogLimit) {
         // New to this install, or far behind: take the newest window and
         // leave [after + 1, oldest - 1] as a gap, filled on demand.
+        qCInfo(lcSync, "%s: %lld events behind (backlog limit %d): newest window of %d, a gap below", qUtf8Printable(conv), row->head - after, backlogLimit, historyWindow);
         conn_.request(rid, proto::encodeHistory(rid, conv, 0, historyWindow, epoch),
                        [this, conv, after, epoch](const std::optional<proto::Incoming> &reply) {
                            if (proto::classify(reply) != proto::Disposition::Success) {
@@ -161,6 +163,7 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
         return;
     }
     conn_.retrySucceeded(QStringLiteral("sync:") + conv);
+    qCDebug(lcSync, "%s: page after %lld: %lld events, head %lld%s", qUtf8Printable(conv), after, qint64(page.events.size()), page.head, page.hasMore ? ", more" : "");
     applied(conv, page.events);
     if (page.hasMore || syncs_[conv].again) {
         start(conv);
@@ -191,6 +194,7 @@ void Sync::onWindow(const QString &conv, qint64 gapLo, qint64 epoch, const proto
         return;
     }
     conn_.retrySucceeded(QStringLiteral("sync:") + conv);
+    qCInfo(lcSync, "%s: window of %lld events stored up to head %lld; gap from seq %lld", qUtf8Printable(conv), qint64(page.events.size()), page.head, gapLo);
     applied(conv, page.events);
     // Forward from the window's head, as usual (events may have come since).
     start(conv);
@@ -249,6 +253,7 @@ void Sync::onOlder(const QString &conv, qint64 before, qint64 gapLo, const std::
         emit windowLoaded(conv, false);
         return;
     }
+    qCInfo(lcSync, "%s: older window of %lld events below seq %lld loaded into the gap", qUtf8Printable(conv), qint64(page->events.size()), before);
     applied(conv, page->events);
     emit windowLoaded(conv, true);
 }
@@ -269,6 +274,7 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
     }
     if (code == proto::code::EpochChanged) {
         // Old cursors are void: drop local events and cursor, rebuild from 0.
+        qCInfo(lcSync, "%s: EPOCH_CHANGED (%s): local events dropped, rebuilding from seq 0", qUtf8Printable(conv), qUtf8Printable(proto::errorMessage(reply)));
         if (!storage_.resetConversation(conv, true)) {
             reporter_.storageFailed(QStringLiteral("cannot reset conversation"), storage_.lastError());
             release(conv);
@@ -279,6 +285,7 @@ void Sync::onSyncFailed(const QString &conv, const std::optional<proto::Incoming
         emit conversationsChanged();
         start(conv);
     } else if (code == proto::code::CursorAhead) {
+        qCInfo(lcSync, "%s: CURSOR_AHEAD: the cursor is past the server's head; cursor reset, syncing again", qUtf8Printable(conv));
         if (!storage_.resetConversation(conv, false)) {
             reporter_.storageFailed(QStringLiteral("cannot reset cursor"), storage_.lastError());
             release(conv);
@@ -303,6 +310,7 @@ void Sync::requestConvs(bool syncAfter) {
     }
     convsRunning_ = true;
     walkSyncs_ = std::exchange(syncAfterConvs_, false);
+    qCDebug(lcSync, "convs walk%s", walkSyncs_ ? " (then sync what moved)" : "");
     requestConvsPage(QString());
 }
 
@@ -442,6 +450,7 @@ void Sync::applyPushes() {
         emit ackDue(conv);
     // Not the next seq (a gap, a reorder, or an unknown conversation): pull.
     for (const QString &conv : std::as_const(behind)) {
+        qCDebug(lcSync, "%s: pushed event is not the next seq (gap, reorder or new conversation): pulling", qUtf8Printable(conv));
         if (!storage_.conversation(conv))
             scheduleConvsRefresh();
         start(conv);

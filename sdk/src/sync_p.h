@@ -129,7 +129,7 @@ private:
     quint64 syncRequests_ = 0;
     QList<proto::Event> pushes_;
     bool pushesQueued_ = false;
-    QTimer convsTimer_;
+    QTimer convsTimer_{this};
 };
 
 } // namespace im

@@ -76,6 +76,7 @@ public:
     void setMaxIncomingBytes(qint64 bytes) { maxIncoming_ = bytes; }
     qint64 maxIncomingBytes() const { return maxIncoming_; }
     int initialBackoffMs() const { return initialMs_; }
+    int maxBackoffMs() const { return maxMs_; }
 
     State state() const { return state_; }
     QUrl currentUrl() const;
@@ -120,8 +121,8 @@ private:
     QList<QSslCertificate> trustedCas_;
     QByteArray pinnedSha256_;
     QPointer<QWebSocket> socket_;
-    QTimer reconnectTimer_;
-    QTimer openTimer_;
+    QTimer reconnectTimer_{this};
+    QTimer openTimer_{this};
 };
 
 } // namespace im::detail

@@ -1,6 +1,8 @@
 // Registers the public value types with the meta-type system; error codes.
 #include <im/types.h>
 
+#include "outboxentry_p.h"
+
 #include <QtCore/QHash>
 
 namespace {
@@ -8,6 +10,27 @@ const int outboxEntryTypeId = qRegisterMetaType<im::OutboxEntry>();
 } // namespace
 
 namespace im {
+
+// OutboxEntry: a value over its private part (outboxentry_p.h).
+OutboxEntry::OutboxEntry() : d(new OutboxEntryData) {}
+OutboxEntry::OutboxEntry(OutboxEntryData *data) : d(data) {}
+OutboxEntry::OutboxEntry(const OutboxEntry &other) = default;
+OutboxEntry::OutboxEntry(OutboxEntry &&other) noexcept = default;
+OutboxEntry &OutboxEntry::operator=(const OutboxEntry &other) = default;
+OutboxEntry &OutboxEntry::operator=(OutboxEntry &&other) noexcept = default;
+OutboxEntry::~OutboxEntry() = default;
+QString OutboxEntry::cmid() const { return d->cmid; }
+QString OutboxEntry::conv() const { return d->conv; }
+QString OutboxEntry::kind() const { return d->kind; }
+QString OutboxEntry::body() const { return d->body; }
+qint64 OutboxEntry::target() const { return d->target; }
+int OutboxEntry::attempts() const { return d->attempts; }
+QString OutboxEntry::lastError() const { return d->lastError; }
+QDateTime OutboxEntry::nextRetryAt() const { return d->nextRetryAt; }
+QDateTime OutboxEntry::createdAt() const { return d->createdAt; }
+bool OutboxEntry::isInFlight() const { return d->inFlight; }
+QString OutboxEntry::prev() const { return d->prev; }
+bool OutboxEntry::isHeld() const { return d->held; }
 
 Error errorFromCode(const QString &code) {
     static const QHash<QString, Error> codes{

@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
             auto* poll = new QTimer(QCoreApplication::instance());
             QObject::connect(poll, &QTimer::timeout, poll, [&client, poll, cmid, before, whenRead] {
                 for (const auto& e : client.outbox())
-                    if (e.cmid == cmid && e.attempts >= 1 && e.inFlight) {
+                    if (e.cmid() == cmid && e.attempts() >= 1 && e.isInFlight()) {
                         poll->stop();
                         whenRead(cmid, before); // on the wire: wait until the gateway has read it
                         return;
@@ -278,12 +278,12 @@ int main(int argc, char** argv) {
             const QList<im::OutboxEntry> entries = client.outbox();
             for (int i = 0; i < std::min<int>(2, int(entries.size())); ++i)
                 head += QStringLiteral(" [%1 attempts=%2 inFlight=%3 last=%4 retryIn=%5ms]")
-                            .arg(entries[i].cmid.left(8))
-                            .arg(entries[i].attempts)
-                            .arg(entries[i].inFlight)
-                            .arg(entries[i].lastError)
-                            .arg(entries[i].nextRetryAt.isValid()
-                                     ? QDateTime::currentDateTimeUtc().msecsTo(entries[i].nextRetryAt)
+                            .arg(entries[i].cmid().left(8))
+                            .arg(entries[i].attempts())
+                            .arg(entries[i].isInFlight())
+                            .arg(entries[i].lastError())
+                            .arg(entries[i].nextRetryAt().isValid()
+                                     ? QDateTime::currentDateTimeUtc().msecsTo(entries[i].nextRetryAt())
                                      : -1);
             std::fprintf(stderr, "status: state=%d pending=%d%s\n", static_cast<int>(client.connectionState()),
                          client.pendingCount(), qPrintable(head));

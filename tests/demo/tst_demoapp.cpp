@@ -172,6 +172,8 @@ private slots:
     void history_view_shows_a_gap_fills_it_and_loads_older();
     void token_panel_shows_the_expiry_and_recovers_from_a_rejected_token();
     void held_drafts_show_apart_from_pending_and_are_discarded();
+    void disconnect_and_connect_buttons_drive_the_client();
+    void reset_install_then_connect_without_closing_the_window();
     void log_pane_shows_the_sdks_im_sdk_lines();
     void send_window_of_one_keeps_a_single_request_in_flight();
     void reconnect_backoff_setting_shows_in_the_countdown();
@@ -966,18 +968,27 @@ void TestDemoApp::held_drafts_show_apart_from_pending_and_are_discarded() {
     QCOMPARE(shown(ana_, anas, ChatWindow::StateColumn), QStringLiteral("Pending"));
     QCOMPARE(stateOf(ana_->messages(), bens), MessageState::Pending); // the state itself: not sent
 
+    // Apart (issue 48): the outbox table lists what goes out, ana's draft
+    // only; the held draft is in a table of its own, shown while there is one.
     auto *outbox = child<QTableView>(ana_, "outboxView");
-    QTRY_COMPARE(outbox->model()->rowCount(), 2);
+    auto *heldView = child<QTableView>(ana_, "heldView");
+    auto *heldBox = child<QWidget>(ana_, "heldBox");
+    QTRY_COMPARE(heldView->model()->rowCount(), 1);
+    QCOMPARE(outbox->model()->rowCount(), 1);
     QCOMPARE(outbox->model()->index(0, ChatWindow::OWhat).data().toString(), anas);
     QCOMPARE(outbox->model()->index(0, ChatWindow::OHeld).data().toString(), QStringLiteral("-"));
-    QCOMPARE(outbox->model()->index(1, ChatWindow::OWhat).data().toString(), bens);
-    QCOMPARE(outbox->model()->index(1, ChatWindow::OHeld).data().toString(), QStringLiteral("held"));
+    QCOMPARE(heldView->model()->index(0, ChatWindow::OWhat).data().toString(), bens);
+    QCOMPARE(heldView->model()->index(0, ChatWindow::OHeld).data().toString(), QStringLiteral("held"));
+    QVERIFY(heldBox->isVisible());
+    QVERIFY(heldBox->isAncestorOf(child<QPushButton>(ana_, "discardHeldButton")));
     auto *depth = child<QLabel>(ana_, "outboxDepth");
     QVERIFY2(depth->text().contains(QStringLiteral("held: <b>1</b>")), qPrintable(depth->text()));
 
     QTest::mouseClick(child<QPushButton>(ana_, "discardHeldButton"), Qt::LeftButton);
     QCOMPARE(ana_->lastActionText(), QStringLiteral("Discarded 1 held draft(s)"));
-    QTRY_COMPARE(outbox->model()->rowCount(), 1);
+    QTRY_COMPARE(heldView->model()->rowCount(), 0);
+    QTRY_VERIFY(!heldBox->isVisible());
+    QCOMPARE(outbox->model()->rowCount(), 1);
     QCOMPARE(outbox->model()->index(0, ChatWindow::OWhat).data().toString(), anas);
     QVERIFY2(!depth->text().contains(QStringLiteral("held")), qPrintable(depth->text()));
     QTRY_COMPARE(rowsWithBody(ana_->messages(), bens).size(), 0);
@@ -990,6 +1001,72 @@ void TestDemoApp::held_drafts_show_apart_from_pending_and_are_discarded() {
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), anas), MessageState::Sent, kSettle);
     QCOMPARE(rowsWithBody(ben_->messages(), bens).size(), 0);
     QCOMPARE(ana_->client()->heldCount(), 0);
+}
+
+// Connect / Disconnect (issue 48): Disconnect closes the connection and
+// stops reconnecting (the indicator says Disconnected, Connect is offered);
+// a message typed meanwhile waits Pending; Connect connects again and it
+// goes out once.
+void TestDemoApp::disconnect_and_connect_buttons_drive_the_client() {
+    waitConnected(ana_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    auto *connectButton = child<QPushButton>(ana_, "connectButton");
+    auto *disconnectButton = child<QPushButton>(ana_, "disconnectButton");
+    QTRY_VERIFY(disconnectButton->isEnabled());
+    QVERIFY(!connectButton->isEnabled());
+
+    QTest::mouseClick(disconnectButton, Qt::LeftButton);
+    QTRY_COMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    QTRY_VERIFY(connectButton->isEnabled());
+    QVERIFY(!disconnectButton->isEnabled());
+    QCOMPARE(ana_->connectionText(), QStringLiteral("Disconnected"));
+    const QString body = QStringLiteral("typed while disconnected");
+    typeAndSend(ana_, body);
+    QTRY_COMPARE(shown(ana_, body, ChatWindow::StateColumn), QStringLiteral("Pending"));
+    QCOMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected); // no reconnect by itself
+
+    QTest::mouseClick(connectButton, Qt::LeftButton);
+    waitConnected(ana_);
+    QTRY_VERIFY(disconnectButton->isEnabled());
+    QVERIFY(!connectButton->isEnabled());
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
+}
+
+// "Reset install" and then Connect, in the same window (issue 48: QA had
+// to close it). A second install of ana's device connects (another store,
+// same token), which makes ana's window's install stale: after its next
+// hello it shows the STALE_INSTALL banner, Connect is not offered (a stale
+// install must be reset first). Reset install, Connect: connected again
+// under a new install id.
+void TestDemoApp::reset_install_then_connect_without_closing_the_window() {
+    waitConnected(ana_);
+    const QString oldInstall = ana_->client()->installId();
+    {
+        im::Client other;
+        other.setServers({server_->url});
+        other.setCredentials(ana_->session().token);
+        QVERIFY(other.open(data_.filePath(QStringLiteral("ana-second-install.db"))));
+        other.connectToServer();
+        QTRY_VERIFY_WITH_TIMEOUT(other.connectionState() == im::ConnectionState::Connected, kSettle);
+    }
+    // ana's window finds out at its next hello.
+    ana_->clientFaults()->closeSocketNow();
+    QTRY_VERIFY_WITH_TIMEOUT(ana_->client()->isInstallStale(), kSettle);
+    auto *connectButton = child<QPushButton>(ana_, "connectButton");
+    auto *reset = child<QPushButton>(ana_, "resetInstallButton");
+    QTRY_VERIFY(reset->isVisible());
+    QCOMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    QVERIFY(!connectButton->isEnabled());
+
+    QTest::mouseClick(reset, Qt::LeftButton);
+    QTRY_VERIFY(!ana_->client()->isInstallStale());
+    QVERIFY(ana_->client()->installId() != oldInstall);
+    QTRY_VERIFY(connectButton->isEnabled());
+    QCOMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    QTest::mouseClick(connectButton, Qt::LeftButton);
+    waitConnected(ana_);
+    QVERIFY(!reset->isVisible());
 }
 
 // The log pane shows the SDK's im.sdk.* lines as they are written: a

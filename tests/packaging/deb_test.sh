@@ -3,7 +3,8 @@
 # checks their metadata and contents (dpkg-deb), lintian (no errors), the
 # systemd unit (systemd-analyze verify), unpacks them into a temporary root
 # and there: runs the packaged imserver, builds the SDK quick start against
-# the unpacked libimsdk-dev and checks it loads the unpacked library (running
+# the unpacked libimsdk-dev (with its CMake package, and with pkg-config
+# alone) and checks it loads the unpacked library (running
 # it against a server is sdk.package_consumer's part), and runs a QML test (packaged_qml.qml, qmltestrunner) on the
 # unpacked qml6-module-imsdk against the same server.
 # Usage: deb_test.sh BUILD_DIR QUICKSTART_SOURCE_DIR
@@ -74,7 +75,7 @@ has imserver /usr/bin/imserver /lib/systemd/system/imserver.service /etc/imserve
     /usr/share/doc/imserver/copyright /usr/share/doc/imserver/operations.md.gz
 has $lib "/usr/lib/libimsdk.so.$so" "/usr/lib/libimsdk.so.${sdkversion}" /usr/share/doc/$lib/copyright
 has libimsdk-dev /usr/lib/libimsdk.so /usr/include/im/client.h /usr/lib/cmake/ImSdk/ImSdkConfig.cmake \
-    /usr/lib/cmake/ImSdk/ImSdkTargets.cmake
+    /usr/lib/cmake/ImSdk/ImSdkTargets.cmake /usr/lib/pkgconfig/imsdk.pc
 has imdemo /usr/bin/imdemo
 qmldir=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/qt6/qml/ImSdk
 has qml6-module-imsdk "$qmldir/qmldir" "$qmldir/libimsdkqml.so" "$qmldir/imsdkqml.qmltypes" \
@@ -145,6 +146,13 @@ grep -q "ImSdk_DIR:PATH=$root/usr/lib/cmake/ImSdk" "$work/qs/CMakeCache.txt" || 
 cmake --build "$work/qs" >>"$work/qs.log" 2>&1 || { cat "$work/qs.log"; fail "build"; }
 ldd "$work/qs/mychat" | matches "libimsdk.so.$so => $root/usr/lib/libimsdk.so.$so" ||
     { ldd "$work/qs/mychat"; fail "mychat does not load the unpacked libimsdk.so.$so"; }
+# Without CMake: pkg-config alone (imsdk.pc is relocatable: the unpacked
+# root works as well as /usr).
+pcflags=$(PKG_CONFIG_PATH="$root/usr/lib/pkgconfig" pkg-config --cflags --libs imsdk) || fail "pkg-config imsdk"
+c++ -std=c++17 -fPIC "$quickstart/main.cpp" $pcflags -o "$work/mychat-pc" >"$work/pc.log" 2>&1 ||
+    { cat "$work/pc.log"; fail "the quick start does not build with pkg-config ($pcflags)"; }
+LD_LIBRARY_PATH="$root/usr/lib" ldd "$work/mychat-pc" | matches "libimsdk.so.$so => $root/usr/lib/libimsdk.so.$so" ||
+    fail "the pkg-config build does not link libimsdk.so.$so"
 # Running the quick start against a server is sdk.package_consumer's job (the
 # same program from the same install components); here it must build and
 # load the unpacked library, which is what the package adds.

@@ -298,19 +298,19 @@ void TestClientOutbox::a_backlog_in_one_conversation_leaves_room_for_the_others(
     int onWire = 0;
     for (qsizetype i = 0; i < entries.size(); ++i) {
         const im::OutboxEntry &e = entries.at(i);
-        QCOMPARE(model.get(int(i), im::OutboxModel::PrevRole).toString(), e.prev);
-        if (!e.inFlight) {
-            QVERIFY2(e.prev.isEmpty(), qPrintable(e.cmid));
+        QCOMPARE(model.get(int(i), im::OutboxModel::PrevRole).toString(), e.prev());
+        if (!e.isInFlight()) {
+            QVERIFY2(e.prev().isEmpty(), qPrintable(e.cmid()));
             continue;
         }
         ++onWire;
-        QCOMPARE(e.prev, wirePrev.value(e.cmid));
-        if (e.conv == u"c2")
-            QVERIFY(e.prev.isEmpty()); // nothing of c2 was unanswered
+        QCOMPARE(e.prev(), wirePrev.value(e.cmid()));
+        if (e.conv() == u"c2")
+            QVERIFY(e.prev().isEmpty()); // nothing of c2 was unanswered
         else
-            QCOMPARE(e.prev, before); // the c1 entry just before it (empty for the first)
-        if (e.conv == u"c1")
-            before = e.cmid;
+            QCOMPARE(e.prev(), before); // the c1 entry just before it (empty for the first)
+        if (e.conv() == u"c1")
+            before = e.cmid();
     }
     QCOMPARE(onWire, window / 2 + 1);
     f.server.holdReplies.clear();
@@ -369,7 +369,7 @@ void TestClientOutbox::a_send_answered_unauthenticated_stays_pending_and_goes_on
     const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("kept"));
     auto lastError = [&] {
         const auto entries = f.client.outbox();
-        return entries.isEmpty() ? QString() : entries.first().lastError;
+        return entries.isEmpty() ? QString() : entries.first().lastError();
     };
     QTRY_COMPARE(lastError(), QStringLiteral("UNAUTHENTICATED"));
     QCOMPARE(f.client.messageState(cmid), MessageState::Pending);
@@ -418,11 +418,11 @@ void TestClientOutbox::outbox_introspection_reports_attempts_last_error_and_dept
     f.client.setRetryBackoff(800, 800);
     f.server.unavailable.insert(QStringLiteral("send"), 1);
     f.client.connectToServer();
-    QTRY_VERIFY(!f.client.outbox().isEmpty() && f.client.outbox().first().lastError == u"UNAVAILABLE");
+    QTRY_VERIFY(!f.client.outbox().isEmpty() && f.client.outbox().first().lastError() == u"UNAVAILABLE");
     const im::OutboxEntry e = f.client.outbox().first();
-    QCOMPARE(e.attempts, 1);
-    QVERIFY(e.nextRetryAt > QDateTime::currentDateTime());
-    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT last_error FROM outbox WHERE cmid = ?"), {e.cmid}).toString(),
+    QCOMPARE(e.attempts(), 1);
+    QVERIFY(e.nextRetryAt() > QDateTime::currentDateTime());
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT last_error FROM outbox WHERE cmid = ?"), {e.cmid()}).toString(),
              QStringLiteral("UNAVAILABLE"));
     QTRY_COMPARE_WITH_TIMEOUT(model.depth(), 0, 5000);
     QCOMPARE(f.client.pendingCount(), 0);

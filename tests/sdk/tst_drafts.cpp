@@ -319,8 +319,8 @@ void TestDrafts::held_drafts_show_as_held_in_both_models_and_can_be_discarded() 
     QCOMPARE(heldIn(outbox, pending), QVariant(false));
     const QList<im::OutboxEntry> entries = c.outbox();
     QCOMPARE(entries.size(), 2);
-    QVERIFY(entries.at(0).held);
-    QVERIFY(!entries.at(1).held);
+    QVERIFY(entries.at(0).isHeld());
+    QVERIFY(!entries.at(1).isHeld());
 
     QCOMPARE(c.discardHeldDrafts(), 1);
     QCOMPARE(c.heldCount(), 0);
@@ -328,7 +328,7 @@ void TestDrafts::held_drafts_show_as_held_in_both_models_and_can_be_discarded() 
     QCOMPARE(outbox.rowCount(), 1);
     QTRY_COMPARE(timeline.rowCount(), 1);
     QCOMPARE(c.pendingCount(), 1);
-    QVERIFY(c.outbox().at(0).cmid == pending);
+    QVERIFY(c.outbox().at(0).cmid() == pending);
     // Nothing held is left to discard; ana's draft goes out as hers.
     QCOMPARE(c.discardHeldDrafts(), 0);
     QVERIFY(f.connected());

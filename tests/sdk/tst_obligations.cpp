@@ -107,8 +107,8 @@ void TestObligations::batches_failing_together_keep_per_conversation_send_order(
     QSet<QString> unavailable; // cmids seen waiting for a retry after UNAVAILABLE
     connect(ana.get(), &Client::outboxChanged, this, [&] {
         for (const im::OutboxEntry &e : ana->outbox())
-            if (e.lastError == u"UNAVAILABLE")
-                unavailable.insert(e.cmid);
+            if (e.lastError() == u"UNAVAILABLE")
+                unavailable.insert(e.cmid());
     });
     ana->connectToServer();
     QTRY_COMPARE_WITH_TIMEOUT(ana->pendingCount(), 0, 120000);
@@ -157,9 +157,9 @@ void TestObligations::a_failed_head_is_not_overtaken_by_later_messages() {
     bool headFailed = false, secondRefused = false;
     connect(ana.get(), &Client::outboxChanged, this, [&] {
         for (const im::OutboxEntry &e : ana->outbox()) {
-            if (e.cmid == sent.first() && e.lastError == u"UNAVAILABLE")
+            if (e.cmid() == sent.first() && e.lastError() == u"UNAVAILABLE")
                 headFailed = true;
-            if (e.cmid == sent.at(1) && e.lastError == u"UNAVAILABLE")
+            if (e.cmid() == sent.at(1) && e.lastError() == u"UNAVAILABLE")
                 secondRefused = true;
         }
     });

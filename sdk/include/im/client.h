@@ -41,9 +41,12 @@ class ClientPrivate;
  *  - A sync page, its markers and the new cursor are written in one
  *    transaction: a crash mid-page loses nothing and duplicates nothing.
  *
- * Threading: a Client lives in the thread that created it. It never blocks
- * that thread on the network; SQLite writes are short transactions on that
- * thread. Do not call it from other threads.
+ * Threading: a Client lives in the thread that created it, or the one it was
+ * moved to: moveToThread() takes all of its parts along (timers, socket).
+ * Move it before open() and open() it on its new thread (the SQLite
+ * connection belongs to the thread that opened it); see docs/sdk.md
+ * "Threading". It never blocks its thread on the network; SQLite writes are
+ * short transactions on that thread. Do not call it from other threads.
  *
  * Errors: every failed local database write is reported through
  * errorOccurred("STORAGE_ERROR", ...) and the return value of the call that
@@ -82,6 +85,9 @@ class IM_SDK_EXPORT Client : public QObject {
     /// until setCredentials() hands over another one.
     Q_PROPERTY(bool awaitingCredentials READ isAwaitingCredentials NOTIFY awaitingCredentialsChanged)
     /// Settings, also from QML (`Client { sendWindow: 8 }`); see the setters.
+    /// Every setting has a getter and a property (NOTIFY settingsChanged,
+    /// but requestTimeout: requestTimeoutChanged). The server URLs (setServers()).
+    Q_PROPERTY(QList<QUrl> servers READ servers WRITE setServers NOTIFY settingsChanged)
     /// Outbox requests unanswered at once (setSendWindow()).
     Q_PROPERTY(int sendWindow READ sendWindow WRITE setSendWindow NOTIFY settingsChanged)
     /// Keep-alive ping interval and silence timeout in ms (setKeepAlive()).
@@ -92,6 +98,18 @@ class IM_SDK_EXPORT Client : public QObject {
     /// system's store), and the pinned SHA-256 fingerprint (empty: none). A
     /// value that cannot be used leaves the setting as it was and is reported
     /// through lastError() and errorOccurred("INVALID_ARGUMENT").
+    /// Request retry backoff, first and longest delay in ms (setRetryBackoff()).
+    Q_PROPERTY(int retryBackoffInitial READ retryBackoffInitial WRITE setRetryBackoffInitial NOTIFY settingsChanged)
+    Q_PROPERTY(int retryBackoffMax READ retryBackoffMax WRITE setRetryBackoffMax NOTIFY settingsChanged)
+    /// Reconnect backoff, first and longest delay in ms (setReconnectBackoff()).
+    Q_PROPERTY(int reconnectBackoffInitial READ reconnectBackoffInitial WRITE setReconnectBackoffInitial
+                   NOTIFY settingsChanged)
+    Q_PROPERTY(int reconnectBackoffMax READ reconnectBackoffMax WRITE setReconnectBackoffMax NOTIFY settingsChanged)
+    /// Events per `sync` page (setSyncPageSize()).
+    Q_PROPERTY(int syncPageSize READ syncPageSize WRITE setSyncPageSize NOTIFY settingsChanged)
+    /// Events per `history` window and the backlog limit (setHistoryWindow(), setBacklogLimit()).
+    Q_PROPERTY(int historyWindow READ historyWindow WRITE setHistoryWindow NOTIFY settingsChanged)
+    Q_PROPERTY(int backlogLimit READ backlogLimit WRITE setBacklogLimit NOTIFY settingsChanged)
     Q_PROPERTY(QString trustedCaFile READ trustedCaFile WRITE setTrustedCaFileProperty NOTIFY settingsChanged)
     Q_PROPERTY(QString pinnedCertificateSha256 READ pinnedCertificateSha256 WRITE setPinnedCertificateSha256Property
                    NOTIFY settingsChanged)
@@ -178,18 +196,34 @@ public:
     int requestTimeout() const;
     /// Retry backoff for unanswered/UNAVAILABLE requests while connected:
     /// min(maxMs, initialMs * 2^(attempt-1)), jittered into [d/2, d].
+    /// Defaults 250 and 30000; initialMs >= 1, maxMs >= initialMs.
     Q_INVOKABLE void setRetryBackoff(int initialMs, int maxMs);
-    /// Backoff between reconnect attempts (same shape as above). It starts
-    /// over once a session has stayed up 30 s, not at every welcome.
+    int retryBackoffInitial() const;
+    int retryBackoffMax() const;
+    /// setRetryBackoff() with one of the two values changed (the other moves
+    /// only if it must, so that initial <= max); the same for the reconnect
+    /// backoff below.
+    void setRetryBackoffInitial(int ms);
+    void setRetryBackoffMax(int ms);
+    /// Backoff between reconnect attempts (same shape as above; defaults 500
+    /// and 30000). It starts over once a session has stayed up 30 s, not at
+    /// every welcome.
     Q_INVOKABLE void setReconnectBackoff(int initialMs, int maxMs);
-    /// Page size for `sync` (1..200).
+    int reconnectBackoffInitial() const;
+    int reconnectBackoffMax() const;
+    void setReconnectBackoffInitial(int ms);
+    void setReconnectBackoffMax(int ms);
+    /// Page size for `sync` (1..200, default 100; clamped).
     Q_INVOKABLE void setSyncPageSize(int limit);
+    int syncPageSize() const;
     /// History windows (docs/sdk.md): events per `history` window (1..200,
     /// default 100), and how far behind (or new to this install) a
     /// conversation may be before it opens with its newest window and keeps
     /// a gap instead of syncing everything (default 1000 events; <= 0: never).
     Q_INVOKABLE void setHistoryWindow(int events);
     Q_INVOKABLE void setBacklogLimit(int events);
+    int historyWindow() const;
+    int backlogLimit() const;
     /// How many outbox requests may be unanswered at once, all conversations
     /// together (default 128). A conversation's messages are pipelined in
     /// creation order, each naming the one before it as `prev`, so the
@@ -305,8 +339,10 @@ Q_SIGNALS:
     void requestTimeoutChanged(int ms);
     void tokenExpiresAtChanged();
     void awaitingCredentialsChanged(bool awaiting);
-    /// sendWindow, pingInterval, silenceTimeout, trustedCaFile or
-    /// pinnedCertificateSha256 changed.
+    /// A setting changed: servers, sendWindow, pingInterval, silenceTimeout, the retry
+    /// or reconnect backoff, syncPageSize, historyWindow, backlogLimit,
+    /// trustedCaFile or pinnedCertificateSha256 (requestTimeout has its own
+    /// signal).
     void settingsChanged();
     /// The app should hand over a new token with setCredentials()
     /// (obligation 14). Expiring: ahead of the token's expiry, at most once

@@ -6,6 +6,7 @@
 #include <QtCore/QDateTime>
 #include <QtCore/QMetaType>
 #include <QtCore/QObject>
+#include <QtCore/QSharedDataPointer>
 #include <QtCore/QString>
 
 namespace im {
@@ -69,40 +70,70 @@ Q_ENUM_NS(Error)
 /// Error::Unknown for a code this SDK does not know, Error::None for "".
 IM_SDK_EXPORT Error errorFromCode(const QString &code);
 
-/// One entry of the durable outbox, for introspection (QA panels, badges).
-struct IM_SDK_EXPORT OutboxEntry {
+class OutboxEntryData;
+
+/// One entry of the durable outbox, for introspection (QA panels, badges):
+/// what Client::outbox() returns. A read-only value (implicitly shared, cheap
+/// to copy); only the SDK fills it. A value class with a private part, so
+/// that a later version can tell more about an entry without changing its
+/// size or layout (ABI, docs/sdk.md "Versions and ABI"). QML reads the same
+/// names as properties (`entry.cmid`, `entry.inFlight`, `entry.held`).
+class IM_SDK_EXPORT OutboxEntry {
     Q_GADGET
-    Q_PROPERTY(QString cmid MEMBER cmid)
-    Q_PROPERTY(QString conv MEMBER conv)
-    Q_PROPERTY(QString kind MEMBER kind)
-    Q_PROPERTY(QString body MEMBER body)
-    Q_PROPERTY(qint64 target MEMBER target)
-    Q_PROPERTY(int attempts MEMBER attempts)
-    Q_PROPERTY(QString lastError MEMBER lastError)
-    Q_PROPERTY(QDateTime nextRetryAt MEMBER nextRetryAt)
-    Q_PROPERTY(QDateTime createdAt MEMBER createdAt)
-    Q_PROPERTY(bool inFlight MEMBER inFlight)
-    Q_PROPERTY(QString prev MEMBER prev)
-    Q_PROPERTY(bool held MEMBER held)
+    Q_PROPERTY(QString cmid READ cmid)
+    Q_PROPERTY(QString conv READ conv)
+    Q_PROPERTY(QString kind READ kind)
+    Q_PROPERTY(QString body READ body)
+    Q_PROPERTY(qint64 target READ target)
+    Q_PROPERTY(int attempts READ attempts)
+    Q_PROPERTY(QString lastError READ lastError)
+    Q_PROPERTY(QDateTime nextRetryAt READ nextRetryAt)
+    Q_PROPERTY(QDateTime createdAt READ createdAt)
+    Q_PROPERTY(bool inFlight READ isInFlight)
+    Q_PROPERTY(QString prev READ prev)
+    Q_PROPERTY(bool held READ isHeld)
 public:
-    QString cmid;          ///< the client message id (UUID v4), the request key
-    QString conv;          ///< conversation id
-    QString kind;          ///< "send" or "recall"
-    QString body;          ///< message text ("send" only)
-    qint64 target = 0;     ///< recalled seq ("recall" only)
-    int attempts = 0;      ///< how many times it has been put on the wire
-    QString lastError;     ///< last retryable failure: "UNAVAILABLE", "TIMEOUT", "DISCONNECTED"
-    QDateTime nextRetryAt; ///< earliest next attempt while connected (invalid: as soon as possible)
-    QDateTime createdAt;   ///< when send()/recall() committed it
-    bool inFlight = false; ///< a request for it is on the wire, unanswered
+    /// An empty entry (no cmid; every number 0, every time invalid).
+    OutboxEntry();
+    OutboxEntry(const OutboxEntry &other);
+    OutboxEntry(OutboxEntry &&other) noexcept;
+    OutboxEntry &operator=(const OutboxEntry &other);
+    OutboxEntry &operator=(OutboxEntry &&other) noexcept;
+    ~OutboxEntry();
+
+    /// The client message id (UUID v4), the request key.
+    QString cmid() const;
+    /// Conversation id.
+    QString conv() const;
+    /// "send" or "recall".
+    QString kind() const;
+    /// Message text ("send" only).
+    QString body() const;
+    /// The recalled seq ("recall" only; 0 otherwise).
+    qint64 target() const;
+    /// How many times it has been put on the wire.
+    int attempts() const;
+    /// Last retryable failure: "UNAVAILABLE", "TIMEOUT", "DISCONNECTED" (empty: none).
+    QString lastError() const;
+    /// Earliest next attempt while connected (invalid: as soon as possible).
+    QDateTime nextRetryAt() const;
+    /// When send()/recall() committed it.
+    QDateTime createdAt() const;
+    /// A request for it is on the wire, unanswered.
+    bool isInFlight() const;
     /// The cmid its latest attempt named as `prev`: the unanswered message of
     /// the same conversation sent just before it, which the server must have
     /// committed before it appends this one. Empty: none (nothing of its
     /// conversation was unanswered then, or it was never put on the wire).
-    QString prev;
+    QString prev() const;
     /// Held (obligation 10, Client::isHeld()): written under a token not
     /// proven to be this store's user; never sent in its sessions.
-    bool held = false;
+    bool isHeld() const;
+
+private:
+    friend class Outbox; // fills it (sdk/src)
+    explicit OutboxEntry(OutboxEntryData *data);
+    QSharedDataPointer<OutboxEntryData> d;
 };
 
 } // namespace im

@@ -2,7 +2,8 @@
 # configure and build tests/sdk/package against it with find_package(ImSdk).
 # Then, given RUNNER (quickstart_run.cpp), run the built quick start against
 # the real server on a clean data folder.
-# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, optional RUNNER.
+# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, optional RUNNER, optional CXX (the
+# compiler for the pkg-config build).
 file(REMOVE_RECURSE "${WORK_DIR}")
 # Only the SDK's components (the packages libimsdk<SOVERSION> and
 # libimsdk-dev): the server's component writes to /etc and /lib/systemd.
@@ -31,6 +32,28 @@ foreach(h ${_im_headers})
     message(FATAL_ERROR "${h} declares a QA hook: ${_hooks}")
   endif()
 endforeach()
+# Without CMake: imsdk.pc beside the CMake package. The same quick start,
+# compiled and linked by hand with `pkg-config --cflags --libs imsdk` only
+# (no -D of our own: the shared library needs none, docs/sdk.md "Building").
+if(CXX)
+  set(_pc_dir "${WORK_DIR}/prefix/lib/pkgconfig")
+  if(NOT EXISTS "${_pc_dir}/imsdk.pc")
+    message(FATAL_ERROR "not installed: lib/pkgconfig/imsdk.pc")
+  endif()
+  execute_process(COMMAND "${CMAKE_COMMAND}" -E env "PKG_CONFIG_PATH=${_pc_dir}"
+                          pkg-config --cflags --libs imsdk
+                  OUTPUT_VARIABLE _pc_flags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config --cflags --libs imsdk failed: ${rc}")
+  endif()
+  separate_arguments(_pc_flags UNIX_COMMAND "${_pc_flags}")
+  file(MAKE_DIRECTORY "${WORK_DIR}/pc")
+  execute_process(COMMAND "${CXX}" -std=c++17 -fPIC "${SOURCE_DIR}/main.cpp" ${_pc_flags} -o "${WORK_DIR}/pc/mychat"
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0 OR NOT EXISTS "${WORK_DIR}/pc/mychat")
+    message(FATAL_ERROR "the quick start did not build with pkg-config (flags: ${_pc_flags}): ${rc}")
+  endif()
+endif()
 execute_process(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${WORK_DIR}/build"
                         "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release
                 RESULT_VARIABLE rc)
@@ -48,4 +71,4 @@ if(RUNNER)
   endif()
 endif()
 file(REMOVE_RECURSE "${WORK_DIR}")
-message(STATUS "installed ImSdk package builds an outside app (C++17) and its quick start runs")
+message(STATUS "installed ImSdk package builds an outside app (C++17, with CMake and with pkg-config) and its quick start runs")
