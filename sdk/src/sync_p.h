@@ -65,6 +65,9 @@ public:
     bool isWalkingConvs() const { return convsRunning_; }
     /// `convs` walks started (diagnostics, tests).
     quint64 convsWalks() const { return walks_; }
+    /// A refresh is scheduled (its timer runs, or it waits for the walk
+    /// under way): diagnostics, tests.
+    bool convsRefreshPending() const { return convsTimer_.isActive() || refreshAfterWalk_; }
 
     int pageSize = 100;
     int convsPageSize = 100;
