@@ -37,6 +37,7 @@ private slots:
     void hints_and_read_ok_move_the_badge_without_a_convs_walk();
     void an_unknown_conversation_in_a_hint_is_discovered_by_a_walk();
     void convs_refreshes_are_rate_limited();
+    void a_read_the_stored_rows_cannot_count_takes_the_servers_count();
 };
 
 namespace {
@@ -335,6 +336,34 @@ void TestClientMarkers::unread_badge_is_the_servers_count_also_across_a_gap() {
     QTRY_COMPARE(unread(), 6);
     QVERIFY(f.client.markRead(c1, 12));
     QTRY_COMPARE(unread(), 0);
+}
+
+// Issue 48: a read part of the way into a gap (the window holds b9, b10;
+// b1..b8 were never loaded) cannot be counted from the stored rows: one
+// walk brings the server's count (b6..b10: 5), not a recount of what is
+// stored (2) nor the old badge (10).
+void TestClientMarkers::a_read_the_stored_rows_cannot_count_takes_the_servers_count() {
+    Fixture f;
+    const QString c1 = QStringLiteral("c1");
+    f.client.setBacklogLimit(3);
+    f.client.setHistoryWindow(2);
+    f.server.pushEvents = false;
+    for (int i = 1; i <= 10; ++i)
+        f.server.append(c1, QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    const auto unread = [&] {
+        return sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = ?"), {c1}).toLongLong();
+    };
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(c1), 10);
+    QCOMPARE(f.eventCount(c1), 2);
+    QTRY_VERIFY(settled(f));
+    QCOMPARE(unread(), 10);
+    const int walksBefore = f.requestsOf(QStringLiteral("convs"));
+    f.server.convs[c1].read.insert(QStringLiteral("ana"), 5);
+    f.server.pushToAll(hintFrame(c1, 10, 5));
+    QTRY_COMPARE_WITH_TIMEOUT(unread(), 5, 15000);
+    QTRY_VERIFY(settled(f));
+    QCOMPARE(f.requestsOf(QStringLiteral("convs")), walksBefore + 1);
 }
 
 QTEST_GUILESS_MAIN(TestClientMarkers)
