@@ -63,6 +63,16 @@ ClientPrivate::ClientPrivate(Client *qq)
     connect(&conn, &Connection::resyncPushed, &sync, &Sync::onResync);
     connect(&sync, &Sync::ownEventsStored, &outbox, &Outbox::settleOwnEvents);
     connect(&sync, &Sync::ackDue, &markers, &Markers::sendAck);
+    // Our own messages a restored server lost, back in the outbox table:
+    // the outbox takes them (creation order among them) and sends them with
+    // their cmid; each shows as Pending until its new seq comes.
+    connect(&sync, &Sync::ownMessagesRequeued, this, [this](const QList<detail::OutboxRow> &rows) {
+        outbox.load(rows);
+        for (const detail::OutboxRow &r : rows)
+            emit q->messageStateChanged(r.conv, r.cmid, 0, MessageState::Pending, QString());
+        emit q->outboxChanged();
+        outbox.schedulePump();
+    });
     connect(&markers, &Markers::convsRefreshWanted, &sync, [this] { sync.scheduleConvsRefresh(); });
     connect(&outbox, &Outbox::sessionMustEnd, this, &ClientPrivate::endSession);
     connect(&sync, &Sync::sessionMustEnd, this, &ClientPrivate::endSession);

@@ -90,12 +90,16 @@ void Markers::onRead(const QString &conv, const std::optional<proto::Incoming> &
     if (disp == proto::Disposition::Success) {
         if (const auto *r = std::get_if<proto::ReadOk>(&reply->body)) {
             qCDebug(lcMarkers, "%s: read up to seq %lld", qUtf8Printable(r->conv), r->read);
-            if (!storage_.setRead(r->conv, r->read))
+            // The badge is counted from the stored rows; only a read the
+            // rows cannot count (a gap) needs the server's count (a walk).
+            bool uncounted = false;
+            if (!storage_.setRead(r->conv, r->read, &uncounted))
                 reporter_.storageFailed(QStringLiteral("cannot record read marker"), storage_.lastError());
             conn_.retrySucceeded(QStringLiteral("read:") + r->conv);
             emit conversationsChanged();
             emit timelineChanged(r->conv);
-            emit convsRefreshWanted();
+            if (uncounted)
+                emit convsRefreshWanted();
         }
     } else if (disp == proto::Disposition::Retry) {
         conn_.retryLater(QStringLiteral("read:") + conv, [this] { sendPendingReads(); });

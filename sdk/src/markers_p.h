@@ -44,7 +44,8 @@ Q_SIGNALS:
     void conversationsChanged();
     /// The timeline of `conv` changed (read markers show in it).
     void timelineChanged(const QString &conv);
-    /// The server's answer suggests the conversation list moved: refresh it.
+    /// A read_ok moved the read marker part of the way and the stored rows
+    /// cannot count the badge: the server's count is wanted (a walk).
     void convsRefreshWanted();
     /// A reply said EndSession (classify()): the client decides what that means.
     void sessionMustEnd(const std::optional<im::proto::Incoming> &reply);

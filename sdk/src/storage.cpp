@@ -204,6 +204,7 @@ void Storage::rollback() {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.exec(QStringLiteral("ROLLBACK")); // no-op if no transaction is active
     restoreDurability();
+    requeued_.clear(); // what a rolled-back rebuild put back is not there
 }
 
 std::optional<QString> Storage::meta(const QString &key) {

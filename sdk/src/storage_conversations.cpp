@@ -157,18 +157,71 @@ bool Storage::setDelivered(const QString &conv, qint64 delivered) {
     return commit();
 }
 
-bool Storage::setRead(const QString &conv, qint64 read) {
-    // Read up to what the badge accounts for: nothing is unread. Read part of
-    // the way: the badge stays until the server's count comes (the caller
-    // refreshes `convs`); it is never recounted locally.
-    QSqlQuery q(QSqlDatabase::database(connection_, false));
-    q.prepare(QStringLiteral("UPDATE conversations SET read = MAX(read, :read),"
-                             " read_pending = CASE WHEN read_pending <= :read THEN 0 ELSE read_pending END,"
-                             " unread = CASE WHEN :read >= unread_head THEN 0 ELSE unread END"
-                             " WHERE conv = :conv"));
-    q.bindValue(QStringLiteral(":read"), read);
-    q.bindValue(QStringLiteral(":conv"), conv);
-    return execRelaxed(q);
+bool Storage::setRead(const QString &conv, qint64 read, bool *serverCountNeeded) {
+    if (serverCountNeeded)
+        *serverCountNeeded = false;
+    if (!begin(Durability::Relaxed))
+        return false;
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    {
+        QSqlQuery q(db);
+        q.prepare(QStringLiteral("SELECT read, unread, unread_head, after, gap_to FROM conversations WHERE conv = ?"));
+        q.addBindValue(conv);
+        if (!exec(q)) { q = QSqlQuery(); rollback(); return false; }
+        if (!q.next()) { q = QSqlQuery(); rollback(); return true; }
+        const qint64 was = q.value(0).toLongLong(), unread = q.value(1).toLongLong();
+        const qint64 counted = q.value(2).toLongLong(), after = q.value(3).toLongLong();
+        const qint64 gapTo = q.value(4).toLongLong();
+        q = QSqlQuery();
+        const qint64 now = std::max(was, read);
+        // Read up to what the badge accounts for: nothing is unread. A
+        // badge at 0 stays 0 (a read only moves forward). Read part of the
+        // way: recount (now, unread_head] from the stored rows if they are
+        // all here and few; the server's own count needs a walk otherwise.
+        std::optional<qint64> recount;
+        if (now >= counted)
+            recount = 0;
+        else if (now > was && unread > 0) {
+            bool whole = after >= counted && gapTo <= now && counted - now <= kMaxLocalUnreadRange;
+            if (whole) {
+                QSqlQuery g(db);
+                g.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM gaps WHERE conv = ? AND hi > ? AND lo <= ?)"));
+                g.addBindValue(conv);
+                g.addBindValue(now);
+                g.addBindValue(counted);
+                if (!exec(g) || !g.next()) { g = QSqlQuery(); rollback(); return false; }
+                whole = !g.value(0).toBool();
+            }
+            if (whole) {
+                const std::optional<QString> self = meta(QStringLiteral("user"));
+                if (!self) { rollback(); return false; }
+                // The same rule as countArrivals(): another user's msg,
+                // not recalled (an index range of at most the limit above).
+                QSqlQuery c(db);
+                c.prepare(QStringLiteral(
+                    "SELECT COUNT(*) FROM events e WHERE e.conv = :conv AND e.seq > :read AND e.seq <= :counted"
+                    " AND e.kind = 'msg' AND e.sender IS NOT :self"
+                    " AND NOT EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"));
+                c.bindValue(QStringLiteral(":conv"), conv);
+                c.bindValue(QStringLiteral(":read"), now);
+                c.bindValue(QStringLiteral(":counted"), counted);
+                c.bindValue(QStringLiteral(":self"), *self);
+                if (!exec(c) || !c.next()) { c = QSqlQuery(); rollback(); return false; }
+                recount = c.value(0).toLongLong();
+            } else if (serverCountNeeded) {
+                *serverCountNeeded = true;
+            }
+        }
+        QSqlQuery u(db);
+        u.prepare(QStringLiteral("UPDATE conversations SET read = :read,"
+                                 " read_pending = CASE WHEN read_pending <= :read THEN 0 ELSE read_pending END,"
+                                 " unread = COALESCE(:unread, unread) WHERE conv = :conv"));
+        u.bindValue(QStringLiteral(":read"), now);
+        u.bindValue(QStringLiteral(":unread"), recount ? QVariant(*recount) : QVariant(QMetaType(QMetaType::LongLong)));
+        u.bindValue(QStringLiteral(":conv"), conv);
+        if (!exec(u)) { u = QSqlQuery(); rollback(); return false; }
+    }
+    return commit();
 }
 
 bool Storage::setReadPending(const QString &conv, qint64 seq) {

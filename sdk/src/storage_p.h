@@ -153,9 +153,20 @@ public:
     // Drops the cursor (and with dropEvents the local events) of one conversation.
     bool resetConversation(const QString &conv, bool dropEvents);
     bool setDelivered(const QString &conv, qint64 delivered);
-    bool setRead(const QString &conv, qint64 read);
+    // The user's read marker. Read up to what the badge accounts for
+    // (unread_head): nothing is unread. Read part of the way: the badge is
+    // counted again from the stored rows in (read, unread_head] when they
+    // are all here (no gap, cursor at unread_head, at most
+    // kMaxLocalUnreadRange seqs); else it is kept and *serverCountNeeded
+    // is set (the caller asks `convs` for the server's count).
+    bool setRead(const QString &conv, qint64 read, bool *serverCountNeeded = nullptr);
+    static constexpr qint64 kMaxLocalUnreadRange = 1000;
     bool setReadPending(const QString &conv, qint64 seq);
     bool updateHead(const QString &conv, qint64 head);
+    // Our own messages that the last committed rebuild found lost by the
+    // server (startRebuild()), now back in the outbox, in creation order;
+    // the caller hands them to the Outbox. Taking them empties the list.
+    QList<OutboxRow> takeRequeued() { return std::exchange(requeued_, {}); }
     // Drops events, conversations and cursors (install reset). Outbox is kept.
     bool resetInstallState(const QString &newInstallId);
 
@@ -225,8 +236,12 @@ private:
     // Inside a transaction, before a page or newest window is stored: the
     // conversation's row exists; if it has no cursor (epoch 0: new, or reset
     // after CURSOR_AHEAD) local events and gaps above the server's `head`
-    // go and head becomes that head (a restored server lost them).
+    // go and head becomes that head (a restored server lost them). Our own
+    // sent messages above that head (the server lost them too, and their
+    // request keys) go back into the outbox with their cmid, Pending
+    // (requeued_), so they are sent again, once.
     bool startRebuild(const QString &conv, qint64 head);
+    bool requeueLostOwn(const QString &conv, qint64 head);
     // Inside a transaction: the unread badge after `events` were stored
     // (only those above unread_head change it; never a recount).
     bool countArrivals(const QString &conv, const QList<proto::Event> &events);
@@ -241,6 +256,7 @@ private:
     int eventFaultCountdown_ = 0;
     bool recordRelaxed_ = false;
     QStringList relaxedWrites_;
+    QList<OutboxRow> requeued_; // requeueLostOwn() in the open transaction
     bool eventInsertFault();
 };
 

@@ -106,7 +106,10 @@ bool Storage::startRebuild(const QString &conv, qint64 head) {
         return true;
     // No cursor (new here, or dropped after CURSOR_AHEAD): the server's head
     // is the truth. What we hold above it the server no longer has (restored
-    // from a backup); our old head must not keep asking for it.
+    // from a backup); our old head must not keep asking for it. Our own
+    // messages among it go back to the outbox first.
+    if (!requeueLostOwn(conv, head))
+        return false;
     for (const QString &sql : {QStringLiteral("DELETE FROM events WHERE conv = :conv AND seq > :head"),
                                QStringLiteral("DELETE FROM gaps WHERE conv = :conv AND lo > :head"),
                                QStringLiteral("UPDATE conversations SET head = :head WHERE conv = :conv")}) {
@@ -116,6 +119,70 @@ bool Storage::startRebuild(const QString &conv, qint64 head) {
         if (!exec(q))
             return false;
     }
+    return true;
+}
+
+bool Storage::requeueLostOwn(const QString &conv, qint64 head) {
+    // Our messages the server confirmed at a seq above its head now: it lost
+    // them, and their request keys with them, so the same cmid creates each
+    // once more. Only what was Sent (a Failed or Expired one was never
+    // stored; one still in the outbox goes out anyway) and never recalled
+    // by us (a recall of it is lost too; resending would bring it back).
+    // The epoch is not compared: an epoch bump keeps the seqs, so after a
+    // restore and `epoch bump` the rule is the same.
+    const std::optional<QString> self = meta(QStringLiteral("user"));
+    if (!self)
+        return false;
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    QSqlQuery q(db);
+    q.prepare(QStringLiteral(
+        "SELECT lm.cmid, lm.body, lm.created_at FROM local_messages lm"
+        " WHERE lm.conv = :conv AND lm.kind = 'send' AND lm.state = :sent AND lm.seq > :head"
+        " AND NOT EXISTS(SELECT 1 FROM local_messages r WHERE r.conv = lm.conv AND r.kind = 'recall'"
+        "  AND r.target = lm.seq AND r.state <> :failed)"
+        " AND NOT EXISTS(SELECT 1 FROM outbox o WHERE o.cmid = lm.cmid)"
+        " ORDER BY lm.created_at, lm.seq"));
+    q.bindValue(QStringLiteral(":conv"), conv);
+    q.bindValue(QStringLiteral(":sent"), int(MessageState::Sent));
+    q.bindValue(QStringLiteral(":failed"), int(MessageState::Failed));
+    q.bindValue(QStringLiteral(":head"), head);
+    if (!exec(q))
+        return false;
+    QList<OutboxRow> lost;
+    while (q.next()) {
+        OutboxRow r;
+        r.cmid = q.value(0).toString();
+        r.kind = QStringLiteral("send");
+        r.conv = conv;
+        r.body = q.value(1).toString();
+        r.createdAt = q.value(2).toLongLong();
+        r.owner = QStringLiteral("user:") + *self; // it went out as this store's user once
+        r.attempts = 1; // it was on the wire: cancel() must not drop what others may have read
+        lost.append(r);
+    }
+    q.finish();
+    QSqlQuery ins(db), upd(db);
+    ins.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, created_at, owner, attempts)"
+                               " VALUES(?, ?, ?, ?, ?, ?, ?)"));
+    upd.prepare(QStringLiteral("UPDATE local_messages SET state = ?, seq = NULL, epoch = NULL, dup = 0, error_code = NULL"
+                               " WHERE cmid = ?"));
+    for (OutboxRow &r : lost) {
+        ins.addBindValue(r.cmid);
+        ins.addBindValue(r.kind);
+        ins.addBindValue(r.conv);
+        ins.addBindValue(r.body);
+        ins.addBindValue(r.createdAt);
+        ins.addBindValue(r.owner);
+        ins.addBindValue(r.attempts);
+        if (!exec(ins))
+            return false;
+        r.id = ins.lastInsertId().toLongLong();
+        upd.addBindValue(int(MessageState::Pending));
+        upd.addBindValue(r.cmid);
+        if (!exec(upd))
+            return false;
+    }
+    requeued_.append(lost);
     return true;
 }
 

@@ -10,8 +10,15 @@ namespace im {
 Sync::Sync(detail::Storage &storage, Connection &conn, detail::Reporter &reporter, const detail::Identity &identity)
     : storage_(storage), conn_(conn), reporter_(reporter), id_(identity) {
     convsTimer_.setSingleShot(true);
-    convsTimer_.setInterval(200);
-    connect(&convsTimer_, &QTimer::timeout, this, [this] { requestConvs(); });
+    connect(&convsTimer_, &QTimer::timeout, this, [this] {
+        if (convsRunning_) {
+            // A walk under way may have passed the conversation already:
+            // one more once it is over (still no sooner than the interval).
+            refreshAfterWalk_ = true;
+            return;
+        }
+        requestConvs();
+    });
 }
 
 void Sync::sessionEnded() {
@@ -25,6 +32,7 @@ void Sync::sessionEnded() {
     convsRunning_ = false;
     convsAgain_ = false;
     syncAfterConvs_ = false;
+    refreshAfterWalk_ = false;
     convsTimer_.stop();
 }
 
@@ -164,6 +172,7 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
     }
     conn_.retrySucceeded(QStringLiteral("sync:") + conv);
     qCDebug(lcSync, "%s: page after %lld: %lld events, head %lld%s", qUtf8Printable(conv), after, qint64(page.events.size()), page.head, page.hasMore ? ", more" : "");
+    handOverRequeued();
     applied(conv, page.events);
     if (page.hasMore || syncs_[conv].again) {
         start(conv);
@@ -195,9 +204,18 @@ void Sync::onWindow(const QString &conv, qint64 gapLo, qint64 epoch, const proto
     }
     conn_.retrySucceeded(QStringLiteral("sync:") + conv);
     qCInfo(lcSync, "%s: window of %lld events stored up to head %lld; gap from seq %lld", qUtf8Printable(conv), qint64(page.events.size()), page.head, gapLo);
+    handOverRequeued();
     applied(conv, page.events);
     // Forward from the window's head, as usual (events may have come since).
     start(conv);
+}
+
+void Sync::handOverRequeued() {
+    QList<detail::OutboxRow> rows = storage_.takeRequeued();
+    if (!rows.isEmpty()) {
+        qCInfo(lcSync, "restored server: %lld own messages it lost go back into the outbox with their cmids", qint64(rows.size()));
+        emit ownMessagesRequeued(rows);
+    }
 }
 
 void Sync::applied(const QString &conv, const QList<proto::Event> &events) {
@@ -309,6 +327,8 @@ void Sync::requestConvs(bool syncAfter) {
         return;
     }
     convsRunning_ = true;
+    ++walks_;
+    lastWalk_.start();
     walkSyncs_ = std::exchange(syncAfterConvs_, false);
     qCDebug(lcSync, "convs walk%s", walkSyncs_ ? " (then sync what moved)" : "");
     requestConvsPage(QString());
@@ -329,6 +349,8 @@ void Sync::onConvs(const std::optional<proto::Incoming> &reply) {
         convsRunning_ = false;
         if (std::exchange(convsAgain_, false))
             requestConvs();
+        else if (std::exchange(refreshAfterWalk_, false))
+            scheduleConvsRefresh();
     };
     if (disp == proto::Disposition::Retry) {
         // Redo the walk from this page on (the pages before it are stored).
@@ -356,23 +378,27 @@ void Sync::onConvs(const std::optional<proto::Incoming> &reply) {
         return;
     }
     conn_.retrySucceeded(QStringLiteral("convs"));
-    std::optional<QHash<QString, detail::Cursor>> cursors;
-    if (walkSyncs_)
-        cursors = storage_.cursors();
-    if ((walkSyncs_ && !cursors) || !storage_.upsertConversations(c->convs)) {
+    const std::optional<QHash<QString, detail::Cursor>> cursors = storage_.cursors();
+    if (!cursors || !storage_.upsertConversations(c->convs)) {
         reporter_.storageFailed(QStringLiteral("cannot store conversation list"), storage_.lastError());
         endWalk();
         return;
     }
     emit conversationsChanged();
-    if (walkSyncs_) {
-        // Only conversations whose head (or epoch) moved past the stored
-        // cursor: an up-to-date one costs no request.
-        for (const proto::ConvInfo &ci : c->convs) {
-            const detail::Cursor cur = cursors->value(ci.conv);
-            if (cur.epoch == 0 || ci.head > cur.after || ci.epoch != cur.epoch)
-                start(ci.conv);
-        }
+    for (const proto::ConvInfo &ci : c->convs) {
+        const detail::Cursor cur = cursors->value(ci.conv);
+        // A head below our cursor in the same epoch: the server was restored
+        // and lost its tail. Every walk notices it, not only a push to that
+        // conversation: the sync answers CURSOR_AHEAD and the conversation is
+        // rebuilt (our own messages the server lost go back to the outbox).
+        const bool restored = cur.epoch != 0 && ci.epoch == cur.epoch && ci.head < cur.after;
+        // While walking to sync: only conversations whose head (or epoch)
+        // moved past the stored cursor; an up-to-date one costs no request.
+        const bool moved = walkSyncs_ && (cur.epoch == 0 || ci.head > cur.after || ci.epoch != cur.epoch);
+        if (restored)
+            qCInfo(lcSync, "%s: server head %lld below our cursor %lld (a restored server): rebuilding", qUtf8Printable(ci.conv), ci.head, cur.after);
+        if (restored || moved)
+            start(ci.conv);
     }
     if (c->hasMore)
         requestConvsPage(c->nextAfter);
@@ -381,8 +407,14 @@ void Sync::onConvs(const std::optional<proto::Incoming> &reply) {
 }
 
 void Sync::scheduleConvsRefresh() {
-    if (conn_.isSessionUp() && !convsTimer_.isActive())
-        convsTimer_.start();
+    if (!conn_.isSessionUp() || convsTimer_.isActive())
+        return;
+    // Coalesced (a burst of wishes, one walk), and never sooner than
+    // convsMinIntervalMs after the last walk started, whatever asks for it.
+    qint64 delay = 200;
+    if (lastWalk_.isValid())
+        delay = std::max(delay, qint64(convsMinIntervalMs) - lastWalk_.elapsed());
+    convsTimer_.start(int(delay));
 }
 
 void Sync::notifyRecalls(const QString &conv, const QList<proto::Event> &events) {
@@ -465,17 +497,30 @@ void Sync::onHint(const proto::Hint &h) {
         reporter_.storageFailed(QStringLiteral("cannot create conversation"), storage_.lastError());
         return;
     }
+    // The hint's head and read move the badge without a walk: the sync it
+    // starts counts what arrives above unread_head, and a read is counted
+    // from the stored rows. The list is walked only for a conversation no
+    // walk has listed yet (its kind, the server's count) or a read part of
+    // the way that the stored rows cannot count (a gap, too long a range).
+    bool serverCountNeeded = !row || row->kind.isEmpty();
     if (h.read) {
-        if (!storage_.setRead(h.conv, *h.read))
+        bool uncounted = false;
+        if (!storage_.setRead(h.conv, *h.read, &uncounted))
             reporter_.storageFailed(QStringLiteral("cannot record read marker"), storage_.lastError());
+        serverCountNeeded = serverCountNeeded || uncounted;
         emit timelineChanged(h.conv);
     }
     if (!storage_.updateHead(h.conv, h.head))
         reporter_.storageFailed(QStringLiteral("cannot record head"), storage_.lastError());
     emit conversationsChanged();
-    if (h.head > (row ? row->after : 0) || (row && row->epoch > 0 && h.epoch > 0 && h.epoch != row->epoch))
+    const qint64 after = row ? row->after : 0;
+    // A head below the cursor (same epoch): a restored server; the sync
+    // answers CURSOR_AHEAD and the conversation is rebuilt.
+    const bool restored = row && row->epoch > 0 && h.epoch == row->epoch && h.head < after;
+    if (h.head > after || restored || (row && row->epoch > 0 && h.epoch > 0 && h.epoch != row->epoch))
         start(h.conv);
-    scheduleConvsRefresh();
+    if (serverCountNeeded)
+        scheduleConvsRefresh();
 }
 
 } // namespace im

@@ -13,6 +13,7 @@
 
 #include <im/types.h>
 
+#include <QtCore/QElapsedTimer>
 #include <QtCore/QHash>
 #include <QtCore/QObject>
 #include <QtCore/QQueue>
@@ -40,7 +41,8 @@ public:
     /// Walks the conversation list (`convs`, page by page); with syncAfter,
     /// syncs each listed one whose head or epoch moved past its cursor.
     void requestConvs(bool syncAfter = false);
-    /// A coalesced `convs` refresh soon.
+    /// A coalesced `convs` refresh soon: 200 ms from now, and never sooner
+    /// than convsMinIntervalMs after the last walk started.
     void scheduleConvsRefresh();
     /// Pushed events are applied in batches: all that arrive in one pass of
     /// the event loop go into one SQLite transaction.
@@ -61,6 +63,11 @@ public:
     /// Sync requests sent (diagnostics, tests).
     quint64 syncRequests() const { return syncRequests_; }
     bool isWalkingConvs() const { return convsRunning_; }
+    /// `convs` walks started (diagnostics, tests).
+    quint64 convsWalks() const { return walks_; }
+    /// A refresh is scheduled (its timer runs, or it waits for the walk
+    /// under way): diagnostics, tests.
+    bool convsRefreshPending() const { return convsTimer_.isActive() || refreshAfterWalk_; }
 
     int pageSize = 100;
     int convsPageSize = 100;
@@ -71,6 +78,10 @@ public:
     /// install) is opened with its newest window, not synced from its
     /// cursor; what lies between stays a gap. <= 0: always sync everything.
     int backlogLimit = 1000;
+    /// A refresh of the conversation list (scheduleConvsRefresh(): an
+    /// unknown conversation, a read the stored rows cannot count) starts no
+    /// sooner than this after the previous walk started.
+    int convsMinIntervalMs = 3000;
 
 Q_SIGNALS:
     /// A loadOlder() finished (ok: its window is stored).
@@ -78,6 +89,10 @@ Q_SIGNALS:
     /// Events were stored: our own among them settle their outbox entries
     /// (emitted first, before anything else is told).
     void ownEventsStored(const QList<im::proto::Event> &events);
+    /// A rebuild found our own messages that the server lost (a restore)
+    /// and put them back into the outbox table (Storage::requeueLostOwn):
+    /// the outbox takes them and sends them again with their cmid.
+    void ownMessagesRequeued(const QList<im::detail::OutboxRow> &rows);
     /// `conv`'s cursor moved: its delivery marker is due.
     void ackDue(const QString &conv);
     /// A reply said EndSession (classify()): the client decides what that means.
@@ -98,6 +113,7 @@ private:
     void onPage(const QString &conv, qint64 after, const proto::Page &page);
     void onWindow(const QString &conv, qint64 gapLo, qint64 epoch, const proto::Page &page);
     void onOlder(const QString &conv, qint64 before, qint64 gapLo, const std::optional<proto::Incoming> &reply);
+    void handOverRequeued();
     /// Events applied from a page or window: outbox, signals, ack.
     void applied(const QString &conv, const QList<proto::Event> &events);
     void onSyncFailed(const QString &conv, const std::optional<proto::Incoming> &reply);
@@ -120,6 +136,9 @@ private:
     bool convsRunning_ = false;
     bool convsAgain_ = false;
     bool walkSyncs_ = false;  // the running walk syncs what moved
+    bool refreshAfterWalk_ = false; // a refresh came due during a walk
+    quint64 walks_ = 0;
+    QElapsedTimer lastWalk_;  // since the last walk started (monotonic)
     QString convsAfter_;      // `after` of the convs page being answered
     QQueue<QString> queue_;   // waiting for a slot, in request order
     QSet<QString> queued_;

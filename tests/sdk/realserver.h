@@ -52,7 +52,22 @@ public:
                           u.toObject().value(QStringLiteral("token")).toString());
         if (tokens.isEmpty())
             return QStringLiteral("demo output has no users");
+        return launch();
+    }
+
+    // Stops imserver (SIGTERM) and starts it again on the same state (its
+    // database kept; what it holds in memory gone, as after an operator's
+    // restart). The port changes: `url` is the new one. Empty on success.
+    QString restart() {
+        stop();
+        return launch();
+    }
+
+private:
+    QString launch() {
+        const QString state = dir_.filePath(QStringLiteral("state"));
         const QString ready = dir_.filePath(QStringLiteral("ready"));
+        QFile::remove(ready);
         proc_.setProcessChannelMode(QProcess::MergedChannels);
         proc_.start(bin_, QStringList{QStringLiteral("--state-dir"), state, QStringLiteral("--listen"),
                                       QStringLiteral("127.0.0.1:0"), QStringLiteral("--ready-file"), ready}
@@ -76,6 +91,8 @@ public:
         url = QUrl(QStringLiteral("ws://127.0.0.1:%1/v1/ws").arg(port));
         return {};
     }
+
+public:
 
     void stop() {
         if (judged_)

@@ -33,7 +33,132 @@ private slots:
     void conversation_model_exposes_markers();
     void recalled_lookup_is_an_index_search();
     void unread_badge_is_the_servers_count_also_across_a_gap();
+    // Issue 48: a push costs one sync, not a walk of every conversation.
+    void hints_and_read_ok_move_the_badge_without_a_convs_walk();
+    void an_unknown_conversation_in_a_hint_is_discovered_by_a_walk();
+    void convs_refreshes_are_rate_limited();
+    void a_read_the_stored_rows_cannot_count_takes_the_servers_count();
 };
+
+namespace {
+
+QJsonObject hintFrame(const QString &conv, qint64 head, std::optional<qint64> read = std::nullopt) {
+    QJsonObject h{{QStringLiteral("t"), QStringLiteral("hint")},
+                  {QStringLiteral("conv"), conv},
+                  {QStringLiteral("head"), head},
+                  {QStringLiteral("epoch"), 1}};
+    if (read)
+        h.insert(QStringLiteral("read"), *read);
+    return h;
+}
+
+// The session's own walk (and the syncs it started) is over, and no
+// refresh of the list is pending.
+bool settled(Fixture &f) {
+    const im::Sync &sync = im::ClientPrivate::get(&f.client)->sync;
+    return f.requestsOf(QStringLiteral("convs")) >= 1 && !sync.isWalkingConvs() && sync.activeSyncs() == 0
+           && !sync.convsRefreshPending();
+}
+
+} // namespace
+
+// Issue 48. Every hint and every read_ok used to schedule a walk of the
+// whole conversation list (10 pages for a user in 1,000 conversations, per
+// message of a large group). The hint's sync moves the badge (arrivals above
+// unread_head), and a read part of the way is counted from the stored rows:
+// no `convs` request, none scheduled, and the badge is the server's count.
+void TestClientMarkers::hints_and_read_ok_move_the_badge_without_a_convs_walk() {
+    Fixture f;
+    const QString c1 = QStringLiteral("c1");
+    f.server.pushEvents = false; // a group above push_full_max: hints only
+    QVERIFY(f.openAndConnect());
+    QTRY_VERIFY(settled(f));
+    const int walksBefore = f.requestsOf(QStringLiteral("convs"));
+    for (int i = 1; i <= 20; ++i) {
+        const qint64 seq = f.server.append(c1, QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+        f.server.pushToAll(hintFrame(c1, seq));
+    }
+    QTRY_COMPARE(f.cursor(c1), 20);
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c1'")).toLongLong(), 20);
+    // Another device of ana's read up to 5: the hint carries it.
+    f.server.convs[c1].read.insert(QStringLiteral("ana"), 5);
+    f.server.pushToAll(hintFrame(c1, 20, 5));
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT read FROM conversations WHERE conv = 'c1'")).toLongLong(), 5);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c1'")).toLongLong(), 15);
+    // This device reads up to 12: read_ok, counted locally too.
+    QVERIFY(f.client.markRead(c1, 12));
+    QTRY_COMPARE(sqlScalar(f.db, QStringLiteral("SELECT read FROM conversations WHERE conv = 'c1'")).toLongLong(), 12);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c1'")).toLongLong(), 8);
+    QTRY_VERIFY(settled(f)); // nothing pending: a scheduled walk would show here
+    QCOMPARE(f.requestsOf(QStringLiteral("convs")), walksBefore);
+    // And the badge is the server's own count: a walk changes nothing.
+    im::ClientPrivate::get(&f.client)->sync.requestConvs();
+    QTRY_COMPARE(f.requestsOf(QStringLiteral("convs")), walksBefore + 1);
+    QTRY_VERIFY(settled(f));
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c1'")).toLongLong(), 8);
+}
+
+// Issue 48: a hint for a conversation no walk has listed (added to it just
+// now) still brings its kind and the server's count, by one walk.
+void TestClientMarkers::an_unknown_conversation_in_a_hint_is_discovered_by_a_walk() {
+    Fixture f;
+    f.server.pushEvents = false;
+    QVERIFY(f.openAndConnect());
+    QTRY_VERIFY(settled(f));
+    const int walksBefore = f.requestsOf(QStringLiteral("convs"));
+    const QString c2 = QStringLiteral("c2");
+    f.server.convs[c2].members = {QStringLiteral("ana"), QStringLiteral("ben")};
+    f.server.convs[c2].kind = QStringLiteral("direct");
+    for (int i = 1; i <= 3; ++i)
+        f.server.append(c2, QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    f.server.pushToAll(hintFrame(c2, 3));
+    QTRY_COMPARE(f.cursor(c2), 3);
+    QTRY_COMPARE_WITH_TIMEOUT(
+        sqlScalar(f.db, QStringLiteral("SELECT kind FROM conversations WHERE conv = 'c2'")).toString(),
+        QStringLiteral("direct"), 15000);
+    QTRY_VERIFY(settled(f));
+    QCOMPARE(f.requestsOf(QStringLiteral("convs")), walksBefore + 1);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = 'c2'")).toLongLong(), 3);
+}
+
+// Issue 48: whatever asks for the list (unknown conversations one after
+// another), a walk starts no sooner than convsMinIntervalMs after the last.
+// Hints for 12 unknown conversations, 300 ms apart (more than the 200 ms
+// coalescing, so without the limit each costs a walk); every one is
+// discovered, with at most one walk per interval of the time it took
+// (plus the first and the last: an upper bound only, a slow machine only
+// makes it looser).
+void TestClientMarkers::convs_refreshes_are_rate_limited() {
+    Fixture f;
+    f.server.pushEvents = false;
+    QVERIFY(f.openAndConnect());
+    im::Sync &sync = im::ClientPrivate::get(&f.client)->sync;
+    constexpr int interval = 1500, n = 12;
+    sync.convsMinIntervalMs = interval;
+    QTRY_VERIFY(settled(f));
+    const quint64 walksBefore = sync.convsWalks();
+    QElapsedTimer clock;
+    clock.start();
+    for (int i = 0; i < n; ++i) {
+        const QString conv = QStringLiteral("n%1").arg(i);
+        f.server.convs[conv].members = {QStringLiteral("ana"), QStringLiteral("ben")};
+        const qint64 seq = f.server.append(conv, QStringLiteral("ben"), QStringLiteral("hello"));
+        f.server.pushToAll(hintFrame(conv, seq));
+        QTest::qWait(300); // paces the input; nothing is asserted on it
+    }
+    const auto discovered = [&] {
+        return sqlScalar(f.db, QStringLiteral("SELECT COUNT(*) FROM conversations WHERE conv LIKE 'n%' AND kind = 'group'"))
+                   .toInt()
+               == n;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(discovered(), 30000);
+    QTRY_VERIFY(settled(f));
+    const qint64 elapsed = clock.elapsed();
+    const quint64 walks = sync.convsWalks() - walksBefore;
+    qInfo("%llu walks for %d unknown conversations in %lld ms (interval %d ms)", walks, n, elapsed, interval);
+    QVERIFY(walks >= 1);
+    QVERIFY2(walks <= quint64(2 + elapsed / interval), qPrintable(QStringLiteral("%1 walks in %2 ms").arg(walks).arg(elapsed)));
+}
 
 void TestClientMarkers::hint_triggers_sync_and_updates_the_read_marker() {
     Fixture f;
@@ -211,6 +336,34 @@ void TestClientMarkers::unread_badge_is_the_servers_count_also_across_a_gap() {
     QTRY_COMPARE(unread(), 6);
     QVERIFY(f.client.markRead(c1, 12));
     QTRY_COMPARE(unread(), 0);
+}
+
+// Issue 48: a read part of the way into a gap (the window holds b9, b10;
+// b1..b8 were never loaded) cannot be counted from the stored rows: one
+// walk brings the server's count (b6..b10: 5), not a recount of what is
+// stored (2) nor the old badge (10).
+void TestClientMarkers::a_read_the_stored_rows_cannot_count_takes_the_servers_count() {
+    Fixture f;
+    const QString c1 = QStringLiteral("c1");
+    f.client.setBacklogLimit(3);
+    f.client.setHistoryWindow(2);
+    f.server.pushEvents = false;
+    for (int i = 1; i <= 10; ++i)
+        f.server.append(c1, QStringLiteral("ben"), QStringLiteral("b%1").arg(i));
+    const auto unread = [&] {
+        return sqlScalar(f.db, QStringLiteral("SELECT unread FROM conversations WHERE conv = ?"), {c1}).toLongLong();
+    };
+    QVERIFY(f.openAndConnect());
+    QTRY_COMPARE(f.cursor(c1), 10);
+    QCOMPARE(f.eventCount(c1), 2);
+    QTRY_VERIFY(settled(f));
+    QCOMPARE(unread(), 10);
+    const int walksBefore = f.requestsOf(QStringLiteral("convs"));
+    f.server.convs[c1].read.insert(QStringLiteral("ana"), 5);
+    f.server.pushToAll(hintFrame(c1, 10, 5));
+    QTRY_COMPARE_WITH_TIMEOUT(unread(), 5, 15000);
+    QTRY_VERIFY(settled(f));
+    QCOMPARE(f.requestsOf(QStringLiteral("convs")), walksBefore + 1);
 }
 
 QTEST_GUILESS_MAIN(TestClientMarkers)

@@ -41,6 +41,8 @@ private slots:
     void own_messages_are_matched_by_cmid_not_by_seq();
     void a_draft_whose_own_event_is_stored_before_its_answer_is_shown_once();
     void an_older_window_of_a_void_epoch_is_not_stored();
+    // Issue 48: a restored server.
+    void a_convs_walk_notices_a_restored_server_and_resends_the_lost_own_messages_once();
 };
 
 void TestClientSync::interrupted_page_apply_keeps_the_old_cursor_and_no_events() {
@@ -456,6 +458,77 @@ void TestClientSync::an_older_window_of_a_void_epoch_is_not_stored() {
     older.hasOlder = false;
     QVERIFY(st.applyWindow(older, 1, 1, &stale));
     QVERIFY(!stale);
+}
+
+
+// Issue 48. The server is restored to a point after our first message and
+// before the next two (and ben's one), while we are away. Nothing is pushed
+// to the conversation: the walk of the next session sees its head below our
+// cursor and rebuilds it; our two lost messages go back to the outbox with
+// their cmids and are created once more (their keys were lost too), and the
+// timeline shows each of our three messages once. A later reconnect sends
+// nothing again.
+void TestClientSync::a_convs_walk_notices_a_restored_server_and_resends_the_lost_own_messages_once() {
+    Fixture f;
+    const QString c1 = QStringLiteral("c1");
+    f.server.eventsCarryCmid = true;
+    QVERIFY(f.openAndConnect());
+    im::MessageListModel model(&f.client, c1);
+    QStringList cmids;
+    for (const char *body : {"one", "two", "three"}) {
+        cmids << f.client.send(c1, QString::fromLatin1(body));
+        QTRY_COMPARE(f.client.messageState(cmids.last()), MessageState::Sent);
+    }
+    f.server.append(c1, QStringLiteral("ben"), QStringLiteral("ben's, lost too"));
+    QTRY_COMPARE(f.cursor(c1), 4);
+    im::testing::Faults(&f.client).setOffline(true);
+    QTRY_COMPARE(f.client.connectionState(), ConnectionState::Disconnected);
+    // Restored: only seq 1 (ours, "one") is left, with its key.
+    FakeServer::Conv &conv = f.server.convs[c1];
+    conv.events.resize(1);
+    for (auto it = conv.keys.begin(); it != conv.keys.end();)
+        it = it.value() > 1 ? conv.keys.erase(it) : std::next(it);
+    for (auto it = conv.fingerprints.begin(); it != conv.fingerprints.end();)
+        it = conv.keys.contains(it.key()) ? std::next(it) : conv.fingerprints.erase(it);
+    f.server.pushEvents = false; // nothing is pushed: the walk alone must notice
+    const int sendsBefore = f.requestsOf(QStringLiteral("send"));
+    im::testing::Faults(&f.client).setOffline(false);
+    // The rebuild, then the two lost ones again, with their own cmids.
+    QTRY_COMPARE(f.client.messageState(cmids.at(2)), MessageState::Sent);
+    QTRY_COMPARE(f.client.messageState(cmids.at(1)), MessageState::Sent);
+    QTRY_COMPARE(f.server.convs[c1].head(), 3);
+    const auto sent = f.server.requests(QStringLiteral("send"));
+    QStringList resent;
+    for (qsizetype i = sendsBefore; i < sent.size(); ++i)
+        resent << sent.at(i).value(QStringLiteral("cmid")).toString();
+    QCOMPARE(resent, (QStringList{cmids.at(1), cmids.at(2)}));
+    for (int i = 0; i < 3; ++i)
+        QCOMPARE(f.server.convs[c1].events.at(i).value(QStringLiteral("cmid")).toString(), cmids.at(i));
+    QCOMPARE(f.outboxRows(), 0);
+    // Shown once each; ben's lost one is gone.
+    const auto bodies = [&] {
+        QStringList out;
+        for (int row = 0; row < model.count(); ++row)
+            out << model.get(row, im::MessageListModel::BodyRole).toString();
+        return out;
+    };
+    const QStringList expected{QStringLiteral("three"), QStringLiteral("two"), QStringLiteral("one")};
+    QTRY_COMPARE(bodies(), expected);
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT seq FROM local_messages WHERE cmid = ?"), {cmids.at(2)}).toLongLong(), 3);
+    // Once: another session sends nothing again; its walk syncs the two
+    // new events (nothing was pushed), still shown once each.
+    im::testing::Faults(&f.client).setOffline(true);
+    QTRY_COMPARE(f.client.connectionState(), ConnectionState::Disconnected);
+    const int walks = f.requestsOf(QStringLiteral("convs"));
+    im::testing::Faults(&f.client).setOffline(false);
+    QTRY_VERIFY(f.requestsOf(QStringLiteral("convs")) > walks);
+    QTRY_VERIFY(!im::ClientPrivate::get(&f.client)->sync.isWalkingConvs()
+                && im::ClientPrivate::get(&f.client)->sync.activeSyncs() == 0);
+    QCOMPARE(f.requestsOf(QStringLiteral("send")), sendsBefore + 2);
+    QCOMPARE(f.server.convs[c1].head(), 3);
+    QTRY_COMPARE(f.cursor(c1), 3);
+    QCOMPARE(f.eventCount(c1), 3);
+    QTRY_COMPARE(bodies(), expected);
 }
 
 QTEST_GUILESS_MAIN(TestClientSync)
