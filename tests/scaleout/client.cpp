@@ -103,12 +103,12 @@ int main(int argc, char** argv) {
     QObject::connect(&client, &im::Client::outboxChanged, &app, [&] {
         std::map<QString, int> still;
         for (const auto& e : client.outbox()) {
-            int& reported = still[e.cmid];
-            if (auto it = retried.find(e.cmid); it != retried.end()) reported = it->second;
-            const int failed = e.inFlight ? e.attempts - 1 : e.attempts;
-            if (e.lastError.isEmpty() || failed <= reported) continue;
+            int& reported = still[e.cmid()];
+            if (auto it = retried.find(e.cmid()); it != retried.end()) reported = it->second;
+            const int failed = e.isInFlight() ? e.attempts() - 1 : e.attempts();
+            if (e.lastError().isEmpty() || failed <= reported) continue;
             reported = failed;
-            say(QStringLiteral("RETRY %1 %2 %3").arg(e.cmid, e.lastError).arg(failed));
+            say(QStringLiteral("RETRY %1 %2 %3").arg(e.cmid(), e.lastError()).arg(failed));
         }
         retried.swap(still);
     });

@@ -112,9 +112,9 @@ void TestWallClock::wall_clock_jumps_neither_stall_the_outbox_nor_fire_timeouts_
         const int n = int(jumpedAfterFrames.size());
         if (entries.size() != 1 || n >= 3)
             return;
-        const int attempts = entries[0].attempts;
+        const int attempts = entries[0].attempts();
         const bool wantInFlight = n == 2;
-        if (entries[0].inFlight != wantInFlight || attempts != (wantInFlight ? 3 : n + 1) || at.size() != attempts)
+        if (entries[0].isInFlight() != wantInFlight || attempts != (wantInFlight ? 3 : n + 1) || at.size() != attempts)
             return;
         g_shift_ms = n == 0 ? 24LL * 3600 * 1000 : n == 1 ? -24LL * 3600 * 1000 : 24LL * 3600 * 1000;
         jumpedAfterFrames << int(at.size());
