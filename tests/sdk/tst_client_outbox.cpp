@@ -48,6 +48,7 @@ private slots:
     // Second audit against sdk.md (2026-12-03).
     void resend_after_reconnect_is_in_creation_order_across_conversations();
     void the_on_the_wire_mark_is_written_with_a_flush();
+    void a_send_in_an_open_session_costs_one_flush();
 };
 
 void TestClientOutbox::send_commits_the_outbox_row_before_the_first_frame_leaves() {
@@ -617,23 +618,36 @@ void TestClientOutbox::the_on_the_wire_mark_is_written_with_a_flush() {
     // sdk.md, local database: outbox writes are synchronous=FULL. The mark
     // that an entry went on the wire decides whether cancel() may still drop
     // it; lost in a power cut, a message the others can read would look
-    // unsent and could be cancelled.
+    // unsent and could be cancelled. Issue 48's rule: the mark rides the
+    // enqueue's flush when the session sends the entry at once, else a flush
+    // of its own before the frame leaves; either way it is never relaxed.
     Fixture f;
-    QVERIFY(f.openAndConnect());
+    QVERIFY(f.client.open(f.db));
     im::detail::Storage &st = im::ClientPrivate::get(&f.client)->storage;
     st.recordRelaxedWrites(true);
     // The mark is on disk before the frame leaves: read through a
     // connection of its own when the server sees the frame.
-    qint64 attemptsOnDisk = -1;
+    QHash<QString, qint64> attemptsOnDisk;
     f.server.onFrame = [&](const QJsonObject &o) {
-        if (o.value(QStringLiteral("t")).toString() == u"send")
-            attemptsOnDisk = sqlScalar(f.db, QStringLiteral("SELECT attempts FROM outbox WHERE cmid = ?"),
-                                       {o.value(QStringLiteral("cmid")).toString()})
-                                 .toLongLong();
+        if (o.value(QStringLiteral("t")).toString() == u"send") {
+            const QString cmid = o.value(QStringLiteral("cmid")).toString();
+            attemptsOnDisk.insert(cmid, sqlScalar(f.db, QStringLiteral("SELECT attempts FROM outbox WHERE cmid = ?"),
+                                                  {cmid}).toLongLong());
+        }
     };
-    f.client.send(QStringLiteral("c1"), QStringLiteral("flushed"));
+    // Written with no session: unmarked, then marked when it leaves.
+    const QString queued = f.client.send(QStringLiteral("c1"), QStringLiteral("queued"));
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT attempts FROM outbox WHERE cmid = ?"), {queued}).toLongLong(), 0);
+    QVERIFY(f.client.cancel(f.client.send(QStringLiteral("c1"), QStringLiteral("cancelled"))));
+    f.client.connectToServer();
     QTRY_COMPARE(f.client.pendingCount(), 0);
-    QCOMPARE(attemptsOnDisk, 1);
+    QCOMPARE(attemptsOnDisk.value(queued, -1), 1);
+    // Written in the session: marked in the enqueue transaction itself.
+    const QString live = f.client.send(QStringLiteral("c1"), QStringLiteral("flushed"));
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT attempts FROM outbox WHERE cmid = ?"), {live}).toLongLong(), 1);
+    QTRY_COMPARE(f.client.pendingCount(), 0);
+    QCOMPARE(attemptsOnDisk.value(live, -1), 1);
+    QCOMPARE(f.server.distinctCmids(), (QStringList{queued, live}));
     const QStringList relaxed = st.relaxedWrites();
     // The answer's write is relaxed (a resend is answered dup): the hook sees it.
     QVERIFY2(std::any_of(relaxed.cbegin(), relaxed.cend(),
@@ -644,6 +658,28 @@ void TestClientOutbox::the_on_the_wire_mark_is_written_with_a_flush() {
         QVERIFY2(!s.startsWith(u"UPDATE outbox SET attempts = ? "), qPrintable(s));
         QVERIFY2(!s.startsWith(u"INSERT INTO outbox"), qPrintable(s));
     }
+}
+
+void TestClientOutbox::a_send_in_an_open_session_costs_one_flush() {
+    // Issue 48: send() in a session that puts it on the wire at once pays one
+    // flush (the entry with its on-the-wire mark), not two (the entry, then
+    // the mark). The answer, the pushed event, the ack: relaxed, no flush.
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    QTRY_VERIFY(f.server.subscribedCount() == 1);
+    const im::detail::Storage &st = im::ClientPrivate::get(&f.client)->storage;
+    constexpr int n = 5;
+    QStringList cmids;
+    for (int i = 0; i < n; ++i) {
+        const int before = st.flushedCommits();
+        const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("one flush %1").arg(i));
+        cmids.append(cmid);
+        QTRY_COMPARE(f.client.messageState(cmid), MessageState::Sent);
+        QTRY_COMPARE(f.eventCount(QStringLiteral("c1")), i + 1); // its own event is stored (relaxed)
+        QCOMPARE(st.flushedCommits() - before, 1);
+    }
+    QCOMPARE(f.server.distinctCmids(), cmids);
+    QCOMPARE(f.requestsOf(QStringLiteral("send")), n);
 }
 
 QTEST_GUILESS_MAIN(TestClientOutbox)
