@@ -49,6 +49,7 @@ private slots:
     void resend_after_reconnect_is_in_creation_order_across_conversations();
     void the_on_the_wire_mark_is_written_with_a_flush();
     void a_send_in_an_open_session_costs_one_flush();
+    void a_terminal_error_does_not_hold_up_the_pipelined_messages_behind_it();
 };
 
 void TestClientOutbox::send_commits_the_outbox_row_before_the_first_frame_leaves() {
@@ -680,6 +681,55 @@ void TestClientOutbox::a_send_in_an_open_session_costs_one_flush() {
     }
     QCOMPARE(f.server.distinctCmids(), cmids);
     QCOMPARE(f.requestsOf(QStringLiteral("send")), n);
+}
+
+void TestClientOutbox::a_terminal_error_does_not_hold_up_the_pipelined_messages_behind_it() {
+    // Obligation 9, pipelined (issue 48): five messages of c1 go on the wire
+    // together, each naming the one before as `prev`. The first gets a
+    // terminal error; the fake server, as imserver, refuses a send whose
+    // `prev` is not committed (UNAVAILABLE, nothing written). The four behind
+    // it must still go out, in creation order, and the failed one never again.
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    QStringList cmids;
+    for (int i = 0; i < 5; ++i)
+        cmids.append(f.client.send(QStringLiteral("c1"), QStringLiteral("pipelined %1").arg(i)));
+    const QString doomed = cmids.first();
+    f.server.onFrame = [&](const QJsonObject &req) {
+        if (req.value(QStringLiteral("t")).toString() != u"send")
+            return;
+        if (req.value(QStringLiteral("cmid")).toString() == doomed)
+            f.server.failWith.insert(QStringLiteral("send"), QStringLiteral("NOT_MEMBER"));
+        else
+            f.server.failWith.remove(QStringLiteral("send"));
+    };
+    f.client.connectToServer();
+    QTRY_COMPARE(f.client.messageState(doomed), MessageState::Failed);
+    for (int i = 1; i < cmids.size(); ++i)
+        QTRY_COMPARE(f.client.messageState(cmids.at(i)), MessageState::Sent);
+    QCOMPARE(f.client.pendingCount(), 0);
+    // They were pipelined behind the doomed one: the second named it as prev.
+    const QList<QJsonObject> sends = f.server.requests(QStringLiteral("send"));
+    QVERIFY(std::any_of(sends.cbegin(), sends.cend(), [&](const QJsonObject &o) {
+        return o.value(QStringLiteral("cmid")).toString() == cmids.at(1)
+               && o.value(QStringLiteral("prev")).toString() == doomed;
+    }));
+    // Committed in creation order, the doomed one neither committed nor resent.
+    QStringList committed;
+    for (const QJsonObject &e : std::as_const(f.server.convs[QStringLiteral("c1")].events))
+        committed.append(e.value(QStringLiteral("body")).toString());
+    QCOMPARE(committed, (QStringList{QStringLiteral("pipelined 1"), QStringLiteral("pipelined 2"),
+                                     QStringLiteral("pipelined 3"), QStringLiteral("pipelined 4")}));
+    qint64 lastSeq = 0;
+    for (int i = 1; i < cmids.size(); ++i) {
+        const qint64 seq =
+            sqlScalar(f.db, QStringLiteral("SELECT seq FROM local_messages WHERE cmid = ?"), {cmids.at(i)}).toLongLong();
+        QVERIFY2(seq > lastSeq, qPrintable(QStringLiteral("message %1 got seq %2 after %3").arg(i).arg(seq).arg(lastSeq)));
+        lastSeq = seq;
+    }
+    QCOMPARE(std::count_if(sends.cbegin(), sends.cend(),
+                           [&](const QJsonObject &o) { return o.value(QStringLiteral("cmid")).toString() == doomed; }),
+             1);
 }
 
 QTEST_GUILESS_MAIN(TestClientOutbox)
