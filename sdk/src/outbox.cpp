@@ -26,7 +26,8 @@ Outbox::Outbox(detail::Storage &storage, Connection &conn, detail::Reporter &rep
 
 void Outbox::load(const QList<detail::OutboxRow> &rows) {
     for (const detail::OutboxRow &r : rows) {
-        items_.emplace(r.id, Item{r, false, false, {}, {}, 0});
+        Item &loaded = items_.emplace(r.id, Item{r, false, false, {}, {}, 0}).first->second;
+        loaded.markedAttempts = r.attempts;
         ids_.insert(r.cmid, r.id);
         convs_[r.conv].insert(r.id);
     }
@@ -85,14 +86,22 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     // the store's user: a JWT names its user offline; an opaque token is its
     // fingerprint until a welcome under it proved its user (then that user).
     row.owner = ownerOf(conn_.token());
+    // One flush per send (issue 48): an entry the next pump() puts on the
+    // wire carries its on-the-wire mark (attempts 1) in this transaction, so
+    // pump() writes nothing for it. Otherwise it is marked when it leaves.
+    Item added{row, false, false, {}, {}, 0};
+    added.held = computeHeld(added);
+    added.markedAttempts = goesOutAtOnce(added) ? 1 : 0;
+    detail::OutboxRow stored = row;
+    stored.attempts = added.markedAttempts;
     // A2: committed (WAL, synchronous=FULL) before anything is transmitted.
-    row.id = storage_.enqueue(row);
+    row.id = storage_.enqueue(stored);
     if (row.id == 0) {
         reporter_.storageFailed(QStringLiteral("cannot write outbox"), storage_.lastError());
         return {};
     }
-    Item &added = items_.emplace(row.id, Item{row, false, false, {}, {}, 0}).first->second;
-    added.held = computeHeld(added);
+    added.row.id = row.id;
+    items_.emplace(row.id, std::move(added));
     ids_.insert(row.cmid, row.id);
     convs_[conv].insert(row.id);
     emit entryAdded(row.id);
@@ -195,6 +204,27 @@ bool Outbox::handOver(const QString &previous, const QString &next, bool sameUse
 bool Outbox::belongsToSession(const Item &item) const {
     const QString &owner = item.row.owner;
     return owner.isEmpty() || (owner.startsWith(u"user:") && QStringView(owner).mid(5) == id_.userId);
+}
+
+bool Outbox::goesOutAtOnce(const Item &item) const {
+    // (Entries of other conversations due in the same pump may fill the
+    // window first: then the yes was wrong, and the entry waits marked.)
+    if (!conn_.isSessionUp() || id_.stale || item.held || !belongsToSession(item) || inFlight_ >= window)
+        return false;
+    const bool recall = item.row.kind == u"recall";
+    int onWire = 0;
+    const auto conv = convs_.constFind(item.row.conv);
+    if (conv != convs_.cend()) {
+        for (const qint64 id : *conv) {
+            const Item &earlier = items_.at(id);
+            if (earlier.settling || !belongsToSession(earlier))
+                continue;
+            if (!earlier.inFlight || earlier.row.kind == u"recall")
+                return false; // one waits ahead of it (its retry, or a recall's verdict)
+            ++onWire;
+        }
+    }
+    return onWire < std::max(1, window / 2) && !(recall && onWire > 0);
 }
 
 bool Outbox::computeHeld(const Item &item) const {
@@ -351,10 +381,12 @@ void Outbox::pump() {
                      [](const auto &a, const auto &b) { return a.first->row.id < b.first->row.id; });
     // Before any byte leaves: these entries count as sent from now on
     // (cancel() refuses them, also after a crash and restart).
+    // An entry whose mark was written with it (enqueue) needs none here.
     QList<QPair<QString, int>> marks;
     marks.reserve(batch.size());
     for (const auto &[item, prev] : std::as_const(batch))
-        marks.append({item->row.cmid, item->row.attempts + 1});
+        if (item->row.attempts + 1 > item->markedAttempts)
+            marks.append({item->row.cmid, item->row.attempts + 1});
     if (!storage_.markOnWire(marks)) {
         reporter_.storageFailed(QStringLiteral("cannot record outbox attempt"), storage_.lastError());
         for (const auto &[item, prev] : std::as_const(batch))
@@ -363,6 +395,7 @@ void Outbox::pump() {
         return;
     }
     for (const auto &[item, prev] : std::as_const(batch)) {
+        item->markedAttempts = std::max(item->markedAttempts, item->row.attempts + 1);
         transmit(*item, prev);
         emit entryChanged(item->row.id);
     }

@@ -56,6 +56,10 @@ public:
         QString sentPrev;      ///< the `prev` the attempt on the wire names (empty: none)
         qint64 dueAt = 0;      ///< monotonic ms (clock()) of the next attempt; 0: due
         bool held = false;     ///< written as another user than this store's (computeHeld())
+        /// The on-the-wire mark on disk (the row's `attempts` column): at
+        /// least row.attempts; one more while an attempt's mark was written
+        /// with the entry (enqueue) and that attempt has not left yet.
+        int markedAttempts = 0;
     };
 
     Outbox(detail::Storage &storage, Connection &conn, detail::Reporter &reporter, const detail::Identity &identity,
@@ -165,6 +169,13 @@ private:
     bool prove(const QString &credential, const QString &user);
     static QString provenKey(const QString &credential);
     bool computeHeld(const Item &item) const;
+    // Whether the next pump() puts `item` (not yet in items_) on the wire: a
+    // session of its user is up, and nothing of its conversation, the window
+    // or a recall holds it back. Mirrors pump()'s walk; when it says yes the
+    // entry's on-the-wire mark is written in the enqueue transaction (one
+    // flush per send, issue 48). A wrong yes (the session fell in between)
+    // only leaves an unsent entry marked as possibly sent.
+    bool goesOutAtOnce(const Item &item) const;
     void noteHeld(); // heldChanged() if the count moved
     void onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);
     void transmit(Item &item, const QString &prev);

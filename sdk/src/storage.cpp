@@ -117,6 +117,13 @@ bool Storage::exec(QSqlQuery &q) {
         relaxedWrites_.append(q.lastQuery());
     if (!q.exec())
         return fail(QStringLiteral("SQLite: %1 (%2)").arg(q.lastError().text(), q.lastQuery()));
+    if (!inTransaction_ && !relaxed_ && !q.isSelect()) {
+        // A write in autocommit mode under synchronous=FULL: a flush of its own.
+        const QString sql = q.lastQuery().trimmed().left(8).toUpper();
+        if (!sql.startsWith(u"PRAGMA") && !sql.startsWith(u"BEGIN") && !sql.startsWith(u"COMMIT")
+            && !sql.startsWith(u"ROLLBACK"))
+            ++flushedCommits_;
+    }
     return true;
 }
 
@@ -157,8 +164,10 @@ bool Storage::begin(Durability durability) {
     }
     // IMMEDIATE: take the write lock up front so a busy database fails here,
     // not half way through a page.
-    if (execSql(QStringLiteral("BEGIN IMMEDIATE")))
+    if (execSql(QStringLiteral("BEGIN IMMEDIATE"))) {
+        inTransaction_ = true;
         return true;
+    }
     const QString e = error_;
     restoreDurability();
     return fail(e);
@@ -166,6 +175,9 @@ bool Storage::begin(Durability durability) {
 
 bool Storage::commit() {
     if (execSql(QStringLiteral("COMMIT"))) {
+        inTransaction_ = false;
+        if (!relaxed_)
+            ++flushedCommits_;
         restoreDurability();
         return true;
     }
@@ -203,6 +215,7 @@ bool Storage::execRelaxed(QSqlQuery &q) {
 void Storage::rollback() {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.exec(QStringLiteral("ROLLBACK")); // no-op if no transaction is active
+    inTransaction_ = false;
     restoreDurability();
     requeued_.clear(); // what a rolled-back rebuild put back is not there
 }

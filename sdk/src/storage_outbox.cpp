@@ -24,8 +24,10 @@ qint64 Storage::enqueue(const OutboxRow &row) {
     qint64 id = 0;
     {
         QSqlQuery q(QSqlDatabase::database(connection_, false));
-        q.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, target, created_at, owner)"
-                                 " VALUES(?, ?, ?, ?, ?, ?, ?)"));
+        // attempts > 0: the entry goes on the wire in the next turn, and its
+        // on-the-wire mark rides this flush (Outbox::enqueue, issue 48).
+        q.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, target, created_at, owner, attempts)"
+                                 " VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
         q.addBindValue(row.cmid);
         q.addBindValue(row.kind);
         q.addBindValue(row.conv);
@@ -33,6 +35,7 @@ qint64 Storage::enqueue(const OutboxRow &row) {
         q.addBindValue(row.kind == u"recall" ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
         q.addBindValue(row.createdAt);
         q.addBindValue(nullIfEmpty(row.owner));
+        q.addBindValue(row.attempts);
         if (!exec(q)) { q = QSqlQuery(); rollback(); return 0; }
         id = q.lastInsertId().toLongLong();
         QSqlQuery m(QSqlDatabase::database(connection_, false));

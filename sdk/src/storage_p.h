@@ -117,8 +117,9 @@ public:
     std::optional<QString> meta(const QString &key);
     bool setMeta(const QString &key, const QString &value);
 
-    // Outbox. enqueue() writes the outbox row and the timeline row in one
-    // committed transaction; it returns the outbox row id, or 0 on failure.
+    // Outbox. enqueue() writes the outbox row (with row.attempts as its
+    // on-the-wire mark) and the timeline row in one committed transaction;
+    // it returns the outbox row id, or 0 on failure.
     qint64 enqueue(const OutboxRow &row);
     std::optional<QList<OutboxRow>> loadOutbox();
     // Drafts bound to credential `from` are bound to `to` from now on.
@@ -129,8 +130,8 @@ public:
     bool settleOutbox(const QList<Finish> &finished, const QList<Retry> &retries);
     std::optional<LocalMessage> localMessage(const QString &cmid);
     // Records that these outbox rows are about to go on the wire (attempts),
-    // one transaction without fsync: it survives a process crash, and a
-    // process crash is what cancel() must not be fooled by.
+    // one transaction with a flush (synchronous=FULL): after a power cut an
+    // entry the server may hold must not look unsent.
     bool markOnWire(const QList<QPair<QString, int>> &cmidAttempts);
     // cancel(): the outbox row and its timeline row go, one transaction.
     bool cancelOutbox(const QString &cmid);
@@ -204,6 +205,9 @@ public:
         relaxedWrites_.clear();
     }
     const QStringList &relaxedWrites() const { return relaxedWrites_; }
+    // Test hook: writes committed with a flush (synchronous=FULL: a Full
+    // transaction, or a write statement outside a transaction) so far.
+    int flushedCommits() const { return flushedCommits_; }
     // Test hook: the n-th event insert from now fails (0 disables).
     void injectEventInsertFault(int n) { eventFaultCountdown_ = n; }
     // Value of a PRAGMA on this connection (tests, diagnostics).
@@ -257,6 +261,8 @@ private:
     bool recordRelaxed_ = false;
     QStringList relaxedWrites_;
     QList<OutboxRow> requeued_; // requeueLostOwn() in the open transaction
+    bool inTransaction_ = false;
+    int flushedCommits_ = 0;
     bool eventInsertFault();
 };
 

@@ -3,6 +3,12 @@
 //  1. durable enqueues/s of Client::send() against raw SQLite single-row
 //     transactions with the same pragmas (WAL, synchronous=FULL), same run,
 //     same file system; prints both and the ratio (goal: <= 1.5x).
+//  1b. latency per call, p50/p99 (issue 48, "one flush per send"): a raw
+//     durable insert; send() with no session (the call alone); send() in a
+//     connected session (in-process fake server), the call plus the
+//     event-loop turn that puts the frame on the wire (the on-the-wire mark),
+//     i.e. what one message costs the client's thread; each as a ratio
+//     against the raw insert's p50 of the same run.
 //  2. with the real server (built in the same tree): time to resend 10,000
 //     pending messages after connect.
 //
@@ -11,6 +17,8 @@
 #include "exerelative.h"
 #include "realserver.h"
 #endif
+
+#include "fakeserver.h"
 
 #include <im/client.h>
 
@@ -24,8 +32,145 @@
 #include <QtSql/QSqlQuery>
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <vector>
+
+namespace {
+
+struct Latency {
+    double p50 = 0, p99 = 0; // microseconds
+};
+
+Latency percentiles(std::vector<qint64> ns) { // by value: sorted here
+    Latency l;
+    if (ns.empty())
+        return l;
+    std::sort(ns.begin(), ns.end());
+    l.p50 = double(ns[ns.size() / 2]) / 1000.0;
+    l.p99 = double(ns[std::min(ns.size() - 1, ns.size() * 99 / 100)]) / 1000.0;
+    return l;
+}
+
+// The three sides of the latency measure, each kept open for the whole run
+// and sampled in alternating blocks (the load of a shared machine changes by
+// the second, so sides measured one after the other are not comparable).
+
+// One durable single-row insert per transaction.
+class RawSide {
+public:
+    explicit RawSide(const QString &path) {
+        QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("rawlat"));
+        db.setDatabaseName(path);
+        if (!db.open())
+            qFatal("raw open: %s", qPrintable(db.lastError().text()));
+        QSqlQuery q(db);
+        q.exec(QStringLiteral("PRAGMA journal_mode=WAL"));
+        q.finish();
+        q.exec(QStringLiteral("PRAGMA synchronous=FULL"));
+        q.exec(QStringLiteral("CREATE TABLE outbox(id INTEGER PRIMARY KEY AUTOINCREMENT, cmid TEXT NOT NULL UNIQUE,"
+                              " kind TEXT NOT NULL, conv TEXT NOT NULL, body TEXT, created_at INTEGER NOT NULL)"));
+        ins_ = QSqlQuery(db);
+        ins_.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, created_at) VALUES(?, 'send', ?, ?, ?)"));
+    }
+    ~RawSide() {
+        ins_ = QSqlQuery();
+        QSqlDatabase::database(QStringLiteral("rawlat"), false).close();
+        QSqlDatabase::removeDatabase(QStringLiteral("rawlat"));
+    }
+    void sample() {
+        QSqlDatabase db = QSqlDatabase::database(QStringLiteral("rawlat"), false);
+        QElapsedTimer t;
+        t.start();
+        if (!db.transaction())
+            qFatal("raw begin: %s", qPrintable(db.lastError().text()));
+        ins_.addBindValue(QUuid::createUuid().toString(QUuid::WithoutBraces));
+        ins_.addBindValue(QStringLiteral("team"));
+        ins_.addBindValue(QStringLiteral("benchmark message %1").arg(samples.size()));
+        ins_.addBindValue(QDateTime::currentMSecsSinceEpoch());
+        if (!ins_.exec())
+            qFatal("raw insert: %s", qPrintable(ins_.lastError().text()));
+        ins_.finish();
+        if (!db.commit())
+            qFatal("raw commit: %s", qPrintable(db.lastError().text()));
+        samples.push_back(t.nsecsElapsed());
+    }
+    std::vector<qint64> samples;
+
+private:
+    QSqlQuery ins_;
+};
+
+// send() with no session: the call alone.
+class OfflineSide {
+public:
+    explicit OfflineSide(const QString &path) {
+        if (!client_.open(path))
+            qFatal("open: %s", qPrintable(client_.lastError()));
+    }
+    void sample() {
+        QElapsedTimer t;
+        t.start();
+        if (client_.send(QStringLiteral("team"), QStringLiteral("benchmark message %1").arg(samples.size())).isEmpty())
+            qFatal("send failed: %s", qPrintable(client_.lastError()));
+        samples.push_back(t.nsecsElapsed());
+    }
+    std::vector<qint64> samples;
+
+private:
+    im::Client client_;
+};
+
+// send() in a connected session (in-process fake server), one message at a
+// time from an idle client: `call` is send() alone; `turn` is send() plus the
+// posted events it queued (the pump that marks the entry as on the wire and
+// hands the frame to the socket): the client thread's whole durable cost of
+// one message.
+class ConnectedSide {
+public:
+    explicit ConnectedSide(const QString &path) {
+        if (!server_.listen())
+            qFatal("fake server: cannot listen");
+        server_.convs[QStringLiteral("team")].members = {QStringLiteral("ana"), QStringLiteral("ben")};
+        client_.setServers({server_.url()});
+        client_.setCredentials(QStringLiteral("tok-ana"));
+        client_.setRequestTimeout(600000);
+        if (!client_.open(path))
+            qFatal("open: %s", qPrintable(client_.lastError()));
+        client_.connectToServer();
+        if (!QTest::qWaitFor([&] { return client_.connectionState() == im::ConnectionState::Connected; }, 10000))
+            qFatal("fake server: no session");
+        QTest::qWait(200); // the session's first requests (sub, convs) answered
+    }
+    void sample() {
+        QElapsedTimer t;
+        t.start();
+        const QString cmid =
+            client_.send(QStringLiteral("team"), QStringLiteral("benchmark message %1").arg(call.size()));
+        const qint64 afterCall = t.nsecsElapsed();
+        QCoreApplication::sendPostedEvents();
+        const qint64 afterTurn = t.nsecsElapsed();
+        if (cmid.isEmpty())
+            qFatal("send failed: %s", qPrintable(client_.lastError()));
+        call.push_back(afterCall);
+        turn.push_back(afterTurn);
+        const QList<im::OutboxEntry> entries = client_.outbox();
+        if (entries.isEmpty() || !entries.constLast().inFlight)
+            ++notOnWire;
+        // Untimed: wait for the answer, so the next send starts from idle.
+        if (!QTest::qWaitFor([&] { return client_.pendingCount() == 0; }, 10000))
+            qFatal("no answer for message %zu", call.size());
+    }
+    std::vector<qint64> call, turn;
+    int notOnWire = 0; // messages the turn did not put on the wire (should be 0)
+
+private:
+    FakeServer server_;
+    im::Client client_;
+};
+
+} // namespace
 
 static double rawInserts(const QString &path, int n) {
     double rate = 0;
@@ -83,6 +228,8 @@ int main(int argc, char **argv) {
     p.addOption({QStringLiteral("count"), QStringLiteral("enqueues per side"), QStringLiteral("n"), QStringLiteral("2000")});
     p.addOption({QStringLiteral("resend"), QStringLiteral("messages for the resend run"), QStringLiteral("n"), QStringLiteral("10000")});
     p.addOption({QStringLiteral("dir"), QStringLiteral("directory for the databases"), QStringLiteral("dir")});
+    p.addOption({QStringLiteral("latency"), QStringLiteral("calls per latency measure"), QStringLiteral("n"),
+                 QStringLiteral("1000")});
     p.addOption({QStringLiteral("no-server"), QStringLiteral("skip the real-server resend run")});
     p.addOption({QStringLiteral("baseline"),
                  QStringLiteral("messages for the same run's baseline: one request on the wire at a time (0: none)"),
@@ -104,6 +251,38 @@ int main(int argc, char **argv) {
     std::printf("  im::Client::send()       : %8.0f /s  (runs: %.0f, %.0f)\n", send, send1, send2);
     std::printf("  cost ratio send/raw      : %8.2fx (goal <= 1.5x)\n", raw / send);
     std::fflush(stdout);
+
+    {
+        const int l = p.value(QStringLiteral("latency")).toInt();
+        RawSide raw(tmp.filePath(QStringLiteral("rawlat.db")));
+        OfflineSide offline(tmp.filePath(QStringLiteral("offlat.db")));
+        ConnectedSide connected(tmp.filePath(QStringLiteral("conlat.db")));
+        constexpr int block = 20;
+        for (int done = 0; done < l; done += block) {
+            const int k = std::min(block, l - done);
+            for (int i = 0; i < k; ++i)
+                raw.sample();
+            for (int i = 0; i < k; ++i)
+                offline.sample();
+            for (int i = 0; i < k; ++i)
+                connected.sample();
+        }
+        const Latency rawL = percentiles(raw.samples), offL = percentiles(offline.samples);
+        const Latency callL = percentiles(connected.call), turnL = percentiles(connected.turn);
+        const double r50 = rawL.p50, r99 = rawL.p99;
+        std::printf("latency per call, %d each in alternating blocks of %d, p50 / p99 in microseconds"
+                    " (ratio: p50 / raw p50, p99 / raw p99)\n", l, block);
+        std::printf("  raw durable insert                : %8.0f / %8.0f\n", r50, r99);
+        std::printf("  send(), no session                : %8.0f / %8.0f  %5.2fx / %5.2fx\n", offL.p50, offL.p99,
+                    offL.p50 / r50, offL.p99 / r99);
+        std::printf("  send(), connected: the call       : %8.0f / %8.0f  %5.2fx / %5.2fx\n", callL.p50,
+                    callL.p99, callL.p50 / r50, callL.p99 / r99);
+        std::printf("  send(), connected: call + on wire : %8.0f / %8.0f  %5.2fx / %5.2fx  (target: one durable insert)%s\n",
+                    turnL.p50, turnL.p99, turnL.p50 / r50, turnL.p99 / r99,
+                    connected.notOnWire ? qPrintable(QStringLiteral(" [%1 not on the wire after the turn]").arg(connected.notOnWire))
+                                   : "");
+        std::fflush(stdout);
+    }
 
 #ifdef IM_SERVER_BIN
     if (!p.isSet(QStringLiteral("no-server"))) {

@@ -48,6 +48,8 @@ private slots:
     // Second audit against sdk.md (2026-12-03).
     void resend_after_reconnect_is_in_creation_order_across_conversations();
     void the_on_the_wire_mark_is_written_with_a_flush();
+    void a_send_in_an_open_session_costs_one_flush();
+    void a_terminal_error_does_not_hold_up_the_pipelined_messages_behind_it();
 };
 
 void TestClientOutbox::send_commits_the_outbox_row_before_the_first_frame_leaves() {
@@ -617,23 +619,36 @@ void TestClientOutbox::the_on_the_wire_mark_is_written_with_a_flush() {
     // sdk.md, local database: outbox writes are synchronous=FULL. The mark
     // that an entry went on the wire decides whether cancel() may still drop
     // it; lost in a power cut, a message the others can read would look
-    // unsent and could be cancelled.
+    // unsent and could be cancelled. Issue 48's rule: the mark rides the
+    // enqueue's flush when the session sends the entry at once, else a flush
+    // of its own before the frame leaves; either way it is never relaxed.
     Fixture f;
-    QVERIFY(f.openAndConnect());
+    QVERIFY(f.client.open(f.db));
     im::detail::Storage &st = im::ClientPrivate::get(&f.client)->storage;
     st.recordRelaxedWrites(true);
     // The mark is on disk before the frame leaves: read through a
     // connection of its own when the server sees the frame.
-    qint64 attemptsOnDisk = -1;
+    QHash<QString, qint64> attemptsOnDisk;
     f.server.onFrame = [&](const QJsonObject &o) {
-        if (o.value(QStringLiteral("t")).toString() == u"send")
-            attemptsOnDisk = sqlScalar(f.db, QStringLiteral("SELECT attempts FROM outbox WHERE cmid = ?"),
-                                       {o.value(QStringLiteral("cmid")).toString()})
-                                 .toLongLong();
+        if (o.value(QStringLiteral("t")).toString() == u"send") {
+            const QString cmid = o.value(QStringLiteral("cmid")).toString();
+            attemptsOnDisk.insert(cmid, sqlScalar(f.db, QStringLiteral("SELECT attempts FROM outbox WHERE cmid = ?"),
+                                                  {cmid}).toLongLong());
+        }
     };
-    f.client.send(QStringLiteral("c1"), QStringLiteral("flushed"));
+    // Written with no session: unmarked, then marked when it leaves.
+    const QString queued = f.client.send(QStringLiteral("c1"), QStringLiteral("queued"));
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT attempts FROM outbox WHERE cmid = ?"), {queued}).toLongLong(), 0);
+    QVERIFY(f.client.cancel(f.client.send(QStringLiteral("c1"), QStringLiteral("cancelled"))));
+    f.client.connectToServer();
     QTRY_COMPARE(f.client.pendingCount(), 0);
-    QCOMPARE(attemptsOnDisk, 1);
+    QCOMPARE(attemptsOnDisk.value(queued, -1), 1);
+    // Written in the session: marked in the enqueue transaction itself.
+    const QString live = f.client.send(QStringLiteral("c1"), QStringLiteral("flushed"));
+    QCOMPARE(sqlScalar(f.db, QStringLiteral("SELECT attempts FROM outbox WHERE cmid = ?"), {live}).toLongLong(), 1);
+    QTRY_COMPARE(f.client.pendingCount(), 0);
+    QCOMPARE(attemptsOnDisk.value(live, -1), 1);
+    QCOMPARE(f.server.distinctCmids(), (QStringList{queued, live}));
     const QStringList relaxed = st.relaxedWrites();
     // The answer's write is relaxed (a resend is answered dup): the hook sees it.
     QVERIFY2(std::any_of(relaxed.cbegin(), relaxed.cend(),
@@ -644,6 +659,77 @@ void TestClientOutbox::the_on_the_wire_mark_is_written_with_a_flush() {
         QVERIFY2(!s.startsWith(u"UPDATE outbox SET attempts = ? "), qPrintable(s));
         QVERIFY2(!s.startsWith(u"INSERT INTO outbox"), qPrintable(s));
     }
+}
+
+void TestClientOutbox::a_send_in_an_open_session_costs_one_flush() {
+    // Issue 48: send() in a session that puts it on the wire at once pays one
+    // flush (the entry with its on-the-wire mark), not two (the entry, then
+    // the mark). The answer, the pushed event, the ack: relaxed, no flush.
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    QTRY_VERIFY(f.server.subscribedCount() == 1);
+    const im::detail::Storage &st = im::ClientPrivate::get(&f.client)->storage;
+    constexpr int n = 5;
+    QStringList cmids;
+    for (int i = 0; i < n; ++i) {
+        const int before = st.flushedCommits();
+        const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("one flush %1").arg(i));
+        cmids.append(cmid);
+        QTRY_COMPARE(f.client.messageState(cmid), MessageState::Sent);
+        QTRY_COMPARE(f.eventCount(QStringLiteral("c1")), i + 1); // its own event is stored (relaxed)
+        QCOMPARE(st.flushedCommits() - before, 1);
+    }
+    QCOMPARE(f.server.distinctCmids(), cmids);
+    QCOMPARE(f.requestsOf(QStringLiteral("send")), n);
+}
+
+void TestClientOutbox::a_terminal_error_does_not_hold_up_the_pipelined_messages_behind_it() {
+    // Obligation 9, pipelined (issue 48): five messages of c1 go on the wire
+    // together, each naming the one before as `prev`. The first gets a
+    // terminal error; the fake server, as imserver, refuses a send whose
+    // `prev` is not committed (UNAVAILABLE, nothing written). The four behind
+    // it must still go out, in creation order, and the failed one never again.
+    Fixture f;
+    QVERIFY(f.client.open(f.db));
+    QStringList cmids;
+    for (int i = 0; i < 5; ++i)
+        cmids.append(f.client.send(QStringLiteral("c1"), QStringLiteral("pipelined %1").arg(i)));
+    const QString doomed = cmids.first();
+    f.server.onFrame = [&](const QJsonObject &req) {
+        if (req.value(QStringLiteral("t")).toString() != u"send")
+            return;
+        if (req.value(QStringLiteral("cmid")).toString() == doomed)
+            f.server.failWith.insert(QStringLiteral("send"), QStringLiteral("NOT_MEMBER"));
+        else
+            f.server.failWith.remove(QStringLiteral("send"));
+    };
+    f.client.connectToServer();
+    QTRY_COMPARE(f.client.messageState(doomed), MessageState::Failed);
+    for (int i = 1; i < cmids.size(); ++i)
+        QTRY_COMPARE(f.client.messageState(cmids.at(i)), MessageState::Sent);
+    QCOMPARE(f.client.pendingCount(), 0);
+    // They were pipelined behind the doomed one: the second named it as prev.
+    const QList<QJsonObject> sends = f.server.requests(QStringLiteral("send"));
+    QVERIFY(std::any_of(sends.cbegin(), sends.cend(), [&](const QJsonObject &o) {
+        return o.value(QStringLiteral("cmid")).toString() == cmids.at(1)
+               && o.value(QStringLiteral("prev")).toString() == doomed;
+    }));
+    // Committed in creation order, the doomed one neither committed nor resent.
+    QStringList committed;
+    for (const QJsonObject &e : std::as_const(f.server.convs[QStringLiteral("c1")].events))
+        committed.append(e.value(QStringLiteral("body")).toString());
+    QCOMPARE(committed, (QStringList{QStringLiteral("pipelined 1"), QStringLiteral("pipelined 2"),
+                                     QStringLiteral("pipelined 3"), QStringLiteral("pipelined 4")}));
+    qint64 lastSeq = 0;
+    for (int i = 1; i < cmids.size(); ++i) {
+        const qint64 seq =
+            sqlScalar(f.db, QStringLiteral("SELECT seq FROM local_messages WHERE cmid = ?"), {cmids.at(i)}).toLongLong();
+        QVERIFY2(seq > lastSeq, qPrintable(QStringLiteral("message %1 got seq %2 after %3").arg(i).arg(seq).arg(lastSeq)));
+        lastSeq = seq;
+    }
+    QCOMPARE(std::count_if(sends.cbegin(), sends.cend(),
+                           [&](const QJsonObject &o) { return o.value(QStringLiteral("cmid")).toString() == doomed; }),
+             1);
 }
 
 QTEST_GUILESS_MAIN(TestClientOutbox)

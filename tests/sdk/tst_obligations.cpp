@@ -49,6 +49,7 @@ private slots:
     void a_store_refuses_another_users_welcome();
     void a_draft_queued_offline_under_one_user_never_goes_out_as_another();
     void a_silent_server_is_noticed_and_the_client_reconnects();
+    void a_silent_server_is_noticed_within_a_minute_with_the_default_keep_alive();
     void send_refuses_what_the_server_would_refuse_and_accepts_its_limit();
     void cancel_withdraws_an_unsent_message_and_discard_drops_a_failed_one();
 
@@ -249,6 +250,33 @@ void TestObligations::a_silent_server_is_noticed_and_the_client_reconnects() {
         stopped.resume();
         QTRY_COMPARE_WITH_TIMEOUT(ana->connectionState(), ConnectionState::Connected, 60000);
         QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(cmid), MessageState::Sent, 30000);
+    }
+}
+
+// Obligation 11 with the shipped keep-alive (issue 48): the test leaves
+// pingInterval and silenceTimeout at their defaults. A server that stops
+// answering (SIGSTOP: the TCP connection stays open, no pong, no frame) is
+// noticed well under a minute, with nothing of the client's own on the wire
+// that a request timeout could notice instead.
+void TestObligations::a_silent_server_is_noticed_within_a_minute_with_the_default_keep_alive() {
+    auto server = start();
+    QVERIFY(server);
+    auto ana = makeClient(*server, QStringLiteral("ana"), QStringLiteral("defaults.db"));
+    const Client defaults;
+    QCOMPARE(ana->pingInterval(), defaults.pingInterval());
+    QCOMPARE(ana->silenceTimeout(), defaults.silenceTimeout());
+    ana->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->connectionState(), ConnectionState::Connected, 30000);
+    // The session's own traffic answered: a message sent and confirmed.
+    const QString first = ana->send(QStringLiteral("team"), QStringLiteral("before the silence"));
+    QTRY_COMPARE_WITH_TIMEOUT(ana->messageState(first), MessageState::Sent, 30000);
+    QSignalSpy states(ana.get(), &Client::connectionStateChanged);
+    {
+        Stopped stopped(server->pid());
+        QTRY_VERIFY_WITH_TIMEOUT(ana->connectionState() != ConnectionState::Connected, 60000);
+        QVERIFY(!states.isEmpty());
+        stopped.resume();
+        QTRY_COMPARE_WITH_TIMEOUT(ana->connectionState(), ConnectionState::Connected, 60000);
     }
 }
 
