@@ -96,15 +96,15 @@ void TestUpgrade::an_older_store_keeps_its_drafts_gaps_and_cursors() {
     const QList<im::OutboxEntry> outbox = client.outbox();
     QStringList cmids, bodies;
     for (const im::OutboxEntry &e : outbox) {
-        cmids << e.cmid;
-        bodies << e.body;
+        cmids << e.cmid();
+        bodies << e.body();
     }
     QCOMPARE(cmids, kDrafts);
     QCOMPARE(bodies, (QStringList{QStringLiteral("draft one"), QStringLiteral("draft two, tried twice"),
                                   QStringLiteral("draft three")}));
-    QCOMPARE(outbox.at(1).conv, QStringLiteral("c2"));
-    QCOMPARE(outbox.at(1).attempts, 2);
-    QCOMPARE(outbox.at(1).lastError, QStringLiteral("UNAVAILABLE"));
+    QCOMPARE(outbox.at(1).conv(), QStringLiteral("c2"));
+    QCOMPARE(outbox.at(1).attempts(), 2);
+    QCOMPARE(outbox.at(1).lastError(), QStringLiteral("UNAVAILABLE"));
     QCOMPARE(client.pendingCount(), 3);
     for (const QString &cmid : kDrafts)
         QCOMPARE(client.messageState(cmid), im::MessageState::Pending);
