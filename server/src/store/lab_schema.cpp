@@ -41,6 +41,10 @@ const std::vector<Variant>& variants() {
          {{"IF k.o_hash = k.fp THEN", "IF true THEN"}, {"IF a_fp[j] = k.fp THEN", "IF true THEN"}}},
         // a fresh append is answered dup:true
         {"rule.fresh_dup", "fresh_dup", {{"a_dup[k.i] := false;", "a_dup[k.i] := true;"}}},
+        // the fingerprint of conv and body only: the same cmid with another
+        // reply_to is a duplicate (contract section 12, the seed's warning)
+        {"rule.fingerprint_body_only", "fingerprint_body_only",
+         {{"CASE WHEN u.reply_to IS NULL\n", "CASE WHEN true\n"}}},
         // a send is appended though the message its `prev` names is not
         {"rule.send_prev", "send_prev",
          {{"IF NOT (k.prev_ok OR key_new[k.prev_at] IS NOT NULL) THEN", "IF false THEN"}}},

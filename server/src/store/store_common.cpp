@@ -3,6 +3,8 @@
 
 #include "core/digest.hpp"
 
+#include <boost/json.hpp>
+
 #include <fstream>
 #include <stdexcept>
 
@@ -34,7 +36,30 @@ std::string device_valid_sql(int dev, int user, int tok) {
 
 std::string event_columns() {
     return std::string("conv_id, seq, mid::text, kind, sender_user, body, target_seq, subject_user, ") + ts_ms +
-           ", epoch, client_msg_id";
+           ", epoch, client_msg_id, reply_to, emoji, react_on";
+}
+
+std::string with_changes(const std::string& events_sql, int viewer, bool newest_first) {
+    const std::string v = "$" + std::to_string(viewer);
+    // MATERIALIZED: the events' own statement is planned as it stands alone
+    // (a range scan of the primary key, limits_test.cpp checks its plan);
+    // the joins then run on at most its rows: one index probe each of
+    // msg_changes and the recall index, and the top 20 of reaction_counts
+    // only for a msg that has reactions.
+    return "WITH ev AS MATERIALIZED (" + events_sql +
+           ") SELECT ev.*, x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, "
+           "x.reactions_seq, "
+           "ev.kind = 'msg' AND EXISTS (SELECT 1 FROM events r WHERE r.conv_id = ev.conv_id AND r.kind = 'recall' "
+           "AND r.target_seq = ev.seq), rx.list "
+           "FROM ev LEFT JOIN msg_changes x ON ev.kind = 'msg' AND x.conv_id = ev.conv_id AND x.seq = ev.seq "
+           "LEFT JOIN LATERAL (SELECT json_agg(json_build_array(t.emoji, t.count, t.me) "
+           "ORDER BY t.count DESC, t.emoji COLLATE \"C\") AS list FROM (SELECT n.emoji, n.count, "
+           "EXISTS (SELECT 1 FROM reaction_state s WHERE s.conv_id = n.conv_id AND s.target_seq = n.target_seq "
+           "AND s.user_id = " + v + "::text AND s.emoji = n.emoji AND s.is_on) AS me "
+           "FROM reaction_counts n WHERE x.reactions_seq IS NOT NULL AND n.conv_id = ev.conv_id "
+           "AND n.target_seq = ev.seq AND n.count > 0 "
+           "ORDER BY n.count DESC, n.emoji COLLATE \"C\" LIMIT " + std::to_string(max_reactions) + ") t) rx ON true "
+           "ORDER BY ev.seq" + (newest_first ? " DESC" : "");
 }
 
 Event read_event(const pqxx::row& row) {
@@ -53,6 +78,20 @@ Event read_event(const pqxx::row& row) {
     ev.ts = row[8].as<std::int64_t>();
     ev.epoch = row[9].as<std::int64_t>();
     if (!row[10].is_null()) ev.cmid = std::string(row[10].c_str());
+    if (!row[11].is_null()) ev.reply_to = row[11].as<std::int64_t>();
+    if (!row[12].is_null()) ev.emoji = std::string(row[12].c_str());
+    if (!row[13].is_null()) ev.on = row[13].as<bool>();
+    if (row.size() < 20) return ev; // without with_changes' columns
+    if (!row[14].is_null()) ev.edit = EditState{row[14].as<std::int64_t>(), row[15].c_str(), row[16].as<std::int64_t>()};
+    if (!row[17].is_null()) ev.reactions_seq = row[17].as<std::int64_t>();
+    ev.recalled = !row[18].is_null() && row[18].as<bool>();
+    if (!row[19].is_null()) {
+        const boost::json::value list = boost::json::parse(row[19].c_str());
+        for (const auto& item : list.as_array()) {
+            const auto& a = item.as_array();
+            ev.reactions.push_back({std::string(a.at(0).as_string()), a.at(1).to_number<std::int64_t>(), a.at(2).as_bool()});
+        }
+    }
     return ev;
 }
 
