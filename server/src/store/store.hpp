@@ -232,6 +232,9 @@ public:
     static bool lab_database(pqxx::connection_base& c, bool fresh);
 
 private:
+    /// im_change, or the lab's variant while one of its rules is broken.
+    std::string change_function();
+
     FaultRegistry& faults_;
     LabSwitches lab_;
     std::string send_channel_; // notify_in_commit()

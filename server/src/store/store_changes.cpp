@@ -2,6 +2,7 @@
 // server-side function im_change (schema/functions/im_change.sql) per
 // request, autocommit: the checks, the event and the aggregates the reads
 // show, in one statement and one round trip.
+#include "store/lab_schema.hpp"
 #include "store/store_internal.hpp"
 
 #include <string_view>
@@ -12,9 +13,11 @@ using namespace store_detail;
 
 namespace {
 
-constexpr const char* change_sql =
-    "SELECT r_code, r_seq, r_dup, r_changed, r_epoch FROM im_change($1, $2, $3, $4, $5, $6, $7::bigint, $8, $9, "
-    "$10::boolean)";
+// `function`: im_change, or the lab's variant of it (lab_schema.hpp).
+std::string change_sql(const std::string& function) {
+    return "SELECT r_code, r_seq, r_dup, r_changed, r_epoch FROM " + function +
+           "($1, $2, $3, $4, $5, $6, $7::bigint, $8, $9, $10::boolean)";
+}
 
 struct ChangeRow {
     std::optional<std::int64_t> seq;
@@ -47,12 +50,12 @@ Outcome<ChangeRow> change_outcome(const pqxx::row& row) {
     throw std::runtime_error("im_change: unknown result code " + std::string(code));
 }
 
-Outcome<ChangeRow> run_change(pqxx::connection_base& c, const Identity& who, const char* kind, const std::string& conv,
-                              const std::string& cmid, std::int64_t target, const std::string& body,
-                              const std::string& emoji, bool on) {
-    c.prepare("im_change", change_sql);
+Outcome<ChangeRow> run_change(pqxx::connection_base& c, const std::string& function, const Identity& who,
+                              const char* kind, const std::string& conv, const std::string& cmid, std::int64_t target,
+                              const std::string& body, const std::string& emoji, bool on) {
+    c.prepare(function, change_sql(function));
     pqxx::nontransaction tx(c); // autocommit: the call is the transaction
-    auto r = tx.exec_prepared("im_change", std::string(kind), who.device, who.token_sha256, conv, who.user, cmid,
+    auto r = tx.exec_prepared(function, std::string(kind), who.device, who.token_sha256, conv, who.user, cmid,
                               target, body, emoji, on);
     if (r.size() != 1) throw std::runtime_error("im_change: not one result row");
     return change_outcome(r[0]);
@@ -60,9 +63,11 @@ Outcome<ChangeRow> run_change(pqxx::connection_base& c, const Identity& who, con
 
 } // namespace
 
+std::string Store::change_function() { return faults_.enabled() ? lab_change_function(faults_) : "im_change"; }
+
 Outcome<Edited> Store::edit(pqxx::connection_base& c, const Identity& who, const req::Edit& e) {
     return guarded<Edited>("edit", [&]() -> Outcome<Edited> {
-        auto o = run_change(c, who, "edit", e.conv, e.cmid, e.target, e.body, "", false);
+        auto o = run_change(c, change_function(), who, "edit", e.conv, e.cmid, e.target, e.body, "", false);
         if (!o) return o.error();
         return Edited{e.conv, *o->seq, o->dup, o->epoch};
     });
@@ -70,7 +75,7 @@ Outcome<Edited> Store::edit(pqxx::connection_base& c, const Identity& who, const
 
 Outcome<Reacted> Store::react(pqxx::connection_base& c, const Identity& who, const req::React& r) {
     return guarded<Reacted>("react", [&]() -> Outcome<Reacted> {
-        auto o = run_change(c, who, "reaction", r.conv, r.cmid, r.target, "", r.emoji, r.on);
+        auto o = run_change(c, change_function(), who, "reaction", r.conv, r.cmid, r.target, "", r.emoji, r.on);
         if (!o) return o.error();
         return Reacted{r.conv, o->seq, o->dup, o->changed, o->epoch};
     });
