@@ -57,3 +57,6 @@ CREATE TABLE reaction_state (
     seq        bigint NOT NULL,         -- the reaction event that set this state
     PRIMARY KEY (conv_id, target_seq, user_id, emoji)
 );
+-- `me` of a page: the reader's own reactions in the page's seq range.
+CREATE INDEX reaction_state_by_user
+    ON reaction_state (conv_id, user_id, target_seq) WHERE is_on;

@@ -42,23 +42,31 @@ std::string event_columns() {
 std::string with_changes(const std::string& events_sql, int viewer, bool newest_first) {
     const std::string v = "$" + std::to_string(viewer);
     // MATERIALIZED: the events' own statement is planned as it stands alone
-    // (a range scan of the primary key, limits_test.cpp checks its plan);
-    // the joins then run on at most its rows: one index probe each of
-    // msg_changes and the recall index, and the top 20 of reaction_counts
-    // only for a msg that has reactions.
+    // (a range scan of the primary key, limits_test.cpp checks its plan).
+    // Then, set-based over the seq range it read (every statement that uses
+    // this has the conversation in $1): one range scan of reaction_counts
+    // ranked per message, one of the viewer's own reactions (`me`), one
+    // probe of msg_changes and of the recall index per event. A lateral
+    // top 20 per message (an index scan and a probe for `me` per message)
+    // took 2.4x this statement's time on the benchmark's heavy page
+    // (docs/benchmarks.md, "Pages with edits and reactions").
     return "WITH ev AS MATERIALIZED (" + events_sql +
-           ") SELECT ev.*, x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, "
+           "), b AS (SELECT min(seq) AS lo, max(seq) AS hi FROM ev), "
+           "rc AS (SELECT n.target_seq, n.emoji, n.count, row_number() OVER (PARTITION BY n.target_seq "
+           "ORDER BY n.count DESC, n.emoji COLLATE \"C\") AS rn FROM b, reaction_counts n "
+           "WHERE n.conv_id = $1 AND n.target_seq BETWEEN b.lo AND b.hi AND n.count > 0), "
+           "mine AS (SELECT s.target_seq, s.emoji FROM b, reaction_state s WHERE s.conv_id = $1 AND s.user_id = " +
+           v + "::text AND s.target_seq BETWEEN b.lo AND b.hi AND s.is_on), "
+           "rx AS (SELECT rc.target_seq, json_agg(json_build_array(rc.emoji, rc.count, mine.emoji IS NOT NULL) "
+           "ORDER BY rc.count DESC, rc.emoji COLLATE \"C\") AS list FROM rc LEFT JOIN mine "
+           "ON mine.target_seq = rc.target_seq AND mine.emoji = rc.emoji WHERE rc.rn <= " +
+           std::to_string(max_reactions) + " GROUP BY rc.target_seq) "
+           "SELECT ev.*, x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, "
            "x.reactions_seq, "
            "ev.kind = 'msg' AND EXISTS (SELECT 1 FROM events r WHERE r.conv_id = ev.conv_id AND r.kind = 'recall' "
            "AND r.target_seq = ev.seq), rx.list "
            "FROM ev LEFT JOIN msg_changes x ON ev.kind = 'msg' AND x.conv_id = ev.conv_id AND x.seq = ev.seq "
-           "LEFT JOIN LATERAL (SELECT json_agg(json_build_array(t.emoji, t.count, t.me) "
-           "ORDER BY t.count DESC, t.emoji COLLATE \"C\") AS list FROM (SELECT n.emoji, n.count, "
-           "EXISTS (SELECT 1 FROM reaction_state s WHERE s.conv_id = n.conv_id AND s.target_seq = n.target_seq "
-           "AND s.user_id = " + v + "::text AND s.emoji = n.emoji AND s.is_on) AS me "
-           "FROM reaction_counts n WHERE x.reactions_seq IS NOT NULL AND n.conv_id = ev.conv_id "
-           "AND n.target_seq = ev.seq AND n.count > 0 "
-           "ORDER BY n.count DESC, n.emoji COLLATE \"C\" LIMIT " + std::to_string(max_reactions) + ") t) rx ON true "
+           "LEFT JOIN rx ON ev.kind = 'msg' AND rx.target_seq = ev.seq "
            "ORDER BY ev.seq" + (newest_first ? " DESC" : "");
 }
 
