@@ -4,7 +4,8 @@
 -- of one, Store::send_run). A run is the pipelined sends of one connection
 -- to one conversation: run g has p_devices[g], p_token_sha256s[g] (hex),
 -- p_convs[g] and p_users[g]; item i belongs to run p_runs[i] (ascending) and
--- carries p_cmids[i], p_bodies[i], p_prevs[i] (NULL: no prev). Each item is
+-- carries p_cmids[i], p_bodies[i], p_prevs[i] (NULL: no prev) and
+-- p_reply_tos[i] (NULL: not a reply; contract section 12). Each item is
 -- judged on its own, in order (run by run, item by item), exactly as a lone
 -- send; the caller commits (autocommit: the call is the transaction).
 --
@@ -26,7 +27,7 @@
 -- One row per item, in item order: r_run, r_item (the item's index in the
 -- group), r_code: 'OK' (r_dup says whether it is the original's reply), the
 -- contract's error code, UNAUTHENTICATED (the device lost its access),
--- PREV_NOT_COMMITTED, or LOCKED: another transaction holds the run's
+-- PREV_NOT_COMMITTED, NOT_FOUND (reply_to), or LOCKED: another transaction holds the run's
 -- conversation row, nothing of that run was written, and the caller runs it
 -- again later (a held conversation never stalls a send worker): through
 -- im_send_queued (schema/functions/im_send_queued.sql), which waits for the
@@ -61,16 +62,16 @@
 -- announced again, as the bus's publish-after-commit does: its original may
 -- have been committed by a gateway that died before it published.
 
--- The signature changed with the set-based rewrite (issue 28) and again
--- with p_channel. The one-run im_send(text, text, text, text, text[],
+-- The signature changed with the set-based rewrite (issue 28), again
+-- with p_channel and again with p_reply_tos (contract v3). The one-run im_send(text, text, text, text, text[],
 -- text[], text[]) and the set-based im_send of eight arrays of the previous
--- releases are NOT dropped here: in a database made before, they stay
+-- releases (and the nine-argument one of the releases before v3) are NOT dropped here: in a database made before, they stay
 -- callable for the previous releases' gateways during a rolling upgrade
 -- (docs/operations.md, "Schema"); no gateway of this release calls them.
 
 CREATE OR REPLACE FUNCTION im_send(p_devices text[], p_token_sha256s text[], p_convs text[], p_users text[],
                                    p_runs integer[], p_cmids text[], p_bodies text[], p_prevs text[],
-                                   p_channel text)
+                                   p_reply_tos bigint[], p_channel text)
 RETURNS TABLE (r_run integer, r_item integer, r_code text, r_seq bigint, r_mid text, r_epoch bigint, r_dup boolean,
                r_ts bigint)
 -- Generic plans, planned once per connection. PL/pgSQL hands this
@@ -179,10 +180,31 @@ BEGIN
              WHERE run_lock[r.g]),
         it AS (
             SELECT u.i::integer AS i, rs.g, rs.conv, rs.usr, rs.conv_at, rs.own_at, rs.open, u.cmid, u.prev,
-                   sha256(convert_to(rs.conv, 'UTF8') || '\x00'::bytea || convert_to(u.body, 'UTF8')) AS fp
-              FROM unnest(p_runs, p_cmids, p_bodies, p_prevs) WITH ORDINALITY AS u(g, cmid, body, prev, i)
+                   u.reply_to,
+                   -- The fingerprint (contract section 12): a send without
+                   -- reply_to (and attachments) hashes as before v3, so
+                   -- stored keys keep their meaning; else every field that
+                   -- makes the content, the attachments' part empty until
+                   -- they exist.
+                   CASE WHEN u.reply_to IS NULL
+                        THEN sha256(convert_to(rs.conv, 'UTF8') || '\x00'::bytea || convert_to(u.body, 'UTF8'))
+                        ELSE sha256(convert_to(rs.conv, 'UTF8') || '\x00'::bytea || convert_to(u.body, 'UTF8')
+                                    || '\x00'::bytea || convert_to('reply:' || u.reply_to::text, 'UTF8')
+                                    || '\x00'::bytea || convert_to('att:', 'UTF8')) END AS fp
+              FROM unnest(p_runs, p_cmids, p_bodies, p_prevs, p_reply_tos) WITH ORDINALITY
+                   AS u(g, cmid, body, prev, reply_to, i)
               JOIN rs ON rs.g = u.g)
         SELECT it.i, it.conv_at, it.own_at, it.open, it.fp,
+               -- reply_to: a msg of this conversation, not purged (purged
+               -- rows are gone), that the sender may read (a period holds it)
+               (it.reply_to IS NULL
+                OR EXISTS (SELECT 1 FROM events e
+                            WHERE e.conv_id = it.conv AND e.seq = it.reply_to AND e.kind = 'msg'
+                              AND EXISTS (SELECT 1 FROM membership_periods m
+                                           WHERE m.conv_id = it.conv AND m.user_id = it.usr
+                                             AND m.from_seq <= it.reply_to
+                                             AND (m.to_seq IS NULL OR m.to_seq >= it.reply_to))))
+                  AS reply_ok,
                o.seq AS o_seq, o.mid AS o_mid, o.epoch AS o_epoch, o.request_hash AS o_hash, o.ts AS o_ts,
                EXISTS (SELECT 1 FROM idem_tombstones t
                         WHERE t.conv_id = it.conv AND t.sender_user = it.usr AND t.client_msg_id = it.cmid) AS tomb,
@@ -264,6 +286,12 @@ BEGIN
             a_code[k.i] := 'PREV_NOT_COMMITTED';
             CONTINUE;
         END IF;
+        -- 4b. reply_to names a msg the sender may read, not purged
+        --     (contract section 12); else NOT_FOUND, whichever it is.
+        IF NOT k.reply_ok THEN
+            a_code[k.i] := 'NOT_FOUND';
+            CONTINUE;
+        END IF;
         -- 5. A new event: its place in its conversation, its running counts.
         a_new[k.i] := true;
         key_new[k.i] := k.i;
@@ -300,11 +328,11 @@ BEGIN
         END LOOP;
         -- 4. The new events, one statement.
         INSERT INTO events (conv_id, seq, mid, kind, sender_user, client_msg_id, request_hash, body, epoch,
-                            msg_ordinal, sender_ordinal, created_at)
+                            msg_ordinal, sender_ordinal, created_at, reply_to)
         SELECT p_convs[u.g], u.seq, u.mid::uuid, 'msg', p_users[u.g], u.cmid, u.fp, u.body, u.ep,
-               conv_cnt[u.conv_at] + u.off + 1, u.own, v_now
-          FROM unnest(p_runs, p_cmids, p_bodies, a_new, a_seq, a_mid, a_fp, a_ep, a_conv, a_off, a_own)
-               AS u(g, cmid, body, new, seq, mid, fp, ep, conv_at, off, own)
+               conv_cnt[u.conv_at] + u.off + 1, u.own, v_now, u.reply_to
+          FROM unnest(p_runs, p_cmids, p_bodies, a_new, a_seq, a_mid, a_fp, a_ep, a_conv, a_off, a_own, p_reply_tos)
+               AS u(g, cmid, body, new, seq, mid, fp, ep, conv_at, off, own, reply_to)
          WHERE u.new;
     END IF;
     -- 5. The notification, in this transaction (p_channel, above): per

@@ -652,7 +652,7 @@ private:
     // What other parties do meanwhile.
     void other_send(const std::string& conv) {
         im::Identity ben{"ben", "ben-d1", "inst-ben", "t:ben-d1"};
-        im::req::Send s{conv, "ben-" + std::to_string(++others_sent_), "from ben", ""};
+        im::req::Send s{conv, "ben-" + std::to_string(++others_sent_), "from ben", "", std::nullopt};
         auto r = db_.send_run(ben, {s});
         if (r.size() != 1 || !r[0]) fail("set-up: ben's send failed");
     }

@@ -58,6 +58,9 @@ public:
     Outcome<Acked> ack(const Identity& who, const req::Ack& r) override;
     Outcome<ReadOk> read(const Identity& who, const req::Read& r, Notes& notes) override;
     Outcome<Recalled> recall(const Identity& who, const req::Recall& r) override;
+    // The model has no edits or reactions yet (contract section 12): refused.
+    Outcome<Edited> edit(const Identity&, const req::Edit&) override { return invalid("the model has no edits"); }
+    Outcome<Reacted> react(const Identity&, const req::React&) override { return invalid("the model has no reactions"); }
 
 private:
     struct Period {

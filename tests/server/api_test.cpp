@@ -151,6 +151,10 @@ TEST_F(Api, conversations_members_settings_epoch_and_purge) {
     EXPECT_EQ(scalar("SELECT recall_window_ms || '/' || push_full_max FROM conversations WHERE conv_id = " + q(conv)),
               "5000/7");
     EXPECT_EQ(call("PATCH", "/v1/conversations/no-" + conv, j({{"push_full_max", 7}})).first, 404);
+    auto [s2, so2] = call("PATCH", "/v1/conversations/" + conv, j({{"edit_window_ms", 0}}));
+    ASSERT_EQ(s2, 200) << j(so2);
+    EXPECT_EQ(scalar("SELECT edit_window_ms || '/' || recall_window_ms FROM conversations WHERE conv_id = " + q(conv)),
+              "0/5000");
 
     auto [e1, eo] = call("POST", "/v1/conversations/" + conv + "/epoch");
     ASSERT_EQ(e1, 200) << j(eo);
@@ -231,11 +235,26 @@ TEST_F(Api, a_posted_message_is_a_real_send_pushed_to_a_member_and_idempotent) {
     EXPECT_EQ(scalar("SELECT count(*) FROM events WHERE conv_id = " + q(conv) + " AND kind = 'msg'"), "1");
     // Counted with the WebSocket sends.
     EXPECT_EQ(srv->metric("im_requests_total{t=\"send\",code=\"OK\"}"), std::max(0LL, sends_before) + 2);
+    // A reply (contract section 12): reply_to as a WebSocket send takes it;
+    // one the sender may not read (a join) is 404 NOT_FOUND.
+    auto [st6, o6] = call("POST", "/v1/conversations/" + conv + "/messages",
+                          j({{"sender", a.user}, {"cmid", "re-1"}, {"body", "re"}, {"reply_to", 3}}), write_key);
+    ASSERT_EQ(st6, 200) << j(o6);
+    auto [st7, o7] = call("POST", "/v1/conversations/" + conv + "/messages",
+                          j({{"sender", a.user}, {"cmid", "re-1"}, {"body", "re"}, {"reply_to", 2}}), write_key);
+    EXPECT_EQ(st7, 409) << j(o7);
+    auto [st8, o8] = call("POST", "/v1/conversations/" + conv + "/messages",
+                          j({{"sender", a.user}, {"cmid", "re-2"}, {"body", "re"}, {"reply_to", 1}}), write_key);
+    EXPECT_EQ(st8, 404) << j(o8);
+    EXPECT_EQ(str(o8, "code"), "NOT_FOUND");
+    auto [st9, events] = call("GET", "/v1/conversations/" + conv + "/events", "", read_key);
+    ASSERT_EQ(st9, 200) << j(events);
+    EXPECT_EQ(num(events.at("events").as_array().back().as_object(), "reply_to"), 3);
 
     // The member reads it over the WebSocket like any message.
     auto page = watcher->request({{"t", "history"}, {"conv", conv}, {"before", 0}});
     ASSERT_EQ(str(page, "t"), "page") << json::serialize(page);
-    EXPECT_EQ(page.at("events").as_array().back().as_object().at("body").as_string(), "hello from the backend");
+    EXPECT_EQ(page.at("events").as_array().back().as_object().at("body").as_string(), "re");
 }
 
 TEST_F(Api, events_and_user_conversations_page_like_history_and_convs) {
@@ -386,6 +405,9 @@ TEST_F(Api, bad_input_answers_400_with_a_code_and_writes_nothing) {
         {"PATCH", "/v1/conversations/" + conv, "{\"recall_window_ms\": \"5\"}"},
         {"PATCH", "/v1/conversations/" + conv, "{\"push_full_max\": 99999999999}"},
         {"PATCH", "/v1/conversations/" + conv, "{}"},
+        {"PATCH", "/v1/conversations/" + conv, "{\"edit_window_ms\": -1}"},
+        {"POST", "/v1/conversations/" + conv + "/messages",
+         "{\"sender\": \"" + a.user + "\", \"cmid\": \"c\", \"body\": \"x\", \"reply_to\": \"3\"}"},
         {"POST", "/v1/conversations/" + conv + "/messages", "{\"sender\": \"" + a.user + "\", \"cmid\": \"\", \"body\": \"x\"}"},
         {"POST", "/v1/conversations/" + conv + "/messages", "{\"sender\": \"" + a.user + "\", \"cmid\": \"c\", \"body\": 1}"},
         {"POST", "/v1/conversations/" + conv + "/messages", "{\"sender\": \"" + a.user + "\", \"cmid\": \"c\"}"},

@@ -148,7 +148,8 @@ Handled handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Id
                 return reply(db->sync(*who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Ack>) {
                 return reply(db->ack(*who, r), rid);
-            } else if constexpr (std::is_same_v<T, req::Read> || std::is_same_v<T, req::Recall>) {
+            } else if constexpr (std::is_same_v<T, req::Read> || std::is_same_v<T, req::Recall> ||
+                                 std::is_same_v<T, req::Edit> || std::is_same_v<T, req::React>) {
                 auto promise = std::make_shared<std::promise<Handled>>();
                 auto result = promise->get_future();
                 handle_request(ctx, db, who, req, rid, [promise](Handled h) { promise->set_value(std::move(h)); });
@@ -206,6 +207,28 @@ void handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Ident
             ctx.bus->publish(std::move(notes), [&ctx, o, rid, done = std::move(done)](bool published) {
                 done(published ? recall_reply(ctx, o, rid) : error_reply(unpublished(), rid));
             });
+            return;
+        }
+    }
+    if (db && who) {
+        // edit and react (contract section 12): committed in the store, then
+        // published as a send is, a duplicate again, before the reply.
+        std::optional<Outcome<Edited>> edited;
+        std::optional<Outcome<Reacted>> reacted;
+        if (const auto* r = std::get_if<req::Edit>(&req)) edited = db->edit(*who, *r);
+        else if (const auto* r = std::get_if<req::React>(&req)) reacted = db->react(*who, *r);
+        if (edited || reacted) {
+            Handled h = edited ? reply(*edited, rid) : reply(*reacted, rid);
+            std::optional<std::int64_t> seq;
+            std::string conv;
+            if (edited && *edited) seq = (*edited)->seq, conv = (*edited)->conv;
+            if (reacted && *reacted && (*reacted)->seq && ((*reacted)->changed || (*reacted)->dup))
+                seq = (*reacted)->seq, conv = (*reacted)->conv;
+            if (!seq || !ctx.bus) return done(std::move(h));
+            ctx.bus->publish(Notes{"e " + conv + " " + std::to_string(*seq)},
+                             [h = std::move(h), rid, done = std::move(done)](bool published) mutable {
+                                 done(published ? std::move(h) : error_reply(unpublished(), rid));
+                             });
             return;
         }
     }

@@ -69,12 +69,14 @@ std::int64_t member_remove(Store& s, pqxx::connection_base& c, const std::string
 }
 
 void conv_set(Store& s, pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> recall_window_ms,
-              std::optional<std::int64_t> push_full_max) {
-    if (!recall_window_ms && !push_full_max) throw invalid("give recall_window_ms and/or push_full_max");
+              std::optional<std::int64_t> push_full_max, std::optional<std::int64_t> edit_window_ms) {
+    if (!recall_window_ms && !push_full_max && !edit_window_ms)
+        throw invalid("give recall_window_ms, push_full_max and/or edit_window_ms");
+    if (edit_window_ms && *edit_window_ms < 0) throw invalid("edit_window_ms must be >= 0 (0: no edits)");
     if (recall_window_ms && *recall_window_ms < 0) throw invalid("recall_window_ms must be >= 0");
     if (push_full_max && (*push_full_max < 0 || *push_full_max > std::numeric_limits<std::int32_t>::max()))
         throw invalid("push_full_max must be in [0, 2147483647]");
-    s.set_conv(c, conv, recall_window_ms, push_full_max);
+    s.set_conv(c, conv, recall_window_ms, push_full_max, edit_window_ms);
 }
 
 std::int64_t epoch_bump(Store& s, pqxx::connection_base& c, const std::string& conv) { return s.bump_epoch(c, conv); }

@@ -30,7 +30,7 @@ bool conv_create(Store& s, pqxx::connection_base& c, const std::string& conv, co
 std::int64_t member_add(Store& s, pqxx::connection_base& c, const std::string& conv, const std::string& user);
 std::int64_t member_remove(Store& s, pqxx::connection_base& c, const std::string& conv, const std::string& user);
 void conv_set(Store& s, pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> recall_window_ms,
-              std::optional<std::int64_t> push_full_max);
+              std::optional<std::int64_t> push_full_max, std::optional<std::int64_t> edit_window_ms = std::nullopt);
 std::int64_t epoch_bump(Store& s, pqxx::connection_base& c, const std::string& conv);
 /// Exactly one of before_seq / older_than_ms; the events purged.
 std::int64_t purge(Store& s, pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> before_seq,

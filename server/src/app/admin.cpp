@@ -50,7 +50,7 @@ const Command commands[] = {
     {"device revoke DEVICE", "revoke the device's token"},
     {"device token DEVICE", "issue a new token (prints it); the old one stops working"},
     {"conv create CONV --kind group|direct --members U1,U2,...", "create a conversation (join events)"},
-    {"conv set CONV [--recall-window-ms N] [--push-full-max N]", "change a conversation's settings"},
+    {"conv set CONV [--recall-window-ms N] [--push-full-max N] [--edit-window-ms N]", "change a conversation's settings"},
     {"member add CONV USER | member remove CONV USER", "open/close a period; prints the event's seq"},
     {"epoch bump CONV", "start a new epoch; prints it"},
     {"epoch bump --all", "start a new epoch in every conversation (after a database restore); prints how many"},
@@ -66,7 +66,7 @@ const Command commands[] = {
 };
 
 // The flags of the commands above (each takes a value).
-const std::set<std::string> command_flags = {"--kind",       "--members",    "--recall-window-ms", "--push-full-max",
+const std::set<std::string> command_flags = {"--kind",       "--members",    "--recall-window-ms", "--push-full-max", "--edit-window-ms",
                                              "--before-seq", "--older-than", "--out",              "--server",
                                              "--scope"};
 
@@ -274,12 +274,13 @@ int run(int argc, char** argv) {
         if (!prov::conv_create(store, c, args.pos[0], args.flag("--kind"), split(args.flag("--members"))))
             std::cerr << "imserver admin: conversation " << args.pos[0] << " exists already with these settings\n";
     } else if (cmd == "conv set") {
-        need(args, 1, "conv set CONV [--recall-window-ms N] [--push-full-max N]");
-        std::optional<std::int64_t> rw, pf;
+        need(args, 1, "conv set CONV [--recall-window-ms N] [--push-full-max N] [--edit-window-ms N]");
+        std::optional<std::int64_t> rw, pf, ew;
         if (args.has("--recall-window-ms")) rw = to_i64(args.flag("--recall-window-ms"), "--recall-window-ms");
         if (args.has("--push-full-max")) pf = to_i64(args.flag("--push-full-max"), "--push-full-max");
-        if (!rw && !pf) throw Usage("conv set needs --recall-window-ms and/or --push-full-max");
-        prov::conv_set(store, c, args.pos[0], rw, pf);
+        if (args.has("--edit-window-ms")) ew = to_i64(args.flag("--edit-window-ms"), "--edit-window-ms");
+        if (!rw && !pf && !ew) throw Usage("conv set needs --recall-window-ms, --push-full-max and/or --edit-window-ms");
+        prov::conv_set(store, c, args.pos[0], rw, pf, ew);
     } else if (cmd == "member add") {
         need(args, 2, "member add CONV USER");
         std::cout << prov::member_add(store, c, args.pos[0], args.pos[1]) << '\n';

@@ -24,6 +24,7 @@ enum class Code {
     stale_install,
     unavailable,
     rate_limited, // contract v3 section 13; the error frame carries retry_ms
+    edit_window_expired, // contract v3 section 12: past the edit window (database clock)
 };
 
 std::string_view code_name(Code c);

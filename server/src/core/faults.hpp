@@ -59,6 +59,10 @@ inline constexpr std::string_view fault_points[] = {
     "rule.fresh_dup",          // a fresh append is answered dup:true
     "rule.send_prev",          // a send is appended though the message its `prev` names is not
     "rule.send_dedup",         // the request-key lookup is skipped: a repeated cmid inserts a second event
+    "rule.fingerprint_body_only", // the fingerprint is of conv and body only: another reply_to is a duplicate
+    // ... and in the edit/react function, its variant im_lab_change_<rule>:
+    "rule.edit_window",        // an edit is judged without its window
+    "rule.react_noop",         // a reaction already as asked appends an event anyway
     // ... and in sync:
     "rule.page_cursor"};       // next_after is the head read after the page, not the page's end
 

@@ -29,6 +29,25 @@ struct Fields {
         return "field '" + std::string(key) + "' must be an integer";
     }
 
+    std::optional<std::string> boolean(std::string_view key, bool& out) const {
+        auto* v = o.if_contains(key);
+        if (!v) return "missing field '" + std::string(key) + "'";
+        if (!v->is_bool()) return "field '" + std::string(key) + "' must be true or false";
+        out = v->get_bool();
+        return std::nullopt;
+    }
+
+    /// A message body (send, edit): valid UTF-8 within the bounds, no U+0000.
+    std::optional<std::string> body(std::string& out) const {
+        if (auto e = str("body", out)) return e;
+        auto n = utf8_code_points(out);
+        if (!n) return std::string("field 'body' must be valid UTF-8");
+        if (*n < b.min_body_code_points || *n > b.max_body_code_points)
+            return std::string("field 'body' must be 1-4000 code points");
+        if (out.find('\0') != std::string::npos) return std::string("field 'body' must not contain U+0000");
+        return std::nullopt;
+    }
+
     std::optional<std::string> conv(std::string& out) const {
         if (auto e = str("conv", out)) return e;
         if (!valid_id(out)) return std::string("field 'conv' must be 1-64 characters of [A-Za-z0-9._:-]");
@@ -76,11 +95,13 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         req::Send r;
         if (auto e = f.conv(r.conv)) return bad(*e);
         if (auto e = f.cmid(r.cmid)) return bad(*e);
-        if (auto e = f.str("body", r.body)) return bad(*e);
-        auto n = utf8_code_points(r.body);
-        if (!n) return bad("field 'body' must be valid UTF-8");
-        if (*n < b.min_body_code_points || *n > b.max_body_code_points) return bad("field 'body' must be 1-4000 code points");
-        if (r.body.find('\0') != std::string::npos) return bad("field 'body' must not contain U+0000");
+        if (auto e = f.body(r.body)) return bad(*e);
+        if (o.contains("reply_to")) {
+            // Any integer: no msg has seq < 1, so the store answers NOT_FOUND.
+            std::int64_t to = 0;
+            if (auto e = f.integer("reply_to", to)) return bad(*e);
+            r.reply_to = to;
+        }
         if (o.contains("prev")) {
             if (auto e = f.cmid(r.prev, "prev")) return bad(*e);
             if (r.prev == r.cmid) return bad("field 'prev' must name another message than 'cmid'");
@@ -112,6 +133,32 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         if (auto e = f.conv(r.conv)) return bad(*e);
         if (auto e = f.integer("target", r.target)) return bad(*e);
         if (auto e = f.cmid(r.cmid)) return bad(*e);
+        return r;
+    }
+    if (t == "edit") {
+        req::Edit r;
+        if (auto e = f.conv(r.conv)) return bad(*e);
+        if (auto e = f.integer("target", r.target)) return bad(*e);
+        if (auto e = f.cmid(r.cmid)) return bad(*e);
+        if (auto e = f.body(r.body)) return bad(*e);
+        return r;
+    }
+    if (t == "react") {
+        req::React r;
+        if (auto e = f.conv(r.conv)) return bad(*e);
+        if (auto e = f.integer("target", r.target)) return bad(*e);
+        if (auto e = f.cmid(r.cmid)) return bad(*e);
+        if (auto e = f.str("emoji", r.emoji)) return bad(*e);
+        if (auto e = f.boolean("on", r.on)) return bad(*e);
+        if (r.emoji.empty() || r.emoji.size() > max_emoji_bytes || !utf8_code_points(r.emoji))
+            return bad("field 'emoji' must be 1-64 bytes of UTF-8");
+        for (unsigned char c : r.emoji)
+            if (c < 0x20 || c == 0x7F) return bad("field 'emoji' must not contain control characters");
+        // C1 controls (U+0080-U+009F), encoded as 0xC2 0x80-0x9F
+        for (std::size_t i = 0; i + 1 < r.emoji.size(); ++i)
+            if (static_cast<unsigned char>(r.emoji[i]) == 0xC2 && static_cast<unsigned char>(r.emoji[i + 1]) >= 0x80 &&
+                static_cast<unsigned char>(r.emoji[i + 1]) <= 0x9F)
+                return bad("field 'emoji' must not contain control characters");
         return r;
     }
     if (t == "history") {
@@ -155,6 +202,17 @@ json::object event_json(const Event& ev) {
     o["sender"] = ev.sender;
     if (ev.body) o["body"] = *ev.body;
     if (ev.target) o["target"] = *ev.target;
+    if (ev.reply_to) o["reply_to"] = *ev.reply_to;
+    if (ev.emoji) o["emoji"] = *ev.emoji;
+    if (ev.on) o["on"] = *ev.on;
+    if (ev.edit) o["edit"] = json::object{{"seq", ev.edit->seq}, {"body", ev.edit->body}, {"ts", ev.edit->ts}};
+    if (!ev.reactions.empty()) {
+        json::array a;
+        for (const auto& r : ev.reactions) a.push_back(json::object{{"emoji", r.emoji}, {"count", r.count}, {"me", r.me}});
+        o["reactions"] = std::move(a);
+    }
+    if (ev.reactions_seq) o["reactions_seq"] = *ev.reactions_seq;
+    if (ev.recalled) o["recalled"] = true;
     if (ev.user) o["user"] = *ev.user;
     if (ev.cmid) o["cmid"] = *ev.cmid;
     o["ts"] = ev.ts;
@@ -213,7 +271,8 @@ std::optional<std::size_t> utf8_code_points(std::string_view s) {
 
 std::string_view request_name(const Request& r) {
     static constexpr std::string_view names[] = {"hello", "send", "sync", "ack", "read",
-                                                 "recall", "convs", "fetch", "sub", "history", "refresh"};
+                                                 "recall", "convs", "fetch", "sub", "history", "refresh",
+                                                 "edit", "react"};
     return names[r.index()];
 }
 
@@ -239,7 +298,8 @@ Parsed parse_request(std::string_view frame, const FieldBounds& bounds) {
         return p;
     }
     static constexpr std::string_view known[] = {"hello", "send", "sync", "ack", "read",
-                                                 "recall", "convs", "fetch", "sub", "history", "refresh"};
+                                                 "recall", "convs", "fetch", "sub", "history", "refresh",
+                                                 "edit", "react"};
     std::string_view tv = t->get_string();
     p.type = "other";
     for (auto k : known)
@@ -290,6 +350,13 @@ std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) 
                 o["t"] = "read_ok"; o["conv"] = x.conv; o["read"] = x.read;
             } else if constexpr (std::is_same_v<T, Recalled>) {
                 o["t"] = "recalled"; o["conv"] = x.conv; o["seq"] = x.seq; o["dup"] = x.dup;
+            } else if constexpr (std::is_same_v<T, Edited>) {
+                o["t"] = "edited"; o["conv"] = x.conv; o["seq"] = x.seq; o["dup"] = x.dup; o["epoch"] = x.epoch;
+            } else if constexpr (std::is_same_v<T, Reacted>) {
+                o["t"] = "reacted"; o["conv"] = x.conv;
+                if (x.seq) o["seq"] = *x.seq;
+                else o["seq"] = nullptr;
+                o["dup"] = x.dup; o["changed"] = x.changed; o["epoch"] = x.epoch;
             } else if constexpr (std::is_same_v<T, ConvList>) {
                 o["t"] = "convs";
                 json::array a;

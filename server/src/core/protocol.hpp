@@ -20,6 +20,11 @@ inline constexpr std::size_t max_echoed_type_bytes = 32;
 inline constexpr std::size_t max_rid_chars = 64;
 inline constexpr std::size_t max_cmid_chars = 64;
 inline constexpr std::size_t max_body_code_points = 4000;
+/// react.emoji: 1-64 bytes of UTF-8, no control characters (contract section 12).
+inline constexpr std::size_t max_emoji_bytes = 64;
+/// Distinct emoji one user may have on one message (contract section 12),
+/// and the entries of a msg event's `reactions`.
+inline constexpr std::size_t max_reactions = 20;
 inline constexpr std::size_t max_id_chars = 64; // conv ids, install ids
 /// hello.token and refresh.token: a random device token or a JWT.
 inline constexpr std::size_t max_token_chars = 4096;
@@ -38,7 +43,10 @@ struct Hello { std::string token, install; };
 // `prev` (optional, empty when absent): the cmid of the caller's previous
 // message in this conversation, which must be committed before this one may
 // be (pipelined sends keep their order; docs/protocol.md, "Send").
-struct Send { std::string conv, cmid, body, prev; };
+struct Send {
+    std::string conv, cmid, body, prev;
+    std::optional<std::int64_t> reply_to; // contract section 12: a seq of a msg the caller may read
+};
 struct Sync { std::string conv; std::int64_t after = 0; std::int64_t limit = default_sync_limit; std::optional<std::int64_t> epoch; };
 struct Ack { std::string conv; std::int64_t seq = 0; };
 struct Read { std::string conv; std::int64_t seq = 0; };
@@ -49,10 +57,15 @@ struct Fetch { std::string conv; std::int64_t seq = 0; };
 struct Sub {};
 /// A new JWT for the open connection (contract section 4a).
 struct Refresh { std::string token; };
+/// Contract section 12: a new body for one's own msg `target`.
+struct Edit { std::string conv; std::int64_t target = 0; std::string cmid, body; };
+/// Contract section 12: the caller's reaction `emoji` on msg `target` set to `on`.
+struct React { std::string conv; std::int64_t target = 0; std::string cmid, emoji; bool on = true; };
 } // namespace req
 
 using Request = std::variant<req::Hello, req::Send, req::Sync, req::Ack, req::Read,
-                             req::Recall, req::Convs, req::Fetch, req::Sub, req::History, req::Refresh>;
+                             req::Recall, req::Convs, req::Fetch, req::Sub, req::History, req::Refresh,
+                             req::Edit, req::React>;
 
 /// The request type name as it appears in `t` (for metrics and logs).
 std::string_view request_name(const Request& r);
@@ -85,14 +98,27 @@ std::optional<std::size_t> utf8_code_points(std::string_view s); // nullopt if i
 
 // ---- replies and pushes -------------------------------------------------
 
+/// Contract section 12: what a page, a fetch or a push shows of a msg's
+/// later changes, as of the snapshot that read it.
+struct EditState { std::int64_t seq = 0; std::string body; std::int64_t ts = 0; };
+struct ReactionCount { std::string emoji; std::int64_t count = 0; bool me = false; };
+
 struct Event {
     std::string conv;
     std::int64_t seq = 0;
     std::string mid;
-    std::string kind;                      // msg | recall | join | leave
+    std::string kind;                      // msg | recall | join | leave | edit | reaction
     std::string sender;
-    std::optional<std::string> body;       // msg
-    std::optional<std::int64_t> target;    // recall
+    std::optional<std::string> body;       // msg | edit
+    std::optional<std::int64_t> target;    // recall | edit | reaction
+    std::optional<std::int64_t> reply_to;  // msg (section 12)
+    std::optional<std::string> emoji;      // reaction
+    std::optional<bool> on;                // reaction
+    // msg only, section 12 "What a page shows of later changes"
+    std::optional<EditState> edit;
+    std::vector<ReactionCount> reactions;  // most counted first, at most max_reactions
+    std::optional<std::int64_t> reactions_seq;
+    bool recalled = false;
     std::optional<std::string> user;       // join | leave
     std::optional<std::string> cmid;       // msg | recall: the sender's request key
     std::int64_t ts = 0;                   // database commit clock, ms
@@ -125,6 +151,14 @@ struct HistoryPage {
 struct Acked { std::string conv; std::int64_t delivered = 0; };
 struct ReadOk { std::string conv; std::int64_t read = 0; };
 struct Recalled { std::string conv; std::int64_t seq = 0; bool dup = false; };
+struct Edited { std::string conv; std::int64_t seq = 0; bool dup = false; std::int64_t epoch = 1; };
+/// `seq` empty (null on the wire): an on:false that found nothing to remove.
+struct Reacted {
+    std::string conv;
+    std::optional<std::int64_t> seq;
+    bool dup = false, changed = false;
+    std::int64_t epoch = 1;
+};
 struct ConvInfo {
     std::string conv, kind;
     std::int64_t head = 0, delivered = 0, read = 0, unread = 0, epoch = 1, min_seq = 1;
@@ -135,7 +169,7 @@ struct Subscribed {};
 struct Refreshed { std::int64_t exp = 0; }; // the new token's `exp`, ms
 
 using Reply = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, ConvList, Fetched, Subscribed, HistoryPage,
-                           Refreshed>;
+                           Refreshed, Edited, Reacted>;
 
 std::string encode_reply(const Reply& r, const std::optional<std::string>& rid);
 /// `retry_ms`: RATE_LIMITED's wait before a retry may succeed.

@@ -84,16 +84,18 @@ const std::vector<Route>& routes() {
          {{200, "{\"seq\"}"}, {404, "no such conversation, or the user is no member (code NOT_MEMBER)"}}},
         {http::verb::patch, "/v1/conversations/{conv}", "admin", Op::conv_set, "Settings",
          {{"recall_window_ms", "integer", false, "recall window, ms (>= 0)"},
-          {"push_full_max", "integer", false, "largest membership with full event pushes"}},
+          {"push_full_max", "integer", false, "largest membership with full event pushes"},
+          {"edit_window_ms", "integer", false, "edit window, ms (>= 0; 0: no edits)"}},
          {},
          {{200, "{\"conv\"}"}, {404, "no such conversation"}}},
         {http::verb::post, "/v1/conversations/{conv}/messages", "write", Op::message,
          "A send on the sender's behalf: the rules, idempotency and pushes of a WebSocket send",
          {{"sender", "id", true, "the sending user"},
           {"cmid", "string", true, "the request key (1-64 characters)"},
-          {"body", "string", true, "1-4000 Unicode code points"}},
+          {"body", "string", true, "1-4000 Unicode code points"},
+          {"reply_to", "integer", false, "the seq of a msg the sender may read (contract section 12)"}},
          {},
-         {{200, "{\"seq\",\"mid\",\"dup\",\"epoch\"}"}, {404, "no such conversation or sender"},
+         {{200, "{\"seq\",\"mid\",\"dup\",\"epoch\"}"}, {404, "no such conversation or sender, or reply_to names no msg the sender may read"},
           {409, "IDEMPOTENCY_MISMATCH or ORIGINAL_EXPIRED"},
           {403, "NOT_MEMBER: the sender is no member"}}},
         {http::verb::get, "/v1/conversations/{conv}/events", "read", Op::events,
@@ -438,6 +440,7 @@ void BackendApi::authenticated(const std::shared_ptr<Call>& call, pqxx::connecti
         // Validated exactly as a WebSocket send (the codec's checks), then the same send path.
         json::object frame{{"t", "send"}, {"conv", call->ids.at("conv")}, {"cmid", call->body.at("cmid")},
                            {"body", call->body.at("body")}};
+        if (call->body.contains("reply_to")) frame["reply_to"] = call->body.at("reply_to");
         auto parsed = parse_request(json::serialize(frame));
         if (auto* e = std::get_if<Error>(&parsed.body)) return finish(bad(e->msg));
         const auto send = std::get<req::Send>(std::get<Request>(parsed.body));
@@ -525,7 +528,8 @@ void BackendApi::authenticated(const std::shared_ptr<Call>& call, pqxx::connecti
                 out = reply(http::status::ok, {{"seq", prov::member_remove(store, *c, ids.at("conv"), ids.at("user"))}});
                 break;
             case Op::conv_set:
-                prov::conv_set(store, *c, ids.at("conv"), int_of(b, "recall_window_ms"), int_of(b, "push_full_max"));
+                prov::conv_set(store, *c, ids.at("conv"), int_of(b, "recall_window_ms"), int_of(b, "push_full_max"),
+                               int_of(b, "edit_window_ms"));
                 out = reply(http::status::ok, {{"conv", ids.at("conv")}});
                 break;
             case Op::purge: {

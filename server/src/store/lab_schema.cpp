@@ -41,6 +41,10 @@ const std::vector<Variant>& variants() {
          {{"IF k.o_hash = k.fp THEN", "IF true THEN"}, {"IF a_fp[j] = k.fp THEN", "IF true THEN"}}},
         // a fresh append is answered dup:true
         {"rule.fresh_dup", "fresh_dup", {{"a_dup[k.i] := false;", "a_dup[k.i] := true;"}}},
+        // the fingerprint of conv and body only: the same cmid with another
+        // reply_to is a duplicate (contract section 12, the seed's warning)
+        {"rule.fingerprint_body_only", "fingerprint_body_only",
+         {{"CASE WHEN u.reply_to IS NULL\n", "CASE WHEN true\n"}}},
         // a send is appended though the message its `prev` names is not
         {"rule.send_prev", "send_prev",
          {{"IF NOT (k.prev_ok OR key_new[k.prev_at] IS NOT NULL) THEN", "IF false THEN"}}},
@@ -66,12 +70,29 @@ void replace_once(std::string& sql, std::string_view from, std::string_view to, 
     sql.replace(at, from.size(), to);
 }
 
-std::string variant_sql(const Variant& v) {
+// The variants of im_change (schema/functions/im_change.sql, edit and
+// react), im_lab_change_<name>, selected by Store::edit/react.
+const std::vector<Variant>& change_variants() {
+    static const std::vector<Variant> list = {
+        // an edit is judged without its window (contract section 12)
+        {"rule.edit_window", "edit_window",
+         {{"IF p_kind = 'edit' AND (cv.edit_window_ms = 0", "IF false AND (cv.edit_window_ms = 0"}}},
+        // a reaction already as asked appends an event anyway
+        {"rule.react_noop", "react_noop",
+         {{"IF (FOUND AND st.is_on = p_on) OR (NOT FOUND AND NOT p_on) THEN", "IF false THEN"}}},
+    };
+    return list;
+}
+
+// `base` is the production function (im_send, im_change), `prefix` its
+// variants' (im_lab_send_, im_lab_change_).
+std::string variant_sql(const Variant& v, std::string_view base, std::string_view prefix) {
     std::string sql;
     for (const auto& f : all_functions())
-        if (f.name == "im_send") sql = f.sql;
-    if (sql.empty()) throw std::runtime_error("schema/functions/im_send.sql is not embedded");
-    replace_once(sql, "FUNCTION im_send(", "FUNCTION im_lab_send_" + std::string(v.name) + "(", v.name);
+        if (f.name == base) sql = f.sql;
+    if (sql.empty()) throw std::runtime_error("schema/functions/" + std::string(base) + ".sql is not embedded");
+    replace_once(sql, "FUNCTION " + std::string(base) + "(", "FUNCTION " + std::string(prefix) + std::string(v.name) + "(",
+                 v.name);
     for (const auto& e : v.edits) replace_once(sql, e.from, e.to, v.name);
     return sql;
 }
@@ -86,9 +107,10 @@ std::string lab_rule_off(std::string sql, std::string_view rule, std::string_vie
 void install_lab_send_functions(pqxx::connection_base& c) {
     pqxx::work tx(c);
     lock_schema(tx); // gateways of one lab start together
-    for (const auto& v : variants()) tx.exec(variant_sql(v));
+    for (const auto& v : variants()) tx.exec(variant_sql(v, "im_send", "im_lab_send_"));
+    for (const auto& v : change_variants()) tx.exec(variant_sql(v, "im_change", "im_lab_change_"));
     tx.commit();
-    log_warn("lab_send_functions_installed", {{"count", static_cast<int>(variants().size())}});
+    log_warn("lab_send_functions_installed", {{"count", static_cast<int>(variants().size() + change_variants().size())}});
 }
 
 std::string lab_send_function(FaultRegistry& faults, bool no_lock) {
@@ -100,6 +122,12 @@ std::string lab_send_function(FaultRegistry& faults, bool no_lock) {
         chosen = v.name;
     }
     return chosen.empty() ? std::string("im_send") : "im_lab_send_" + chosen;
+}
+
+std::string lab_change_function(FaultRegistry& faults) {
+    for (const auto& v : change_variants())
+        if (faults.broken(v.point)) return "im_lab_change_" + std::string(v.name);
+    return "im_change";
 }
 
 } // namespace im

@@ -17,8 +17,9 @@
 
 namespace im {
 
-/// Creates (or replaces) every im_lab_send_<rule> variant, under the schema
-/// lock. Throws when an edit no longer matches im_send.sql exactly once.
+/// Creates (or replaces) every im_lab_send_<rule> variant (and the
+/// im_lab_change_<rule> ones of im_change.sql), under the schema lock.
+/// Throws when an edit no longer matches its file exactly once.
 void install_lab_send_functions(pqxx::connection_base& c);
 
 /// A production statement with one of its rules turned off (its exact text
@@ -35,5 +36,9 @@ std::string lab_rule_off(std::string sql, std::string_view rule, std::string_vie
 /// `no_lock` (--lab-no-unique-index), the variant without the row lock.
 /// Throws when two are asked for at once (the lab arms one at a time).
 std::string lab_send_function(FaultRegistry& faults, bool no_lock);
+
+/// The edit/react function for this call: "im_change", or its variant
+/// im_lab_change_<rule> when rule.edit_window or rule.react_noop is armed.
+std::string lab_change_function(FaultRegistry& faults);
 
 } // namespace im

@@ -36,6 +36,9 @@ public:
     /// `notes`: the bus payloads to publish after the commit (a moved marker).
     virtual Outcome<ReadOk> read(const Identity& who, const req::Read& r, Notes& notes) = 0;
     virtual Outcome<Recalled> recall(const Identity& who, const req::Recall& r) = 0;
+    /// Contract section 12 (Store::edit, Store::react): committed on return.
+    virtual Outcome<Edited> edit(const Identity& who, const req::Edit& r) = 0;
+    virtual Outcome<Reacted> react(const Identity& who, const req::React& r) = 0;
 };
 
 /// The production SessionStore: the Store's transactions on one connection
@@ -62,6 +65,8 @@ public:
         return store_.read(c_, who, r, notes);
     }
     Outcome<Recalled> recall(const Identity& who, const req::Recall& r) override { return store_.recall(c_, who, r); }
+    Outcome<Edited> edit(const Identity& who, const req::Edit& r) override { return store_.edit(c_, who, r); }
+    Outcome<Reacted> react(const Identity& who, const req::React& r) override { return store_.react(c_, who, r); }
 
 private:
     Store& store_;

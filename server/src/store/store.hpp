@@ -119,6 +119,10 @@ public:
     Outcome<Acked> ack(pqxx::connection_base& c, const Identity& who, const req::Ack& r);
     Outcome<ReadOk> read(pqxx::connection_base& c, const Identity& who, const req::Read& r, Notes& notes);
     Outcome<Recalled> recall(pqxx::connection_base& c, const Identity& who, const req::Recall& r);
+    /// Contract section 12 (store_changes.cpp): one statement each, committed
+    /// on return; the caller publishes "e CONV SEQ" for a changed or dup result.
+    Outcome<Edited> edit(pqxx::connection_base& c, const Identity& who, const req::Edit& r);
+    Outcome<Reacted> react(pqxx::connection_base& c, const Identity& who, const req::React& r);
 
     /// What a gateway needs to fan out commits of one conversation: the
     /// events in [from, to] (none when from > to), who may read which seq,
@@ -191,7 +195,7 @@ public:
                             bool* already = nullptr);
     std::int64_t remove_member(pqxx::connection_base& c, const std::string& conv, const std::string& user);
     void set_conv(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> recall_window_ms,
-                  std::optional<std::int64_t> push_full_max);
+                  std::optional<std::int64_t> push_full_max, std::optional<std::int64_t> edit_window_ms = std::nullopt);
     std::int64_t bump_epoch(pqxx::connection_base& c, const std::string& conv);
     /// Retention purge in batches (one transaction each). Exactly one of
     /// before_seq / older_than_ms is set. Returns the events deleted.
@@ -228,6 +232,9 @@ public:
     static bool lab_database(pqxx::connection_base& c, bool fresh);
 
 private:
+    /// im_change, or the lab's variant while one of its rules is broken.
+    std::string change_function();
+
     FaultRegistry& faults_;
     LabSwitches lab_;
     std::string send_channel_; // notify_in_commit()

@@ -89,6 +89,7 @@ const Statements& admin_statements() {
          "UPDATE membership_periods SET to_seq = $3 WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL"},
         {"im_set_recall_window", "UPDATE conversations SET recall_window_ms = $2 WHERE conv_id = $1"},
         {"im_set_push_full_max", "UPDATE conversations SET push_full_max = $2 WHERE conv_id = $1"},
+        {"im_set_edit_window", "UPDATE conversations SET edit_window_ms = $2 WHERE conv_id = $1"},
         {"im_bump_epoch", "UPDATE conversations SET epoch = epoch + 1 WHERE conv_id = $1 RETURNING epoch"},
         {"im_purge_cutoff_age",
          "SELECT COALESCE(min(seq), $2) FROM events WHERE conv_id = $1 "
@@ -98,6 +99,11 @@ const Statements& admin_statements() {
          "SELECT conv_id, sender_user, client_msg_id, request_hash, seq FROM events "
          "WHERE conv_id = $1 AND seq < $2 AND client_msg_id IS NOT NULL ON CONFLICT DO NOTHING"},
         {"im_purge_events", "DELETE FROM events WHERE conv_id = $1 AND seq < $2"},
+        // What reads showed of the purged msgs' later changes (schema/012).
+        {"im_purge_changes",
+         "WITH a AS (DELETE FROM msg_changes WHERE conv_id = $1 AND seq < $2), "
+         "b AS (DELETE FROM reaction_counts WHERE conv_id = $1 AND target_seq < $2) "
+         "DELETE FROM reaction_state WHERE conv_id = $1 AND target_seq < $2"},
         {"im_purge_min_seq", "UPDATE conversations SET min_seq = $2 WHERE conv_id = $1"},
         {"im_all_convs", "SELECT conv_id FROM conversations ORDER BY conv_id"},
     };
@@ -280,12 +286,13 @@ std::int64_t Store::remove_member(pqxx::connection_base& c, const std::string& c
 }
 
 void Store::set_conv(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> recall_window_ms,
-                     std::optional<std::int64_t> push_full_max) {
+                     std::optional<std::int64_t> push_full_max, std::optional<std::int64_t> edit_window_ms) {
     prepare_admin(c);
     pqxx::work tx(c);
     need_conv(tx, conv);
     if (recall_window_ms) tx.exec_prepared("im_set_recall_window", conv, *recall_window_ms);
     if (push_full_max) tx.exec_prepared("im_set_push_full_max", conv, *push_full_max);
+    if (edit_window_ms) tx.exec_prepared("im_set_edit_window", conv, *edit_window_ms);
     admin_note(tx, after_commit_, "m " + conv); // gateways drop their cached membership of it
     tx.commit();
 }
@@ -322,6 +329,7 @@ std::int64_t Store::purge(pqxx::connection_base& c, const std::string& conv, std
         if (faults_.hit("store.purge_after_tombstones") == FaultKind::unavailable)
             throw std::runtime_error("purge: injected fault after the tombstones");
         auto d = tx.exec_prepared("im_purge_events", conv, end);
+        tx.exec_prepared("im_purge_changes", conv, end);
         tx.exec_prepared("im_purge_min_seq", conv, end);
         if (faults_.hit("store.purge_before_commit") == FaultKind::unavailable)
             throw std::runtime_error("purge: injected fault before the commit");

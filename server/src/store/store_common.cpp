@@ -3,6 +3,8 @@
 
 #include "core/digest.hpp"
 
+#include <boost/json.hpp>
+
 #include <fstream>
 #include <stdexcept>
 
@@ -34,7 +36,38 @@ std::string device_valid_sql(int dev, int user, int tok) {
 
 std::string event_columns() {
     return std::string("conv_id, seq, mid::text, kind, sender_user, body, target_seq, subject_user, ") + ts_ms +
-           ", epoch, client_msg_id";
+           ", epoch, client_msg_id, reply_to, emoji, react_on";
+}
+
+std::string with_changes(const std::string& events_sql, int viewer, bool newest_first) {
+    const std::string v = "$" + std::to_string(viewer);
+    // MATERIALIZED: the events' own statement is planned as it stands alone
+    // (a range scan of the primary key, limits_test.cpp checks its plan).
+    // Then, set-based over the seq range it read (every statement that uses
+    // this has the conversation in $1): one range scan of reaction_counts
+    // ranked per message, one of the viewer's own reactions (`me`), one
+    // probe of msg_changes and of the recall index per event. A lateral
+    // top 20 per message (an index scan and a probe for `me` per message)
+    // took 2.4x this statement's time on the benchmark's heavy page
+    // (docs/benchmarks.md, "Pages with edits and reactions").
+    return "WITH ev AS MATERIALIZED (" + events_sql +
+           "), b AS (SELECT min(seq) AS lo, max(seq) AS hi FROM ev), "
+           "rc AS (SELECT n.target_seq, n.emoji, n.count, row_number() OVER (PARTITION BY n.target_seq "
+           "ORDER BY n.count DESC, n.emoji COLLATE \"C\") AS rn FROM b, reaction_counts n "
+           "WHERE n.conv_id = $1 AND n.target_seq BETWEEN b.lo AND b.hi AND n.count > 0), "
+           "mine AS (SELECT s.target_seq, s.emoji FROM b, reaction_state s WHERE s.conv_id = $1 AND s.user_id = " +
+           v + "::text AND s.target_seq BETWEEN b.lo AND b.hi AND s.is_on), "
+           "rx AS (SELECT rc.target_seq, json_agg(json_build_array(rc.emoji, rc.count, mine.emoji IS NOT NULL) "
+           "ORDER BY rc.count DESC, rc.emoji COLLATE \"C\") AS list FROM rc LEFT JOIN mine "
+           "ON mine.target_seq = rc.target_seq AND mine.emoji = rc.emoji WHERE rc.rn <= " +
+           std::to_string(max_reactions) + " GROUP BY rc.target_seq) "
+           "SELECT ev.*, x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, "
+           "x.reactions_seq, "
+           "ev.kind = 'msg' AND EXISTS (SELECT 1 FROM events r WHERE r.conv_id = ev.conv_id AND r.kind = 'recall' "
+           "AND r.target_seq = ev.seq), rx.list "
+           "FROM ev LEFT JOIN msg_changes x ON ev.kind = 'msg' AND x.conv_id = ev.conv_id AND x.seq = ev.seq "
+           "LEFT JOIN rx ON ev.kind = 'msg' AND rx.target_seq = ev.seq "
+           "ORDER BY ev.seq" + (newest_first ? " DESC" : "");
 }
 
 Event read_event(const pqxx::row& row) {
@@ -53,6 +86,20 @@ Event read_event(const pqxx::row& row) {
     ev.ts = row[8].as<std::int64_t>();
     ev.epoch = row[9].as<std::int64_t>();
     if (!row[10].is_null()) ev.cmid = std::string(row[10].c_str());
+    if (!row[11].is_null()) ev.reply_to = row[11].as<std::int64_t>();
+    if (!row[12].is_null()) ev.emoji = std::string(row[12].c_str());
+    if (!row[13].is_null()) ev.on = row[13].as<bool>();
+    if (row.size() < 20) return ev; // without with_changes' columns
+    if (!row[14].is_null()) ev.edit = EditState{row[14].as<std::int64_t>(), row[15].c_str(), row[16].as<std::int64_t>()};
+    if (!row[17].is_null()) ev.reactions_seq = row[17].as<std::int64_t>();
+    ev.recalled = !row[18].is_null() && row[18].as<bool>();
+    if (!row[19].is_null()) {
+        const boost::json::value list = boost::json::parse(row[19].c_str());
+        for (const auto& item : list.as_array()) {
+            const auto& a = item.as_array();
+            ev.reactions.push_back({std::string(a.at(0).as_string()), a.at(1).to_number<std::int64_t>(), a.at(2).as_bool()});
+        }
+    }
     return ev;
 }
 

@@ -82,8 +82,14 @@ std::string device_valid_where(int dev, int user, int tok);
 std::string device_valid_sql(int dev, int user, int tok);
 
 /// Columns: conv_id, seq, mid, kind, sender_user, body, target_seq,
-/// subject_user, ts, epoch, client_msg_id.
+/// subject_user, ts, epoch, client_msg_id, reply_to, emoji, react_on.
 std::string event_columns();
+/// `events_sql` (a statement selecting event_columns() of some events)
+/// with what a msg shows of its later changes (contract section 12): edit
+/// seq, body and ts, reactions_seq, recalled, the top reactions as JSON
+/// with `me` for the user in parameter $viewer; one statement, one
+/// snapshot, no query per event. read_event reads the extra columns.
+std::string with_changes(const std::string& events_sql, int viewer, bool newest_first);
 Event read_event(const pqxx::row& row);
 
 /// A PostgreSQL text[] literal (a bound parameter): every element quoted,

@@ -25,15 +25,19 @@ const Statements& reads_statements() {
          "LEFT JOIN conversations c ON c.conv_id = $1 "
          "LEFT JOIN membership_periods p ON p.conv_id = c.conv_id AND p.user_id = $2 "
          "ORDER BY p.from_seq"},
-        {"im_events_asc", Store::event_range_sql(false)},
-        {"im_events_desc", Store::event_range_sql(true)},
-        {"im_event", "SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq = $2"},
+        // $5 (im_event: $3): the caller's user, for `me` in reactions.
+        {"im_events_asc", with_changes(Store::event_range_sql(false), 5, false)},
+        {"im_events_desc", with_changes(Store::event_range_sql(true), 5, true)},
+        {"im_event", with_changes("SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq = $2", 3, false)},
         // The lab's broken page cursor (rule.page_cursor): the head now.
         {"im_conv_head", "SELECT next_seq - 1 FROM conversations WHERE conv_id = $1"},
         {"im_conv_row", std::string("SELECT ") + conv_columns + " FROM conversations WHERE conv_id = $1"},
         // The fan-out: events [from, to] of a commit, who may read them.
+        // A push is one frame for every recipient: `me` is judged for no
+        // user ($4 is empty; docs/protocol.md, "Reactions in pushes").
         {"im_push_events",
-         "SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq"},
+         with_changes("SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq >= $2 AND seq <= $3",
+                      4, false)},
         {"im_conv_periods", "SELECT user_id, from_seq, to_seq FROM membership_periods WHERE conv_id = $1"},
         {"im_push_members",
          "SELECT m.user_id, m.from_seq, m.to_seq, c.push_full_max FROM conversations c "
@@ -185,7 +189,7 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
             if (lo > hi) continue;
             // One row more than still fits tells whether more remain.
             const std::int64_t limit = col.want - static_cast<std::int64_t>(col.events.size()) + 1;
-            auto r = tx.exec_prepared("im_events_asc", s.conv, lo, hi, limit);
+            auto r = tx.exec_prepared("im_events_asc", s.conv, lo, hi, limit, who.user);
             if (!col.whole(r, lo, hi, limit, false)) {
                 raced = true;
                 return Error{Code::unavailable, "purged while read"};
@@ -230,7 +234,7 @@ Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& wh
             std::int64_t hi = std::min({it->to, access.head, before - 1});
             if (lo > hi) continue;
             const std::int64_t limit = col.want - static_cast<std::int64_t>(col.events.size()) + 1;
-            auto r = tx.exec_prepared("im_events_desc", h.conv, lo, hi, limit);
+            auto r = tx.exec_prepared("im_events_desc", h.conv, lo, hi, limit, who.user);
             if (!col.whole(r, lo, hi, limit, true)) {
                 raced = true;
                 return Error{Code::unavailable, "purged while read"};
@@ -262,7 +266,7 @@ Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, con
         if (!access.any()) return not_member();
         if (f.seq < 1 || f.seq > access.head) return Error{Code::not_found, "no such event"};
         if (!access.can_read(f.seq)) return not_member();
-        auto r = tx.exec_prepared("im_event", f.conv, f.seq);
+        auto r = tx.exec_prepared("im_event", f.conv, f.seq, who.user);
         if (r.empty()) return Error{Code::not_found, "no such event"};
         return Fetched{read_event(r[0])};
     });
@@ -294,7 +298,7 @@ std::optional<Store::PushBatch> Store::load_push(pqxx::connection_base& c, const
     b.head = conv_row_.next_seq - 1;
     b.epoch = conv_row_.epoch;
     if (from <= to)
-        for (const auto& r : tx.exec_prepared("im_push_events", conv, from, to)) b.events.push_back(read_event(r));
+        for (const auto& r : tx.exec_prepared("im_push_events", conv, from, to, std::string())) b.events.push_back(read_event(r));
     std::int64_t open = 0;
     for (const auto& r : tx.exec_prepared("im_conv_periods", conv)) {
         PushBatch::Period p{r[0].c_str(), r[1].as<std::int64_t>(), r[2].is_null() ? INT64_MAX : r[2].as<std::int64_t>()};
@@ -312,7 +316,7 @@ std::vector<Event> Store::push_events(pqxx::connection_base& c, const std::strin
     prepare_reads(c);
     pqxx::nontransaction tx(c);
     std::vector<Event> out;
-    for (const auto& row : tx.exec_prepared("im_push_events", conv, from, to)) out.push_back(read_event(row));
+    for (const auto& row : tx.exec_prepared("im_push_events", conv, from, to, std::string())) out.push_back(read_event(row));
     return out;
 }
 

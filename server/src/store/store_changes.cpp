@@ -1,0 +1,84 @@
+// The store's edit and react (contract section 12): one call of the
+// server-side function im_change (schema/functions/im_change.sql) per
+// request, autocommit: the checks, the event and the aggregates the reads
+// show, in one statement and one round trip.
+#include "store/lab_schema.hpp"
+#include "store/store_internal.hpp"
+
+#include <string_view>
+
+namespace im {
+
+using namespace store_detail;
+
+namespace {
+
+// `function`: im_change, or the lab's variant of it (lab_schema.hpp).
+std::string change_sql(const std::string& function) {
+    return "SELECT r_code, r_seq, r_dup, r_changed, r_epoch FROM " + function +
+           "($1, $2, $3, $4, $5, $6, $7::bigint, $8, $9, $10::boolean)";
+}
+
+struct ChangeRow {
+    std::optional<std::int64_t> seq;
+    bool dup = false, changed = false;
+    std::int64_t epoch = 1;
+};
+
+// im_change's answer as the contract's outcome.
+Outcome<ChangeRow> change_outcome(const pqxx::row& row) {
+    const std::string_view code = row[0].c_str();
+    if (code == "OK") {
+        ChangeRow r;
+        if (!row[1].is_null()) r.seq = row[1].as<std::int64_t>();
+        r.dup = row[2].as<bool>();
+        r.changed = row[3].as<bool>();
+        r.epoch = row[4].as<std::int64_t>();
+        return r;
+    }
+    if (code == "NOT_MEMBER") return not_member();
+    if (code == "UNAUTHENTICATED") return device_revoked();
+    if (code == "IDEMPOTENCY_MISMATCH") return Error{Code::idempotency_mismatch, "cmid already used with different content"};
+    if (code == "ORIGINAL_EXPIRED") return Error{Code::original_expired, "the original was purged by retention"};
+    if (code == "NOT_FOUND") return Error{Code::not_found, "no such event"};
+    if (code == "INVALID_ARGUMENT") return invalid("the target is not a msg event");
+    if (code == "NOT_SENDER") return Error{Code::not_sender, "only the sender may edit"};
+    if (code == "ALREADY_RECALLED") return Error{Code::already_recalled, "the target was recalled"};
+    if (code == "EDIT_WINDOW_EXPIRED") return Error{Code::edit_window_expired, "past the edit window"};
+    if (code == "TOO_MANY_EMOJI")
+        return invalid("at most " + std::to_string(max_reactions) + " distinct emoji per user per message");
+    throw std::runtime_error("im_change: unknown result code " + std::string(code));
+}
+
+Outcome<ChangeRow> run_change(pqxx::connection_base& c, const std::string& function, const Identity& who,
+                              const char* kind, const std::string& conv, const std::string& cmid, std::int64_t target,
+                              const std::string& body, const std::string& emoji, bool on) {
+    c.prepare(function, change_sql(function));
+    pqxx::nontransaction tx(c); // autocommit: the call is the transaction
+    auto r = tx.exec_prepared(function, std::string(kind), who.device, who.token_sha256, conv, who.user, cmid,
+                              target, body, emoji, on);
+    if (r.size() != 1) throw std::runtime_error("im_change: not one result row");
+    return change_outcome(r[0]);
+}
+
+} // namespace
+
+std::string Store::change_function() { return faults_.enabled() ? lab_change_function(faults_) : "im_change"; }
+
+Outcome<Edited> Store::edit(pqxx::connection_base& c, const Identity& who, const req::Edit& e) {
+    return guarded<Edited>("edit", [&]() -> Outcome<Edited> {
+        auto o = run_change(c, change_function(), who, "edit", e.conv, e.cmid, e.target, e.body, "", false);
+        if (!o) return o.error();
+        return Edited{e.conv, *o->seq, o->dup, o->epoch};
+    });
+}
+
+Outcome<Reacted> Store::react(pqxx::connection_base& c, const Identity& who, const req::React& r) {
+    return guarded<Reacted>("react", [&]() -> Outcome<Reacted> {
+        auto o = run_change(c, change_function(), who, "reaction", r.conv, r.cmid, r.target, "", r.emoji, r.on);
+        if (!o) return o.error();
+        return Reacted{r.conv, o->seq, o->dup, o->changed, o->epoch};
+    });
+}
+
+} // namespace im

@@ -1,0 +1,160 @@
+// bench_page_changes: a `history` page of 200 events whose messages carry
+// heavy later changes (contract section 12) against a plain page of 200
+// messages, on one real imserver and PostgreSQL, alternated in the same run
+// (docs/benchmarks.md, "Pages with edits and reactions"). Prints figures and
+// the ratio; not a test.
+//   bench_page_changes [--rounds R] [--requests K]
+// The heavy window: one message with 1,000 reactions from 1,000 users on 25
+// emoji and 50 edits (its 50 edit events are in the window), and 149 more
+// messages with 2 emoji from 5 users each, the reader's among them. Written
+// with SQL into the tables im_change maintains (the reads use those rows,
+// not the reaction events, which would lie below the window).
+#include "exe_relative.hpp"
+#include "harness.hpp"
+#include "store/store.hpp"
+#include "store/store_internal.hpp"
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace im::test;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+void seed(const TestPostgres& pg) {
+    pqxx::connection c(pg.url());
+    pqxx::work tx(c);
+    for (const char* conv : {"pc-plain", "pc-heavy"}) {
+        tx.exec_params("INSERT INTO conversations (conv_id, kind, next_seq, msg_count) VALUES ($1, 'group', 203, "
+                       "CASE WHEN $1 = 'pc-plain' THEN 200 ELSE 150 END)",
+                       conv);
+        tx.exec_params("INSERT INTO membership_periods (conv_id, user_id, from_seq) VALUES ($1, 'ana', 1), ($1, 'ben', 2)",
+                       conv);
+        tx.exec_params("INSERT INTO events (conv_id, seq, kind, subject_user, epoch, msg_ordinal) "
+                       "VALUES ($1, 1, 'join', 'ana', 1, 0), ($1, 2, 'join', 'ben', 1, 0)",
+                       conv);
+    }
+    // plain: 200 msgs (3..202), alternating senders
+    tx.exec("INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, body, epoch, msg_ordinal, "
+            "sender_ordinal) SELECT 'pc-plain', s, 'msg', CASE WHEN s % 2 = 0 THEN 'ana' ELSE 'ben' END, 'm' || s, "
+            "'a message of about this length, number ' || s, 1, s - 2, (s - 1) / 2 FROM generate_series(3, 202) s");
+    // heavy: msgs 3..152 (3 is the heavy one), 50 edits of 3 at 153..202
+    tx.exec("INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, body, epoch, msg_ordinal, "
+            "sender_ordinal) SELECT 'pc-heavy', s, 'msg', CASE WHEN s % 2 = 0 THEN 'ana' ELSE 'ben' END, 'm' || s, "
+            "'a message of about this length, number ' || s, 1, s - 2, (s - 1) / 2 FROM generate_series(3, 152) s");
+    tx.exec("INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, body, target_seq, epoch, "
+            "msg_ordinal) SELECT 'pc-heavy', s, 'edit', 'ben', 'e' || s, 'the edited text, take ' || s, 3, 1, 150 "
+            "FROM generate_series(153, 202) s");
+    tx.exec("INSERT INTO reaction_state (conv_id, target_seq, user_id, emoji, is_on, seq) "
+            "SELECT 'pc-heavy', 3, 'u' || u, 'emoji-' || (u % 25), true, 1 FROM generate_series(1, 1000) u");
+    tx.exec("INSERT INTO reaction_state (conv_id, target_seq, user_id, emoji, is_on, seq) "
+            "SELECT 'pc-heavy', m, CASE WHEN u = 0 THEN 'ana' ELSE 'u' || u END, e, true, 1 "
+            "FROM generate_series(4, 152) m, generate_series(0, 4) u, unnest(ARRAY['👍', '❤']) e");
+    tx.exec("INSERT INTO reaction_counts (conv_id, target_seq, emoji, count) "
+            "SELECT conv_id, target_seq, emoji, count(*) FROM reaction_state WHERE conv_id = 'pc-heavy' "
+            "GROUP BY 1, 2, 3");
+    tx.exec("INSERT INTO msg_changes (conv_id, seq, edit_seq, edit_body, edit_at, reactions_seq) "
+            "SELECT 'pc-heavy', m, CASE WHEN m = 3 THEN 202 END, CASE WHEN m = 3 THEN 'the edited text, take 202' END, "
+            "CASE WHEN m = 3 THEN now() END, 1 FROM generate_series(3, 152) m");
+    tx.commit();
+    pqxx::nontransaction(c).exec("ANALYZE");
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// K timed `history` pages of 200 (before 0) of `conv`; the frame's bytes.
+std::vector<double> pages(WsClient& c, const std::string& conv, int requests, std::size_t& bytes) {
+    std::vector<double> ms;
+    for (int k = 0; k < requests; ++k) {
+        auto t0 = clock_type::now();
+        auto r = c.request({{"t", "history"}, {"conv", conv}, {"before", 0}, {"limit", 200}}, 60s);
+        ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+        if (str(r, "t") != "page" || r.at("events").as_array().size() != 200)
+            throw std::runtime_error("history failed: " + json::serialize(r).substr(0, 500));
+        bytes = json::serialize(r).size();
+    }
+    return ms;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    int rounds = 5, requests = 50;
+    for (int i = 1; i < argc; ++i) {
+        auto next = [&]() -> const char* {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "%s needs a value\n", argv[i]);
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(next());
+        else if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(next());
+        else {
+            std::fprintf(stderr, "usage: bench_page_changes [--rounds R] [--requests K]\n");
+            return 2;
+        }
+    }
+    const char* env = std::getenv("IMSERVER_BIN");
+    ::setenv("IMSERVER_BIN", env && *env ? env : im::test::exe_relative(IMSERVER_BIN_DEFAULT).c_str(), 1);
+    TestPostgres pg;
+    ServerProcess srv(pg.url(), {"--quiet"});
+    admin_ok(pg.url(), {"user", "add", "ana"});
+    admin_ok(pg.url(), {"user", "add", "ben"});
+    const auto token = admin_ok(pg.url(), {"device", "add", "ana", "ana-phone"});
+    seed(pg);
+    auto ws = login(srv.port(), token);
+    std::size_t plain_bytes = 0, heavy_bytes = 0;
+    pages(*ws, "pc-plain", 5, plain_bytes); // warm-up: plans, caches
+    pages(*ws, "pc-heavy", 5, heavy_bytes);
+    std::vector<double> plain, heavy;
+    for (int r = 0; r < rounds; ++r) {
+        auto p = pages(*ws, "pc-plain", requests, plain_bytes);
+        auto h = pages(*ws, "pc-heavy", requests, heavy_bytes);
+        std::printf("round %d  plain median %6.2f ms  heavy median %6.2f ms  ratio %.2f\n", r + 1, median(p),
+                    median(h), median(h) / median(p));
+        plain.insert(plain.end(), p.begin(), p.end());
+        heavy.insert(heavy.end(), h.begin(), h.end());
+    }
+    std::printf("\nhistory, 200 events per page, %d rounds x %d pages each, alternated\n", rounds, requests);
+    std::printf("plain  median %6.2f ms  (frame %zu bytes)\n", median(plain), plain_bytes);
+    std::printf("heavy  median %6.2f ms  (frame %zu bytes)\n", median(heavy), heavy_bytes);
+    std::printf("heavy/plain: %.2fx (the goal: at most 1.5x)\n", median(heavy) / median(plain));
+    // Where it goes: the reading statement alone (its execution in the
+    // database), then the rest (encoding, the page's size accounting, the
+    // socket) is the difference to the page times above.
+    pqxx::connection c(pg.url());
+    pqxx::nontransaction tx(c);
+    tx.exec("PREPARE q(text, bigint, bigint, bigint, text) AS " +
+            im::store_detail::with_changes(im::Store::event_range_sql(true), 5, true));
+    // The events alone (the statement before contract v3), for the plain page's own cost.
+    tx.exec("PREPARE q0(text, bigint, bigint, bigint) AS " + im::Store::event_range_sql(true));
+    auto exec_median = [&](const std::string& call) {
+        std::vector<double> exec_ms;
+        for (int k = 0; k < 30; ++k) {
+            auto r = tx.exec("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE " + call);
+            exec_ms.push_back(json::parse(r[0][0].c_str()).as_array()[0].as_object().at("Execution Time").to_number<double>());
+        }
+        return median(exec_ms);
+    };
+    if (std::getenv("BENCH_PLAN"))
+        for (const char* conv : {"pc-plain", "pc-heavy"})
+            for (const auto& row : tx.exec("EXPLAIN (ANALYZE) EXECUTE q(" + tx.quote(conv) + ", 1, 202, 201, 'ana')"))
+                std::printf("%s\n", row[0].c_str());
+    for (const char* conv : {"pc-plain", "pc-heavy"})
+        std::printf("statement alone, %s: median %.2f ms (the events without their changes: %.2f ms)\n", conv,
+                    exec_median("q(" + tx.quote(conv) + ", 1, 202, 201, 'ana')"),
+                    exec_median("q0(" + tx.quote(conv) + ", 1, 202, 201)"));
+    return 0;
+}
