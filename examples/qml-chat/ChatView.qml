@@ -157,6 +157,10 @@ Item {
                 verticalLayoutDirection: ListView.BottomToTop
                 // Follow new messages while at the newest one.
                 onCountChanged: if (atYEnd) positionViewAtBeginning()
+                // Back at the newest message after reading older ones: the
+                // model's window shrinks to its size again and follows
+                // arrivals (docs/sdk.md, "Windows that stay small").
+                onAtYEndChanged: if (atYEnd) messages.followNewest()
                 delegate: Label {
                     required property string kind
                     required property string sender
