@@ -102,6 +102,14 @@ QStringList rowKeys(const MessageListModel &m) {
     return keys;
 }
 
+// Ben's `n` messages ("PREFIX 1".."PREFIX n") stored by the server, then
+// ana connected, with all of them synced.
+bool connectWithHistory(Fixture &f, int n, const QString &prefix = QStringLiteral("old")) {
+    for (int i = 1; i <= n; ++i)
+        f.server.append(kC1, QStringLiteral("ben"), QStringLiteral("%1 %2").arg(prefix).arg(i));
+    return f.openAndConnect() && QTest::qWaitFor([&f, n] { return f.cursor(kC1) == n; }, 10000);
+}
+
 bool unique(const QStringList &keys) { return QSet<QString>(keys.cbegin(), keys.cend()).size() == keys.size(); }
 
 } // namespace
@@ -119,10 +127,7 @@ void TestModels::an_open_timeline_keeps_its_window_through_2000_arrivals_and_eac
     constexpr int Window = 50, Arrivals = 2000, Own = 400;
     Fixture f;
     f.server.eventsCarryCmid = true;
-    for (int i = 1; i <= Window; ++i)
-        f.server.append(kC1, QStringLiteral("ben"), QStringLiteral("before %1").arg(i));
-    QVERIFY(f.openAndConnect());
-    QTRY_COMPARE(f.cursor(kC1), Window);
+    QVERIFY(connectWithHistory(f, Window, QStringLiteral("before")));
     MessageListModel model(&f.client, kC1);
     // The model tester calls fetchMore() after every change (as a view with
     // the model's last row in sight would): it checks every notification of
@@ -183,10 +188,7 @@ void TestModels::an_open_timeline_keeps_its_window_through_2000_arrivals_and_eac
 
 void TestModels::rows_loaded_by_fetchmore_stay_while_messages_arrive_until_follownewest() {
     Fixture f;
-    for (int i = 1; i <= 120; ++i)
-        f.server.append(kC1, QStringLiteral("ben"), QStringLiteral("old %1").arg(i));
-    QVERIFY(f.openAndConnect());
-    QTRY_COMPARE(f.cursor(kC1), 120);
+    QVERIFY(connectWithHistory(f, 120));
     MessageListModel model(&f.client, kC1);
     im::ReversedProxyModel proxy; // the model tester through it: see the test above
     proxy.setSourceModel(&model);
@@ -223,10 +225,7 @@ void TestModels::rows_loaded_by_fetchmore_stay_while_messages_arrive_until_follo
 void TestModels::a_slot_that_sends_from_inside_the_row_changes_does_not_show_rows_twice() {
     Fixture f;
     f.server.eventsCarryCmid = true;
-    for (int i = 1; i <= 5; ++i)
-        f.server.append(kC1, QStringLiteral("ben"), QStringLiteral("old %1").arg(i));
-    QVERIFY(f.openAndConnect());
-    QTRY_COMPARE(f.cursor(kC1), 5);
+    QVERIFY(connectWithHistory(f, 5));
     MessageListModel model(&f.client, kC1);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QTRY_COMPARE(model.count(), 5);
@@ -260,10 +259,7 @@ void TestModels::a_slot_that_sends_from_inside_the_row_changes_does_not_show_row
 void TestModels::a_reversed_proxy_in_a_qlistview_shows_the_newest_at_the_bottom_and_never_pulls_history() {
     Fixture f;
     f.server.eventsCarryCmid = true;
-    for (int i = 1; i <= 300; ++i)
-        f.server.append(kC1, QStringLiteral("ben"), QStringLiteral("old %1").arg(i));
-    QVERIFY(f.openAndConnect());
-    QTRY_COMPARE(f.cursor(kC1), 300);
+    QVERIFY(connectWithHistory(f, 300));
     MessageListModel model(&f.client, kC1);
     model.setWindowRows(20);
     im::ReversedProxyModel proxy;
