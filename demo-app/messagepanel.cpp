@@ -6,6 +6,7 @@
 #include <im/client.h>
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
+#include <im/reversedproxymodel.h>
 
 #include <QtCore/QDateTime>
 #include <QtCore/QTimer>
@@ -75,8 +76,13 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
                                             seq > 0 ? QStringLiteral(", recall event seq %1").arg(seq) : QString()),
                                    15000);
             });
+    // Newest at the bottom, as in every chat: the SDK's row-reversing proxy
+    // (it never lets the view pull history: see onUserScrolled()).
+    order_ = new im::ReversedProxyModel(this);
+    order_->setObjectName(QStringLiteral("messageOrder"));
+    order_->setSourceModel(msgs_);
     table_ = new RoleTableModel(
-        msgs_,
+        order_,
         {{tr("Seq"),
           [](const QModelIndex &s, int role) -> QVariant {
               const qint64 seq = s.data(MessageListModel::SeqRole).toLongLong();
@@ -198,23 +204,28 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
         h->setSectionResizeMode(c, c == BodyColumn ? QHeaderView::Stretch : QHeaderView::ResizeToContents);
     view_->setContextMenuPolicy(Qt::CustomContextMenu);
     connect(view_, &QWidget::customContextMenuRequested, this, &MessagePanel::showMessageMenu);
-    // The timeline is newest first (obligation 15): the newest message is the
-    // top row. Follow it while the view is at the top. The table itself never
-    // loads older rows (RoleTableModel does not forward fetchMore): that is
-    // the "Load older" button, one fetchMore() per click.
+    // The timeline is newest first (obligation 15), shown upside down: the
+    // newest message is the bottom row. Follow it while the view is at the
+    // bottom. The table never loads older rows by itself (the proxy answers
+    // canFetchMore() false): a scroll to the top by the user is one
+    // fetchMore() (onUserScrolled), as is the "Load older" button.
     connect(table_, &QAbstractItemModel::rowsAboutToBeInserted, this, [this] {
         const QScrollBar *sb = view_->verticalScrollBar();
-        followTail_ = sb->value() <= sb->minimum();
+        followTail_ = sb->value() >= sb->maximum();
     });
     connect(table_, &QAbstractItemModel::rowsInserted, this, [this] {
         if (followTail_)
-            QTimer::singleShot(0, view_, &QTableView::scrollToTop);
+            QTimer::singleShot(0, view_, &QTableView::scrollToBottom);
         scheduleReadMarker();
     });
     connect(table_, &QAbstractItemModel::modelReset, this, [this] {
-        QTimer::singleShot(0, view_, &QTableView::scrollToTop);
+        QTimer::singleShot(0, view_, &QTableView::scrollToBottom);
         scheduleReadMarker();
     });
+    // Only what the user does (wheel, drag, arrows, page clicks), never a
+    // scroll made by the program or a layout.
+    connect(view_->verticalScrollBar(), &QAbstractSlider::actionTriggered, this,
+            [this] { QTimer::singleShot(0, this, &MessagePanel::onUserScrolled); });
     connect(table_, &QAbstractItemModel::dataChanged, this, &MessagePanel::scheduleReadMarker);
     // QHeaderView sizes ResizeToContents columns when columns or the view
     // change, not when rows arrive: a conversation opened with no rows yet
@@ -255,7 +266,8 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
     windowRowsSpin_->setObjectName(QStringLiteral("windowRowsSpin"));
     windowRowsSpin_->setRange(1, 1000);
     windowRowsSpin_->setValue(msgs_->windowRows());
-    windowRowsSpin_->setToolTip(tr("Rows shown at first and added by each Load older"));
+    windowRowsSpin_->setToolTip(tr("MessageListModel::windowRows: rows shown while at the newest message (each "
+                                   "arrival drops the oldest), and added by each Load older"));
     connect(windowRowsSpin_, &QSpinBox::valueChanged, msgs_, &MessageListModel::setWindowRows);
     historyWindowSpin_ = new QSpinBox;
     historyWindowSpin_->setObjectName(QStringLiteral("historyWindowSpin"));
@@ -381,6 +393,9 @@ void MessagePanel::sendTyped() {
     }
     sendEdit_->clear();
     followTail_ = true;
+    // Our message is the newest row: back to the newest window.
+    msgs_->followNewest();
+    QTimer::singleShot(0, view_, &QTableView::scrollToBottom);
     emit statusMessage(tr("Queued %1 (durable; cmid %2)").arg(text.left(30), cmid), 5000);
 }
 
@@ -437,11 +452,25 @@ void MessagePanel::loadOlder() {
     updateHistoryControls();
 }
 
+int MessagePanel::modelRow(int viewRow) const {
+    return order_->mapToSource(order_->index(viewRow, 0)).row();
+}
+
+void MessagePanel::onUserScrolled() {
+    const QScrollBar *sb = view_->verticalScrollBar();
+    if (sb->minimum() == sb->maximum())
+        return;
+    if (sb->value() == sb->minimum() && msgs_->canFetchMore())
+        loadOlder(); // the oldest row is at the top
+    else if (sb->value() == sb->maximum() && !msgs_->isFollowingNewest())
+        msgs_->followNewest(); // back at the newest row: drop the older rows again
+}
+
 void MessagePanel::fillSelectedGap() {
     int row = -1;
     const QModelIndex cur = view_->currentIndex();
-    if (cur.isValid() && msgs_->get(cur.row(), MessageListModel::KindRole).toString() == QLatin1String("gap"))
-        row = cur.row();
+    if (cur.isValid() && msgs_->get(modelRow(cur.row()), MessageListModel::KindRole).toString() == QLatin1String("gap"))
+        row = modelRow(cur.row());
     for (int r = 0; row < 0 && r < msgs_->rowCount(); ++r) // newest first: the newest gap
         if (msgs_->get(r, MessageListModel::KindRole).toString() == QLatin1String("gap"))
             row = r;
@@ -491,11 +520,11 @@ void MessagePanel::advanceReadMarker() {
         last = rows - 1;
     qint64 seq = 0;
     for (int r = first; r <= last && r < rows; ++r)
-        seq = qMax(seq, msgs_->get(r, MessageListModel::SeqRole).toLongLong());
+        seq = qMax(seq, msgs_->get(modelRow(r), MessageListModel::SeqRole).toLongLong());
     const int crow = convs_->indexOf(conv_);
-    // The top (newest) row is in view: everything applied so far has been
+    // The bottom (newest) row is in view: everything applied so far has been
     // seen, including events that are not rows (recalls).
-    if (first == 0 && crow >= 0)
+    if (last >= rows - 1 && crow >= 0)
         seq = qMax(seq, convs_->get(crow, ConversationListModel::CursorRole).toLongLong());
     if (seq <= 0)
         return;

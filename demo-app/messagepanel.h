@@ -1,5 +1,6 @@
-// The message view of a chat window: the selected conversation newest first
-// (state, sender, time, seq, dup, cmid per row), its markers, the history
+// The message view of a chat window: the selected conversation, newest at
+// the bottom through an im::ReversedProxyModel (state, sender, time, seq,
+// dup, cmid per row), its markers, the history
 // window controls, the send box, and the per-message actions (recall,
 // cancel, discard). It advances the read marker as rows come into view.
 #pragma once
@@ -14,6 +15,7 @@ namespace im {
 class Client;
 class ConversationListModel;
 class MessageListModel;
+class ReversedProxyModel;
 } // namespace im
 
 class QLabel;
@@ -61,10 +63,16 @@ private:
     /// event loop turn).
     void scheduleFitColumns();
     void advanceReadMarker();
+    /// After a scroll by the user: at the top, one fetchMore(); back at the
+    /// bottom after loading older rows, followNewest().
+    void onUserScrolled();
+    /// The timeline model's row shown at view row `viewRow` (-1: none).
+    int modelRow(int viewRow) const;
 
     im::Client *client_;
     im::MessageListModel *msgs_;
     im::ConversationListModel *convs_;
+    im::ReversedProxyModel *order_; ///< msgs_ upside down: newest at the bottom
     RoleTableModel *table_;
     QString conv_;
     QHash<QString, qint64> readRequested_; ///< highest markRead sent per conv

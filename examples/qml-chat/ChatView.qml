@@ -155,8 +155,16 @@ Item {
                 // and a view kept at the newest message never pulls history
                 // (docs/sdk.md, "Timelines in views", obligation 15).
                 verticalLayoutDirection: ListView.BottomToTop
-                // Follow new messages while at the newest one.
-                onCountChanged: if (atYEnd) positionViewAtBeginning()
+                // Follow new messages while at the newest one, and keep the
+                // model's window at its size there: a DelegateModel calls
+                // fetchMore() by itself (when the list is made, and as rows
+                // change), which the model takes for a user reading older
+                // rows (docs/sdk.md, "Windows that stay small").
+                // Back at the newest message after reading older ones, the
+                // window shrinks to its size with the next change of rows.
+                // (Not on atYEnd's own change: it also turns true for a
+                // moment while older rows are laid out above.)
+                onCountChanged: if (atYEnd) { positionViewAtBeginning(); messages.followNewest() }
                 delegate: Label {
                     required property string kind
                     required property string sender

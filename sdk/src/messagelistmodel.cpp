@@ -28,6 +28,15 @@ public:
     bool localOlder = false;             // events below the floor, in the local database
     std::optional<detail::Gap> bottom;   // missing events below everything local
     bool fetching = false;               // a fetchMore() waits for the server
+    // The window follows the newest row: each refresh shows the newest
+    // windowRows events and drops the oldest (docs/sdk.md, "Windows that
+    // stay small"). Off once the user loaded older rows (fetchMore,
+    // fillGap) until followNewest() or another conversation.
+    bool following = true;
+    // refresh() is running (its row diff emits signals to the app's slots);
+    // a refresh asked for meanwhile runs right after it, never inside it.
+    bool refreshing = false;
+    bool refreshAgain = false;
     QList<QMetaObject::Connection> links; // to the current client
 
     void forgetWindow() {
@@ -35,6 +44,7 @@ public:
         floor = -1;
         localOlder = false;
         bottom.reset();
+        following = true;
     }
 };
 
@@ -122,7 +132,14 @@ void MessageListModel::setWindowRows(int rows) {
         return;
     d->windowRows = rows;
     emit windowRowsChanged();
-    // A larger window shows more of what is stored at once (never fewer rows).
+    // Following the newest row, the window is windowRows rows: the next
+    // refresh shows that many.
+    if (d->following) {
+        refresh();
+        return;
+    }
+    // Holding older rows: a larger window shows more of what is stored at
+    // once (never fewer rows).
     if (d->floor > 0 && d->client) {
         ClientPrivate *cp = ClientPrivate::get(d->client.data());
         const std::optional<qint64> f = cp->storage.floorFor(d->conv, std::numeric_limits<qint64>::max(), rows);
@@ -133,15 +150,43 @@ void MessageListModel::setWindowRows(int rows) {
     }
 }
 
+bool MessageListModel::isFollowingNewest() const { return d->following; }
+
+void MessageListModel::followNewest() {
+    if (d->following)
+        return;
+    d->following = true;
+    emit followingNewestChanged();
+    refresh();
+}
+
 void MessageListModel::refresh() {
     d->reload.stop();
+    // Not re-entrant: an app's slot (a QML delegate's handler, a
+    // rowsInserted slot) that sends, or calls refresh(), while this one's
+    // row diff emits, would diff against rows half updated and show rows
+    // twice. It runs once this one is done, before refresh() returns.
+    if (d->refreshing) {
+        d->refreshAgain = true;
+        return;
+    }
+    d->refreshing = true;
+    do {
+        d->refreshAgain = false;
+        refreshOnce();
+    } while (d->refreshAgain);
+    d->refreshing = false;
+}
+
+void MessageListModel::refreshOnce() {
     QList<detail::MessageRow> fresh;
     if (d->client && !d->conv.isEmpty()) {
         ClientPrivate *cp = ClientPrivate::get(d->client.data());
         if (cp->storage.isOpen()) {
             detail::Storage &st = cp->storage;
-            if (d->floor <= 0) {
-                // Nothing shown yet: the newest windowRows events.
+            if (d->following || d->floor <= 0) {
+                // Nothing shown yet, or following the newest row: the newest
+                // windowRows events (an arrival drops the oldest row).
                 const std::optional<qint64> f = st.floorFor(d->conv, std::numeric_limits<qint64>::max(), d->windowRows);
                 if (!f) {
                     cp->storageFailed(QStringLiteral("cannot read messages"));
@@ -223,8 +268,10 @@ void MessageListModel::fetchMore(const QModelIndex &parent) {
         }
         if (*f > 0)
             d->floor = *f;
+        holdOlder();
         refresh();
     } else if (d->bottom) {
+        holdOlder();
         d->fetching = true;
         emit loadingOlderChanged();
         cp->sync.loadOlder(d->conv, d->bottom->hi + 1, d->bottom->lo);
@@ -234,9 +281,18 @@ void MessageListModel::fetchMore(const QModelIndex &parent) {
 bool MessageListModel::fillGap(int row) {
     if (row < 0 || row >= d->rows.size() || d->rows.at(row).gapHi <= 0 || !d->client)
         return false;
-    const detail::MessageRow &g = d->rows.at(row);
+    const detail::MessageRow g = d->rows.at(row);
+    // The rows around the gap stay while it fills (the user is reading there).
+    holdOlder();
     ClientPrivate::get(d->client.data())->sync.loadOlder(d->conv, g.gapHi + 1, g.gapLo);
     return true;
+}
+
+void MessageListModel::holdOlder() {
+    if (!d->following)
+        return;
+    d->following = false;
+    emit followingNewestChanged();
 }
 
 int MessageListModel::rowCount(const QModelIndex &parent) const {

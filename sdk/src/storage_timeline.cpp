@@ -289,6 +289,15 @@ bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *
 // ... and whether a recall event names it.
 #define IM_SQL_E_RECALLED "EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"
 
+// The columns of a draft's row after its position (messages()).
+#define IM_SQL_DRAFT_COLUMNS \
+    " lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
+// A draft whose own event is stored is that event's row, whatever its
+// state: the event may come (by sync or push) before the draft is settled,
+// and a crash can leave it Pending until the resend.
+#define IM_SQL_DRAFT_NOT_EVENT \
+    " AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.cmid = lm.cmid AND e2.sender = :self)"
+
 std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QString &self, qint64 from) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral(
@@ -302,21 +311,29 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         "  ON lm.cmid = " IM_SQL_OWN_CMID_OF_E
         "  AND lm.conv = e.conv AND lm.kind = 'send' AND e.sender = :self"
         " WHERE e.conv = :conv AND e.seq >= :from AND e.kind <> 'recall'"
+        // Our drafts, in two halves that each read only what can be shown
+        // (local_messages_conv is (conv, seq)): those with a seq read from
+        // the window's floor up, never every draft the conversation ever
+        // had; those without one (Pending, Failed, Expired before a seq)
+        // are few and placed by time.
         " UNION ALL"
-        " SELECT CASE WHEN lm.seq IS NOT NULL THEN lm.seq WHEN lm.state = :pending THEN 9.0e18"
-        "  ELSE COALESCE((SELECT MAX(e3.seq) FROM events e3 WHERE e3.conv = lm.conv AND e3.ts <= lm.created_at), 0)"
-        "   + 0.5 END,"
-        "  lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
+        " SELECT lm.seq," IM_SQL_DRAFT_COLUMNS
         " FROM local_messages lm LEFT JOIN conversations c ON c.conv = lm.conv"
-        // A draft whose own event is stored is that event's row, whatever
-        // its state: the event may come (by sync or push) before the draft
-        // is settled, and a crash can leave it Pending until the resend.
-        " WHERE lm.conv = :conv AND lm.kind = 'send'"
-        " AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.cmid = lm.cmid AND e2.sender = :self)"
-        " AND (lm.seq IS NULL OR ("
-        "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
-        "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.sender = :self"
-        "   AND e2.cmid IS NULL AND e2.seq = lm.seq)))"
+        " WHERE lm.conv = :conv AND lm.seq >= :from AND lm.kind = 'send'" IM_SQL_DRAFT_NOT_EVENT
+        " AND (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
+        " AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.sender = :self"
+        "  AND e2.cmid IS NULL AND e2.seq = lm.seq)"
+        " UNION ALL"
+        " SELECT CASE WHEN lm.state = :pending THEN 9.0e18"
+        "  ELSE COALESCE((SELECT MAX(e3.seq) FROM events e3 WHERE e3.conv = lm.conv AND e3.ts <= lm.created_at), 0)"
+        "   + 0.5 END," IM_SQL_DRAFT_COLUMNS
+        " FROM local_messages lm"
+        " WHERE lm.conv = :conv AND lm.seq IS NULL AND lm.kind = 'send'" IM_SQL_DRAFT_NOT_EVENT
+        // Placed at (the newest event committed before it) + 0.5: at or
+        // above the floor exactly when it was created at or after the
+        // oldest commit time among the shown events.
+        " AND (lm.state = :pending OR :from <= 0"
+        "  OR lm.created_at >= (SELECT MIN(e4.ts) FROM events e4 WHERE e4.conv = :conv AND e4.seq >= :from))"
         ") WHERE pos >= :from ORDER BY pos, ts"));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":from"), from);

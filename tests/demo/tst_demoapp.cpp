@@ -19,6 +19,7 @@
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
+#include <im/reversedproxymodel.h>
 #include <im/testing.h>
 
 #include <QtGui/QAction>
@@ -34,6 +35,7 @@
 #include <QtWidgets/QMenu>
 #include <QtWidgets/QPlainTextEdit>
 #include <QtWidgets/QPushButton>
+#include <QtWidgets/QScrollBar>
 #include <QtWidgets/QSpinBox>
 #include <QtWidgets/QStatusBar>
 #include <QtWidgets/QTableView>
@@ -111,13 +113,21 @@ void armServerFault(ChatWindow *w, const QString &point, const QString &action, 
     QTest::mouseClick(child<QPushButton>(w, "armFaultButton"), Qt::LeftButton);
 }
 
+/// The message view's row of the timeline model's row `modelRow`: the view
+/// shows the model upside down (newest at the bottom) through the SDK's
+/// im::ReversedProxyModel.
+int viewRow(ChatWindow *w, int modelRow) {
+    auto *order = child<im::ReversedProxyModel>(w, "messageOrder");
+    return order->mapFromSource(w->messages()->index(modelRow)).row();
+}
+
 /// What the message view shows in `column` for the row of `body`.
 QString shown(ChatWindow *w, const QString &body, int column) {
     const int r = rowOf(w->messages(), body);
     if (r < 0)
         return QStringLiteral("<no single row>");
     auto *view = child<QTableView>(w, "messageView");
-    return view->model()->index(r, column).data().toString();
+    return view->model()->index(viewRow(w, r), column).data().toString();
 }
 
 // One counter of the server's GET /metrics (-1 when unreadable); a line
@@ -170,6 +180,7 @@ private slots:
     void outbox_panel_shows_what_a_pipelined_message_waits_behind();
     void discard_removes_a_failed_message_from_the_view_and_the_store();
     void history_view_shows_a_gap_fills_it_and_loads_older();
+    void message_view_shows_the_newest_at_the_bottom_and_loads_older_on_a_scroll_to_the_top();
     void token_panel_shows_the_expiry_and_recovers_from_a_rejected_token();
     void held_drafts_show_apart_from_pending_and_are_discarded();
     void disconnect_and_connect_buttons_drive_the_client();
@@ -594,7 +605,7 @@ void TestDemoApp::recall_from_the_context_menu_shows_recalled_on_both_sides() {
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
 
     auto *view = child<QTableView>(ana_, "messageView");
-    const int row = rowOf(ana_->messages(), body);
+    const int row = viewRow(ana_, rowOf(ana_->messages(), body));
     view->scrollTo(view->model()->index(row, 0));
     const QPoint pos = view->visualRect(view->model()->index(row, ChatWindow::BodyColumn)).center();
     bool triggered = false;
@@ -757,7 +768,7 @@ void TestDemoApp::discard_removes_a_failed_message_from_the_view_and_the_store()
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), kept), MessageState::Sent, kSettle);
     const int keptRow = rowOf(ana_->messages(), kept);
     const QString keptCmid = ana_->messages()->get(keptRow, MessageListModel::CmidRole).toString();
-    view->setCurrentIndex(view->model()->index(keptRow, ChatWindow::BodyColumn));
+    view->setCurrentIndex(view->model()->index(viewRow(ana_, keptRow), ChatWindow::BodyColumn));
     QTest::mouseClick(child<QPushButton>(ana_, "discardButton"), Qt::LeftButton);
     QVERIFY2(ana_->lastActionText().startsWith(QStringLiteral("Not discarded")), qPrintable(ana_->lastActionText()));
     QCOMPARE(rowsWithBody(ana_->messages(), kept).size(), 1);
@@ -776,7 +787,7 @@ void TestDemoApp::discard_removes_a_failed_message_from_the_view_and_the_store()
     view->setCurrentIndex(QModelIndex());
     QTest::mouseClick(child<QPushButton>(ana_, "discardButton"), Qt::LeftButton);
     QCOMPARE(rowsWithBody(ana_->messages(), body).size(), 1);
-    view->setCurrentIndex(view->model()->index(row, ChatWindow::BodyColumn));
+    view->setCurrentIndex(view->model()->index(viewRow(ana_, row), ChatWindow::BodyColumn));
     QTest::mouseClick(child<QPushButton>(ana_, "discardButton"), Qt::LeftButton);
     QVERIFY2(ana_->lastActionText().startsWith(QStringLiteral("Discarded")), qPrintable(ana_->lastActionText()));
     QTRY_COMPARE(rowsWithBody(ana_->messages(), body).size(), 0);
@@ -832,13 +843,13 @@ void TestDemoApp::history_view_shows_a_gap_fills_it_and_loads_older() {
     QCOMPARE(ana_->messages()->get(gap, MessageListModel::GapToRole).toLongLong(), seqs[n - 4]);
     QVERIFY(ana_->messages()->get(gap, MessageListModel::GapFromRole).toLongLong() <= seqs[1]);
     auto *view = child<QTableView>(ana_, "messageView");
-    QCOMPARE(view->model()->index(gap, ChatWindow::StateColumn).data().toString(), QStringLiteral("Gap"));
-    QVERIFY(view->model()->index(gap, ChatWindow::BodyColumn).data().toString().contains(QStringLiteral("gap")));
+    QCOMPARE(view->model()->index(viewRow(ana_, gap), ChatWindow::StateColumn).data().toString(), QStringLiteral("Gap"));
+    QVERIFY(view->model()->index(viewRow(ana_, gap), ChatWindow::BodyColumn).data().toString().contains(QStringLiteral("gap")));
 
     // Fill gap (the gap row selected): the next window down, then the rest.
     auto *fill = child<QPushButton>(ana_, "fillGapButton");
     QVERIFY(fill->isEnabled());
-    view->setCurrentIndex(view->model()->index(gap, ChatWindow::BodyColumn));
+    view->setCurrentIndex(view->model()->index(viewRow(ana_, gap), ChatWindow::BodyColumn));
     QTest::mouseClick(fill, Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(rowsWithBody(ana_->messages(), body(n - 4)).size(), 1, kSettle);
     QCOMPARE(rowsWithBody(ana_->messages(), body(n - 8)).size(), 0);
@@ -859,8 +870,8 @@ void TestDemoApp::history_view_shows_a_gap_fills_it_and_loads_older() {
     }
     QCOMPARE(rowsWithBody(ana_->messages(), before).size(), 1);
 
-    // Load older: a 3-row window shows the newest 3 (newest first, on top),
-    // each click 3 more below.
+    // Load older: a 3-row window shows the newest 3 (the model newest first;
+    // the view shows them at the bottom), each click 3 more older ones.
     child<QSpinBox>(ana_, "windowRowsSpin")->setValue(3);
     ana_->selectConversation(QStringLiteral("nobody-asked-me"));
     clickConversation(ana_, QStringLiteral("ana-ben"));
@@ -879,6 +890,68 @@ void TestDemoApp::history_view_shows_a_gap_fills_it_and_loads_older() {
     child<QSpinBox>(ana_, "historyWindowSpin")->setValue(100);
     ana_->selectConversation(QStringLiteral("nobody-asked-me"));
     clickConversation(ana_, QStringLiteral("ana-ben"));
+}
+
+// The message view is the timeline upside down (the SDK's
+// im::ReversedProxyModel): newest at the bottom, followed while the view is
+// there, with a window that stays at its size as messages arrive; the view
+// never loads history by itself; a scroll to the top by the user loads one
+// window of older rows, which stay while messages arrive, and a scroll back
+// to the bottom returns to the newest window.
+void TestDemoApp::message_view_shows_the_newest_at_the_bottom_and_loads_older_on_a_scroll_to_the_top() {
+    ensureBen();
+    QVERIFY(ben_);
+    const QString conv = QStringLiteral("ana-ben");
+    auto body = [](int i) { return QStringLiteral("bottom-up %1").arg(i); };
+    constexpr int n = 70, window = 30;
+    for (int i = 1; i <= n; ++i)
+        QVERIFY(!ben_->client()->send(conv, body(i)).isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(ben_->client()->pendingCount(), 0, kSettle);
+    child<QSpinBox>(ana_, "windowRowsSpin")->setValue(window);
+    ana_->selectConversation(QStringLiteral("nobody-asked-me"));
+    clickConversation(ana_, conv);
+    MessageListModel *msgs = ana_->messages();
+    QTRY_COMPARE_WITH_TIMEOUT(rowsWithBody(msgs, body(n)).size(), 1, kSettle);
+    QTRY_COMPARE(msgs->rowCount(), window);
+    auto *view = child<QTableView>(ana_, "messageView");
+    QScrollBar *sb = view->verticalScrollBar();
+    auto text = [view](int row) { return view->model()->index(row, ChatWindow::BodyColumn).data().toString(); };
+    const int last = view->model()->rowCount() - 1;
+    QCOMPARE(last, window - 1);
+    QCOMPARE(text(last), body(n));               // newest at the bottom
+    QCOMPARE(text(0), body(n - window + 1));     // the window's oldest at the top
+    QVERIFY(sb->maximum() > sb->minimum());      // more rows than the view shows
+    QTRY_COMPARE(sb->value(), sb->maximum());    // opened at the bottom
+    QVERIFY(msgs->isFollowingNewest());
+
+    // A message arrives: the bottom row, followed; the window keeps its size.
+    QVERIFY(!ben_->client()->send(conv, body(n + 1)).isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(text(view->model()->rowCount() - 1), body(n + 1), kSettle);
+    QCOMPARE(msgs->rowCount(), window);
+    QTRY_COMPARE(sb->value(), sb->maximum());
+    QCOMPARE(text(0), body(n - window + 2));
+
+    // The user scrolls to the top: one window of older rows, above.
+    sb->triggerAction(QAbstractSlider::SliderToMinimum);
+    QTRY_COMPARE_WITH_TIMEOUT(msgs->rowCount(), 2 * window, kSettle);
+    QVERIFY(!msgs->isFollowingNewest());
+    QCOMPARE(text(0), body(n - 2 * window + 2));
+    // A message arrives meanwhile: added at the bottom, nothing dropped.
+    QVERIFY(!ben_->client()->send(conv, body(n + 2)).isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(text(view->model()->rowCount() - 1), body(n + 2), kSettle);
+    QCOMPARE(msgs->rowCount(), 2 * window + 1);
+    QCOMPARE(text(0), body(n - 2 * window + 2));
+
+    // Back at the bottom: the newest window again.
+    sb->triggerAction(QAbstractSlider::SliderToMaximum);
+    QTRY_COMPARE(msgs->rowCount(), window);
+    QVERIFY(msgs->isFollowingNewest());
+    QCOMPARE(text(window - 1), body(n + 2));
+    QCOMPARE(text(0), body(n - window + 3));
+
+    child<QSpinBox>(ana_, "windowRowsSpin")->setValue(50);
+    ana_->selectConversation(QStringLiteral("nobody-asked-me"));
+    clickConversation(ana_, conv);
 }
 
 // Obligation 14 for QA: the connection panel counts down to the token's
@@ -1307,7 +1380,7 @@ void TestDemoApp::screenshot_of_the_main_window_is_saved() {
     // The message view's columns fit what they show (also when this test
     // runs alone, with few rows that arrived after the window was laid out).
     auto *view = child<QTableView>(ana_, "messageView");
-    const int row = rowOf(ana_->messages(), body);
+    const int row = viewRow(ana_, rowOf(ana_->messages(), body));
     for (int c : {int(ChatWindow::TimeColumn), int(ChatWindow::SenderColumn), int(ChatWindow::StateColumn)}) {
         const QString text = view->model()->index(row, c).data().toString();
         QTRY_VERIFY2(view->columnWidth(c) > view->fontMetrics().horizontalAdvance(text),

@@ -34,6 +34,18 @@ class MessageListModelPrivate;
  * install skipped after a long absence show as one row of kind "gap"
  * (GapFromRole..GapToRole); fillGap(row) loads its newest part. See
  * docs/sdk.md, "History windows".
+ *
+ * A window that stays small: while it follows the newest row
+ * (followingNewest, the default) the model shows the newest windowRows
+ * events (plus our unconfirmed messages and gap rows), and every arrival
+ * drops the oldest row, however long the conversation stays open. Once the
+ * user loads older rows (fetchMore(), fillGap()) nothing is dropped from
+ * under him: arrivals are added and the rows he is reading stay, until the
+ * app calls followNewest() (when its view is back at the newest row) or
+ * shows another conversation. See docs/sdk.md, "Windows that stay small".
+ *
+ * Newest at the bottom in a Widgets view: put an im::ReversedProxyModel
+ * between this model and the view.
  */
 class IM_SDK_EXPORT MessageListModel : public QAbstractListModel {
     Q_OBJECT
@@ -44,6 +56,9 @@ class IM_SDK_EXPORT MessageListModel : public QAbstractListModel {
     Q_PROPERTY(int count READ count NOTIFY countChanged)
     Q_PROPERTY(bool loadingOlder READ isLoadingOlder NOTIFY loadingOlderChanged)
     Q_PROPERTY(int windowRows READ windowRows WRITE setWindowRows NOTIFY windowRowsChanged)
+    /// The window follows the newest row (stays windowRows rows long);
+    /// false after the user loaded older rows, until followNewest().
+    Q_PROPERTY(bool followingNewest READ isFollowingNewest NOTIFY followingNewestChanged)
 public:
     enum Roles {
         BodyRole = Qt::UserRole + 1, ///< QString message text (also Qt::DisplayRole)
@@ -74,9 +89,11 @@ public:
     void setConversation(const QString &conv);
     int count() const;
     bool isLoadingOlder() const;
-    /// Rows shown at first, and added by each fetchMore() (default 50).
+    /// Rows shown while following the newest row, and added by each
+    /// fetchMore() (default 50, at least 1).
     int windowRows() const;
     void setWindowRows(int rows);
+    bool isFollowingNewest() const;
 
     /// Older events exist (locally or on the server) and no load is running.
     bool canFetchMore(const QModelIndex &parent = QModelIndex()) const override;
@@ -99,8 +116,14 @@ public:
     Q_INVOKABLE QVariantMap get(int row) const;
 
 public Q_SLOTS:
-    /// Re-reads the database now (normally done automatically).
+    /// Re-reads the database now (normally done automatically). Called
+    /// while a refresh is emitting its row changes (from a slot connected
+    /// to them), it runs right after that one, not inside it.
     void refresh();
+    /// Back to the newest windowRows rows, dropping the older ones loaded
+    /// since (call it when the view is back at the newest row); arrivals
+    /// then drop the oldest row again. Does nothing while following.
+    void followNewest();
 
 Q_SIGNALS:
     void clientChanged();
@@ -108,8 +131,11 @@ Q_SIGNALS:
     void countChanged();
     void loadingOlderChanged();
     void windowRowsChanged();
+    void followingNewestChanged();
 
 private:
+    void refreshOnce();
+    void holdOlder();
     std::unique_ptr<MessageListModelPrivate> d;
 };
 

@@ -68,6 +68,51 @@ Item {
             compare(shown.itemAtIndex(sentRow()).text, "ben: typed in qmlchat")
         }
 
+        // The model's window while the list is at the newest message (one
+        // message after another, each settled), after a scroll to the
+        // oldest end (the list's own fetchMore(): the rows stay), and back
+        // at the newest, where the next message shrinks the window again.
+        function test_windowStaysAtItsSizeAtTheNewestAndShrinksBackAfterAScroll() {
+            if (!view.signedIn) {
+                mouseClick(findChild(view, "signInButton"))
+                tryCompare(view.client, "connectionState", Im.Connected, 120000)
+            }
+            tryVerify(() => view.conversations.indexOf("team") >= 0, 120000, "team never listed")
+            view.messages.conversation = "team"
+            const messages = view.messages
+            const list = findChild(view, "messageList")
+            // More rows than the list shows with its cache buffer (560 px
+            // and 320 px): fewer, and the list would pull older rows at the
+            // newest message (docs/sdk.md, "Windows that stay small").
+            messages.windowRows = 100
+            let most = 0
+            for (let i = 1; i <= 230; ++i) {
+                verify(view.client.send("team", "window " + i) !== "", view.client.lastError())
+                tryCompare(view.client, "pendingCount", 0, 120000)
+                most = Math.max(most, messages.count)
+            }
+            tryVerify(() => messages.get(0).body === "window 230" && messages.get(0).messageState === Im.Sent, 120000)
+            tryCompare(messages, "count", 100)
+            verify(messages.followingNewest)
+            verify(list.atYEnd)
+            // Bounded: the DelegateModel's own fetchMore() adds at most one
+            // window before the next change of rows shrinks it again.
+            verify(most <= 2 * 100 + 1, "the window grew to " + most + " rows")
+
+            list.positionViewAtEnd() // the top: the oldest row
+            tryVerify(() => messages.count > 100, 120000, "the list loaded nothing older")
+            verify(!messages.followingNewest)
+            const held = messages.count
+            list.positionViewAtBeginning() // back at the newest, and a message
+            tryVerify(() => list.atYEnd)
+            verify(!messages.followingNewest)
+            compare(messages.count, held)
+            verify(view.client.send("team", "window 231") !== "", view.client.lastError())
+            tryCompare(messages, "followingNewest", true)
+            tryCompare(messages, "count", 100)
+            compare(messages.get(0).body, "window 231")
+        }
+
         function cleanupTestCase() {
             if (view) {
                 view.client.disconnectFromServer()
