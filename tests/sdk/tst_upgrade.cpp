@@ -130,6 +130,18 @@ void TestUpgrade::an_older_store_keeps_its_drafts_gaps_and_cursors() {
     QVERIFY(server.listen());
     server.convs[QStringLiteral("c1")].members = {QStringLiteral("ana"), QStringLiteral("ben")};
     server.convs[QStringLiteral("c2")].members = {QStringLiteral("ana"), QStringLiteral("cy")};
+    // The server still has what the store saw (same epochs, heads at or
+    // above the cursors, our sent message 6 of c1 under its key), so nothing
+    // here looks like a restored server: only the drafts may go out.
+    server.convs[QStringLiteral("c1")].epoch = 3;
+    for (int seq = 1; seq <= 9; ++seq) {
+        const bool ours = seq == 6;
+        server.append(QStringLiteral("c1"), ours ? QStringLiteral("ana") : QStringLiteral("ben"),
+                      QStringLiteral("c1 message %1").arg(seq), ours ? kSent : QString());
+    }
+    server.convs[QStringLiteral("c1")].keys.insert(QStringLiteral("ana\n") + kSent, 6);
+    for (int seq = 1; seq <= 120; ++seq)
+        server.append(QStringLiteral("c2"), QStringLiteral("cy"), QStringLiteral("c2 message %1").arg(seq));
     client.setServers({server.url()});
     client.setCredentials(QStringLiteral("tok-ana"));
     client.setRetryBackoff(40, 300);
