@@ -128,6 +128,9 @@ void Notifier::deliver(const std::vector<std::string>& payloads) {
     // connections, subscribed or not.
     for (const auto& p : payloads)
         if (p.rfind("d - ", 0) == 0) gw_->close_device(p.substr(4));
+    // Presence changes go to watching connections, subscribed or not.
+    for (const auto& p : payloads)
+        if (p.rfind("p ", 0) == 0) presence(p);
     // Lab: crash before any of these notifications is pushed, or lose them
     // as a lost LISTEN session would (subscribers are told to resync).
     if (gw_->faults().hit("notify.before_publish") == FaultKind::unavailable) {
@@ -151,6 +154,45 @@ void Notifier::deliver(const std::vector<std::string>& payloads) {
         conn_.reset();
         resync();
     }
+}
+
+void Notifier::presence(const std::string& payload) {
+    std::istringstream in(payload.substr(2));
+    PresenceInfo p;
+    int online = 0;
+    std::string last_seen;
+    std::int64_t version = 0;
+    if (!(in >> p.user >> online >> last_seen >> version)) return;
+    p.online = online == 1;
+    if (last_seen != "-") p.last_seen = std::stoll(last_seen);
+    gw_->push_presence(p, version);
+}
+
+void Notifier::typing(pqxx::connection_base& c, const std::string& conv, const std::string& user, bool on) {
+    // The recipients: the cached open members when the fan-out has them,
+    // else one read (not cached: the fan-out's cache follows its events).
+    std::vector<std::string> to;
+    bool full = false, known = false;
+    {
+        std::lock_guard lk(mu_);
+        if (auto* st = convs_.find(conv); st && st->members) {
+            to = st->open_users;
+            full = st->members->full;
+            known = true;
+        }
+    }
+    if (!known) {
+        const auto m = store_.push_members(c, conv);
+        full = m.full;
+        for (const auto& p : m.periods)
+            if (p.to == INT64_MAX) to.push_back(p.user);
+        std::sort(to.begin(), to.end());
+        to.erase(std::unique(to.begin(), to.end()), to.end());
+    }
+    if (!full) return; // above push_full_max: no typing (contract 13)
+    to.erase(std::remove(to.begin(), to.end(), user), to.end()); // the others only
+    auto frame = std::make_shared<const std::string>(encode_typing_push(conv, user, on));
+    metrics_.pushes_typing += static_cast<long long>(gw_->push_to_users(to, frame));
 }
 
 void Notifier::fan_out(const std::string& conv, const FanoutCache::Entry& st, const std::vector<Event>& events) {
@@ -224,6 +266,9 @@ void Notifier::process(pqxx::connection_base& c, const std::vector<std::string>&
             m.conv = conv;
             in >> m.user >> m.device >> m.read;
             reads.push_back(std::move(m));
+        } else if (kind == "t") {
+            std::string user, on;
+            if (in >> user >> on) typing(c, conv, user, on == "1");
         } else if (kind == "x" || kind == "m") {
             std::lock_guard lk(mu_);
             if (convs_.find(conv)) convs_.set_members(conv, nullptr); // settings or epoch changed

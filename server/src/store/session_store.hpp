@@ -36,6 +36,10 @@ public:
     /// `notes`: the bus payloads to publish after the commit (a moved marker).
     virtual Outcome<ReadOk> read(const Identity& who, const req::Read& r, Notes& notes) = 0;
     virtual Outcome<Recalled> recall(const Identity& who, const req::Recall& r) = 0;
+    /// Contract section 13 (Store::typing_gate, Store::presence). A model
+    /// without presence answers UNAVAILABLE and an empty list.
+    virtual Outcome<bool> typing_gate(const Identity&, const std::string&) { return unavailable("no typing here"); }
+    virtual Outcome<PresenceList> presence(const Identity&, const std::vector<std::string>&) { return PresenceList{}; }
 };
 
 /// The production SessionStore: the Store's transactions on one connection
@@ -62,6 +66,12 @@ public:
         return store_.read(c_, who, r, notes);
     }
     Outcome<Recalled> recall(const Identity& who, const req::Recall& r) override { return store_.recall(c_, who, r); }
+    Outcome<bool> typing_gate(const Identity& who, const std::string& conv) override {
+        return store_.typing_gate(c_, who, conv);
+    }
+    Outcome<PresenceList> presence(const Identity& who, const std::vector<std::string>& users) override {
+        return store_.presence(c_, who, users);
+    }
 
 private:
     Store& store_;
