@@ -171,25 +171,23 @@ void Notifier::presence(const std::string& payload) {
 void Notifier::typing(pqxx::connection_base& c, const std::string& conv, const std::string& user, bool on) {
     // The recipients: the cached open members when the fan-out has them,
     // else one read (not cached: the fan-out's cache follows its events).
+    // Whether the conversation is small enough (push_full_max) was decided
+    // by the typist's gateway with a fresh read: only then is it published.
     std::vector<std::string> to;
-    bool full = false, known = false;
+    bool known = false;
     {
         std::lock_guard lk(mu_);
         if (auto* st = convs_.find(conv); st && st->members) {
             to = st->open_users;
-            full = st->members->full;
             known = true;
         }
     }
     if (!known) {
-        const auto m = store_.push_members(c, conv);
-        full = m.full;
-        for (const auto& p : m.periods)
+        for (const auto& p : store_.push_members(c, conv).periods)
             if (p.to == INT64_MAX) to.push_back(p.user);
         std::sort(to.begin(), to.end());
         to.erase(std::unique(to.begin(), to.end()), to.end());
     }
-    if (!full) return; // above push_full_max: no typing (contract 13)
     to.erase(std::remove(to.begin(), to.end(), user), to.end()); // the others only
     auto frame = std::make_shared<const std::string>(encode_typing_push(conv, user, on));
     metrics_.pushes_typing += static_cast<long long>(gw_->push_to_users(to, frame));

@@ -36,6 +36,13 @@ const Statements& presence_statements() {
          "WHERE EXISTS (SELECT 1 FROM membership_periods me JOIN membership_periods them "
          "ON them.conv_id = me.conv_id WHERE me.user_id = $1 AND them.user_id = a.user_id) "
          "ORDER BY a.user_id"},
+        // LAB ONLY negative control (rule.presence_strangers): every asked user who exists.
+        {"im_presence_lab_strangers",
+         "SELECT u.user_id, coalesce(p.online, false), "
+         "CASE WHEN p.online THEN floor(extract(epoch from clock_timestamp()) * 1000)::bigint "
+         "ELSE p.last_seen_ms END "
+         "FROM users u LEFT JOIN presence_users p ON p.user_id = u.user_id "
+         "WHERE u.user_id = ANY($2::text[]) AND $1::text IS NOT NULL ORDER BY u.user_id"},
         {"im_presence_lease",
          "INSERT INTO presence_gateways AS g (gateway_id, heartbeat_at, lease_until) "
          "VALUES ($1, now(), now() + $2 * interval '1 millisecond') ON CONFLICT (gateway_id) DO UPDATE "
@@ -128,7 +135,8 @@ Outcome<PresenceList> Store::presence(pqxx::connection_base& c, const Identity& 
         prepare_presence(c);
         pqxx::nontransaction tx(c);
         PresenceList out;
-        for (const auto& row : tx.exec_prepared("im_presence", who.user, text_array(users))) {
+        const char* stmt = faults_.broken("rule.presence_strangers") ? "im_presence_lab_strangers" : "im_presence";
+        for (const auto& row : tx.exec_prepared(stmt, who.user, text_array(users))) {
             PresenceInfo p;
             p.user = row[0].c_str();
             p.online = row[1].as<bool>();
