@@ -248,6 +248,7 @@ TEST_F(Ephemeral, presence_changes_of_watched_users_are_pushed_across_gateways_a
     auto on = next_presence(*a);
     EXPECT_EQ(str(on, "user"), ben.user);
     EXPECT_TRUE(on.at("online").as_bool());
+    EXPECT_GT(num(on, "last_seen"), 0) << "online: last_seen is now";
     EXPECT_EQ(on.size(), 4u) << json::serialize(on);
     b.reset();
     auto off = next_presence(*a);

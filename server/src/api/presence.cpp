@@ -111,8 +111,15 @@ void PresenceTracker::stop() {
 
 void PresenceTracker::publish(const std::vector<Store::PresenceChange>& changes) {
     if (changes.empty()) return;
+    // Several changes per payload, one per line: a reconnect wave is some
+    // hundred notifications, not one per user (NOTIFY takes < 8000 bytes).
+    constexpr std::size_t max_payload = 7000;
     std::vector<std::string> payloads;
-    for (const auto& ch : changes) payloads.push_back(ch.payload());
+    for (const auto& ch : changes) {
+        auto p = ch.payload();
+        if (!payloads.empty() && payloads.back().size() + 1 + p.size() <= max_payload) payloads.back() += '\n' + p;
+        else payloads.push_back(std::move(p));
+    }
     // Lost: harmless for typing, and for presence the next `presence` request
     // reads the table (contract 13: no delivery promise on the bus).
     bus_.publish(std::move(payloads), [](bool) {});

@@ -128,9 +128,17 @@ void Notifier::deliver(const std::vector<std::string>& payloads) {
     // connections, subscribed or not.
     for (const auto& p : payloads)
         if (p.rfind("d - ", 0) == 0) gw_->close_device(p.substr(4));
-    // Presence changes go to watching connections, subscribed or not.
-    for (const auto& p : payloads)
-        if (p.rfind("p ", 0) == 0) presence(p);
+    // Presence changes go to watching connections, subscribed or not (one
+    // change per line, several lines per payload).
+    for (const auto& p : payloads) {
+        if (p.rfind("p ", 0) != 0) continue;
+        for (std::size_t at = 0; at < p.size();) {
+            auto end = p.find('\n', at);
+            if (end == std::string::npos) end = p.size();
+            presence(p.substr(at, end - at));
+            at = end + 1;
+        }
+    }
     // Lab: crash before any of these notifications is pushed, or lose them
     // as a lost LISTEN session would (subscribers are told to resync).
     if (gw_->faults().hit("notify.before_publish") == FaultKind::unavailable) {

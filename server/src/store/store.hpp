@@ -42,7 +42,8 @@ struct Identity {
 ///   "x CONV"              the conversation's epoch changed (subscribers get a hint)
 ///   "m CONV"              its settings changed (push_full_max): drop cached membership
 ///   "t CONV USER 1|0"     USER is typing in CONV, or stopped (contract 13; never stored)
-///   "p USER 1|0 LAST_SEEN VERSION"  USER's presence changed (LAST_SEEN "-": never)
+///   "p USER 1|0 LAST_SEEN VERSION"  USER's presence changed (LAST_SEEN "-": never);
+///                         several such lines per payload, joined by '\n'
 inline constexpr const char* notify_channel = "im_events";
 
 /// How an operator command failed (the admin CLI prints it; the backend

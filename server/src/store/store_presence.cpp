@@ -56,7 +56,8 @@ const Statements& presence_statements() {
          "INSERT INTO presence_online (user_id, gateway_id) SELECT unnest($2::text[]), $1 ON CONFLICT DO NOTHING"},
         {"im_presence_remove", "DELETE FROM presence_online WHERE gateway_id = $1 AND user_id = ANY($2::text[])"},
         // Each user's `online` as the live gateways' rows have it now; only
-        // the changed rows are returned (and get a new version).
+        // the changed rows are returned (and get a new version), last_seen
+        // now (the database clock) for those online.
         {"im_presence_settle",
          "UPDATE presence_users p SET online = n.online, "
          "last_seen_ms = CASE WHEN n.online THEN p.last_seen_ms ELSE greatest(coalesce(p.last_seen_ms, 0), n.at) END, "
@@ -65,7 +66,9 @@ const Statements& presence_statements() {
          "      ON g.gateway_id = o.gateway_id WHERE o.user_id = a.u AND g.lease_until > now()) AS online "
          "      FROM unnest($1::text[], $2::bigint[]) AS a(u, at)) n "
          "WHERE p.user_id = n.u AND p.online IS DISTINCT FROM n.online "
-         "RETURNING p.user_id, p.online, p.last_seen_ms, p.version"},
+         "RETURNING p.user_id, p.online, "
+         "CASE WHEN p.online THEN floor(extract(epoch from clock_timestamp()) * 1000)::bigint ELSE p.last_seen_ms END, "
+         "p.version"},
         {"im_presence_dead",
          "SELECT gateway_id, floor(extract(epoch from heartbeat_at) * 1000)::bigint FROM presence_gateways "
          "WHERE lease_until < now() ORDER BY gateway_id FOR UPDATE SKIP LOCKED"},
