@@ -294,6 +294,32 @@ TEST_F(Ephemeral, a_gateway_killed_with_sigkill_takes_its_users_offline_within_t
     EXPECT_EQ(pg->scalar("SELECT count(*) FROM presence_gateways WHERE gateway_id = 'gw-3'"), "0");
 }
 
+TEST_F(Ephemeral, a_gateway_restarted_under_its_id_keeps_returning_users_online_and_drops_the_others) {
+    auto w = make_world(db(), "presre", 3);
+    const auto &ana = w.users[0], &ben = w.users[1], &cyd = w.users[2];
+    // A lease long enough that the restart comes before any sweep: what
+    // happens is the restarted gateway's own doing (its claim, one beat
+    // after its start: 20000 / 3 ms).
+    ServerProcess gwr(db(), {"--quiet", "--presence-lease-ms", "20000"}, "gw-restart");
+    auto a = login(gw1->port(), ana);
+    ASSERT_EQ(str(presence(*a, {ben.user, cyd.user}), "t"), "presence");
+    {
+        auto b = login(gwr.port(), ben);
+        auto c = login(gwr.port(), cyd);
+        for (int i = 0; i < 2; ++i) EXPECT_TRUE(next_presence(*a).at("online").as_bool());
+        gwr.kill();
+    }
+    gwr.restart_on_same_port();
+    auto b = login(gwr.port(), ben); // ben comes back, cyd does not
+    // cyd goes offline at the claim; ben, back before it, never flapped:
+    // an offline push of ben's would have come first.
+    auto f = next_presence(*a, 30s);
+    EXPECT_EQ(str(f, "user"), cyd.user) << json::serialize(f);
+    EXPECT_FALSE(f.at("online").as_bool());
+    auto r = presence(*a, {ben.user});
+    EXPECT_TRUE(r.at("users").as_array()[0].as_object().at("online").as_bool());
+}
+
 // ----------------------------------------------------------------- NATS
 
 /// A nats-server child on a free port.

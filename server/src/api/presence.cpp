@@ -138,12 +138,13 @@ bool PresenceTracker::write(pqxx::connection_base& c, bool full) {
         for (const auto& [u, t] : closed_at_) offline.emplace_back(u, t);
         opened_.clear();
         closed_at_.clear();
-        full_ = false;
+        if (full) full_ = false;
     }
     try {
         Watchdog::Watch watch(watchdog_, c);
         auto changes = Store::presence_write(c, gateway_id_, lease_ms_, online, offline, full, wall_ms());
         ++metrics_.presence_writes;
+        if (full) claimed_ = true;
         publish(changes);
         return true;
     } catch (const std::exception& e) {
@@ -162,15 +163,22 @@ void PresenceTracker::loop() {
     const auto beat = std::chrono::milliseconds(std::max<std::int64_t>(1, lease_ms_ / 3));
     std::unique_ptr<pqxx::connection> conn;
     auto next_beat = Clock::now();
+    // A gateway restarted under the same id keeps its predecessor's rows for
+    // one beat: users who reconnect meanwhile (here or elsewhere) never flap
+    // offline, and the reconnect wave writes no change for them. Then the
+    // whole state replaces those rows: who did not come back goes offline.
+    const auto claim_at = Clock::now() + beat;
+    auto full_due = [&] { return full_ && (claimed_ || Clock::now() >= claim_at); };
     auto backoff = std::chrono::milliseconds(100);
     for (;;) {
         bool stopping = false, pending = false, full = false;
         {
             std::unique_lock lk(mu_);
-            cv_.wait_until(lk, next_beat, [&] { return stop_ || full_ || !opened_.empty() || !closed_at_.empty(); });
+            const auto wake = claimed_ ? next_beat : std::min(next_beat, claim_at);
+            cv_.wait_until(lk, wake, [&] { return stop_ || full_due() || !opened_.empty() || !closed_at_.empty(); });
             stopping = stop_;
-            full = full_;
-            pending = full_ || !opened_.empty() || !closed_at_.empty();
+            full = full_due();
+            pending = full || !opened_.empty() || !closed_at_.empty();
         }
         try {
             if (!conn || !conn->is_open()) conn = open_connection(url_, "imserver-presence-" + gateway_id_);
@@ -183,8 +191,8 @@ void PresenceTracker::loop() {
             if (pending && !write(*conn, full)) throw std::runtime_error("presence write failed");
             if (Clock::now() >= next_beat) {
                 Watchdog::Watch watch(watchdog_, *conn);
-                if (!Store::presence_heartbeat(*conn, gateway_id_, lease_ms_)) {
-                    // Swept while away (or first start): our rows are gone.
+                if (!Store::presence_heartbeat(*conn, gateway_id_, lease_ms_) && claimed_) {
+                    // Swept while away: our rows are gone.
                     log_warn("presence_lease_lost");
                     std::lock_guard lk(mu_);
                     full_ = true;

@@ -87,6 +87,7 @@ private:
     std::map<std::string, std::int64_t> closed_at_; // users whose count fell to 0, not yet written
     std::set<std::string> opened_;                  // users whose count rose from 0, not yet written
     bool full_ = true;                              // write the whole state (start, lease lost, a failure)
+    bool claimed_ = false;                          // the first whole state is written (the loop's thread only)
     bool stop_ = false;
     std::thread thread_;
 };
