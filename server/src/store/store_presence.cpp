@@ -1,13 +1,17 @@
 // Typing's membership check and presence (contract section 13; the tables
 // of schema/013_presence.sql; docs/scaling.md, "Presence").
 //
-// Presence writes keep one rule: a transaction that changes a user's rows
-// in presence_online first locks that user's presence_users row (in user
+// Presence writes keep one rule: a transaction that removes a user's row
+// from presence_online first locks that user's presence_users row (in user
 // order, so two writers never wait on each other in a cycle), and decides
 // the user's `online` after its own change, in a statement that sees every
 // change committed before it (READ COMMITTED). Two gateways closing the
 // user's last two connections at once therefore cannot both see the other's
-// row and leave the user online.
+// row and leave the user online. An insert needs no lock: its settling
+// UPDATE waits for a remover's lock and then re-checks the row it finds
+// (online IS DISTINCT FROM what the insert's own snapshot says: true), so
+// an insert racing a removal still ends online. Only rows that really
+// change are settled: a reconnect onto a row that is there writes nothing.
 #include "store/store_internal.hpp"
 
 #include <algorithm>
@@ -53,17 +57,19 @@ const Statements& presence_statements() {
         {"im_presence_lock_rows",
          "SELECT user_id FROM presence_users WHERE user_id = ANY($1::text[]) ORDER BY user_id FOR UPDATE"},
         {"im_presence_add",
-         "INSERT INTO presence_online (user_id, gateway_id) SELECT unnest($2::text[]), $1 ON CONFLICT DO NOTHING"},
+         "INSERT INTO presence_online (user_id, gateway_id) SELECT unnest($2::text[]), $1 ON CONFLICT DO NOTHING "
+         "RETURNING user_id"},
         {"im_presence_remove", "DELETE FROM presence_online WHERE gateway_id = $1 AND user_id = ANY($2::text[])"},
-        // Each user's `online` as the live gateways' rows have it now; only
+        // Each user's `online` as the gateways' rows have it now (a dead
+        // gateway's rows count until a sweep removes them: a gateway that
+        // was only late renews its lease and its rows stay right); only
         // the changed rows are returned (and get a new version), last_seen
         // now (the database clock) for those online.
         {"im_presence_settle",
          "UPDATE presence_users p SET online = n.online, "
          "last_seen_ms = CASE WHEN n.online THEN p.last_seen_ms ELSE greatest(coalesce(p.last_seen_ms, 0), n.at) END, "
          "version = p.version + 1 "
-         "FROM (SELECT a.u, a.at, EXISTS (SELECT 1 FROM presence_online o JOIN presence_gateways g "
-         "      ON g.gateway_id = o.gateway_id WHERE o.user_id = a.u AND g.lease_until > now()) AS online "
+         "FROM (SELECT a.u, a.at, EXISTS (SELECT 1 FROM presence_online o WHERE o.user_id = a.u) AS online "
          "      FROM unnest($1::text[], $2::bigint[]) AS a(u, at)) n "
          "WHERE p.user_id = n.u AND p.online IS DISTINCT FROM n.online "
          "RETURNING p.user_id, p.online, "
@@ -157,30 +163,33 @@ std::vector<Store::PresenceChange> Store::presence_write(pqxx::connection_base& 
     prepare_presence(c);
     pqxx::work tx(c);
     tx.exec_prepared("im_presence_lease", gateway, lease_ms);
-    std::map<std::string, std::int64_t> at; // every user touched; the close time for those going offline
-    for (const auto& [u, t] : offline) at[u] = t;
-    for (const auto& u : online) at[u] = 0;
-    std::vector<std::string> gone; // full: rows of this gateway no longer online here
+    std::map<std::string, std::int64_t> at; // users whose rows change; the close time for those going offline
+    std::set<std::string> add(online.begin(), online.end());
+    for (const auto& [u, t] : offline)
+        if (!add.count(u)) at[u] = t;
     if (full) {
-        const std::set<std::string> keep(online.begin(), online.end());
-        for (const auto& row : tx.exec_prepared("im_presence_rows_of", gateway))
-            if (!keep.count(row[0].c_str())) {
-                gone.emplace_back(row[0].c_str());
-                at.emplace(gone.back(), now_ms);
-            }
+        // Only the difference to the rows there: those no longer online
+        // here go (offline at now_ms), those already there stay untouched.
+        for (const auto& row : tx.exec_prepared("im_presence_rows_of", gateway)) {
+            const std::string u = row[0].c_str();
+            if (!add.erase(u)) at.emplace(u, now_ms);
+        }
+    }
+    if (!at.empty()) {
+        std::vector<std::string> off;
+        for (const auto& [u, t] : at) off.push_back(u); // sorted: the map's order
+        lock_users(tx, off);
+        tx.exec_prepared("im_presence_remove", gateway, text_array(off));
+    }
+    if (!add.empty()) {
+        const std::vector<std::string> on(add.begin(), add.end()); // sorted
+        tx.exec_prepared("im_presence_lock", text_array(on)); // the presence_users rows, made when missing
+        for (const auto& row : tx.exec_prepared("im_presence_add", gateway, text_array(on))) at.emplace(row[0].c_str(), 0);
     }
     if (at.empty()) {
         tx.commit();
         return {};
     }
-    std::vector<std::string> users;
-    for (const auto& [u, t] : at) users.push_back(u);
-    lock_users(tx, users);
-    std::vector<std::string> off;
-    for (const auto& [u, t] : offline) off.push_back(u);
-    off.insert(off.end(), gone.begin(), gone.end());
-    if (!off.empty()) tx.exec_prepared("im_presence_remove", gateway, text_array(off));
-    if (!online.empty()) tx.exec_prepared("im_presence_add", gateway, text_array(online));
     auto changes = settle(tx, at);
     tx.commit();
     return changes;
