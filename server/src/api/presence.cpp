@@ -1,5 +1,6 @@
 #include "api/presence.hpp"
 
+#include "bus/pg_bus.hpp"
 #include "core/log.hpp"
 #include "store/db_pool.hpp"
 
@@ -10,6 +11,12 @@
 namespace im {
 
 namespace {
+
+// The presence session of the tracker's thread (the only thread that
+// publishes presence): with the PostgreSQL bus, changes are announced by
+// NOTIFY on it, right after the write's COMMIT, so a gateway needs no
+// publishing session for them (sends notify inside their own commit).
+thread_local pqxx::connection_base* presence_session = nullptr;
 
 std::int64_t wall_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -122,6 +129,15 @@ void PresenceTracker::publish(const std::vector<Store::PresenceChange>& changes)
     }
     // Lost: harmless for typing, and for presence the next `presence` request
     // reads the table (contract 13: no delivery promise on the bus).
+    if (presence_session && dynamic_cast<PgBus*>(&bus_)) {
+        try {
+            // Every caller watches the session already (the database timeout).
+            Store::publish(*presence_session, payloads);
+            return;
+        } catch (const std::exception& e) {
+            log_warn("presence_notify_failed", {{"err", e.what()}}); // the bus's own session tries
+        }
+    }
     bus_.publish(std::move(payloads), [](bool) {});
 }
 
@@ -181,7 +197,15 @@ void PresenceTracker::loop() {
             pending = full || !opened_.empty() || !closed_at_.empty();
         }
         try {
-            if (!conn || !conn->is_open()) conn = open_connection(url_, "imserver-presence-" + gateway_id_);
+            if (!conn || !conn->is_open()) {
+                conn = open_connection(url_, "imserver-presence-" + gateway_id_);
+                // Asynchronous commit (no wait for the WAL flush) and NOTIFY:
+                // a database crash may lose the last writes, so a session
+                // opened again first writes the whole state (below).
+                Watchdog::Watch watch(watchdog_, *conn);
+                Store::open_publisher(*conn);
+            }
+            presence_session = conn.get();
             if (stopping) {
                 write(*conn, false);
                 Watchdog::Watch watch(watchdog_, *conn);
@@ -208,8 +232,10 @@ void PresenceTracker::loop() {
                 return;
             }
             log_warn("presence_db_failed", {{"err", e.what()}});
+            presence_session = nullptr;
             conn.reset();
             std::unique_lock lk(mu_);
+            full_ = true; // what the lost session committed last may be gone
             cv_.wait_for(lk, backoff, [&] { return stop_; });
             backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
         }
