@@ -120,6 +120,55 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"recall_no_cmid", R"({"t":"recall","conv":"c","target":3})", "INVALID_ARGUMENT"}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
+// Contract section 13: typing and presence.
+std::string users_frame(std::size_t n, std::size_t chars = 3) {
+    std::string f = R"({"t":"presence","users":[)";
+    for (std::size_t i = 0; i < n; ++i) {
+        std::string id = std::to_string(i);
+        f += (i ? ",\"" : "\"") + rep(chars > id.size() ? chars - id.size() : 0, "u") + id + "\"";
+    }
+    return f + "]}";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ephemeral, CodecTable,
+    ::testing::Values(
+        Case{"typing_on_ok", R"({"t":"typing","conv":"c","on":true})", "typing"},
+        Case{"typing_off_ok", R"({"t":"typing","conv":"c","on":false})", "typing"},
+        Case{"typing_no_on", R"({"t":"typing","conv":"c"})", "INVALID_ARGUMENT"},
+        Case{"typing_on_number", R"({"t":"typing","conv":"c","on":1})", "INVALID_ARGUMENT"},
+        Case{"typing_on_string", R"({"t":"typing","conv":"c","on":"true"})", "INVALID_ARGUMENT"},
+        Case{"typing_no_conv", R"({"t":"typing","on":true})", "INVALID_ARGUMENT"},
+        Case{"typing_bad_conv", R"({"t":"typing","conv":"a b","on":true})", "INVALID_ARGUMENT"},
+        Case{"presence_1_ok", users_frame(1), "presence"},
+        Case{"presence_500_ok", users_frame(500), "presence"},
+        Case{"presence_0", users_frame(0), "INVALID_ARGUMENT"},
+        Case{"presence_501", users_frame(501), "INVALID_ARGUMENT"},
+        Case{"presence_no_users", R"({"t":"presence"})", "INVALID_ARGUMENT"},
+        Case{"presence_users_string", R"({"t":"presence","users":"ana"})", "INVALID_ARGUMENT"},
+        Case{"presence_users_number", R"({"t":"presence","users":[1]})", "INVALID_ARGUMENT"},
+        Case{"presence_users_bad_id", R"({"t":"presence","users":["a b"]})", "INVALID_ARGUMENT"},
+        Case{"presence_users_65_chars", R"({"t":"presence","users":[")" + rep(65) + R"("]})", "INVALID_ARGUMENT"}),
+    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+TEST(Codec, presence_dedupes_its_users_and_its_largest_answer_fits_a_frame) {
+    Parsed p = parse_request(R"({"t":"presence","users":["ben","ana","ben"]})");
+    const auto& r = std::get<req::Presence>(std::get<Request>(p.body));
+    EXPECT_EQ(r.users, (std::vector<std::string>{"ana", "ben"}));
+    // 500 ids of 64 characters, online, with a rid of 64 escaped characters.
+    PresenceList all;
+    for (int i = 0; i < 500; ++i) {
+        std::string id = std::to_string(i);
+        all.users.push_back({rep(64 - id.size()) + id, true, 1765080000123});
+    }
+    EXPECT_LE(encode_reply(all, rep(64, "\"")).size(), max_frame_bytes);
+    EXPECT_EQ(encode_reply(PresenceList{{{"ana", false, std::nullopt}}}, std::nullopt),
+              R"({"t":"presence","users":[{"user":"ana","online":false,"last_seen":null}]})");
+    EXPECT_EQ(encode_reply(TypingOk{}, std::string("r")), R"({"t":"typing_ok","rid":"r"})");
+    EXPECT_EQ(encode_typing_push("c", "ana", true), R"({"t":"typing","conv":"c","user":"ana","on":true})");
+    EXPECT_EQ(encode_presence_push({"ben", false, 5}), R"({"t":"presence","user":"ben","online":false,"last_seen":5})");
+}
+
 TEST(Codec, error_reply_echoes_a_readable_rid) {
     Parsed p = parse_request(R"({"t":"sync","rid":"q7","conv":"c","after":-1})");
     ASSERT_TRUE(std::holds_alternative<Error>(p.body));

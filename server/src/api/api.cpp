@@ -1,5 +1,6 @@
 #include "api/api.hpp"
 
+#include "api/presence.hpp"
 #include "api/send_scheduler.hpp"
 
 #include "core/log.hpp"
@@ -160,6 +161,10 @@ Handled handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Id
                 return reply(db->history(*who, r), rid);
             } else if constexpr (std::is_same_v<T, req::Fetch>) {
                 return reply(db->fetch(*who, r), rid);
+            } else if constexpr (std::is_same_v<T, req::Typing>) {
+                return handle_typing(ctx, *db, *who, r, rid);
+            } else if constexpr (std::is_same_v<T, req::Presence>) {
+                return handle_presence(*db, *who, r, rid);
             } else {
                 // sub is answered on the I/O thread; nothing else reaches here.
                 return error_reply(invalid("unexpected request"), rid);

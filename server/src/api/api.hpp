@@ -27,7 +27,12 @@ struct Handled {
     /// A send's reply: when it was answered (off the session's strand), for
     /// the strand stage of im_send_stage_seconds; unset for other replies.
     std::chrono::steady_clock::time_point answered{};
+    /// A presence reply: the connection's new watch list (contract 13).
+    std::optional<std::vector<std::string>> watch;
 };
+
+class TypingLimiter; // presence.hpp
+class Metrics;       // core/metrics.hpp
 
 struct ApiContext {
     /// The whole store (gateway probes, the backend API); a session's
@@ -42,6 +47,9 @@ struct ApiContext {
     std::function<void(const std::vector<Event>&)> committed;
     /// Signed device tokens (contract section 4a); null when not configured.
     const jwt::Verifier* jwt = nullptr;
+    /// typing's 2-a-second forwarding limit and counters (presence.hpp); null: unlimited, uncounted.
+    TypingLimiter* typing = nullptr;
+    Metrics* metrics = nullptr;
 };
 
 /// Checks a JWT handed over by hello or refresh; the claims, or the

@@ -1,5 +1,6 @@
 #include "app/serve.hpp"
 
+#include "api/presence.hpp"
 #include "app/startup.hpp"
 #include "bus/nats_bus.hpp"
 #include "bus/pg_bus.hpp"
@@ -80,6 +81,9 @@ int im::serve(const Config& cfg) {
     im::Notifier notifier(db.url, gw, store, metrics);
     gw->api().committed = [&notifier](const std::vector<im::Event>& events) { notifier.committed_here(events); };
     notifier.start(bus);
+    // Presence (contract 13): this gateway's users, its lease, the sweep of dead gateways.
+    im::PresenceTracker presence(db.url, cfg.gateway_id, bus, metrics, cfg.presence_lease_ms, cfg.db_timeout_ms);
+    gw->set_presence(&presence);
     unsigned short port = gw->listen();
     if (auto mp = gw->listen_metrics())
         im::log_info("metrics_listening", {{"listen", cfg.metrics_listen}, {"port", static_cast<int>(*mp)}});
@@ -137,6 +141,8 @@ int im::serve(const Config& cfg) {
     api.release_listener();
 
     pool.stop(); // in-flight requests still publish
+    gw->set_presence(nullptr);
+    presence.stop(); // its users go offline (unless online elsewhere), published before the bus stops
     bus.stop();
     im::log_info("stopped");
     return 0;

@@ -67,6 +67,7 @@ struct Config {
     int fanout_cache_members = 200000;      // the fan-out's membership cache: periods cached in all (notifier.hpp)
     int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)
     int listen_probe_ms = 1000;
+    int presence_lease_ms = 30000;       // a gateway silent this long is swept: its users go offline (contract 13)
     std::string bus = "postgres";        // or nats://HOST:PORT[,nats://HOST:PORT...]
     bool notify_in_commit = true;        // PostgreSQL bus: sends NOTIFY inside their transaction
     bool quiet = false;

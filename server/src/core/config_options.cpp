@@ -295,6 +295,12 @@ const std::vector<Option>& options() {
          "how often an idle notification listener checks its database session is alive (default 1000)",
          [](Config& c, const std::string& v) { return to_int(v, 50, 3600000, c.listen_probe_ms); },
          [](const Config& c) { return std::to_string(c.listen_probe_ms); }},
+        {"--presence-lease-ms", "IM_PRESENCE_LEASE_MS", "MS",
+         "presence lease of this gateway, renewed every third of it; a gateway that renewed nothing for this long "
+         "(killed, cut off) is swept by the others and its users go offline. A dead gateway's users are offline "
+         "within 4/3 of it (default 30000: 40 s, inside contract 13's 60 s)",
+         [](Config& c, const std::string& v) { return to_int(v, 300, 45000, c.presence_lease_ms); },
+         [](const Config& c) { return std::to_string(c.presence_lease_ms); }},
         {"--bus", "IM_BUS", "postgres|nats://HOST:PORT",
          "notification bus between gateways: PostgreSQL LISTEN/NOTIFY (default) or NATS (comma-separated URLs "
          "of one NATS cluster); admin commands notify the gateways on it",

@@ -52,6 +52,8 @@ inline constexpr std::string_view fault_points[] = {
     "rule.unavailable_terminal",  // an UNAVAILABLE answer goes out as the terminal INVALID_ARGUMENT
     "rule.recall_dedup",          // a recall's request key is never found: a repeated recall is judged anew
     "rule.limits",                // the codec's field bounds (cmid, body, limit, after) are not checked
+    "rule.typing_push_full",      // typing is forwarded in conversations above push_full_max
+    "rule.presence_strangers",    // presence answers users who share no conversation with the caller
     // ... and in the send function: the lab calls its variant im_lab_send_<rule> (lab_schema.hpp):
     "rule.send_membership",    // a stranger's send is appended (no membership check)
     "rule.same_error",         // an unknown conversation answers apart from a non-member's

@@ -50,6 +50,19 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
           pushes_direct.load(), "counter");
     gauge("im_bus_publishes_total", "Publish statements sent to the notification bus (each carries a batch).",
           bus_publishes.load(), "counter");
+    gauge("im_typing_forwarded_total", "typing frames published to the bus (contract section 13).",
+          typing_forwarded.load(), "counter");
+    gauge("im_typing_dropped_total", "typing frames answered but not forwarded: over 2 a second per device and conversation.",
+          typing_dropped.load(), "counter");
+    gauge("im_pushes_typing_total", "typing pushes written to connections.", pushes_typing.load(), "counter");
+    gauge("im_pushes_presence_total", "presence pushes written to watching connections.", pushes_presence.load(),
+          "counter");
+    gauge("im_presence_writes_total", "Presence transactions of this gateway (connects, closes, sweeps).",
+          presence_writes.load(), "counter");
+    gauge("im_presence_write_failures_total", "Presence transactions that failed (retried with the next one).",
+          presence_write_failures.load(), "counter");
+    gauge("im_presence_online_users", "Users with a connection past welcome on this gateway now.",
+          presence_online_users.load());
     gauge("im_listen_reconnects_total", "LISTEN connection re-establishments.", listen_reconnects.load(), "counter");
     gauge("im_hello_timeouts_total", "Connections closed (1008) for sending no hello in time.", hello_timeouts.load(),
           "counter");

@@ -59,6 +59,14 @@ public:
     std::atomic<long long> hello_rate_limited{0};        // closed 1013: too many failed hellos from the address
     std::atomic<long long> http_pending{0};              // HTTP connections not (yet) upgraded now
     std::atomic<long long> http_rejected{0};             // closed at accept: --max-http-connections reached
+    // Typing and presence (contract section 13).
+    std::atomic<long long> typing_forwarded{0};  // typing frames published to the bus
+    std::atomic<long long> typing_dropped{0};    // over 2 a second per (device, conversation): answered, not forwarded
+    std::atomic<long long> pushes_typing{0};
+    std::atomic<long long> pushes_presence{0};
+    std::atomic<long long> presence_writes{0};   // presence transactions of this gateway (writes, sweeps)
+    std::atomic<long long> presence_write_failures{0};
+    std::atomic<long long> presence_online_users{0}; // users with a connection past welcome here now
 
     /// The stages of a send between the session and the database, each its
     /// own histogram im_send_stage_seconds{stage=...} (docs/operations.md):

@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
+
 namespace im {
 namespace json = boost::json;
 
@@ -181,6 +183,31 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         if (r.limit > max_convs_limit) r.limit = max_convs_limit;
         return r;
     }
+    if (t == "typing") {
+        req::Typing r;
+        if (auto e = f.conv(r.conv)) return bad(*e);
+        auto* on = o.if_contains("on");
+        if (!on) return bad("missing field 'on'");
+        if (!on->is_bool()) return bad("field 'on' must be true or false");
+        r.on = on->get_bool();
+        return r;
+    }
+    if (t == "presence") {
+        auto* users = o.if_contains("users");
+        if (!users) return bad("missing field 'users'");
+        if (!users->is_array()) return bad("field 'users' must be a list of user ids");
+        const auto& a = users->get_array();
+        if (a.empty() || a.size() > max_presence_users) return bad("field 'users' must list 1-500 user ids");
+        req::Presence r;
+        for (const auto& u : a) {
+            if (!u.is_string() || !valid_id(u.get_string()))
+                return bad("field 'users' must list user ids (1-64 characters of [A-Za-z0-9._:-])");
+            r.users.emplace_back(u.get_string());
+        }
+        std::sort(r.users.begin(), r.users.end());
+        r.users.erase(std::unique(r.users.begin(), r.users.end()), r.users.end());
+        return r;
+    }
     if (t == "sub") return req::Sub{};
     if (t == "refresh") {
         req::Refresh r;
@@ -223,6 +250,13 @@ json::object event_json(const Event& ev) {
 json::object conv_info_json(const ConvInfo& c) {
     return json::object{{"conv", c.conv},       {"kind", c.kind},   {"head", c.head},   {"delivered", c.delivered},
                         {"read", c.read},       {"unread", c.unread}, {"epoch", c.epoch}, {"min_seq", c.min_seq}};
+}
+
+json::object presence_json(const PresenceInfo& p) {
+    json::object o{{"user", p.user}, {"online", p.online}};
+    if (p.last_seen) o["last_seen"] = *p.last_seen;
+    else o["last_seen"] = nullptr;
+    return o;
 }
 
 std::string finish(json::object o, const std::optional<std::string>& rid) {
@@ -272,7 +306,7 @@ std::optional<std::size_t> utf8_code_points(std::string_view s) {
 std::string_view request_name(const Request& r) {
     static constexpr std::string_view names[] = {"hello", "send", "sync", "ack", "read",
                                                  "recall", "convs", "fetch", "sub", "history", "refresh",
-                                                 "edit", "react"};
+                                                 "edit", "react", "typing", "presence"};
     return names[r.index()];
 }
 
@@ -299,7 +333,7 @@ Parsed parse_request(std::string_view frame, const FieldBounds& bounds) {
     }
     static constexpr std::string_view known[] = {"hello", "send", "sync", "ack", "read",
                                                  "recall", "convs", "fetch", "sub", "history", "refresh",
-                                                 "edit", "react"};
+                                                 "edit", "react", "typing", "presence"};
     std::string_view tv = t->get_string();
     p.type = "other";
     for (auto k : known)
@@ -369,6 +403,14 @@ std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) 
                 o["t"] = "subscribed";
             } else if constexpr (std::is_same_v<T, Refreshed>) {
                 o["t"] = "refreshed"; o["exp"] = x.exp;
+            } else if constexpr (std::is_same_v<T, TypingOk>) {
+                o["t"] = "typing_ok";
+            } else if constexpr (std::is_same_v<T, PresenceList>) {
+                o["t"] = "presence";
+                json::array a;
+                a.reserve(x.users.size());
+                for (const auto& p : x.users) a.push_back(presence_json(p));
+                o["users"] = std::move(a);
             }
         },
         r);
@@ -394,6 +436,16 @@ std::string encode_resync() { return json::serialize(json::object{{"t", "resync"
 std::string encode_goaway(std::string_view reason, std::optional<std::int64_t> retry_ms) {
     json::object o{{"t", "goaway"}, {"reason", reason}};
     if (retry_ms) o["retry_ms"] = *retry_ms;
+    return json::serialize(o);
+}
+
+std::string encode_typing_push(std::string_view conv, std::string_view user, bool on) {
+    return json::serialize(json::object{{"t", "typing"}, {"conv", conv}, {"user", user}, {"on", on}});
+}
+
+std::string encode_presence_push(const PresenceInfo& p) {
+    json::object o{{"t", "presence"}};
+    for (auto& [k, v] : presence_json(p)) o[k] = v;
     return json::serialize(o);
 }
 

@@ -32,6 +32,7 @@ inline constexpr std::int64_t default_sync_limit = 50;
 inline constexpr std::int64_t max_sync_limit = 200;
 inline constexpr std::int64_t default_convs_limit = 100;
 inline constexpr std::int64_t max_convs_limit = 500;
+inline constexpr std::size_t max_presence_users = 500; // presence.users (contract section 13)
 /// Room kept in every page for its envelope (type, conv, cursors, a rid of
 /// up to 64 characters even when each is escaped as \uXXXX): the items of a
 /// page may use max_frame_bytes - frame_envelope_reserve bytes together.
@@ -61,11 +62,16 @@ struct Refresh { std::string token; };
 struct Edit { std::string conv; std::int64_t target = 0; std::string cmid, body; };
 /// Contract section 12: the caller's reaction `emoji` on msg `target` set to `on`.
 struct React { std::string conv; std::int64_t target = 0; std::string cmid, emoji; bool on = true; };
+/// Contract section 13: typing in `conv` started (on) or stopped.
+struct Typing { std::string conv; bool on = false; };
+/// Contract section 13: the presence of `users` (1-500 distinct ids, sorted),
+/// which also become the connection's watch list.
+struct Presence { std::vector<std::string> users; };
 } // namespace req
 
 using Request = std::variant<req::Hello, req::Send, req::Sync, req::Ack, req::Read,
                              req::Recall, req::Convs, req::Fetch, req::Sub, req::History, req::Refresh,
-                             req::Edit, req::React>;
+                             req::Edit, req::React, req::Typing, req::Presence>;
 
 /// The request type name as it appears in `t` (for metrics and logs).
 std::string_view request_name(const Request& r);
@@ -167,9 +173,14 @@ struct ConvList { std::vector<ConvInfo> convs; std::string next_after; bool has_
 struct Fetched { Event ev; };
 struct Subscribed {};
 struct Refreshed { std::int64_t exp = 0; }; // the new token's `exp`, ms
+struct TypingOk {};
+/// One user's presence (contract section 13); last_seen unset: never seen
+/// online since presence was recorded (sent as null).
+struct PresenceInfo { std::string user; bool online = false; std::optional<std::int64_t> last_seen; };
+struct PresenceList { std::vector<PresenceInfo> users; };
 
 using Reply = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, ConvList, Fetched, Subscribed, HistoryPage,
-                           Refreshed, Edited, Reacted>;
+                           Refreshed, Edited, Reacted, TypingOk, PresenceList>;
 
 std::string encode_reply(const Reply& r, const std::optional<std::string>& rid);
 /// `retry_ms`: RATE_LIMITED's wait before a retry may succeed.
@@ -186,6 +197,10 @@ std::string encode_hint(std::string_view conv, std::int64_t head, std::int64_t e
                         std::optional<std::int64_t> read);
 std::string encode_resync();
 std::string encode_goaway(std::string_view reason, std::optional<std::int64_t> retry_ms);
+/// Contract section 13: {"t":"typing","conv","user","on"} and
+/// {"t":"presence","user","online","last_seen"}.
+std::string encode_typing_push(std::string_view conv, std::string_view user, bool on);
+std::string encode_presence_push(const PresenceInfo& p);
 /// {"t":"token_expiring","exp":<ms>}: the connection's JWT runs out at exp.
 std::string encode_token_expiring(std::int64_t exp_ms);
 

@@ -24,6 +24,8 @@ Gateway::Gateway(net::io_context& ioc, const Config& cfg, DbPool& pool, Store& s
         tls_ = std::make_shared<TlsContexts>(cfg.tls_cert, cfg.tls_key);
         log_info("tls_enabled", {{"cert", cfg.tls_cert}, {"certificate", tls_->describe()}});
     }
+    api_.typing = &typing_;
+    api_.metrics = &metrics_;
     if (jwt_) {
         api_.jwt = jwt_.get();
         log_info("jwt_enabled", {{"keys", jwt_->describe()}});
@@ -116,6 +118,11 @@ void Gateway::session_closed(WsSession* s, const std::string& user) {
     std::lock_guard lk(mu_);
     sessions_.erase(s);
     authed_.erase(s);
+    unwatch(s);
+    if (auto it = online_.find(s); it != online_.end()) {
+        if (presence_) presence_->disconnected(it->second);
+        online_.erase(it);
+    }
     metrics_.authenticated_connections = static_cast<long long>(authed_.size());
     if (user.empty()) return;
     auto it = subscribers_.find(user);
@@ -167,6 +174,8 @@ void Gateway::authenticated(WsSession* s, const Identity& who, std::uint64_t hel
         if (!sessions_.count(s)) return;
         authed_[s] = {who.device, who.token_sha256};
         metrics_.authenticated_connections = static_cast<long long>(authed_.size());
+        // Past welcome: the user is online (written off this path, presence.hpp).
+        if (!who.backend && online_.emplace(s, who.user).second && presence_) presence_->connected(who.user);
     }
     // A resync's check ran while this hello was in flight and did not see
     // it: a revocation whose notification was lost may have committed after
@@ -259,6 +268,48 @@ bool Gateway::has_subscribers(const std::string& user) const {
 bool Gateway::has_any_subscriber() const {
     std::lock_guard lk(mu_);
     return !subscribers_.empty();
+}
+
+void Gateway::unwatch(WsSession* s) {
+    auto it = watching_.find(s);
+    if (it == watching_.end()) return;
+    for (const auto& u : it->second) {
+        auto w = watchers_.find(u);
+        if (w == watchers_.end()) continue;
+        w->second.erase(s);
+        if (w->second.empty()) {
+            watchers_.erase(w);
+            presence_version_.erase(u);
+        }
+    }
+    watching_.erase(it);
+}
+
+void Gateway::watch(const std::shared_ptr<WsSession>& s, std::vector<std::string> users) {
+    std::lock_guard lk(mu_);
+    if (!sessions_.count(s.get())) return; // closed meanwhile
+    unwatch(s.get());
+    for (const auto& u : users) watchers_[u][s.get()] = s;
+    if (!users.empty()) watching_[s.get()] = std::move(users);
+}
+
+void Gateway::push_presence(const PresenceInfo& p, std::int64_t version) {
+    std::vector<std::shared_ptr<WsSession>> targets;
+    {
+        std::lock_guard lk(mu_);
+        auto it = watchers_.find(p.user);
+        if (it == watchers_.end()) return;
+        // The bus may deliver two gateways' changes of one user out of
+        // their commit order: the later version wins.
+        auto& seen = presence_version_[p.user];
+        if (version <= seen) return;
+        seen = version;
+        for (auto& [ptr, w] : it->second)
+            if (auto s = w.lock()) targets.push_back(std::move(s));
+    }
+    auto frame = std::make_shared<const std::string>(encode_presence_push(p));
+    for (auto& s : targets) s->post_frame(frame);
+    metrics_.pushes_presence += static_cast<long long>(targets.size());
 }
 
 void Gateway::resync_all() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "api/api.hpp"
+#include "api/presence.hpp"
 #include "api/send_scheduler.hpp"
 #include "core/address_limiter.hpp"
 #include "core/config.hpp"
@@ -110,6 +111,15 @@ public:
     bool has_subscribers(const std::string& user) const;
     bool has_any_subscriber() const;
     void resync_all();
+
+    // Typing and presence (contract section 13; api/presence.hpp).
+    /// Where this gateway's connections past welcome are counted (null: no presence).
+    void set_presence(PresenceTracker* p) { presence_ = p; }
+    /// A presence reply's watch list replaces the connection's (strand of `s`).
+    void watch(const std::shared_ptr<WsSession>& s, std::vector<std::string> users);
+    /// A presence change from the bus: pushed to the connections watching
+    /// the user, unless an equal or later version was pushed already.
+    void push_presence(const PresenceInfo& p, std::int64_t version);
     /// The device was revoked or got a new token: close its connections
     /// (only those authenticated with `token_sha256`, when given).
     void close_device(const std::string& device, const std::string& token_sha256 = {});
@@ -143,6 +153,14 @@ private:
     std::map<WsSession*, std::weak_ptr<WsSession>> sessions_;
     std::map<std::string, std::map<WsSession*, std::weak_ptr<WsSession>>> subscribers_;
     std::map<WsSession*, std::pair<std::string, std::string>> authed_; // device, token hash
+    std::map<WsSession*, std::string> online_; // user of each connection past welcome (presence)
+    PresenceTracker* presence_ = nullptr;
+    TypingLimiter typing_;
+    // Watch lists: user -> watching sessions, and each session's list.
+    std::map<std::string, std::map<WsSession*, std::weak_ptr<WsSession>>> watchers_;
+    std::map<WsSession*, std::vector<std::string>> watching_;
+    std::map<std::string, std::int64_t> presence_version_; // watched users: the last version pushed
+    void unwatch(WsSession* s); // holds mu_
     std::atomic<std::uint64_t> resync_generation_{0};
     int admitted_ = 0;
     std::map<std::string, int> per_address_; // by address_key; at most one entry per admitted connection

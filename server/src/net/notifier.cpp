@@ -128,6 +128,17 @@ void Notifier::deliver(const std::vector<std::string>& payloads) {
     // connections, subscribed or not.
     for (const auto& p : payloads)
         if (p.rfind("d - ", 0) == 0) gw_->close_device(p.substr(4));
+    // Presence changes go to watching connections, subscribed or not (one
+    // change per line, several lines per payload).
+    for (const auto& p : payloads) {
+        if (p.rfind("p ", 0) != 0) continue;
+        for (std::size_t at = 0; at < p.size();) {
+            auto end = p.find('\n', at);
+            if (end == std::string::npos) end = p.size();
+            presence(p.substr(at, end - at));
+            at = end + 1;
+        }
+    }
     // Lab: crash before any of these notifications is pushed, or lose them
     // as a lost LISTEN session would (subscribers are told to resync).
     if (gw_->faults().hit("notify.before_publish") == FaultKind::unavailable) {
@@ -151,6 +162,43 @@ void Notifier::deliver(const std::vector<std::string>& payloads) {
         conn_.reset();
         resync();
     }
+}
+
+void Notifier::presence(const std::string& payload) {
+    std::istringstream in(payload.substr(2));
+    PresenceInfo p;
+    int online = 0;
+    std::string last_seen;
+    std::int64_t version = 0;
+    if (!(in >> p.user >> online >> last_seen >> version)) return;
+    p.online = online == 1;
+    if (last_seen != "-") p.last_seen = std::stoll(last_seen);
+    gw_->push_presence(p, version);
+}
+
+void Notifier::typing(pqxx::connection_base& c, const std::string& conv, const std::string& user, bool on) {
+    // The recipients: the cached open members when the fan-out has them,
+    // else one read (not cached: the fan-out's cache follows its events).
+    // Whether the conversation is small enough (push_full_max) was decided
+    // by the typist's gateway with a fresh read: only then is it published.
+    std::vector<std::string> to;
+    bool known = false;
+    {
+        std::lock_guard lk(mu_);
+        if (auto* st = convs_.find(conv); st && st->members) {
+            to = st->open_users;
+            known = true;
+        }
+    }
+    if (!known) {
+        for (const auto& p : store_.push_members(c, conv).periods)
+            if (p.to == INT64_MAX) to.push_back(p.user);
+        std::sort(to.begin(), to.end());
+        to.erase(std::unique(to.begin(), to.end()), to.end());
+    }
+    to.erase(std::remove(to.begin(), to.end(), user), to.end()); // the others only
+    auto frame = std::make_shared<const std::string>(encode_typing_push(conv, user, on));
+    metrics_.pushes_typing += static_cast<long long>(gw_->push_to_users(to, frame));
 }
 
 void Notifier::fan_out(const std::string& conv, const FanoutCache::Entry& st, const std::vector<Event>& events) {
@@ -224,6 +272,9 @@ void Notifier::process(pqxx::connection_base& c, const std::vector<std::string>&
             m.conv = conv;
             in >> m.user >> m.device >> m.read;
             reads.push_back(std::move(m));
+        } else if (kind == "t") {
+            std::string user, on;
+            if (in >> user >> on) typing(c, conv, user, on == "1");
         } else if (kind == "x" || kind == "m") {
             std::lock_guard lk(mu_);
             if (convs_.find(conv)) convs_.set_members(conv, nullptr); // settings or epoch changed

@@ -88,6 +88,8 @@ private:
     void process(pqxx::connection_base& c, const std::vector<std::string>& payloads);
     void fan_out(const std::string& conv, const FanoutCache::Entry& st, const std::vector<Event>& events); // holds mu_
     void count_cache(); // holds mu_: the cache's gauges
+    void presence(const std::string& payload);                              // "p ..." (contract 13)
+    void typing(pqxx::connection_base& c, const std::string& conv, const std::string& user, bool on); // "t ..."
     void resync();
 
     std::string url_;

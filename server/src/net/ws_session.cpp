@@ -485,6 +485,7 @@ bool WsSession::deliver(const Pending& item, Handled h) {
         log_info("hello", {{"user", who_->user}, {"device", who_->device}, {"auth", who_->token_exp_ms ? "jwt" : "token"}});
         if (who_->token_exp_ms) arm_token_timer();
     }
+    if (h.watch) gw_->watch(shared_from_this(), std::move(*h.watch));
     if (!h.frame.empty()) send(std::move(h.frame));
     if (h.close_after) {
         close(websocket::close_code::policy_error);

@@ -39,6 +39,10 @@ public:
     /// Contract section 12 (Store::edit, Store::react): committed on return.
     virtual Outcome<Edited> edit(const Identity& who, const req::Edit& r) = 0;
     virtual Outcome<Reacted> react(const Identity& who, const req::React& r) = 0;
+    /// Contract section 13 (Store::typing_gate, Store::presence). A model
+    /// without presence answers UNAVAILABLE and an empty list.
+    virtual Outcome<bool> typing_gate(const Identity&, const std::string&) { return unavailable("no typing here"); }
+    virtual Outcome<PresenceList> presence(const Identity&, const std::vector<std::string>&) { return PresenceList{}; }
 };
 
 /// The production SessionStore: the Store's transactions on one connection
@@ -67,6 +71,12 @@ public:
     Outcome<Recalled> recall(const Identity& who, const req::Recall& r) override { return store_.recall(c_, who, r); }
     Outcome<Edited> edit(const Identity& who, const req::Edit& r) override { return store_.edit(c_, who, r); }
     Outcome<Reacted> react(const Identity& who, const req::React& r) override { return store_.react(c_, who, r); }
+    Outcome<bool> typing_gate(const Identity& who, const std::string& conv) override {
+        return store_.typing_gate(c_, who, conv);
+    }
+    Outcome<PresenceList> presence(const Identity& who, const std::vector<std::string>& users) override {
+        return store_.presence(c_, who, users);
+    }
 
 private:
     Store& store_;

@@ -41,6 +41,9 @@ struct Identity {
 ///   "d - DEVICE"          the device was revoked or got a new token: close its connections
 ///   "x CONV"              the conversation's epoch changed (subscribers get a hint)
 ///   "m CONV"              its settings changed (push_full_max): drop cached membership
+///   "t CONV USER 1|0"     USER is typing in CONV, or stopped (contract 13; never stored)
+///   "p USER 1|0 LAST_SEEN VERSION"  USER's presence changed (LAST_SEEN "-": never);
+///                         several such lines per payload, joined by '\n'
 inline constexpr const char* notify_channel = "im_events";
 
 /// How an operator command failed (the admin CLI prints it; the backend
@@ -165,6 +168,41 @@ public:
 
     bool ping(pqxx::connection_base& c) { return probe(c); }
     static bool probe(pqxx::connection_base& c);
+
+    // ---- typing and presence (contract section 13; store_presence.cpp)
+    /// typing: NOT_MEMBER unless `who` has an open period in `conv`; else
+    /// whether the conversation is pushed to (open members <= push_full_max).
+    Outcome<bool> typing_gate(pqxx::connection_base& c, const Identity& who, const std::string& conv);
+    /// presence: of `users` (sorted, unique), those who share or shared a
+    /// conversation with `who`, as presence_users has them (last_seen: now
+    /// by the database clock when online).
+    Outcome<PresenceList> presence(pqxx::connection_base& c, const Identity& who, const std::vector<std::string>& users);
+    /// A user's aggregate presence changed: what the bus carries ("p ...").
+    struct PresenceChange {
+        PresenceInfo info;
+        std::int64_t version = 0; // presence_users.version: later changes have larger ones
+        std::string payload() const;
+    };
+    /// One gateway's presence writes (api/presence.hpp), each one transaction.
+    /// `online`: users this gateway now has a connection past welcome for;
+    /// `offline`: users whose last connection here closed, with the ms time.
+    /// `full`: `online` is everything this gateway has (its other rows go,
+    /// offline at `now_ms`).
+    /// Renews the gateway's lease to now + lease_ms. Returns the users whose
+    /// aggregate `online` changed.
+    static std::vector<PresenceChange> presence_write(pqxx::connection_base& c, const std::string& gateway,
+                                                      std::int64_t lease_ms, const std::vector<std::string>& online,
+                                                      const std::vector<std::pair<std::string, std::int64_t>>& offline,
+                                                      bool full, std::int64_t now_ms);
+    /// Renews the lease; false when the gateway's row was gone (swept: the
+    /// caller writes its whole state again, full).
+    static bool presence_heartbeat(pqxx::connection_base& c, const std::string& gateway, std::int64_t lease_ms);
+    /// Removes every gateway whose lease ran out with its rows; its users
+    /// with no live gateway left go offline, last seen at its last heartbeat.
+    static std::vector<PresenceChange> presence_sweep(pqxx::connection_base& c);
+    /// A gateway stopping: its rows and its lease go.
+    static std::vector<PresenceChange> presence_release(pqxx::connection_base& c, const std::string& gateway,
+                                                        std::int64_t at_ms);
 
     // ---- the PostgreSQL notification bus (pg_bus.hpp)
     /// A session that only publishes: its NOTIFY transactions skip the WAL

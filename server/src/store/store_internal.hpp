@@ -5,6 +5,7 @@
 //   store_markers.cpp  convs, ack, read
 //   store_devices.cpp  hello, devices, tokens, backend API keys
 //   store_admin.cpp    recall and the operator commands on conversations
+//   store_presence.cpp typing's membership check, presence (contract 13)
 //   store_common.cpp   the helpers below, probes, lab markers
 // Each part names its statements in ONE table (a `Statements` array) and
 // prepares them on the connection in one place (`prepare_all`) before its
