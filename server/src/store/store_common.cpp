@@ -93,11 +93,16 @@ std::string event_page_sql(bool newest_first) {
 }
 
 std::vector<pqxx::row> rows_in_seq_order(const pqxx::result& r, bool newest_first) {
-    std::vector<pqxx::row> rows(r.begin(), r.end());
-    std::sort(rows.begin(), rows.end(), [newest_first](const pqxx::row& a, const pqxx::row& b) {
-        const auto sa = a[1].as<std::int64_t>(), sb = b[1].as<std::int64_t>();
-        return newest_first ? sa > sb : sa < sb;
-    });
+    // Seqs read once, then indices sorted (a pqxx::row copy is a result's
+    // reference count); the plain branch's rows come in order already.
+    std::vector<std::pair<std::int64_t, pqxx::result::size_type>> keys;
+    keys.reserve(r.size());
+    for (pqxx::result::size_type i = 0; i < r.size(); ++i)
+        keys.emplace_back(newest_first ? -r[i][1].as<std::int64_t>() : r[i][1].as<std::int64_t>(), i);
+    if (!std::is_sorted(keys.begin(), keys.end())) std::sort(keys.begin(), keys.end());
+    std::vector<pqxx::row> rows;
+    rows.reserve(keys.size());
+    for (const auto& k : keys) rows.push_back(r[k.second]);
     return rows;
 }
 
