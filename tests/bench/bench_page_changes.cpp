@@ -3,7 +3,10 @@
 // messages, on one real imserver and PostgreSQL, alternated in the same run
 // (docs/benchmarks.md, "Pages with edits and reactions"). Prints figures and
 // the ratio; not a test.
-//   bench_page_changes [--rounds R] [--requests K]
+//   bench_page_changes [--rounds R] [--requests K] [--before IMSERVER]
+// --before: another imserver binary (e.g. the one before a change to the
+// page statement) on the same database, a second gateway; its plain and
+// heavy pages are timed in the same rounds, alternated with this one's.
 // The heavy window: one message with 1,000 reactions from 1,000 users on 25
 // emoji and 50 edits (its 50 edit events are in the window), and 149 more
 // messages with 2 emoji from 5 users each, the reader's among them. Written
@@ -21,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,6 +95,7 @@ std::vector<double> pages(WsClient& c, const std::string& conv, int requests, st
 
 int main(int argc, char** argv) {
     int rounds = 5, requests = 50;
+    std::string before;
     for (int i = 1; i < argc; ++i) {
         auto next = [&]() -> const char* {
             if (i + 1 >= argc) {
@@ -101,8 +106,9 @@ int main(int argc, char** argv) {
         };
         if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(next());
         else if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(next());
+        else if (!std::strcmp(argv[i], "--before")) before = next();
         else {
-            std::fprintf(stderr, "usage: bench_page_changes [--rounds R] [--requests K]\n");
+            std::fprintf(stderr, "usage: bench_page_changes [--rounds R] [--requests K] [--before IMSERVER]\n");
             return 2;
         }
     }
@@ -115,29 +121,61 @@ int main(int argc, char** argv) {
     const auto token = admin_ok(pg.url(), {"device", "add", "ana", "ana-phone"});
     seed(pg);
     auto ws = login(srv.port(), token);
+    // The other binary: a second gateway on the same database, started
+    // after the schema is in place (it applies nothing new).
+    std::unique_ptr<ServerProcess> then_srv;
+    std::unique_ptr<WsClient> then_ws;
+    if (!before.empty()) {
+        ::setenv("IMSERVER_BIN", before.c_str(), 1);
+        then_srv = std::make_unique<ServerProcess>(pg.url(), std::vector<std::string>{"--quiet"}, "gw-2");
+        then_ws = login(then_srv->port(), token);
+    }
     std::size_t plain_bytes = 0, heavy_bytes = 0;
     pages(*ws, "pc-plain", 5, plain_bytes); // warm-up: plans, caches
     pages(*ws, "pc-heavy", 5, heavy_bytes);
-    std::vector<double> plain, heavy;
+    if (then_ws) {
+        pages(*then_ws, "pc-plain", 5, plain_bytes);
+        pages(*then_ws, "pc-heavy", 5, heavy_bytes);
+    }
+    std::vector<double> plain, heavy, plain_then, heavy_then;
     for (int r = 0; r < rounds; ++r) {
-        auto p = pages(*ws, "pc-plain", requests, plain_bytes);
-        auto h = pages(*ws, "pc-heavy", requests, heavy_bytes);
-        std::printf("round %d  plain median %6.2f ms  heavy median %6.2f ms  ratio %.2f\n", r + 1, median(p),
-                    median(h), median(h) / median(p));
+        // Which binary goes first alternates too: with the same binary on
+        // both sides, the first of each pair measured 1.26x the second.
+        const bool then_first = then_ws && r % 2 == 1;
+        std::vector<double> p, pt, h, ht;
+        if (then_first) pt = pages(*then_ws, "pc-plain", requests, plain_bytes);
+        p = pages(*ws, "pc-plain", requests, plain_bytes);
+        if (then_ws && !then_first) pt = pages(*then_ws, "pc-plain", requests, plain_bytes);
+        if (then_first) ht = pages(*then_ws, "pc-heavy", requests, heavy_bytes);
+        h = pages(*ws, "pc-heavy", requests, heavy_bytes);
+        if (then_ws && !then_first) ht = pages(*then_ws, "pc-heavy", requests, heavy_bytes);
+        std::printf("round %d  plain median %6.2f ms  heavy median %6.2f ms  ratio %.2f", r + 1, median(p), median(h),
+                    median(h) / median(p));
+        if (then_ws)
+            std::printf("  | before: plain %6.2f ms  heavy %6.2f ms", median(pt), median(ht));
+        std::printf("\n");
         plain.insert(plain.end(), p.begin(), p.end());
         heavy.insert(heavy.end(), h.begin(), h.end());
+        plain_then.insert(plain_then.end(), pt.begin(), pt.end());
+        heavy_then.insert(heavy_then.end(), ht.begin(), ht.end());
     }
     std::printf("\nhistory, 200 events per page, %d rounds x %d pages each, alternated\n", rounds, requests);
     std::printf("plain  median %6.2f ms  (frame %zu bytes)\n", median(plain), plain_bytes);
     std::printf("heavy  median %6.2f ms  (frame %zu bytes)\n", median(heavy), heavy_bytes);
     std::printf("heavy/plain: %.2fx (the goal: at most 1.5x)\n", median(heavy) / median(plain));
+    if (then_ws) {
+        std::printf("before (%s): plain median %6.2f ms, heavy median %6.2f ms, heavy/plain %.2fx\n", before.c_str(),
+                    median(plain_then), median(heavy_then), median(heavy_then) / median(plain_then));
+        std::printf("plain page this/before: %.2fx; heavy page this/before: %.2fx\n",
+                    median(plain) / median(plain_then), median(heavy) / median(heavy_then));
+    }
     // Where it goes: the reading statement alone (its execution in the
     // database), then the rest (encoding, the page's size accounting, the
     // socket) is the difference to the page times above.
     pqxx::connection c(pg.url());
     pqxx::nontransaction tx(c);
     tx.exec("PREPARE q(text, bigint, bigint, bigint, text) AS " +
-            im::store_detail::with_changes(im::Store::event_range_sql(true), 5, true));
+            im::store_detail::event_page_sql(true));
     // The events alone (the statement before contract v3), for the plain page's own cost.
     tx.exec("PREPARE q0(text, bigint, bigint, bigint) AS " + im::Store::event_range_sql(true));
     auto exec_median = [&](const std::string& call) {

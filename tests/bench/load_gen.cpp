@@ -13,7 +13,7 @@
 //                   [--gateways N] [--bus postgres|nats://HOST:PORT] [--server-arg ARG]...
 //                   [--rate SENDS_PER_S]
 //                   [--second-gateway-senders K [--second-gateway-interval-ms MS]]
-//                   [--skip-baselines]
+//                   [--skip-baselines] [--reply-to]
 //                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
 // With --gateways N, N imservers share the database and the connections are
 // spread round-robin, so most pushes cross gateways through the bus.
@@ -24,6 +24,9 @@
 // hot-conversation workload of issue 47 is
 //   --convs 1 --members 25 --senders 25 --second-gateway-senders 1 --second-gateway-interval-ms 50
 // --skip-baselines leaves out the raw/direct/grouped SQL baselines.
+// --reply-to: every send but a sender's first carries `reply_to`, the seq of
+// that sender's previous acknowledged message (contract section 12), to
+// compare with plain sends (issue 49: the same cost within the noise).
 // Not run by ctest: it prints figures, it asserts nothing.
 #include "bench_support.hpp"
 #include "store/database.hpp"
@@ -82,6 +85,7 @@ struct Options {
     int b_senders = 0;     // > 0: a second gateway (B) with this many of the senders, the rest on A
     double b_interval_ms = 0; // > 0: B's senders send every this many ms (open loop)
     bool skip_baselines = false;
+    bool reply_to = false; // sends reply to the sender's previous message
 };
 
 double wall_ms() {
@@ -252,6 +256,8 @@ struct Run {
     std::atomic<bool> sending{false};
     clk::time_point w0, w1;
     std::string body;
+    bool reply_to = false;
+    std::atomic<long> reply_sends{0}; // sends that carried reply_to
     clk::duration interval{}; // open loop: each sender's time between sends (zero: closed loop)
 };
 
@@ -353,11 +359,16 @@ private:
         if (!run_.sending || clk::now() >= run_.w1) return;
         sent_at_.push_back(scheduled.value_or(clk::now())); // replies come in request order
         ++k_;
-        write(json::serialize(json::object{{"t", "send"},
-                                           {"rid", "s"},
-                                           {"conv", conv_},
-                                           {"cmid", "w" + std::to_string(index_) + "-" + std::to_string(k_)},
-                                           {"body", run_.body}}));
+        json::object req{{"t", "send"},
+                         {"rid", "s"},
+                         {"conv", conv_},
+                         {"cmid", "w" + std::to_string(index_) + "-" + std::to_string(k_)},
+                         {"body", run_.body}};
+        if (run_.reply_to && my_last_ > 0) {
+            req["reply_to"] = my_last_;
+            ++run_.reply_sends;
+        }
+        write(json::serialize(req));
     }
 
     void on_frame(const std::string& text) {
@@ -390,6 +401,7 @@ private:
             {
                 std::lock_guard lk(run_.stats.mu);
                 if (type == "sent") {
+                    if (auto seq = o.if_contains("seq"); seq && seq->is_int64()) my_last_ = seq->as_int64();
                     ++run_.stats.acked_total;
                     if (sent_at >= run_.w0 && sent_at < run_.w1) {
                         ++run_.stats.acked_window;
@@ -443,6 +455,7 @@ private:
     clk::duration interval_;  // open loop: time between sends (zero: closed loop)
     std::size_t gateway_;     // index into Run::ports
     std::deque<clk::time_point> sent_at_; // sends not answered yet, oldest first
+    std::int64_t my_last_ = 0;            // the seq of this sender's newest acknowledged message
     long k_ = 0;
     clk::time_point start_{};
     long ticks_ = 0;
@@ -531,6 +544,7 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     Run run(ioc);
     for (auto* g : gws) run.ports.push_back(g->port());
     run.body = body_of(o.body);
+    run.reply_to = o.reply_to;
     if (o.rate > 0)
         run.interval = std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o.senders / o.rate));
     auto guard = net::make_work_guard(ioc);
@@ -635,6 +649,7 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
         row("same, grouped per db worker", grouped);
     }
     row("imserver over WebSocket", srvf);
+    if (o.reply_to) std::printf("sends with reply_to: %ld of %ld acknowledged\n", run.reply_sends.load(), st.acked_total);
     if (o.b_senders > 0) {
         auto& a = st.ack_by_gateway[0];
         auto& b = st.ack_by_gateway[1];
@@ -744,11 +759,12 @@ int main(int argc, char** argv) {
         else if (a == "--second-gateway-senders") o.b_senders = std::max(0, std::stoi(next()));
         else if (a == "--second-gateway-interval-ms") o.b_interval_ms = std::stod(next());
         else if (a == "--skip-baselines") o.skip_baselines = true;
+        else if (a == "--reply-to") o.reply_to = true;
         else {
             std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "
                                  "[--warmup S] [--window S] [--db-pool N] [--db URL] [--gateways N] [--bus postgres|nats://HOST:PORT] "
                                  "[--server-arg ARG]... [--rate SENDS_PER_S] [--second-gateway-senders K "
-                                 "[--second-gateway-interval-ms MS]] [--skip-baselines] [--idle CONNECTIONS [--idle-big]]\n");
+                                 "[--second-gateway-interval-ms MS]] [--skip-baselines] [--reply-to] [--idle CONNECTIONS [--idle-big]]\n");
             return 2;
         }
     }

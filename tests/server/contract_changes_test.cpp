@@ -342,6 +342,55 @@ TEST_F(Contract, edits_and_reactions_are_pushed) {
     EXPECT_TRUE(pr->at("ev").as_object().at("on").as_bool());
 }
 
+// A page reads a msg's changes only when its seq range holds one (a changed
+// msg or a recall: server/src/store/store_common.cpp, with_changes); the
+// range comes from the request, so each end of it is checked: the changed
+// msg as a page's first and last event, a page beside it without changes,
+// and a page whose only change is a recall.
+TEST_F(Contract, pages_show_changes_at_either_end_of_their_range) {
+    auto w = make_world(db(), "edges", 2);
+    auto a = login(port(), w.users[0]);
+    auto b = login(port(), w.users[1]);
+    std::vector<std::int64_t> m;
+    for (int i = 0; i < 6; ++i) m.push_back(num(send_msg(*a, w.conv, "m" + std::to_string(i), "text " + std::to_string(i)), "seq"));
+    ASSERT_EQ(str(edit_msg(*a, w.conv, m[1], "e1", "edited 1"), "t"), "edited");
+    ASSERT_EQ(str(react(*b, w.conv, m[3], "r1", "👍", true), "t"), "reacted");
+    ASSERT_EQ(str(a->request({{"t", "recall"}, {"conv", w.conv}, {"target", m[5]}, {"cmid", "rc"}}), "t"), "recalled");
+    const auto history = [&](std::int64_t before, std::int64_t limit) {
+        auto h = b->request({{"t", "history"}, {"conv", w.conv}, {"before", before}, {"limit", limit}});
+        EXPECT_EQ(str(h, "t"), "page") << json::serialize(h);
+        return h;
+    };
+    const auto sync = [&](std::int64_t after, std::int64_t limit) {
+        auto p = b->request({{"t", "sync"}, {"conv", w.conv}, {"after", after}, {"limit", limit}});
+        EXPECT_EQ(str(p, "t"), "page") << json::serialize(p);
+        return p;
+    };
+    const auto edited = [](const json::object& ev) {
+        return ev.contains("edit") && str(ev.at("edit").as_object(), "body") == "edited 1";
+    };
+    const auto recalled = [](const json::object& ev) { return ev.contains("recalled") && ev.at("recalled").as_bool(); };
+    // m1 edited: the oldest event of a history page, the newest of another,
+    // the first and the last of sync pages.
+    EXPECT_TRUE(edited(in_page(history(m[1] + 3, 3), m[1])));
+    EXPECT_TRUE(edited(in_page(history(m[1] + 1, 3), m[1])));
+    EXPECT_TRUE(edited(in_page(sync(m[1] - 1, 3), m[1])));
+    EXPECT_TRUE(edited(in_page(sync(m[1] - 3, 3), m[1])));
+    // m2 alone: nothing changed in its range, though its neighbours changed.
+    auto plain = in_page(history(m[2] + 1, 1), m[2]);
+    ASSERT_FALSE(plain.empty());
+    EXPECT_FALSE(plain.contains("edit"));
+    EXPECT_TRUE(reactions_of(plain).empty());
+    EXPECT_FALSE(recalled(plain));
+    // m3 reacted, alone and at the end of a page.
+    EXPECT_EQ(reactions_of(in_page(history(m[3] + 1, 1), m[3]))["👍"], (std::pair<std::int64_t, bool>{1, true}));
+    EXPECT_EQ(reactions_of(in_page(sync(m[3] - 1, 1), m[3]))["👍"], (std::pair<std::int64_t, bool>{1, true}));
+    // m5: a recall is its range's only change.
+    EXPECT_TRUE(recalled(in_page(history(m[5] + 1, 1), m[5])));
+    EXPECT_TRUE(recalled(in_page(sync(m[5] - 1, 1), m[5])));
+    EXPECT_FALSE(recalled(in_page(history(m[5], 1), m[4])));
+}
+
 // The heaviest message the rules allow still fits one 64 KiB frame in a
 // page, a fetch and a push: the longest body and edit of control characters
 // (6 bytes each as JSON), 50 edits, 1,000 reactions from 1,000 users on 25

@@ -5,6 +5,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 
@@ -39,35 +40,70 @@ std::string event_columns() {
            ", epoch, client_msg_id, reply_to, emoji, react_on";
 }
 
-std::string with_changes(const std::string& events_sql, int viewer, bool newest_first) {
+std::string with_changes(const std::string& events_sql, const std::string& lo, const std::string& hi, int viewer) {
     const std::string v = "$" + std::to_string(viewer);
-    // MATERIALIZED: the events' own statement is planned as it stands alone
-    // (a range scan of the primary key, limits_test.cpp checks its plan).
-    // Then, set-based over the seq range it read (every statement that uses
-    // this has the conversation in $1): one range scan of reaction_counts
-    // ranked per message, one of the viewer's own reactions (`me`), one
-    // probe of msg_changes and of the recall index per event. A lateral
-    // top 20 per message (an index scan and a probe for `me` per message)
-    // took 2.4x this statement's time on the benchmark's heavy page
-    // (docs/benchmarks.md, "Pages with edits and reactions").
-    return "WITH ev AS MATERIALIZED (" + events_sql +
-           "), b AS (SELECT min(seq) AS lo, max(seq) AS hi FROM ev), "
+    // Two branches, one of which runs (a one-time filter each), chosen by
+    // two index probes over the page's seq range [lo, hi] (from the
+    // parameters: seqs are gap-free below the head): is there a changed
+    // msg (a msg_changes row) or a recall in it? No: the events' own
+    // statement and nothing more, so a plain page costs what it cost before
+    // contract v3 (a materialized copy of the events, the joins and their
+    // sort cost it 2x the statement time). Yes: the events materialized
+    // (a CTE runs only when read), then set-based over the seqs they hold:
+    // one range scan of reaction_counts ranked per message, one of the
+    // viewer's own reactions (`me`), a hash join to msg_changes, a probe of
+    // the recall index per event. A lateral top 20 per message took 2.4x
+    // this branch's time on the benchmark's heavy page (docs/benchmarks.md,
+    // "Pages with edits and reactions"). rx MATERIALIZED: a generic plan
+    // (a prepared statement's, from the sixth call) guesses one event and
+    // put rx's aggregate inside a nested loop, run once per event (100x).
+    // No ORDER BY: the caller puts the rows in seq order (rows_in_seq_order).
+    const std::string range = " BETWEEN " + lo + " AND " + hi;
+    return "WITH has AS (SELECT EXISTS (SELECT 1 FROM msg_changes x WHERE x.conv_id = $1 AND x.seq" + range +
+           ") OR EXISTS (SELECT 1 FROM events r WHERE r.conv_id = $1 AND r.kind = 'recall' AND r.target_seq" + range +
+           ") AS any_change), "
+           "ev AS MATERIALIZED (" + events_sql + "), b AS (SELECT min(seq) AS lo, max(seq) AS hi FROM ev), "
            "rc AS (SELECT n.target_seq, n.emoji, n.count, row_number() OVER (PARTITION BY n.target_seq "
            "ORDER BY n.count DESC, n.emoji COLLATE \"C\") AS rn FROM b, reaction_counts n "
            "WHERE n.conv_id = $1 AND n.target_seq BETWEEN b.lo AND b.hi AND n.count > 0), "
            "mine AS (SELECT s.target_seq, s.emoji FROM b, reaction_state s WHERE s.conv_id = $1 AND s.user_id = " +
            v + "::text AND s.target_seq BETWEEN b.lo AND b.hi AND s.is_on), "
-           "rx AS (SELECT rc.target_seq, json_agg(json_build_array(rc.emoji, rc.count, mine.emoji IS NOT NULL) "
+           "rx AS MATERIALIZED (SELECT rc.target_seq, json_agg(json_build_array(rc.emoji, rc.count, mine.emoji IS NOT NULL) "
            "ORDER BY rc.count DESC, rc.emoji COLLATE \"C\") AS list FROM rc LEFT JOIN mine "
            "ON mine.target_seq = rc.target_seq AND mine.emoji = rc.emoji WHERE rc.rn <= " +
            std::to_string(max_reactions) + " GROUP BY rc.target_seq) "
+           "SELECT e.*, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, false, NULL::json FROM (" + events_sql +
+           ") e WHERE NOT (SELECT any_change FROM has) "
+           "UNION ALL "
            "SELECT ev.*, x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, "
            "x.reactions_seq, "
            "ev.kind = 'msg' AND EXISTS (SELECT 1 FROM events r WHERE r.conv_id = ev.conv_id AND r.kind = 'recall' "
            "AND r.target_seq = ev.seq), rx.list "
            "FROM ev LEFT JOIN msg_changes x ON ev.kind = 'msg' AND x.conv_id = ev.conv_id AND x.seq = ev.seq "
            "LEFT JOIN rx ON ev.kind = 'msg' AND rx.target_seq = ev.seq "
-           "ORDER BY ev.seq" + (newest_first ? " DESC" : "");
+           "WHERE (SELECT any_change FROM has)";
+}
+
+std::string event_page_sql(bool newest_first) {
+    // [$2, $3] holds the page; LIMIT $4 cuts it at the end it starts from.
+    return newest_first ? with_changes(Store::event_range_sql(true), "GREATEST($2::bigint, $3::bigint - $4::bigint + 1)",
+                                       "$3::bigint", 5)
+                        : with_changes(Store::event_range_sql(false), "$2::bigint",
+                                       "LEAST($3::bigint, $2::bigint + $4::bigint - 1)", 5);
+}
+
+std::vector<pqxx::row> rows_in_seq_order(const pqxx::result& r, bool newest_first) {
+    // Seqs read once, then indices sorted (a pqxx::row copy is a result's
+    // reference count); the plain branch's rows come in order already.
+    std::vector<std::pair<std::int64_t, pqxx::result::size_type>> keys;
+    keys.reserve(r.size());
+    for (pqxx::result::size_type i = 0; i < r.size(); ++i)
+        keys.emplace_back(newest_first ? -r[i][1].as<std::int64_t>() : r[i][1].as<std::int64_t>(), i);
+    if (!std::is_sorted(keys.begin(), keys.end())) std::sort(keys.begin(), keys.end());
+    std::vector<pqxx::row> rows;
+    rows.reserve(keys.size());
+    for (const auto& k : keys) rows.push_back(r[k.second]);
+    return rows;
 }
 
 Event read_event(const pqxx::row& row) {

@@ -90,7 +90,16 @@ std::string event_columns();
 /// seq, body and ts, reactions_seq, recalled, the top reactions as JSON
 /// with `me` for the user in parameter $viewer; one statement, one
 /// snapshot, no query per event. read_event reads the extra columns.
-std::string with_changes(const std::string& events_sql, int viewer, bool newest_first);
+/// `lo` and `hi` (SQL over the parameters) bound the seqs events_sql can
+/// return: a page with no changed msg in [lo, hi] skips the joins. A range
+/// read's bounds rely on seqs being gap-free (Collected::whole refuses a
+/// page with a gap).
+std::string with_changes(const std::string& events_sql, const std::string& lo, const std::string& hi, int viewer);
+/// A page of sync (oldest first) or history (newest first): the events of
+/// Store::event_range_sql with their changes; $5 is the reader.
+std::string event_page_sql(bool newest_first);
+/// The rows of a with_changes statement in seq order (it has no ORDER BY).
+std::vector<pqxx::row> rows_in_seq_order(const pqxx::result& r, bool newest_first);
 Event read_event(const pqxx::row& row);
 
 /// A PostgreSQL text[] literal (a bound parameter): every element quoted,

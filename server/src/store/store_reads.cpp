@@ -26,9 +26,10 @@ const Statements& reads_statements() {
          "LEFT JOIN membership_periods p ON p.conv_id = c.conv_id AND p.user_id = $2 "
          "ORDER BY p.from_seq"},
         // $5 (im_event: $3): the caller's user, for `me` in reactions.
-        {"im_events_asc", with_changes(Store::event_range_sql(false), 5, false)},
-        {"im_events_desc", with_changes(Store::event_range_sql(true), 5, true)},
-        {"im_event", with_changes("SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq = $2", 3, false)},
+        {"im_events_asc", event_page_sql(false)},
+        {"im_events_desc", event_page_sql(true)},
+        {"im_event", with_changes("SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq = $2",
+                                  "$2::bigint", "$2::bigint", 3)},
         // The lab's broken page cursor (rule.page_cursor): the head now.
         {"im_conv_head", "SELECT next_seq - 1 FROM conversations WHERE conv_id = $1"},
         {"im_conv_row", std::string("SELECT ") + conv_columns + " FROM conversations WHERE conv_id = $1"},
@@ -37,7 +38,7 @@ const Statements& reads_statements() {
         // user ($4 is empty; docs/protocol.md, "Reactions in pushes").
         {"im_push_events",
          with_changes("SELECT " + event_columns() + " FROM events WHERE conv_id = $1 AND seq >= $2 AND seq <= $3",
-                      4, false)},
+                      "$2::bigint", "$3::bigint", 4)},
         {"im_conv_periods", "SELECT user_id, from_seq, to_seq FROM membership_periods WHERE conv_id = $1"},
         {"im_push_members",
          "SELECT m.user_id, m.from_seq, m.to_seq, c.push_full_max FROM conversations c "
@@ -103,7 +104,8 @@ struct Collector {
     // Seqs in [lo, hi] are gap-free (purges only remove below min_seq), so a
     // range read in its own statement must come back whole: first..last
     // consecutive, as many rows as asked or the whole range.
-    bool whole(const pqxx::result& r, std::int64_t lo, std::int64_t hi, std::int64_t limit, bool newest_first) {
+    bool whole(const std::vector<pqxx::row>& r, std::int64_t lo, std::int64_t hi, std::int64_t limit,
+               bool newest_first) {
         std::int64_t expect = newest_first ? hi : lo;
         for (const auto& row : r) {
             if (row[1].as<std::int64_t>() != expect) return false;
@@ -113,7 +115,7 @@ struct Collector {
     }
 
     // Adds the rows in order; false once the page is full.
-    bool take(const pqxx::result& r) {
+    bool take(const std::vector<pqxx::row>& r) {
         for (const auto& row : r) {
             if (static_cast<std::int64_t>(events.size()) >= want) {
                 cut = true;
@@ -189,7 +191,7 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
             if (lo > hi) continue;
             // One row more than still fits tells whether more remain.
             const std::int64_t limit = col.want - static_cast<std::int64_t>(col.events.size()) + 1;
-            auto r = tx.exec_prepared("im_events_asc", s.conv, lo, hi, limit, who.user);
+            const auto r = rows_in_seq_order(tx.exec_prepared("im_events_asc", s.conv, lo, hi, limit, who.user), false);
             if (!col.whole(r, lo, hi, limit, false)) {
                 raced = true;
                 return Error{Code::unavailable, "purged while read"};
@@ -234,7 +236,7 @@ Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& wh
             std::int64_t hi = std::min({it->to, access.head, before - 1});
             if (lo > hi) continue;
             const std::int64_t limit = col.want - static_cast<std::int64_t>(col.events.size()) + 1;
-            auto r = tx.exec_prepared("im_events_desc", h.conv, lo, hi, limit, who.user);
+            const auto r = rows_in_seq_order(tx.exec_prepared("im_events_desc", h.conv, lo, hi, limit, who.user), true);
             if (!col.whole(r, lo, hi, limit, true)) {
                 raced = true;
                 return Error{Code::unavailable, "purged while read"};
@@ -298,7 +300,8 @@ std::optional<Store::PushBatch> Store::load_push(pqxx::connection_base& c, const
     b.head = conv_row_.next_seq - 1;
     b.epoch = conv_row_.epoch;
     if (from <= to)
-        for (const auto& r : tx.exec_prepared("im_push_events", conv, from, to, std::string())) b.events.push_back(read_event(r));
+        for (const auto& r : rows_in_seq_order(tx.exec_prepared("im_push_events", conv, from, to, std::string()), false))
+            b.events.push_back(read_event(r));
     std::int64_t open = 0;
     for (const auto& r : tx.exec_prepared("im_conv_periods", conv)) {
         PushBatch::Period p{r[0].c_str(), r[1].as<std::int64_t>(), r[2].is_null() ? INT64_MAX : r[2].as<std::int64_t>()};
@@ -316,7 +319,8 @@ std::vector<Event> Store::push_events(pqxx::connection_base& c, const std::strin
     prepare_reads(c);
     pqxx::nontransaction tx(c);
     std::vector<Event> out;
-    for (const auto& row : tx.exec_prepared("im_push_events", conv, from, to, std::string())) out.push_back(read_event(row));
+    for (const auto& row : rows_in_seq_order(tx.exec_prepared("im_push_events", conv, from, to, std::string()), false))
+        out.push_back(read_event(row));
     return out;
 }
 
