@@ -64,6 +64,12 @@ public:
     /// Reports an error: Client::errorOccurred and then errorReported.
     void reportError(const QString &code, const QString &message);
     void storageFailed(const QString &what);
+    /// Bad input: lastError and errorOccurred("INVALID_ARGUMENT"); returns an empty cmid.
+    QString refuse(const QString &why);
+    /// An edit or react (Client::edit/react): by `target` seq, or (target 0)
+    /// of our message `cmid`, resolved to its seq or waiting behind it.
+    QString enqueueChange(const QString &kind, const QString &conv, qint64 target, const QString &cmid,
+                          const QString &body, const QString &emoji, bool on);
     void enterStale(const QString &message);
     /// A reply classified EndSession (proto::classify): what ending the
     /// session means for its code (STALE_INSTALL: stale; UNAUTHENTICATED:

@@ -9,6 +9,9 @@
 
 #include <QtCore/QDateTime>
 #include <QtCore/QHash>
+#include <QtCore/QJsonArray>
+#include <QtCore/QJsonDocument>
+#include <QtCore/QJsonObject>
 #include <QtCore/QSet>
 #include <QtCore/QVariant>
 #include <QtSql/QSqlError>
@@ -18,12 +21,68 @@
 
 namespace im::detail {
 
+namespace {
+
+QString reactionsJson(const QList<proto::Reaction> &list) {
+    if (list.isEmpty())
+        return {};
+    QJsonArray a;
+    for (const proto::Reaction &r : list)
+        a.append(QJsonObject{{QStringLiteral("emoji"), r.emoji}, {QStringLiteral("count"), r.count},
+                             {QStringLiteral("me"), r.me}});
+    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
+}
+
+QList<proto::Reaction> reactionsFrom(const QString &json) {
+    QList<proto::Reaction> out;
+    if (json.isEmpty())
+        return out;
+    for (const QJsonValue &v : QJsonDocument::fromJson(json.toUtf8()).array()) {
+        const QJsonObject o = v.toObject();
+        out.append({o.value(QLatin1String("emoji")).toString(), qint64(o.value(QLatin1String("count")).toDouble()),
+                    o.value(QLatin1String("me")).toBool()});
+    }
+    return out;
+}
+
+// Contract section 12's order: most counted first, ties in the emoji's byte order.
+void sortReactions(QList<proto::Reaction> &list) {
+    std::stable_sort(list.begin(), list.end(), [](const proto::Reaction &a, const proto::Reaction &b) {
+        return a.count != b.count ? a.count > b.count : a.emoji.toUtf8() < b.emoji.toUtf8();
+    });
+}
+
+QVariant nullIfZero(qint64 v) { return v > 0 ? QVariant(v) : QVariant(QMetaType(QMetaType::LongLong)); }
+
+} // namespace
+
 bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     // Keyed by (conv, seq): re-applying is harmless (events are immutable on
-    // the server; REPLACE also heals a rebuild after CURSOR_AHEAD).
-    q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user, cmid)"
-                             " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    // the server; replacing also heals a rebuild after CURSOR_AHEAD). A msg's
+    // later changes (contract section 12) are the newer of what is stored
+    // and what this copy carries: by edit_seq, by reactions_seq (a tie keeps
+    // the stored one: a push's `me` is always false), and only for the same
+    // event (mid) -- another mid at this seq is another history's.
+    q.prepare(QStringLiteral(
+        "INSERT INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user, cmid, reply_to, edit_seq,"
+        " edit_body, edit_ts, reactions, reactions_seq, recalled, emoji, react_on)"
+        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(conv, seq) DO UPDATE SET mid = excluded.mid, kind = excluded.kind, sender = excluded.sender,"
+        " body = excluded.body, ts = excluded.ts, epoch = excluded.epoch, target = excluded.target,"
+        " user = excluded.user, cmid = excluded.cmid, reply_to = excluded.reply_to,"
+        " emoji = excluded.emoji, react_on = excluded.react_on,"
+        " edit_seq = CASE WHEN events.mid IS excluded.mid AND COALESCE(events.edit_seq, 0) > COALESCE(excluded.edit_seq, 0)"
+        "  THEN events.edit_seq ELSE excluded.edit_seq END,"
+        " edit_body = CASE WHEN events.mid IS excluded.mid AND COALESCE(events.edit_seq, 0) > COALESCE(excluded.edit_seq, 0)"
+        "  THEN events.edit_body ELSE excluded.edit_body END,"
+        " edit_ts = CASE WHEN events.mid IS excluded.mid AND COALESCE(events.edit_seq, 0) > COALESCE(excluded.edit_seq, 0)"
+        "  THEN events.edit_ts ELSE excluded.edit_ts END,"
+        " reactions = CASE WHEN events.mid IS excluded.mid AND events.reactions_seq IS NOT NULL"
+        "  AND events.reactions_seq >= COALESCE(excluded.reactions_seq, 0) THEN events.reactions ELSE excluded.reactions END,"
+        " reactions_seq = CASE WHEN events.mid IS excluded.mid AND events.reactions_seq IS NOT NULL"
+        "  AND events.reactions_seq >= COALESCE(excluded.reactions_seq, 0) THEN events.reactions_seq ELSE excluded.reactions_seq END,"
+        " recalled = CASE WHEN events.mid IS excluded.mid THEN MAX(events.recalled, excluded.recalled) ELSE excluded.recalled END"));
     q.addBindValue(e.conv);
     q.addBindValue(e.seq);
     q.addBindValue(e.mid);
@@ -32,10 +91,83 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     q.addBindValue(nullIfEmpty(e.body));
     q.addBindValue(e.ts);
     q.addBindValue(epoch);
-    q.addBindValue(e.kind == u"recall" ? QVariant(e.target) : QVariant(QMetaType(QMetaType::LongLong)));
+    q.addBindValue(nullIfZero(e.target));
     q.addBindValue(nullIfEmpty(e.user));
     q.addBindValue(e.cmid.isEmpty() ? QVariant(QMetaType(QMetaType::QString)) : QVariant(e.cmid));
-    return !eventInsertFault() && exec(q);
+    q.addBindValue(nullIfZero(e.replyTo));
+    q.addBindValue(nullIfZero(e.editSeq));
+    q.addBindValue(e.editSeq > 0 ? QVariant(e.editBody) : QVariant(QMetaType(QMetaType::QString)));
+    q.addBindValue(nullIfZero(e.editTs));
+    q.addBindValue(nullIfEmpty(reactionsJson(e.reactions)));
+    q.addBindValue(nullIfZero(e.reactionsSeq));
+    q.addBindValue(e.recalled ? 1 : 0);
+    q.addBindValue(nullIfEmpty(e.emoji));
+    q.addBindValue(e.kind == u"reaction" ? QVariant(e.on ? 1 : 0) : QVariant(QMetaType(QMetaType::Int)));
+    if (eventInsertFault() || !exec(q))
+        return false;
+    return applyChange(e);
+}
+
+bool Storage::applyChange(const proto::Event &e) {
+    // Contract section 12: a later edit or reaction event changes its stored
+    // target only when its seq is above what the target already shows
+    // (edit_seq / reactions_seq), so re-applying a page or a push is
+    // harmless. A target not stored here needs nothing: when it comes, its
+    // copy carries its changes as of then.
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    if (e.kind == u"edit") {
+        QSqlQuery u(db);
+        u.prepare(QStringLiteral("UPDATE events SET edit_seq = ?, edit_body = ?, edit_ts = ?"
+                                 " WHERE conv = ? AND seq = ? AND kind = 'msg' AND COALESCE(edit_seq, 0) < ?"));
+        u.addBindValue(e.seq);
+        u.addBindValue(e.body);
+        u.addBindValue(e.ts);
+        u.addBindValue(e.conv);
+        u.addBindValue(e.target);
+        u.addBindValue(e.seq);
+        return exec(u);
+    }
+    if (e.kind == u"recall") {
+        QSqlQuery u(db);
+        u.prepare(QStringLiteral("UPDATE events SET recalled = 1 WHERE conv = ? AND seq = ? AND kind = 'msg'"));
+        u.addBindValue(e.conv);
+        u.addBindValue(e.target);
+        return exec(u);
+    }
+    if (e.kind != u"reaction")
+        return true;
+    QSqlQuery s(db);
+    s.prepare(QStringLiteral("SELECT reactions FROM events WHERE conv = ? AND seq = ? AND kind = 'msg'"
+                             " AND COALESCE(reactions_seq, 0) < ?"));
+    s.addBindValue(e.conv);
+    s.addBindValue(e.target);
+    s.addBindValue(e.seq);
+    if (!exec(s))
+        return false;
+    if (!s.next())
+        return true; // not stored here, or already counted
+    QList<proto::Reaction> list = reactionsFrom(s.value(0).toString());
+    s.finish();
+    const std::optional<QString> self = meta(QStringLiteral("user"));
+    const bool mine = self && e.sender == *self;
+    auto it = std::find_if(list.begin(), list.end(), [&](const proto::Reaction &r) { return r.emoji == e.emoji; });
+    if (it == list.end() && e.on)
+        it = list.insert(list.end(), proto::Reaction{e.emoji, 0, false});
+    if (it != list.end()) {
+        it->count += e.on ? 1 : -1;
+        if (mine)
+            it->me = e.on;
+        if (it->count <= 0)
+            list.erase(it);
+    }
+    sortReactions(list);
+    QSqlQuery u(db);
+    u.prepare(QStringLiteral("UPDATE events SET reactions = ?, reactions_seq = ? WHERE conv = ? AND seq = ?"));
+    u.addBindValue(nullIfEmpty(reactionsJson(list)));
+    u.addBindValue(e.seq);
+    u.addBindValue(e.conv);
+    u.addBindValue(e.target);
+    return exec(u);
 }
 
 bool Storage::countArrivals(const QString &conv, const QList<proto::Event> &events) {
@@ -287,26 +419,30 @@ bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *
     "COALESCE(e.cmid, (SELECT l2.cmid FROM local_messages l2 WHERE l2.conv = e.conv" \
     " AND l2.seq = e.seq AND l2.epoch = e.epoch AND l2.kind = 'send'))"
 // ... and whether a recall event names it.
-#define IM_SQL_E_RECALLED "EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"
+#define IM_SQL_E_RECALLED "(e.recalled = 1 OR EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq))"
+// The kinds that are changes of another event, not rows of a timeline.
+#define IM_SQL_NOT_A_ROW "('recall', 'edit', 'reaction')"
 
 std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QString &self, qint64 from) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral(
-        "SELECT * FROM ("
-        " SELECT e.seq AS pos, e.seq AS seq, e.kind AS kind, e.sender AS sender, e.body AS body, e.ts AS ts, lm.cmid AS cmid,"
+        "SELECT t.*, q.sender, COALESCE(q.edit_body, q.body), q.seq IS NOT NULL FROM ("
+        " SELECT e.seq AS pos, e.seq AS seq, e.kind AS kind, e.sender AS sender, COALESCE(e.edit_body, e.body) AS body, e.ts AS ts, lm.cmid AS cmid,"
         "  lm.state AS state, lm.error_code AS error_code, COALESCE(lm.dup, 0) AS dup,"
         "  " IM_SQL_E_RECALLED " AS recalled,"
-        "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own"
+        "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own,"
+        "  e.reply_to AS reply_to, e.edit_seq IS NOT NULL AS edited, e.reactions AS reactions"
         // Our message, by IM_SQL_OWN_CMID_OF_E.
         " FROM events e LEFT JOIN local_messages lm"
         "  ON lm.cmid = " IM_SQL_OWN_CMID_OF_E
         "  AND lm.conv = e.conv AND lm.kind = 'send' AND e.sender = :self"
-        " WHERE e.conv = :conv AND e.seq >= :from AND e.kind <> 'recall'"
+        " WHERE e.conv = :conv AND e.seq >= :from AND e.kind NOT IN " IM_SQL_NOT_A_ROW
         " UNION ALL"
         " SELECT CASE WHEN lm.seq IS NOT NULL THEN lm.seq WHEN lm.state = :pending THEN 9.0e18"
         "  ELSE COALESCE((SELECT MAX(e3.seq) FROM events e3 WHERE e3.conv = lm.conv AND e3.ts <= lm.created_at), 0)"
         "   + 0.5 END,"
-        "  lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
+        "  lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1,"
+        "  lm.reply_to, 0, NULL"
         " FROM local_messages lm LEFT JOIN conversations c ON c.conv = lm.conv"
         // A draft whose own event is stored is that event's row, whatever
         // its state: the event may come (by sync or push) before the draft
@@ -317,7 +453,8 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
         "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.sender = :self"
         "   AND e2.cmid IS NULL AND e2.seq = lm.seq)))"
-        ") WHERE pos >= :from ORDER BY pos, ts"));
+        ") t LEFT JOIN events q ON q.conv = :conv AND q.seq = t.reply_to AND q.kind = 'msg'"
+        " WHERE pos >= :from ORDER BY pos, ts"));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":from"), from);
     q.bindValue(QStringLiteral(":self"), self);
@@ -341,6 +478,12 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
             r.state = int(MessageState::Recalled);
         r.user = q.value(11).toString();
         r.own = q.value(12).toBool();
+        r.replyTo = q.value(13).toLongLong();
+        r.edited = q.value(14).toBool();
+        r.reactions = reactionsFrom(q.value(15).toString());
+        r.quoteSender = q.value(16).toString();
+        r.quoteBody = q.value(17).toString();
+        r.quoteKnown = q.value(18).toBool();
         rows.append(r);
     }
     return rows;
@@ -430,7 +573,7 @@ std::optional<QList<Gap>> Storage::gaps(const QString &conv) {
 std::optional<qint64> Storage::floorFor(const QString &conv, qint64 below, int count) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral("SELECT MIN(seq) FROM (SELECT seq FROM events WHERE conv = ? AND seq < ?"
-                             " AND kind <> 'recall' ORDER BY seq DESC LIMIT ?)"));
+                             " AND kind NOT IN " IM_SQL_NOT_A_ROW " ORDER BY seq DESC LIMIT ?)"));
     q.addBindValue(conv);
     q.addBindValue(below);
     q.addBindValue(count);
@@ -441,7 +584,7 @@ std::optional<qint64> Storage::floorFor(const QString &conv, qint64 below, int c
 
 std::optional<bool> Storage::hasEventsBelow(const QString &conv, qint64 seq) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
-    q.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE conv = ? AND seq < ? AND kind <> 'recall')"));
+    q.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE conv = ? AND seq < ? AND kind NOT IN " IM_SQL_NOT_A_ROW ")"));
     q.addBindValue(conv);
     q.addBindValue(seq);
     if (!exec(q) || !q.next())
@@ -493,7 +636,7 @@ bool Storage::ownEventRecalled(const QString &conv, qint64 seq, const QString &c
     // carries (or, stored before schema 4, by our message at its seq and
     // epoch), and a recall event naming it.
     q.prepare(QStringLiteral(
-        "SELECT 1 FROM events e WHERE e.conv = :conv AND e.seq = :seq AND e.kind <> 'recall' AND e.sender = :self"
+        "SELECT 1 FROM events e WHERE e.conv = :conv AND e.seq = :seq AND e.kind = 'msg' AND e.sender = :self"
         " AND " IM_SQL_OWN_CMID_OF_E " = :cmid AND " IM_SQL_E_RECALLED));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":seq"), seq);

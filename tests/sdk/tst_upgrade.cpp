@@ -130,6 +130,15 @@ void TestUpgrade::an_older_store_keeps_its_drafts_gaps_and_cursors() {
     QVERIFY(server.listen());
     server.convs[QStringLiteral("c1")].members = {QStringLiteral("ana"), QStringLiteral("ben")};
     server.convs[QStringLiteral("c2")].members = {QStringLiteral("ana"), QStringLiteral("cy")};
+    // The server holds what the store saw (c1: 9 events of epoch 3, ours at
+    // 6; c2: 120 events): else the stored cursors are ahead of it, and the
+    // "restored server" path requeues message 6 (a fourth cmid).
+    server.convs[QStringLiteral("c1")].epoch = 3;
+    for (int seq = 1; seq <= 9; ++seq)
+        server.append(QStringLiteral("c1"), seq == 6 ? QStringLiteral("ana") : QStringLiteral("ben"),
+                      QStringLiteral("c1 message %1").arg(seq), seq == 6 ? kSent : QString());
+    for (int seq = 1; seq <= 120; ++seq)
+        server.append(QStringLiteral("c2"), QStringLiteral("cy"), QStringLiteral("c2 message %1").arg(seq));
     client.setServers({server.url()});
     client.setCredentials(QStringLiteral("tok-ana"));
     client.setRetryBackoff(40, 300);
