@@ -514,6 +514,38 @@ QString Client::recall(const QString &conv, qint64 seq) {
     return d->outbox.enqueue(QStringLiteral("recall"), conv, QString(), seq);
 }
 
+void ClientPrivate::fillQuotes(const QString &conv, QList<detail::MessageRow> &rows) {
+    for (detail::MessageRow &r : rows) {
+        if (r.replyTo <= 0 || r.quoteKnown)
+            continue;
+        const QString key = conv + QLatin1Char('\n') + QString::number(r.replyTo);
+        const auto it = fetchedQuotes.constFind(key);
+        if (it != fetchedQuotes.cend()) {
+            r.quoteKnown = true;
+            r.quoteSender = it->sender;
+            r.quoteBody = it->body;
+            continue;
+        }
+        if (!conn.isSessionUp() || quotesAsked.contains(key))
+            continue;
+        quotesAsked.insert(key);
+        const QString rid = conn.nextRid();
+        conn.request(rid, proto::encodeFetch(rid, conv, r.replyTo),
+                     [this, key, conv](const std::optional<proto::Incoming> &reply) {
+                         const auto *f = reply ? std::get_if<proto::Fetched>(&reply->body) : nullptr;
+                         if (!f || f->ev.kind != u"msg") {
+                             // Not readable (NOT_FOUND), or no answer: asked again
+                             // by a later read only after no answer.
+                             if (!reply)
+                                 quotesAsked.remove(key);
+                             return;
+                         }
+                         fetchedQuotes.insert(key, {f->ev.sender, f->ev.editSeq > 0 ? f->ev.editBody : f->ev.body});
+                         emit timelineChanged(conv);
+                     });
+    }
+}
+
 QString ClientPrivate::refuse(const QString &why) {
     reporter.lastError = why;
     reportError(QStringLiteral("INVALID_ARGUMENT"), why);

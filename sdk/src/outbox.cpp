@@ -98,6 +98,41 @@ bool Outbox::rewriteUnsent(const QString &cmid, const QString &body) {
     return true;
 }
 
+void Outbox::showPendingChanges(const QString &conv, QList<detail::MessageRow> &rows) const {
+    const auto c = convs_.constFind(conv);
+    if (c == convs_.cend())
+        return;
+    for (const qint64 id : *c) {
+        const Item &item = items_.at(id);
+        const detail::OutboxRow &o = item.row;
+        if (o.kind != u"edit" && o.kind != u"react")
+            continue;
+        for (detail::MessageRow &r : rows) {
+            if (r.kind != u"msg" || !((o.target > 0 && r.seq == o.target) || (!o.targetCmid.isEmpty() && r.cmid == o.targetCmid)))
+                continue;
+            r.changePending = true;
+            if (o.kind == u"edit") {
+                r.body = o.body; // in creation order: the newest pending edit wins
+                r.edited = true;
+                break;
+            }
+            auto it = std::find_if(r.reactions.begin(), r.reactions.end(),
+                                   [&](const proto::Reaction &x) { return x.emoji == o.emoji; });
+            if (o.on && (it == r.reactions.end() || !it->me)) {
+                if (it == r.reactions.end())
+                    it = r.reactions.insert(r.reactions.end(), proto::Reaction{o.emoji, 0, false});
+                ++it->count;
+                it->me = true;
+            } else if (!o.on && it != r.reactions.end() && it->me) {
+                it->me = false;
+                if (--it->count <= 0)
+                    r.reactions.erase(it);
+            }
+            break;
+        }
+    }
+}
+
 Outbox::Target Outbox::resolveTarget(Item &item) {
     if (!isChange(item.row.kind) || item.row.target > 0)
         return Target::Ready;

@@ -81,6 +81,9 @@ public:
     /// new body). False if it is not such an entry (or storage failed:
     /// lastError set).
     bool rewriteUnsent(const QString &cmid, const QString &body);
+    /// Obligation 16: our edits and reactions of `conv` still in the outbox
+    /// shown on `rows` at once (body, edited, reactions; changePending).
+    void showPendingChanges(const QString &conv, QList<detail::MessageRow> &rows) const;
     /// Recall, edit and react: they go alone, once their target has its seq.
     static bool isChange(const QString &kind) {
         return kind == u"recall" || kind == u"edit" || kind == u"react";

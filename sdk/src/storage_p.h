@@ -89,7 +89,6 @@ struct MessageRow {
     bool edited = false;
     QList<proto::Reaction> reactions;
     bool changePending = false; // an edit or reaction of ours is still in the outbox
-    bool editPending = false;
     QString key() const {
         if (gapHi > 0)
             return QStringLiteral("gap:%1").arg(gapLo);
@@ -268,6 +267,9 @@ private:
     // reaction event is applied to its stored target only above those.
     bool insertEvent(const proto::Event &e, qint64 epoch);
     bool applyChange(const proto::Event &e);
+    // messages(): each msg row's current body, reply_to and its quote,
+    // reactions (contract section 12).
+    bool addChanges(const QString &conv, qint64 from, QList<MessageRow> &rows);
     // Inside a transaction, before a page or newest window is stored: the
     // conversation's row exists; if it has no cursor (epoch 0: new, or reset
     // after CURSOR_AHEAD) local events and gaps above the server's `head`

@@ -426,12 +426,11 @@ bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *
 std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QString &self, qint64 from) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral(
-        "SELECT t.*, q.sender, COALESCE(q.edit_body, q.body), q.seq IS NOT NULL FROM ("
-        " SELECT e.seq AS pos, e.seq AS seq, e.kind AS kind, e.sender AS sender, COALESCE(e.edit_body, e.body) AS body, e.ts AS ts, lm.cmid AS cmid,"
+        "SELECT * FROM ("
+        " SELECT e.seq AS pos, e.seq AS seq, e.kind AS kind, e.sender AS sender, e.body AS body, e.ts AS ts, lm.cmid AS cmid,"
         "  lm.state AS state, lm.error_code AS error_code, COALESCE(lm.dup, 0) AS dup,"
         "  " IM_SQL_E_RECALLED " AS recalled,"
-        "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own,"
-        "  e.reply_to AS reply_to, e.edit_seq IS NOT NULL AS edited, e.reactions AS reactions"
+        "  e.user AS user, (lm.cmid IS NOT NULL OR e.sender = :self) AS own"
         // Our message, by IM_SQL_OWN_CMID_OF_E.
         " FROM events e LEFT JOIN local_messages lm"
         "  ON lm.cmid = " IM_SQL_OWN_CMID_OF_E
@@ -441,8 +440,7 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         " SELECT CASE WHEN lm.seq IS NOT NULL THEN lm.seq WHEN lm.state = :pending THEN 9.0e18"
         "  ELSE COALESCE((SELECT MAX(e3.seq) FROM events e3 WHERE e3.conv = lm.conv AND e3.ts <= lm.created_at), 0)"
         "   + 0.5 END,"
-        "  lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1,"
-        "  lm.reply_to, 0, NULL"
+        "  lm.seq, 'msg', :self, lm.body, lm.created_at, lm.cmid, lm.state, lm.error_code, lm.dup, 0, NULL, 1"
         " FROM local_messages lm LEFT JOIN conversations c ON c.conv = lm.conv"
         // A draft whose own event is stored is that event's row, whatever
         // its state: the event may come (by sync or push) before the draft
@@ -453,8 +451,7 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         "  (c.epoch IS NULL OR c.epoch = 0 OR lm.epoch = c.epoch)"
         "  AND NOT EXISTS(SELECT 1 FROM events e2 WHERE e2.conv = lm.conv AND e2.sender = :self"
         "   AND e2.cmid IS NULL AND e2.seq = lm.seq)))"
-        ") t LEFT JOIN events q ON q.conv = :conv AND q.seq = t.reply_to AND q.kind = 'msg'"
-        " WHERE pos >= :from ORDER BY pos, ts"));
+        ") WHERE pos >= :from ORDER BY pos, ts"));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":from"), from);
     q.bindValue(QStringLiteral(":self"), self);
@@ -478,15 +475,94 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
             r.state = int(MessageState::Recalled);
         r.user = q.value(11).toString();
         r.own = q.value(12).toBool();
-        r.replyTo = q.value(13).toLongLong();
-        r.edited = q.value(14).toBool();
-        r.reactions = reactionsFrom(q.value(15).toString());
-        r.quoteSender = q.value(16).toString();
-        r.quoteBody = q.value(17).toString();
-        r.quoteKnown = q.value(18).toBool();
         rows.append(r);
     }
+    q.finish();
+    if (!addChanges(conv, from, rows))
+        return std::nullopt;
     return rows;
+}
+
+bool Storage::addChanges(const QString &conv, qint64 from, QList<MessageRow> &rows) {
+    // Contract section 12 on the rows messages() read: the current body, a
+    // reply's quote, reactions. One range read of the window's changed
+    // messages, one of our unconfirmed replies, one of the quoted messages:
+    // no query per row.
+    QHash<qint64, qsizetype> bySeq;
+    QHash<QString, qsizetype> byCmid;
+    for (qsizetype i = 0; i < rows.size(); ++i) {
+        if (rows.at(i).kind != u"msg")
+            continue;
+        if (rows.at(i).seq > 0)
+            bySeq.insert(rows.at(i).seq, i);
+        else if (!rows.at(i).cmid.isEmpty())
+            byCmid.insert(rows.at(i).cmid, i);
+    }
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    QSqlQuery q(db);
+    q.prepare(QStringLiteral("SELECT seq, reply_to, edit_seq IS NOT NULL, edit_body, reactions FROM events"
+                             " WHERE conv = ? AND seq >= ? AND kind = 'msg'"
+                             " AND (reply_to IS NOT NULL OR edit_seq IS NOT NULL OR reactions IS NOT NULL)"));
+    q.addBindValue(conv);
+    q.addBindValue(from);
+    if (!exec(q))
+        return false;
+    QSet<qint64> quoted;
+    while (q.next()) {
+        const auto it = bySeq.constFind(q.value(0).toLongLong());
+        if (it == bySeq.cend())
+            continue;
+        MessageRow &r = rows[*it];
+        r.replyTo = q.value(1).toLongLong();
+        r.edited = q.value(2).toBool();
+        if (r.edited)
+            r.body = q.value(3).toString();
+        r.reactions = reactionsFrom(q.value(4).toString());
+        if (r.replyTo > 0)
+            quoted.insert(r.replyTo);
+    }
+    q.finish();
+    if (!byCmid.isEmpty()) {
+        // Our replies without a seq yet (Pending, Failed): their reply_to.
+        QSqlQuery l(db);
+        l.prepare(QStringLiteral("SELECT cmid, reply_to FROM local_messages WHERE conv = ? AND kind = 'send'"
+                                 " AND seq IS NULL AND reply_to IS NOT NULL"));
+        l.addBindValue(conv);
+        if (!exec(l))
+            return false;
+        while (l.next()) {
+            const auto it = byCmid.constFind(l.value(0).toString());
+            if (it == byCmid.cend())
+                continue;
+            rows[*it].replyTo = l.value(1).toLongLong();
+            quoted.insert(rows[*it].replyTo);
+        }
+    }
+    if (quoted.isEmpty())
+        return true;
+    QStringList marks;
+    for (qsizetype i = 0; i < quoted.size(); ++i)
+        marks << QStringLiteral("?");
+    QSqlQuery w(db);
+    w.prepare(QStringLiteral("SELECT seq, sender, COALESCE(edit_body, body) FROM events WHERE conv = ? AND kind = 'msg'"
+                             " AND seq IN (%1)").arg(marks.join(u',')));
+    w.addBindValue(conv);
+    for (const qint64 seq : std::as_const(quoted))
+        w.addBindValue(seq);
+    if (!exec(w))
+        return false;
+    QHash<qint64, QPair<QString, QString>> found;
+    while (w.next())
+        found.insert(w.value(0).toLongLong(), {w.value(1).toString(), w.value(2).toString()});
+    for (MessageRow &r : rows) {
+        const auto it = found.constFind(r.replyTo);
+        if (r.replyTo <= 0 || it == found.cend())
+            continue;
+        r.quoteKnown = true;
+        r.quoteSender = it->first;
+        r.quoteBody = it->second;
+    }
+    return true;
 }
 
 bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, bool *stale) {

@@ -8,6 +8,8 @@
 
 #include "storage_p.h"
 
+#include <im/messagelistmodel.h>
+
 #include <QtCore/QJsonArray>
 #include <QtCore/QJsonDocument>
 #include <QtCore/QJsonObject>
@@ -25,6 +27,18 @@ QStringList changeOrder(const FakeServer &server) {
             out << t + QLatin1Char(':') + o.value(QStringLiteral("cmid")).toString();
     }
     return out;
+}
+
+// The model's row of `seq` by role name (QML's names), or an empty map.
+QVariantMap rowOf(const im::MessageListModel &m, qint64 seq) {
+    for (int i = 0; i < m.rowCount(); ++i)
+        if (m.get(i, QStringLiteral("seq")).toLongLong() == seq)
+            return m.get(i);
+    return {};
+}
+
+QVariantList reactions(const QString &emoji, int count, bool mine) {
+    return {QVariantMap{{QStringLiteral("emoji"), emoji}, {QStringLiteral("count"), count}, {QStringLiteral("mine"), mine}}};
 }
 
 im::proto::Event msgEvent(qint64 seq, const QString &sender, const QString &body) {
@@ -70,6 +84,7 @@ private slots:
     void terminal_codes_fail_a_change_and_unavailable_retries_it();
     void a_reaction_is_counted_once_and_shown_with_me();
     void bad_input_is_refused_and_queues_nothing();
+    void the_model_shows_quotes_edits_reactions_and_pending_changes();
     void store_applies_changes_only_above_their_seq();
 };
 
@@ -257,6 +272,58 @@ void TestClientChanges::a_reaction_is_counted_once_and_shown_with_me() {
     const QJsonObject after{{QStringLiteral("emoji"), QStringLiteral("👍")}, {QStringLiteral("count"), 1}, {QStringLiteral("me"), false}};
     QCOMPARE(sqlScalar(f.db, reactionsSql).toString(),
              QString::fromUtf8(QJsonDocument(QJsonArray{after}).toJson(QJsonDocument::Compact)) + QStringLiteral("@4"));
+}
+
+void TestClientChanges::the_model_shows_quotes_edits_reactions_and_pending_changes() {
+    Fixture f;
+    f.server.eventsCarryCmid = true;
+    f.server.append(c1, QStringLiteral("ben"), QStringLiteral("hello\nsecond line"));
+    QVERIFY(f.openAndConnect());
+    im::MessageListModel model(&f.client, c1);
+    QTRY_COMPARE(rowOf(model, 1).value(QStringLiteral("body")).toString(), QStringLiteral("hello\nsecond line"));
+    const QString answer = f.client.reply(c1, 1, QStringLiteral("answer"));
+    QTRY_COMPARE(f.client.messageState(answer), MessageState::Sent);
+    QTRY_COMPARE(rowOf(model, 2).value(QStringLiteral("replyTo")).toLongLong(), 1);
+    QVariantMap mine = rowOf(model, 2);
+    QCOMPARE(mine.value(QStringLiteral("quoteSender")).toString(), QStringLiteral("ben"));
+    QCOMPARE(mine.value(QStringLiteral("quoteText")).toString(), QStringLiteral("hello"));
+    QVERIFY(!mine.value(QStringLiteral("edited")).toBool());
+    QCOMPARE(rowOf(model, 1).value(QStringLiteral("replyTo")).toLongLong(), 0);
+
+    // Pending: shown at once, marked, before the server has answered.
+    f.server.holdReplies[QStringLiteral("edit")] = 1;
+    f.server.holdReplies[QStringLiteral("react")] = 1;
+    f.server.pushEvents = false;
+    QVERIFY(!f.client.edit(c1, 2, QStringLiteral("answer, edited")).isEmpty());
+    QVERIFY(!f.client.react(c1, 1, QStringLiteral("👍"), true).isEmpty());
+    QTRY_COMPARE(rowOf(model, 2).value(QStringLiteral("body")).toString(), QStringLiteral("answer, edited"));
+    mine = rowOf(model, 2);
+    QVERIFY(mine.value(QStringLiteral("edited")).toBool());
+    QVERIFY(mine.value(QStringLiteral("changePending")).toBool());
+    QTRY_COMPARE(rowOf(model, 1).value(QStringLiteral("reactions")).toList(), reactions(QStringLiteral("👍"), 1, true));
+    QVERIFY(rowOf(model, 1).value(QStringLiteral("changePending")).toBool());
+
+    // Confirmed and stored: the same, no longer pending.
+    f.server.pushEvents = true;
+    f.server.releaseHeld();
+    f.client.sync(c1);
+    QTRY_COMPARE(f.outboxRows(), 0);
+    QTRY_COMPARE(f.cursor(c1), 4);
+    QTRY_VERIFY(!rowOf(model, 2).value(QStringLiteral("changePending")).toBool());
+    QTRY_VERIFY(!rowOf(model, 1).value(QStringLiteral("changePending")).toBool());
+    QCOMPARE(rowOf(model, 2).value(QStringLiteral("body")).toString(), QStringLiteral("answer, edited"));
+    QVERIFY(rowOf(model, 2).value(QStringLiteral("edited")).toBool());
+    QCOMPARE(rowOf(model, 1).value(QStringLiteral("reactions")).toList(), reactions(QStringLiteral("👍"), 1, true));
+
+    // A quote the store does not hold is fetched (once) and shown.
+    sqlScalar(f.db, QStringLiteral("DELETE FROM events WHERE conv = 'c1' AND seq = 1"));
+    model.refresh();
+    QTRY_COMPARE(f.requestsOf(QStringLiteral("fetch")), 1);
+    QCOMPARE(f.server.requests(QStringLiteral("fetch")).at(0).value(QStringLiteral("seq")).toInteger(), 1);
+    QTRY_COMPARE(rowOf(model, 2).value(QStringLiteral("quoteSender")).toString(), QStringLiteral("ben"));
+    QCOMPARE(rowOf(model, 2).value(QStringLiteral("quoteText")).toString(), QStringLiteral("hello"));
+    model.refresh();
+    QCOMPARE(f.requestsOf(QStringLiteral("fetch")), 1);
 }
 
 void TestClientChanges::bad_input_is_refused_and_queues_nothing() {

@@ -323,7 +323,7 @@ public Q_SLOTS:
     // messages of its conversation; each returns its request's cmid (or
     // empty, errorOccurred("INVALID_ARGUMENT") for bad input, nothing
     // queued). The timeline shows it at once, marked pending
-    // (MessageListModel's editPending / changePending roles) until the
+    // (MessageListModel.s changePending role) until the
     // server confirms; a terminal answer (EDIT_WINDOW_EXPIRED, NOT_SENDER,
     // ALREADY_RECALLED, NOT_FOUND, INVALID_ARGUMENT) shows as Failed in
     // messageStateChanged() for that cmid, and the timeline drops the change.
