@@ -268,7 +268,7 @@ bool Storage::requeueLostOwn(const QString &conv, qint64 head) {
     QSqlDatabase db = QSqlDatabase::database(connection_, false);
     QSqlQuery q(db);
     q.prepare(QStringLiteral(
-        "SELECT lm.cmid, lm.body, lm.created_at FROM local_messages lm"
+        "SELECT lm.cmid, lm.body, lm.created_at, lm.reply_to FROM local_messages lm"
         " WHERE lm.conv = :conv AND lm.kind = 'send' AND lm.state = :sent AND lm.seq > :head"
         " AND NOT EXISTS(SELECT 1 FROM local_messages r WHERE r.conv = lm.conv AND r.kind = 'recall'"
         "  AND r.target = lm.seq AND r.state <> :failed)"
@@ -288,14 +288,15 @@ bool Storage::requeueLostOwn(const QString &conv, qint64 head) {
         r.conv = conv;
         r.body = q.value(1).toString();
         r.createdAt = q.value(2).toLongLong();
+        r.replyTo = q.value(3).toLongLong(); // a reply stays a reply (its fingerprint covers it)
         r.owner = QStringLiteral("user:") + *self; // it went out as this store's user once
         r.attempts = 1; // it was on the wire: cancel() must not drop what others may have read
         lost.append(r);
     }
     q.finish();
     QSqlQuery ins(db), upd(db);
-    ins.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, created_at, owner, attempts)"
-                               " VALUES(?, ?, ?, ?, ?, ?, ?)"));
+    ins.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, created_at, owner, attempts, reply_to)"
+                               " VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
     upd.prepare(QStringLiteral("UPDATE local_messages SET state = ?, seq = NULL, epoch = NULL, dup = 0, error_code = NULL"
                                " WHERE cmid = ?"));
     for (OutboxRow &r : lost) {
@@ -306,6 +307,7 @@ bool Storage::requeueLostOwn(const QString &conv, qint64 head) {
         ins.addBindValue(r.createdAt);
         ins.addBindValue(r.owner);
         ins.addBindValue(r.attempts);
+        ins.addBindValue(r.replyTo > 0 ? QVariant(r.replyTo) : QVariant(QMetaType(QMetaType::LongLong)));
         if (!exec(ins))
             return false;
         r.id = ins.lastInsertId().toLongLong();

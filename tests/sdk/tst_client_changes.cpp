@@ -9,6 +9,7 @@
 #include "storage_p.h"
 
 #include <im/messagelistmodel.h>
+#include <im/testing.h>
 
 #include <QtCore/QJsonArray>
 #include <QtCore/QJsonDocument>
@@ -84,6 +85,7 @@ private slots:
     void terminal_codes_fail_a_change_and_unavailable_retries_it();
     void a_reaction_is_counted_once_and_shown_with_me();
     void bad_input_is_refused_and_queues_nothing();
+    void a_reply_lost_by_a_restored_server_is_resent_as_a_reply();
     void the_model_shows_quotes_edits_reactions_and_pending_changes();
     void store_applies_changes_only_above_their_seq();
 };
@@ -324,6 +326,34 @@ void TestClientChanges::the_model_shows_quotes_edits_reactions_and_pending_chang
     QCOMPARE(rowOf(model, 2).value(QStringLiteral("quoteText")).toString(), QStringLiteral("hello"));
     model.refresh();
     QCOMPARE(f.requestsOf(QStringLiteral("fetch")), 1);
+}
+
+// Issue 48's restored server (Storage::requeueLostOwn): our lost messages go
+// back into the outbox; a reply must stay a reply (same cmid, same reply_to).
+void TestClientChanges::a_reply_lost_by_a_restored_server_is_resent_as_a_reply() {
+    Fixture f;
+    f.server.eventsCarryCmid = true;
+    QVERIFY(f.openAndConnect());
+    const QString one = f.client.send(c1, QStringLiteral("one"));
+    QTRY_COMPARE(f.client.messageState(one), MessageState::Sent);
+    const QString two = f.client.reply(c1, 1, QStringLiteral("two"));
+    QTRY_COMPARE(f.client.messageState(two), MessageState::Sent);
+    QTRY_COMPARE(f.cursor(c1), 2);
+    im::testing::Faults(&f.client).setOffline(true);
+    QTRY_COMPARE(f.client.connectionState(), ConnectionState::Disconnected);
+    FakeServer::Conv &conv = f.server.convs[c1]; // restored: only seq 1 left, with its key
+    conv.events.resize(1);
+    for (auto it = conv.keys.begin(); it != conv.keys.end();)
+        it = it.value() > 1 ? conv.keys.erase(it) : std::next(it);
+    const int sendsBefore = f.requestsOf(QStringLiteral("send"));
+    im::testing::Faults(&f.client).setOffline(false);
+    QTRY_COMPARE(f.server.convs[c1].head(), 2);
+    QTRY_COMPARE(f.outboxRows(), 0);
+    const auto sends = f.server.requests(QStringLiteral("send"));
+    QCOMPARE(sends.size(), sendsBefore + 1);
+    QCOMPARE(sends.last().value(QStringLiteral("cmid")).toString(), two);
+    QCOMPARE(sends.last().value(QStringLiteral("reply_to")).toInteger(), 1);
+    QCOMPARE(f.server.convs[c1].events.at(1).value(QStringLiteral("reply_to")).toInteger(), 1);
 }
 
 void TestClientChanges::bad_input_is_refused_and_queues_nothing() {
