@@ -53,6 +53,10 @@ OutboxEntry Outbox::toEntry(const Item &item) {
     e->inFlight = item.inFlight;
     e->prev = item.sentPrev;
     e->held = item.held;
+    e->replyTo = item.row.replyTo;
+    e->emoji = item.row.emoji;
+    e->on = item.row.on;
+    e->targetCmid = item.row.targetCmid;
     return OutboxEntry(e);
 }
 

@@ -136,6 +136,11 @@ void TestClientChanges::an_edit_waits_behind_its_target_until_it_has_a_seq() {
     QVERIFY(!edit.isEmpty());
     QVERIFY(edit != target);
     QCOMPARE(f.outboxRows(), 2);
+    const QList<im::OutboxEntry> entries = f.client.outbox();
+    QCOMPARE(entries.size(), 2);
+    QCOMPARE(entries.at(1).kind(), QStringLiteral("edit"));
+    QCOMPARE(entries.at(1).targetCmid(), target);
+    QCOMPARE(entries.at(1).target(), 0);
     // The target is not answered: the edit has no seq to name and waits.
     QTest::qWait(200);
     QCOMPARE(f.requestsOf(QStringLiteral("edit")), 0);
@@ -187,6 +192,9 @@ void TestClientChanges::changes_go_in_creation_order_with_the_messages() {
     QTRY_COMPARE(f.client.messageState(m1), MessageState::Sent);
     f.client.disconnectFromServer();
     const QString r = f.client.react(c1, 1, QStringLiteral("🎉"), true);
+    QCOMPARE(f.client.outbox().at(0).emoji(), QStringLiteral("🎉"));
+    QVERIFY(f.client.outbox().at(0).isOn());
+    QCOMPARE(f.client.outbox().at(0).target(), 1);
     const QString m2 = f.client.send(c1, QStringLiteral("two"));
     const QString e = f.client.edit(c1, m1, QStringLiteral("one!"));
     const QString m3 = f.client.send(c1, QStringLiteral("three"));
