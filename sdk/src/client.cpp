@@ -391,6 +391,8 @@ void Client::close() {
     disconnectFromServer();
     d->outbox.clear();
     d->sync.clear();
+    d->fetchedQuotes.clear(); // another store may be another user's (obligation 10)
+    d->quotesAsked.clear();
     d->storage.close();
     emit outboxChanged();
     emit d->conversationsChanged();
@@ -603,10 +605,11 @@ QString Client::edit(const QString &conv, const QString &cmid, const QString &bo
     if (cmid.isEmpty())
         return d->refuse(QStringLiteral("edit refused: no target cmid"));
     // Obligation 16: not on the wire yet: the entry itself takes the new body.
-    if (d->outbox.rewriteUnsent(cmid, body))
-        return cmid;
-    if (d->outbox.contains(cmid) && d->reporter.lastError.startsWith(u"cannot rewrite"))
-        return {};
+    switch (d->outbox.rewriteUnsent(cmid, body)) {
+    case Outbox::Rewrite::Done: return cmid;
+    case Outbox::Rewrite::Failed: return {}; // storage error, reported
+    case Outbox::Rewrite::NotUnsent: break;  // on its way or sent: a change of its own
+    }
     return d->enqueueChange(QStringLiteral("edit"), conv, 0, cmid, body, {}, false);
 }
 

@@ -82,24 +82,24 @@ QString Outbox::enqueue(const QString &kind, const QString &conv, const QString 
     return enqueue(std::move(row));
 }
 
-bool Outbox::rewriteUnsent(const QString &cmid, const QString &body) {
+Outbox::Rewrite Outbox::rewriteUnsent(const QString &cmid, const QString &body) {
     const auto it = ids_.constFind(cmid);
     if (it == ids_.cend())
-        return false;
+        return Rewrite::NotUnsent;
     Item &item = items_.at(*it);
     if (item.row.kind != u"send" || item.inFlight || item.settling || item.row.attempts > 0
         || item.markedAttempts > 0)
-        return false; // it may be on the server: the edit waits behind it instead
+        return Rewrite::NotUnsent; // it may be on the server: the edit waits behind it instead
     if (!storage_.rewriteOutboxBody(cmid, body)) {
         reporter_.storageFailed(QStringLiteral("cannot rewrite outbox entry"), storage_.lastError());
-        return false;
+        return Rewrite::Failed;
     }
     item.row.body = body;
     emit entryChanged(item.row.id);
     emit outboxChanged();
     emit timelineChanged(item.row.conv);
     emit draftWritten(item.row.conv);
-    return true;
+    return Rewrite::Done;
 }
 
 void Outbox::showPendingChanges(const QString &conv, QList<detail::MessageRow> &rows) const {

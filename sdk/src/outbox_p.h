@@ -78,9 +78,11 @@ public:
     QString enqueue(detail::OutboxRow row);
     /// Obligation 16: our send `cmid` is still in the outbox and no attempt
     /// of it has gone on the wire: its body becomes `body` (one request, the
-    /// new body). False if it is not such an entry (or storage failed:
-    /// lastError set).
-    bool rewriteUnsent(const QString &cmid, const QString &body);
+    /// new body): Done. NotUnsent if it is not such an entry (unknown, not
+    /// a send, or an attempt may be on the wire); Failed on a storage error
+    /// (reported).
+    enum class Rewrite { Done, NotUnsent, Failed };
+    Rewrite rewriteUnsent(const QString &cmid, const QString &body);
     /// Obligation 16: our edits and reactions of `conv` still in the outbox
     /// shown on `rows` at once (body, edited, reactions; changePending).
     void showPendingChanges(const QString &conv, QList<detail::MessageRow> &rows) const;
