@@ -391,6 +391,8 @@ void Client::close() {
     disconnectFromServer();
     d->outbox.clear();
     d->sync.clear();
+    d->fetchedQuotes.clear(); // another store may be another user's (obligation 10)
+    d->quotesAsked.clear();
     d->storage.close();
     emit outboxChanged();
     emit d->conversationsChanged();
@@ -512,6 +514,123 @@ QString Client::recall(const QString &conv, qint64 seq) {
         return {};
     }
     return d->outbox.enqueue(QStringLiteral("recall"), conv, QString(), seq);
+}
+
+void ClientPrivate::fillQuotes(const QString &conv, QList<detail::MessageRow> &rows) {
+    for (detail::MessageRow &r : rows) {
+        if (r.replyTo <= 0 || r.quoteKnown)
+            continue;
+        const QString key = conv + QLatin1Char('\n') + QString::number(r.replyTo);
+        const auto it = fetchedQuotes.constFind(key);
+        if (it != fetchedQuotes.cend()) {
+            r.quoteKnown = true;
+            r.quoteSender = it->sender;
+            r.quoteBody = it->body;
+            continue;
+        }
+        if (!conn.isSessionUp() || quotesAsked.contains(key))
+            continue;
+        quotesAsked.insert(key);
+        const QString rid = conn.nextRid();
+        conn.request(rid, proto::encodeFetch(rid, conv, r.replyTo),
+                     [this, key, conv](const std::optional<proto::Incoming> &reply) {
+                         const auto *f = reply ? std::get_if<proto::Fetched>(&reply->body) : nullptr;
+                         if (!f || f->ev.kind != u"msg") {
+                             // Not readable (NOT_FOUND), or no answer: asked again
+                             // by a later read only after no answer.
+                             if (!reply)
+                                 quotesAsked.remove(key);
+                             return;
+                         }
+                         fetchedQuotes.insert(key, {f->ev.sender, f->ev.editSeq > 0 ? f->ev.editBody : f->ev.body});
+                         emit timelineChanged(conv);
+                     });
+    }
+}
+
+QString ClientPrivate::refuse(const QString &why) {
+    reporter.lastError = why;
+    reportError(QStringLiteral("INVALID_ARGUMENT"), why);
+    return {};
+}
+
+QString ClientPrivate::enqueueChange(const QString &kind, const QString &conv, qint64 target, const QString &cmid,
+                                     const QString &body, const QString &emoji, bool on) {
+    detail::OutboxRow row;
+    row.kind = kind;
+    row.conv = conv;
+    row.body = body;
+    row.emoji = emoji;
+    row.on = on;
+    row.target = target;
+    if (target <= 0) {
+        // Our own message by cmid: its seq if known, else it waits behind it.
+        if (!storage.isOpen())
+            return refuse(QStringLiteral("database not open"));
+        bool final = false;
+        row.target = storage.ownSeq(conv, cmid, &final);
+        if (row.target <= 0) {
+            if (!outbox.contains(cmid))
+                return refuse(QStringLiteral("%1 is not a message of ours in %2 (or it failed)").arg(cmid, conv));
+            row.targetCmid = cmid;
+        }
+    }
+    return outbox.enqueue(std::move(row));
+}
+
+QString Client::reply(const QString &conv, qint64 seq, const QString &body) {
+    if (const QString why = proto::checkSend(conv, body); !why.isEmpty())
+        return d->refuse(QStringLiteral("reply refused: %1").arg(why));
+    if (seq < 1)
+        return d->refuse(QStringLiteral("reply refused: the replied-to seq must be >= 1"));
+    detail::OutboxRow row;
+    row.kind = QStringLiteral("send");
+    row.conv = conv;
+    row.body = body;
+    row.replyTo = seq;
+    return d->outbox.enqueue(std::move(row));
+}
+
+QString Client::edit(const QString &conv, qint64 target, const QString &body) {
+    if (const QString why = proto::checkSend(conv, body); !why.isEmpty())
+        return d->refuse(QStringLiteral("edit refused: %1").arg(why));
+    if (target < 1)
+        return d->refuse(QStringLiteral("edit refused: the target seq must be >= 1"));
+    return d->enqueueChange(QStringLiteral("edit"), conv, target, {}, body, {}, false);
+}
+
+QString Client::edit(const QString &conv, const QString &cmid, const QString &body) {
+    if (const QString why = proto::checkSend(conv, body); !why.isEmpty())
+        return d->refuse(QStringLiteral("edit refused: %1").arg(why));
+    if (cmid.isEmpty())
+        return d->refuse(QStringLiteral("edit refused: no target cmid"));
+    // Obligation 16: not on the wire yet: the entry itself takes the new body.
+    switch (d->outbox.rewriteUnsent(cmid, body)) {
+    case Outbox::Rewrite::Done: return cmid;
+    case Outbox::Rewrite::Failed: return {}; // storage error, reported
+    case Outbox::Rewrite::NotUnsent: break;  // on its way or sent: a change of its own
+    }
+    return d->enqueueChange(QStringLiteral("edit"), conv, 0, cmid, body, {}, false);
+}
+
+QString Client::react(const QString &conv, qint64 target, const QString &emoji, bool on) {
+    if (const QString why = proto::checkConv(conv); !why.isEmpty())
+        return d->refuse(QStringLiteral("react refused: %1").arg(why));
+    if (const QString why = proto::checkEmoji(emoji); !why.isEmpty())
+        return d->refuse(QStringLiteral("react refused: %1").arg(why));
+    if (target < 1)
+        return d->refuse(QStringLiteral("react refused: the target seq must be >= 1"));
+    return d->enqueueChange(QStringLiteral("react"), conv, target, {}, {}, emoji, on);
+}
+
+QString Client::react(const QString &conv, const QString &cmid, const QString &emoji, bool on) {
+    if (const QString why = proto::checkConv(conv); !why.isEmpty())
+        return d->refuse(QStringLiteral("react refused: %1").arg(why));
+    if (const QString why = proto::checkEmoji(emoji); !why.isEmpty())
+        return d->refuse(QStringLiteral("react refused: %1").arg(why));
+    if (cmid.isEmpty())
+        return d->refuse(QStringLiteral("react refused: no target cmid"));
+    return d->enqueueChange(QStringLiteral("react"), conv, 0, cmid, {}, emoji, on);
 }
 
 bool Client::markRead(const QString &conv, qint64 seq) {

@@ -64,6 +64,20 @@ public:
     /// Reports an error: Client::errorOccurred and then errorReported.
     void reportError(const QString &code, const QString &message);
     void storageFailed(const QString &what);
+    /// Bad input: lastError and errorOccurred("INVALID_ARGUMENT"); returns an empty cmid.
+    QString refuse(const QString &why);
+    /// An edit or react (Client::edit/react): by `target` seq, or (target 0)
+    /// of our message `cmid`, resolved to its seq or waiting behind it.
+    QString enqueueChange(const QString &kind, const QString &conv, qint64 target, const QString &cmid,
+                          const QString &body, const QString &emoji, bool on);
+    /// The quotes of `rows`' replies (contract section 12) that the store
+    /// does not hold: from the ones fetched earlier in this process, else
+    /// asked for now (`fetch`, once per message while connected); the
+    /// timeline is re-read when one arrives.
+    void fillQuotes(const QString &conv, QList<detail::MessageRow> &rows);
+    struct Quote { QString sender, body; };
+    QHash<QString, Quote> fetchedQuotes; ///< "conv\nseq" -> what `fetched` said
+    QSet<QString> quotesAsked;
     void enterStale(const QString &message);
     /// A reply classified EndSession (proto::classify): what ending the
     /// session means for its code (STALE_INSTALL: stale; UNAUTHENTICATED:

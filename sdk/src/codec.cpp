@@ -89,10 +89,38 @@ Event readEvent(const QJsonObject &o, Reader &outer) {
     e.body = r.optStr("body");
     e.ts = r.optNum("ts").value_or(0);
     e.epoch = r.optNum("epoch").value_or(0);
-    if (e.kind == u"recall")
+    if (e.kind == u"recall" || e.kind == u"edit" || e.kind == u"reaction")
         e.target = r.num("target");
     e.user = r.optStr("user");
     e.cmid = r.optStr("cmid");
+    if (e.kind == u"reaction") {
+        e.emoji = r.str("emoji");
+        e.on = r.boolean("on");
+    }
+    // Contract section 12: a msg's reply_to and its later changes.
+    e.replyTo = r.optNum("reply_to").value_or(0);
+    e.recalled = r.optBool("recalled");
+    if (o.contains(QStringLiteral("edit"))) {
+        Reader ed(r.object("edit"));
+        e.editSeq = ed.num("seq");
+        e.editBody = ed.str("body");
+        e.editTs = ed.optNum("ts").value_or(0);
+        if (!ed.error().isEmpty())
+            r.fail(QStringLiteral("edit: ") + ed.error());
+        else if (e.editSeq <= e.seq)
+            r.fail(QStringLiteral("edit: seq not above the message's"));
+    }
+    if (o.contains(QStringLiteral("reactions"))) {
+        for (const QJsonValue &v : r.array("reactions")) {
+            if (!v.isObject()) { r.fail(QStringLiteral("reactions: element is not an object")); break; }
+            Reader rr(v.toObject());
+            Reaction x{rr.str("emoji"), rr.num("count"), rr.optBool("me")};
+            if (!rr.error().isEmpty()) { r.fail(QStringLiteral("reactions: ") + rr.error()); break; }
+            if (x.count < 1) { r.fail(QStringLiteral("reactions: count below 1")); break; }
+            e.reactions.append(x);
+        }
+    }
+    e.reactionsSeq = r.optNum("reactions_seq").value_or(0);
     if (e.seq < 1)
         r.fail(QStringLiteral("event seq must be >= 1"));
     if (!r.error().isEmpty())
@@ -186,6 +214,21 @@ std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString 
         rc.seq = r.num("seq");
         rc.dup = r.optBool("dup");
         in.body = rc;
+    } else if (t == u"edited") {
+        Edited ed;
+        ed.conv = r.str("conv");
+        ed.seq = r.num("seq");
+        ed.dup = r.optBool("dup");
+        ed.epoch = r.optNum("epoch").value_or(0);
+        in.body = ed;
+    } else if (t == u"reacted") {
+        Reacted rc;
+        rc.conv = r.str("conv");
+        rc.seq = r.optNum("seq").value_or(0); // null: an on:false that found nothing
+        rc.dup = r.optBool("dup");
+        rc.changed = r.boolean("changed");
+        rc.epoch = r.optNum("epoch").value_or(0);
+        in.body = rc;
     } else if (t == u"convs") {
         Convs cs;
         for (const QJsonValue &v : r.array("convs")) {
@@ -256,13 +299,36 @@ QByteArray encodeHello(const QString &rid, const QString &token, const QString &
 }
 
 QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body,
-                      const QString &prev) {
+                      const QString &prev, qint64 replyTo) {
     QJsonObject o = request("send", rid);
     o.insert(QStringLiteral("conv"), conv);
     o.insert(QStringLiteral("cmid"), cmid);
     o.insert(QStringLiteral("body"), body);
     if (!prev.isEmpty())
         o.insert(QStringLiteral("prev"), prev);
+    if (replyTo > 0)
+        o.insert(QStringLiteral("reply_to"), replyTo);
+    return toFrame(o);
+}
+
+QByteArray encodeEdit(const QString &rid, const QString &conv, qint64 target, const QString &cmid,
+                      const QString &body) {
+    QJsonObject o = request("edit", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("target"), target);
+    o.insert(QStringLiteral("cmid"), cmid);
+    o.insert(QStringLiteral("body"), body);
+    return toFrame(o);
+}
+
+QByteArray encodeReact(const QString &rid, const QString &conv, qint64 target, const QString &cmid,
+                       const QString &emoji, bool on) {
+    QJsonObject o = request("react", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("target"), target);
+    o.insert(QStringLiteral("cmid"), cmid);
+    o.insert(QStringLiteral("emoji"), emoji);
+    o.insert(QStringLiteral("on"), on);
     return toFrame(o);
 }
 
@@ -375,6 +441,19 @@ Disposition classify(const std::optional<Incoming> &reply) {
         return Disposition::Terminal;
     }
     return Disposition::Success;
+}
+
+QString checkEmoji(const QString &emoji) {
+    if (emoji.isEmpty() || !emoji.isValidUtf16())
+        return QStringLiteral("the emoji must be 1-64 bytes of valid UTF-8");
+    if (emoji.toUtf8().size() > 64)
+        return QStringLiteral("the emoji is %1 bytes of UTF-8 (at most 64)").arg(emoji.toUtf8().size());
+    for (const QChar c : emoji) {
+        const char16_t u = c.unicode();
+        if (u < 0x20 || (u >= 0x7f && u <= 0x9f))
+            return QStringLiteral("the emoji contains a control character");
+    }
+    return {};
 }
 
 QString checkConv(const QString &conv) {

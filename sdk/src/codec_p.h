@@ -11,19 +11,39 @@
 
 namespace im::proto {
 
+/// One entry of a `msg` event's `reactions` (contract section 12).
+struct Reaction {
+    QString emoji{};
+    qint64 count = 0;
+    bool me = false;
+    bool operator==(const Reaction &) const = default;
+};
+
 /// An event as it appears in page.events, fetched.ev and the `event` push.
 struct Event {
     QString conv;
     qint64 seq = 0;
     QString mid;
-    QString kind;   // msg | recall | join | leave
+    QString kind;   // msg | recall | join | leave | edit | reaction
     QString sender;
-    QString body;   // msg only
+    QString body;   // msg and edit
     qint64 ts = 0;
     qint64 epoch = 0;
-    qint64 target = 0; // recall only
+    qint64 target = 0; // recall, edit, reaction
     QString user;      // join/leave only
-    QString cmid;      // msg/recall: the sender's request key (empty if the server omits it)
+    QString cmid;      // the sender's request key (empty if the server omits it)
+    // Contract section 12. msg: what it answers, and its later changes as
+    // of the snapshot that read it (0 / empty: none).
+    qint64 replyTo = 0;
+    qint64 editSeq = 0;  ///< the winning edit's seq (0: never edited)
+    QString editBody{};
+    qint64 editTs = 0;
+    QList<Reaction> reactions{};
+    qint64 reactionsSeq = 0;
+    bool recalled = false;
+    // reaction events
+    QString emoji{};
+    bool on = false;
     bool operator==(const Event &) const = default;
 };
 
@@ -47,6 +67,11 @@ struct Page {
 struct Acked { QString conv; qint64 delivered = 0; };
 struct ReadOk { QString conv; qint64 read = 0; };
 struct Recalled { QString conv; qint64 seq = 0; bool dup = false; };
+/// Reply to `edit` (contract section 12): the edit event's seq.
+struct Edited { QString conv; qint64 seq = 0; bool dup = false; qint64 epoch = 0; };
+/// Reply to `react`: `seq` is the event that set the state now (0 when an
+/// `on:false` found nothing); `changed` whether this request appended it.
+struct Reacted { QString conv; qint64 seq = 0; bool dup = false; bool changed = false; qint64 epoch = 0; };
 struct ConvInfo {
     QString conv, kind;
     qint64 head = 0, delivered = 0, read = 0, unread = 0, epoch = 0, minSeq = 1;
@@ -71,7 +96,7 @@ struct Unknown { QString type; };
 
 using Body = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, Convs, Fetched,
                           Subscribed, EventPush, Hint, Resync, Goaway, Error, TokenExpiring, Refreshed,
-                          Unknown>;
+                          Unknown, Edited, Reacted>;
 
 /// A decoded server frame. `rid` is empty for server-initiated frames.
 struct Incoming {
@@ -88,8 +113,16 @@ QByteArray encodeHello(const QString &rid, const QString &token, const QString &
 /// `prev` (empty: none): the cmid of this sender's previous message in the
 /// conversation, which the server requires committed before it appends this
 /// one (pipelined sends keep their order; docs/protocol.md, "Send").
+/// `replyTo` (0: none): the seq of the message this one answers (contract
+/// section 12).
 QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body,
-                      const QString &prev = {});
+                      const QString &prev = {}, qint64 replyTo = 0);
+/// Contract section 12: a new body for our message `target`.
+QByteArray encodeEdit(const QString &rid, const QString &conv, qint64 target, const QString &cmid,
+                      const QString &body);
+/// Contract section 12: sets our reaction `emoji` on `target` to `on`.
+QByteArray encodeReact(const QString &rid, const QString &conv, qint64 target, const QString &cmid,
+                       const QString &emoji, bool on);
 QByteArray encodeSync(const QString &rid, const QString &conv, qint64 after, int limit,
                       std::optional<qint64> epoch);
 QByteArray encodeAck(const QString &rid, const QString &conv, qint64 seq);
@@ -117,6 +150,11 @@ inline constexpr int MaxBodyCodePoints = 4000;
 inline constexpr qsizetype MaxFrameBytes = 64 * 1024;
 /// Empty if the server would accept a `send` of `body` to `conv`; else why not.
 QString checkSend(const QString &conv, const QString &body);
+/// Empty if the server would accept `emoji` in a `react` (1-64 bytes of
+/// UTF-8, no control characters); else why not.
+QString checkEmoji(const QString &emoji);
+/// At most this many distinct emoji of one user on one message.
+inline constexpr int MaxEmojiPerUser = 20;
 /// Empty if `conv` is a valid conversation id ([A-Za-z0-9._:-]{1,64}).
 QString checkConv(const QString &conv);
 

@@ -208,6 +208,9 @@ void MessageListModel::refreshOnce() {
             // Held drafts (obligation 10) show as such: from the outbox in memory.
             for (detail::MessageRow &r : *rows)
                 r.held = !r.cmid.isEmpty() && r.state == int(MessageState::Pending) && cp->outbox.isHeld(r.cmid);
+            // Our edits and reactions still in the outbox show at once (obligation 16).
+            cp->outbox.showPendingChanges(d->conv, *rows);
+            cp->fillQuotes(d->conv, *rows);
             d->localOlder = *older;
             d->bottom.reset();
             if (!gaps->isEmpty() && !*belowFirstGap)
@@ -319,6 +322,19 @@ QVariant MessageListModel::data(const QModelIndex &index, int role) const {
     case GapFromRole: return r.gapLo;
     case GapToRole: return r.gapHi;
     case HeldRole: return r.held;
+    case EditedRole: return r.edited;
+    case ReplyToRole: return r.replyTo;
+    case QuoteSenderRole: return r.quoteSender;
+    case QuoteTextRole: return r.quoteBody.section(u'\n', 0, 0);
+    case ReactionsRole: {
+        QVariantList list;
+        for (const proto::Reaction &x : r.reactions)
+            list.append(QVariantMap{{QStringLiteral("emoji"), x.emoji},
+                                    {QStringLiteral("count"), int(x.count)},
+                                    {QStringLiteral("mine"), x.me}});
+        return list;
+    }
+    case ChangePendingRole: return r.changePending;
     default: return {};
     }
 }
@@ -337,7 +353,9 @@ QHash<int, QByteArray> MessageListModel::roleNames() const {
             {TimestampRole, "timestamp"}, {KindRole, "kind"},   {DupRole, "dup"},
             {IsOwnRole, "isOwn"},       {UserRole, "user"},
             {GapFromRole, "gapFrom"},   {GapToRole, "gapTo"},
-            {HeldRole, "held"}};
+            {HeldRole, "held"},
+            {EditedRole, "edited"},     {ReplyToRole, "replyTo"}, {QuoteSenderRole, "quoteSender"},
+            {QuoteTextRole, "quoteText"}, {ReactionsRole, "reactions"}, {ChangePendingRole, "changePending"}};
 }
 
 } // namespace im

@@ -53,6 +53,10 @@ OutboxEntry Outbox::toEntry(const Item &item) {
     e->inFlight = item.inFlight;
     e->prev = item.sentPrev;
     e->held = item.held;
+    e->replyTo = item.row.replyTo;
+    e->emoji = item.row.emoji;
+    e->on = item.row.on;
+    e->targetCmid = item.row.targetCmid;
     return OutboxEntry(e);
 }
 
@@ -70,17 +74,106 @@ void Outbox::clear() {
 }
 
 QString Outbox::enqueue(const QString &kind, const QString &conv, const QString &body, qint64 target) {
+    detail::OutboxRow row;
+    row.kind = kind;
+    row.conv = conv;
+    row.body = body;
+    row.target = target;
+    return enqueue(std::move(row));
+}
+
+Outbox::Rewrite Outbox::rewriteUnsent(const QString &cmid, const QString &body) {
+    const auto it = ids_.constFind(cmid);
+    if (it == ids_.cend())
+        return Rewrite::NotUnsent;
+    Item &item = items_.at(*it);
+    if (item.row.kind != u"send" || item.inFlight || item.settling || item.row.attempts > 0
+        || item.markedAttempts > 0)
+        return Rewrite::NotUnsent; // it may be on the server: the edit waits behind it instead
+    if (!storage_.rewriteOutboxBody(cmid, body)) {
+        reporter_.storageFailed(QStringLiteral("cannot rewrite outbox entry"), storage_.lastError());
+        return Rewrite::Failed;
+    }
+    item.row.body = body;
+    emit entryChanged(item.row.id);
+    emit outboxChanged();
+    emit timelineChanged(item.row.conv);
+    emit draftWritten(item.row.conv);
+    return Rewrite::Done;
+}
+
+void Outbox::showPendingChanges(const QString &conv, QList<detail::MessageRow> &rows) const {
+    const auto c = convs_.constFind(conv);
+    if (c == convs_.cend())
+        return;
+    for (const qint64 id : *c) {
+        const Item &item = items_.at(id);
+        const detail::OutboxRow &o = item.row;
+        if (o.kind != u"edit" && o.kind != u"react")
+            continue;
+        for (detail::MessageRow &r : rows) {
+            if (r.kind != u"msg" || !((o.target > 0 && r.seq == o.target) || (!o.targetCmid.isEmpty() && r.cmid == o.targetCmid)))
+                continue;
+            r.changePending = true;
+            if (o.kind == u"edit") {
+                r.body = o.body; // in creation order: the newest pending edit wins
+                r.edited = true;
+                break;
+            }
+            auto it = std::find_if(r.reactions.begin(), r.reactions.end(),
+                                   [&](const proto::Reaction &x) { return x.emoji == o.emoji; });
+            if (o.on && (it == r.reactions.end() || !it->me)) {
+                if (it == r.reactions.end())
+                    it = r.reactions.insert(r.reactions.end(), proto::Reaction{o.emoji, 0, false});
+                ++it->count;
+                it->me = true;
+            } else if (!o.on && it != r.reactions.end() && it->me) {
+                it->me = false;
+                if (--it->count <= 0)
+                    r.reactions.erase(it);
+            }
+            break;
+        }
+    }
+}
+
+Outbox::Target Outbox::resolveTarget(Item &item) {
+    if (!isChange(item.row.kind) || item.row.target > 0)
+        return Target::Ready;
+    if (ids_.contains(item.row.targetCmid))
+        return Target::Wait; // the target is still in the outbox (or its answer is being written)
+    bool final = false;
+    const qint64 seq = storage_.ownSeq(item.row.conv, item.row.targetCmid, &final);
+    if (seq > 0) {
+        item.row.target = seq;
+        if (!storage_.resolveOutboxTarget(item.row.cmid, seq))
+            reporter_.storageFailed(QStringLiteral("cannot record outbox target"), storage_.lastError());
+        return Target::Ready; // (resolved again from the target's row after a restart)
+    }
+    if (!final)
+        return Target::Wait;
+    // The target failed or expired (or is unknown): it has no seq and never
+    // will; the change fails as the server would answer it, without a request.
+    qCInfo(lcOutbox, "%s in %s: its target %s has no seq and never will: NOT_FOUND", qUtf8Printable(item.row.cmid),
+           qUtf8Printable(item.row.conv), qUtf8Printable(item.row.targetCmid));
+    detail::Storage::Finish f;
+    f.cmid = item.row.cmid;
+    f.state = int(MessageState::Failed);
+    f.errorCode = QStringLiteral("NOT_FOUND");
+    item.settling = true;
+    finished_.append(f);
+    scheduleFlush();
+    return Target::Failed;
+}
+
+QString Outbox::enqueue(detail::OutboxRow row) {
     if (!storage_.isOpen()) {
         reporter_.fail(QStringLiteral("INVALID_ARGUMENT"), QStringLiteral("database not open"),
                        QStringLiteral("database not open"));
         return {};
     }
-    detail::OutboxRow row;
+    const QString conv = row.conv;
     row.cmid = QUuid::createUuid().toString(QUuid::WithoutBraces); // UUID v4, random (A1)
-    row.kind = kind;
-    row.conv = conv;
-    row.body = body;
-    row.target = target;
     row.createdAt = QDateTime::currentMSecsSinceEpoch();
     // Obligation 10: bound to the credential it is written under, never to
     // the store's user: a JWT names its user offline; an opaque token is its
@@ -211,7 +304,9 @@ bool Outbox::goesOutAtOnce(const Item &item) const {
     // window first: then the yes was wrong, and the entry waits marked.)
     if (!conn_.isSessionUp() || id_.stale || item.held || !belongsToSession(item) || inFlight_ >= window)
         return false;
-    const bool recall = item.row.kind == u"recall";
+    if (isChange(item.row.kind) && item.row.target <= 0)
+        return false; // waits for its target's seq
+    const bool recall = isChange(item.row.kind);
     int onWire = 0;
     const auto conv = convs_.constFind(item.row.conv);
     if (conv != convs_.cend()) {
@@ -219,7 +314,7 @@ bool Outbox::goesOutAtOnce(const Item &item) const {
             const Item &earlier = items_.at(id);
             if (earlier.settling || !belongsToSession(earlier))
                 continue;
-            if (!earlier.inFlight || earlier.row.kind == u"recall")
+            if (!earlier.inFlight || isChange(earlier.row.kind))
                 return false; // one waits ahead of it (its retry, or a recall's verdict)
             ++onWire;
         }
@@ -346,7 +441,7 @@ void Outbox::pump() {
         int onWire = 0;
         for (const qint64 id : *convs_.constFind(convs.at((start + k) % convs.size()))) {
             Item &item = items_.at(id);
-            const bool recall = item.row.kind == u"recall";
+            const bool recall = isChange(item.row.kind); // recall, edit, react: alone
             if (item.settling || !belongsToSession(item))
                 continue; // answered / another user's draft: never on this session
             if (item.inFlight) {
@@ -361,7 +456,14 @@ void Outbox::pump() {
                 break; // waits for its retry; so does the rest
             }
             if (budget <= 0 || onWire >= perConv || (recall && !prev.isEmpty()))
-                break; // the window is full / this conversation's share / a recall waits for all before it
+                break; // the window is full / this conversation's share / a change waits for all before it
+            if (recall) {
+                const Target t = resolveTarget(item);
+                if (t == Target::Wait)
+                    break; // its target has no seq yet; what follows waits too
+                if (t == Target::Failed)
+                    continue; // failed without a request: the next may go
+            }
             batch.append({&item, prev});
             --budget;
             ++onWire;
@@ -428,9 +530,12 @@ bool Outbox::cancel(const QString &cmid) {
 
 void Outbox::transmit(Item &item, const QString &prev) {
     const QString rid = conn_.nextRid();
-    const QByteArray frame = item.row.kind == u"recall"
-                                 ? proto::encodeRecall(rid, item.row.conv, item.row.target, item.row.cmid)
-                                 : proto::encodeSend(rid, item.row.conv, item.row.cmid, item.row.body, prev);
+    const detail::OutboxRow &r = item.row;
+    const QByteArray frame = r.kind == u"recall" ? proto::encodeRecall(rid, r.conv, r.target, r.cmid)
+                             : r.kind == u"edit" ? proto::encodeEdit(rid, r.conv, r.target, r.cmid, r.body)
+                             : r.kind == u"react"
+                                 ? proto::encodeReact(rid, r.conv, r.target, r.cmid, r.emoji, r.on)
+                                 : proto::encodeSend(rid, r.conv, r.cmid, r.body, prev, r.replyTo);
     ++item.row.attempts;
     item.inFlight = true;
     item.rid = rid;
@@ -504,9 +609,17 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
         } else if (const auto *r = std::get_if<proto::Recalled>(&reply->body)) {
             f.seq = r->seq;
             f.dup = r->dup;
+        } else if (const auto *ed = std::get_if<proto::Edited>(&reply->body)) {
+            f.seq = ed->seq;
+            f.dup = ed->dup;
+            f.epoch = ed->epoch;
+        } else if (const auto *rc = std::get_if<proto::Reacted>(&reply->body)) {
+            f.seq = rc->seq; // 0: an on:false that found nothing (nothing to undo)
+            f.dup = rc->dup;
+            f.epoch = rc->epoch;
         } else {
             // A success frame of the wrong type: treat as no reply.
-            reporter_.report(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("unexpected reply to send/recall"));
+            reporter_.report(QStringLiteral("PROTOCOL_ERROR"), QStringLiteral("unexpected reply to an outbox request"));
             if (current)
                 retry(item, QStringLiteral("PROTOCOL_ERROR"));
             return;
@@ -590,6 +703,7 @@ void Outbox::flush() {
     emit outboxChanged();
     for (const QString &conv : std::as_const(convs))
         emit timelineChanged(conv);
+    schedulePump(); // a change waiting for one of these targets may go now
 }
 
 void Outbox::settleOwnEvents(const QList<proto::Event> &events) {
@@ -602,6 +716,10 @@ void Outbox::settleOwnEvents(const QList<proto::Event> &events) {
             settled.body = proto::Recalled{e.conv, e.seq, false};
         else if (e.kind == u"msg")
             settled.body = proto::Sent{e.conv, e.seq, e.mid, false, e.epoch};
+        else if (e.kind == u"edit")
+            settled.body = proto::Edited{e.conv, e.seq, false, e.epoch};
+        else if (e.kind == u"reaction")
+            settled.body = proto::Reacted{e.conv, e.seq, false, true, e.epoch};
         else
             continue;
         onOutcome(QString(), e.cmid, settled);

@@ -11,9 +11,12 @@
 // entry waiting for its retry holds back its conversation; other
 // conversations go on. A send refused behind an unanswered `prev` is due
 // again at once (it waits behind k in the walk, not on its own timer); only
-// an entry sent with no `prev` backs off. A recall goes alone: it waits for
-// every earlier entry of its conversation to be answered, and later ones
-// wait for it. At most `window` requests are on the wire in all, at most
+// an entry sent with no `prev` backs off. A recall, an edit and a react
+// (changes, obligation 16) go alone: each waits for every earlier entry of
+// its conversation to be answered, and later ones wait for it. A change of
+// our own message not confirmed yet names it by cmid (targetCmid) and goes
+// once that message has its seq; if the message failed, so does the change
+// (NOT_FOUND, nothing sent). At most `window` requests are on the wire in all, at most
 // half of them of one conversation, and the walk over conversations starts
 // one further on each time (a big backlog does not starve the others).
 //
@@ -70,6 +73,23 @@ public:
     void clear();
     /// Commits a send/recall request and queues it; returns its cmid or empty.
     QString enqueue(const QString &kind, const QString &conv, const QString &body, qint64 target);
+    /// Commits any request (row: kind, conv and its fields; cmid, owner,
+    /// created_at are filled here) and queues it; returns its cmid or empty.
+    QString enqueue(detail::OutboxRow row);
+    /// Obligation 16: our send `cmid` is still in the outbox and no attempt
+    /// of it has gone on the wire: its body becomes `body` (one request, the
+    /// new body): Done. NotUnsent if it is not such an entry (unknown, not
+    /// a send, or an attempt may be on the wire); Failed on a storage error
+    /// (reported).
+    enum class Rewrite { Done, NotUnsent, Failed };
+    Rewrite rewriteUnsent(const QString &cmid, const QString &body);
+    /// Obligation 16: our edits and reactions of `conv` still in the outbox
+    /// shown on `rows` at once (body, edited, reactions; changePending).
+    void showPendingChanges(const QString &conv, QList<detail::MessageRow> &rows) const;
+    /// Recall, edit and react: they go alone, once their target has its seq.
+    static bool isChange(const QString &kind) {
+        return kind == u"recall" || kind == u"edit" || kind == u"react";
+    }
     /// Makes every entry due now and sends what the window allows.
     void resendPending();
     /// Puts due entries on the wire (session up, window and order permitting)
@@ -178,6 +198,11 @@ private:
     bool goesOutAtOnce(const Item &item) const;
     void noteHeld(); // heldChanged() if the count moved
     void onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);
+    // A change naming its target by cmid: Ready once the target's seq is
+    // known (row.target set), Wait while the target is still in the outbox,
+    // Failed (the entry is failed with NOT_FOUND) if it never will be.
+    enum class Target { Ready, Wait, Failed };
+    Target resolveTarget(Item &item);
     void transmit(Item &item, const QString &prev);
     void retry(Item &item, const QString &lastError);
     void scheduleFlush();

@@ -18,6 +18,10 @@ public:
     bool inFlight = false;
     QString prev;
     bool held = false;
+    qint64 replyTo = 0;
+    QString emoji;
+    bool on = false;
+    QString targetCmid;
 };
 
 } // namespace im

@@ -89,7 +89,7 @@ bool Storage::upsertConversations(const QList<proto::ConvInfo> &convs) {
             " delivered = MAX(delivered, excluded.delivered), read = MAX(read, excluded.read),"
             " unread = excluded.unread + (SELECT COUNT(*) FROM events e WHERE e.conv = excluded.conv"
             "  AND e.seq > excluded.head AND e.seq > MAX(conversations.read, excluded.read) AND e.kind = 'msg'"
-            "  AND e.sender IS NOT :self"
+            "  AND e.sender IS NOT :self AND e.recalled = 0"
             "  AND NOT EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)),"
             " unread_head = MAX(excluded.head, conversations.after),"
             " min_seq = MAX(min_seq, excluded.min_seq)"));
@@ -200,7 +200,7 @@ bool Storage::setRead(const QString &conv, qint64 read, bool *serverCountNeeded)
                 QSqlQuery c(db);
                 c.prepare(QStringLiteral(
                     "SELECT COUNT(*) FROM events e WHERE e.conv = :conv AND e.seq > :read AND e.seq <= :counted"
-                    " AND e.kind = 'msg' AND e.sender IS NOT :self"
+                    " AND e.kind = 'msg' AND e.sender IS NOT :self AND e.recalled = 0"
                     " AND NOT EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"));
                 c.bindValue(QStringLiteral(":conv"), conv);
                 c.bindValue(QStringLiteral(":read"), now);

@@ -105,6 +105,46 @@ const QList<QStringList> &migrations() {
             QStringLiteral("UPDATE conversations SET unread_head = head"),
             QStringLiteral("ALTER TABLE outbox ADD COLUMN owner TEXT"),
         },
+        // 4 -> 5: replies, edits and reactions (contract section 12,
+        // obligation 16). The outbox takes the kinds edit and react (its
+        // CHECK cannot be altered: the table is rebuilt with its ids, so
+        // creation order holds); events keep a msg's reply_to and its later
+        // changes (the winning edit, the reaction counts as JSON, the seqs
+        // they are known up to, recalled).
+        {
+            QStringLiteral(
+                "CREATE TABLE outbox_v5("
+                " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                " cmid TEXT NOT NULL UNIQUE,"
+                " kind TEXT NOT NULL CHECK(kind IN ('send','recall','edit','react')),"
+                " conv TEXT NOT NULL,"
+                " body TEXT,"
+                " target INTEGER,"
+                " created_at INTEGER NOT NULL,"
+                " attempts INTEGER NOT NULL DEFAULT 0,"
+                " last_error TEXT,"
+                " next_retry_at INTEGER,"
+                " owner TEXT,"
+                " reply_to INTEGER,"
+                " emoji TEXT,"
+                " react_on INTEGER,"
+                " target_cmid TEXT)"),
+            QStringLiteral("INSERT INTO outbox_v5(id, cmid, kind, conv, body, target, created_at, attempts, last_error,"
+                           " next_retry_at, owner) SELECT id, cmid, kind, conv, body, target, created_at, attempts,"
+                           " last_error, next_retry_at, owner FROM outbox"),
+            QStringLiteral("DROP TABLE outbox"),
+            QStringLiteral("ALTER TABLE outbox_v5 RENAME TO outbox"),
+            QStringLiteral("ALTER TABLE local_messages ADD COLUMN reply_to INTEGER"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN reply_to INTEGER"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN edit_seq INTEGER"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN edit_body TEXT"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN edit_ts INTEGER"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN reactions TEXT"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN reactions_seq INTEGER"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN recalled INTEGER NOT NULL DEFAULT 0"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN emoji TEXT"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN react_on INTEGER"),
+        },
     };
     return steps;
 }

@@ -26,28 +26,33 @@ qint64 Storage::enqueue(const OutboxRow &row) {
         QSqlQuery q(QSqlDatabase::database(connection_, false));
         // attempts > 0: the entry goes on the wire in the next turn, and its
         // on-the-wire mark rides this flush (Outbox::enqueue, issue 48).
-        q.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, target, created_at, owner, attempts)"
-                                 " VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
+        q.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, target, created_at, owner, attempts,"
+                                 " reply_to, emoji, react_on, target_cmid) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
         q.addBindValue(row.cmid);
         q.addBindValue(row.kind);
         q.addBindValue(row.conv);
         q.addBindValue(nullIfEmpty(row.body));
-        q.addBindValue(row.kind == u"recall" ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
+        q.addBindValue(row.target > 0 ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
         q.addBindValue(row.createdAt);
         q.addBindValue(nullIfEmpty(row.owner));
         q.addBindValue(row.attempts);
+        q.addBindValue(row.replyTo > 0 ? QVariant(row.replyTo) : QVariant(QMetaType(QMetaType::LongLong)));
+        q.addBindValue(nullIfEmpty(row.emoji));
+        q.addBindValue(row.kind == u"react" ? QVariant(row.on ? 1 : 0) : QVariant(QMetaType(QMetaType::Int)));
+        q.addBindValue(nullIfEmpty(row.targetCmid));
         if (!exec(q)) { q = QSqlQuery(); rollback(); return 0; }
         id = q.lastInsertId().toLongLong();
         QSqlQuery m(QSqlDatabase::database(connection_, false));
-        m.prepare(QStringLiteral("INSERT INTO local_messages(cmid, kind, conv, body, target, created_at, state)"
-                                 " VALUES(?, ?, ?, ?, ?, ?, ?)"));
+        m.prepare(QStringLiteral("INSERT INTO local_messages(cmid, kind, conv, body, target, created_at, state, reply_to)"
+                                 " VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
         m.addBindValue(row.cmid);
         m.addBindValue(row.kind);
         m.addBindValue(row.conv);
         m.addBindValue(nullIfEmpty(row.body));
-        m.addBindValue(row.kind == u"recall" ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
+        m.addBindValue(row.target > 0 ? QVariant(row.target) : QVariant(QMetaType(QMetaType::LongLong)));
         m.addBindValue(row.createdAt);
         m.addBindValue(int(MessageState::Pending));
+        m.addBindValue(row.replyTo > 0 ? QVariant(row.replyTo) : QVariant(QMetaType(QMetaType::LongLong)));
         if (!exec(m)) { q = QSqlQuery(); m = QSqlQuery(); rollback(); return 0; }
     }
     if (!commit())
@@ -58,7 +63,7 @@ qint64 Storage::enqueue(const OutboxRow &row) {
 std::optional<QList<OutboxRow>> Storage::loadOutbox() {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral("SELECT id, cmid, kind, conv, body, target, created_at, attempts, last_error,"
-                             " next_retry_at, owner FROM outbox ORDER BY id"));
+                             " next_retry_at, owner, reply_to, emoji, react_on, target_cmid FROM outbox ORDER BY id"));
     if (!exec(q))
         return std::nullopt;
     QList<OutboxRow> rows;
@@ -75,6 +80,10 @@ std::optional<QList<OutboxRow>> Storage::loadOutbox() {
         r.lastError = q.value(8).toString();
         r.nextRetryAt = q.value(9).toLongLong();
         r.owner = q.value(10).toString();
+        r.replyTo = q.value(11).toLongLong();
+        r.emoji = q.value(12).toString();
+        r.on = q.value(13).toInt() != 0;
+        r.targetCmid = q.value(14).toString();
         rows.append(r);
     }
     return rows;
@@ -162,6 +171,83 @@ bool Storage::markOnWire(const QList<QPair<QString, int>> &cmidAttempts) {
     return ok && commit();
 }
 
+bool Storage::rewriteOutboxBody(const QString &cmid, const QString &body) {
+    if (!begin())
+        return false;
+    {
+        QSqlDatabase db = QSqlDatabase::database(connection_, false);
+        QSqlQuery q(db), m(db);
+        q.prepare(QStringLiteral("UPDATE outbox SET body = ? WHERE cmid = ?"));
+        q.addBindValue(body);
+        q.addBindValue(cmid);
+        m.prepare(QStringLiteral("UPDATE local_messages SET body = ? WHERE cmid = ?"));
+        m.addBindValue(body);
+        m.addBindValue(cmid);
+        if (!exec(q) || !exec(m)) {
+            const QString e = error_;
+            q = QSqlQuery();
+            m = QSqlQuery();
+            rollback();
+            return fail(e);
+        }
+    }
+    return commit();
+}
+
+bool Storage::resolveOutboxTarget(const QString &cmid, qint64 target) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE outbox SET target = ? WHERE cmid = ?"));
+    q.addBindValue(target);
+    q.addBindValue(cmid);
+    if (!execRelaxed(q)) // can be had again: from the target's local_messages row
+        return false;
+    QSqlQuery m(QSqlDatabase::database(connection_, false));
+    m.prepare(QStringLiteral("UPDATE local_messages SET target = ? WHERE cmid = ?"));
+    m.addBindValue(target);
+    m.addBindValue(cmid);
+    return execRelaxed(m);
+}
+
+qint64 Storage::ownSeq(const QString &conv, const QString &cmid, bool *final) {
+    *final = false;
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT state, seq FROM local_messages WHERE cmid = ? AND conv = ? AND kind = 'send'"));
+    q.addBindValue(cmid);
+    q.addBindValue(conv);
+    if (!exec(q))
+        return 0;
+    if (q.next()) {
+        if (q.value(1).toLongLong() > 0)
+            return q.value(1).toLongLong();
+        *final = q.value(0).toInt() != int(MessageState::Pending);
+        return 0;
+    }
+    q.finish();
+    // Sent from another device of ours: its event carries the cmid.
+    QSqlQuery e(QSqlDatabase::database(connection_, false));
+    e.prepare(QStringLiteral("SELECT seq FROM events WHERE conv = ? AND cmid = ? AND kind = 'msg'"));
+    e.addBindValue(conv);
+    e.addBindValue(cmid);
+    if (exec(e) && e.next())
+        return e.value(0).toLongLong();
+    *final = true;
+    return 0;
+}
+
+Storage::Quoted Storage::quoted(const QString &conv, qint64 seq) {
+    Quoted out;
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT sender, COALESCE(edit_body, body) FROM events WHERE conv = ? AND seq = ? AND kind = 'msg'"));
+    q.addBindValue(conv);
+    q.addBindValue(seq);
+    if (exec(q) && q.next()) {
+        out.sender = q.value(0).toString();
+        out.body = q.value(1).toString();
+        out.found = true;
+    }
+    return out;
+}
+
 bool Storage::cancelOutbox(const QString &cmid) {
     if (!begin())
         return false;
@@ -199,7 +285,7 @@ bool Storage::discardMessage(const QString &cmid, bool *found) {
 
 std::optional<LocalMessage> Storage::localMessage(const QString &cmid) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
-    q.prepare(QStringLiteral("SELECT cmid, kind, conv, body, target, state, error_code, seq, dup"
+    q.prepare(QStringLiteral("SELECT cmid, kind, conv, body, target, state, error_code, seq, dup, reply_to"
                              " FROM local_messages WHERE cmid = ?"));
     q.addBindValue(cmid);
     if (!exec(q) || !q.next())
@@ -214,6 +300,7 @@ std::optional<LocalMessage> Storage::localMessage(const QString &cmid) {
     m.errorCode = q.value(6).toString();
     m.seq = q.value(7).toLongLong();
     m.dup = q.value(8).toBool();
+    m.replyTo = q.value(9).toLongLong();
     return m;
 }
 

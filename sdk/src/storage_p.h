@@ -22,10 +22,16 @@ namespace im::detail {
 struct OutboxRow {
     qint64 id = 0;
     QString cmid;
-    QString kind; // "send" | "recall"
+    QString kind; // "send" | "recall" | "edit" | "react"
     QString conv;
-    QString body;
-    qint64 target = 0;
+    QString body;   // send, edit
+    qint64 target = 0; // recall, edit, react: the target's seq (0: not known yet, see targetCmid)
+    qint64 replyTo = 0;  // send: the seq it answers (0: none)
+    QString emoji;       // react
+    bool on = false;     // react
+    /// edit, react of our own message not confirmed yet: its cmid; the
+    /// change waits until that message has its seq (obligation 16).
+    QString targetCmid;
     qint64 createdAt = 0;   // ms since epoch
     int attempts = 0;
     QString lastError;
@@ -75,6 +81,14 @@ struct MessageRow {
     QString user;   // join/leave
     qint64 gapLo = 0, gapHi = 0; // a gap marker row (kind "gap"): seqs not downloaded
     bool held = false; // a held draft (Outbox::isHeld), set by the model
+    // Contract section 12 (messages() fills them; pending changes of our
+    // outbox are applied on top by the client, see Client::pendingChanges).
+    qint64 replyTo = 0;
+    QString quoteSender, quoteBody; // the replied-to message, when stored here
+    bool quoteKnown = false;
+    bool edited = false;
+    QList<proto::Reaction> reactions;
+    bool changePending = false; // an edit or reaction of ours is still in the outbox
     QString key() const {
         if (gapHi > 0)
             return QStringLiteral("gap:%1").arg(gapLo);
@@ -86,6 +100,7 @@ struct MessageRow {
 struct LocalMessage {
     QString cmid, kind, conv, body;
     qint64 target = 0;
+    qint64 replyTo = 0;
     int state = 0;
     QString errorCode;
     qint64 seq = 0;
@@ -94,7 +109,7 @@ struct LocalMessage {
 
 class Storage {
 public:
-    static constexpr int SchemaVersion = 4;
+    static constexpr int SchemaVersion = 5;
     /// How long a statement waits for a database locked by someone else.
     static constexpr int BusyTimeoutMs = 250;
 
@@ -133,6 +148,17 @@ public:
     // one transaction with a flush (synchronous=FULL): after a power cut an
     // entry the server may hold must not look unsent.
     bool markOnWire(const QList<QPair<QString, int>> &cmidAttempts);
+    // Obligation 16: an edit of an entry not yet on the wire rewrites its
+    // body (outbox and timeline rows, one committed transaction).
+    bool rewriteOutboxBody(const QString &cmid, const QString &body);
+    // An edit/react waiting for its target's seq got it (targetCmid resolved).
+    bool resolveOutboxTarget(const QString &cmid, qint64 target);
+    // The seq of our message `cmid` once the server confirmed it (0: not
+    // yet, or never: *final says it failed or is unknown).
+    qint64 ownSeq(const QString &conv, const QString &cmid, bool *final);
+    // The `msg` at (conv, seq) as stored: sender and body (the current one).
+    struct Quoted { QString sender, body; bool found = false; };
+    Quoted quoted(const QString &conv, qint64 seq);
     // cancel(): the outbox row and its timeline row go, one transaction.
     bool cancelOutbox(const QString &cmid);
     // discard(): a Failed/Expired timeline row goes; false if there is none.
@@ -235,8 +261,15 @@ private:
     void rollback();
     bool migrate();
     bool fail(const QString &what);
-    // Inside a transaction: one event row (idempotent on (conv, seq)).
+    // Inside a transaction: one event row (idempotent on (conv, seq)). A
+    // msg's later changes (contract section 12) are kept where the stored
+    // row already knows newer ones (edit_seq / reactions_seq); an edit or
+    // reaction event is applied to its stored target only above those.
     bool insertEvent(const proto::Event &e, qint64 epoch);
+    bool applyChange(const proto::Event &e);
+    // messages(): each msg row's current body, reply_to and its quote,
+    // reactions (contract section 12).
+    bool addChanges(const QString &conv, qint64 from, QList<MessageRow> &rows);
     // Inside a transaction, before a page or newest window is stored: the
     // conversation's row exists; if it has no cursor (epoch 0: new, or reset
     // after CURSOR_AHEAD) local events and gaps above the server's `head`

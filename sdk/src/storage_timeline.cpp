@@ -9,6 +9,9 @@
 
 #include <QtCore/QDateTime>
 #include <QtCore/QHash>
+#include <QtCore/QJsonArray>
+#include <QtCore/QJsonDocument>
+#include <QtCore/QJsonObject>
 #include <QtCore/QSet>
 #include <QtCore/QVariant>
 #include <QtSql/QSqlError>
@@ -18,12 +21,68 @@
 
 namespace im::detail {
 
+namespace {
+
+QString reactionsJson(const QList<proto::Reaction> &list) {
+    if (list.isEmpty())
+        return {};
+    QJsonArray a;
+    for (const proto::Reaction &r : list)
+        a.append(QJsonObject{{QStringLiteral("emoji"), r.emoji}, {QStringLiteral("count"), r.count},
+                             {QStringLiteral("me"), r.me}});
+    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
+}
+
+QList<proto::Reaction> reactionsFrom(const QString &json) {
+    QList<proto::Reaction> out;
+    if (json.isEmpty())
+        return out;
+    for (const QJsonValue &v : QJsonDocument::fromJson(json.toUtf8()).array()) {
+        const QJsonObject o = v.toObject();
+        out.append({o.value(QLatin1String("emoji")).toString(), qint64(o.value(QLatin1String("count")).toDouble()),
+                    o.value(QLatin1String("me")).toBool()});
+    }
+    return out;
+}
+
+// Contract section 12's order: most counted first, ties in the emoji's byte order.
+void sortReactions(QList<proto::Reaction> &list) {
+    std::stable_sort(list.begin(), list.end(), [](const proto::Reaction &a, const proto::Reaction &b) {
+        return a.count != b.count ? a.count > b.count : a.emoji.toUtf8() < b.emoji.toUtf8();
+    });
+}
+
+QVariant nullIfZero(qint64 v) { return v > 0 ? QVariant(v) : QVariant(QMetaType(QMetaType::LongLong)); }
+
+} // namespace
+
 bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     // Keyed by (conv, seq): re-applying is harmless (events are immutable on
-    // the server; REPLACE also heals a rebuild after CURSOR_AHEAD).
-    q.prepare(QStringLiteral("INSERT OR REPLACE INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user, cmid)"
-                             " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    // the server; replacing also heals a rebuild after CURSOR_AHEAD). A msg's
+    // later changes (contract section 12) are the newer of what is stored
+    // and what this copy carries: by edit_seq, by reactions_seq (a tie keeps
+    // the stored one: a push's `me` is always false), and only for the same
+    // event (mid) -- another mid at this seq is another history's.
+    q.prepare(QStringLiteral(
+        "INSERT INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user, cmid, reply_to, edit_seq,"
+        " edit_body, edit_ts, reactions, reactions_seq, recalled, emoji, react_on)"
+        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(conv, seq) DO UPDATE SET mid = excluded.mid, kind = excluded.kind, sender = excluded.sender,"
+        " body = excluded.body, ts = excluded.ts, epoch = excluded.epoch, target = excluded.target,"
+        " user = excluded.user, cmid = excluded.cmid, reply_to = excluded.reply_to,"
+        " emoji = excluded.emoji, react_on = excluded.react_on,"
+        " edit_seq = CASE WHEN events.mid IS excluded.mid AND COALESCE(events.edit_seq, 0) > COALESCE(excluded.edit_seq, 0)"
+        "  THEN events.edit_seq ELSE excluded.edit_seq END,"
+        " edit_body = CASE WHEN events.mid IS excluded.mid AND COALESCE(events.edit_seq, 0) > COALESCE(excluded.edit_seq, 0)"
+        "  THEN events.edit_body ELSE excluded.edit_body END,"
+        " edit_ts = CASE WHEN events.mid IS excluded.mid AND COALESCE(events.edit_seq, 0) > COALESCE(excluded.edit_seq, 0)"
+        "  THEN events.edit_ts ELSE excluded.edit_ts END,"
+        " reactions = CASE WHEN events.mid IS excluded.mid AND events.reactions_seq IS NOT NULL"
+        "  AND events.reactions_seq >= COALESCE(excluded.reactions_seq, 0) THEN events.reactions ELSE excluded.reactions END,"
+        " reactions_seq = CASE WHEN events.mid IS excluded.mid AND events.reactions_seq IS NOT NULL"
+        "  AND events.reactions_seq >= COALESCE(excluded.reactions_seq, 0) THEN events.reactions_seq ELSE excluded.reactions_seq END,"
+        " recalled = CASE WHEN events.mid IS excluded.mid THEN MAX(events.recalled, excluded.recalled) ELSE excluded.recalled END"));
     q.addBindValue(e.conv);
     q.addBindValue(e.seq);
     q.addBindValue(e.mid);
@@ -32,10 +91,83 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     q.addBindValue(nullIfEmpty(e.body));
     q.addBindValue(e.ts);
     q.addBindValue(epoch);
-    q.addBindValue(e.kind == u"recall" ? QVariant(e.target) : QVariant(QMetaType(QMetaType::LongLong)));
+    q.addBindValue(nullIfZero(e.target));
     q.addBindValue(nullIfEmpty(e.user));
     q.addBindValue(e.cmid.isEmpty() ? QVariant(QMetaType(QMetaType::QString)) : QVariant(e.cmid));
-    return !eventInsertFault() && exec(q);
+    q.addBindValue(nullIfZero(e.replyTo));
+    q.addBindValue(nullIfZero(e.editSeq));
+    q.addBindValue(e.editSeq > 0 ? QVariant(e.editBody) : QVariant(QMetaType(QMetaType::QString)));
+    q.addBindValue(nullIfZero(e.editTs));
+    q.addBindValue(nullIfEmpty(reactionsJson(e.reactions)));
+    q.addBindValue(nullIfZero(e.reactionsSeq));
+    q.addBindValue(e.recalled ? 1 : 0);
+    q.addBindValue(nullIfEmpty(e.emoji));
+    q.addBindValue(e.kind == u"reaction" ? QVariant(e.on ? 1 : 0) : QVariant(QMetaType(QMetaType::Int)));
+    if (eventInsertFault() || !exec(q))
+        return false;
+    return applyChange(e);
+}
+
+bool Storage::applyChange(const proto::Event &e) {
+    // Contract section 12: a later edit or reaction event changes its stored
+    // target only when its seq is above what the target already shows
+    // (edit_seq / reactions_seq), so re-applying a page or a push is
+    // harmless. A target not stored here needs nothing: when it comes, its
+    // copy carries its changes as of then.
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    if (e.kind == u"edit") {
+        QSqlQuery u(db);
+        u.prepare(QStringLiteral("UPDATE events SET edit_seq = ?, edit_body = ?, edit_ts = ?"
+                                 " WHERE conv = ? AND seq = ? AND kind = 'msg' AND COALESCE(edit_seq, 0) < ?"));
+        u.addBindValue(e.seq);
+        u.addBindValue(e.body);
+        u.addBindValue(e.ts);
+        u.addBindValue(e.conv);
+        u.addBindValue(e.target);
+        u.addBindValue(e.seq);
+        return exec(u);
+    }
+    if (e.kind == u"recall") {
+        QSqlQuery u(db);
+        u.prepare(QStringLiteral("UPDATE events SET recalled = 1 WHERE conv = ? AND seq = ? AND kind = 'msg'"));
+        u.addBindValue(e.conv);
+        u.addBindValue(e.target);
+        return exec(u);
+    }
+    if (e.kind != u"reaction")
+        return true;
+    QSqlQuery s(db);
+    s.prepare(QStringLiteral("SELECT reactions FROM events WHERE conv = ? AND seq = ? AND kind = 'msg'"
+                             " AND COALESCE(reactions_seq, 0) < ?"));
+    s.addBindValue(e.conv);
+    s.addBindValue(e.target);
+    s.addBindValue(e.seq);
+    if (!exec(s))
+        return false;
+    if (!s.next())
+        return true; // not stored here, or already counted
+    QList<proto::Reaction> list = reactionsFrom(s.value(0).toString());
+    s.finish();
+    const std::optional<QString> self = meta(QStringLiteral("user"));
+    const bool mine = self && e.sender == *self;
+    auto it = std::find_if(list.begin(), list.end(), [&](const proto::Reaction &r) { return r.emoji == e.emoji; });
+    if (it == list.end() && e.on)
+        it = list.insert(list.end(), proto::Reaction{e.emoji, 0, false});
+    if (it != list.end()) {
+        it->count += e.on ? 1 : -1;
+        if (mine)
+            it->me = e.on;
+        if (it->count <= 0)
+            list.erase(it);
+    }
+    sortReactions(list);
+    QSqlQuery u(db);
+    u.prepare(QStringLiteral("UPDATE events SET reactions = ?, reactions_seq = ? WHERE conv = ? AND seq = ?"));
+    u.addBindValue(nullIfEmpty(reactionsJson(list)));
+    u.addBindValue(e.seq);
+    u.addBindValue(e.conv);
+    u.addBindValue(e.target);
+    return exec(u);
 }
 
 bool Storage::countArrivals(const QString &conv, const QList<proto::Event> &events) {
@@ -136,7 +268,7 @@ bool Storage::requeueLostOwn(const QString &conv, qint64 head) {
     QSqlDatabase db = QSqlDatabase::database(connection_, false);
     QSqlQuery q(db);
     q.prepare(QStringLiteral(
-        "SELECT lm.cmid, lm.body, lm.created_at FROM local_messages lm"
+        "SELECT lm.cmid, lm.body, lm.created_at, lm.reply_to FROM local_messages lm"
         " WHERE lm.conv = :conv AND lm.kind = 'send' AND lm.state = :sent AND lm.seq > :head"
         " AND NOT EXISTS(SELECT 1 FROM local_messages r WHERE r.conv = lm.conv AND r.kind = 'recall'"
         "  AND r.target = lm.seq AND r.state <> :failed)"
@@ -156,14 +288,15 @@ bool Storage::requeueLostOwn(const QString &conv, qint64 head) {
         r.conv = conv;
         r.body = q.value(1).toString();
         r.createdAt = q.value(2).toLongLong();
+        r.replyTo = q.value(3).toLongLong(); // a reply stays a reply (its fingerprint covers it)
         r.owner = QStringLiteral("user:") + *self; // it went out as this store's user once
         r.attempts = 1; // it was on the wire: cancel() must not drop what others may have read
         lost.append(r);
     }
     q.finish();
     QSqlQuery ins(db), upd(db);
-    ins.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, created_at, owner, attempts)"
-                               " VALUES(?, ?, ?, ?, ?, ?, ?)"));
+    ins.prepare(QStringLiteral("INSERT INTO outbox(cmid, kind, conv, body, created_at, owner, attempts, reply_to)"
+                               " VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
     upd.prepare(QStringLiteral("UPDATE local_messages SET state = ?, seq = NULL, epoch = NULL, dup = 0, error_code = NULL"
                                " WHERE cmid = ?"));
     for (OutboxRow &r : lost) {
@@ -174,6 +307,7 @@ bool Storage::requeueLostOwn(const QString &conv, qint64 head) {
         ins.addBindValue(r.createdAt);
         ins.addBindValue(r.owner);
         ins.addBindValue(r.attempts);
+        ins.addBindValue(r.replyTo > 0 ? QVariant(r.replyTo) : QVariant(QMetaType(QMetaType::LongLong)));
         if (!exec(ins))
             return false;
         r.id = ins.lastInsertId().toLongLong();
@@ -287,7 +421,9 @@ bool Storage::applyPushedEvents(const QList<proto::Event> &events, QList<bool> *
     "COALESCE(e.cmid, (SELECT l2.cmid FROM local_messages l2 WHERE l2.conv = e.conv" \
     " AND l2.seq = e.seq AND l2.epoch = e.epoch AND l2.kind = 'send'))"
 // ... and whether a recall event names it.
-#define IM_SQL_E_RECALLED "EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"
+#define IM_SQL_E_RECALLED "(e.recalled = 1 OR EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq))"
+// The kinds that are changes of another event, not rows of a timeline.
+#define IM_SQL_NOT_A_ROW "('recall', 'edit', 'reaction')"
 
 // The columns of a draft's row after its position (messages()).
 #define IM_SQL_DRAFT_COLUMNS \
@@ -310,7 +446,7 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         " FROM events e LEFT JOIN local_messages lm"
         "  ON lm.cmid = " IM_SQL_OWN_CMID_OF_E
         "  AND lm.conv = e.conv AND lm.kind = 'send' AND e.sender = :self"
-        " WHERE e.conv = :conv AND e.seq >= :from AND e.kind <> 'recall'"
+        " WHERE e.conv = :conv AND e.seq >= :from AND e.kind NOT IN " IM_SQL_NOT_A_ROW
         // Our drafts, in two halves that each read only what can be shown
         // (local_messages_conv is (conv, seq)): those with a seq read from
         // the window's floor up, never every draft the conversation ever
@@ -360,7 +496,92 @@ std::optional<QList<MessageRow>> Storage::messages(const QString &conv, const QS
         r.own = q.value(12).toBool();
         rows.append(r);
     }
+    q.finish();
+    if (!addChanges(conv, from, rows))
+        return std::nullopt;
     return rows;
+}
+
+bool Storage::addChanges(const QString &conv, qint64 from, QList<MessageRow> &rows) {
+    // Contract section 12 on the rows messages() read: the current body, a
+    // reply's quote, reactions. One range read of the window's changed
+    // messages, one of our unconfirmed replies, one of the quoted messages:
+    // no query per row.
+    QHash<qint64, qsizetype> bySeq;
+    QHash<QString, qsizetype> byCmid;
+    for (qsizetype i = 0; i < rows.size(); ++i) {
+        if (rows.at(i).kind != u"msg")
+            continue;
+        if (rows.at(i).seq > 0)
+            bySeq.insert(rows.at(i).seq, i);
+        else if (!rows.at(i).cmid.isEmpty())
+            byCmid.insert(rows.at(i).cmid, i);
+    }
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    QSqlQuery q(db);
+    q.prepare(QStringLiteral("SELECT seq, reply_to, edit_seq IS NOT NULL, edit_body, reactions FROM events"
+                             " WHERE conv = ? AND seq >= ? AND kind = 'msg'"
+                             " AND (reply_to IS NOT NULL OR edit_seq IS NOT NULL OR reactions IS NOT NULL)"));
+    q.addBindValue(conv);
+    q.addBindValue(from);
+    if (!exec(q))
+        return false;
+    QSet<qint64> quoted;
+    while (q.next()) {
+        const auto it = bySeq.constFind(q.value(0).toLongLong());
+        if (it == bySeq.cend())
+            continue;
+        MessageRow &r = rows[*it];
+        r.replyTo = q.value(1).toLongLong();
+        r.edited = q.value(2).toBool();
+        if (r.edited)
+            r.body = q.value(3).toString();
+        r.reactions = reactionsFrom(q.value(4).toString());
+        if (r.replyTo > 0)
+            quoted.insert(r.replyTo);
+    }
+    q.finish();
+    if (!byCmid.isEmpty()) {
+        // Our replies without a seq yet (Pending, Failed): their reply_to.
+        QSqlQuery l(db);
+        l.prepare(QStringLiteral("SELECT cmid, reply_to FROM local_messages WHERE conv = ? AND kind = 'send'"
+                                 " AND seq IS NULL AND reply_to IS NOT NULL"));
+        l.addBindValue(conv);
+        if (!exec(l))
+            return false;
+        while (l.next()) {
+            const auto it = byCmid.constFind(l.value(0).toString());
+            if (it == byCmid.cend())
+                continue;
+            rows[*it].replyTo = l.value(1).toLongLong();
+            quoted.insert(rows[*it].replyTo);
+        }
+    }
+    if (quoted.isEmpty())
+        return true;
+    QStringList marks;
+    for (qsizetype i = 0; i < quoted.size(); ++i)
+        marks << QStringLiteral("?");
+    QSqlQuery w(db);
+    w.prepare(QStringLiteral("SELECT seq, sender, COALESCE(edit_body, body) FROM events WHERE conv = ? AND kind = 'msg'"
+                             " AND seq IN (%1)").arg(marks.join(u',')));
+    w.addBindValue(conv);
+    for (const qint64 seq : std::as_const(quoted))
+        w.addBindValue(seq);
+    if (!exec(w))
+        return false;
+    QHash<qint64, QPair<QString, QString>> found;
+    while (w.next())
+        found.insert(w.value(0).toLongLong(), {w.value(1).toString(), w.value(2).toString()});
+    for (MessageRow &r : rows) {
+        const auto it = found.constFind(r.replyTo);
+        if (r.replyTo <= 0 || it == found.cend())
+            continue;
+        r.quoteKnown = true;
+        r.quoteSender = it->first;
+        r.quoteBody = it->second;
+    }
+    return true;
 }
 
 bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, bool *stale) {
@@ -447,7 +668,7 @@ std::optional<QList<Gap>> Storage::gaps(const QString &conv) {
 std::optional<qint64> Storage::floorFor(const QString &conv, qint64 below, int count) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     q.prepare(QStringLiteral("SELECT MIN(seq) FROM (SELECT seq FROM events WHERE conv = ? AND seq < ?"
-                             " AND kind <> 'recall' ORDER BY seq DESC LIMIT ?)"));
+                             " AND kind NOT IN " IM_SQL_NOT_A_ROW " ORDER BY seq DESC LIMIT ?)"));
     q.addBindValue(conv);
     q.addBindValue(below);
     q.addBindValue(count);
@@ -458,7 +679,7 @@ std::optional<qint64> Storage::floorFor(const QString &conv, qint64 below, int c
 
 std::optional<bool> Storage::hasEventsBelow(const QString &conv, qint64 seq) {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
-    q.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE conv = ? AND seq < ? AND kind <> 'recall')"));
+    q.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE conv = ? AND seq < ? AND kind NOT IN " IM_SQL_NOT_A_ROW ")"));
     q.addBindValue(conv);
     q.addBindValue(seq);
     if (!exec(q) || !q.next())
@@ -510,7 +731,7 @@ bool Storage::ownEventRecalled(const QString &conv, qint64 seq, const QString &c
     // carries (or, stored before schema 4, by our message at its seq and
     // epoch), and a recall event naming it.
     q.prepare(QStringLiteral(
-        "SELECT 1 FROM events e WHERE e.conv = :conv AND e.seq = :seq AND e.kind <> 'recall' AND e.sender = :self"
+        "SELECT 1 FROM events e WHERE e.conv = :conv AND e.seq = :seq AND e.kind = 'msg' AND e.sender = :self"
         " AND " IM_SQL_OWN_CMID_OF_E " = :cmid AND " IM_SQL_E_RECALLED));
     q.bindValue(QStringLiteral(":conv"), conv);
     q.bindValue(QStringLiteral(":seq"), seq);

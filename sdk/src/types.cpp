@@ -24,6 +24,10 @@ QString OutboxEntry::conv() const { return d->conv; }
 QString OutboxEntry::kind() const { return d->kind; }
 QString OutboxEntry::body() const { return d->body; }
 qint64 OutboxEntry::target() const { return d->target; }
+qint64 OutboxEntry::replyTo() const { return d->replyTo; }
+QString OutboxEntry::emoji() const { return d->emoji; }
+bool OutboxEntry::isOn() const { return d->on; }
+QString OutboxEntry::targetCmid() const { return d->targetCmid; }
 int OutboxEntry::attempts() const { return d->attempts; }
 QString OutboxEntry::lastError() const { return d->lastError; }
 QDateTime OutboxEntry::nextRetryAt() const { return d->nextRetryAt; }

@@ -3,6 +3,7 @@
 #include <QtCore/QDateTime>
 #include <QtCore/QJsonArray>
 #include <QtCore/QJsonDocument>
+#include <QtCore/QMap>
 #include <QtCore/QUuid>
 #include <QtWebSockets/QWebSocket>
 #include <QtWebSockets/QWebSocketServer>
@@ -328,11 +329,14 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
     if (!convs.contains(convId) || !convs[convId].members.contains(ses.user))
         return err(QStringLiteral("NOT_MEMBER"));
     Conv &c = convs[convId];
+    if (t == u"edit" || t == u"react")
+        return change(t, convId, req, ses);
     if (t == u"send" || t == u"recall") {
         const QString cmid = req.value(QStringLiteral("cmid")).toString();
         const QString key = ses.user + QLatin1Char('\n') + cmid;
         const QString fingerprint = t + QLatin1Char('\n')
-            + (t == u"send" ? req.value(QStringLiteral("body")).toString()
+            + (t == u"send" ? req.value(QStringLiteral("body")).toString() + QStringLiteral("\nreply:")
+                                  + QString::number(req.value(QStringLiteral("reply_to")).toInteger())
                             : QString::number(req.value(QStringLiteral("target")).toInteger()));
         if (c.keys.contains(key)) {
             if (c.fingerprints.value(key) != fingerprint)
@@ -356,7 +360,19 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
             return err(QStringLiteral("UNAVAILABLE"));
         qint64 seq = 0;
         if (t == u"send") {
-            seq = append(convId, ses.user, req.value(QStringLiteral("body")).toString(), cmid);
+            const qint64 replyTo = req.value(QStringLiteral("reply_to")).toInteger();
+            if (req.contains(QStringLiteral("reply_to"))
+                && (replyTo < c.minSeq || replyTo > c.head()
+                    || c.events.at(replyTo - 1).value(QStringLiteral("kind")).toString() != u"msg"))
+                return err(QStringLiteral("NOT_FOUND"));
+            QJsonObject ev{{QStringLiteral("kind"), QStringLiteral("msg")},
+                           {QStringLiteral("sender"), ses.user},
+                           {QStringLiteral("body"), req.value(QStringLiteral("body")).toString()}};
+            if (replyTo > 0)
+                ev.insert(QStringLiteral("reply_to"), replyTo);
+            if (eventsCarryCmid && !cmid.isEmpty())
+                ev.insert(QStringLiteral("cmid"), cmid);
+            seq = addEvent(convId, ev);
         } else {
             const qint64 target = req.value(QStringLiteral("target")).toInteger();
             if (target < c.minSeq || target > c.head())
@@ -401,7 +417,7 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
         QJsonArray evs;
         qint64 next = after;
         for (qint64 seq = std::max(after + 1, c.minSeq); seq <= c.head() && evs.size() < limit; ++seq) {
-            evs.append(c.events.at(seq - 1));
+            evs.append(withChanges(c, c.events.at(seq - 1), ses.user));
             next = seq;
         }
         if (evs.isEmpty())
@@ -430,7 +446,7 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
         }
         QJsonArray evs;
         for (const QJsonObject &e : std::as_const(window))
-            evs.append(e);
+            evs.append(withChanges(c, e, ses.user));
         ++historyRequests;
         return QJsonObject{{QStringLiteral("t"), QStringLiteral("page")},
                            {QStringLiteral("conv"), convId},
@@ -461,7 +477,127 @@ QJsonObject FakeServer::process(QWebSocket *s, const QJsonObject &req) {
         const qint64 seq = req.value(QStringLiteral("seq")).toInteger();
         if (seq < c.minSeq || seq > c.head())
             return err(QStringLiteral("NOT_FOUND"));
-        return QJsonObject{{QStringLiteral("t"), QStringLiteral("fetched")}, {QStringLiteral("ev"), c.events.at(seq - 1)}};
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("fetched")},
+                           {QStringLiteral("ev"), withChanges(c, c.events.at(seq - 1), ses.user)}};
     }
     return err(QStringLiteral("INVALID_ARGUMENT"));
+}
+
+QJsonObject FakeServer::withChanges(const Conv &c, const QJsonObject &ev, const QString &asker) const {
+    if (!annotateChanges || ev.value(QStringLiteral("kind")).toString() != u"msg")
+        return ev;
+    const qint64 seq = ev.value(QStringLiteral("seq")).toInteger();
+    QJsonObject out = ev;
+    QJsonObject edit;
+    qint64 reactionsSeq = 0;
+    QMap<QString, qint64> counts;
+    QSet<QString> mine;
+    for (const QJsonObject &e : c.events) {
+        if (e.value(QStringLiteral("target")).toInteger() != seq)
+            continue;
+        const QString kind = e.value(QStringLiteral("kind")).toString();
+        if (kind == u"recall") {
+            out.insert(QStringLiteral("recalled"), true);
+        } else if (kind == u"edit") {
+            edit = QJsonObject{{QStringLiteral("seq"), e.value(QStringLiteral("seq"))},
+                               {QStringLiteral("body"), e.value(QStringLiteral("body"))},
+                               {QStringLiteral("ts"), e.value(QStringLiteral("ts"))}};
+        } else if (kind == u"reaction") {
+            const QString emoji = e.value(QStringLiteral("emoji")).toString();
+            const bool on = e.value(QStringLiteral("on")).toBool();
+            counts[emoji] += on ? 1 : -1;
+            if (e.value(QStringLiteral("sender")).toString() == asker) {
+                if (on)
+                    mine.insert(emoji);
+                else
+                    mine.remove(emoji);
+            }
+            reactionsSeq = e.value(QStringLiteral("seq")).toInteger();
+        }
+    }
+    if (!edit.isEmpty())
+        out.insert(QStringLiteral("edit"), edit);
+    QList<QPair<QString, qint64>> list;
+    for (auto it = counts.cbegin(); it != counts.cend(); ++it)
+        if (it.value() > 0)
+            list.append({it.key(), it.value()});
+    std::stable_sort(list.begin(), list.end(), [](const auto &a, const auto &b) { return a.second > b.second; });
+    QJsonArray reactions;
+    for (const auto &[emoji, count] : std::as_const(list))
+        reactions.append(QJsonObject{{QStringLiteral("emoji"), emoji},
+                                     {QStringLiteral("count"), count},
+                                     {QStringLiteral("me"), mine.contains(emoji)}});
+    if (!reactions.isEmpty())
+        out.insert(QStringLiteral("reactions"), reactions);
+    if (reactionsSeq > 0)
+        out.insert(QStringLiteral("reactions_seq"), reactionsSeq);
+    return out;
+}
+
+QJsonObject FakeServer::change(const QString &t, const QString &convId, const QJsonObject &req, const Session &ses) {
+    auto err = [](const QString &code) {
+        return QJsonObject{{QStringLiteral("t"), QStringLiteral("error")}, {QStringLiteral("code"), code}};
+    };
+    Conv &c = convs[convId];
+    const bool edit = t == u"edit";
+    const QString cmid = req.value(QStringLiteral("cmid")).toString();
+    const qint64 target = req.value(QStringLiteral("target")).toInteger();
+    const QString emoji = req.value(QStringLiteral("emoji")).toString();
+    const bool on = req.value(QStringLiteral("on")).toBool();
+    const QString key = ses.user + QLatin1Char('\n') + cmid;
+    const QString fingerprint = edit ? QStringLiteral("edit\n%1\n%2").arg(target).arg(req.value(QStringLiteral("body")).toString())
+                                     : QStringLiteral("react\n%1\n%2\n%3").arg(target).arg(emoji).arg(on ? 1 : 0);
+    auto answer = [&](qint64 seq, bool dup, bool changed) {
+        QJsonObject o{{QStringLiteral("t"), edit ? QStringLiteral("edited") : QStringLiteral("reacted")},
+                      {QStringLiteral("conv"), convId},
+                      {QStringLiteral("seq"), seq > 0 ? QJsonValue(seq) : QJsonValue(QJsonValue::Null)},
+                      {QStringLiteral("dup"), dup},
+                      {QStringLiteral("epoch"), c.epoch}};
+        if (!edit)
+            o.insert(QStringLiteral("changed"), changed);
+        return o;
+    };
+    if (c.keys.contains(key)) {
+        if (c.fingerprints.value(key) != fingerprint)
+            return err(QStringLiteral("IDEMPOTENCY_MISMATCH"));
+        return answer(c.keys.value(key), true, true);
+    }
+    if (target < c.minSeq || target < 1 || target > c.head())
+        return err(QStringLiteral("NOT_FOUND"));
+    const QJsonObject &tev = c.events.at(target - 1);
+    if (tev.value(QStringLiteral("kind")).toString() != u"msg")
+        return err(QStringLiteral("INVALID_ARGUMENT"));
+    if (edit && tev.value(QStringLiteral("sender")).toString() != ses.user)
+        return err(QStringLiteral("NOT_SENDER"));
+    for (const QJsonObject &e : c.events)
+        if (e.value(QStringLiteral("kind")).toString() == u"recall" && e.value(QStringLiteral("target")).toInteger() == target)
+            return err(QStringLiteral("ALREADY_RECALLED"));
+    QJsonObject ev{{QStringLiteral("sender"), ses.user}, {QStringLiteral("target"), target}};
+    if (eventsCarryCmid)
+        ev.insert(QStringLiteral("cmid"), cmid);
+    if (edit) {
+        if (c.editWindowMs == 0
+            || QDateTime::currentMSecsSinceEpoch() > tev.value(QStringLiteral("ts")).toInteger() + c.editWindowMs)
+            return err(QStringLiteral("EDIT_WINDOW_EXPIRED"));
+        ev.insert(QStringLiteral("kind"), QStringLiteral("edit"));
+        ev.insert(QStringLiteral("body"), req.value(QStringLiteral("body")).toString());
+    } else {
+        const QString state = QStringLiteral("%1\n%2\n%3").arg(ses.user).arg(target).arg(emoji);
+        if (c.reactionState.contains(state) == on) // already as asked: nothing appended, no key
+            return answer(c.reactionState.value(state), false, false);
+        ev.insert(QStringLiteral("kind"), QStringLiteral("reaction"));
+        ev.insert(QStringLiteral("emoji"), emoji);
+        ev.insert(QStringLiteral("on"), on);
+    }
+    const qint64 seq = addEvent(convId, ev);
+    if (!edit) {
+        const QString state = QStringLiteral("%1\n%2\n%3").arg(ses.user).arg(target).arg(emoji);
+        if (on)
+            c.reactionState.insert(state, seq);
+        else
+            c.reactionState.remove(state);
+    }
+    convs[convId].keys.insert(key, seq);
+    convs[convId].fingerprints.insert(key, fingerprint);
+    return answer(seq, false, true);
 }

@@ -6,7 +6,9 @@
 //
 // Like imserver (spec/contract.md): a request key (conv, sender, cmid) with
 // another body/target answers IDEMPOTENCY_MISMATCH; a second recall of one
-// target answers ALREADY_RECALLED; a recall past the conversation's window
+// target answers ALREADY_RECALLED; `edit` and `react` follow contract
+// section 12 (NOT_FOUND, INVALID_ARGUMENT, NOT_SENDER, ALREADY_RECALLED,
+// EDIT_WINDOW_EXPIRED; a react that changes nothing appends nothing); a recall past the conversation's window
 // answers RECALL_WINDOW_EXPIRED; a send whose `prev` names a key of the
 // sender not yet stored answers UNAVAILABLE; events carry the sender's cmid when
 // eventsCarryCmid is set; createConv()/
@@ -37,6 +39,8 @@ public:
         QHash<QString, qint64> keys;          // "user\ncmid" -> seq
         QHash<QString, QString> fingerprints; // "user\ncmid" -> "send\nBODY" / "recall\nTARGET"
         qint64 recallWindowMs = 120000;       // imserver's default
+        qint64 editWindowMs = 172800000;      // contract section 12's default; 0: no edits
+        QHash<QString, qint64> reactionState; // "user\ntarget\nemoji" -> seq of the event that set it on
         QHash<QString, qint64> delivered;     // device -> seq
         QHash<QString, qint64> read;          // user -> seq
         qint64 head() const { return events.size(); }
@@ -70,6 +74,10 @@ public:
     // should turn it on.
     bool eventsCarryCmid = false;
     int pageLimit = 0;                 // > 0 caps sync pages
+    // Contract section 12: msg events in pages and `fetched` carry their
+    // later changes (edit, reactions with `me` for the asker, reactions_seq,
+    // recalled) as of the answer, as imserver's do; pushes carry none.
+    bool annotateChanges = true;
     std::function<void(const QJsonObject &)> onFrame; // runs before any processing
 
     // Tokens (contract sections 4, 4a). `hello` and `refresh` accept
@@ -84,6 +92,8 @@ public:
 
     // actions
     qint64 append(const QString &conv, const QString &sender, const QString &body, const QString &cmid = {});
+    /// Appends any event (kind and its fields in `ev`; seq, mid, ts, epoch added) and pushes it.
+    qint64 appendEvent(const QString &conv, const QJsonObject &ev) { return addEvent(conv, ev); }
     qint64 appendRecall(const QString &conv, const QString &sender, qint64 target, const QString &cmid = {});
     // As imserver's admin: a new conversation whose members each join with a `join` event.
     void createConv(const QString &conv, const QStringList &members, const QString &kind = QStringLiteral("group"));
@@ -123,6 +133,8 @@ private:
     void error(QWebSocket *s, const QJsonObject &req, const QString &code);
     QJsonObject process(QWebSocket *s, const QJsonObject &req);
     qint64 addEvent(const QString &conv, QJsonObject ev);
+    QJsonObject withChanges(const Conv &c, const QJsonObject &ev, const QString &asker) const;
+    QJsonObject change(const QString &t, const QString &convId, const QJsonObject &req, const Session &ses);
     /// The user a token names, or empty if it is refused.
     QString userOfToken(const QString &token) const;
 

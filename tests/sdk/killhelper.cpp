@@ -5,6 +5,10 @@
 //   killhelper send   --db F --url U --token T --conv C --body B
 //       connects, sends one message, prints "CMID <cmid>", then keeps running
 //       (prints "SENT" when the reply was processed).
+//   killhelper changes --db F --url U --token T --conv C --body B
+//       connects, sends one message, then edits it and reacts to it by its
+//       cmid (contract section 12), prints "CMIDS <send> <edit> <react>",
+//       then keeps running.
 //   killhelper resend --db F --url U --token T
 //       connects and prints "DONE" once the outbox is empty, then exits 0.
 //   killhelper hold   --db F
@@ -36,13 +40,14 @@ int main(int argc, char **argv) {
     p.addOption({QStringLiteral("conv"), QStringLiteral("conversation"), QStringLiteral("conv")});
     p.addOption({QStringLiteral("body"), QStringLiteral("message body"), QStringLiteral("body")});
     p.addOption({QStringLiteral("page"), QStringLiteral("sync page size"), QStringLiteral("n"), QStringLiteral("50")});
+    p.addOption({QStringLiteral("timeout"), QStringLiteral("request timeout (ms)"), QStringLiteral("ms"), QStringLiteral("2000")});
     p.process(app);
     const QString mode = p.positionalArguments().value(0);
 
     im::Client client;
     client.setServers({QUrl(p.value(QStringLiteral("url")))});
     client.setCredentials(p.value(QStringLiteral("token")));
-    client.setRequestTimeout(2000);
+    client.setRequestTimeout(p.value(QStringLiteral("timeout")).toInt());
     client.setReconnectBackoff(100, 1000);
     client.setSyncPageSize(p.value(QStringLiteral("page")).toInt());
     QObject::connect(&client, &im::Client::errorOccurred, [](const QString &code, const QString &msg) {
@@ -76,6 +81,22 @@ int main(int argc, char **argv) {
                          [](const QString &, const QString &, qint64 seq, im::MessageState st, const QString &) {
                              if (st == im::MessageState::Sent)
                                  say(QStringLiteral("SENT %1").arg(seq));
+                         });
+    } else if (mode == u"changes") {
+        const QString conv = p.value(QStringLiteral("conv"));
+        const QString body = p.value(QStringLiteral("body"));
+        QObject::connect(&client, &im::Client::connectionStateChanged, &client,
+                         [&client, conv, body](im::ConnectionState s) {
+                             static bool sent = false;
+                             if (s != im::ConnectionState::Connected || sent)
+                                 return;
+                             sent = true;
+                             QTimer::singleShot(300, &client, [&client, conv, body] {
+                                 const QString target = client.send(conv, body);
+                                 const QString edit = client.edit(conv, target, body + QStringLiteral(" (edited)"));
+                                 const QString react = client.react(conv, target, QStringLiteral("\U0001F44D"), true);
+                                 say(QStringLiteral("CMIDS %1 %2 %3").arg(target, edit, react));
+                             });
                          });
     } else if (mode == u"resend") {
         QObject::connect(&client, &im::Client::outboxChanged, &client, [&client] {

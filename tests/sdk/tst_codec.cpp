@@ -16,6 +16,7 @@ private slots:
     void rejects_malformed_frames_data();
     void rejects_malformed_frames();
     void page_fields_are_decoded_exactly();
+    void a_msg_carries_its_later_changes();
     void encodes_requests_as_the_contract_spells_them_data();
     void encodes_requests_as_the_contract_spells_them();
     void only_unavailable_and_no_reply_are_retryable_data();
@@ -49,6 +50,12 @@ void TestCodec::decodes_every_server_frame_type_data() {
     QTest::newRow("history window") << QByteArray(R"({"t":"page","rid":"r2","conv":"c","events":[{"conv":"c","seq":7,"kind":"msg","epoch":1}],"oldest":7,"has_older":true,"head":9,"min_seq":1,"trimmed":false,"epoch":1})") << 2 << "r2";
     QTest::newRow("convs page") << QByteArray(R"({"t":"convs","rid":"r3","convs":[{"conv":"a","kind":"group","head":3,"epoch":1}],"next_after":"a","has_more":true})") << 6 << "r3";
     QTest::newRow("join event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":1,"mid":"m","kind":"join","user":"cy","ts":1,"epoch":1}})") << 9 << "";
+    // Contract section 12.
+    QTest::newRow("edited") << QByteArray(R"({"t":"edited","conv":"c","seq":10,"dup":false,"epoch":1,"rid":"e1"})") << 17 << "e1";
+    QTest::newRow("reacted") << QByteArray(R"({"t":"reacted","conv":"c","seq":11,"dup":false,"changed":true,"epoch":1,"rid":"x1"})") << 18 << "x1";
+    QTest::newRow("reacted, nothing to undo") << QByteArray(R"({"t":"reacted","conv":"c","seq":null,"dup":false,"changed":false,"epoch":1,"rid":"x3"})") << 18 << "x3";
+    QTest::newRow("edit event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":10,"mid":"m","kind":"edit","sender":"ben","body":"yes!","target":9,"cmid":"k","ts":1,"epoch":1}})") << 9 << "";
+    QTest::newRow("reaction event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":11,"mid":"m","kind":"reaction","sender":"ana","target":9,"emoji":"\ud83d\udc4d","on":true,"ts":1,"epoch":1}})") << 9 << "";
 }
 
 void TestCodec::decodes_every_server_frame_type() {
@@ -82,6 +89,12 @@ void TestCodec::rejects_malformed_frames_data() {
     QTest::newRow("history window above its head") << QByteArray(R"({"t":"page","rid":"r","conv":"c","events":[{"conv":"c","seq":7,"kind":"msg","epoch":1}],"oldest":7,"has_older":false,"head":6,"epoch":1})") << "r";
     QTest::newRow("convs has_more without next_after") << QByteArray(R"({"t":"convs","rid":"r","convs":[{"conv":"a","head":3,"epoch":1}],"has_more":true})") << "r";
     QTest::newRow("error without code") << QByteArray(R"({"t":"error","rid":"r"})") << "r";
+    QTest::newRow("reaction without emoji") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"reaction","target":3,"on":true,"epoch":1}})") << "";
+    QTest::newRow("reaction on not a bool") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"reaction","target":3,"emoji":"x","on":1,"epoch":1}})") << "";
+    QTest::newRow("edit without target") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"edit","body":"b","epoch":1}})") << "";
+    QTest::newRow("msg edit not above it") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"msg","edit":{"seq":4,"body":"b"},"epoch":1}})") << "";
+    QTest::newRow("msg reaction count 0") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"msg","reactions":[{"emoji":"x","count":0,"me":false}],"epoch":1}})") << "";
+    QTest::newRow("reacted without changed") << QByteArray(R"({"t":"reacted","rid":"r","conv":"c","seq":3})") << "r";
 }
 
 void TestCodec::rejects_malformed_frames() {
@@ -115,6 +128,36 @@ void TestCodec::page_fields_are_decoded_exactly() {
     QCOMPARE(p.epoch, 2);
 }
 
+void TestCodec::a_msg_carries_its_later_changes() {
+    // docs/protocol.md's example of a msg with its changes (contract section 12).
+    const QByteArray frame = R"({"t":"fetched","rid":"f","ev":{"conv":"ana-ben","seq":9,"mid":"m","kind":"msg","sender":"ben","body":"yes","reply_to":3,
+        "edit":{"seq":10,"body":"yes!","ts":1732870001000},
+        "reactions":[{"emoji":"a","count":2,"me":true},{"emoji":"b","count":1,"me":false}],
+        "reactions_seq":12,"recalled":true,"cmid":"8c1f","ts":1732870000123,"epoch":1}})";
+    QString error;
+    const auto in = decode(frame, &error);
+    QVERIFY2(in, qPrintable(error));
+    const Event &e = std::get<Fetched>(in->body).ev;
+    QCOMPARE(e.replyTo, 3);
+    QCOMPARE(e.editSeq, 10);
+    QCOMPARE(e.editBody, QStringLiteral("yes!"));
+    QCOMPARE(e.editTs, 1732870001000);
+    QCOMPARE(e.reactions, (QList<Reaction>{{QStringLiteral("a"), 2, true}, {QStringLiteral("b"), 1, false}}));
+    QCOMPARE(e.reactionsSeq, 12);
+    QVERIFY(e.recalled);
+    const auto r = decode(R"({"t":"reacted","conv":"c","seq":null,"dup":false,"changed":false,"epoch":1,"rid":"x"})", &error);
+    QVERIFY2(r, qPrintable(error));
+    QCOMPARE(std::get<Reacted>(r->body).seq, 0);
+    QVERIFY(!std::get<Reacted>(r->body).changed);
+    // Client-side checks of an emoji (1-64 bytes of UTF-8, no control characters).
+    QVERIFY(checkEmoji(QStringLiteral("\U0001F44D")).isEmpty());
+    QVERIFY(checkEmoji(QString(64, u'a')).isEmpty());
+    QVERIFY(!checkEmoji(QString(65, u'a')).isEmpty());
+    QVERIFY(!checkEmoji(QString()).isEmpty());
+    QVERIFY(!checkEmoji(QStringLiteral("a\tb")).isEmpty());
+    QVERIFY(!checkEmoji(QString(QChar(0x85))).isEmpty());
+}
+
 void TestCodec::encodes_requests_as_the_contract_spells_them_data() {
     QTest::addColumn<QByteArray>("frame");
     QTest::addColumn<QByteArray>("expected");
@@ -141,6 +184,13 @@ void TestCodec::encodes_requests_as_the_contract_spells_them_data() {
     QTest::newRow("fetch") << encodeFetch(QStringLiteral("r8"), QStringLiteral("c"), 2)
                            << QByteArray(R"({"conv":"c","rid":"r8","seq":2,"t":"fetch"})");
     QTest::newRow("sub") << encodeSub(QStringLiteral("r9")) << QByteArray(R"({"rid":"r9","t":"sub"})");
+    QTest::newRow("send with reply_to")
+        << encodeSend(QStringLiteral("s9"), QStringLiteral("c"), QStringLiteral("u-3"), QStringLiteral("yes"), {}, 3)
+        << QByteArray(R"({"body":"yes","cmid":"u-3","conv":"c","reply_to":3,"rid":"s9","t":"send"})");
+    QTest::newRow("edit") << encodeEdit(QStringLiteral("e1"), QStringLiteral("c"), 9, QStringLiteral("u-4"), QStringLiteral("yes!"))
+                          << QByteArray(R"({"body":"yes!","cmid":"u-4","conv":"c","rid":"e1","t":"edit","target":9})");
+    QTest::newRow("react") << encodeReact(QStringLiteral("x1"), QStringLiteral("c"), 9, QStringLiteral("u-5"), QStringLiteral("ok"), false)
+                           << QByteArray(R"({"cmid":"u-5","conv":"c","emoji":"ok","on":false,"rid":"x1","t":"react","target":9})");
 }
 
 void TestCodec::encodes_requests_as_the_contract_spells_them() {
@@ -160,9 +210,11 @@ void TestCodec::only_unavailable_and_no_reply_are_retryable_data() {
     QTest::newRow("sent") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":1,"mid":"m","dup":false})") << S;
     QTest::newRow("sent dup") << QByteArray(R"({"t":"sent","rid":"r","conv":"c","seq":1,"mid":"m","dup":true})") << S;
     QTest::newRow("UNAVAILABLE") << QByteArray(R"({"t":"error","rid":"r","code":"UNAVAILABLE"})") << R;
+    QTest::newRow("edited") << QByteArray(R"({"t":"edited","rid":"r","conv":"c","seq":4,"dup":false,"epoch":1})") << S;
+    QTest::newRow("reacted") << QByteArray(R"({"t":"reacted","rid":"r","conv":"c","seq":null,"dup":false,"changed":false,"epoch":1})") << S;
     for (const char *code : {"INVALID_ARGUMENT", "NOT_MEMBER", "IDEMPOTENCY_MISMATCH",
                              "ORIGINAL_EXPIRED", "NOT_SENDER", "ALREADY_RECALLED", "RECALL_WINDOW_EXPIRED",
-                             "NOT_FOUND", "CURSOR_AHEAD", "EPOCH_CHANGED", "SOME_FUTURE_CODE"})
+                             "NOT_FOUND", "CURSOR_AHEAD", "EPOCH_CHANGED", "SOME_FUTURE_CODE", "EDIT_WINDOW_EXPIRED"})
         QTest::newRow(code) << (QByteArray(R"({"t":"error","rid":"r","code":")") + code + "\"}") << T;
     // Verdicts on the session, not on the request (issue 26 item 7): the
     // outbox keeps the entry and the session ends; classify() says so, no

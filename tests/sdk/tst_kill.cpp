@@ -34,6 +34,8 @@ private slots:
     void killed_sender_is_resent_once_with_the_same_cmid_data();
     void killed_sender_is_resent_once_with_the_same_cmid();
     void sync_killed_mid_conversation_resumes_without_loss_or_duplicates();
+    void killed_edit_and_reaction_land_once_after_their_target_data();
+    void killed_edit_and_reaction_land_once_after_their_target();
     void a_store_is_opened_by_one_process_at_a_time();
 };
 
@@ -180,6 +182,84 @@ void TestKill::sync_killed_mid_conversation_resumes_without_loss_or_duplicates()
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(DISTINCT body) FROM events WHERE conv = 'c1'")).toInt(), total);
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT MAX(seq) - MIN(seq) + 1 FROM events WHERE conv = 'c1'")).toInt(), total);
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT after FROM conversations WHERE conv = 'c1'")).toInt(), total);
+}
+
+void TestKill::killed_edit_and_reaction_land_once_after_their_target_data() {
+    QTest::addColumn<QString>("held"); // the request type whose reply never leaves the server
+    QTest::newRow("killed while the target waits for its reply") << QStringLiteral("send");
+    QTest::newRow("killed while the reaction's reply is held") << QStringLiteral("react");
+}
+
+// Issue 49 item 4, obligation 16: an edit and a reaction queued behind their
+// message, the process SIGKILLed, restarted: each lands exactly once, after
+// its target, with its own cmid.
+void TestKill::killed_edit_and_reaction_land_once_after_their_target() {
+    QFETCH(QString, held);
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("changes.db"));
+    FakeServer server;
+    QVERIFY(server.listen());
+    const QString c1 = QStringLiteral("c1");
+    server.convs[c1].members = {QStringLiteral("ana"), QStringLiteral("ben")};
+    server.holdReplies.insert(held, 1); // processed, the answer never leaves
+
+    QProcess first;
+    first.start(exeRelativePath(IM_KILLHELPER),
+                helperArgs(QStringLiteral("changes"), db, server.url(),
+                           {QStringLiteral("--conv"), c1, QStringLiteral("--body"), QStringLiteral("typo"),
+                            QStringLiteral("--timeout"), QStringLiteral("600000")})); // no resend before the kill
+    QVERIFY(first.waitForStarted());
+    const QStringList cmids = waitForLine(first, QStringLiteral("CMIDS ")).value_or(QString()).split(u' ');
+    QCOMPARE(cmids.size(), 3);
+    const QString target = cmids.at(0), edit = cmids.at(1), react = cmids.at(2);
+    QVERIFY(!target.isEmpty() && !edit.isEmpty() && !react.isEmpty() && edit != target);
+    if (held == u"send") {
+        QTRY_COMPARE(server.requests(QStringLiteral("send")).size(), 1);
+    } else {
+        // The edit went and was answered; the reaction (after it: changes
+        // go one at a time) is on the server, its answer held.
+        QTRY_COMPARE(server.requests(QStringLiteral("react")).size(), 1);
+        QCOMPARE(server.requests(QStringLiteral("edit")).size(), 1);
+    }
+    first.kill(); // SIGKILL
+    QVERIFY(finished(first));
+    QCOMPARE(first.exitStatus(), QProcess::CrashExit);
+    // Still in the dead process's durable outbox: both changes (the target
+    // unanswered), or the reaction.
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid IN (?, ?)"), {edit, react}).toInt(),
+             held == u"send" ? 2 : 1);
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox WHERE cmid = ?"), {react}).toInt(), 1);
+    if (held == u"send") // nothing of them went out: the target had no seq
+        QCOMPARE(server.requests(QStringLiteral("edit")).size() + server.requests(QStringLiteral("react")).size(), 0);
+
+    QProcess second;
+    second.start(exeRelativePath(IM_KILLHELPER), helperArgs(QStringLiteral("resend"), db, server.url()));
+    QVERIFY(second.waitForStarted());
+    QCOMPARE(lineOrNone(waitForLine(second, QStringLiteral("DONE"))), QString());
+    QVERIFY(finished(second));
+    QCOMPARE(second.exitCode(), 0);
+
+    // Exactly one message, one edit and one reaction event on the server,
+    // the changes above their target and naming it.
+    const FakeServer::Conv &c = server.convs[c1];
+    QStringList kinds;
+    qint64 targetSeq = 0;
+    for (const QJsonObject &e : c.events) {
+        kinds << e.value(QStringLiteral("kind")).toString();
+        if (e.value(QStringLiteral("kind")).toString() == u"msg")
+            targetSeq = e.value(QStringLiteral("seq")).toInteger();
+        else
+            QCOMPARE(e.value(QStringLiteral("target")).toInteger(), targetSeq);
+    }
+    QCOMPARE(kinds, (QStringList{QStringLiteral("msg"), QStringLiteral("edit"), QStringLiteral("reaction")}));
+    for (const QJsonObject &o : server.requests(QStringLiteral("edit")))
+        QCOMPARE(o.value(QStringLiteral("cmid")).toString(), edit);
+    for (const QJsonObject &o : server.requests(QStringLiteral("react")))
+        QCOMPARE(o.value(QStringLiteral("cmid")).toString(), react);
+    QCOMPARE(server.distinctCmids(), QStringList{target});
+    QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(*) FROM outbox")).toInt(), 0);
+    for (const QString &cmid : cmids)
+        QCOMPARE(sqlScalar(db, QStringLiteral("SELECT state FROM local_messages WHERE cmid = ?"), {cmid}).toInt(), 1);
 }
 
 QTEST_GUILESS_MAIN(TestKill)

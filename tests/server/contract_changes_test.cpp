@@ -391,6 +391,25 @@ TEST_F(Contract, pages_show_changes_at_either_end_of_their_range) {
     EXPECT_FALSE(recalled(in_page(history(m[5], 1), m[4])));
 }
 
+// A reply's push carries reply_to as its page and fetch do (the sender's own
+// gateway built the pushed event from the request and left it out).
+TEST_F(Contract, a_pushed_reply_carries_reply_to) {
+    auto w = make_world(db(), "replypush", 2);
+    auto a = login(port(), w.users[0]);
+    auto b = login(port(), w.users[1]);
+    ASSERT_EQ(str(b->request({{"t", "sub"}}), "t"), "subscribed");
+    auto s = send_msg(*a, w.conv, "m1", "question?");
+    ASSERT_TRUE(b->wait_push([&](const json::object& f) { return str(f, "t") == "event"; }));
+    auto r = reply_msg(*a, w.conv, "r1", "answer", num(s, "seq"));
+    ASSERT_EQ(str(r, "t"), "sent") << json::serialize(r);
+    auto p = b->wait_push([&](const json::object& f) { return str(f, "t") == "event"; });
+    ASSERT_TRUE(p);
+    const auto& ev = p->at("ev").as_object();
+    EXPECT_EQ(num(ev, "seq"), num(r, "seq"));
+    ASSERT_TRUE(ev.contains("reply_to")) << json::serialize(ev);
+    EXPECT_EQ(num(ev, "reply_to"), num(s, "seq"));
+}
+
 // The heaviest message the rules allow still fits one 64 KiB frame in a
 // page, a fetch and a push: the longest body and edit of control characters
 // (6 bytes each as JSON), 50 edits, 1,000 reactions from 1,000 users on 25

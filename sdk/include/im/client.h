@@ -316,6 +316,40 @@ public Q_SLOTS:
     /// durable outbox (own cmid). The target shows Recalled once the recall
     /// event is applied. Returns the recall request's cmid, or empty on error.
     QString recall(const QString &conv, qint64 seq);
+
+    // Replies, edits and reactions (contract section 12, obligation 16).
+    // Each is durable like send(): committed to the outbox before it
+    // returns, resent with its own cmid, in creation order with the
+    // messages of its conversation; each returns its request's cmid (or
+    // empty, errorOccurred("INVALID_ARGUMENT") for bad input, nothing
+    // queued). The timeline shows it at once, marked pending
+    // (MessageListModel.s changePending role) until the
+    // server confirms; a terminal answer (EDIT_WINDOW_EXPIRED, NOT_SENDER,
+    // ALREADY_RECALLED, NOT_FOUND, INVALID_ARGUMENT) shows as Failed in
+    // messageStateChanged() for that cmid, and the timeline drops the change.
+
+    /// Sends `body` as a reply to the message at `seq` (the `reply_to` of
+    /// the contract). Body rules as for send().
+    QString reply(const QString &conv, qint64 seq, const QString &body);
+    /// A new body for our message at `target` (a seq). The edit with the
+    /// highest seq wins; the message keeps its seq.
+    QString edit(const QString &conv, qint64 target, const QString &body);
+    /// A new body for our message `cmid` (what send() or reply() returned),
+    /// also while it is still Pending: if no attempt of it has gone on the
+    /// wire yet, the outbox entry itself is rewritten (one request with the
+    /// new body) and `cmid` is returned; otherwise the edit waits behind its
+    /// target and goes once the target has its seq (it fails, NOT_FOUND, if
+    /// the target fails).
+    QString edit(const QString &conv, const QString &cmid, const QString &body);
+    /// Turns our reaction `emoji` (1-64 bytes of UTF-8, no control
+    /// characters) on the message at `target` on or off. At most 20
+    /// distinct emoji of ours per message (the server answers
+    /// INVALID_ARGUMENT beyond).
+    QString react(const QString &conv, qint64 target, const QString &emoji, bool on);
+    /// react() on our own message `cmid`, also while it is Pending: the
+    /// reaction waits behind it until it has its seq.
+    QString react(const QString &conv, const QString &cmid, const QString &emoji, bool on);
+
     /// Marks everything up to `seq` read (sent now if connected, else after
     /// the next hello). Returns false on a local database error.
     bool markRead(const QString &conv, qint64 seq);

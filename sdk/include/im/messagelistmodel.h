@@ -76,6 +76,17 @@ public:
         GapToRole,      ///< qint64 last missing seq of a "gap" row (0 otherwise)
         HeldRole,       ///< bool: a Pending draft of ours that is held (Client::isHeld()):
                         ///< written as another user, never sent in this store's sessions
+        // Contract section 12 (docs/sdk.md, "Replies, edits, reactions").
+        // BodyRole is the current body: the winning edit's, or ours while
+        // our edit is still in the outbox.
+        EditedRole,        ///< bool: the body is an edit's (also while ours is pending)
+        ReplyToRole,       ///< qint64 seq of the message this one answers (0: not a reply)
+        QuoteSenderRole,   ///< QString sender of the replied-to message (empty until known)
+        QuoteTextRole,     ///< QString first line of its current body (empty until known)
+        /// QVariantList of QVariantMap {emoji: QString, count: int, mine: bool},
+        /// most counted first; our reactions still in the outbox included
+        ReactionsRole,
+        ChangePendingRole, ///< bool: an edit or reaction of ours on it is still in the outbox
     };
     Q_ENUM(Roles)
 

@@ -92,6 +92,10 @@ class IM_SDK_EXPORT OutboxEntry {
     Q_PROPERTY(bool inFlight READ isInFlight)
     Q_PROPERTY(QString prev READ prev)
     Q_PROPERTY(bool held READ isHeld)
+    Q_PROPERTY(qint64 replyTo READ replyTo)
+    Q_PROPERTY(QString emoji READ emoji)
+    Q_PROPERTY(bool on READ isOn)
+    Q_PROPERTY(QString targetCmid READ targetCmid)
 public:
     /// An empty entry (no cmid; every number 0, every time invalid).
     OutboxEntry();
@@ -105,11 +109,12 @@ public:
     QString cmid() const;
     /// Conversation id.
     QString conv() const;
-    /// "send" or "recall".
+    /// "send", "recall", "edit" or "react".
     QString kind() const;
-    /// Message text ("send" only).
+    /// Message text ("send"), the new body ("edit").
     QString body() const;
-    /// The recalled seq ("recall" only; 0 otherwise).
+    /// The seq recalled, edited or reacted to (0 otherwise, and while a
+    /// change waits for its target's seq: see targetCmid()).
     qint64 target() const;
     /// How many times it has been put on the wire.
     int attempts() const;
@@ -129,6 +134,14 @@ public:
     /// Held (obligation 10, Client::isHeld()): written under a token not
     /// proven to be this store's user; never sent in its sessions.
     bool isHeld() const;
+    /// "send": the seq it answers (Client::reply(); 0: not a reply).
+    qint64 replyTo() const;
+    /// "react": the emoji, and whether it is turned on or off.
+    QString emoji() const;
+    bool isOn() const;
+    /// "edit"/"react" of our own message by cmid, until that message has
+    /// its seq (the change waits for it); empty otherwise.
+    QString targetCmid() const;
 
 private:
     friend class Outbox; // fills it (sdk/src)

@@ -124,6 +124,33 @@ TestCase {
         compare(client.pendingCount, 0)
     }
 
+    // Contract section 12 from QML: reply, edit (by cmid and by seq), react,
+    // and the roles they show (obligation 16, docs/sdk.md).
+    function test_1b_changesFromQml() {
+        msgs.conversation = "team"
+        const q = client.send("team", "qml typo")
+        verify(q !== "", client.lastError())
+        verify(client.edit("team", q, "qml fixed") !== "", client.lastError())
+        tryVerify(() => { const r = rowOf(q); return r >= 0 && msgs.get(r, "messageState") === Im.Sent }, 120000)
+        const seq = msgs.get(rowOf(q), "seq")
+        const a = client.reply("team", seq, "qml reply")
+        verify(a !== "", client.lastError())
+        verify(client.react("team", seq, "👍", true) !== "", client.lastError())
+        tryVerify(() => client.pendingCount === 0, 120000, "changes never confirmed")
+        tryVerify(() => { const r = rowOf(q); return r >= 0 && msgs.get(r, "body") === "qml fixed" && !msgs.get(r, "changePending") },
+                  60000, "the edit never showed")
+        const row = msgs.get(rowOf(q))
+        compare(row.edited, true)
+        tryVerify(() => msgs.get(rowOf(q), "reactions").length === 1, 60000, "the reaction never showed")
+        const x = msgs.get(rowOf(q), "reactions")[0]
+        compare(x.emoji, "👍")
+        compare(x.count, 1)
+        compare(x.mine, true)
+        tryVerify(() => rowOf(a) >= 0 && msgs.get(rowOf(a), "quoteText") === "qml fixed", 60000, "no quote")
+        compare(msgs.get(rowOf(a), "replyTo"), seq)
+        compare(msgs.get(rowOf(a), "quoteSender"), "ana")
+    }
+
     function test_2_typedErrors() {
         // A body the server would refuse: refused at once, typed by name.
         errorSpy.clear()
