@@ -224,8 +224,15 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
     });
     // Only what the user does (wheel, drag, arrows, page clicks), never a
     // scroll made by the program or a layout.
-    connect(view_->verticalScrollBar(), &QAbstractSlider::actionTriggered, this,
-            [this] { QTimer::singleShot(0, this, &MessagePanel::onUserScrolled); });
+    // Where the user's action puts the slider is read now (actionTriggered
+    // comes with sliderPosition already moved): a scroll to the bottom the
+    // program queued before (rowsInserted) may run before the queued call
+    // and must not turn the user's scroll to the top into "at the bottom".
+    connect(view_->verticalScrollBar(), &QAbstractSlider::actionTriggered, this, [this] {
+        const QScrollBar *sb = view_->verticalScrollBar();
+        const int position = sb->sliderPosition();
+        QTimer::singleShot(0, this, [this, position] { onUserScrolled(position); });
+    });
     connect(table_, &QAbstractItemModel::dataChanged, this, &MessagePanel::scheduleReadMarker);
     // QHeaderView sizes ResizeToContents columns when columns or the view
     // change, not when rows arrive: a conversation opened with no rows yet
@@ -456,13 +463,13 @@ int MessagePanel::modelRow(int viewRow) const {
     return order_->mapToSource(order_->index(viewRow, 0)).row();
 }
 
-void MessagePanel::onUserScrolled() {
+void MessagePanel::onUserScrolled(int position) {
     const QScrollBar *sb = view_->verticalScrollBar();
     if (sb->minimum() == sb->maximum())
         return;
-    if (sb->value() == sb->minimum() && msgs_->canFetchMore())
+    if (position <= sb->minimum() && msgs_->canFetchMore())
         loadOlder(); // the oldest row is at the top
-    else if (sb->value() == sb->maximum() && !msgs_->isFollowingNewest())
+    else if (position >= sb->maximum() && !msgs_->isFollowingNewest())
         msgs_->followNewest(); // back at the newest row: drop the older rows again
 }
 

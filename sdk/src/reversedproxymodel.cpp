@@ -14,8 +14,19 @@ ReversedProxyModel::ReversedProxyModel(QObject *parent) : QSortFilterProxyModel(
 ReversedProxyModel::~ReversedProxyModel() = default;
 
 void ReversedProxyModel::setSourceModel(QAbstractItemModel *source) {
+    if (QAbstractItemModel *old = sourceModel())
+        disconnect(old, &QObject::destroyed, this, nullptr);
     QSortFilterProxyModel::setSourceModel(source);
     QSortFilterProxyModel::sort(0, Qt::AscendingOrder);
+    // QSortFilterProxyModel drops a destroyed source's rows without telling
+    // its views; a QTableView scrolled down then loops for ever in
+    // sizeHintForColumn() (its header still has the rows, the model has
+    // none). Tell them: a reset to no rows.
+    if (source)
+        connect(source, &QObject::destroyed, this, [this] {
+            beginResetModel();
+            endResetModel();
+        });
 }
 
 void ReversedProxyModel::sort(int, Qt::SortOrder) { QSortFilterProxyModel::sort(0, Qt::AscendingOrder); }

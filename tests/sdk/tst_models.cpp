@@ -23,6 +23,9 @@
 #include <QtSql/QSqlDatabase>
 #include <QtSql/QSqlDriver>
 #include <QtTest/QAbstractItemModelTester>
+#include <QtCore/QStringListModel>
+#include <QtWidgets/QHeaderView>
+#include <QtWidgets/QTableView>
 #include <QtTest/QtTest>
 #include <QtWidgets/QApplication>
 #include <QtWidgets/QListView>
@@ -121,6 +124,7 @@ private slots:
     void rows_loaded_by_fetchmore_stay_while_messages_arrive_until_follownewest();
     void a_slot_that_sends_from_inside_the_row_changes_does_not_show_rows_twice();
     void a_reversed_proxy_in_a_qlistview_shows_the_newest_at_the_bottom_and_never_pulls_history();
+    void a_reversed_proxy_whose_source_is_destroyed_resets_its_views();
 };
 
 void TestModels::an_open_timeline_keeps_its_window_through_2000_arrivals_and_each_read_stays_bounded() {
@@ -303,6 +307,36 @@ void TestModels::a_reversed_proxy_in_a_qlistview_shows_the_newest_at_the_bottom_
     QCOMPARE(proxy.rowCount(), 40);
     QCOMPARE(seqAt(proxy, 0), 291);
     QCOMPARE(seqAt(proxy, 39), 330);
+}
+
+// The demo's window deletes its MessageListModel before its widgets: the
+// proxy must tell its views the rows are gone. QSortFilterProxyModel alone
+// drops them silently, and a QTableView scrolled down with a
+// ResizeToContents column then spins for ever in sizeHintForColumn() when
+// it is hidden (the demo's GUI test hung in cleanup).
+void TestModels::a_reversed_proxy_whose_source_is_destroyed_resets_its_views() {
+    QStringList rows;
+    for (int i = 0; i < 200; ++i)
+        rows << QStringLiteral("row %1").arg(i);
+    auto *source = new QStringListModel(rows);
+    im::ReversedProxyModel proxy;
+    proxy.setSourceModel(source);
+    QTableView view;
+    view.setModel(&proxy);
+    view.horizontalHeader()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+    view.resize(300, 200);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    view.scrollToBottom();
+    QTRY_VERIFY(view.verticalHeader()->visualIndexAt(0) > 0);
+    QCOMPARE(proxy.index(199, 0).data().toString(), QStringLiteral("row 0"));
+    QSignalSpy reset(&proxy, &QAbstractItemModel::modelReset);
+    delete source;
+    QCOMPARE(reset.size(), 1);
+    QCOMPARE(proxy.rowCount(), 0);
+    QCOMPARE(view.verticalHeader()->count(), 0);
+    view.hide(); // without the reset: never returns
+    QVERIFY(!view.isVisible());
 }
 
 QTEST_MAIN(TestModels)

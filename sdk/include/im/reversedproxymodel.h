@@ -27,6 +27,9 @@ namespace im {
  * ListView.BottomToTop }` lays a MessageListModel out this way and fetches
  * at the top by itself.
  *
+ * When the source is destroyed the proxy resets to no rows (modelReset), so
+ * views on it never keep rows the model no longer has.
+ *
  * Filtering (QSortFilterProxyModel's filter properties) works as usual; the
  * order is always the reverse of the source's (sort() and setSortRole() do
  * not change it). Only flat lists: the source's children are not shown.
