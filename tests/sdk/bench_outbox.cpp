@@ -156,7 +156,7 @@ public:
         call.push_back(afterCall);
         turn.push_back(afterTurn);
         const QList<im::OutboxEntry> entries = client_.outbox();
-        if (entries.isEmpty() || !entries.constLast().inFlight)
+        if (entries.isEmpty() || !entries.constLast().isInFlight())
             ++notOnWire;
         // Untimed: wait for the answer, so the next send starts from idle.
         if (!QTest::qWaitFor([&] { return client_.pendingCount() == 0; }, 10000))
