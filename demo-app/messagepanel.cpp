@@ -228,10 +228,16 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
     // comes with sliderPosition already moved): a scroll to the bottom the
     // program queued before (rowsInserted) may run before the queued call
     // and must not turn the user's scroll to the top into "at the bottom".
+    // The range may grow before the queued call runs (rows arriving), so
+    // "at the top" / "at the bottom" is judged here, against the range the
+    // user saw.
     connect(view_->verticalScrollBar(), &QAbstractSlider::actionTriggered, this, [this] {
         const QScrollBar *sb = view_->verticalScrollBar();
+        if (sb->minimum() == sb->maximum())
+            return;
         const int position = sb->sliderPosition();
-        QTimer::singleShot(0, this, [this, position] { onUserScrolled(position); });
+        const bool top = position <= sb->minimum(), bottom = position >= sb->maximum();
+        QTimer::singleShot(0, this, [this, top, bottom] { onUserScrolled(top, bottom); });
     });
     connect(table_, &QAbstractItemModel::dataChanged, this, &MessagePanel::scheduleReadMarker);
     // QHeaderView sizes ResizeToContents columns when columns or the view
@@ -463,13 +469,10 @@ int MessagePanel::modelRow(int viewRow) const {
     return order_->mapToSource(order_->index(viewRow, 0)).row();
 }
 
-void MessagePanel::onUserScrolled(int position) {
-    const QScrollBar *sb = view_->verticalScrollBar();
-    if (sb->minimum() == sb->maximum())
-        return;
-    if (position <= sb->minimum() && msgs_->canFetchMore())
+void MessagePanel::onUserScrolled(bool top, bool bottom) {
+    if (top && msgs_->canFetchMore())
         loadOlder(); // the oldest row is at the top
-    else if (position >= sb->maximum() && !msgs_->isFollowingNewest())
+    else if (bottom && !msgs_->isFollowingNewest())
         msgs_->followNewest(); // back at the newest row: drop the older rows again
 }
 

@@ -65,7 +65,7 @@ private:
     void advanceReadMarker();
     /// After a scroll by the user: at the top, one fetchMore(); back at the
     /// bottom after loading older rows, followNewest().
-    void onUserScrolled(int position); // the slider position the user's action moved to
+    void onUserScrolled(bool top, bool bottom); // where the user's action left the slider
     /// The timeline model's row shown at view row `viewRow` (-1: none).
     int modelRow(int viewRow) const;
 

@@ -29,6 +29,7 @@
 #include <QtCore/QUrl>
 
 #include <cstdio>
+#include <limits>
 #include <map>
 
 namespace {
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     auto* model = new im::MessageListModel(&client, conv, &app);
+    model->setWindowRows(std::numeric_limits<int>::max()); // the whole local copy, not a window
     QObject::connect(&client, &im::Client::errorOccurred, [](const QString& code, const QString& msg) {
         std::fprintf(stderr, "error %s: %s\n", qPrintable(code), qPrintable(msg));
     });
