@@ -26,58 +26,6 @@ std::int64_t wall_ms() {
 
 } // namespace
 
-bool TypingLimiter::take(const std::string& device, const std::string& conv, Clock::time_point now) {
-    constexpr auto window = std::chrono::seconds(1);
-    std::lock_guard lk(mu_);
-    // Entries idle for a window forget nothing that matters: drop them now
-    // and then, so the map holds only the pairs typing this second.
-    if (now - pruned_ >= std::chrono::seconds(10)) {
-        for (auto it = recent_.begin(); it != recent_.end();)
-            it = now - it->second.back() >= window ? recent_.erase(it) : std::next(it);
-        pruned_ = now;
-    }
-    auto [it, fresh] = recent_.try_emplace(device + '\n' + conv);
-    auto& times = it->second;
-    if (!fresh && now - times.front() < window) return false;
-    if (fresh) times.fill(now - window);
-    std::rotate(times.begin(), times.begin() + 1, times.end());
-    times.back() = now;
-    return true;
-}
-
-Handled handle_typing(ApiContext& ctx, SessionStore& db, const Identity& who, const req::Typing& r,
-                      const std::optional<std::string>& rid) {
-    auto pushed = db.typing_gate(who, r.conv);
-    if (!pushed) return error_reply(pushed.error(), rid);
-    // A large conversation gets no typing at all (contract 13); a lost
-    // typing frame is harmless, so the reply never waits for the bus.
-    // The lab's negative control rule.typing_push_full forwards it anyway.
-    if ((pushed.value() || ctx.faults.broken("rule.typing_push_full")) && ctx.bus) {
-        if (!ctx.typing || ctx.typing->take(who.device, r.conv, TypingLimiter::Clock::now())) {
-            if (ctx.metrics) ++ctx.metrics->typing_forwarded;
-            ctx.bus->publish({"t " + r.conv + " " + who.user + (r.on ? " 1" : " 0")}, [](bool) {});
-        } else if (ctx.metrics) {
-            ++ctx.metrics->typing_dropped;
-        }
-    }
-    Handled h;
-    h.frame = encode_reply(TypingOk{}, rid);
-    return h;
-}
-
-Handled handle_presence(SessionStore& db, const Identity& who, const req::Presence& r,
-                        const std::optional<std::string>& rid) {
-    auto o = db.presence(who, r.users);
-    if (!o) return error_reply(o.error(), rid);
-    Handled h;
-    // The watch list is what the answer shows: strangers stay unwatched.
-    std::vector<std::string> watch;
-    for (const auto& p : o->users) watch.push_back(p.user);
-    h.frame = encode_reply(o.value(), rid);
-    h.watch = std::move(watch);
-    return h;
-}
-
 PresenceTracker::PresenceTracker(std::string url, std::string gateway_id, NotificationBus& bus, Metrics& metrics,
                                  std::int64_t lease_ms, int db_timeout_ms)
     : url_(std::move(url)), gateway_id_(std::move(gateway_id)), bus_(bus), metrics_(metrics), lease_ms_(lease_ms),
