@@ -56,7 +56,10 @@
 //   * the outbox (Storage::loadOutbox, also right after a restart) holds
 //     exactly the drafts the model has Pending, in creation order, with
 //     their attempts; each draft's local state matches the model, and a
-//     Sent / Failed / Expired draft is never answered again;
+//     Sent / Failed / Expired draft is never answered again, except that
+//     the rebuild after a restore puts our Sent messages above the new
+//     head back at the end of the outbox (Storage::requeueLostOwn: exactly
+//     the ones the model expects, checked against Storage::takeRequeued);
 //   * after a flush, every own event stored in that run settled its draft
 //     with the event's seq (Sent);
 //   * a message that a stored recall event targets reads as Recalled.
@@ -74,6 +77,7 @@
 #include <QtCore/QSet>
 #include <QtCore/QTemporaryDir>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -176,6 +180,7 @@ struct Entry {
     MessageState state = MessageState::Pending;
     qint64 seq = 0;
     int attempts = 0;
+    qint64 order = 0; // its place in the outbox (a requeued entry goes to the end)
 };
 
 // A request whose answer is in flight: the frame the server answered with.
@@ -231,6 +236,7 @@ private:
     void onSyncFailed(int c, const Incoming &reply);
     void ownEventsStored(const QList<Event> &events);
     void onOutcome(const QString &cmid, const Incoming &reply);
+    void requeueLost(int c, qint64 head);
 
     // Checks the outbox (if `outbox`) and conversation `conv` (AllConvs: every one; -1: none).
     void check(bool outbox, int conv);
@@ -250,6 +256,7 @@ private:
     std::array<bool, NConvs> reset_{};
     qint64 clock_ = 1000;
     int counter_ = 0;
+    qint64 order_ = 0;
     QStringList trace_;
 };
 
@@ -450,7 +457,7 @@ void Harness::enqueue(int c, const QString &kind, qint64 target) {
     if (store_->enqueue(row) == 0)
         violated(QStringLiteral("enqueue failed: %1").arg(store_->lastError()));
     index_.insert(row.cmid, entries_.size());
-    entries_.append(Entry{row.cmid, row.conv, kind, target, MessageState::Pending, 0, 0});
+    entries_.append(Entry{row.cmid, row.conv, kind, target, MessageState::Pending, 0, 0, ++order_});
 }
 
 void Harness::attempt(int i, int mode) {
@@ -531,7 +538,10 @@ void Harness::deliver(int c, const InFlight &f) {
             return resetConversation(c, true);
         if (p->hasMore && p->nextAfter <= f.after)
             violated(QStringLiteral("the model server made a page with no progress"));
+        const bool rebuild = !row || row->epoch == 0;
         must(store_->applyPage(*p), "applyPage");
+        if (rebuild)
+            requeueLost(c, p->head);
         ownEventsStored(p->events);
     } else if (f.kind == InFlight::Newest) {
         // Sync::onWindow.
@@ -539,7 +549,11 @@ void Harness::deliver(int c, const InFlight &f) {
             return onSyncFailed(c, reply);
         if (f.epoch > 0 && p->epoch != f.epoch)
             return resetConversation(c, true);
+        const std::optional<im::detail::ConvRow> row = this->conv(c);
+        const bool rebuild = !row || row->epoch == 0;
         must(store_->applyWindow(*p, 0, f.gapLo), "applyWindow(newest)");
+        if (rebuild)
+            requeueLost(c, p->head);
         ownEventsStored(p->events);
     } else {
         // Sync::onOlder (an error only restarts the forward sync).
@@ -615,6 +629,39 @@ void Harness::ownEventsStored(const QList<Event> &events) {
             settled.body = im::proto::Sent{e.conv, e.seq, e.mid, false, e.epoch};
         onOutcome(e.cmid, settled);
     }
+}
+
+void Harness::requeueLost(int c, qint64 head) {
+    // Storage::startRebuild (the first page or newest window with no cursor):
+    // our Sent messages above the server's head were lost by a restore and
+    // go back to the end of the outbox, in creation order, as on the wire
+    // once (docs/sdk.md, rule 7); not one we recalled (a recall of ours not
+    // Failed names its seq).
+    const QString name = convName(c);
+    QStringList expected;
+    for (Entry &e : entries_) {
+        if (e.conv != name || e.kind != u"send" || e.state != MessageState::Sent || e.seq <= head)
+            continue;
+        bool recalled = false;
+        for (const Entry &r : std::as_const(entries_))
+            recalled = recalled || (r.conv == name && r.kind == u"recall" && r.target == e.seq && r.state != MessageState::Failed);
+        if (recalled)
+            continue;
+        e.state = MessageState::Pending;
+        e.seq = 0;
+        e.attempts = 1;
+        e.order = ++order_;
+        expected.append(e.cmid);
+    }
+    // What the store handed over (Sync::handOverRequeued) is what the model put back.
+    QStringList got;
+    for (const im::detail::OutboxRow &r : store_->takeRequeued())
+        got.append(r.cmid);
+    if (got != expected)
+        violated(QStringLiteral("%1: the rebuild at head %2 requeued [%3], expected [%4]")
+                     .arg(name)
+                     .arg(head)
+                     .arg(got.join(u','), expected.join(u',')));
 }
 
 void Harness::onOutcome(const QString &cmid, const Incoming &reply) {
@@ -704,11 +751,17 @@ void Harness::check(bool outbox, int conv) {
     }
     if (!outbox)
         return;
-    // The outbox: exactly the Pending drafts, in creation order.
+    // The outbox: exactly the Pending drafts, in creation order (a requeued
+    // one at the end, where the rebuild put it).
     const std::optional<QList<im::detail::OutboxRow>> rows = store_->loadOutbox();
     must(rows.has_value(), "loadOutbox");
+    QList<const Entry *> byOrder;
+    for (const Entry &e : std::as_const(entries_))
+        byOrder.append(&e);
+    std::sort(byOrder.begin(), byOrder.end(), [](const Entry *a, const Entry *b) { return a->order < b->order; });
     qsizetype r = 0;
-    for (const Entry &e : std::as_const(entries_)) {
+    for (const Entry *ep : std::as_const(byOrder)) {
+        const Entry &e = *ep;
         const std::optional<im::detail::LocalMessage> m = store_->localMessage(e.cmid);
         if (!m)
             violated(QStringLiteral("draft %1 lost (no local message)").arg(e.cmid));
