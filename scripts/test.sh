@@ -194,13 +194,13 @@ build_tsan() {
         -DIM_BUILD_SDK=OFF -DIM_BUILD_DEMO=OFF >/dev/null &&
     cmake --build build-tsan -j"$jobs" --target imserver server_contract_test server_resilience_test \
         server_group_commit_test server_push_test server_safety_test server_tls_test \
-        server_hardening_test server_robustness_test
+        server_hardening_test server_robustness_test server_ephemeral_test
 }
 tsan() {
     await_build tsan &&
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        run_ctest build-tsan 8 -j2 --output-on-failure --timeout 1800 \
-        -R '^server_((contract|resilience|group_commit|push|safety|tls)_test|(hardening|robustness)_test\.revocation)$'
+        run_ctest build-tsan 9 -j2 --output-on-failure --timeout 1800 \
+        -R '^server_((contract|resilience|group_commit|push|safety|tls|ephemeral)_test|(hardening|robustness)_test\.revocation)$'
 }
 
 build_fuzz() {
