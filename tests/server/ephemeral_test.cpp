@@ -7,6 +7,11 @@
 // same notifier thread, the same connection) arrives first.
 #include "common.hpp"
 
+#include "store/store.hpp"
+
+#include <pqxx/pqxx>
+
+#include <atomic>
 #include <csignal>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -292,6 +297,42 @@ TEST_F(Ephemeral, a_gateway_killed_with_sigkill_takes_its_users_offline_within_t
     auto r = presence(*a, {ben.user});
     EXPECT_FALSE(r.at("users").as_array()[0].as_object().at("online").as_bool());
     EXPECT_EQ(pg->scalar("SELECT count(*) FROM presence_gateways WHERE gateway_id = 'gw-3'"), "0");
+}
+
+// Two gateways close a user's last two connections at the same instant
+// (store_presence.cpp's rule: a removal locks the user's presence_users row
+// first and decides `online` after the other's removal committed). Without
+// that lock each removal sees the other's row still there, and the user
+// stays online for ever: no connection is left to correct it. Driven at the
+// store, two threads on two database sessions released together, as the two
+// gateways' presence writers would be.
+TEST_F(Ephemeral, two_gateways_closing_a_users_last_connections_at_once_leave_the_user_offline) {
+    pqxx::connection a(db()), b(db());
+    const char* gw_a = "race-gw-a";
+    const char* gw_b = "race-gw-b";
+    const int rounds = 80;
+    int stuck_online = 0;
+    for (int i = 0; i < rounds; ++i) {
+        const std::string u = "presrace-" + std::to_string(i);
+        im::Store::presence_write(a, gw_a, 60000, {u}, {}, false, 0);
+        im::Store::presence_write(b, gw_b, 60000, {u}, {}, false, 0);
+        ASSERT_EQ(online_in_db(*pg, u), "t");
+        std::atomic<int> ready{0};
+        auto close_last = [&](pqxx::connection& c, const char* gw) {
+            ready.fetch_add(1);
+            while (ready.load() < 2) std::this_thread::yield();
+            im::Store::presence_write(c, gw, 60000, {}, {{u, 1000 + i}}, false, 0);
+        };
+        std::thread ta(close_last, std::ref(a), gw_a);
+        std::thread tb(close_last, std::ref(b), gw_b);
+        ta.join();
+        tb.join();
+        if (online_in_db(*pg, u) != "f") ++stuck_online;
+        EXPECT_EQ(pg->scalar("SELECT count(*) FROM presence_online WHERE user_id = " + q(u)), "0");
+    }
+    EXPECT_EQ(stuck_online, 0) << stuck_online << " of " << rounds << " users left online with no connection";
+    im::Store::presence_release(a, gw_a, 0);
+    im::Store::presence_release(b, gw_b, 0);
 }
 
 TEST_F(Ephemeral, a_gateway_restarted_under_its_id_keeps_returning_users_online_and_drops_the_others) {
