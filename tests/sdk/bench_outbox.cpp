@@ -8,7 +8,9 @@
 //     connected session (in-process fake server), the call plus the
 //     event-loop turn that puts the frame on the wire (the on-the-wire mark),
 //     i.e. what one message costs the client's thread; each as a ratio
-//     against the raw insert's p50 of the same run.
+//     against the raw insert's p50 of the same run; and, as a diagnostic, the
+//     connected call with the previous message's relaxed settle flushed
+//     before it (what that settle adds to the next send's flush).
 //  2. with the real server (built in the same tree): time to resend 10,000
 //     pending messages after connect.
 //
@@ -127,9 +129,17 @@ private:
 // posted events it queued (the pump that marks the entry as on the wire and
 // hands the frame to the socket): the client thread's whole durable cost of
 // one message.
+//
+// With `flushSettle` (a diagnostic side, not a target): after the answer is
+// settled, and untimed, a durable one-row write from a second connection to
+// the same file. The settle's writes (answer, event, cursor) are relaxed
+// (synchronous=NORMAL): without this they ride the WAL flush of the next
+// send(); with it, that flush is paid before the call, so the call flushes
+// only its own frames. The gap between the two connected sides is what the
+// previous message's settle adds to a send.
 class ConnectedSide {
 public:
-    explicit ConnectedSide(const QString &path) {
+    explicit ConnectedSide(const QString &path, bool flushSettle = false) : flushSettle_(flushSettle), path_(path) {
         if (!server_.listen())
             qFatal("fake server: cannot listen");
         server_.convs[QStringLiteral("team")].members = {QStringLiteral("ana"), QStringLiteral("ben")};
@@ -142,6 +152,12 @@ public:
         if (!QTest::qWaitFor([&] { return client_.connectionState() == im::ConnectionState::Connected; }, 10000))
             qFatal("fake server: no session");
         QTest::qWait(200); // the session's first requests (sub, convs) answered
+    }
+    ~ConnectedSide() {
+        if (QSqlDatabase::contains(QStringLiteral("settleflush")) && flushSettle_) {
+            QSqlDatabase::database(QStringLiteral("settleflush"), false).close();
+            QSqlDatabase::removeDatabase(QStringLiteral("settleflush"));
+        }
     }
     void sample() {
         QElapsedTimer t;
@@ -161,11 +177,32 @@ public:
         // Untimed: wait for the answer, so the next send starts from idle.
         if (!QTest::qWaitFor([&] { return client_.pendingCount() == 0; }, 10000))
             qFatal("no answer for message %zu", call.size());
+        if (flushSettle_)
+            flushWal();
     }
     std::vector<qint64> call, turn;
     int notOnWire = 0; // messages the turn did not put on the wire (should be 0)
 
 private:
+    // A durable write from another connection: its commit flushes the WAL
+    // up to its own frame, so every relaxed frame before it too.
+    void flushWal() {
+        const QString name = QStringLiteral("settleflush");
+        if (!QSqlDatabase::contains(name)) {
+            QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), name);
+            db.setDatabaseName(path_);
+            if (!db.open())
+                qFatal("flush open: %s", qPrintable(db.lastError().text()));
+            QSqlQuery q(db);
+            q.exec(QStringLiteral("PRAGMA synchronous=FULL"));
+            q.exec(QStringLiteral("CREATE TABLE IF NOT EXISTS bench_settle_flush(n INTEGER)"));
+        }
+        QSqlQuery q(QSqlDatabase::database(name, false));
+        if (!q.exec(QStringLiteral("INSERT INTO bench_settle_flush(n) VALUES(1)")))
+            qFatal("flush write: %s", qPrintable(q.lastError().text()));
+    }
+    bool flushSettle_ = false;
+    QString path_;
     FakeServer server_;
     im::Client client_;
 };
@@ -257,6 +294,7 @@ int main(int argc, char **argv) {
         RawSide raw(tmp.filePath(QStringLiteral("rawlat.db")));
         OfflineSide offline(tmp.filePath(QStringLiteral("offlat.db")));
         ConnectedSide connected(tmp.filePath(QStringLiteral("conlat.db")));
+        ConnectedSide flushed(tmp.filePath(QStringLiteral("conflush.db")), true);
         constexpr int block = 20;
         for (int done = 0; done < l; done += block) {
             const int k = std::min(block, l - done);
@@ -266,6 +304,8 @@ int main(int argc, char **argv) {
                 offline.sample();
             for (int i = 0; i < k; ++i)
                 connected.sample();
+            for (int i = 0; i < k; ++i)
+                flushed.sample();
         }
         const Latency rawL = percentiles(raw.samples), offL = percentiles(offline.samples);
         const Latency callL = percentiles(connected.call), turnL = percentiles(connected.turn);
@@ -281,6 +321,9 @@ int main(int argc, char **argv) {
                     turnL.p50, turnL.p99, turnL.p50 / r50, turnL.p99 / r99,
                     connected.notOnWire ? qPrintable(QStringLiteral(" [%1 not on the wire after the turn]").arg(connected.notOnWire))
                                    : "");
+        const Latency flushL = percentiles(flushed.call);
+        std::printf("  diagnostic: the call, the previous settle flushed first : %8.0f / %8.0f  %5.2fx / %5.2fx\n",
+                    flushL.p50, flushL.p99, flushL.p50 / r50, flushL.p99 / r99);
         std::fflush(stdout);
     }
 
