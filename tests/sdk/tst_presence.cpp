@@ -10,6 +10,7 @@
 // whole file runs in seconds once the server is up.
 #include "client_p.h"
 #include "exerelative.h"
+#include "fakeserver.h"
 #include "realclient.h"
 
 #include <im/client.h>
@@ -54,6 +55,9 @@ private slots:
     void typing_is_never_resent_after_a_reconnect();
     void presence_follows_online_offline_and_last_seen();
     void presence_watch_list_is_kept_across_a_reconnect();
+    // The same client against the in-process fake server: the frames themselves.
+    void typing_goes_only_on_an_open_session_as_the_contract_spells_it();
+    void presence_asks_the_union_of_the_watches_again_after_a_resync();
 
 private:
     std::unique_ptr<RealServer> server;
@@ -258,6 +262,102 @@ void TestPresence::presence_watch_list_is_kept_across_a_reconnect() {
     }
     // The last watch of ben gone: the client forgets him.
     QVERIFY(!eph(*ana).presence(Ben).has_value());
+}
+
+namespace {
+// A client of the fake server as ana, connected and subscribed.
+std::unique_ptr<Client> fakeClient(FakeServer &server, const QString &db) {
+    auto c = std::make_unique<Client>();
+    c->setServers({server.url()});
+    c->setCredentials(QStringLiteral("tok-ana"));
+    c->setRequestTimeout(2000);
+    if (!c->open(db))
+        qWarning("open: %s", qPrintable(c->lastError()));
+    return c;
+}
+} // namespace
+
+void TestPresence::typing_goes_only_on_an_open_session_as_the_contract_spells_it() {
+    QTemporaryDir tmp;
+    FakeServer server;
+    QVERIFY(server.listen());
+    server.createConv(Conv, {Ana, Ben});
+    auto c = fakeClient(server, tmp.filePath(QStringLiteral("f.db")));
+    eph(*c).renewMs = 150;
+    // Disconnected: nothing is remembered, nothing goes once connected.
+    c->setTyping(Conv, true);
+    QVERIFY(!c->isTyping(Conv));
+    c->connectToServer();
+    QTRY_COMPARE(server.subscribedCount(), 1);
+    QTest::qWait(500); // several renewal periods: still nothing
+    QVERIFY(server.requests(QStringLiteral("typing")).isEmpty());
+    // Connected: on:true at once, on:false on stop; frames as contract 13 spells them.
+    eph(*c).renewMs = 3000;
+    c->setTyping(Conv, true);
+    QTRY_COMPARE(server.requests(QStringLiteral("typing")).size(), 1);
+    QCOMPARE(server.requests(QStringLiteral("typing")).at(0).value(QStringLiteral("conv")).toString(), Conv);
+    QCOMPARE(server.requests(QStringLiteral("typing")).at(0).value(QStringLiteral("on")), QJsonValue(true));
+    QTest::qWait(1100); // a fresh second of the rate limit
+    c->setTyping(Conv, false);
+    QTRY_COMPARE(server.requests(QStringLiteral("typing")).size(), 2);
+    QCOMPARE(server.requests(QStringLiteral("typing")).at(1).value(QStringLiteral("on")), QJsonValue(false));
+    // A refused id is refused at once, nothing sent.
+    QSignalSpy errors(c.get(), &Client::errorOccurred);
+    c->setTyping(QStringLiteral("bad conv"), true);
+    QCOMPARE(errors.size(), 1);
+    QCOMPARE(errors.at(0).at(0).toString(), QStringLiteral("INVALID_ARGUMENT"));
+    // Not in the outbox.
+    QCOMPARE(c->pendingCount(), 0);
+}
+
+void TestPresence::presence_asks_the_union_of_the_watches_again_after_a_resync() {
+    QTemporaryDir tmp;
+    FakeServer server;
+    QVERIFY(server.listen());
+    server.createConv(Conv, {Ana, Ben});
+    auto c = fakeClient(server, tmp.filePath(QStringLiteral("f.db")));
+    c->connectToServer();
+    QTRY_COMPARE(server.subscribedCount(), 1);
+    const auto asked = [&] {
+        QList<QStringList> out;
+        for (const QJsonObject &o : server.requests(QStringLiteral("presence"))) {
+            QStringList users;
+            for (const QJsonValue &v : o.value(QStringLiteral("users")).toArray())
+                users.append(v.toString());
+            out.append(users);
+        }
+        return out;
+    };
+    QVERIFY(asked().isEmpty()); // nobody watched: no request
+    auto *one = c->watchPresence({Ben});
+    QTRY_COMPARE(asked().size(), 1);
+    QCOMPARE(asked().last(), QStringList{Ben});
+    auto *two = c->watchPresence({QStringLiteral("cy"), Ben, Ben});
+    QCOMPARE(two->users(), (QStringList{QStringLiteral("cy"), Ben}));
+    QTRY_COMPARE(asked().size(), 2);
+    QCOMPARE(asked().last(), (QStringList{Ben, QStringLiteral("cy")})); // the union, sorted
+    // The gateway's bus was lost: pushes may have been missed, asked again.
+    server.pushToAll({{QStringLiteral("t"), QStringLiteral("resync")}});
+    QTRY_COMPARE(asked().size(), 3);
+    QCOMPARE(asked().last(), (QStringList{Ben, QStringLiteral("cy")}));
+    // A push for a watched user is followed; one for somebody else ignored.
+    QSignalSpy changed(one, &im::PresenceWatch::presenceChanged);
+    server.pushToAll({{QStringLiteral("t"), QStringLiteral("presence")}, {QStringLiteral("user"), Ben},
+                      {QStringLiteral("online"), true}, {QStringLiteral("last_seen"), qint64(1765080000123)}});
+    QTRY_COMPARE(changed.size(), 1);
+    QVERIFY(one->isOnline());
+    QCOMPARE(one->lastSeen(), QDateTime::fromMSecsSinceEpoch(1765080000123));
+    server.pushToAll({{QStringLiteral("t"), QStringLiteral("presence")}, {QStringLiteral("user"), QStringLiteral("zed")},
+                      {QStringLiteral("online"), true}, {QStringLiteral("last_seen"), qint64(1)}});
+    QTest::qWait(200);
+    QVERIFY(!eph(*c).presence(QStringLiteral("zed")).has_value());
+    // cy's watch gone: the smaller list is asked; the last one gone: nothing.
+    delete two;
+    QTRY_COMPARE(asked().size(), 4);
+    QCOMPARE(asked().last(), QStringList{Ben});
+    delete one;
+    QTest::qWait(200);
+    QCOMPARE(asked().size(), 4);
 }
 
 QTEST_GUILESS_MAIN(TestPresence)
