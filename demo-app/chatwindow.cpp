@@ -5,6 +5,7 @@
 #include "faultpanel.h"
 #include "logpanel.h"
 #include "settingspanel.h"
+#include "typingbar.h"
 
 #include <im/client.h>
 #include <im/conversationlistmodel.h>
@@ -56,6 +57,7 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
 
     convPanel_ = new ConversationPanel(convs_);
     messagePanel_ = new MessagePanel(client_, msgs_, convs_);
+    TypingBar::attach(messagePanel_, client_, msgs_); // "ana is typing…" under the timeline, setTyping from the send box
     connPanel_ = new ConnectionPanel(session_, client_, clientFaults_);
     faultPanel_ = new FaultPanel(session_, client_, clientFaults_);
     settingsPanel_ = new SettingsPanel(client_);

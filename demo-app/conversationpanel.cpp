@@ -1,6 +1,7 @@
 #include "conversationpanel.h"
 
 #include "panelutil.h"
+#include "presencelist.h"
 #include "roletablemodel.h"
 
 #include <im/conversationlistmodel.h>
@@ -93,6 +94,7 @@ ConversationPanel::ConversationPanel(ConversationListModel *convs, QWidget *pare
 
     auto *l = new QVBoxLayout(this);
     l->addWidget(view_);
+    l->addWidget(new PresenceList(convs_)); // online dots, last seen (contract 13)
     setMinimumWidth(230);
 }
 

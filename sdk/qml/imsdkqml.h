@@ -7,6 +7,7 @@
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
+#include <im/presencewatch.h>
 #include <im/types.h>
 
 #include <QtQml/qqml.h>
@@ -39,6 +40,14 @@ struct OutboxModelForeign {
     Q_GADGET
     QML_FOREIGN(im::OutboxModel)
     QML_NAMED_ELEMENT(OutboxModel)
+};
+
+/// `PresenceWatch { client: ...; users: ["ben"] }`: online / lastSeen to bind
+/// (contract section 13, obligation 19).
+struct PresenceWatchForeign {
+    Q_GADGET
+    QML_FOREIGN(im::PresenceWatch)
+    QML_NAMED_ELEMENT(PresenceWatch)
 };
 
 /// `OutboxEntry`: the value type of Client.outbox() entries (read-only).

@@ -1,6 +1,8 @@
 #include "client_p.h"
 #include "logging_p.h"
 
+#include <im/presencewatch.h>
+
 #include <QtNetwork/QSslCertificate>
 
 #include <QtCore/QEvent>
@@ -36,13 +38,13 @@ void FaultHooks::closeSocketNow() { conn_.closeSocketNow(); }
 
 ClientPrivate::ClientPrivate(Client *qq)
     : QObject(qq), q(qq), conn(*this, reporter, retryBackoff), outbox(storage, conn, reporter, id, retryBackoff),
-      sync(storage, conn, reporter, id), markers(storage, conn, reporter) {
+      sync(storage, conn, reporter, id), markers(storage, conn, reporter), ephemeral(conn) {
     // Everything the client is made of is in its object tree (this object
     // is a child of the Client; the parts, their timers and the transport's
     // socket are children below it), so client->moveToThread() takes all of
     // it along (issue 48). Members as children are safe: each one leaves its
     // parent's list when it is destroyed, before ~QObject of its parent.
-    for (QObject *part : std::initializer_list<QObject *>{&reporter, &conn, &outbox, &sync, &markers})
+    for (QObject *part : std::initializer_list<QObject *>{&reporter, &conn, &outbox, &sync, &markers, &ephemeral})
         part->setParent(this);
     faultHooks = new FaultHooks(conn, q);
     // Every part's report, typed: one place.
@@ -53,6 +55,7 @@ ClientPrivate::ClientPrivate(Client *qq)
     connect(&conn, &Connection::sessionEnded, this, [this] {
         sync.sessionEnded();
         markers.sessionEnded();
+        ephemeral.sessionEnded();
     });
     connect(&conn, &Connection::staleInstall, this, &ClientPrivate::enterStale);
     // Pushes to Sync; what Sync stored to Outbox (our own events settle
@@ -61,6 +64,14 @@ ClientPrivate::ClientPrivate(Client *qq)
     connect(&conn, &Connection::eventPushed, &sync, &Sync::onEventPush);
     connect(&conn, &Connection::hintPushed, &sync, &Sync::onHint);
     connect(&conn, &Connection::resyncPushed, &sync, &Sync::onResync);
+    // Typing and presence (contract 13): pushes to Ephemeral; a pushed
+    // message from a typist ends their typing; a resync asks presence again.
+    connect(&conn, &Connection::typingPushed, &ephemeral, &Ephemeral::onTypingPush);
+    connect(&conn, &Connection::presencePushed, &ephemeral, &Ephemeral::onPresencePush);
+    connect(&conn, &Connection::eventPushed, &ephemeral, &Ephemeral::onEvent);
+    connect(&conn, &Connection::resyncPushed, &ephemeral, &Ephemeral::onResync);
+    connect(&ephemeral, &Ephemeral::typingChanged, this, &ClientPrivate::typingChanged);
+    connect(this, &ClientPrivate::typingChanged, q, &Client::typingChanged);
     connect(&sync, &Sync::ownEventsStored, &outbox, &Outbox::settleOwnEvents);
     connect(&sync, &Sync::ackDue, &markers, &Markers::sendAck);
     // Our own messages a restored server lost, back in the outbox table:
@@ -136,6 +147,7 @@ void ClientPrivate::onSessionStarted(const QString &helloToken) {
                                   .arg(held)
                                   .arg(id.userId));
     outbox.resendPending();
+    ephemeral.sessionStarted();
 }
 
 void ClientPrivate::reportError(const QString &code, const QString &message) {
@@ -479,7 +491,10 @@ QString Client::send(const QString &conv, const QString &body) {
         d->reportError(QStringLiteral("INVALID_ARGUMENT"), d->reporter.lastError);
         return {};
     }
-    return d->outbox.enqueue(QStringLiteral("send"), conv, body, 0);
+    const QString cmid = d->outbox.enqueue(QStringLiteral("send"), conv, body, 0);
+    if (!cmid.isEmpty())
+        d->ephemeral.messageSent(conv); // a send ends typing (contract 13)
+    return cmid;
 }
 
 bool Client::cancel(const QString &cmid) {
@@ -506,6 +521,20 @@ bool Client::discard(const QString &cmid) {
     emit d->timelineChanged(m->conv);
     return true;
 }
+
+void Client::setTyping(const QString &conv, bool typing) {
+    if (!proto::checkConv(conv).isEmpty()) {
+        d->refuse(QStringLiteral("setTyping needs a valid conversation id"));
+        return;
+    }
+    d->ephemeral.setTyping(conv, typing);
+}
+
+QStringList Client::typingUsers(const QString &conv) const { return d->ephemeral.typists(conv); }
+
+bool Client::isTyping(const QString &conv) const { return d->ephemeral.isTyping(conv); }
+
+PresenceWatch *Client::watchPresence(const QStringList &users) { return new PresenceWatch(this, users, this); }
 
 QString Client::recall(const QString &conv, qint64 seq) {
     if (!proto::checkConv(conv).isEmpty() || seq < 1) {
@@ -588,7 +617,10 @@ QString Client::reply(const QString &conv, qint64 seq, const QString &body) {
     row.conv = conv;
     row.body = body;
     row.replyTo = seq;
-    return d->outbox.enqueue(std::move(row));
+    const QString cmid = d->outbox.enqueue(std::move(row));
+    if (!cmid.isEmpty())
+        d->ephemeral.messageSent(conv);
+    return cmid;
 }
 
 QString Client::edit(const QString &conv, qint64 target, const QString &body) {

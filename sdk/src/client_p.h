@@ -3,10 +3,11 @@
 //   Outbox     (outbox_p.h)      durable outbox, send order, outcomes
 //   Sync       (sync_p.h)        cursors, pages, pushes, conversation list
 //   Markers    (markers_p.h)     ack / read markers
+//   Ephemeral  (ephemeral_p.h)   typing and presence (nothing stored)
 // Dependencies go one way, downwards:
 //
 //   ClientPrivate (this: owns the parts, wires them, implements their hosts)
-//     Outbox   Sync   Markers   (siblings: none calls another)
+//     Outbox   Sync   Markers   Ephemeral   (siblings: none calls another)
 //     Connection                (knows nothing above it)
 //     detail::Storage, detail::Reporter / Identity / Backoff (shared_p.h)
 //
@@ -22,6 +23,7 @@
 
 #include "codec_p.h"
 #include "connection_p.h"
+#include "ephemeral_p.h"
 #include "markers_p.h"
 #include "outbox_p.h"
 #include "shared_p.h"
@@ -96,6 +98,7 @@ public:
     Outbox outbox;
     Sync sync;
     Markers markers;
+    Ephemeral ephemeral;
 
 Q_SIGNALS:
     // What the models follow (never the Client's own signals, which an app
@@ -109,6 +112,8 @@ Q_SIGNALS:
     void conversationsChanged();
     /// Forwarded to Client::identityChanged.
     void identityChanged();
+    /// Who is typing in `conv` changed (Ephemeral::typists()).
+    void typingChanged(const QString &conv, const QStringList &users);
     /// ~Client has begun: the models drop their link to it.
     void aboutToBeDestroyed();
 

@@ -128,6 +128,17 @@ Event readEvent(const QJsonObject &o, Reader &outer) {
     return e;
 }
 
+PresenceState readPresence(const QJsonObject &o, Reader &outer) {
+    Reader r(o);
+    PresenceState p;
+    p.user = r.str("user");
+    p.online = r.boolean("online");
+    p.lastSeen = r.optNum("last_seen").value_or(0); // null: never seen online
+    if (!r.error().isEmpty())
+        outer.fail(QStringLiteral("presence: ") + r.error());
+    return p;
+}
+
 QByteArray toFrame(const QJsonObject &o) {
     return QJsonDocument(o).toJson(QJsonDocument::Compact);
 }
@@ -275,6 +286,26 @@ std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString 
         in.body = TokenExpiring{r.num("exp")};
     } else if (t == u"refreshed") {
         in.body = Refreshed{r.num("exp")};
+    } else if (t == u"typing_ok") {
+        in.body = TypingOk{};
+    } else if (t == u"typing") {
+        TypingPush tp;
+        tp.conv = r.str("conv");
+        tp.user = r.str("user");
+        tp.on = r.boolean("on");
+        in.body = tp;
+    } else if (t == u"presence") {
+        // The reply carries `users` (a list), the push one `user`.
+        if (o.contains(QStringLiteral("users"))) {
+            PresenceReply pr;
+            for (const QJsonValue &v : r.array("users")) {
+                if (!v.isObject()) { r.fail(QStringLiteral("users: element is not an object")); break; }
+                pr.users.append(readPresence(v.toObject(), r));
+            }
+            in.body = std::move(pr);
+        } else {
+            in.body = PresencePush{readPresence(o, r)};
+        }
     } else if (t == u"error") {
         Error e;
         e.code = r.str("code");
@@ -391,6 +422,19 @@ QByteArray encodeFetch(const QString &rid, const QString &conv, qint64 seq) {
     QJsonObject o = request("fetch", rid);
     o.insert(QStringLiteral("conv"), conv);
     o.insert(QStringLiteral("seq"), seq);
+    return toFrame(o);
+}
+
+QByteArray encodeTyping(const QString &rid, const QString &conv, bool on) {
+    QJsonObject o = request("typing", rid);
+    o.insert(QStringLiteral("conv"), conv);
+    o.insert(QStringLiteral("on"), on);
+    return toFrame(o);
+}
+
+QByteArray encodePresence(const QString &rid, const QStringList &users) {
+    QJsonObject o = request("presence", rid);
+    o.insert(QStringLiteral("users"), QJsonArray::fromStringList(users));
     return toFrame(o);
 }
 

@@ -5,6 +5,7 @@
 #include <QtCore/QByteArray>
 #include <QtCore/QList>
 #include <QtCore/QString>
+#include <QtCore/QStringList>
 
 #include <optional>
 #include <variant>
@@ -90,13 +91,29 @@ struct Error { QString code, msg; };
 struct TokenExpiring { qint64 exp = 0; };
 /// Reply to `refresh`: the connection now runs until `exp` (ms, server clock).
 struct Refreshed { qint64 exp = 0; };
+/// Contract section 13. Reply to `typing`.
+struct TypingOk {};
+/// Push: another member of `conv` started (`on`) or stopped typing.
+struct TypingPush { QString conv, user; bool on = false; };
+/// One user's presence: `lastSeen` is ms since the epoch (server clock;
+/// 0: never seen online since presence was recorded, the wire's null).
+struct PresenceState {
+    QString user;
+    bool online = false;
+    qint64 lastSeen = 0;
+    bool operator==(const PresenceState &) const = default;
+};
+/// Reply to `presence`: the listed users the caller may see (strangers left out).
+struct PresenceReply { QList<PresenceState> users; };
+/// Push: a watched user's `online` changed.
+struct PresencePush { PresenceState state; };
 /// A well-formed frame of a type this SDK does not know (forward
 /// compatibility: a server-initiated one is ignored).
 struct Unknown { QString type; };
 
 using Body = std::variant<Welcome, Sent, Page, Acked, ReadOk, Recalled, Convs, Fetched,
                           Subscribed, EventPush, Hint, Resync, Goaway, Error, TokenExpiring, Refreshed,
-                          Unknown, Edited, Reacted>;
+                          Unknown, Edited, Reacted, TypingOk, TypingPush, PresenceReply, PresencePush>;
 
 /// A decoded server frame. `rid` is empty for server-initiated frames.
 struct Incoming {
@@ -135,6 +152,13 @@ QByteArray encodeHistory(const QString &rid, const QString &conv, qint64 before,
                          std::optional<qint64> epoch);
 QByteArray encodeFetch(const QString &rid, const QString &conv, qint64 seq);
 QByteArray encodeSub(const QString &rid);
+/// Contract section 13: this user is (`on`) or stopped being typing in `conv`.
+QByteArray encodeTyping(const QString &rid, const QString &conv, bool on);
+/// Contract section 13: the presence of `users` (1-500 ids), and this
+/// connection's watch list.
+QByteArray encodePresence(const QString &rid, const QStringList &users);
+/// At most this many users in one `presence` request.
+inline constexpr int MaxPresenceUsers = 500;
 /// Contract section 4a: swaps the open connection's token for `token` (a JWT).
 QByteArray encodeRefresh(const QString &rid, const QString &token);
 

@@ -257,6 +257,10 @@ void Connection::onServerFrame(const proto::Incoming &in) {
                 emit hintPushed(b);
             } else if constexpr (std::is_same_v<T, proto::Resync>) {
                 emit resyncPushed();
+            } else if constexpr (std::is_same_v<T, proto::TypingPush>) {
+                emit typingPushed(b);
+            } else if constexpr (std::is_same_v<T, proto::PresencePush>) {
+                emit presencePushed(b.state);
             } else if constexpr (std::is_same_v<T, proto::Goaway>) {
                 transport_->moveToNextServer(goawayDelayMs(b.retryMs));
             } else if constexpr (std::is_same_v<T, proto::TokenExpiring>) {

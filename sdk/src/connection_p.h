@@ -134,6 +134,9 @@ Q_SIGNALS:
     void eventPushed(const im::proto::Event &event);
     void hintPushed(const im::proto::Hint &hint);
     void resyncPushed();
+    /// Contract section 13: typing and presence pushes, for Ephemeral.
+    void typingPushed(const im::proto::TypingPush &push);
+    void presencePushed(const im::proto::PresenceState &state);
     /// `welcome` accepted: requests flow. `helloToken` is the token the
     /// `hello` carried (the session's, whatever setToken() did meanwhile).
     void sessionStarted(const QString &helloToken);

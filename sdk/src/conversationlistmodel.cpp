@@ -57,6 +57,12 @@ void ConversationListModel::setClient(Client *client) {
             if (!d->reload.isActive())
                 d->reload.start();
         });
+        // Typing lives in memory (Ephemeral), not in the store: one row's
+        // role changes, nothing is re-read.
+        d->links << connect(cp, &ClientPrivate::typingChanged, this, [this](const QString &conv) {
+            if (const int row = indexOf(conv); row >= 0)
+                emit dataChanged(index(row), index(row), {TypingRole});
+        });
         d->links << connect(cp, &ClientPrivate::aboutToBeDestroyed, this, [this] { setClient(nullptr); });
     }
     refresh();
@@ -117,6 +123,7 @@ QVariant ConversationListModel::data(const QModelIndex &index, int role) const {
     case HasGapRole: return r.gapTo > 0;
     case CursorRole: return r.after;
     case LastTimestampRole: return r.lastTs > 0 ? QDateTime::fromMSecsSinceEpoch(r.lastTs) : QDateTime();
+    case TypingRole: return d->client ? d->client->typingUsers(r.conv) : QStringList();
     default: return {};
     }
 }
@@ -140,7 +147,7 @@ QHash<int, QByteArray> ConversationListModel::roleNames() const {
     return {{ConvRole, "conv"},       {KindRole, "kind"},         {HeadRole, "head"},
             {UnreadRole, "unread"},   {ReadRole, "read"},         {DeliveredRole, "delivered"},
             {EpochRole, "epoch"},     {HasGapRole, "hasGap"},     {CursorRole, "cursor"},
-            {LastTimestampRole, "lastTimestamp"}};
+            {LastTimestampRole, "lastTimestamp"}, {TypingRole, "typing"}};
 }
 
 } // namespace im

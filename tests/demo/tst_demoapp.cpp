@@ -11,6 +11,7 @@
 #include "faultpanel.h"
 #include "faultproxy.h"
 #include "logpanel.h"
+#include "presencelist.h"
 #include "settingspanel.h"
 #include "signindialog.h"
 #include "windowmanager.h"
@@ -191,6 +192,9 @@ private slots:
     void retry_backoff_setting_spaces_the_resends();
     void silent_server_keeps_a_send_pending_until_the_keepalive_reconnects();
     void screenshot_of_the_main_window_is_saved();
+    // typing and presence
+    void typing_in_the_send_box_shows_is_typing_under_the_other_timeline();
+    void people_list_shows_online_dots_and_last_seen();
 
 private:
     void clickConversation(ChatWindow *w, const QString &conv);
@@ -1406,6 +1410,88 @@ void TestDemoApp::screenshot_of_the_main_window_is_saved() {
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, 60000);
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
     QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+}
+
+// typing and presence (contract section 13, obligation 19)
+
+// ana types in the send box without sending: ben's window shows "ana is
+// typing…" under its timeline; ana empties the box: it goes; ana types
+// again and sends: it goes with the message.
+void TestDemoApp::typing_in_the_send_box_shows_is_typing_under_the_other_timeline() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    auto *bar = child<QLabel>(ben_, "typingBar");
+    auto *anaBar = child<QLabel>(ana_, "typingBar");
+    QVERIFY(bar->isVisible());
+    QCOMPARE(bar->text(), QString());
+    auto *edit = child<QLineEdit>(ana_, "sendEdit");
+    edit->setFocus();
+    QTest::keyClicks(edit, QStringLiteral("hel"));
+    QTRY_COMPARE_WITH_TIMEOUT(bar->text(), QStringLiteral("ana is typing…"), kSettle);
+    QCOMPARE(anaBar->text(), QString()); // not shown to the typist
+    // Under the timeline: below the message view, inside the message panel.
+    auto *view = child<QTableView>(ben_, "messageView");
+    QVERIFY(bar->mapTo(ben_, QPoint(0, 0)).y() >= view->mapTo(ben_, QPoint(0, view->height())).y());
+    // Emptied box: typing stops (an on:false, a second after the first frame at most).
+    edit->selectAll();
+    QTest::keyClick(edit, Qt::Key_Backspace);
+    QVERIFY(edit->text().isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(bar->text(), QString(), kSettle);
+    // Typing again, then the send: gone with the message.
+    const QString body = QStringLiteral("typed, then sent");
+    QTRY_VERIFY_WITH_TIMEOUT(!ana_->client()->isTyping(QStringLiteral("ana-ben")), kSettle);
+    QTest::qWait(1100); // a fresh second of the 2-a-second typing limit
+    QTest::keyClicks(edit, body);
+    QTRY_COMPARE_WITH_TIMEOUT(bar->text(), QStringLiteral("ana is typing…"), kSettle);
+    QTest::keyClick(edit, Qt::Key_Return);
+    QVERIFY(edit->text().isEmpty());
+    QVERIFY(!ana_->client()->isTyping(QStringLiteral("ana-ben")));
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(bar->text(), QString(), kSettle);
+}
+
+// ana's conversation panel lists ben (her direct conversation's peer) with
+// a green dot while ben's window is connected, "last seen" once he
+// disconnects, online again after Connect; a user typed into "Watch user"
+// who shares nothing with ana stays unknown.
+void TestDemoApp::people_list_shows_online_dots_and_last_seen() {
+    ensureBen();
+    QVERIFY(ben_);
+    waitConnected(ben_);
+    auto *list = child<QListWidget>(ana_, "presenceList");
+    const auto rowOfUser = [list](const QString &user) -> QListWidgetItem * {
+        for (int i = 0; i < list->count(); ++i)
+            if (list->item(i)->data(PresenceList::UserRole).toString() == user)
+                return list->item(i);
+        return nullptr;
+    };
+    const auto online = [&](const QString &user) {
+        QListWidgetItem *it = rowOfUser(user);
+        return it && it->data(PresenceList::OnlineRole).toBool();
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(online(QStringLiteral("ben")), kSettle);
+    QVERIFY(rowOfUser(QStringLiteral("ben"))->text().contains(QStringLiteral("online")));
+
+    auto *disconnectButton = child<QPushButton>(ben_, "disconnectButton");
+    QTRY_VERIFY(disconnectButton->isEnabled());
+    QTest::mouseClick(disconnectButton, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(rowOfUser(QStringLiteral("ben")) && !online(QStringLiteral("ben")), kSettle);
+    QVERIFY2(rowOfUser(QStringLiteral("ben"))->text().contains(QStringLiteral("last seen")),
+             qPrintable(rowOfUser(QStringLiteral("ben"))->text()));
+    QTest::mouseClick(child<QPushButton>(ben_, "connectButton"), Qt::LeftButton);
+    waitConnected(ben_);
+    QTRY_VERIFY_WITH_TIMEOUT(online(QStringLiteral("ben")), kSettle);
+
+    auto *watch = child<QLineEdit>(ana_, "watchUserEdit");
+    watch->setFocus();
+    QTest::keyClicks(watch, QStringLiteral("zed"));
+    QTest::keyClick(watch, Qt::Key_Return);
+    QTRY_VERIFY(rowOfUser(QStringLiteral("zed")) != nullptr);
+    QTest::qWait(500); // the server's answer leaves zed out: still unknown after it
+    QVERIFY(!rowOfUser(QStringLiteral("zed"))->data(PresenceList::KnownRole).toBool());
+    QVERIFY(rowOfUser(QStringLiteral("zed"))->text().contains(QStringLiteral("unknown")));
 }
 
 int main(int argc, char **argv) {

@@ -17,6 +17,7 @@ private slots:
     void rejects_malformed_frames();
     void page_fields_are_decoded_exactly();
     void a_msg_carries_its_later_changes();
+    void typing_and_presence_fields_are_decoded_exactly();
     void encodes_requests_as_the_contract_spells_them_data();
     void encodes_requests_as_the_contract_spells_them();
     void only_unavailable_and_no_reply_are_retryable_data();
@@ -46,7 +47,7 @@ void TestCodec::decodes_every_server_frame_type_data() {
     QTest::newRow("recall event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"mid":"m","kind":"recall","sender":"ana","target":3,"ts":1,"epoch":1}})") << 9 << "";
     QTest::newRow("token_expiring push") << QByteArray(R"({"t":"token_expiring","exp":1732870060123})") << 14 << "";
     QTest::newRow("refreshed") << QByteArray(R"({"t":"refreshed","rid":"r11","exp":1732873600000})") << 15 << "r11";
-    QTest::newRow("unknown type (a newer server's push)") << QByteArray(R"({"t":"typing","conv":"c"})") << 16 << "";
+    QTest::newRow("unknown type (a newer server's push)") << QByteArray(R"({"t":"call_ring","conv":"c"})") << 16 << "";
     QTest::newRow("history window") << QByteArray(R"({"t":"page","rid":"r2","conv":"c","events":[{"conv":"c","seq":7,"kind":"msg","epoch":1}],"oldest":7,"has_older":true,"head":9,"min_seq":1,"trimmed":false,"epoch":1})") << 2 << "r2";
     QTest::newRow("convs page") << QByteArray(R"({"t":"convs","rid":"r3","convs":[{"conv":"a","kind":"group","head":3,"epoch":1}],"next_after":"a","has_more":true})") << 6 << "r3";
     QTest::newRow("join event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":1,"mid":"m","kind":"join","user":"cy","ts":1,"epoch":1}})") << 9 << "";
@@ -56,6 +57,12 @@ void TestCodec::decodes_every_server_frame_type_data() {
     QTest::newRow("reacted, nothing to undo") << QByteArray(R"({"t":"reacted","conv":"c","seq":null,"dup":false,"changed":false,"epoch":1,"rid":"x3"})") << 18 << "x3";
     QTest::newRow("edit event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":10,"mid":"m","kind":"edit","sender":"ben","body":"yes!","target":9,"cmid":"k","ts":1,"epoch":1}})") << 9 << "";
     QTest::newRow("reaction event") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":11,"mid":"m","kind":"reaction","sender":"ana","target":9,"emoji":"\ud83d\udc4d","on":true,"ts":1,"epoch":1}})") << 9 << "";
+    // Contract section 13.
+    QTest::newRow("typing_ok") << QByteArray(R"({"t":"typing_ok","rid":"t1"})") << 19 << "t1";
+    QTest::newRow("typing push") << QByteArray(R"({"t":"typing","conv":"team","user":"ana","on":true})") << 20 << "";
+    QTest::newRow("presence reply") << QByteArray(R"({"t":"presence","users":[{"user":"ben","online":true,"last_seen":1765080000123},{"user":"cy","online":false,"last_seen":null}],"rid":"p1"})") << 21 << "p1";
+    QTest::newRow("presence reply, nobody visible") << QByteArray(R"({"t":"presence","users":[],"rid":"p2"})") << 21 << "p2";
+    QTest::newRow("presence push") << QByteArray(R"({"t":"presence","user":"ben","online":false,"last_seen":1765080100789})") << 22 << "";
 }
 
 void TestCodec::decodes_every_server_frame_type() {
@@ -94,6 +101,11 @@ void TestCodec::rejects_malformed_frames_data() {
     QTest::newRow("edit without target") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"edit","body":"b","epoch":1}})") << "";
     QTest::newRow("msg edit not above it") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"msg","edit":{"seq":4,"body":"b"},"epoch":1}})") << "";
     QTest::newRow("msg reaction count 0") << QByteArray(R"({"t":"event","ev":{"conv":"c","seq":4,"kind":"msg","reactions":[{"emoji":"x","count":0,"me":false}],"epoch":1}})") << "";
+    QTest::newRow("typing push without user") << QByteArray(R"({"t":"typing","conv":"c","on":true})") << "";
+    QTest::newRow("typing push on not a bool") << QByteArray(R"({"t":"typing","conv":"c","user":"ana","on":1})") << "";
+    QTest::newRow("presence push without online") << QByteArray(R"({"t":"presence","user":"ben","last_seen":5})") << "";
+    QTest::newRow("presence reply element not an object") << QByteArray(R"({"t":"presence","rid":"p","users":["ben"]})") << "p";
+    QTest::newRow("presence reply last_seen string") << QByteArray(R"({"t":"presence","rid":"p","users":[{"user":"ben","online":false,"last_seen":"5"}]})") << "p";
     QTest::newRow("reacted without changed") << QByteArray(R"({"t":"reacted","rid":"r","conv":"c","seq":3})") << "r";
 }
 
@@ -158,6 +170,25 @@ void TestCodec::a_msg_carries_its_later_changes() {
     QVERIFY(!checkEmoji(QString(QChar(0x85))).isEmpty());
 }
 
+void TestCodec::typing_and_presence_fields_are_decoded_exactly() {
+    // docs/protocol.md's examples (contract section 13).
+    QString error;
+    auto in = decode(R"({"t":"typing","conv":"team","user":"ana","on":true})", &error);
+    QVERIFY2(in, qPrintable(error));
+    const TypingPush &tp = std::get<TypingPush>(in->body);
+    QCOMPARE(tp.conv, QStringLiteral("team"));
+    QCOMPARE(tp.user, QStringLiteral("ana"));
+    QVERIFY(tp.on);
+    in = decode(R"({"t":"presence","users":[{"user":"ben","online":true,"last_seen":1765080000123},
+                   {"user":"cy","online":false,"last_seen":null}],"rid":"8"})", &error);
+    QVERIFY2(in, qPrintable(error));
+    QCOMPARE(std::get<PresenceReply>(in->body).users,
+             (QList<PresenceState>{{QStringLiteral("ben"), true, 1765080000123}, {QStringLiteral("cy"), false, 0}}));
+    in = decode(R"({"t":"presence","user":"ben","online":false,"last_seen":1765080100789})", &error);
+    QVERIFY2(in, qPrintable(error));
+    QCOMPARE(std::get<PresencePush>(in->body).state, (PresenceState{QStringLiteral("ben"), false, 1765080100789}));
+}
+
 void TestCodec::encodes_requests_as_the_contract_spells_them_data() {
     QTest::addColumn<QByteArray>("frame");
     QTest::addColumn<QByteArray>("expected");
@@ -191,6 +222,12 @@ void TestCodec::encodes_requests_as_the_contract_spells_them_data() {
                           << QByteArray(R"({"body":"yes!","cmid":"u-4","conv":"c","rid":"e1","t":"edit","target":9})");
     QTest::newRow("react") << encodeReact(QStringLiteral("x1"), QStringLiteral("c"), 9, QStringLiteral("u-5"), QStringLiteral("ok"), false)
                            << QByteArray(R"({"cmid":"u-5","conv":"c","emoji":"ok","on":false,"rid":"x1","t":"react","target":9})");
+    QTest::newRow("typing on") << encodeTyping(QStringLiteral("7"), QStringLiteral("team"), true)
+                               << QByteArray(R"({"t":"typing","conv":"team","on":true,"rid":"7"})");
+    QTest::newRow("typing off") << encodeTyping(QStringLiteral("8"), QStringLiteral("team"), false)
+                                << QByteArray(R"({"t":"typing","conv":"team","on":false,"rid":"8"})");
+    QTest::newRow("presence") << encodePresence(QStringLiteral("8"), {QStringLiteral("ben"), QStringLiteral("cy"), QStringLiteral("zed")})
+                              << QByteArray(R"({"t":"presence","users":["ben","cy","zed"],"rid":"8"})");
 }
 
 void TestCodec::encodes_requests_as_the_contract_spells_them() {

@@ -130,7 +130,7 @@ void TestReconnect::unknown_server_frame_types_are_ignored_not_protocol_errors()
     QSignalSpy states(&client, &Client::connectionStateChanged);
     client.connectToServer();
     QTRY_COMPARE(server.subscribedCount(), 1);
-    server.pushToAll({{QStringLiteral("t"), QStringLiteral("typing")}, {QStringLiteral("conv"), QStringLiteral("c1")}});
+    server.pushToAll({{QStringLiteral("t"), QStringLiteral("call_ring")}, {QStringLiteral("conv"), QStringLiteral("c1")}});
     server.pushToAll({{QStringLiteral("t"), QStringLiteral("presence_v2")}});
     QTRY_COMPARE(ClientPrivate::get(&client)->conn.ignoredFrames(), 2);
     // Still the same session, and it still works.

@@ -15,6 +15,7 @@
 namespace im {
 
 class ClientPrivate;
+class PresenceWatch;
 
 /**
  * A chat client bound to one local database and one device token.
@@ -286,6 +287,19 @@ public:
     /// Conversation ids known locally.
     Q_INVOKABLE QStringList conversationIds() const;
 
+    // --- typing and presence (contract section 13, obligation 19) ---------
+    /// Who else is typing in `conv` now (user ids, sorted): from the
+    /// server's `typing` pushes, each lasting 6 s unless renewed, ended by
+    /// their `on:false` or by a message from them. Also the `typing` role
+    /// of ConversationListModel; typingChanged() tells of every change.
+    Q_INVOKABLE QStringList typingUsers(const QString &conv) const;
+    /// Whether this user is typing in `conv` as far as setTyping() knows.
+    Q_INVOKABLE bool isTyping(const QString &conv) const;
+    /// Watches the presence of `users` (online, last seen): a new
+    /// PresenceWatch, a child of this client (delete it to stop watching).
+    /// See im::PresenceWatch; from QML declare `PresenceWatch { }` instead.
+    Q_INVOKABLE im::PresenceWatch *watchPresence(const QStringList &users);
+
 public Q_SLOTS:
     /// Connects (asynchronously) and keeps reconnecting until
     /// disconnectFromServer(). Needs open() and credentials.
@@ -350,6 +364,15 @@ public Q_SLOTS:
     /// reaction waits behind it until it has its seq.
     QString react(const QString &conv, const QString &cmid, const QString &emoji, bool on);
 
+    /// Tells the others in `conv` that this user is typing (true) or
+    /// stopped (false). Call it on every keystroke: the first call sends
+    /// `typing` at once, calls that keep coming renew it every 3 s, and it
+    /// stops by itself 5 s after the last call, on false, and on send() or
+    /// reply() in `conv`. Ephemeral: sent only while connected, never
+    /// queued in the outbox nor resent after a reconnect, at most 2 frames
+    /// a second per conversation (the gateway's limit).
+    void setTyping(const QString &conv, bool typing);
+
     /// Marks everything up to `seq` read (sent now if connected, else after
     /// the next hello). Returns false on a local database error.
     bool markRead(const QString &conv, qint64 seq);
@@ -394,6 +417,8 @@ Q_SIGNALS:
     void conversationReset(const QString &conv);
     /// A sync of `conv` reached the server's head (has_more false).
     void conversationSynced(const QString &conv);
+    /// typingUsers(conv) changed: `users` are typing in `conv` now.
+    void typingChanged(const QString &conv, const QStringList &users);
     /// The conversation list or its markers (head, unread, read, delivered) changed.
     void conversationsChanged();
     /// The outbox changed (entry added, removed, attempt recorded).
@@ -418,3 +443,6 @@ private:
 };
 
 } // namespace im
+
+// watchPresence() returns one (moc needs the complete type).
+#include <im/presencewatch.h>

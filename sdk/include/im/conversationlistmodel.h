@@ -34,6 +34,10 @@ public:
         HasGapRole,        ///< bool: retention purged events we never saw (trimmed)
         CursorRole,        ///< qint64 last applied seq (the sync cursor)
         LastTimestampRole, ///< QDateTime of the newest local event
+        /// QStringList: the other users typing in it now, sorted (contract
+        /// section 13; Client::typingUsers()). Changes emit dataChanged
+        /// with this role only.
+        TypingRole,
     };
     Q_ENUM(Roles)
 

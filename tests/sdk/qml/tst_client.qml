@@ -151,6 +151,39 @@ TestCase {
         compare(msgs.get(rowOf(a), "quoteSender"), "ana")
     }
 
+    // Contract section 13 from QML (obligation 19): ben types in "ana-ben"
+    // and ana's conversation model shows it by role name; a PresenceWatch
+    // declared in QML follows ben online and offline.
+    PresenceWatch { id: benWatch; client: client; users: ["ben"] }
+    function test_1c_typingAndPresenceFromQml() {
+        const ben = Qt.createQmlObject("import ImSdk; Client { }", test)
+        verify(ben.open(dataDir + "/ben-qml.db"), ben.lastError())
+        ben.setServers([serverUrl])
+        ben.setCredentials(tokens["ben"])
+        ben.connectToServer()
+        tryCompare(ben, "connectionState", Im.Connected, 120000)
+        tryCompare(benWatch, "online", true, 10000)
+        compare(benWatch.onlineUsers, ["ben"])
+        verify(benWatch.isOnline("ben"))
+        verify(benWatch.known)
+
+        tryVerify(() => convs.indexOf("ana-ben") >= 0, 60000)
+        ben.setTyping("ana-ben", true)
+        verify(ben.isTyping("ana-ben"))
+        tryVerify(() => convs.get(convs.indexOf("ana-ben"), "typing").length === 1, 10000, "typing never showed")
+        compare(convs.get(convs.indexOf("ana-ben")).typing[0], "ben")
+        compare(client.typingUsers("ana-ben"), ["ben"])
+        ben.setTyping("ana-ben", false)
+        tryVerify(() => convs.get(convs.indexOf("ana-ben"), "typing").length === 0, 10000, "typing never stopped")
+
+        ben.disconnectFromServer()
+        tryCompare(benWatch, "online", false, 10000)
+        verify(!isNaN(benWatch.lastSeen.getTime()), "no last seen")
+        verify(!isNaN(benWatch.lastSeenOf("ben").getTime()))
+        ben.close()
+        ben.destroy()
+    }
+
     function test_2_typedErrors() {
         // A body the server would refuse: refused at once, typed by name.
         errorSpy.clear()
