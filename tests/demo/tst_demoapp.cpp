@@ -200,6 +200,7 @@ private slots:
     void edit_of_another_users_message_shows_not_sender();
     void edit_after_the_window_shows_edit_window_expired();
     void reacting_past_20_emoji_shows_invalid_argument();
+    void edit_queued_behind_a_recall_shows_already_recalled();
 
 private:
     void clickConversation(ChatWindow *w, const QString &conv);
@@ -1804,6 +1805,32 @@ void TestDemoApp::reacting_past_20_emoji_shows_invalid_argument() {
         QVERIFY2(chip.endsWith(QStringLiteral(" 1 mine")), qPrintable(chip));
     QVERIFY(!chipsAt(ana_, seq).contains(MessageActions::manyEmoji().at(20) + QStringLiteral(" 1 mine")));
     QTRY_COMPARE_WITH_TIMEOUT(chipsAt(ben_, seq).size(), 20, kSettle);
+    QCOMPARE(ana_->client()->pendingCount(), 0);
+}
+
+// QA: offline, a recall and then an edit of the same message are queued;
+// online the recall goes first and the edit shows ALREADY_RECALLED.
+void TestDemoApp::edit_queued_behind_a_recall_shows_already_recalled() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("recalled before the edit lands");
+    typeAndSend(ana_, body);
+    const qint64 seq = sentSeq(ana_, body);
+    QVERIFY(seq > 0);
+    ana_->clientFaults()->setOffline(true);
+    QTRY_COMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("recallAction"));
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("editAction"));
+    auto *edit = child<QLineEdit>(ana_, "sendEdit");
+    edit->clear();
+    typeAndSend(ana_, QStringLiteral("an edit after the recall"));
+    QTRY_COMPARE(ana_->client()->pendingCount(), 2);
+    ana_->clientFaults()->setOffline(false);
+    QTRY_VERIFY_WITH_TIMEOUT(resultText(ana_).startsWith(QStringLiteral("Edit of seq %1 (request ").arg(seq)), kSettle);
+    QVERIFY2(resultText(ana_).endsWith(QStringLiteral("): Failed: ALREADY_RECALLED")), qPrintable(resultText(ana_)));
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Recalled, kSettle);
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::EditedMarkRole).toString(), QString());
     QCOMPARE(ana_->client()->pendingCount(), 0);
 }
 
