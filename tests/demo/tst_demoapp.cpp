@@ -262,6 +262,10 @@ void TestDemoApp::init() {
     // QA controls back to the SDK's defaults, straight to the server.
     ana_->settingsPanel()->restoreDefaults();
     ana_->faultPanel()->setRouted(false);
+    // No reply / edit left half composed by a failed test.
+    for (ChatWindow *w : {ana_.data(), ben_.data()})
+        if (w)
+            child<MessageActions>(w, "messageActions")->cancelCompose();
     clearServerFaults();
     waitConnected(ana_);
     QTRY_COMPARE_WITH_TIMEOUT(ana_->client()->pendingCount(), 0, kSettle);
