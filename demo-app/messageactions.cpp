@@ -200,11 +200,7 @@ QString MessageActions::submit(const QString &text) {
         track(cmid, what);
     else
         emit statusMessage(tr("%1 queued (request %2)").arg(what, cmid.left(8)), 5000);
-    const bool edit = mode_ == Mode::Edit;
-    cancelCompose();
-    if (edit)
-        sendEdit_->clear();
-    emit queued(cmid);
+    cancelCompose(); // clears the send box after an edit
     return cmid;
 }
 

@@ -62,8 +62,6 @@ public:
 
 Q_SIGNALS:
     void statusMessage(const QString &text, int timeoutMs);
-    /// A reply or edit was queued (the panel follows the newest row).
-    void queued(const QString &cmid);
 
 private:
     struct Target {

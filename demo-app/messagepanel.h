@@ -1,8 +1,10 @@
 // The message view of a chat window: the selected conversation, newest at
 // the bottom through an im::ReversedProxyModel (state, sender, time, seq,
-// dup, cmid per row), its markers, the history
-// window controls, the send box, and the per-message actions (recall,
-// cancel, discard). It advances the read marker as rows come into view.
+// dup, cmid per row; the Message column drawn by MessageDelegate: quote,
+// edited, reactions), its markers, the history window controls, the send
+// box, and the per-message actions (recall, cancel, discard; reply, edit and
+// react through MessageActions). It advances the read marker as rows come
+// into view.
 #pragma once
 
 #include <im/types.h>
