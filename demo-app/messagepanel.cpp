@@ -461,6 +461,7 @@ void MessagePanel::sendTyped() {
         return;
     }
     const bool plain = actions_->mode() == MessageActions::Mode::Send;
+    const bool edit = actions_->mode() == MessageActions::Mode::Edit;
     const QString cmid = plain ? client_->send(conv_, text) : actions_->submit(text);
     if (cmid.isEmpty()) {
         if (plain)
@@ -468,6 +469,8 @@ void MessagePanel::sendTyped() {
         return;
     }
     sendEdit_->clear();
+    if (edit)
+        return; // the edited row stays where the user is reading
     followTail_ = true;
     // Our message is the newest row: back to the newest window.
     msgs_->followNewest();
