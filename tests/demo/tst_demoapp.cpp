@@ -1653,12 +1653,13 @@ QColor chipFill(ChatWindow *w, qint64 seq, const QString &emoji) {
     QRect chip;
     if (!QTest::qWaitFor([&] {
             chip = delegate->chipRect(view, index, emoji);
-            return !chip.isNull() && view->viewport()->rect().contains(chip);
+            return !chip.isNull() && view->visualRect(index).contains(chip)
+                   && view->viewport()->rect().contains(chip);
         }, 5000))
         return {};
     const QImage shot = view->viewport()->grab().toImage();
-    // Inside the rounded chip, left of its text.
-    return shot.pixelColor(chip.left() + chip.height() / 2, chip.top() + 2);
+    // Inside the rounded chip, left of its text (which starts 6 px in).
+    return shot.pixelColor(chip.left() + 3, chip.center().y());
 }
 
 } // namespace
