@@ -1507,9 +1507,10 @@ void TestDemoApp::clickChip(ChatWindow *w, int modelRow, const QString &emoji) {
     auto *delegate = w->findChild<MessageDelegate *>(QStringLiteral("messageDelegate"));
     QVERIFY(delegate);
     const QModelIndex index = view->model()->index(viewRow(w, modelRow), ChatWindow::BodyColumn);
-    view->scrollTo(index);
-    // The row grows to hold its chips (resized once per event loop turn).
-    QTRY_VERIFY(view->visualRect(index).contains(delegate->chipRect(view, index, emoji)));
+    // The row grows to hold its chips (resized once per event loop turn),
+    // and the view may have to scroll to show it whole.
+    QTRY_VERIFY((view->scrollTo(index), view->visualRect(index).contains(delegate->chipRect(view, index, emoji))
+                 && view->viewport()->rect().contains(delegate->chipRect(view, index, emoji))));
     QTest::mouseClick(view->viewport(), Qt::LeftButton, {}, delegate->chipRect(view, index, emoji).center());
 }
 
@@ -1648,15 +1649,21 @@ QColor chipFill(ChatWindow *w, qint64 seq, const QString &emoji) {
     auto *view = w->findChild<QTableView *>(QStringLiteral("messageView"));
     auto *delegate = w->findChild<MessageDelegate *>(QStringLiteral("messageDelegate"));
     const QModelIndex index = view->model()->index(viewRow(w, rowOfSeq(w->messages(), seq)), ChatWindow::BodyColumn);
-    view->scrollTo(index);
-    // The row grows to hold its chips (resized once per event loop turn).
+    // The row grows to hold its chips (resized once per event loop turn),
+    // and the view may have to scroll to show it whole.
     QRect chip;
     if (!QTest::qWaitFor([&] {
+            view->scrollTo(index);
             chip = delegate->chipRect(view, index, emoji);
             return !chip.isNull() && view->visualRect(index).contains(chip)
                    && view->viewport()->rect().contains(chip);
-        }, 5000))
+        }, 5000)) {
+        const QRect cell = view->visualRect(index), port = view->viewport()->rect();
+        qWarning("chip %s at seq %lld not shown whole: chip %d,%d %dx%d, cell %d,%d %dx%d, viewport %dx%d",
+                 qPrintable(emoji), seq, chip.x(), chip.y(), chip.width(), chip.height(), cell.x(), cell.y(),
+                 cell.width(), cell.height(), port.width(), port.height());
         return {};
+    }
     const QImage shot = view->viewport()->grab().toImage();
     // Inside the rounded chip, left of its text (which starts 6 px in).
     return shot.pixelColor(chip.left() + 3, chip.center().y());
