@@ -1,5 +1,7 @@
 #include "messagepanel.h"
 
+#include "messageactions.h"
+#include "messagedelegate.h"
 #include "panelutil.h"
 #include "roletablemodel.h"
 
@@ -46,6 +48,26 @@ QColor stateColor(MessageState s) {
 }
 
 } // namespace
+
+QVariant MessagePanel::changeData(const QModelIndex &s, int role) {
+    switch (role) {
+    case MessageDelegate::QuoteRole: {
+        const qint64 to = s.data(MessageListModel::ReplyToRole).toLongLong();
+        if (to <= 0)
+            return QString();
+        const QString who = s.data(MessageListModel::QuoteSenderRole).toString();
+        if (who.isEmpty())
+            return QStringLiteral("reply to seq %1").arg(to);
+        return QStringLiteral("%1: %2").arg(who, s.data(MessageListModel::QuoteTextRole).toString());
+    }
+    case MessageDelegate::EditedMarkRole:
+        return s.data(MessageListModel::EditedRole).toBool() ? QStringLiteral("(edited)") : QString();
+    case MessageDelegate::PendingMarkRole:
+        return s.data(MessageListModel::ChangePendingRole).toBool() ? QStringLiteral("change pending") : QString();
+    case MessageDelegate::ReactionsRole: return s.data(MessageListModel::ReactionsRole).toList();
+    }
+    return {};
+}
 
 QString MessagePanel::stateText(MessageState state, const QString &errorCode) {
     switch (state) {
@@ -134,6 +156,10 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
                       return QStringLiteral("%1 left").arg(s.data(MessageListModel::UserRole).toString());
                   return s.data(MessageListModel::BodyRole);
               }
+              // Replies, edits, reactions: drawn by MessageDelegate.
+              if (kind == QLatin1String("msg") && role >= MessageDelegate::QuoteRole
+                  && role <= MessageDelegate::ReactionsRole)
+                  return MessagePanel::changeData(s, role);
               if (role == Qt::FontRole && (kind != QLatin1String("msg") || st == MessageState::Recalled)) {
                   QFont f;
                   f.setItalic(true);
@@ -199,6 +225,9 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
         this);
     view_ = makeTable(QStringLiteral("messageView"));
     view_->setModel(table_);
+    delegate_ = new MessageDelegate(view_);
+    delegate_->setObjectName(QStringLiteral("messageDelegate"));
+    view_->setItemDelegateForColumn(BodyColumn, delegate_);
     auto *h = view_->horizontalHeader();
     for (int c = 0; c < table_->columnCount(); ++c)
         h->setSectionResizeMode(c, c == BodyColumn ? QHeaderView::Stretch : QHeaderView::ResizeToContents);
@@ -263,6 +292,13 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
     auto *sendRow = new QHBoxLayout;
     sendRow->addWidget(sendEdit_, 1);
     sendRow->addWidget(sendButton_);
+    // Reply / edit / react: the menu actions, the composer bar, chip clicks.
+    actions_ = new MessageActions(client_, sendEdit_, sendButton_);
+    connect(actions_, &MessageActions::statusMessage, this, &MessagePanel::statusMessage);
+    connect(delegate_, &MessageDelegate::chipClicked, this,
+            [this](const QModelIndex &index, const QString &emoji, bool mine) {
+                actions_->react(table_->sourceIndex(index.row()), conv_, emoji, !mine);
+            });
 
     // History window: what the model shows and what the client loads.
     loadOlderButton_ = new QPushButton(tr("Load older"));
@@ -328,9 +364,10 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
     });
     sendRow->addWidget(discardButton_);
 
-    auto *hint = new QLabel(tr("Right-click one of your messages to recall it (Sent), cancel it (Pending, not on the "
-                               "wire yet) or discard it (Failed / Expired). Read markers advance as messages "
-                               "scroll into view."));
+    auto *hint = new QLabel(tr("Right-click a message to reply, edit or react (click a reaction chip to add or "
+                               "remove yours); right-click one of your messages to recall it (Sent), cancel it "
+                               "(Pending, not on the wire yet) or discard it (Failed / Expired). Read markers "
+                               "advance as messages scroll into view."));
     hint->setStyleSheet(QStringLiteral("color: gray"));
     hint->setWordWrap(true);
 
@@ -338,6 +375,7 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
     l->addWidget(header_);
     l->addLayout(historyRow);
     l->addWidget(view_, 1);
+    l->addWidget(actions_);
     l->addLayout(sendRow);
     l->addWidget(hint);
     setLayout(l);
@@ -346,6 +384,8 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
 
 void MessagePanel::setConversation(const QString &conv) {
     if (conv != conv_) {
+        if (actions_->mode() != MessageActions::Mode::Send)
+            actions_->cancelCompose();
         conv_ = conv;
         msgs_->setConversation(conv);
     }
@@ -362,7 +402,28 @@ void MessagePanel::scheduleFitColumns() {
         // Setting a section's (same) mode makes the header recompute its
         // automatic sections (QHeaderView::setSectionResizeMode).
         view_->horizontalHeader()->setSectionResizeMode(SeqColumn, QHeaderView::ResizeToContents);
+        fitRowHeights();
     });
+}
+
+// Rows with a quote or reaction chips are taller (MessageDelegate's size);
+// every other row keeps the table's default height.
+void MessagePanel::fitRowHeights() {
+    QStyleOptionViewItem opt;
+    opt.initFrom(view_);
+    const int plain = view_->verticalHeader()->defaultSectionSize();
+    const QScrollBar *sb = view_->verticalScrollBar();
+    const bool atBottom = sb->value() >= sb->maximum();
+    bool changed = false;
+    for (int r = 0; r < table_->rowCount(); ++r) {
+        const int h = qMax(plain, delegate_->sizeHint(opt, table_->index(r, BodyColumn)).height());
+        if (view_->rowHeight(r) != h) {
+            view_->setRowHeight(r, h);
+            changed = true;
+        }
+    }
+    if (changed && atBottom)
+        QTimer::singleShot(0, view_, &QTableView::scrollToBottom);
 }
 
 void MessagePanel::setSendEnabled(bool enabled) {
@@ -399,17 +460,23 @@ void MessagePanel::sendTyped() {
         emit statusMessage(tr("Pick a conversation first"), 5000);
         return;
     }
-    const QString cmid = client_->send(conv_, text);
+    const bool plain = actions_->mode() == MessageActions::Mode::Send;
+    const bool edit = actions_->mode() == MessageActions::Mode::Edit;
+    const QString cmid = plain ? client_->send(conv_, text) : actions_->submit(text);
     if (cmid.isEmpty()) {
-        emit statusMessage(tr("Not queued: %1").arg(client_->lastError()), 10000);
+        if (plain)
+            emit statusMessage(tr("Not queued: %1").arg(client_->lastError()), 10000);
         return;
     }
     sendEdit_->clear();
+    if (edit)
+        return; // the edited row stays where the user is reading
     followTail_ = true;
     // Our message is the newest row: back to the newest window.
     msgs_->followNewest();
     QTimer::singleShot(0, view_, &QTableView::scrollToBottom);
-    emit statusMessage(tr("Queued %1 (durable; cmid %2)").arg(text.left(30), cmid), 5000);
+    if (plain)
+        emit statusMessage(tr("Queued %1 (durable; cmid %2)").arg(text.left(30), cmid), 5000);
 }
 
 void MessagePanel::showMessageMenu(const QPoint &pos) {
@@ -453,6 +520,7 @@ void MessagePanel::showMessageMenu(const QPoint &pos) {
     copy->setObjectName(QStringLiteral("copyCmidAction"));
     copy->setEnabled(!cmid.isEmpty());
     connect(copy, &QAction::triggered, this, [cmid] { QGuiApplication::clipboard()->setText(cmid); });
+    actions_->addToMenu(&menu, src, conv);
     menu.exec(view_->viewport()->mapToGlobal(pos));
 }
 

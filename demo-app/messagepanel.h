@@ -1,14 +1,17 @@
 // The message view of a chat window: the selected conversation, newest at
 // the bottom through an im::ReversedProxyModel (state, sender, time, seq,
-// dup, cmid per row), its markers, the history
-// window controls, the send box, and the per-message actions (recall,
-// cancel, discard). It advances the read marker as rows come into view.
+// dup, cmid per row; the Message column drawn by MessageDelegate: quote,
+// edited, reactions), its markers, the history window controls, the send
+// box, and the per-message actions (recall, cancel, discard; reply, edit and
+// react through MessageActions). It advances the read marker as rows come
+// into view.
 #pragma once
 
 #include <im/types.h>
 
 #include <QtCore/QHash>
 #include <QtCore/QSet>
+#include <QtCore/QVariant>
 #include <QtWidgets/QGroupBox>
 
 namespace im {
@@ -18,7 +21,10 @@ class MessageListModel;
 class ReversedProxyModel;
 } // namespace im
 
+class MessageActions;
+class MessageDelegate;
 class QLabel;
+class QModelIndex;
 class QLineEdit;
 class QPushButton;
 class QSpinBox;
@@ -45,6 +51,10 @@ public:
 
     /// "Pending", "Sent", "Failed: NOT_MEMBER", "Expired: ORIGINAL_EXPIRED", "Recalled".
     static QString stateText(im::MessageState state, const QString &errorCode);
+    /// The Message column's MessageDelegate roles for timeline row `source`.
+    static QVariant changeData(const QModelIndex &source, int role);
+    /// Reply / edit / react (the composer above the send box, its outcome label).
+    MessageActions *actions() const { return actions_; }
 
 Q_SIGNALS:
     /// For the window's status bar.
@@ -63,6 +73,9 @@ private:
     /// event loop turn).
     void scheduleFitColumns();
     void advanceReadMarker();
+    /// Sizes the rows that hold a quote or reaction chips (once per event
+    /// loop turn, with the columns).
+    void fitRowHeights();
     /// After a scroll by the user: at the top, one fetchMore(); back at the
     /// bottom after loading older rows, followNewest().
     void onUserScrolled(bool top, bool bottom); // where the user's action left the slider
@@ -81,6 +94,8 @@ private:
     bool fitPending_ = false;
 
     QTableView *view_;
+    MessageDelegate *delegate_;
+    MessageActions *actions_;
     QLabel *header_;
     QLineEdit *sendEdit_;
     QPushButton *sendButton_;

@@ -11,6 +11,8 @@
 #include "faultpanel.h"
 #include "faultproxy.h"
 #include "logpanel.h"
+#include "messageactions.h"
+#include "messagedelegate.h"
 #include "presencelist.h"
 #include "settingspanel.h"
 #include "signindialog.h"
@@ -195,6 +197,14 @@ private slots:
     // typing and presence
     void typing_in_the_send_box_shows_is_typing_under_the_other_timeline();
     void people_list_shows_online_dots_and_last_seen();
+    // replies, edits, reactions
+    void reply_from_the_menu_shows_the_quote_on_both_sides();
+    void edit_of_your_message_shows_the_edited_body_on_both_sides();
+    void reactions_show_counts_and_mine_highlighted_on_both_sides_and_unreact();
+    void edit_of_another_users_message_shows_not_sender();
+    void edit_after_the_window_shows_edit_window_expired();
+    void reacting_past_20_emoji_shows_invalid_argument();
+    void edit_queued_behind_a_recall_shows_already_recalled();
 
 private:
     void clickConversation(ChatWindow *w, const QString &conv);
@@ -203,6 +213,11 @@ private:
     void ensureBen();
     void clearServerFaults();
     QString watchLostReply(ChatWindow *w, const QString &body);
+    // replies, edits, reactions
+    void triggerRowAction(ChatWindow *w, int modelRow, const QString &action, QString *text = nullptr);
+    void clickChip(ChatWindow *w, int modelRow, const QString &emoji);
+    qint64 sentSeq(ChatWindow *w, const QString &body);
+    QString editWindow(const QString &conv, qint64 ms);
     void expectLostReplySettledOnce(const QString &body);
 
     std::unique_ptr<RealServer> server_;
@@ -251,6 +266,10 @@ void TestDemoApp::init() {
     // QA controls back to the SDK's defaults, straight to the server.
     ana_->settingsPanel()->restoreDefaults();
     ana_->faultPanel()->setRouted(false);
+    // No reply / edit left half composed by a failed test.
+    for (ChatWindow *w : {ana_.data(), ben_.data()})
+        if (w)
+            child<MessageActions>(w, "messageActions")->cancelCompose();
     clearServerFaults();
     waitConnected(ana_);
     QTRY_COMPARE_WITH_TIMEOUT(ana_->client()->pendingCount(), 0, kSettle);
@@ -1410,6 +1429,425 @@ void TestDemoApp::screenshot_of_the_main_window_is_saved() {
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, 60000);
     QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
     QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 1);
+}
+
+// replies, edits, reactions
+
+namespace {
+
+int rowOfSeq(const MessageListModel *model, qint64 seq) {
+    for (int r = 0; r < model->rowCount(); ++r)
+        if (model->get(r, MessageListModel::SeqRole).toLongLong() == seq)
+            return r;
+    return -1;
+}
+
+/// What the message view shows in `column` (in MessageDelegate's `role`) for
+/// the timeline model's row `modelRow`.
+QVariant shownAt(ChatWindow *w, int modelRow, int role, int column = ChatWindow::BodyColumn) {
+    if (modelRow < 0)
+        return QStringLiteral("<no row>");
+    auto *view = child<QTableView>(w, "messageView");
+    return view->model()->index(viewRow(w, modelRow), column).data(role);
+}
+
+QVariant shownAtSeq(ChatWindow *w, qint64 seq, int role) { return shownAt(w, rowOfSeq(w->messages(), seq), role); }
+
+/// The reaction chips the view shows at `seq`: "👍 2 mine" / "👍 1", in order.
+QStringList chipsAt(ChatWindow *w, qint64 seq) {
+    QStringList out;
+    for (const QVariant &v : shownAtSeq(w, seq, MessageDelegate::ReactionsRole).toList()) {
+        const QVariantMap r = v.toMap();
+        out << MessageDelegate::chipText(r) + (r.value(QStringLiteral("mine")).toBool() ? QStringLiteral(" mine") : QString());
+    }
+    return out;
+}
+
+QString resultText(ChatWindow *w) { return child<QLabel>(w, "changeResultLabel")->text(); }
+
+} // namespace
+
+// Opens the message view's context menu on `modelRow` and triggers the
+// action named `action` (also inside the React submenu); fails if it is
+// missing or disabled. `text`: the action's text.
+void TestDemoApp::triggerRowAction(ChatWindow *w, int modelRow, const QString &action, QString *text) {
+    QVERIFY(modelRow >= 0);
+    auto *view = child<QTableView>(w, "messageView");
+    const QModelIndex index = view->model()->index(viewRow(w, modelRow), ChatWindow::BodyColumn);
+    view->scrollTo(index);
+    const QPoint pos = view->visualRect(index).center();
+    bool found = false, triggered = false;
+    QString actionText;
+    QTimer::singleShot(100, this, [&] {
+        auto *menu = qobject_cast<QMenu *>(QApplication::activePopupWidget());
+        if (!menu)
+            return;
+        if (auto *a = menu->findChild<QAction *>(action)) {
+            found = true;
+            actionText = a->text();
+            QMenu *sub = nullptr;
+            for (QWidget *parent = qobject_cast<QWidget *>(a->parent()); parent; parent = parent->parentWidget())
+                if ((sub = qobject_cast<QMenu *>(parent)))
+                    break;
+            if (a->isEnabled() && (!sub || sub == menu || sub->menuAction()->isEnabled())) {
+                a->trigger();
+                triggered = true;
+            }
+        }
+        menu->close();
+    });
+    QContextMenuEvent event(QContextMenuEvent::Mouse, pos, view->viewport()->mapToGlobal(pos));
+    QApplication::sendEvent(view->viewport(), &event); // opens the menu (nested loop until closed)
+    QVERIFY2(found, qPrintable(QStringLiteral("no action %1 in the menu").arg(action)));
+    QVERIFY2(triggered, qPrintable(QStringLiteral("action %1 disabled: '%2'").arg(action, actionText)));
+    if (text)
+        *text = actionText;
+}
+
+// Clicks the reaction chip of `emoji` on the view's row of `modelRow`.
+void TestDemoApp::clickChip(ChatWindow *w, int modelRow, const QString &emoji) {
+    QVERIFY(modelRow >= 0);
+    auto *view = child<QTableView>(w, "messageView");
+    auto *delegate = w->findChild<MessageDelegate *>(QStringLiteral("messageDelegate"));
+    QVERIFY(delegate);
+    const QModelIndex index = view->model()->index(viewRow(w, modelRow), ChatWindow::BodyColumn);
+    // The row grows to hold its chips (resized once per event loop turn),
+    // and the view may have to scroll to show it whole.
+    QTRY_VERIFY((view->scrollTo(index), view->visualRect(index).contains(delegate->chipRect(view, index, emoji))
+                 && view->viewport()->rect().contains(delegate->chipRect(view, index, emoji))));
+    QTest::mouseClick(view->viewport(), Qt::LeftButton, {}, delegate->chipRect(view, index, emoji).center());
+}
+
+// Waits until the row of `body` is Sent at `w`; its seq (0 on failure).
+qint64 TestDemoApp::sentSeq(ChatWindow *w, const QString &body) {
+    if (!QTest::qWaitFor([&] { return stateOf(w->messages(), body) == MessageState::Sent; }, kSettle))
+        return 0;
+    return w->messages()->get(rowOf(w->messages(), body), MessageListModel::SeqRole).toLongLong();
+}
+
+// `imserver admin conv set CONV --edit-window-ms MS` on the test server's
+// database (docs/operations.md, "Conversation settings"); empty on success.
+QString TestDemoApp::editWindow(const QString &conv, qint64 ms) {
+    QProcess admin;
+    admin.setProcessChannelMode(QProcess::MergedChannels);
+    admin.start(qEnvironmentVariable("IMSERVER_BIN"),
+                {QStringLiteral("admin"), QStringLiteral("--db"), server_->dbUrl(), QStringLiteral("conv"),
+                 QStringLiteral("set"), conv, QStringLiteral("--edit-window-ms"), QString::number(ms)});
+    if (!admin.waitForFinished(60000) || admin.exitStatus() != QProcess::NormalExit || admin.exitCode() != 0)
+        return QStringLiteral("admin conv set failed (exit %1): %2")
+            .arg(admin.exitCode())
+            .arg(QString::fromUtf8(admin.readAll()));
+    return {};
+}
+
+// Reply from the context menu: the composer says what is answered (and can
+// be cancelled); the reply shows the quote (sender: first line) above its
+// body at both ends.
+void TestDemoApp::reply_from_the_menu_shows_the_quote_on_both_sides() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    const QString question = QStringLiteral("shall we meet at noon? (reply test)");
+    typeAndSend(ben_, question);
+    const qint64 qseq = sentSeq(ben_, question);
+    QVERIFY(qseq > 0);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), question), MessageState::Sent, kSettle);
+    auto *bar = child<QWidget>(ana_, "composeBar");
+    auto *sendButton = child<QPushButton>(ana_, "sendButton");
+    QVERIFY(!bar->isVisible());
+
+    // Reply, then cancel: the next message is a plain one.
+    QString text;
+    triggerRowAction(ana_, rowOf(ana_->messages(), question), QStringLiteral("replyAction"), &text);
+    QCOMPARE(text, QStringLiteral("Reply (to seq %1)").arg(qseq));
+    QTRY_VERIFY(bar->isVisible());
+    QCOMPARE(child<QLabel>(ana_, "composeLabel")->text(),
+             QStringLiteral("Replying to ben (seq %1): %2").arg(qseq).arg(question));
+    QCOMPARE(sendButton->text(), QStringLiteral("Reply"));
+    QTest::mouseClick(child<QPushButton>(ana_, "composeCancelButton"), Qt::LeftButton);
+    QVERIFY(!bar->isVisible());
+    QCOMPARE(sendButton->text(), QStringLiteral("Send"));
+    const QString plain = QStringLiteral("not a reply after the cancel");
+    typeAndSend(ana_, plain);
+    QVERIFY(sentSeq(ana_, plain) > 0);
+    QCOMPARE(shownAt(ana_, rowOf(ana_->messages(), plain), MessageDelegate::QuoteRole).toString(), QString());
+
+    // Reply for real (Enter sends it).
+    triggerRowAction(ana_, rowOf(ana_->messages(), question), QStringLiteral("replyAction"));
+    QTRY_VERIFY(bar->isVisible());
+    const QString answer = QStringLiteral("noon works for me");
+    typeAndSend(ana_, answer, /*useEnter=*/true);
+    QVERIFY(!bar->isVisible());
+    const QString quote = QStringLiteral("ben: ") + question;
+    // Shown at once (Pending), then Sent; ben sees the same quote.
+    QTRY_COMPARE(shownAt(ana_, rowOf(ana_->messages(), answer), MessageDelegate::QuoteRole).toString(), quote);
+    const qint64 aseq = sentSeq(ana_, answer);
+    QVERIFY(aseq > 0);
+    QCOMPARE(ana_->messages()->get(rowOf(ana_->messages(), answer), MessageListModel::ReplyToRole).toLongLong(), qseq);
+    QCOMPARE(shownAtSeq(ana_, aseq, MessageDelegate::QuoteRole).toString(), quote);
+    QCOMPARE(shownAtSeq(ana_, aseq, Qt::DisplayRole).toString(), answer);
+    QTRY_COMPARE_WITH_TIMEOUT(shownAtSeq(ben_, aseq, MessageDelegate::QuoteRole).toString(), quote, kSettle);
+    QCOMPARE(shownAtSeq(ben_, aseq, Qt::DisplayRole).toString(), answer);
+    // The row is taller than a plain one: the quote line is drawn above the body.
+    auto *view = child<QTableView>(ben_, "messageView");
+    QTRY_VERIFY(view->rowHeight(viewRow(ben_, rowOfSeq(ben_->messages(), aseq)))
+                > view->rowHeight(viewRow(ben_, rowOf(ben_->messages(), plain))));
+}
+
+// Edit from the context menu: the composer starts from the current body;
+// while offline the new body shows at once with "change pending"; then both
+// ends show the new body marked "(edited)", under the same seq.
+void TestDemoApp::edit_of_your_message_shows_the_edited_body_on_both_sides() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("see you at the trian station");
+    typeAndSend(ana_, body);
+    const qint64 seq = sentSeq(ana_, body);
+    QVERIFY(seq > 0);
+    QTRY_COMPARE_WITH_TIMEOUT(shownAtSeq(ben_, seq, Qt::DisplayRole).toString(), body, kSettle);
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::EditedMarkRole).toString(), QString());
+
+    ana_->clientFaults()->setOffline(true);
+    QTRY_COMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    QString text;
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("editAction"), &text);
+    QCOMPARE(text, QStringLiteral("Edit (seq %1)").arg(seq));
+    auto *edit = child<QLineEdit>(ana_, "sendEdit");
+    QCOMPARE(edit->text(), body); // starts from the current body
+    QVERIFY(child<QLabel>(ana_, "composeLabel")->text().startsWith(QStringLiteral("Editing your message")));
+    QCOMPARE(child<QPushButton>(ana_, "sendButton")->text(), QStringLiteral("Save edit"));
+    edit->clear();
+    const QString fixed = QStringLiteral("see you at the train station");
+    typeAndSend(ana_, fixed);
+    QVERIFY(!child<QWidget>(ana_, "composeBar")->isVisible());
+    // Offline: ours at once, marked pending; ben still has the old body.
+    QTRY_COMPARE(shownAtSeq(ana_, seq, Qt::DisplayRole).toString(), fixed);
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::EditedMarkRole).toString(), QStringLiteral("(edited)"));
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::PendingMarkRole).toString(), QStringLiteral("change pending"));
+    QCOMPARE(shownAtSeq(ben_, seq, Qt::DisplayRole).toString(), body);
+
+    ana_->clientFaults()->setOffline(false);
+    QTRY_VERIFY_WITH_TIMEOUT(resultText(ana_).startsWith(QStringLiteral("Edit of seq %1 (request ").arg(seq)), kSettle);
+    QVERIFY2(resultText(ana_).contains(QStringLiteral("): Sent, event seq ")), qPrintable(resultText(ana_)));
+    QTRY_COMPARE_WITH_TIMEOUT(shownAtSeq(ana_, seq, MessageDelegate::PendingMarkRole).toString(), QString(), kSettle);
+    // (Between the server's answer and the edit event's push the row may show
+    // the stored body: docs/sdk.md, "Pending changes".)
+    QTRY_COMPARE_WITH_TIMEOUT(shownAtSeq(ana_, seq, Qt::DisplayRole).toString(), fixed, kSettle);
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::EditedMarkRole).toString(), QStringLiteral("(edited)"));
+    QTRY_COMPARE_WITH_TIMEOUT(shownAtSeq(ben_, seq, Qt::DisplayRole).toString(), fixed, kSettle);
+    QCOMPARE(shownAtSeq(ben_, seq, MessageDelegate::EditedMarkRole).toString(), QStringLiteral("(edited)"));
+    QCOMPARE(shownAtSeq(ben_, seq, MessageDelegate::PendingMarkRole).toString(), QString());
+    // Still one row each: an edit is no new message.
+    QCOMPARE(rowsWithBody(ana_->messages(), fixed).size(), 1);
+    QCOMPARE(rowsWithBody(ben_->messages(), fixed).size(), 1);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 0);
+}
+
+namespace {
+
+/// The fill colour the view paints inside the chip of `emoji` at `seq`.
+QColor chipFill(ChatWindow *w, qint64 seq, const QString &emoji) {
+    auto *view = w->findChild<QTableView *>(QStringLiteral("messageView"));
+    auto *delegate = w->findChild<MessageDelegate *>(QStringLiteral("messageDelegate"));
+    const QModelIndex index = view->model()->index(viewRow(w, rowOfSeq(w->messages(), seq)), ChatWindow::BodyColumn);
+    // The row grows to hold its chips (resized once per event loop turn),
+    // and the view may have to scroll to show it whole.
+    QRect chip;
+    if (!QTest::qWaitFor([&] {
+            view->scrollTo(index);
+            chip = delegate->chipRect(view, index, emoji);
+            return !chip.isNull() && view->visualRect(index).contains(chip)
+                   && view->viewport()->rect().contains(chip);
+        }, 5000)) {
+        const QRect cell = view->visualRect(index), port = view->viewport()->rect();
+        qWarning("chip %s at seq %lld not shown whole: chip %d,%d %dx%d, cell %d,%d %dx%d, viewport %dx%d",
+                 qPrintable(emoji), seq, chip.x(), chip.y(), chip.width(), chip.height(), cell.x(), cell.y(),
+                 cell.width(), cell.height(), port.width(), port.height());
+        return {};
+    }
+    const QImage shot = view->viewport()->grab().toImage();
+    // Inside the rounded chip, left of its text (which starts 6 px in).
+    return shot.pixelColor(chip.left() + 3, chip.center().y());
+}
+
+} // namespace
+
+// Reactions: a chip per emoji with its count, ours highlighted (drawn in
+// blue); the React menu and a click on a chip add ours, a click on our chip
+// removes it; both ends agree.
+void TestDemoApp::reactions_show_counts_and_mine_highlighted_on_both_sides_and_unreact() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("the release is out (reaction test)");
+    typeAndSend(ana_, body);
+    const qint64 seq = sentSeq(ana_, body);
+    QVERIFY(seq > 0);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ben_->messages(), body), MessageState::Sent, kSettle);
+    const QString thumbs = MessageActions::quickEmoji().at(0);
+    QCOMPARE(thumbs, QStringLiteral("👍"));
+
+    // ana: React > 👍 from the menu.
+    QString text;
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("reactAction0"), &text);
+    QCOMPARE(text, thumbs);
+    QTRY_COMPARE(chipsAt(ana_, seq), QStringList{QStringLiteral("👍 1 mine")});
+    QTRY_VERIFY_WITH_TIMEOUT(resultText(ana_).contains(QStringLiteral("): Sent, event seq ")), kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(chipsAt(ben_, seq), QStringList{QStringLiteral("👍 1")}, kSettle);
+    const QColor mineFill = chipFill(ana_, seq, thumbs), otherFill = chipFill(ben_, seq, thumbs);
+    QVERIFY(mineFill.isValid() && otherFill.isValid());
+    QVERIFY2(mineFill != otherFill, qPrintable(mineFill.name() + QLatin1Char(' ') + otherFill.name()));
+    QVERIFY2(mineFill.blue() > mineFill.red() + 20, qPrintable(mineFill.name())); // highlighted: blue
+
+    // ben clicks the chip: 2, his highlighted; ana's stays hers.
+    clickChip(ben_, rowOfSeq(ben_->messages(), seq), thumbs);
+    QTRY_COMPARE(chipsAt(ben_, seq), QStringList{QStringLiteral("👍 2 mine")});
+    QTRY_COMPARE_WITH_TIMEOUT(chipsAt(ana_, seq), QStringList{QStringLiteral("👍 2 mine")}, kSettle);
+    QCOMPARE(chipFill(ben_, seq, thumbs), mineFill);
+    // ana adds 🎉 by the menu, the menu now offers to remove her 👍.
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("reactAction5"));
+    QTRY_COMPARE_WITH_TIMEOUT(chipsAt(ben_, seq), (QStringList{QStringLiteral("👍 2 mine"), QStringLiteral("🎉 1")}),
+                              kSettle);
+    QTRY_COMPARE(chipsAt(ana_, seq), (QStringList{QStringLiteral("👍 2 mine"), QStringLiteral("🎉 1 mine")}));
+    QTRY_COMPARE_WITH_TIMEOUT(shownAtSeq(ana_, seq, MessageDelegate::PendingMarkRole).toString(), QString(), kSettle);
+    // Offline, ana removes her 👍 from the menu: the chip changes at once,
+    // the row marked pending; ben still counts it.
+    ana_->clientFaults()->setOffline(true);
+    QTRY_COMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("reactAction0"), &text);
+    QCOMPARE(text, QStringLiteral("👍 (yours: remove)"));
+    // Equal counts: any order.
+    auto sorted = [](QStringList l) {
+        l.sort();
+        return l;
+    };
+    QTRY_COMPARE(sorted(chipsAt(ana_, seq)), sorted({QStringLiteral("👍 1"), QStringLiteral("🎉 1 mine")}));
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::PendingMarkRole).toString(), QStringLiteral("change pending"));
+    QCOMPARE(chipsAt(ben_, seq), (QStringList{QStringLiteral("👍 2 mine"), QStringLiteral("🎉 1")}));
+    ana_->clientFaults()->setOffline(false);
+    QTRY_COMPARE_WITH_TIMEOUT(sorted(chipsAt(ben_, seq)), sorted({QStringLiteral("👍 1 mine"), QStringLiteral("🎉 1")}),
+                              kSettle);
+    // ana clicks her 🎉 chip: gone at both ends.
+    QTRY_COMPARE_WITH_TIMEOUT(shownAtSeq(ana_, seq, MessageDelegate::PendingMarkRole).toString(), QString(), kSettle);
+    clickChip(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("🎉"));
+    QTRY_COMPARE(chipsAt(ana_, seq), QStringList{QStringLiteral("👍 1")});
+    QTRY_COMPARE_WITH_TIMEOUT(chipsAt(ben_, seq), QStringList{QStringLiteral("👍 1 mine")}, kSettle);
+    QTRY_COMPARE_WITH_TIMEOUT(shownAtSeq(ana_, seq, MessageDelegate::PendingMarkRole).toString(), QString(), kSettle);
+    QCOMPARE(chipFill(ana_, seq, thumbs), otherFill);
+    QTRY_COMPARE(ana_->client()->pendingCount(), 0);
+}
+
+// QA: editing someone else's message is offered (marked) and the server's
+// NOT_SENDER shows; the message keeps its body.
+void TestDemoApp::edit_of_another_users_message_shows_not_sender() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("ben's words, not ana's to edit");
+    typeAndSend(ben_, body);
+    const qint64 seq = sentSeq(ben_, body);
+    QVERIFY(seq > 0);
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Sent, kSettle);
+    QString text;
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("editAction"), &text);
+    QCOMPARE(text, QStringLiteral("Edit (seq %1) - not yours: expect NOT_SENDER").arg(seq));
+    QVERIFY(child<QLabel>(ana_, "composeLabel")->text().contains(QStringLiteral("NOT_SENDER")));
+    auto *edit = child<QLineEdit>(ana_, "sendEdit");
+    edit->clear();
+    typeAndSend(ana_, QStringLiteral("ana rewrites ben"));
+    QTRY_VERIFY_WITH_TIMEOUT(resultText(ana_).startsWith(QStringLiteral("Edit of seq %1 (request ").arg(seq)), kSettle);
+    QVERIFY2(resultText(ana_).endsWith(QStringLiteral("): Failed: NOT_SENDER")), qPrintable(resultText(ana_)));
+    QVERIFY(ana_->statusBar()->currentMessage().contains(QStringLiteral("NOT_SENDER")));
+    // The refused edit is dropped from the row.
+    QTRY_COMPARE(shownAtSeq(ana_, seq, Qt::DisplayRole).toString(), body);
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::EditedMarkRole).toString(), QString());
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::PendingMarkRole).toString(), QString());
+    QCOMPARE(shownAtSeq(ben_, seq, Qt::DisplayRole).toString(), body);
+    QCOMPARE(ana_->client()->pendingCount(), 0);
+}
+
+// QA: with the conversation's edit window set to 1 ms (admin CLI), an edit
+// of our own message shows EDIT_WINDOW_EXPIRED; the body stays.
+void TestDemoApp::edit_after_the_window_shows_edit_window_expired() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("too late to fix this one");
+    typeAndSend(ana_, body);
+    const qint64 seq = sentSeq(ana_, body);
+    QVERIFY(seq > 0);
+    QString err = editWindow(QStringLiteral("ana-ben"), 1);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    struct Restore {
+        TestDemoApp *t;
+        ~Restore() { t->editWindow(QStringLiteral("ana-ben"), 172800000); } // the default (48 h)
+    } restore{this};
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("editAction"));
+    auto *edit = child<QLineEdit>(ana_, "sendEdit");
+    edit->clear();
+    typeAndSend(ana_, QStringLiteral("fixed too late"));
+    QTRY_VERIFY_WITH_TIMEOUT(resultText(ana_).startsWith(QStringLiteral("Edit of seq %1 (request ").arg(seq)), kSettle);
+    QVERIFY2(resultText(ana_).endsWith(QStringLiteral("): Failed: EDIT_WINDOW_EXPIRED")), qPrintable(resultText(ana_)));
+    QTRY_COMPARE(shownAtSeq(ana_, seq, Qt::DisplayRole).toString(), body);
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::EditedMarkRole).toString(), QString());
+    QCOMPARE(ana_->client()->pendingCount(), 0);
+    err = editWindow(QStringLiteral("ana-ben"), 172800000);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+}
+
+// QA: "react with 21 distinct emoji" queues 21 reactions of ours; the 21st
+// shows the server's INVALID_ARGUMENT, 20 chips stay ours.
+void TestDemoApp::reacting_past_20_emoji_shows_invalid_argument() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("react to this a lot");
+    typeAndSend(ana_, body);
+    const qint64 seq = sentSeq(ana_, body);
+    QVERIFY(seq > 0);
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("reactManyAction"));
+    QTRY_VERIFY_WITH_TIMEOUT(resultText(ana_).startsWith(QStringLiteral("21 distinct reactions on seq %1: ").arg(seq)),
+                             60000);
+    QCOMPARE(resultText(ana_),
+             QStringLiteral("21 distinct reactions on seq %1: 20 Sent, 1 Failed: INVALID_ARGUMENT").arg(seq));
+    QTRY_COMPARE(chipsAt(ana_, seq).size(), 20);
+    for (const QString &chip : chipsAt(ana_, seq))
+        QVERIFY2(chip.endsWith(QStringLiteral(" 1 mine")), qPrintable(chip));
+    QVERIFY(!chipsAt(ana_, seq).contains(MessageActions::manyEmoji().at(20) + QStringLiteral(" 1 mine")));
+    QTRY_COMPARE_WITH_TIMEOUT(chipsAt(ben_, seq).size(), 20, kSettle);
+    QCOMPARE(ana_->client()->pendingCount(), 0);
+}
+
+// QA: offline, a recall and then an edit of the same message are queued;
+// online the recall goes first and the edit shows ALREADY_RECALLED.
+void TestDemoApp::edit_queued_behind_a_recall_shows_already_recalled() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    const QString body = QStringLiteral("recalled before the edit lands");
+    typeAndSend(ana_, body);
+    const qint64 seq = sentSeq(ana_, body);
+    QVERIFY(seq > 0);
+    ana_->clientFaults()->setOffline(true);
+    QTRY_COMPARE(ana_->client()->connectionState(), im::ConnectionState::Disconnected);
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("recallAction"));
+    triggerRowAction(ana_, rowOfSeq(ana_->messages(), seq), QStringLiteral("editAction"));
+    auto *edit = child<QLineEdit>(ana_, "sendEdit");
+    edit->clear();
+    typeAndSend(ana_, QStringLiteral("an edit after the recall"));
+    QTRY_COMPARE(ana_->client()->pendingCount(), 2);
+    ana_->clientFaults()->setOffline(false);
+    QTRY_VERIFY_WITH_TIMEOUT(resultText(ana_).startsWith(QStringLiteral("Edit of seq %1 (request ").arg(seq)), kSettle);
+    QVERIFY2(resultText(ana_).endsWith(QStringLiteral("): Failed: ALREADY_RECALLED")), qPrintable(resultText(ana_)));
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), body), MessageState::Recalled, kSettle);
+    QCOMPARE(shownAtSeq(ana_, seq, MessageDelegate::EditedMarkRole).toString(), QString());
+    QCOMPARE(ana_->client()->pendingCount(), 0);
 }
 
 // typing and presence (contract section 13, obligation 19)
