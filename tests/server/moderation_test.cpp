@@ -20,14 +20,19 @@ class Moderation : public ::testing::Test {
 protected:
     static inline TestPostgres* pg = nullptr;
     static inline ServerProcess* srv = nullptr;
+    // A second gateway on the same database without the limit, for the
+    // mute and redaction tests (their writes must not meet the bucket).
+    static inline ServerProcess* free_srv = nullptr;
     static inline std::string admin_key;
 
     static void SetUpTestSuite() {
         pg = new TestPostgres();
         srv = new ServerProcess(pg->url(), mod_flags);
+        free_srv = new ServerProcess(pg->url(), {"--quiet"}, "gw-2");
         admin_key = admin_ok(pg->url(), {"apikey", "add", "suite-admin", "--scope", "admin"});
     }
     static void TearDownTestSuite() {
+        delete free_srv;
         delete srv;
         delete pg;
     }
@@ -147,6 +152,171 @@ TEST_F(Moderation, the_backend_apis_sends_are_not_limited) {
         EXPECT_TRUE(st == 200 || st == 201) << st << " " << json::serialize(o);
     }
     EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'msg'"), "8");
+}
+
+// ---------------------------------------------------------------- mutes
+
+TEST_F(Moderation, a_muted_member_gets_muted_on_every_write_reads_on_and_writes_again_once_unmuted) {
+    auto w = make_world(pg->url(), "mute", 2);
+    auto a = login(free_srv->port(), w.users[0]);
+    auto b = login(free_srv->port(), w.users[1]);
+    const std::string before_cmid = uuid4();
+    auto first = send_msg(*a, w.conv, before_cmid, "before the mute");
+    ASSERT_EQ(str(first, "t"), "sent") << json::serialize(first);
+    const auto target = num(first, "seq");
+
+    auto [st, o] = call("PUT", "/v1/conversations/" + w.conv + "/mutes/" + w.users[0].user, "{}");
+    ASSERT_EQ(st, 200) << json::serialize(o);
+    EXPECT_TRUE(o.at("until").is_null());
+    const std::string rows = count_rows(*pg, "conv_id = " + q(w.conv));
+
+    const std::string muted_cmid = uuid4();
+    EXPECT_EQ(code_of(send_msg(*a, w.conv, muted_cmid, "while muted")), "MUTED");
+    EXPECT_EQ(code_of(a->request({{"t", "edit"}, {"conv", w.conv}, {"target", target}, {"cmid", uuid4()},
+                                  {"body", "edited while muted"}})),
+              "MUTED");
+    EXPECT_EQ(code_of(a->request({{"t", "react"}, {"conv", w.conv}, {"target", target}, {"cmid", uuid4()},
+                                  {"emoji", "m"}, {"on", true}})),
+              "MUTED");
+    EXPECT_EQ(code_of(a->request({{"t", "typing"}, {"conv", w.conv}, {"on", true}})), "MUTED");
+    // Nothing written; the resend of what was sent before the mute is still its duplicate.
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv)), rows);
+    auto dup = send_msg(*a, w.conv, before_cmid, "before the mute");
+    EXPECT_EQ(str(dup, "t"), "sent") << json::serialize(dup);
+    EXPECT_TRUE(dup.at("dup").as_bool());
+    // Reads go on.
+    auto page = sync_conv(*a, w.conv, 0);
+    EXPECT_NE(str(page, "t"), "error") << json::serialize(page);
+    // The other member is not muted.
+    EXPECT_EQ(code_of(send_msg(*b, w.conv, uuid4(), "b speaks")), "OK:sent");
+    // The backend API's send on the muted user's behalf is refused too (403 MUTED).
+    auto [st_api, o_api] = call("POST", "/v1/conversations/" + w.conv + "/messages",
+                                json::serialize(json::object{{"sender", w.users[0].user}, {"cmid", uuid4()},
+                                                             {"body", "api while muted"}}));
+    EXPECT_EQ(st_api, 403) << json::serialize(o_api);
+    EXPECT_EQ(str(o_api, "code"), "MUTED");
+
+    auto [st2, o2] = call("DELETE", "/v1/conversations/" + w.conv + "/mutes/" + w.users[0].user);
+    ASSERT_EQ(st2, 200) << json::serialize(o2);
+    EXPECT_TRUE(o2.at("removed").as_bool());
+    EXPECT_EQ(code_of(send_msg(*a, w.conv, muted_cmid, "while muted")), "OK:sent");
+    EXPECT_FALSE(call("DELETE", "/v1/conversations/" + w.conv + "/mutes/" + w.users[0].user).second.at("removed").as_bool());
+}
+
+TEST_F(Moderation, a_time_limited_mute_ends_by_itself) {
+    auto w = make_world(pg->url(), "mutet", 2);
+    auto a = login(free_srv->port(), w.users[0]);
+    const std::string until = scalar("SELECT to_char((clock_timestamp() + interval '1500 ms') AT TIME ZONE 'UTC', "
+                                     "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')");
+    auto [st, o] = call("PUT", "/v1/conversations/" + w.conv + "/mutes/" + w.users[0].user,
+                        json::serialize(json::object{{"until", until}}));
+    ASSERT_EQ(st, 200) << json::serialize(o);
+    EXPECT_EQ(str(o, "until"), until);
+    const std::string cmid = uuid4();
+    EXPECT_EQ(code_of(send_msg(*a, w.conv, cmid, "too early")), "MUTED");
+    // MUTED is terminal for the client; a new draft after the end goes through.
+    wait_until([&] { return code_of(send_msg(*a, w.conv, uuid4(), "later")) == "OK:sent"; }, 10s,
+               "the mute to end");
+    // Bad input writes nothing.
+    EXPECT_EQ(call("PUT", "/v1/conversations/" + w.conv + "/mutes/" + w.users[0].user,
+                   json::serialize(json::object{{"until", "next tuesday"}})).first, 400);
+    EXPECT_EQ(call("PUT", "/v1/conversations/nope-" + w.conv + "/mutes/" + w.users[0].user, "{}").first, 404);
+    EXPECT_EQ(call("PUT", "/v1/conversations/" + w.conv + "/mutes/nobody-" + w.users[0].user, "{}").first, 404);
+    EXPECT_EQ(scalar("SELECT count(*) FROM conversation_mutes WHERE conv_id = " + q(w.conv) +
+                     " AND until > clock_timestamp()"), "0");
+}
+
+TEST_F(Moderation, the_admin_cli_mutes_and_unmutes) {
+    auto w = make_world(pg->url(), "mutecli", 2);
+    auto a = login(free_srv->port(), w.users[0]);
+    EXPECT_EQ(admin_ok(pg->url(), {"mute", "set", w.conv, w.users[0].user, "--for", "1h"}).empty(), false);
+    EXPECT_EQ(code_of(send_msg(*a, w.conv, uuid4(), "x")), "MUTED");
+    admin_ok(pg->url(), {"mute", "clear", w.conv, w.users[0].user});
+    EXPECT_EQ(code_of(send_msg(*a, w.conv, uuid4(), "y")), "OK:sent");
+}
+
+// ---------------------------------------------------------------- redaction
+
+TEST_F(Moderation, redact_appends_an_operator_recall_whatever_the_window_and_again_answers_the_same) {
+    auto w = make_world(pg->url(), "red", 2);
+    admin_ok(pg->url(), {"conv", "set", w.conv, "--recall-window-ms", "0"}); // the sender could not recall
+    auto a = login(free_srv->port(), w.users[0]);
+    auto b = login(free_srv->port(), w.users[1]);
+    ASSERT_EQ(str(b->request({{"t", "sub"}}), "t"), "subscribed");
+    auto sent = send_msg(*a, w.conv, uuid4(), "regrettable");
+    ASSERT_EQ(str(sent, "t"), "sent");
+    const auto target = num(sent, "seq");
+    auto [st, o] = call("POST", "/v1/conversations/" + w.conv + "/messages/" + std::to_string(target) + "/redact");
+    ASSERT_EQ(st, 200) << json::serialize(o);
+    EXPECT_FALSE(o.at("already").as_bool());
+    const auto recall_seq = o.at("seq").as_int64();
+    EXPECT_EQ(recall_seq, target + 1);
+    EXPECT_EQ(scalar("SELECT kind || '|' || coalesce(sender_user, 'null') || '|' || target_seq FROM events WHERE "
+                     "conv_id = " + q(w.conv) + " AND seq = " + std::to_string(recall_seq)),
+              "recall|null|" + std::to_string(target));
+    // In a member's page: a recall with sender null, the msg shown recalled.
+    auto page = sync_conv(*b, w.conv, 0);
+    bool seen = false, shown_recalled = false;
+    for (const auto& e : page.at("events").as_array()) {
+        const auto& ev = e.as_object();
+        if (num(ev, "seq") == recall_seq) {
+            seen = true;
+            EXPECT_TRUE(ev.at("sender").is_null()) << json::serialize(ev);
+            EXPECT_EQ(num(ev, "target"), target);
+        }
+        if (num(ev, "seq") == target) shown_recalled = ev.contains("recalled") && ev.at("recalled").as_bool();
+    }
+    EXPECT_TRUE(seen) << json::serialize(page);
+    EXPECT_TRUE(shown_recalled) << json::serialize(page);
+    // Members learn of it as of any event (a push or hint).
+    auto pushed = b->wait_push(
+        [&](const json::object& f) {
+            return (str(f, "t") == "event" && f.at("ev").as_object().at("seq").as_int64() == recall_seq) ||
+                   (str(f, "t") == "hint" && str(f, "conv") == w.conv);
+        },
+        10s);
+    ASSERT_TRUE(pushed) << "the redaction was not pushed";
+    if (str(*pushed, "t") == "event") EXPECT_TRUE(pushed->at("ev").as_object().at("sender").is_null());
+    auto [st2, o2] = call("POST", "/v1/conversations/" + w.conv + "/messages/" + std::to_string(target) + "/redact");
+    ASSERT_EQ(st2, 200);
+    EXPECT_TRUE(o2.at("already").as_bool());
+    EXPECT_EQ(o2.at("seq").as_int64(), recall_seq);
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "1");
+    // Not a msg, or no such event: nothing written.
+    EXPECT_EQ(call("POST", "/v1/conversations/" + w.conv + "/messages/1/redact").first, 400); // a join
+    EXPECT_EQ(call("POST", "/v1/conversations/" + w.conv + "/messages/9999/redact").first, 404);
+    EXPECT_EQ(call("POST", "/v1/conversations/" + w.conv + "/messages/x1/redact").first, 400);
+    EXPECT_EQ(count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'recall'"), "1");
+}
+
+TEST_F(Moderation, redact_all_of_a_user_recalls_each_msg_once_in_batches_and_a_rerun_finds_nothing_left) {
+    auto w = make_world(pg->url(), "redall", 2);
+    // 1,203 msgs of a (more than two batches of 500) and some of b, written directly by the API.
+    for (int i = 0; i < 1203; ++i) {
+        auto [st, o] = call("POST", "/v1/conversations/" + w.conv + "/messages",
+                            json::serialize(json::object{{"sender", w.users[i % 7 == 0 ? 1 : 0].user},
+                                                         {"cmid", "m" + std::to_string(i)}, {"body", "x"}}));
+        ASSERT_EQ(st, 200) << json::serialize(o);
+    }
+    const std::string mine = count_rows(*pg, "conv_id = " + q(w.conv) + " AND kind = 'msg' AND sender_user = " +
+                                                 q(w.users[0].user));
+    auto [st, o] = call("POST", "/v1/users/" + w.users[0].user + "/redact",
+                        json::serialize(json::object{{"conv", w.conv}}));
+    ASSERT_EQ(st, 200) << json::serialize(o);
+    EXPECT_EQ(std::to_string(o.at("redacted").as_int64()), mine);
+    EXPECT_EQ(scalar("SELECT count(*) FROM events e WHERE e.conv_id = " + q(w.conv) + " AND e.kind = 'msg' AND "
+                     "e.sender_user = " + q(w.users[0].user) + " AND NOT EXISTS (SELECT 1 FROM events r WHERE "
+                     "r.conv_id = e.conv_id AND r.kind = 'recall' AND r.target_seq = e.seq AND r.sender_user IS NULL)"),
+              "0");
+    EXPECT_EQ(scalar("SELECT count(*) FROM events e WHERE e.conv_id = " + q(w.conv) + " AND e.kind = 'recall' AND "
+                     "e.target_seq IN (SELECT seq FROM events WHERE conv_id = " + q(w.conv) + " AND sender_user = " +
+                     q(w.users[1].user) + ")"),
+              "0");
+    // Seqs gap-free.
+    EXPECT_EQ(scalar("SELECT max(seq) - count(*) FROM events WHERE conv_id = " + q(w.conv)), "0");
+    EXPECT_EQ(call("POST", "/v1/users/" + w.users[0].user + "/redact",
+                   json::serialize(json::object{{"conv", w.conv}})).second.at("redacted").as_int64(), 0);
+    EXPECT_EQ(admin_ok(pg->url(), {"redact", "user", w.conv, w.users[0].user}), "0");
 }
 
 } // namespace

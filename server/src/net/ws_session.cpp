@@ -397,7 +397,8 @@ void WsSession::next() {
     if (const auto* rf = std::get_if<req::Refresh>(&item.req)) return finish(item, refresh(*rf, item.rid));
     // --send-rate (server.md, "Rate limits and moderation"): in memory, before
     // any worker or statement; a limited write is answered at once, unwritten.
-    if (limited_write(item.req)) {
+    // The lab's control rule.send_rate switches it off (14-rate-limited).
+    if (limited_write(item.req) && !gw_->faults().broken("rule.send_rate")) {
         if (const auto wait_ms = gw_->write_limiter().take(who_->user)) {
             ++gw_->metrics().writes_rate_limited;
             return finish(item, error_reply({Code::rate_limited, "over the sender's rate; retry after retry_ms"},
@@ -423,7 +424,7 @@ void WsSession::next() {
             if (!s || s->conv != conv) break;
             // Each send of the run takes its own token; the first one over
             // the rate ends the run and is answered RATE_LIMITED on its turn.
-            if (gw_->write_limiter().take(who_->user) != 0) break;
+            if (!gw_->faults().broken("rule.send_rate") && gw_->write_limiter().take(who_->user) != 0) break;
             batch->push_back(std::move(queue_.front()));
             queue_.pop_front();
         }
