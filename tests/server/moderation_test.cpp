@@ -5,6 +5,8 @@
 // after retry_ms lands.
 #include "common.hpp"
 
+#include "core/write_limiter.hpp"
+
 #include <boost/json.hpp>
 
 using namespace im::test;
@@ -45,6 +47,35 @@ protected:
     }
     static std::string scalar(const std::string& sql) { return pg->scalar(sql); }
 };
+
+// The bucket alone (core/write_limiter.hpp), on a clock the test moves.
+TEST(WriteLimiterUnit, a_bucket_gives_its_burst_then_one_token_per_period_and_says_how_long_to_wait) {
+    im::WriteLimiter lim(4, 3); // 4 a second, 3 at once
+    const auto t0 = im::WriteLimiter::Clock::now();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(lim.take("u", t0), 0) << i;
+    EXPECT_EQ(lim.take("u", t0), 250);                                 // one token in 250 ms
+    EXPECT_EQ(lim.take("u", t0 + std::chrono::milliseconds(100)), 150); // a refused take costs nothing
+    EXPECT_EQ(lim.take("u", t0 + std::chrono::milliseconds(250)), 0);
+    EXPECT_GT(lim.take("u", t0 + std::chrono::milliseconds(250)), 0);
+    EXPECT_EQ(lim.take("other", t0), 0); // per user
+    // Never more than the burst after a long quiet spell.
+    const auto later = t0 + std::chrono::hours(1);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(lim.take("u", later), 0) << i;
+    EXPECT_GT(lim.take("u", later), 0);
+}
+
+TEST(WriteLimiterUnit, rate_zero_is_unlimited_and_full_buckets_are_forgotten) {
+    im::WriteLimiter off(0, 60);
+    const auto t0 = im::WriteLimiter::Clock::now();
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(off.take("u", t0), 0);
+    EXPECT_EQ(off.size(), 0u);
+    im::WriteLimiter lim(20, 60);
+    for (int i = 0; i < 5000; ++i) lim.take("user" + std::to_string(i), t0);
+    // 3 s later every bucket is full again: the next new users sweep them out.
+    const auto later = t0 + std::chrono::seconds(4);
+    for (int i = 0; i < 5000; ++i) lim.take("late" + std::to_string(i), later);
+    EXPECT_LE(lim.size(), 5000u + 1024u);
+}
 
 std::string code_of(const json::object& o) {
     if (str(o, "t") != "error") return "OK:" + std::string(str(o, "t"));
