@@ -109,6 +109,18 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     connect(messagePanel_, &MessagePanel::statusMessage, this, &ChatWindow::showStatus);
     connect(connPanel_, &ConnectionPanel::statusMessage, this, &ChatWindow::showStatus);
     connect(faultPanel_, &FaultPanel::statusMessage, this, &ChatWindow::showStatus);
+    connect(faultPanel_, &FaultPanel::burstRequested, this, [this](int count) {
+        if (currentConv_.isEmpty()) {
+            showStatus(tr("Pick a conversation first"), 5000);
+            return;
+        }
+        for (int i = 1; i <= count; ++i)
+            client_->send(currentConv_, tr("burst %1/%2").arg(i).arg(count));
+        showStatus(tr("Sent a burst of %1: past the server's rate some wait as RATE_LIMITED (Outbox: last error, "
+                      "next retry), then go out with the same cmid")
+                       .arg(count),
+                   15000);
+    });
     connect(outboxPanel_, &OutboxPanel::statusMessage, this, &ChatWindow::showStatus);
     connect(messagePanel_, &MessagePanel::actionDone, this, &ChatWindow::recordAction);
     connect(outboxPanel_, &OutboxPanel::actionDone, this, &ChatWindow::recordAction);

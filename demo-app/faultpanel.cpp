@@ -49,10 +49,18 @@ FaultPanel::FaultPanel(const Session &session, im::Client *client, im::testing::
     timeoutSpin_->setValue(client_->requestTimeout());
     connect(timeoutSpin_, &QSpinBox::valueChanged, client_, &im::Client::setRequestTimeout);
 
+    auto *burst = new QPushButton(tr("Send a burst"));
+    burst->setObjectName(QStringLiteral("burstButton"));
+    burst->setToolTip(tr("Sends 80 messages at once to this conversation: past the server's --send-burst (60) "
+                         "some are answered RATE_LIMITED; the outbox shows them waiting the server's retry_ms, "
+                         "then they are sent with the same cmid"));
+    connect(burst, &QPushButton::clicked, this, [this] { emit burstRequested(80); });
+
     auto *clientRow = new QHBoxLayout;
     clientRow->addWidget(offlineButton_);
     clientRow->addWidget(drop);
     clientRow->addWidget(closeNow);
+    clientRow->addWidget(burst);
 
     faultPoint_ = new QComboBox;
     faultPoint_->setObjectName(QStringLiteral("faultPoint"));

@@ -48,6 +48,10 @@ public Q_SLOTS:
 
 Q_SIGNALS:
     void statusMessage(const QString &text, int timeoutMs);
+    /// "Send a burst" (QA): the window sends `count` messages to its
+    /// conversation at once, past the server's --send-burst, to show
+    /// RATE_LIMITED: the drafts wait the server's retry_ms, then go out.
+    void burstRequested(int count);
 
 private:
     void armServerFault(bool off);

@@ -20,7 +20,7 @@
 --      it (NOT_SENDER), it is not recalled (ALREADY_RECALLED), edit: the
 --      database clock is within the conversation's edit_window_ms of its
 --      created_at, 0 = no edits (EDIT_WINDOW_EXPIRED);
---   5. an open period (NOT_MEMBER);
+--   5. an open period (NOT_MEMBER); not muted (MUTED, schema/015);
 --   6. react: the caller's state for (target, emoji) already as asked: no
 --      event, r_changed false, r_seq the event that set the state (NULL when
 --      an off finds nothing); turning on a 21st emoji: TOO_MANY_EMOJI
@@ -141,6 +141,12 @@ BEGIN
     -- 5. Write access.
     IF NOT v_open THEN
         RETURN QUERY SELECT 'NOT_MEMBER'::text, NULL::bigint, NULL::boolean, NULL::boolean, NULL::bigint;
+        RETURN;
+    END IF;
+    -- 5'. A muted member writes nothing (schema/015, server.md moderation).
+    IF EXISTS (SELECT 1 FROM conversation_mutes mu
+                WHERE mu.conv_id = p_conv AND mu.user_id = p_user AND (mu.until IS NULL OR mu.until > v_now)) THEN
+        RETURN QUERY SELECT 'MUTED'::text, NULL::bigint, NULL::boolean, NULL::boolean, NULL::bigint;
         RETURN;
     END IF;
     -- 6. A reaction already as asked appends nothing.

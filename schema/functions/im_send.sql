@@ -27,7 +27,7 @@
 -- One row per item, in item order: r_run, r_item (the item's index in the
 -- group), r_code: 'OK' (r_dup says whether it is the original's reply), the
 -- contract's error code, UNAUTHENTICATED (the device lost its access),
--- PREV_NOT_COMMITTED, NOT_FOUND (reply_to), or LOCKED: another transaction holds the run's
+-- PREV_NOT_COMMITTED, NOT_FOUND (reply_to), MUTED (schema/015), or LOCKED: another transaction holds the run's
 -- conversation row, nothing of that run was written, and the caller runs it
 -- again later (a held conversation never stalls a send worker): through
 -- im_send_queued (schema/functions/im_send_queued.sql), which waits for the
@@ -175,11 +175,15 @@ BEGIN
                    min(r.g) OVER (PARTITION BY r.conv)::integer AS conv_at,
                    min(r.g) OVER (PARTITION BY r.conv, r.usr)::integer AS own_at,
                    EXISTS (SELECT 1 FROM membership_periods m
-                            WHERE m.conv_id = r.conv AND m.user_id = r.usr AND m.to_seq IS NULL) AS open
+                            WHERE m.conv_id = r.conv AND m.user_id = r.usr AND m.to_seq IS NULL) AS open,
+                   -- moderation (schema/015): a mute in force, once per run
+                   EXISTS (SELECT 1 FROM conversation_mutes mu
+                            WHERE mu.conv_id = r.conv AND mu.user_id = r.usr
+                              AND (mu.until IS NULL OR mu.until > v_now)) AS muted
               FROM unnest(p_convs, p_users) WITH ORDINALITY AS r(conv, usr, g)
              WHERE run_lock[r.g]),
         it AS (
-            SELECT u.i::integer AS i, rs.g, rs.conv, rs.usr, rs.conv_at, rs.own_at, rs.open, u.cmid, u.prev,
+            SELECT u.i::integer AS i, rs.g, rs.conv, rs.usr, rs.conv_at, rs.own_at, rs.open, rs.muted, u.cmid, u.prev,
                    u.reply_to,
                    -- The fingerprint (contract section 12): a send without
                    -- reply_to (and attachments) hashes as before v3, so
@@ -194,7 +198,7 @@ BEGIN
               FROM unnest(p_runs, p_cmids, p_bodies, p_prevs, p_reply_tos) WITH ORDINALITY
                    AS u(g, cmid, body, prev, reply_to, i)
               JOIN rs ON rs.g = u.g)
-        SELECT it.i, it.conv_at, it.own_at, it.open, it.fp,
+        SELECT it.i, it.conv_at, it.own_at, it.open, it.muted, it.fp,
                -- reply_to: a msg of this conversation, not purged (purged
                -- rows are gone), that the sender may read (a period holds it)
                (it.reply_to IS NULL
@@ -277,6 +281,12 @@ BEGIN
         -- 4. Write access needs an open period.
         IF NOT k.open THEN
             a_code[k.i] := 'NOT_MEMBER';
+            CONTINUE;
+        END IF;
+        -- 4'. A muted member writes nothing (server.md, moderation); a
+        --     resend of what they sent before the mute is still its dup.
+        IF k.muted THEN
+            a_code[k.i] := 'MUTED';
             CONTINUE;
         END IF;
         -- 4a. Pipelined order: the message named by `prev` is committed (or

@@ -310,6 +310,7 @@ std::optional<Incoming> decode(const QByteArray &frame, QString *error, QString 
         Error e;
         e.code = r.str("code");
         e.msg = r.optStr("msg");
+        e.retryMs = r.optNum("retry_ms");
         in.body = e;
     } else {
         in.body = Unknown{t};
@@ -475,10 +476,12 @@ Disposition classify(const std::optional<Incoming> &reply) {
     if (!reply)
         return Disposition::Retry; // no reply: outcome unknown, the key makes a resend safe
     if (const auto *err = std::get_if<Error>(&reply->body)) {
-        // Contract C6: UNAVAILABLE is the only retryable code. UNAUTHENTICATED
-        // and STALE_INSTALL judge the session, not the request. Everything
-        // else, including codes this SDK version does not know, is terminal.
-        if (err->code == u"UNAVAILABLE")
+        // Contract C6 and sdk.md obligation 2: UNAVAILABLE and RATE_LIMITED
+        // (resent after its retry_ms: retryAfterMs) are the only retryable
+        // codes. UNAUTHENTICATED and STALE_INSTALL judge the session, not
+        // the request. Everything else, including MUTED and codes this SDK
+        // version does not know, is terminal.
+        if (err->code == u"UNAVAILABLE" || err->code == code::RateLimited)
             return Disposition::Retry;
         if (err->code == code::Unauthenticated || err->code == code::StaleInstall)
             return Disposition::EndSession;

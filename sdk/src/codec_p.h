@@ -7,6 +7,7 @@
 #include <QtCore/QString>
 #include <QtCore/QStringList>
 
+#include <algorithm>
 #include <optional>
 #include <variant>
 
@@ -85,7 +86,11 @@ struct EventPush { Event ev; };
 struct Hint { QString conv; qint64 head = 0; qint64 epoch = 0; std::optional<qint64> read; };
 struct Resync {};
 struct Goaway { QString reason; std::optional<qint64> retryMs; };
-struct Error { QString code, msg; };
+struct Error {
+    QString code, msg;
+    /// RATE_LIMITED: the wait before a resend may succeed (contract section 8).
+    std::optional<qint64> retryMs;
+};
 /// Contract section 4a: the connection's token runs out at `exp` (ms since
 /// the epoch, server clock) unless refreshed.
 struct TokenExpiring { qint64 exp = 0; };
@@ -206,6 +211,14 @@ inline QString errorCode(const std::optional<Incoming> &reply) {
             return e->code;
     return {};
 }
+/// RATE_LIMITED's retry_ms (0 for any other reply, or one without it).
+inline qint64 retryAfterMs(const std::optional<Incoming> &reply) {
+    if (reply)
+        if (const auto *e = std::get_if<Error>(&reply->body))
+            if (e->code == u"RATE_LIMITED" && e->retryMs && *e->retryMs > 0)
+                return std::min<qint64>(*e->retryMs, 600000);
+    return 0;
+}
 inline QString errorMessage(const std::optional<Incoming> &reply) {
     if (reply)
         if (const auto *e = std::get_if<Error>(&reply->body))
@@ -220,6 +233,8 @@ inline constexpr char16_t EpochChanged[] = u"EPOCH_CHANGED";
 inline constexpr char16_t CursorAhead[] = u"CURSOR_AHEAD";
 inline constexpr char16_t StaleInstall[] = u"STALE_INSTALL";
 inline constexpr char16_t Unauthenticated[] = u"UNAUTHENTICATED";
+inline constexpr char16_t RateLimited[] = u"RATE_LIMITED";
+inline constexpr char16_t Muted[] = u"MUTED";
 } // namespace code
 
 } // namespace im::proto

@@ -547,7 +547,7 @@ void Outbox::transmit(Item &item, const QString &prev) {
         Connection::Kind::Outbox);
 }
 
-void Outbox::retry(Item &item, const QString &lastError) {
+void Outbox::retry(Item &item, const QString &lastError, qint64 waitMs) {
     item.inFlight = false;
     --inFlight_;
     item.row.lastError = lastError;
@@ -556,7 +556,10 @@ void Outbox::retry(Item &item, const QString &lastError) {
     // its predecessors, so it goes again right after them (and without a
     // `prev` if they are answered by then). Only an entry that went with no
     // `prev` waits out a back-off.
-    const int delay = item.sentPrev.isEmpty() ? backoff_.delayMs(item.row.attempts) : 0;
+    // RATE_LIMITED: the server's retry_ms, whatever the rest says (sdk.md
+    // obligation 2; the same cmid goes again, so the resend is safe).
+    const int delay = waitMs > 0 ? int(waitMs)
+                                 : item.sentPrev.isEmpty() ? backoff_.delayMs(item.row.attempts) : 0;
     item.dueAt = now() + delay;
     qCDebug(lcOutbox, "%s (attempt %d): %s, retry in %d ms; %s waits behind it", qUtf8Printable(item.row.cmid),
             item.row.attempts, qUtf8Printable(lastError), delay, qUtf8Printable(item.row.conv));
@@ -581,9 +584,11 @@ void Outbox::onOutcome(const QString &rid, const QString &cmid, const std::optio
     if (disp == proto::Disposition::Retry) {
         if (!current)
             return; // an older attempt; a newer one is on the wire
-        retry(item, !code.isEmpty()            ? code
-                    : conn_.isSessionUp() ? QStringLiteral("TIMEOUT")
-                                               : QStringLiteral("DISCONNECTED"));
+        retry(item,
+              !code.isEmpty()            ? code
+              : conn_.isSessionUp() ? QStringLiteral("TIMEOUT")
+                                    : QStringLiteral("DISCONNECTED"),
+              proto::retryAfterMs(reply));
         emit outboxChanged();
         return;
     }

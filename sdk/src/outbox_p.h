@@ -204,7 +204,8 @@ private:
     enum class Target { Ready, Wait, Failed };
     Target resolveTarget(Item &item);
     void transmit(Item &item, const QString &prev);
-    void retry(Item &item, const QString &lastError);
+    /// `waitMs`: the server asked for at least this wait (RATE_LIMITED's retry_ms).
+    void retry(Item &item, const QString &lastError, qint64 waitMs = 0);
     void scheduleFlush();
     void flush();
     void forget(qint64 id);

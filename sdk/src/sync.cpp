@@ -154,7 +154,7 @@ void Sync::onPage(const QString &conv, qint64 after, const proto::Page &page) {
     if (row && row->epoch > 0 && page.epoch != row->epoch) {
         // The server answered under another epoch: our cursor is void.
         proto::Incoming fake;
-        fake.body = proto::Error{QString::fromUtf16(proto::code::EpochChanged), QStringLiteral("page epoch moved")};
+        fake.body = proto::Error{QString::fromUtf16(proto::code::EpochChanged), QStringLiteral("page epoch moved"), std::nullopt};
         onSyncFailed(conv, fake);
         return;
     }
@@ -191,7 +191,7 @@ void Sync::onWindow(const QString &conv, qint64 gapLo, qint64 epoch, const proto
     }
     if (epoch > 0 && page.epoch != epoch) {
         proto::Incoming fake;
-        fake.body = proto::Error{QString::fromUtf16(proto::code::EpochChanged), QStringLiteral("window epoch moved")};
+        fake.body = proto::Error{QString::fromUtf16(proto::code::EpochChanged), QStringLiteral("window epoch moved"), std::nullopt};
         onSyncFailed(conv, fake);
         return;
     }

@@ -57,6 +57,8 @@ Error errorFromCode(const QString &code) {
         {QStringLiteral("WRONG_USER"), Error::WrongUser},
         {QStringLiteral("TLS_ERROR"), Error::TlsError},
         {QStringLiteral("DRAFTS_HELD"), Error::DraftsHeld},
+        {QStringLiteral("RATE_LIMITED"), Error::RateLimited},
+        {QStringLiteral("MUTED"), Error::Muted},
     };
     if (code.isEmpty())
         return Error::None;

@@ -114,7 +114,8 @@ const json::object& answered(const json::object& reply, const std::string& what)
     static const std::set<std::string> codes{"INVALID_ARGUMENT", "UNAUTHENTICATED", "NOT_MEMBER",
                                              "IDEMPOTENCY_MISMATCH", "ORIGINAL_EXPIRED", "NOT_SENDER",
                                              "ALREADY_RECALLED", "RECALL_WINDOW_EXPIRED", "EDIT_WINDOW_EXPIRED", "NOT_FOUND",
-                                             "CURSOR_AHEAD", "EPOCH_CHANGED", "STALE_INSTALL"};
+                                             "CURSOR_AHEAD", "EPOCH_CHANGED", "STALE_INSTALL",
+                                             "RATE_LIMITED", "MUTED"};
     expect(str(reply, "t") != "error" || codes.count(o) == 1, "reply",
            what + ": an error code outside the contract (" + brief(reply) + ")");
     return reply;

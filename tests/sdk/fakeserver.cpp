@@ -243,6 +243,14 @@ void FakeServer::handle(QWebSocket *s, const QJsonObject &req) {
         error(s, req, QStringLiteral("UNAVAILABLE"));
         return;
     }
+    if (rateLimited.value(t) > 0) {
+        --rateLimited[t];
+        reply(s, req, QJsonObject{{QStringLiteral("t"), QStringLiteral("error")},
+                                  {QStringLiteral("code"), QStringLiteral("RATE_LIMITED")},
+                                  {QStringLiteral("msg"), QStringLiteral("over the sender's rate")},
+                                  {QStringLiteral("retry_ms"), rateLimitRetryMs}});
+        return;
+    }
     if (failWith.contains(t)) {
         error(s, req, failWith.value(t));
         return;

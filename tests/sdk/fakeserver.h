@@ -64,6 +64,8 @@ public:
     // knobs (per request type "send", "sync", ...): how many to affect
     QHash<QString, int> dropReplies;   // process, but do not reply
     QHash<QString, int> unavailable;   // answer UNAVAILABLE without processing
+    QHash<QString, int> rateLimited;   // answer RATE_LIMITED with retry_ms = rateLimitRetryMs, unprocessed
+    qint64 rateLimitRetryMs = 300;
     QHash<QString, int> closeOn;       // close the socket on receipt, without processing
     QHash<QString, QString> failWith;  // answer this terminal code (while set)
     QHash<QString, int> holdReplies;   // process, keep the reply until releaseHeld()

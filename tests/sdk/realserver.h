@@ -64,6 +64,14 @@ public:
     }
 
 private:
+    // Writes unlimited unless a test asks for --send-rate (tests/support's
+    // harness does the same): the suites send bursts from one user.
+    QStringList unlimitedUnlessAsked() const {
+        if (serverArgs.contains(QStringLiteral("--send-rate")))
+            return {};
+        return {QStringLiteral("--send-rate"), QStringLiteral("0")};
+    }
+
     QString launch() {
         const QString state = dir_.filePath(QStringLiteral("state"));
         const QString ready = dir_.filePath(QStringLiteral("ready"));
@@ -71,7 +79,7 @@ private:
         proc_.setProcessChannelMode(QProcess::MergedChannels);
         proc_.start(bin_, QStringList{QStringLiteral("--state-dir"), state, QStringLiteral("--listen"),
                                       QStringLiteral("127.0.0.1:0"), QStringLiteral("--ready-file"), ready}
-                              + serverArgs);
+                              + unlimitedUnlessAsked() + serverArgs);
         if (!proc_.waitForStarted())
             return QStringLiteral("imserver did not start");
         judged_ = false; // a started process is judged by the next stop()

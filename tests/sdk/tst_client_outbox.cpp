@@ -35,6 +35,7 @@ private slots:
     void terminal_errors_remove_the_entry_with_their_final_state();
     void retryable_outcomes_keep_the_entry_and_resend_the_same_cmid_data();
     void retryable_outcomes_keep_the_entry_and_resend_the_same_cmid();
+    void rate_limited_waits_retry_ms_and_resends_the_same_cmid();
     void resend_after_reconnect_is_in_creation_order_with_the_same_cmids();
     void a_backlog_in_one_conversation_leaves_room_for_the_others();
     void unanswered_requests_are_retried_with_capped_exponential_backoff();
@@ -136,6 +137,7 @@ void TestClientOutbox::terminal_errors_remove_the_entry_with_their_final_state_d
     QTest::newRow("IDEMPOTENCY_MISMATCH") << "IDEMPOTENCY_MISMATCH" << int(MessageState::Failed);
     QTest::newRow("INVALID_ARGUMENT") << "INVALID_ARGUMENT" << int(MessageState::Failed);
     QTest::newRow("ORIGINAL_EXPIRED") << "ORIGINAL_EXPIRED" << int(MessageState::Expired);
+    QTest::newRow("MUTED") << "MUTED" << int(MessageState::Failed); // sdk.md obligation 2: terminal
 }
 
 void TestClientOutbox::terminal_errors_remove_the_entry_with_their_final_state() {
@@ -212,6 +214,37 @@ void TestClientOutbox::retryable_outcomes_keep_the_entry_and_resend_the_same_cmi
     QCOMPARE(states.last().at(3).value<MessageState>(), MessageState::Sent);
     QCOMPARE(f.server.distinctCmids(), QStringList{cmid});
     QCOMPARE(f.server.convs[QStringLiteral("c1")].head(), 1); // exactly one event
+    QCOMPARE(f.outboxRows(), 0);
+}
+
+// sdk.md obligation 2: RATE_LIMITED is retryable after its retry_ms: the
+// entry stays Pending and goes again with the same cmid, no sooner than the
+// server asked (the ordinary back-off would resend within ~100 ms).
+void TestClientOutbox::rate_limited_waits_retry_ms_and_resends_the_same_cmid() {
+    Fixture f;
+    QVERIFY(f.openAndConnect());
+    const QString send = QStringLiteral("send");
+    f.server.rateLimited.insert(send, 2);
+    f.server.rateLimitRetryMs = 700;
+    QList<qint64> at;
+    QElapsedTimer clock;
+    clock.start();
+    f.server.onFrame = [&](const QJsonObject &req) {
+        if (req.value(QStringLiteral("t")).toString() == send)
+            at << clock.elapsed();
+    };
+    QSignalSpy states(&f.client, &Client::messageStateChanged);
+    const QString cmid = f.client.send(QStringLiteral("c1"), QStringLiteral("slow down"));
+    QTRY_COMPARE_WITH_TIMEOUT(f.client.messageState(cmid), MessageState::Sent, 10000);
+    QCOMPARE(at.size(), 3);
+    for (int i = 1; i < at.size(); ++i)
+        QVERIFY2(at[i] - at[i - 1] >= 650, qPrintable(QStringLiteral("resent after %1 ms").arg(at[i] - at[i - 1])));
+    for (const QList<QVariant> &s : states) {
+        const auto shown = s.at(3).value<MessageState>();
+        QVERIFY(shown == MessageState::Pending || shown == MessageState::Sent);
+    }
+    QCOMPARE(f.server.distinctCmids(), QStringList{cmid});
+    QCOMPARE(f.server.convs[QStringLiteral("c1")].head(), 1);
     QCOMPARE(f.outboxRows(), 0);
 }
 

@@ -63,6 +63,7 @@ private slots:
     void killed_sender_leaves_exactly_one_row_per_draft_on_the_server();
     void sync_killed_mid_page_run_resumes_without_loss_or_duplicates();
     void replies_edits_reactions_converge_on_both_stores();
+    void a_burst_over_the_send_rate_lands_exactly_once_after_rate_limited();
 
 private:
     std::unique_ptr<Client> makeClient(const QString &user, const QString &db);
@@ -145,6 +146,61 @@ int TestIntegration::serverPost(const QString &path, const QByteArray &body) {
     if (!QTest::qWaitFor([&] { return reply->isFinished(); }, 10000))
         return -1;
     return reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
+}
+
+// sdk.md obligation 2 against imserver: a burst over --send-rate/--send-burst
+// is answered RATE_LIMITED with retry_ms; the SDK waits and resends with the
+// same cmids, so every draft lands exactly once, in order (a server of its
+// own: the shared one runs unlimited for the other tests' bursts).
+void TestIntegration::a_burst_over_the_send_rate_lands_exactly_once_after_rate_limited() {
+    RealServer limited(exeRelativePath(IM_SERVER_BIN));
+    limited.serverArgs << QStringLiteral("--send-rate") << QStringLiteral("4") << QStringLiteral("--send-burst")
+                       << QStringLiteral("3");
+    const QString error = limited.start();
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    auto make = [&](const QString &user) {
+        auto c = std::make_unique<Client>();
+        c->setServers({limited.url});
+        c->setCredentials(limited.tokens.value(user));
+        c->setRequestTimeout(5000);
+        c->setReconnectBackoff(100, 1000);
+        if (!c->open(dir_.filePath(QStringLiteral("rl-%1.db").arg(user))))
+            qWarning("open failed: %s", qPrintable(c->lastError()));
+        return c;
+    };
+    auto ana = make(QStringLiteral("ana"));
+    auto ben = make(QStringLiteral("ben"));
+    ana->connectToServer();
+    ben->connectToServer();
+    QTRY_COMPARE_WITH_TIMEOUT(ana->connectionState(), ConnectionState::Connected, 20000);
+    QTRY_COMPARE_WITH_TIMEOUT(ben->connectionState(), ConnectionState::Connected, 20000);
+    const QString conv = QStringLiteral("ana-ben");
+    QStringList cmids;
+    for (int i = 1; i <= 10; ++i)
+        cmids << ana->send(conv, QStringLiteral("burst-%1").arg(i));
+    QTRY_COMPARE_WITH_TIMEOUT(ana->pendingCount(), 0, 30000);
+    for (const QString &cmid : cmids)
+        QCOMPARE(ana->messageState(cmid), im::MessageState::Sent);
+    const QString benDb = dir_.filePath(QStringLiteral("rl-ben.db"));
+    const QString countSql = QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'ana-ben' AND body LIKE 'burst-%'");
+    QTRY_COMPARE_WITH_TIMEOUT(sqlScalar(benDb, countSql).toInt(), 10, 20000);
+    const QString orderSql = QStringLiteral(
+        "SELECT body FROM events WHERE conv = 'ana-ben' AND body LIKE 'burst-%' ORDER BY seq");
+    QStringList expected;
+    for (int i = 1; i <= 10; ++i)
+        expected << QStringLiteral("burst-%1").arg(i);
+    QCOMPARE(sqlRows(benDb, orderSql), expected);
+    // The limit was met: some sends were answered RATE_LIMITED on the way.
+    QUrl url = limited.url;
+    url.setScheme(QStringLiteral("http"));
+    url.setPath(QStringLiteral("/metrics"));
+    std::unique_ptr<QNetworkReply> reply(http_.get(QNetworkRequest(url)));
+    QVERIFY(QTest::qWaitFor([&] { return reply->isFinished(); }, 10000));
+    const QRegularExpression line(QStringLiteral("^im_writes_rate_limited_total (\\d+)"),
+                                  QRegularExpression::MultilineOption);
+    const auto m = line.match(QString::fromUtf8(reply->readAll()));
+    QVERIFY(m.hasMatch());
+    QVERIFY2(m.captured(1).toLongLong() > 0, "no send was rate limited");
 }
 
 void TestIntegration::two_clients_chat_one_goes_offline_both_converge() {

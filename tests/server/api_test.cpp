@@ -461,10 +461,17 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
         "DELETE /v1/conversations/{conv}/members/{user}", "PATCH /v1/conversations/{conv}",
         "POST /v1/conversations/{conv}/messages", "GET /v1/conversations/{conv}/events",
         "GET /v1/users/{user}/conversations", "POST /v1/conversations/{conv}/purge",
-        "POST /v1/conversations/{conv}/epoch", "GET /v1/openapi.json"};
+        "POST /v1/conversations/{conv}/epoch", "GET /v1/openapi.json",
+        // server.md, "Rate limits and moderation" (issue 52)
+        "PUT /v1/conversations/{conv}/mutes/{user}", "DELETE /v1/conversations/{conv}/mutes/{user}",
+        "POST /v1/conversations/{conv}/messages/{seq}/redact", "POST /v1/users/{user}/redact"};
     const std::set<std::string> admin_ops = {"POST /v1/devices/{device}/revoke", "PATCH /v1/conversations/{conv}",
                                              "POST /v1/conversations/{conv}/purge",
-                                             "POST /v1/conversations/{conv}/epoch"};
+                                             "POST /v1/conversations/{conv}/epoch",
+                                             "PUT /v1/conversations/{conv}/mutes/{user}",
+                                             "DELETE /v1/conversations/{conv}/mutes/{user}",
+                                             "POST /v1/conversations/{conv}/messages/{seq}/redact",
+                                             "POST /v1/users/{user}/redact"};
     std::set<std::string> listed;
     // Ids for the walk: the sender u with a device, a second member v (the
     // {user} of the paths, so its leave leaves u able to send), a conversation.
@@ -474,6 +481,11 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
                    j({{"conv", conv}, {"kind", "group"}, {"members", json::array{u.user.c_str(), v.user.c_str()}}}),
                    write_key).first,
               201);
+    // A msg of u for the redaction's {seq}.
+    auto [st_msg, msg] = call("POST", "/v1/conversations/" + conv + "/messages",
+                              j({{"sender", u.user}, {"cmid", "walk-redact"}, {"body", "to redact"}}), write_key);
+    ASSERT_EQ(st_msg, 200) << j(msg);
+    const std::string msg_seq = std::to_string(msg.at("seq").as_int64());
     for (const auto& [path, item] : paths) {
         for (const auto& [method_lc, op_v] : item.as_object()) {
             std::string method(method_lc);
@@ -491,6 +503,7 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
             put("user", v.user);
             put("device", u.device);
             put("conv", conv);
+            put("seq", msg_seq);
             // A body of the documented required fields, typed as documented.
             std::string body;
             if (op.contains("requestBody")) {
@@ -504,7 +517,8 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
                         if (type == "array") b[name] = json::array{u.user.c_str()};
                         else if (name == "user") b[name] = unique_name("walku");
                         else if (name == "device") b[name] = unique_name("walkd");
-                        else if (name == "conv") b[name] = unique_name("walkc");
+                        else if (name == "conv")
+                            b[name] = std::string(path).find("/redact") != std::string::npos ? conv : unique_name("walkc");
                         else if (name == "kind") b[name] = "group";
                         else if (name == "sender") b[name] = u.user;
                         else b[name] = "walk-value";
@@ -513,7 +527,8 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
                     const auto& props = schema.at("properties").as_object();
                     const auto& first = *props.begin();
                     b[first.key()] = str(first.value().as_object(), "type") == "integer" ? json::value(1)
-                                                                                         : json::value("1d");
+                                     : first.key() == "until" ? json::value("2099-01-01T00:00:00Z") // a mute's end
+                                                              : json::value("1d");
                 }
                 body = j(b);
             }

@@ -298,6 +298,12 @@ ServerProcess::ServerProcess(const std::string& db_url, std::vector<std::string>
     base_ = {imserver_bin(), "--db", db_url, "--listen", "127.0.0.1:0", "--gateway-id", gateway,
              "--ready-file", dir_.path() + "/port"};
     extra_ = std::move(extra);
+    // Test servers write unlimited unless a test asks for --send-rate: the
+    // suites send bursts from one user (the limit's own tests set it).
+    if (std::find(extra_.begin(), extra_.end(), "--send-rate") == extra_.end()) {
+        base_.push_back("--send-rate");
+        base_.push_back("0");
+    }
     if (std::find(extra_.begin(), extra_.end(), "--api-listen") == extra_.end()) {
         base_.push_back("--api-listen");
         base_.push_back("");

@@ -63,6 +63,10 @@ enum class Error {
     DraftsHeld,          ///< DRAFTS_HELD: at a session start, outbox entries written under another
                          ///< user's credential are held, never sent in this session; the session
                          ///< goes on (obligation 10; Client::heldCount, discardHeldDrafts())
+    RateLimited,         ///< RATE_LIMITED: over the sender's rate; the SDK resends after the
+                         ///< server's retry_ms with the same cmid (not final)
+    Muted,               ///< MUTED: the user is muted in this conversation; final (the message
+                         ///< fails, not resent)
 };
 Q_ENUM_NS(Error)
 

@@ -13,9 +13,9 @@
 
 namespace im {
 
-Handled error_reply(const Error& e, const std::optional<std::string>& rid) {
+Handled error_reply(const Error& e, const std::optional<std::string>& rid, std::optional<std::int64_t> retry_ms) {
     Handled h;
-    h.frame = encode_error(e, rid);
+    h.frame = encode_error(e, rid, retry_ms);
     h.code = std::string(code_name(e.code));
     h.close_after = e.code == Code::unauthenticated || e.code == Code::stale_install;
     return h;

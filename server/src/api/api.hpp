@@ -101,7 +101,9 @@ void handle_request(ApiContext& ctx, SessionStore* db, const std::optional<Ident
                     const std::optional<std::string>& rid, std::function<void(Handled)> done);
 
 /// Replies that need no database (errors found on the I/O thread).
-Handled error_reply(const Error& e, const std::optional<std::string>& rid);
+/// `retry_ms`: RATE_LIMITED's wait (the error frame carries it).
+Handled error_reply(const Error& e, const std::optional<std::string>& rid,
+                    std::optional<std::int64_t> retry_ms = std::nullopt);
 
 /// The answer to a request that committed but whose notification the bus
 /// could not take: the resend is a duplicate and publishes again.

@@ -7,6 +7,7 @@
 #include "core/log.hpp"
 #include "core/metrics.hpp"
 #include "bus/nats_bus.hpp"
+#include "api/moderation.hpp"
 #include "api/provisioning.hpp"
 #include "store/store.hpp"
 
@@ -63,12 +64,19 @@ const Command commands[] = {
      "make a backend API key (docs/integration.md); prints it, the only time it is shown (only its SHA-256 is kept)"},
     {"apikey revoke NAME", "revoke a backend API key: its next request answers 401"},
     {"apikey list", "backend API keys: name, scope, created, revoked (never the keys)"},
+    {"mute set CONV USER [--until ISO-TIME | --for DURATION]",
+     "mute USER in CONV (send, edit, react, typing answer MUTED; reads go on); without an end, until cleared; "
+     "prints the end"},
+    {"mute clear CONV USER", "end USER's mute in CONV"},
+    {"redact msg CONV SEQ", "recall msg SEQ as the operator, whatever the window; prints the recall's seq"},
+    {"redact user CONV USER",
+     "recall every msg of USER in CONV as the operator, in batches (a rerun resumes); prints how many"},
 };
 
 // The flags of the commands above (each takes a value).
 const std::set<std::string> command_flags = {"--kind",       "--members",    "--recall-window-ms", "--push-full-max", "--edit-window-ms",
                                              "--before-seq", "--older-than", "--out",              "--server",
-                                             "--scope"};
+                                             "--scope",      "--until",      "--for"};
 
 std::string admin_help() {
     std::string o = "usage: imserver admin [OPTIONS] COMMAND ...\nCommands:\n";
@@ -232,7 +240,8 @@ int run(int argc, char** argv) {
     static const std::set<std::string> known = {"user add",     "device add",   "device revoke", "device token", "conv create",
                                                 "conv set",     "member add",   "member remove", "epoch bump",
                                                 "purge",        "demo",         "apikey add",    "apikey revoke",
-                                                "apikey list"};
+                                                "apikey list",  "mute set",     "mute clear",    "redact msg",
+                                                "redact user"};
     if (!known.count(cmd)) throw Usage("unknown command '" + cmd + "' (imserver admin --help)");
 
     Database d = open_database(db_conninfo(cfg), state_dir);
@@ -328,6 +337,25 @@ int run(int argc, char** argv) {
         for (const auto& k : store.list_api_keys(c))
             std::cout << k.name << '\t' << k.scope << '\t' << k.created << '\t' << (k.revoked.empty() ? "-" : k.revoked)
                       << '\n';
+    } else if (cmd == "mute set") {
+        need(args, 2, "mute set CONV USER [--until ISO-TIME | --for DURATION]");
+        std::optional<std::int64_t> for_ms;
+        if (args.has("--for")) for_ms = duration_ms(args.flag("--for"));
+        const std::string end =
+            mod::mute(store, c, args.pos[0], args.pos[1], args.has("--until") ? args.flag("--until") : "", for_ms);
+        std::cout << (end.empty() ? "until cleared" : end) << '\n';
+    } else if (cmd == "mute clear") {
+        need(args, 2, "mute clear CONV USER");
+        if (!mod::unmute(store, c, args.pos[0], args.pos[1]))
+            std::cerr << "imserver admin: " << args.pos[1] << " was not muted in " << args.pos[0] << '\n';
+    } else if (cmd == "redact msg") {
+        need(args, 2, "redact msg CONV SEQ");
+        const auto r = mod::redact(store, c, args.pos[0], args.pos[1]);
+        if (r.already) std::cerr << "imserver admin: already recalled\n";
+        std::cout << r.seq << '\n';
+    } else if (cmd == "redact user") {
+        need(args, 2, "redact user CONV USER");
+        std::cout << mod::redact_user(store, c, args.pos[0], args.pos[1]) << '\n';
     }
     if (!notes.empty()) publish_after_commit(cfg.bus, notes);
     return 0;

@@ -61,6 +61,8 @@ struct Config {
     int max_http_connections = 2048;        // accepted connections not upgraded (yet); more are closed at accept
     int hello_failures = 30;                // failed hellos per client address per minute, then 1013
     bool hello_failures_loopback = false;   // count loopback clients too (default: exempt, a local proxy's address)
+    int send_rate = 20;                     // sends, edits, reactions per user per second (token bucket per gateway); 0: unlimited
+    int send_burst = 60;                    // ... the bucket's size
     std::vector<IpNetwork> trusted_proxies; // peers whose PROXY v2 header / X-Forwarded-For name the client
     std::string metrics_listen = "public";  // where GET /metrics is served: public, api, or HOST:PORT
     int db_timeout_ms = 5000;               // a database round trip unanswered this long: drop its connection

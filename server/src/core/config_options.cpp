@@ -251,6 +251,15 @@ const std::vector<Option>& options() {
              return std::nullopt;
          },
          [](const Config& c) { return std::string(c.hello_failures_loopback ? "none" : "loopback"); }},
+        {"--send-rate", "IM_SEND_RATE", "N",
+         "sends, edits and reactions allowed per user per second, a token bucket per gateway; beyond, "
+         "RATE_LIMITED with retry_ms, nothing written (default 20; 0: unlimited)",
+         [](Config& c, const std::string& v) { return to_int(v, 0, 1000000, c.send_rate); },
+         [](const Config& c) { return std::to_string(c.send_rate); }},
+        {"--send-burst", "IM_SEND_BURST", "N",
+         "the size of --send-rate's bucket: writes a user may make at once after a quiet spell (default 60)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 1000000, c.send_burst); },
+         [](const Config& c) { return std::to_string(c.send_burst); }},
         {"--trusted-proxies", "IM_TRUSTED_PROXIES", "CIDR,...",
          "load balancers whose word on the client's address is taken: from these peers a PROXY protocol v2 header "
          "(HAProxy send-proxy-v2) and X-Forwarded-For give the address every per-address limit counts; from any "

@@ -18,6 +18,7 @@ std::string_view code_name(Code c) {
     case Code::stale_install: return "STALE_INSTALL";
     case Code::unavailable: return "UNAVAILABLE";
     case Code::rate_limited: return "RATE_LIMITED";
+    case Code::muted: return "MUTED";
     case Code::edit_window_expired: return "EDIT_WINDOW_EXPIRED";
     }
     return "UNAVAILABLE";

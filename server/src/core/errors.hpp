@@ -25,6 +25,7 @@ enum class Code {
     unavailable,
     rate_limited, // contract v3 section 13; the error frame carries retry_ms
     edit_window_expired, // contract v3 section 12: past the edit window (database clock)
+    muted,               // server.md moderation: the caller is muted in this conversation (terminal)
 };
 
 std::string_view code_name(Code c);
@@ -43,6 +44,8 @@ inline constexpr std::string_view not_member_msg = "conversation not visible";
 
 inline Error not_member() { return {Code::not_member, std::string(not_member_msg)}; }
 inline Error invalid(std::string msg) { return {Code::invalid_argument, std::move(msg)}; }
+/// server.md, moderation: send, edit, react and typing of a muted member.
+inline Error muted() { return {Code::muted, "you are muted in this conversation"}; }
 /// Section 4: the device was revoked or got a new token (the connection closes).
 inline Error device_revoked() { return {Code::unauthenticated, "device revoked"}; }
 inline Error unavailable(std::string msg = "service unavailable, retry with the same request") {

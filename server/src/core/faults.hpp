@@ -54,6 +54,7 @@ inline constexpr std::string_view fault_points[] = {
     "rule.limits",                // the codec's field bounds (cmid, body, limit, after) are not checked
     "rule.typing_push_full",      // typing is forwarded in conversations above push_full_max
     "rule.presence_strangers",    // presence answers users who share no conversation with the caller
+    "rule.send_rate",             // --send-rate is not applied: no write is answered RATE_LIMITED
     // ... and in the send function: the lab calls its variant im_lab_send_<rule> (lab_schema.hpp):
     "rule.send_membership",    // a stranger's send is appended (no membership check)
     "rule.same_error",         // an unknown conversation answers apart from a non-member's
@@ -62,6 +63,7 @@ inline constexpr std::string_view fault_points[] = {
     "rule.send_prev",          // a send is appended though the message its `prev` names is not
     "rule.send_dedup",         // the request-key lookup is skipped: a repeated cmid inserts a second event
     "rule.fingerprint_body_only", // the fingerprint is of conv and body only: another reply_to is a duplicate
+    "rule.send_mute",          // a muted member's send is appended (no mute check; server.md, moderation)
     // ... and in the edit/react function, its variant im_lab_change_<rule>:
     "rule.edit_window",        // an edit is judged without its window
     "rule.react_noop",         // a reaction already as asked appends an event anyway

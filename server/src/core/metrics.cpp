@@ -123,6 +123,8 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_hello_failures_total", "Hellos answered UNAUTHENTICATED.", hello_failures.load(), "counter");
     gauge("im_hello_rate_limited_total", "Connections closed (1013) for too many failed hellos from their address.",
           hello_rate_limited.load(), "counter");
+    gauge("im_writes_rate_limited_total", "Sends, edits and reactions answered RATE_LIMITED (--send-rate), unwritten.",
+          writes_rate_limited.load(), "counter");
     gauge("im_http_connections_pending", "HTTP connections accepted and not upgraded to WebSocket (yet).",
           http_pending.load());
     gauge("im_http_connections_rejected_total", "Connections closed at accept: --max-http-connections reached.",

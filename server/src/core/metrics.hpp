@@ -57,6 +57,7 @@ public:
     std::atomic<long long> readyz_checks{0};             // database checks run for /readyz
     std::atomic<long long> hello_failures{0};            // hellos answered UNAUTHENTICATED
     std::atomic<long long> hello_rate_limited{0};        // closed 1013: too many failed hellos from the address
+    std::atomic<long long> writes_rate_limited{0};       // sends, edits, reactions answered RATE_LIMITED (--send-rate)
     std::atomic<long long> http_pending{0};              // HTTP connections not (yet) upgraded now
     std::atomic<long long> http_rejected{0};             // closed at accept: --max-http-connections reached
     // Typing and presence (contract section 13).

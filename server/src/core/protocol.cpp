@@ -226,7 +226,10 @@ json::object event_json(const Event& ev) {
     o["seq"] = ev.seq;
     o["mid"] = ev.mid;
     o["kind"] = ev.kind;
-    o["sender"] = ev.sender;
+    // null for an event by the operator with no subject: a redaction's
+    // recall (server.md, "Rate limits and moderation").
+    if (ev.sender.empty()) o["sender"] = nullptr;
+    else o["sender"] = ev.sender;
     if (ev.body) o["body"] = *ev.body;
     if (ev.target) o["target"] = *ev.target;
     if (ev.reply_to) o["reply_to"] = *ev.reply_to;

@@ -9,6 +9,7 @@
 #include "core/metrics.hpp"
 #include "net/net_common.hpp"
 #include "core/protocol.hpp"
+#include "api/moderation.hpp"
 #include "api/provisioning.hpp"
 #include "store/store.hpp"
 
@@ -28,7 +29,9 @@ namespace {
 
 enum class Op {
     user_add, device_add, device_token, device_revoke, conv_create, member_put, member_delete, conv_set, message,
-    events, user_convs, purge, epoch, openapi
+    events, user_convs, purge, epoch, openapi,
+    // moderation (api/moderation.cpp; server.md, "Rate limits and moderation")
+    mute_put, mute_delete, redact_one, redact_user
 };
 
 struct Field {
@@ -116,6 +119,24 @@ const std::vector<Route>& routes() {
          {{200, "{\"purged\"}"}, {404, "no such conversation"}}},
         {http::verb::post, "/v1/conversations/{conv}/epoch", "admin", Op::epoch, "Epoch bump", {}, {},
          {{200, "{\"epoch\"}"}, {404, "no such conversation"}}},
+        // Moderation (server.md, "Rate limits and moderation"; docs/operations.md, "Moderation").
+        {http::verb::put, "/v1/conversations/{conv}/mutes/{user}", "admin", Op::mute_put,
+         "Mute a member: their send, edit, react and typing answer MUTED (reads go on); replaces an earlier mute",
+         {{"until", "string", false, "the end, an ISO 8601 time (absent: until removed)"}}, {},
+         {{200, "{\"conv\",\"user\",\"until\"} (until null: until removed)"},
+          {404, "no such conversation or user"}}},
+        {http::verb::delete_, "/v1/conversations/{conv}/mutes/{user}", "admin", Op::mute_delete, "End a mute", {}, {},
+         {{200, "{\"conv\",\"user\",\"removed\"} (removed false: there was none)"},
+          {404, "no such conversation"}}},
+        {http::verb::post, "/v1/conversations/{conv}/messages/{seq}/redact", "admin", Op::redact_one,
+         "Recall msg `seq` as the operator (a recall event with sender null), whatever the recall window", {}, {},
+         {{200, "{\"seq\",\"already\"}: the recall's seq (already: it was recalled before, that recall)"},
+          {404, "no such conversation or event"}}},
+        {http::verb::post, "/v1/users/{user}/redact", "admin", Op::redact_user,
+         "Recall every msg of the user in a conversation as the operator, in batches of 500 (one transaction "
+         "each); a rerun after an interruption resumes",
+         {{"conv", "id", true, "the conversation"}}, {},
+         {{200, "{\"redacted\"}: msgs recalled by this call"}, {404, "no such conversation or user"}}},
         {http::verb::get, "/v1/openapi.json", "read", Op::openapi, "This document", {}, {},
          {{200, "the OpenAPI 3 document"}}},
     };
@@ -160,7 +181,7 @@ json::object frame_object(const std::string& frame) {
 // A contract error (from the store or the send path) as an HTTP answer.
 ApiReply contract_error(std::string_view code, std::string_view msg) {
     http::status st = http::status::bad_request;
-    if (code == "NOT_MEMBER") st = http::status::forbidden;
+    if (code == "NOT_MEMBER" || code == "MUTED") st = http::status::forbidden;
     else if (code == "IDEMPOTENCY_MISMATCH" || code == "ORIGINAL_EXPIRED") st = http::status::conflict;
     else if (code == "NOT_FOUND") st = http::status::not_found;
     else if (code == "UNAVAILABLE" || code == "UNAUTHENTICATED") return unavailable_reply(msg);
@@ -574,6 +595,28 @@ void BackendApi::authenticated(const std::shared_ptr<Call>& call, pqxx::connecti
                 out = err ? contract_error(code_name(err->code), err->msg) : reply(http::status::ok, frame_object(page));
                 break;
             }
+            case Op::mute_put: {
+                const std::string until = b.contains("until") ? str_of(b, "until") : std::string();
+                const std::string end = mod::mute(store, *c, ids.at("conv"), ids.at("user"), until);
+                json::object o{{"conv", ids.at("conv")}, {"user", ids.at("user")}};
+                if (end.empty()) o["until"] = nullptr;
+                else o["until"] = end;
+                out = reply(http::status::ok, std::move(o));
+                break;
+            }
+            case Op::mute_delete:
+                out = reply(http::status::ok, {{"conv", ids.at("conv")}, {"user", ids.at("user")},
+                                               {"removed", mod::unmute(store, *c, ids.at("conv"), ids.at("user"))}});
+                break;
+            case Op::redact_one: {
+                const auto r = mod::redact(store, *c, ids.at("conv"), ids.at("seq"));
+                out = reply(http::status::ok, {{"seq", r.seq}, {"already", r.already}});
+                break;
+            }
+            case Op::redact_user:
+                out = reply(http::status::ok,
+                            {{"redacted", mod::redact_user(store, *c, str_of(b, "conv"), ids.at("user"))}});
+                break;
             case Op::message:
             case Op::openapi: break; // answered above
             }

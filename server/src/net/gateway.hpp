@@ -8,6 +8,7 @@
 #include "api/presence.hpp"
 #include "api/send_scheduler.hpp"
 #include "core/address_limiter.hpp"
+#include "core/write_limiter.hpp"
 #include "core/config.hpp"
 #include "store/db_pool.hpp"
 #include "core/metrics.hpp"
@@ -63,6 +64,8 @@ public:
     /// and the JWT keys; a file that is unusable keeps the old ones.
     void reload_on_hup();
     SendScheduler& sends() { return sends_; }
+    /// Sends, edits and reactions per user (--send-rate, --send-burst).
+    WriteLimiter& write_limiter() { return write_limiter_; }
     void session_opened(const std::shared_ptr<WsSession>& s);
     void subscribe(const std::string& user, const std::shared_ptr<WsSession>& s);
     /// Takes a connection slot for a client address (counted under
@@ -177,6 +180,7 @@ private:
     std::vector<std::function<void(bool, const char*)>> ready_waiters_;
 
     AddressLimiter hello_failures_{cfg_.hello_failures};
+    WriteLimiter write_limiter_{static_cast<double>(cfg_.send_rate), static_cast<double>(cfg_.send_burst)};
 
     std::atomic<int> http_pending_{0};
 

@@ -333,6 +333,14 @@ constexpr FieldBounds lab_unbounded{.min_cmid_chars = 0,
                                     .min_after = std::numeric_limits<std::int64_t>::min()};
 } // namespace
 
+namespace {
+// The writes --send-rate counts (server.md): send, edit, react.
+bool limited_write(const Request& r) {
+    return std::holds_alternative<req::Send>(r) || std::holds_alternative<req::Edit>(r) ||
+           std::holds_alternative<req::React>(r);
+}
+} // namespace
+
 void WsSession::on_frame(const std::string& text) {
     Parsed p = parse_request(text, gw_->faults().broken("rule.limits") ? lab_unbounded : contract_bounds);
     if (auto* e = std::get_if<Error>(&p.body)) {
@@ -387,6 +395,16 @@ void WsSession::next() {
         hello_pending_ = true;
     }
     if (const auto* rf = std::get_if<req::Refresh>(&item.req)) return finish(item, refresh(*rf, item.rid));
+    // --send-rate (server.md, "Rate limits and moderation"): in memory, before
+    // any worker or statement; a limited write is answered at once, unwritten.
+    // The lab's control rule.send_rate switches it off (14-rate-limited).
+    if (limited_write(item.req) && !gw_->faults().broken("rule.send_rate")) {
+        if (const auto wait_ms = gw_->write_limiter().take(who_->user)) {
+            ++gw_->metrics().writes_rate_limited;
+            return finish(item, error_reply({Code::rate_limited, "over the sender's rate; retry after retry_ms"},
+                                            item.rid, wait_ms));
+        }
+    }
     if (std::holds_alternative<req::Sub>(item.req)) {
         gw_->subscribe(who_->user, shared_from_this());
         subscribed_ = true;
@@ -404,6 +422,9 @@ void WsSession::next() {
         while (!queue_.empty() && batch->size() < max_send_batch_) {
             const auto* s = std::get_if<req::Send>(&queue_.front().req);
             if (!s || s->conv != conv) break;
+            // Each send of the run takes its own token; the first one over
+            // the rate ends the run and is answered RATE_LIMITED on its turn.
+            if (!gw_->faults().broken("rule.send_rate") && gw_->write_limiter().take(who_->user) != 0) break;
             batch->push_back(std::move(queue_.front()));
             queue_.pop_front();
         }

@@ -53,6 +53,8 @@ const std::vector<Variant>& variants() {
         // events_idempotency in place the second insert meets the index)
         {"rule.send_dedup", "send_dedup",
          {{"IF k.o_seq IS NOT NULL THEN", "IF false THEN"}, {"IF j IS NOT NULL THEN", "IF false THEN"}}},
+        // a muted member's send is appended (server.md, moderation; 14-mute-redact-erase's control)
+        {"rule.send_mute", "send_mute", {{"IF k.muted THEN", "IF false THEN"}}},
         // --lab-no-unique-index: check-then-insert without the row lock (the
         // counters' UPDATE takes it only after the keys were checked)
         {"", "no_lock",

@@ -84,6 +84,7 @@ constexpr std::string_view held_code = "LOCKED";
 Outcome<Store::SendResult> send_outcome(const std::string& conv_id, const pqxx::row& row, int at) {
     const std::string_view code = row[at].c_str();
     if (code == "NOT_MEMBER") return not_member();
+    if (code == "MUTED") return muted();
     if (code == "IDEMPOTENCY_MISMATCH") return Error{Code::idempotency_mismatch, "cmid already used with different content"};
     if (code == "ORIGINAL_EXPIRED") return Error{Code::original_expired, "the original was purged by retention"};
     if (code == "PREV_NOT_COMMITTED") return unavailable("the message named by 'prev' is not committed; send it first");

@@ -240,6 +240,26 @@ public:
     std::int64_t purge(pqxx::connection_base& c, const std::string& conv, std::optional<std::int64_t> before_seq,
                        std::optional<std::int64_t> older_than_ms, std::int64_t batch = 1000);
     std::vector<std::string> all_convs(pqxx::connection_base& c);
+
+    // ---- moderation (schema/015; server.md, "Rate limits and moderation")
+    /// Mutes `user` in `conv` until `until_iso` (ISO 8601), or for `for_ms`
+    /// from now, or (both unset/empty) until cleared; replaces an earlier
+    /// mute. Returns the end as ISO 8601 UTC ("" for open-ended).
+    /// AdminError: not_found (conversation, user), invalid (the time).
+    std::string set_mute(pqxx::connection_base& c, const std::string& conv, const std::string& user,
+                         const std::string& until_iso, std::optional<std::int64_t> for_ms = std::nullopt);
+    /// False when there was no mute.
+    bool clear_mute(pqxx::connection_base& c, const std::string& conv, const std::string& user);
+    struct Redacted {
+        std::int64_t seq;   // the recall event's seq
+        bool already;       // it was recalled before (by its sender or an operator): that recall
+    };
+    /// The operator's recall of msg `seq` (sender null), whatever the window.
+    Redacted redact(pqxx::connection_base& c, const std::string& conv, std::int64_t seq);
+    /// Recalls every msg of `user` in `conv` not recalled yet, `batch` per
+    /// transaction; returns how many it recalled (a rerun resumes).
+    std::int64_t redact_user(pqxx::connection_base& c, const std::string& conv, const std::string& user,
+                             std::int64_t batch = 500);
     bool user_exists(pqxx::connection_base& c, const std::string& user);
     bool device_exists(pqxx::connection_base& c, const std::string& device);
     /// True when `token` is the live token of `device`.

@@ -106,6 +106,26 @@ const Statements& admin_statements() {
          "DELETE FROM reaction_state WHERE conv_id = $1 AND target_seq < $2"},
         {"im_purge_min_seq", "UPDATE conversations SET min_seq = $2 WHERE conv_id = $1"},
         {"im_all_convs", "SELECT conv_id FROM conversations ORDER BY conv_id"},
+        // Moderation (schema/015; server.md, "Rate limits and moderation").
+        // $3: an ISO time, $4: ms from now; both empty: until removed.
+        {"im_mute_set",
+         "INSERT INTO conversation_mutes (conv_id, user_id, until) VALUES ($1, $2, "
+         "COALESCE(NULLIF($3::text, '')::timestamptz, "
+         "CASE WHEN $4::bigint >= 0 THEN clock_timestamp() + $4::bigint * interval '1 millisecond' END)) "
+         "ON CONFLICT (conv_id, user_id) DO UPDATE SET until = excluded.until, created_at = now() "
+         "RETURNING CASE WHEN until IS NULL THEN '' ELSE "
+         "to_char(until AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') END"},
+        {"im_mute_clear", "DELETE FROM conversation_mutes WHERE conv_id = $1 AND user_id = $2 RETURNING 1"},
+        // The operator's recall of one msg: the target, and its recall if any.
+        {"im_redact_target",
+         "SELECT e.kind, (SELECT r.seq FROM events r WHERE r.conv_id = e.conv_id AND r.kind = 'recall' "
+         "AND r.target_seq = e.seq ORDER BY r.seq LIMIT 1) FROM events e WHERE e.conv_id = $1 AND e.seq = $2"},
+        // The next batch of a user's msgs not recalled yet (resumable: a
+        // rerun finds what an interrupted run left).
+        {"im_redact_batch",
+         "SELECT e.seq FROM events e WHERE e.conv_id = $1 AND e.sender_user = $2 AND e.kind = 'msg' "
+         "AND NOT EXISTS (SELECT 1 FROM events r WHERE r.conv_id = e.conv_id AND r.kind = 'recall' "
+         "AND r.target_seq = e.seq) ORDER BY e.seq LIMIT $3"},
     };
     return table;
 }
@@ -345,6 +365,83 @@ std::vector<std::string> Store::all_convs(pqxx::connection_base& c) {
     std::vector<std::string> out;
     for (const auto& row : tx.exec_prepared("im_all_convs")) out.push_back(row[0].c_str());
     return out;
+}
+
+// ---------------------------------------------------------------- moderation
+
+std::string Store::set_mute(pqxx::connection_base& c, const std::string& conv, const std::string& user,
+                            const std::string& until_iso, std::optional<std::int64_t> for_ms) {
+    prepare_admin(c);
+    pqxx::work tx(c);
+    need_conv(tx, conv);
+    if (tx.exec_prepared("im_admin_user", user).empty()) throw AdminError(AdminError::not_found, "no such user: " + user);
+    pqxx::result r;
+    try {
+        pqxx::subtransaction sub(tx);
+        r = sub.exec_prepared("im_mute_set", conv, user, until_iso, for_ms.value_or(-1));
+        sub.commit();
+    } catch (const pqxx::data_exception&) {
+        throw AdminError(AdminError::invalid, "'until' must be an ISO 8601 time, e.g. 2026-12-31T23:59:00Z");
+    }
+    tx.commit();
+    return r[0][0].c_str();
+}
+
+bool Store::clear_mute(pqxx::connection_base& c, const std::string& conv, const std::string& user) {
+    prepare_admin(c);
+    pqxx::work tx(c);
+    need_conv(tx, conv);
+    const bool had = !tx.exec_prepared("im_mute_clear", conv, user).empty();
+    tx.commit();
+    return had;
+}
+
+Store::Redacted Store::redact(pqxx::connection_base& c, const std::string& conv, std::int64_t seq) {
+    prepare_admin(c);
+    pqxx::work tx(c);
+    need_conv(tx, conv); // the row lock: the recall's seq in commit order
+    auto t = tx.exec_prepared("im_redact_target", conv, seq);
+    if (t.empty()) throw AdminError(AdminError::not_found, "no such event: " + conv + " " + std::to_string(seq));
+    if (std::string_view(t[0][0].c_str()) != "msg") throw AdminError(AdminError::invalid, "only a msg event can be redacted");
+    if (!t[0][1].is_null()) return {t[0][1].as<std::int64_t>(), true};
+    auto a = append_event(tx, "im_append_admin", conv, "recall", std::nullopt, std::nullopt, std::nullopt, seq,
+                          std::nullopt, "", after_commit_ == nullptr);
+    if (after_commit_) after_commit_->push_back("e " + conv + " " + std::to_string(a.seq));
+    tx.commit();
+    return {a.seq, false};
+}
+
+std::int64_t Store::redact_user(pqxx::connection_base& c, const std::string& conv, const std::string& user,
+                                std::int64_t batch) {
+    std::int64_t total = 0;
+    {
+        prepare_admin(c);
+        pqxx::work tx(c);
+        need_conv(tx, conv);
+        if (tx.exec_prepared("im_admin_user", user).empty())
+            throw AdminError(AdminError::not_found, "no such user: " + user);
+    }
+    // One transaction per batch: the conversation's sends wait for one
+    // batch at a time, and what committed stays done if the run stops.
+    for (;;) {
+        pqxx::work tx(c);
+        need_conv(tx, conv);
+        auto rows = tx.exec_prepared("im_redact_batch", conv, user, batch);
+        if (rows.empty()) break;
+        std::int64_t lo = 0, hi = 0;
+        for (const auto& row : rows) {
+            auto a = append_event(tx, "im_append_admin", conv, "recall", std::nullopt, std::nullopt, std::nullopt,
+                                  row[0].as<std::int64_t>(), std::nullopt, "", false);
+            if (!lo) lo = a.seq;
+            hi = a.seq;
+        }
+        // One notification per batch ('e CONV HIGH LOW', as a send group's).
+        admin_note(tx, after_commit_, "e " + conv + " " + std::to_string(hi) + (lo < hi ? " " + std::to_string(lo) : ""));
+        tx.commit();
+        total += static_cast<std::int64_t>(rows.size());
+        if (static_cast<std::int64_t>(rows.size()) < batch) break;
+    }
+    return total;
 }
 
 } // namespace im

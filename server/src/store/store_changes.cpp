@@ -37,6 +37,7 @@ Outcome<ChangeRow> change_outcome(const pqxx::row& row) {
         return r;
     }
     if (code == "NOT_MEMBER") return not_member();
+    if (code == "MUTED") return muted();
     if (code == "UNAUTHENTICATED") return device_revoked();
     if (code == "IDEMPOTENCY_MISMATCH") return Error{Code::idempotency_mismatch, "cmid already used with different content"};
     if (code == "ORIGINAL_EXPIRED") return Error{Code::original_expired, "the original was purged by retention"};

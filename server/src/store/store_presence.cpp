@@ -29,7 +29,9 @@ const Statements& presence_statements() {
         // typing: the caller's open period, and whether the conversation is pushed to.
         {"im_typing_gate",
          "SELECT EXISTS (SELECT 1 FROM membership_periods WHERE conv_id = $1 AND user_id = $2 AND to_seq IS NULL), "
-         "(SELECT count(*) FROM membership_periods WHERE conv_id = $1 AND to_seq IS NULL) <= c.push_full_max "
+         "(SELECT count(*) FROM membership_periods WHERE conv_id = $1 AND to_seq IS NULL) <= c.push_full_max, "
+         "EXISTS (SELECT 1 FROM conversation_mutes mu WHERE mu.conv_id = $1 AND mu.user_id = $2 "
+         "AND (mu.until IS NULL OR mu.until > clock_timestamp())) "
          "FROM conversations c WHERE c.conv_id = $1"},
         // presence: the asked users who share (or shared) a conversation with $1.
         {"im_presence",
@@ -134,6 +136,7 @@ Outcome<bool> Store::typing_gate(pqxx::connection_base& c, const Identity& who, 
         pqxx::nontransaction tx(c);
         auto r = tx.exec_prepared("im_typing_gate", conv, who.user);
         if (r.empty() || !r[0][0].as<bool>()) return not_member();
+        if (r[0][2].as<bool>()) return muted(); // server.md, moderation
         return r[0][1].as<bool>();
     });
 }
