@@ -57,6 +57,10 @@ QVariant nullIfZero(qint64 v) { return v > 0 ? QVariant(v) : QVariant(QMetaType(
 } // namespace
 
 bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
+    // The search index forgets what this row showed before (a re-applied
+    // copy may carry a newer edit, another history's event may replace it).
+    if (!unindexEvent(e.conv, e.seq))
+        return false;
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     // Keyed by (conv, seq): re-applying is harmless (events are immutable on
     // the server; replacing also heals a rebuild after CURSOR_AHEAD). A msg's
@@ -105,7 +109,14 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     q.addBindValue(e.kind == u"reaction" ? QVariant(e.on ? 1 : 0) : QVariant(QMetaType(QMetaType::Int)));
     if (eventInsertFault() || !exec(q))
         return false;
-    return applyChange(e);
+    q.finish();
+    if (e.kind == u"msg" && !indexEvent(e.conv, e.seq))
+        return false;
+    if (e.kind != u"edit" && e.kind != u"recall")
+        return applyChange(e);
+    // An edit or a recall changes its target's text: out of the index
+    // before, back in (or not, recalled) after, in this transaction.
+    return unindexEvent(e.conv, e.target) && applyChange(e) && indexEvent(e.conv, e.target);
 }
 
 bool Storage::applyChange(const proto::Event &e) {
@@ -240,7 +251,7 @@ bool Storage::startRebuild(const QString &conv, qint64 head) {
     // is the truth. What we hold above it the server no longer has (restored
     // from a backup); our old head must not keep asking for it. Our own
     // messages among it go back to the outbox first.
-    if (!requeueLostOwn(conv, head))
+    if (!requeueLostOwn(conv, head) || !unindexRange(conv, head))
         return false;
     for (const QString &sql : {QStringLiteral("DELETE FROM events WHERE conv = :conv AND seq > :head"),
                                QStringLiteral("DELETE FROM gaps WHERE conv = :conv AND lo > :head"),
