@@ -139,10 +139,28 @@ private:
             out << QStringLiteral("%1:%2").arg(r.conv).arg(r.seq);
         return out;
     }
-    // The FTS5 index is sound (a delete told the wrong text breaks it).
+    // The FTS5 index is sound (a delete told the wrong text breaks it) and
+    // holds exactly the indexed events: as many documents (each has one
+    // conv token, counted by fts5vocab) as events with a search_id.
     bool indexIntact() {
         QSqlQuery q(QSqlDatabase::database(QStringLiteral("check"), false));
-        return q.exec(QStringLiteral("INSERT INTO search(search, rank) VALUES('integrity-check', 0)"));
+        if (!q.exec(QStringLiteral("INSERT INTO search(search, rank) VALUES('integrity-check', 0)"))) {
+            qWarning("integrity-check: %s", qPrintable(q.lastError().text()));
+            return false;
+        }
+        if (!q.exec(QStringLiteral("CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab USING fts5vocab(main, search, 'col')"))
+            || !q.exec(QStringLiteral("SELECT (SELECT COALESCE(SUM(doc), 0) FROM temp.vocab WHERE col = 'conv'),"
+                                      " (SELECT COUNT(*) FROM events WHERE search_id IS NOT NULL)"))
+            || !q.next()) {
+            qWarning("vocab: %s", qPrintable(q.lastError().text()));
+            return false;
+        }
+        if (q.value(0).toLongLong() != q.value(1).toLongLong()) {
+            qWarning("index holds %lld documents, %lld events are indexed", q.value(0).toLongLong(),
+                     q.value(1).toLongLong());
+            return false;
+        }
+        return true;
     }
 
 private slots:
@@ -217,6 +235,7 @@ private slots:
         QCOMPARE(find(QStringLiteral("word")).size(), 3);
         QVERIFY(store_->resetConversation(a, true));
         QCOMPARE(find(QStringLiteral("word")), QStringList{QStringLiteral("b:1")});
+        QVERIFY(indexIntact());
         // A rebuild after a restored server drops what lies above its head.
         QVERIFY(store_->applyPage(page(b, {msg(b, 2, QStringLiteral("word lost"))})));
         QVERIFY(store_->resetConversation(b, false));
@@ -224,6 +243,7 @@ private slots:
         again.head = 1;
         QVERIFY(store_->applyPage(again));
         QCOMPARE(find(QStringLiteral("word")), QStringList{QStringLiteral("b:1")});
+        QVERIFY(indexIntact());
         // An install reset drops it all.
         QVERIFY(store_->resetInstallState(QStringLiteral("new-install")));
         QCOMPARE(find(QStringLiteral("word")), QStringList());
