@@ -7,6 +7,7 @@
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
+#include <im/searchmodel.h>
 #include <im/types.h>
 
 #include <QtQml/qqml.h>
@@ -39,6 +40,13 @@ struct OutboxModelForeign {
     Q_GADGET
     QML_FOREIGN(im::OutboxModel)
     QML_NAMED_ELEMENT(OutboxModel)
+};
+
+/// `SearchModel { client: ...; query: field.text }` (obligation 18)
+struct SearchModelForeign {
+    Q_GADGET
+    QML_FOREIGN(im::SearchModel)
+    QML_NAMED_ELEMENT(SearchModel)
 };
 
 /// `OutboxEntry`: the value type of Client.outbox() entries (read-only).

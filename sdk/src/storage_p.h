@@ -263,6 +263,9 @@ public:
     std::optional<bool> searchIndexComplete();
     // Test hook: what the index holds for (conv, seq): its rowid (0: not indexed).
     qint64 searchIdOf(const QString &conv, qint64 seq);
+    // Benchmark hook (bench_search): pages stored without their index upkeep
+    // (the cost of a page with and without it). Never off in the SDK.
+    void setSearchUpkeep(bool on) { searchUpkeep_ = on; }
 
 private:
     bool exec(QSqlQuery &q);
@@ -319,6 +322,7 @@ private:
     // dropped and built again.
     bool checkSearchVersion();
     std::unique_ptr<SearchStatements> search_;
+    bool searchUpkeep_ = true;
     SearchStatements &searchStatements();
 
     QString connection_;

@@ -60,6 +60,8 @@ SearchStatements &Storage::searchStatements() {
 }
 
 bool Storage::unindexEvent(const QString &conv, qint64 seq) {
+    if (!searchUpkeep_)
+        return true;
     SearchStatements &s = searchStatements();
     s.indexed.bindValue(0, conv);
     s.indexed.bindValue(1, seq);
@@ -81,6 +83,8 @@ bool Storage::unindexEvent(const QString &conv, qint64 seq) {
 }
 
 bool Storage::indexEvent(const QString &conv, qint64 seq) {
+    if (!searchUpkeep_)
+        return true;
     SearchStatements &s = searchStatements();
     s.row.bindValue(0, conv);
     s.row.bindValue(1, seq);
