@@ -111,6 +111,7 @@ struct LocalMessage {
 struct SearchStatements {
     explicit SearchStatements(const QSqlDatabase &db);
     QSqlQuery indexed, row, probe, ftsInsert, ftsDelete, setId, clearId;
+    QSqlQuery old, fresh; // insertEvent's fast path
 };
 
 class Storage {
@@ -315,6 +316,13 @@ private:
     // unindexEvent() must run before a row's text or state changes (the
     // contentless index is told the text it indexed), indexEvent() after.
     bool unindexEvent(const QString &conv, qint64 seq);
+    // insertEvent(), before its upsert: a stored row is unindexed (indexed
+    // again after the upsert: *isNew false); for a new msg the index row
+    // is written now and *newId (0: not indexed) goes into the insert (two
+    // statements fewer per new message: the common case).
+    bool indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newId);
+    // The first free search_id from ts * 2^20 + (seq mod 2^20), or 0 on an error.
+    qint64 freeSearchId(qint64 ts, qint64 seq);
     bool indexEvent(const QString &conv, qint64 seq);
     // Unindexes the events of `conv` above seq `above` (-1: all of them).
     bool unindexRange(const QString &conv, qint64 above);

@@ -39,7 +39,10 @@ constexpr int kBuildSlice = 200; // events per read of the index build
 } // namespace
 
 SearchStatements::SearchStatements(const QSqlDatabase &db)
-    : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db) {
+    : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), old(db), fresh(db) {
+    old.prepare(QStringLiteral("SELECT search_id, COALESCE(edit_body, body) FROM events WHERE conv = ? AND seq = ?"));
+    fresh.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE search_id = ?),"
+                                 " EXISTS(SELECT 1 FROM events WHERE conv = ? AND target = ? AND kind = 'recall')"));
     indexed.prepare(QStringLiteral("SELECT search_id, COALESCE(edit_body, body) FROM events"
                                    " WHERE conv = ? AND seq = ? AND search_id IS NOT NULL"));
     row.prepare(QStringLiteral(
@@ -101,24 +104,9 @@ bool Storage::indexEvent(const QString &conv, qint64 seq) {
     s.row.finish();
     if (!wanted || text.isEmpty())
         return true;
-    // Newest first is rowid order: the commit time in the high bits, a
-    // free low part (from the seq; the next free one on a collision).
-    const qint64 base = ts << kLowBits;
-    qint64 low = seq & ((qint64(1) << kLowBits) - 1);
-    qint64 id = base + low;
-    for (int tries = 0;; ++tries) {
-        s.probe.bindValue(0, id);
-        if (!exec(s.probe))
-            return false;
-        const bool taken = s.probe.next();
-        s.probe.finish();
-        if (!taken)
-            break;
-        if (tries > (1 << kLowBits))
-            return fail(QStringLiteral("search index: no free id at ts %1").arg(ts));
-        low = (low + 1) & ((qint64(1) << kLowBits) - 1);
-        id = base + low;
-    }
+    const qint64 id = freeSearchId(ts, seq);
+    if (id == 0)
+        return false;
     s.ftsInsert.bindValue(0, id);
     s.ftsInsert.bindValue(1, searchtext::indexText(text));
     s.ftsInsert.bindValue(2, convToken(conv));
@@ -126,6 +114,82 @@ bool Storage::indexEvent(const QString &conv, qint64 seq) {
     s.setId.bindValue(1, conv);
     s.setId.bindValue(2, seq);
     return exec(s.ftsInsert) && exec(s.setId);
+}
+
+qint64 Storage::freeSearchId(qint64 ts, qint64 seq) {
+    // Newest first is rowid order: the commit time in the high bits, a
+    // free low part (from the seq; the next free one on a collision).
+    SearchStatements &s = searchStatements();
+    const qint64 base = std::max<qint64>(0, ts) << kLowBits;
+    qint64 low = seq & ((qint64(1) << kLowBits) - 1);
+    for (int tries = 0;; ++tries) {
+        const qint64 id = base + low;
+        s.probe.bindValue(0, id);
+        if (!exec(s.probe))
+            return 0;
+        const bool taken = s.probe.next();
+        s.probe.finish();
+        if (!taken)
+            return id;
+        if (tries > (1 << kLowBits)) {
+            fail(QStringLiteral("search index: no free id at ts %1").arg(ts));
+            return 0;
+        }
+        low = (low + 1) & ((qint64(1) << kLowBits) - 1);
+    }
+}
+
+bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newId) {
+    *isNew = false;
+    *newId = 0;
+    if (!searchUpkeep_)
+        return true;
+    SearchStatements &s = searchStatements();
+    s.old.bindValue(0, e.conv);
+    s.old.bindValue(1, e.seq);
+    if (!exec(s.old))
+        return false;
+    if (s.old.next()) {
+        // Stored already: out of the index now, back in after the upsert.
+        const bool indexed = !s.old.value(0).isNull();
+        const qint64 id = s.old.value(0).toLongLong();
+        const QString text = s.old.value(1).toString();
+        s.old.finish();
+        if (!indexed)
+            return true;
+        s.ftsDelete.bindValue(0, id);
+        s.ftsDelete.bindValue(1, searchtext::indexText(text));
+        s.ftsDelete.bindValue(2, convToken(e.conv));
+        s.clearId.bindValue(0, e.conv);
+        s.clearId.bindValue(1, e.seq);
+        return exec(s.ftsDelete) && exec(s.clearId);
+    }
+    s.old.finish();
+    *isNew = true;
+    // A new row: what the upsert will store is this copy's text.
+    const QString text = e.editSeq > 0 ? e.editBody : e.body;
+    if (e.kind != u"msg" || e.recalled || text.isEmpty())
+        return true;
+    const qint64 first = (std::max<qint64>(0, e.ts) << kLowBits) + (e.seq & ((qint64(1) << kLowBits) - 1));
+    s.fresh.bindValue(0, first);
+    s.fresh.bindValue(1, e.conv);
+    s.fresh.bindValue(2, e.seq);
+    if (!exec(s.fresh) || !s.fresh.next())
+        return false;
+    const bool taken = s.fresh.value(0).toBool(), recalled = s.fresh.value(1).toBool();
+    s.fresh.finish();
+    if (recalled)
+        return true; // its recall is stored already (an older window)
+    const qint64 id = taken ? freeSearchId(e.ts, e.seq) : first;
+    if (id == 0)
+        return false;
+    s.ftsInsert.bindValue(0, id);
+    s.ftsInsert.bindValue(1, searchtext::indexText(text));
+    s.ftsInsert.bindValue(2, convToken(e.conv));
+    if (!exec(s.ftsInsert))
+        return false;
+    *newId = id;
+    return true;
 }
 
 bool Storage::unindexRange(const QString &conv, qint64 above) {
