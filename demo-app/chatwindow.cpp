@@ -4,6 +4,7 @@
 #include "conversationpanel.h"
 #include "faultpanel.h"
 #include "logpanel.h"
+#include "searchpanel.h"
 #include "settingspanel.h"
 #include "typingbar.h"
 
@@ -11,6 +12,7 @@
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
+#include <im/searchmodel.h>
 #include <im/testing.h>
 
 #include <QtCore/QTimer>
@@ -62,10 +64,17 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     faultPanel_ = new FaultPanel(session_, client_, clientFaults_);
     settingsPanel_ = new SettingsPanel(client_);
     outboxPanel_ = new OutboxPanel(client_, outbox_);
+    searchPanel_ = new SearchPanel(client_);
 
     auto *top = new QSplitter(Qt::Horizontal);
     top->setObjectName(QStringLiteral("topSplitter"));
-    top->addWidget(convPanel_);
+    // Conversations above, the search box below them.
+    auto *left = new QSplitter(Qt::Vertical);
+    left->setObjectName(QStringLiteral("leftSplitter"));
+    left->addWidget(convPanel_);
+    left->addWidget(searchPanel_);
+    left->setSizes({300, 340});
+    top->addWidget(left);
     top->addWidget(messagePanel_);
     auto *right = new QWidget;
     auto *rightLayout = new QVBoxLayout(right);
@@ -84,7 +93,7 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     top->setStretchFactor(0, 0);
     top->setStretchFactor(1, 1);
     top->setStretchFactor(2, 0);
-    top->setSizes({250, 720, 410});
+    top->setSizes({300, 670, 410});
 
     auto *bottom = new QSplitter(Qt::Horizontal);
     bottom->setObjectName(QStringLiteral("bottomSplitter"));
@@ -125,6 +134,10 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     connect(messagePanel_, &MessagePanel::actionDone, this, &ChatWindow::recordAction);
     connect(outboxPanel_, &OutboxPanel::actionDone, this, &ChatWindow::recordAction);
     connect(convPanel_, &ConversationPanel::conversationActivated, this, &ChatWindow::selectConversation);
+    connect(searchPanel_, &SearchPanel::resultActivated, this, [this](const QString &conv, qint64 seq) {
+        selectConversation(conv);
+        messagePanel_->showMessage(seq);
+    });
     connect(convPanel_, &ConversationPanel::listChanged, this, &ChatWindow::reselectConversation);
     connect(convPanel_, &ConversationPanel::markersChanged, messagePanel_, &MessagePanel::updateHeader);
     connect(client_, &im::Client::conversationsChanged, messagePanel_, &MessagePanel::updateHeader);
@@ -168,6 +181,7 @@ ChatWindow::~ChatWindow() {
                                                            settingsPanel_, outboxPanel_})
         disconnect(client_, nullptr, panel, nullptr);
     // Models first: they watch the client.
+    searchPanel_->model()->setClient(nullptr);
     delete msgs_;
     delete convs_;
     delete outbox_;
@@ -192,6 +206,7 @@ void ChatWindow::selectConversation(const QString &conv) {
     currentConv_ = conv;
     messagePanel_->setConversation(conv);
     convPanel_->showCurrent(conv);
+    searchPanel_->setCurrentConversation(conv);
 }
 
 void ChatWindow::reselectConversation() {

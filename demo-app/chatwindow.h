@@ -29,6 +29,7 @@ class FaultPanel;
 class LogPanel;
 class QLabel;
 class QTimer;
+class SearchPanel;
 class SettingsPanel;
 
 class ChatWindow : public QMainWindow {
@@ -86,6 +87,8 @@ public:
     FaultPanel *faultPanel() const { return faultPanel_; }
     SettingsPanel *settingsPanel() const { return settingsPanel_; }
     LogPanel *logPanel() const { return logPanel_; }
+    SearchPanel *searchPanel() const { return searchPanel_; }
+    MessagePanel *messagePanel() const { return messagePanel_; }
 
 Q_SIGNALS:
     /// File > Open another window.
@@ -115,6 +118,7 @@ private:
     SettingsPanel *settingsPanel_;
     OutboxPanel *outboxPanel_;
     LogPanel *logPanel_;
+    SearchPanel *searchPanel_;
     QLabel *statusConn_;
     QTimer *tick_;
 };

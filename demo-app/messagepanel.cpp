@@ -533,6 +533,43 @@ void MessagePanel::loadOlder() {
     updateHistoryControls();
 }
 
+void MessagePanel::showMessage(qint64 seq) {
+    jumpTo_ = seq;
+    jumpLoads_ = 0;
+    if (!tryJump())
+        QTimer::singleShot(0, this, [this] { tryJump(); });
+}
+
+bool MessagePanel::tryJump() {
+    if (jumpTo_ <= 0)
+        return true;
+    for (int r = 0; r < msgs_->rowCount(); ++r) {
+        if (msgs_->get(r, MessageListModel::SeqRole).toLongLong() != jumpTo_)
+            continue;
+        const int viewRow = order_->mapFromSource(msgs_->index(r, 0)).row();
+        view_->selectRow(viewRow);
+        view_->scrollTo(table_->index(viewRow, BodyColumn), QAbstractItemView::PositionAtCenter);
+        jumpTo_ = 0;
+        return true;
+    }
+    // Not in the window: older rows (from the store, else the server).
+    if (msgs_->canFetchMore() && jumpLoads_ < 50) {
+        ++jumpLoads_;
+        msgs_->fetchMore();
+    } else if (!msgs_->isLoadingOlder()) {
+        emit statusMessage(tr("Message #%1 is not in this conversation's loaded history").arg(jumpTo_), 8000);
+        jumpTo_ = 0;
+        return true;
+    }
+    QTimer::singleShot(50, this, [this] { tryJump(); });
+    return false;
+}
+
+qint64 MessagePanel::selectedSeq() const {
+    const QModelIndex cur = view_->currentIndex();
+    return cur.isValid() ? msgs_->get(modelRow(cur.row()), MessageListModel::SeqRole).toLongLong() : 0;
+}
+
 int MessagePanel::modelRow(int viewRow) const {
     return order_->mapToSource(order_->index(viewRow, 0)).row();
 }

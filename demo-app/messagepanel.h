@@ -48,6 +48,12 @@ public:
     void updateHeader();
     /// Disables the send box (the database did not open).
     void setSendEnabled(bool enabled);
+    /// Selects and scrolls to the message at `seq` of the shown
+    /// conversation (a search result), loading older rows until it shows
+    /// (at most 50 loads). False if it is not there after that.
+    void showMessage(qint64 seq);
+    /// The seq of the selected row (0: none).
+    qint64 selectedSeq() const;
 
     /// "Pending", "Sent", "Failed: NOT_MEMBER", "Expired: ORIGINAL_EXPIRED", "Recalled".
     static QString stateText(im::MessageState state, const QString &errorCode);
@@ -91,6 +97,9 @@ private:
     QHash<QString, qint64> readRequested_; ///< highest markRead sent per conv
     QSet<QString> recallCmids_;
     bool followTail_ = true;
+    qint64 jumpTo_ = 0;   ///< showMessage() waiting for its row
+    int jumpLoads_ = 0;   ///< fetchMore()s it has asked for
+    bool tryJump();
     bool fitPending_ = false;
 
     QTableView *view_;

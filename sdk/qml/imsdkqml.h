@@ -8,6 +8,7 @@
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
 #include <im/presencewatch.h>
+#include <im/searchmodel.h>
 #include <im/types.h>
 
 #include <QtQml/qqml.h>
@@ -48,6 +49,13 @@ struct PresenceWatchForeign {
     Q_GADGET
     QML_FOREIGN(im::PresenceWatch)
     QML_NAMED_ELEMENT(PresenceWatch)
+};
+
+/// `SearchModel { client: ...; query: field.text }` (obligation 18)
+struct SearchModelForeign {
+    Q_GADGET
+    QML_FOREIGN(im::SearchModel)
+    QML_NAMED_ELEMENT(SearchModel)
 };
 
 /// `OutboxEntry`: the value type of Client.outbox() entries (read-only).

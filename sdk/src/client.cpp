@@ -44,8 +44,10 @@ ClientPrivate::ClientPrivate(Client *qq)
     // socket are children below it), so client->moveToThread() takes all of
     // it along (issue 48). Members as children are safe: each one leaves its
     // parent's list when it is destroyed, before ~QObject of its parent.
-    for (QObject *part : std::initializer_list<QObject *>{&reporter, &conn, &outbox, &sync, &markers, &ephemeral})
+    for (QObject *part : std::initializer_list<QObject *>{&reporter, &conn, &outbox, &sync, &markers, &ephemeral, &indexBuild})
         part->setParent(this);
+    indexBuild.setInterval(0);
+    connect(&indexBuild, &QTimer::timeout, this, &ClientPrivate::buildIndexStep);
     faultHooks = new FaultHooks(conn, q);
     // Every part's report, typed: one place.
     connect(&reporter, &detail::Reporter::errorOccurred, this, &ClientPrivate::reportError);
@@ -392,6 +394,7 @@ bool Client::open(const QString &databasePath) {
         emit installStaleChanged(d->id.stale);
     emit outboxChanged();
     emit d->conversationsChanged();
+    d->startIndexBuild();
     return true;
 }
 
@@ -405,6 +408,8 @@ void Client::close() {
     d->sync.clear();
     d->fetchedQuotes.clear(); // another store may be another user's (obligation 10)
     d->quotesAsked.clear();
+    d->search.reset(); // ends the search thread and its connection
+    d->indexBuild.stop();
     d->storage.close();
     emit outboxChanged();
     emit d->conversationsChanged();
@@ -703,6 +708,98 @@ bool Client::resetInstall() {
     }
     emit d->conversationsChanged();
     return true;
+}
+
+// --- on-device search --------------------------------------------------
+
+void ClientPrivate::startIndexBuild() {
+    const std::optional<bool> complete = storage.searchIndexComplete();
+    if (!complete) {
+        storageFailed(QStringLiteral("cannot read the search index state"));
+        return;
+    }
+    const double progress = *complete ? 1.0 : 0.0;
+    if (progress != indexProgress) {
+        indexProgress = progress;
+        emit q->searchIndexProgressChanged(indexProgress);
+        emit searchIndexChanged();
+    }
+    if (!*complete)
+        indexBuild.start();
+}
+
+void ClientPrivate::buildIndexStep() {
+    if (!storage.isOpen()) {
+        indexBuild.stop();
+        return;
+    }
+    // A bounded batch (~8 ms) per event-loop turn: the app's thread keeps
+    // painting and handling input while an older store is indexed.
+    const std::optional<detail::Storage::IndexBuild> step = storage.buildSearchIndex(8);
+    if (!step) {
+        indexBuild.stop();
+        storageFailed(QStringLiteral("search index build"));
+        return;
+    }
+    const double progress = step->finished ? 1.0
+                            : step->total > 0 ? std::min(0.99, double(step->done) / double(step->total))
+                                              : 0.0;
+    if (step->finished)
+        indexBuild.stop();
+    if (progress != indexProgress) {
+        indexProgress = progress;
+        emit q->searchIndexProgressChanged(indexProgress);
+        emit searchIndexChanged();
+    }
+}
+
+int Client::search(const QString &query, const QString &conv, int limit, qint64 before) {
+    if (!d->storage.isOpen())
+        return 0;
+    if (!d->search) {
+        d->search = std::make_unique<detail::SearchService>(
+            d->storage.path(), d.get(), [this](const detail::SearchService::Answer &a) {
+                if (!a.error.isEmpty()) {
+                    d->reporter.lastError = QStringLiteral("search: ") + a.error;
+                    d->reportError(StorageError, d->reporter.lastError);
+                }
+                emit searchFinished(a.id, a.results, a.more, a.incomplete, a.purged);
+            });
+    }
+    return d->search->search(query, conv, std::max(1, limit), before);
+}
+
+double Client::searchIndexProgress() const { return d->indexProgress; }
+
+void Client::loadMissingHistory(const QString &conv) {
+    if (!d->storage.isOpen())
+        return;
+    QStringList convs;
+    if (conv.isEmpty()) {
+        const std::optional<QList<detail::ConvRow>> rows = d->storage.conversations();
+        if (!rows) {
+            d->storageFailed(QStringLiteral("cannot read the conversations"));
+            return;
+        }
+        for (const detail::ConvRow &r : *rows)
+            convs << r.conv;
+    } else {
+        convs << conv;
+    }
+    for (const QString &c : std::as_const(convs)) {
+        const std::optional<QList<detail::Gap>> gaps = d->storage.gaps(c);
+        if (!gaps) {
+            d->storageFailed(QStringLiteral("cannot read the gaps"));
+            return;
+        }
+        const std::optional<detail::ConvRow> row = d->storage.conversation(c);
+        if (!row)
+            continue; // not known here
+        if (!gaps->isEmpty())
+            d->sync.loadOlder(c, gaps->last().hi + 1, gaps->last().lo); // the newest part first
+        if (row->after < row->head)
+            sync(c);
+    }
 }
 
 } // namespace im

@@ -26,11 +26,13 @@
 #include "ephemeral_p.h"
 #include "markers_p.h"
 #include "outbox_p.h"
+#include "searchservice_p.h"
 #include "shared_p.h"
 #include "storage_p.h"
 #include "sync_p.h"
 
 #include <QtCore/QObject>
+#include <QtCore/QTimer>
 
 namespace im {
 
@@ -100,6 +102,15 @@ public:
     Markers markers;
     Ephemeral ephemeral;
 
+    // On-device search (obligation 18): the search thread, started by the
+    // first Client::search(), ended by close(); the index build of an older
+    // store, one bounded batch per event-loop turn.
+    std::unique_ptr<detail::SearchService> search;
+    QTimer indexBuild;
+    double indexProgress = 1.0;
+    void startIndexBuild();
+    void buildIndexStep();
+
 Q_SIGNALS:
     // What the models follow (never the Client's own signals, which an app
     // may disconnect): see the constructor.
@@ -116,6 +127,8 @@ Q_SIGNALS:
     void typingChanged(const QString &conv, const QStringList &users);
     /// ~Client has begun: the models drop their link to it.
     void aboutToBeDestroyed();
+    /// The search index's build progressed or finished (SearchModel).
+    void searchIndexChanged();
 
 private:
     void onSessionStarted(const QString &helloToken);

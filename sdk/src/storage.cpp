@@ -90,7 +90,7 @@ bool Storage::open(const QString &path) {
         return fail(QStringLiteral("cannot enable WAL journal mode on %1").arg(path));
     }
     if (!execSql(QStringLiteral("PRAGMA synchronous=FULL")) || !execSql(QStringLiteral("PRAGMA foreign_keys=ON"))
-        || !appleFullFsync() || !migrate()) {
+        || !appleFullFsync() || !migrate() || !checkSearchVersion()) {
         const QString e = error_;
         close();
         return fail(e);
@@ -99,6 +99,7 @@ bool Storage::open(const QString &path) {
 }
 
 void Storage::close() {
+    search_.reset(); // its statements belong to the connection
     if (QSqlDatabase::contains(connection_)) {
         {
             QSqlDatabase db = QSqlDatabase::database(connection_, false);

@@ -118,6 +118,7 @@ bool Storage::resetConversation(const QString &conv, bool dropEvents) {
         return false;
     {
         if (dropEvents) {
+            if (!unindexRange(conv, -1)) { rollback(); return false; }
             QSqlQuery d(QSqlDatabase::database(connection_, false));
             d.prepare(QStringLiteral("DELETE FROM events WHERE conv = ?"));
             d.addBindValue(conv);
@@ -243,7 +244,8 @@ bool Storage::updateHead(const QString &conv, qint64 head) {
 bool Storage::resetInstallState(const QString &newInstallId) {
     if (!begin())
         return false;
-    for (const QString &sql : {QStringLiteral("DELETE FROM events"), QStringLiteral("DELETE FROM conversations"),
+    for (const QString &sql : {QStringLiteral("INSERT INTO search(search) VALUES('delete-all')"),
+                               QStringLiteral("DELETE FROM events"), QStringLiteral("DELETE FROM conversations"),
                                QStringLiteral("DELETE FROM gaps"),
                                QStringLiteral("DELETE FROM meta WHERE key = 'install_stale'")}) {
         if (!execSql(sql)) { rollback(); return false; }

@@ -145,6 +145,23 @@ const QList<QStringList> &migrations() {
             QStringLiteral("ALTER TABLE events ADD COLUMN emoji TEXT"),
             QStringLiteral("ALTER TABLE events ADD COLUMN react_on INTEGER"),
         },
+        // 5 -> 6: on-device search (obligation 18, storage_search.cpp). A
+        // contentless FTS5 table (the text is in events already) over each
+        // msg's current text, CJK runs as bigrams (searchtext_p.h), and a
+        // token of its conversation (column conv); events.search_id is its
+        // rowid there (ts * 2^20 + a free low part: rowid order is newest
+        // first). A store that holds messages already gets its index built
+        // in batches after the migration (meta search_build: the resume
+        // key, 'done' when built).
+        {
+            QStringLiteral("ALTER TABLE events ADD COLUMN search_id INTEGER"),
+            QStringLiteral("CREATE INDEX events_search ON events(search_id) WHERE search_id IS NOT NULL"),
+            QStringLiteral("CREATE VIRTUAL TABLE search USING fts5(body, conv, content='', columnsize=0,"
+                           " tokenize='unicode61 remove_diacritics 2')"),
+            QStringLiteral("INSERT OR REPLACE INTO meta(key, value) VALUES('search_build',"
+                           " CASE WHEN EXISTS(SELECT 1 FROM events WHERE kind = 'msg') THEN '' ELSE 'done' END)"),
+            QStringLiteral("INSERT OR REPLACE INTO meta(key, value) VALUES('search_text_version', '1')"),
+        },
     };
     return steps;
 }

@@ -11,11 +11,10 @@
 #include <QtCore/QLockFile>
 #include <QtCore/QString>
 #include <QtSql/QSqlDatabase>
+#include <QtSql/QSqlQuery>
 
 #include <memory>
 #include <optional>
-
-class QSqlQuery;
 
 namespace im::detail {
 
@@ -107,9 +106,17 @@ struct LocalMessage {
     bool dup = false;
 };
 
+// The prepared statements of the search index's upkeep (one set per open
+// store: they run for every stored event).
+struct SearchStatements {
+    explicit SearchStatements(const QSqlDatabase &db);
+    QSqlQuery indexed, row, probe, ftsInsert, ftsDelete, setId, clearId;
+    QSqlQuery old, fresh; // insertEvent's fast path
+};
+
 class Storage {
 public:
-    static constexpr int SchemaVersion = 5;
+    static constexpr int SchemaVersion = 6;
     /// How long a statement waits for a database locked by someone else.
     static constexpr int BusyTimeoutMs = 250;
 
@@ -239,6 +246,28 @@ public:
     // Value of a PRAGMA on this connection (tests, diagnostics).
     QString pragma(const QString &name);
 
+    // Search index (obligation 18, storage_search.cpp). The FTS5 table
+    // `search` holds the current text of every stored msg that is not
+    // recalled; every write that stores, changes or drops events keeps it
+    // in the same transaction (insertEvent, applyChange, the deletes), so a
+    // crash never leaves the index and the events apart. A store from
+    // before schema 6 gets its index built in bounded batches:
+    // buildSearchIndex() until it says finished (Client drives it from its
+    // event loop, one batch per turn); searches meanwhile see what is built.
+    struct IndexBuild {
+        qint64 done = 0;  // msg rows indexed by the build so far
+        qint64 total = 0; // msg rows to index when the build started
+        bool finished = false;
+    };
+    std::optional<IndexBuild> buildSearchIndex(int budgetMs);
+    // Whether the build has finished (false while a store is being indexed).
+    std::optional<bool> searchIndexComplete();
+    // Test hook: what the index holds for (conv, seq): its rowid (0: not indexed).
+    qint64 searchIdOf(const QString &conv, qint64 seq);
+    // Benchmark hook (bench_search): pages stored without their index upkeep
+    // (the cost of a page with and without it). Never off in the SDK.
+    void setSearchUpkeep(bool on) { searchUpkeep_ = on; }
+
 private:
     bool exec(QSqlQuery &q);
     bool execSql(const QString &sql);
@@ -282,6 +311,27 @@ private:
     // Inside a transaction: the unread badge after `events` were stored
     // (only those above unread_head change it; never a recount).
     bool countArrivals(const QString &conv, const QList<proto::Event> &events);
+
+    // The search index: (un)indexes one stored event by its current row.
+    // unindexEvent() must run before a row's text or state changes (the
+    // contentless index is told the text it indexed), indexEvent() after.
+    bool unindexEvent(const QString &conv, qint64 seq);
+    // insertEvent(), before its upsert: a stored row is unindexed (indexed
+    // again after the upsert: *isNew false); for a new msg the index row
+    // is written now and *newId (0: not indexed) goes into the insert (two
+    // statements fewer per new message: the common case).
+    bool indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newId);
+    // The first free search_id from ts * 2^20 + (seq mod 2^20), or 0 on an error.
+    qint64 freeSearchId(qint64 ts, qint64 seq);
+    bool indexEvent(const QString &conv, qint64 seq);
+    // Unindexes the events of `conv` above seq `above` (-1: all of them).
+    bool unindexRange(const QString &conv, qint64 above);
+    // After migrate(): an index written by another searchtext::Version is
+    // dropped and built again.
+    bool checkSearchVersion();
+    std::unique_ptr<SearchStatements> search_;
+    bool searchUpkeep_ = true;
+    SearchStatements &searchStatements();
 
     QString connection_;
     QString path_;

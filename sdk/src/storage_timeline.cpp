@@ -57,6 +57,13 @@ QVariant nullIfZero(qint64 v) { return v > 0 ? QVariant(v) : QVariant(QMetaType(
 } // namespace
 
 bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
+    // The search index forgets what this row showed before (a re-applied
+    // copy may carry a newer edit, another history's event may replace it);
+    // a new message is indexed at once, its search_id stored with it.
+    bool isNew = false;
+    qint64 searchId = 0;
+    if (!indexBeforeInsert(e, &isNew, &searchId))
+        return false;
     QSqlQuery q(QSqlDatabase::database(connection_, false));
     // Keyed by (conv, seq): re-applying is harmless (events are immutable on
     // the server; replacing also heals a rebuild after CURSOR_AHEAD). A msg's
@@ -66,8 +73,8 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     // event (mid) -- another mid at this seq is another history's.
     q.prepare(QStringLiteral(
         "INSERT INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user, cmid, reply_to, edit_seq,"
-        " edit_body, edit_ts, reactions, reactions_seq, recalled, emoji, react_on)"
-        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " edit_body, edit_ts, reactions, reactions_seq, recalled, emoji, react_on, search_id)"
+        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(conv, seq) DO UPDATE SET mid = excluded.mid, kind = excluded.kind, sender = excluded.sender,"
         " body = excluded.body, ts = excluded.ts, epoch = excluded.epoch, target = excluded.target,"
         " user = excluded.user, cmid = excluded.cmid, reply_to = excluded.reply_to,"
@@ -103,9 +110,17 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     q.addBindValue(e.recalled ? 1 : 0);
     q.addBindValue(nullIfEmpty(e.emoji));
     q.addBindValue(e.kind == u"reaction" ? QVariant(e.on ? 1 : 0) : QVariant(QMetaType(QMetaType::Int)));
+    q.addBindValue(nullIfZero(searchId)); // the conflict path keeps the row's own (NULL: unindexed above)
     if (eventInsertFault() || !exec(q))
         return false;
-    return applyChange(e);
+    q.finish();
+    if (e.kind == u"msg" && !isNew && !indexEvent(e.conv, e.seq))
+        return false;
+    if (e.kind != u"edit" && e.kind != u"recall")
+        return applyChange(e);
+    // An edit or a recall changes its target's text: out of the index
+    // before, back in (or not, recalled) after, in this transaction.
+    return unindexEvent(e.conv, e.target) && applyChange(e) && indexEvent(e.conv, e.target);
 }
 
 bool Storage::applyChange(const proto::Event &e) {
@@ -240,7 +255,7 @@ bool Storage::startRebuild(const QString &conv, qint64 head) {
     // is the truth. What we hold above it the server no longer has (restored
     // from a backup); our old head must not keep asking for it. Our own
     // messages among it go back to the outbox first.
-    if (!requeueLostOwn(conv, head))
+    if (!requeueLostOwn(conv, head) || !unindexRange(conv, head))
         return false;
     for (const QString &sql : {QStringLiteral("DELETE FROM events WHERE conv = :conv AND seq > :head"),
                                QStringLiteral("DELETE FROM gaps WHERE conv = :conv AND lo > :head"),

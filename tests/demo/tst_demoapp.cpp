@@ -13,7 +13,9 @@
 #include "logpanel.h"
 #include "messageactions.h"
 #include "messagedelegate.h"
+#include "messagepanel.h"
 #include "presencelist.h"
+#include "searchpanel.h"
 #include "settingspanel.h"
 #include "signindialog.h"
 #include "windowmanager.h"
@@ -23,9 +25,11 @@
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
 #include <im/reversedproxymodel.h>
+#include <im/searchmodel.h>
 #include <im/testing.h>
 
 #include <QtGui/QAction>
+#include <QtGui/QInputMethodEvent>
 #include <QtNetwork/QTcpServer>
 #include <QtNetwork/QTcpSocket>
 #include <QtWidgets/QApplication>
@@ -34,6 +38,7 @@
 #include <QtWidgets/QDialogButtonBox>
 #include <QtWidgets/QLabel>
 #include <QtWidgets/QLineEdit>
+#include <QtWidgets/QListView>
 #include <QtWidgets/QListWidget>
 #include <QtWidgets/QMenu>
 #include <QtWidgets/QPlainTextEdit>
@@ -193,6 +198,8 @@ private slots:
     void reconnect_backoff_setting_shows_in_the_countdown();
     void retry_backoff_setting_spaces_the_resends();
     void silent_server_keeps_a_send_pending_until_the_keepalive_reconnects();
+    // search
+    void search_box_highlights_jumps_to_the_message_and_loads_what_is_missing();
     void screenshot_of_the_main_window_is_saved();
     // typing and presence
     void typing_in_the_send_box_shows_is_typing_under_the_other_timeline();
@@ -823,6 +830,81 @@ void TestDemoApp::discard_removes_a_failed_message_from_the_view_and_the_store()
 // ben's messages; the conversation opens with its newest window and a gap
 // row; "Fill gap" loads it window by window (the seqs are the server's);
 // "Load older" pages older rows into a small window.
+// search: obligation 18 through the demo app's search box (issue 51).
+void TestDemoApp::search_box_highlights_jumps_to_the_message_and_loads_what_is_missing() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    const QString mine = QStringLiteral("searchable kiwi 会议纪要 draft");
+    QVERIFY(!ana_->client()->send(QStringLiteral("ana-ben"), mine).isEmpty()); // QTest types ASCII only
+    QTRY_COMPARE_WITH_TIMEOUT(stateOf(ana_->messages(), mine), MessageState::Sent, kSettle);
+    const qint64 seq = ana_->messages()->get(rowOf(ana_->messages(), mine), MessageListModel::SeqRole).toLongLong();
+
+    // Typed into the box: found by a prefix and a two-character Chinese
+    // substring, the matches in bold.
+    SearchPanel *panel = ana_->searchPanel();
+    auto *box = child<QLineEdit>(ana_, "searchBox");
+    box->setFocus();
+    box->clear();
+    QTest::keyClicks(box, QStringLiteral("KIW ")); // QTest types ASCII only:
+    QInputMethodEvent ime;                          // Chinese comes from an input method
+    ime.setCommitString(QStringLiteral("纪要"));
+    QCoreApplication::sendEvent(box, &ime);
+    QCOMPARE(box->text(), QStringLiteral("KIW 纪要"));
+    QTRY_VERIFY_WITH_TIMEOUT(!panel->model()->isSearching() && panel->model()->count() == 1, kSettle);
+    QCOMPARE(panel->model()->result(0).seq, seq);
+    QVERIFY2(panel->snippetHtml(0).contains(QStringLiteral("<b>kiw</b>i")), qPrintable(panel->snippetHtml(0)));
+    QVERIFY2(panel->snippetHtml(0).contains(QStringLiteral("会议<b>纪要</b>")), qPrintable(panel->snippetHtml(0)));
+    QTRY_VERIFY(child<QLabel>(ana_, "searchStatus")->text().contains(QStringLiteral("1 result")));
+
+    // Activated from another conversation: its conversation shows, the
+    // message selected.
+    clickConversation(ana_, QStringLiteral("team"));
+    auto *results = child<QListView>(ana_, "searchResults");
+    results->setFocus();
+    results->setCurrentIndex(panel->model()->index(0));
+    QTest::keyClick(results, Qt::Key_Return);
+    QTRY_COMPARE(ana_->currentConversation(), QStringLiteral("ana-ben"));
+    QTRY_COMPARE(ana_->messagePanel()->selectedSeq(), seq);
+
+    // History ana's store skipped (a newest window after a long absence):
+    // the notice names the conversation; its button loads the rest, and
+    // the results follow.
+    child<QSpinBox>(ana_, "backlogLimitSpin")->setValue(5);
+    child<QSpinBox>(ana_, "historyWindowSpin")->setValue(4);
+    auto *offline = child<QPushButton>(ana_, "offlineButton");
+    QTest::mouseClick(offline, Qt::LeftButton);
+    QTRY_VERIFY(ana_->clientFaults()->isOffline());
+    constexpr int n = 12;
+    for (int i = 1; i <= n; ++i)
+        QVERIFY(!ben_->client()->send(QStringLiteral("ana-ben"), QStringLiteral("pomelo %1 柚子").arg(i)).isEmpty());
+    QTRY_COMPARE_WITH_TIMEOUT(ben_->client()->pendingCount(), 0, kSettle);
+    QTest::mouseClick(offline, Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(rowsWithBody(ana_->messages(), QStringLiteral("pomelo 12 柚子")).size(), 1, kSettle);
+    box->clear();
+    QTest::keyClicks(box, QStringLiteral("pomelo"));
+    auto *notice = child<QLabel>(ana_, "searchNotice");
+    auto *load = child<QPushButton>(ana_, "searchLoadMissing");
+    QTRY_VERIFY_WITH_TIMEOUT(!panel->model()->isSearching()
+                                 && panel->model()->incompleteConversations().contains(QStringLiteral("ana-ben")),
+                             kSettle);
+    QVERIFY(panel->model()->count() < n);
+    QVERIFY2(notice->isVisible() && notice->text().contains(QStringLiteral("ana-ben")), qPrintable(notice->text()));
+    QVERIFY(load->isVisible());
+    for (int round = 0; round < 10 && !panel->model()->incompleteConversations().isEmpty(); ++round) {
+        const int before = panel->model()->count();
+        QTest::mouseClick(load, Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(!panel->model()->isSearching()
+                                     && (panel->model()->count() > before
+                                         || panel->model()->incompleteConversations().isEmpty()),
+                                 kSettle);
+    }
+    QTRY_COMPARE_WITH_TIMEOUT(panel->model()->count(), n, kSettle);
+    QTRY_VERIFY(!load->isVisible());
+    QVERIFY(notice->text().isEmpty());
+    box->clear();
+}
+
 void TestDemoApp::history_view_shows_a_gap_fills_it_and_loads_older() {
     ensureBen();
     QVERIFY(ben_);

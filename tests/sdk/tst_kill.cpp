@@ -158,6 +158,13 @@ void TestKill::sync_killed_mid_conversation_resumes_without_loss_or_duplicates()
     QVERIFY2(cursor >= 10 && cursor < total, qPrintable(QString::number(cursor)));
     // The cursor only covers whole applied pages: exactly the events below it.
     QCOMPARE(stored, cursor);
+    // Obligation 18: the search index is written in each page's transaction,
+    // so the kill left exactly the stored messages indexed (the bodies are
+    // m1..m400: the prefix m finds every indexed one).
+    const QString indexed = QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'c1' AND search_id IS NOT NULL");
+    const QString found = QStringLiteral("SELECT COUNT(*) FROM search WHERE search MATCH 'body : m*'");
+    QCOMPARE(sqlScalar(db, indexed).toLongLong(), cursor);
+    QCOMPARE(sqlScalar(db, found).toLongLong(), cursor);
 
     QProcess second;
     second.start(exeRelativePath(IM_KILLHELPER),
@@ -182,6 +189,8 @@ void TestKill::sync_killed_mid_conversation_resumes_without_loss_or_duplicates()
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT COUNT(DISTINCT body) FROM events WHERE conv = 'c1'")).toInt(), total);
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT MAX(seq) - MIN(seq) + 1 FROM events WHERE conv = 'c1'")).toInt(), total);
     QCOMPARE(sqlScalar(db, QStringLiteral("SELECT after FROM conversations WHERE conv = 'c1'")).toInt(), total);
+    QCOMPARE(sqlScalar(db, indexed).toInt(), total);
+    QCOMPARE(sqlScalar(db, found).toInt(), total);
 }
 
 void TestKill::killed_edit_and_reaction_land_once_after_their_target_data() {

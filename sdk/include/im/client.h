@@ -2,6 +2,7 @@
 #pragma once
 
 #include <im/global.h>
+#include <im/search.h>
 #include <im/types.h>
 
 #include <QtCore/QDateTime>
@@ -114,6 +115,10 @@ class IM_SDK_EXPORT Client : public QObject {
     Q_PROPERTY(QString trustedCaFile READ trustedCaFile WRITE setTrustedCaFileProperty NOTIFY settingsChanged)
     Q_PROPERTY(QString pinnedCertificateSha256 READ pinnedCertificateSha256 WRITE setPinnedCertificateSha256Property
                    NOTIFY settingsChanged)
+    /// On-device search (obligation 18): how far the search index of a
+    /// store written by an older SDK is built, 0..1 (1: complete; a new
+    /// store is complete at once). See search().
+    Q_PROPERTY(double searchIndexProgress READ searchIndexProgress NOTIFY searchIndexProgressChanged)
 
 public:
     /// Why credentialsNeeded() asks the app for a token (obligation 14).
@@ -299,6 +304,24 @@ public:
     /// PresenceWatch, a child of this client (delete it to stop watching).
     /// See im::PresenceWatch; from QML declare `PresenceWatch { }` instead.
     Q_INVOKABLE im::PresenceWatch *watchPresence(const QStringList &users);
+    // --- on-device search (obligation 18, docs/sdk.md "Search") -----------
+    /// Searches the stored messages for `query` (every word must match:
+    /// Latin words by prefix, case- and accent-insensitive; Chinese,
+    /// Japanese and Korean by any substring), in `conv` (empty: all),
+    /// newest first, at most `limit` results below `before` (0: from the
+    /// newest; else the `position` of the last result of the previous
+    /// page). Runs on the client's search thread (a read-only connection of
+    /// its own): the answer comes as searchFinished() with the returned id.
+    /// Returns 0 (no answer follows) if no store is open. im::SearchModel
+    /// is the same for views.
+    Q_INVOKABLE int search(const QString &query, const QString &conv = QString(), int limit = 50, qint64 before = 0);
+    double searchIndexProgress() const;
+    /// Loads more of the history of `conv` (empty: of every conversation)
+    /// that is not stored here (searchFinished()'s incompleteConversations):
+    /// the newest part of its newest gap (a `history` window) and a sync up
+    /// to the head. Needs a connection; eventsApplied()/conversationSynced()
+    /// follow. Each call loads one more window per gap.
+    Q_INVOKABLE void loadMissingHistory(const QString &conv = QString());
 
 public Q_SLOTS:
     /// Connects (asynchronously) and keeps reconnecting until
@@ -415,6 +438,15 @@ Q_SIGNALS:
     void eventsApplied(const QString &conv, qint64 fromSeq, qint64 toSeq);
     /// A conversation's local events were dropped (EPOCH_CHANGED, install reset).
     void conversationReset(const QString &conv);
+    /// The answer to search() `requestId`: up to `limit` results, whether
+    /// more follow (search() again with the last result's position), and,
+    /// for a first page (before 0), the searched conversations whose
+    /// history is not all stored here (loadable: loadMissingHistory()) and
+    /// those whose oldest events were purged before this device saw them.
+    /// A failed query answers with no results (and errorOccurred("STORAGE_ERROR")).
+    void searchFinished(int requestId, const QList<im::SearchResult> &results, bool hasMore,
+                        const QStringList &incompleteConversations, const QStringList &purgedConversations);
+    void searchIndexProgressChanged(double progress);
     /// A sync of `conv` reached the server's head (has_more false).
     void conversationSynced(const QString &conv);
     /// typingUsers(conv) changed: `users` are typing in `conv` now.

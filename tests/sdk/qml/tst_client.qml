@@ -184,6 +184,22 @@ TestCase {
         ben.destroy()
     }
 
+    // Obligation 18 from QML: a SearchModel over the events the real
+    // server sent, edits applied (test_1b edited "qml typo" to "qml fixed").
+    SearchModel { id: found; client: client }
+    function test_1d_searchFromQml() {
+        found.query = "QML fix"
+        tryVerify(() => !found.searching && found.count >= 1, 30000, "nothing found")
+        compare(found.get(0).body, "qml fixed")
+        compare(found.get(0).conv, "team")
+        compare(found.get(0).matches.length, 2)
+        compare(found.get(0).matches[1].start, 4)
+        compare(found.get(0).matches[1].length, 3)
+        found.query = "typo"
+        tryVerify(() => !found.searching, 30000)
+        compare(found.count, 0)
+    }
+
     function test_2_typedErrors() {
         // A body the server would refuse: refused at once, typed by name.
         errorSpy.clear()
