@@ -176,6 +176,7 @@ std::vector<Check> retention_checks(); // 11-*
 std::vector<Check> crash_checks();     // lab-crash-*: fault points beyond send
 std::vector<Check> change_checks();    // 12-*: replies, edits, reactions
 std::vector<Check> ephemeral_checks(); // 13-*: typing and presence
+std::vector<Check> webhook_checks();   // 14-webhook-*
 
 /// Path of the SDK child program, or empty when the SDK was not built.
 std::string sdk_child_bin();

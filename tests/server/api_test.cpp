@@ -461,10 +461,15 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
         "DELETE /v1/conversations/{conv}/members/{user}", "PATCH /v1/conversations/{conv}",
         "POST /v1/conversations/{conv}/messages", "GET /v1/conversations/{conv}/events",
         "GET /v1/users/{user}/conversations", "POST /v1/conversations/{conv}/purge",
-        "POST /v1/conversations/{conv}/epoch", "GET /v1/openapi.json"};
+        "POST /v1/conversations/{conv}/epoch", "GET /v1/openapi.json",
+        // Webhooks (server.md "Events to the app's backend"): admin scope, GETs too.
+        "POST /v1/webhooks", "GET /v1/webhooks", "DELETE /v1/webhooks/{id}", "GET /v1/webhooks/{id}/deliveries",
+        "POST /v1/webhooks/{id}/replay"};
     const std::set<std::string> admin_ops = {"POST /v1/devices/{device}/revoke", "PATCH /v1/conversations/{conv}",
                                              "POST /v1/conversations/{conv}/purge",
-                                             "POST /v1/conversations/{conv}/epoch"};
+                                             "POST /v1/conversations/{conv}/epoch",
+                                             "POST /v1/webhooks", "GET /v1/webhooks", "DELETE /v1/webhooks/{id}",
+                                             "GET /v1/webhooks/{id}/deliveries", "POST /v1/webhooks/{id}/replay"};
     std::set<std::string> listed;
     // Ids for the walk: the sender u with a device, a second member v (the
     // {user} of the paths, so its leave leaves u able to send), a conversation.
@@ -491,6 +496,8 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
             put("user", v.user);
             put("device", u.device);
             put("conv", conv);
+            if (target.find("{id}") != std::string::npos) // a webhook of its own (a DELETE may come first)
+                put("id", admin_ok(pg->url(), {"webhook", "add", "http://127.0.0.1:9/walk"}).substr(0, 19));
             // A body of the documented required fields, typed as documented.
             std::string body;
             if (op.contains("requestBody")) {
@@ -504,9 +511,12 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
                         if (type == "array") b[name] = json::array{u.user.c_str()};
                         else if (name == "user") b[name] = unique_name("walku");
                         else if (name == "device") b[name] = unique_name("walkd");
-                        else if (name == "conv") b[name] = unique_name("walkc");
+                        else if (name == "conv") // a new one to create; an existing one to replay
+                            b[name] = target.find("/webhooks/") != std::string::npos ? conv : unique_name("walkc");
                         else if (name == "kind") b[name] = "group";
                         else if (name == "sender") b[name] = u.user;
+                        else if (name == "url") b[name] = "http://127.0.0.1:9/walk";
+                        else if (type == "integer") b[name] = 1;
                         else b[name] = "walk-value";
                     }
                 if (b.empty()) { // only optional fields: the first one
@@ -526,9 +536,9 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
             // The scope each operation needs comes from the spec ("Scopes":
             // read for the GETs, admin for purge, epoch, revoke and
             // settings, write for the rest), never from the document under
-            // test, which the server builds from its own route table.
+            // test, which the server builds from its own route table. Webhooks: admin, GETs too.
             const std::string id = method + " " + std::string(path);
-            const std::string scope = method == "GET" ? "read" : admin_ops.count(id) ? "admin" : "write";
+            const std::string scope = admin_ops.count(id) ? "admin" : method == "GET" ? "read" : "write";
             EXPECT_EQ(str(op, "x-scope"), scope) << id;
             if (scope != "read") {
                 EXPECT_EQ(call(method, target, body, read_key).first, 403) << id << " with a read key";

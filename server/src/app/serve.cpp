@@ -86,7 +86,7 @@ int im::serve(const Config& cfg) {
     im::PresenceTracker presence(db.url, cfg.gateway_id, bus, metrics, cfg.presence_lease_ms, cfg.db_timeout_ms);
     gw->set_presence(&presence);
     // Webhooks: --webhook-workers threads, each its own database session (net/webhook_deliverer.hpp).
-    im::WebhookDeliverer webhooks(db.url, cfg, metrics);
+    im::WebhookDeliverer webhooks(db.url, cfg, metrics, faults);
     unsigned short port = gw->listen();
     if (auto mp = gw->listen_metrics())
         im::log_info("metrics_listening", {{"listen", cfg.metrics_listen}, {"port", static_cast<int>(*mp)}});

@@ -153,8 +153,8 @@ HttpOutcome webhook_post(const WebhookUrl& u, const std::vector<std::pair<std::s
 
 // ---------------------------------------------------------------- the workers
 
-WebhookDeliverer::WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics)
-    : url_(std::move(url)), cfg_(cfg), metrics_(metrics) {
+WebhookDeliverer::WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics, FaultRegistry& faults)
+    : url_(std::move(url)), cfg_(cfg), metrics_(metrics), faults_(faults) {
     for (int i = 0; i < cfg_.webhook_workers; ++i) threads_.emplace_back([this, i] { loop(i); });
 }
 
@@ -254,6 +254,10 @@ void WebhookDeliverer::loop(int worker) {
         if (out.status) ++metrics_.webhook_deliveries_http_error;
         else ++metrics_.webhook_deliveries_network_error;
         log_warn("webhook_delivery_failed", {{"webhook", w.id}, {"events", static_cast<long long>(n)}, {"err", err}});
+        if (faults_.broken("rule.webhook_retry")) { // LAB ONLY negative control: at most once
+            for (const auto& [l, upto] : taken) webhooks::delivered(*conn, w.id, l, upto);
+            return true;
+        }
         for (const auto& [l, upto] : taken) {
             // 1 s doubling up to --webhook-retry-max-ms, each with +-20 % jitter.
             const std::int64_t base =

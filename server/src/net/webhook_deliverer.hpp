@@ -14,6 +14,7 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "core/faults.hpp"
 #include "core/metrics.hpp"
 
 #include <chrono>
@@ -49,7 +50,8 @@ HttpOutcome webhook_post(const WebhookUrl& url, const std::vector<std::pair<std:
 
 class WebhookDeliverer {
 public:
-    WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics);
+    /// faults: the gateway's (the lab's rule.webhook_retry only).
+    WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics, FaultRegistry& faults);
     ~WebhookDeliverer();
     /// Ends the workers (an HTTP call in flight finishes or times out first;
     /// its leases then run out and another gateway delivers again).
@@ -61,6 +63,7 @@ private:
     std::string url_;
     const Config& cfg_;
     Metrics& metrics_;
+    FaultRegistry& faults_;
     std::mutex mu_;
     std::condition_variable cv_;
     bool stop_ = false;
