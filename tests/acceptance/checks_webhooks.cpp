@@ -80,7 +80,15 @@ Verdict webhook_at_least_once(Lab& lab, bool broken) {
         return gw2->metric("im_webhook_deliveries_total{outcome=\"network_error\"}") +
                gw3->metric("im_webhook_deliveries_total{outcome=\"network_error\"}");
     };
-    if (!wait_until([&] { return refused() >= 2; }, 20s)) throw HarnessError("no refused delivery while down");
+    if (!wait_until([&] { return refused() >= 2; }, 20s))
+        throw HarnessError("no refused delivery while down (network errors " +
+                           std::to_string(gw2->metric("im_webhook_deliveries_total{outcome=\"network_error\"}")) + " + " +
+                           std::to_string(gw3->metric("im_webhook_deliveries_total{outcome=\"network_error\"}")) +
+                           ", http errors " +
+                           std::to_string(gw2->metric("im_webhook_deliveries_total{outcome=\"http_error\"}")) + " + " +
+                           std::to_string(gw3->metric("im_webhook_deliveries_total{outcome=\"http_error\"}")) +
+                           ", receiver requests " + std::to_string(rx.requests()) + ")");
+    const long long refusals = refused(); // read now: one of the two is killed below
     // 3. Back, but holding the request: the gateway delivering it is killed.
     rx.set_mode(test::WebhookReceiver::Mode::hold);
     rx.up();
@@ -94,8 +102,15 @@ Verdict webhook_at_least_once(Lab& lab, bool broken) {
     ServerProcess& dying = kill2 ? *gw2 : *gw3;
     ServerProcess& survivor = kill2 ? *gw3 : *gw2;
     dying.kill(); // SIGKILL mid-delivery: its lease is never released
-    auto a2 = connect(survivor.port(), ana.token);
-    auto b2 = connect(survivor.port(), ben.token);
+    std::unique_ptr<WsClient> a2, b2;
+    try {
+        a2 = connect(survivor.port(), ana.token);
+        b2 = connect(survivor.port(), ben.token);
+    } catch (const std::exception& e) {
+        const std::string log = survivor.log();
+        throw HarnessError(std::string("the surviving gateway: ") + e.what() + "; its log ends: " +
+                           log.substr(log.size() > 1500 ? log.size() - 1500 : 0));
+    }
     round(*a2, *b2);
     rx.set_mode(test::WebhookReceiver::Mode::ok);
 
@@ -123,7 +138,7 @@ Verdict webhook_at_least_once(Lab& lab, bool broken) {
     const std::size_t duplicates = rx.accepted().size() - got.size();
     return passed(std::to_string(want.size()) + " events in 2 conversations, all delivered in order with valid "
                   "signatures after " + std::to_string(failing_requests) + " requests answered 500 for 30 s, " +
-                  std::to_string(refused()) + " refused, and the delivering gateway (" + owner +
+                  std::to_string(refusals) + " refused, and the delivering gateway (" + owner +
                   ") SIGKILLed mid-delivery; " + std::to_string(duplicates) + " duplicates (deduped by id)");
 }
 

@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
+
 namespace im::test {
 
 class WebhookReceiver {
@@ -119,6 +121,9 @@ private:
         acceptor_.bind(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port_));
         acceptor_.listen();
         acceptor_.non_blocking(true);
+        // Never inherited by a process started later (an imserver): it would
+        // keep the port listening after down().
+        ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
     }
 
     bool stopping() {
@@ -145,6 +150,7 @@ private:
                 acceptor_.accept(s, ec);
                 if (!ec) {
                     s.non_blocking(false);
+                    ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
                     conns_.emplace_back([this, sock = std::move(s)]() mutable { serve(std::move(sock)); });
                     continue;
                 }
