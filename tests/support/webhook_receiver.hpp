@@ -34,6 +34,7 @@ public:
     struct Accepted {
         std::string id, conv, kind;
         std::int64_t seq = 0;
+        std::int64_t arrived_ms = 0; // wall clock, when the request was read
         boost::json::object ev;
     };
 
@@ -192,6 +193,8 @@ private:
                 res.result(http::status::unauthorized);
             } else {
                 auto body = json::parse(req.body()).as_object();
+                const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch()).count();
                 std::lock_guard lk(mu_);
                 for (const auto& e : body.at("events").as_array()) {
                     const auto& o = e.as_object();
@@ -201,6 +204,7 @@ private:
                     a.conv = std::string(a.ev.at("conv").as_string());
                     a.kind = std::string(a.ev.at("kind").as_string());
                     a.seq = a.ev.at("seq").as_int64();
+                    a.arrived_ms = now_ms;
                     accepted_.push_back(std::move(a));
                 }
             }

@@ -68,7 +68,7 @@ struct Config {
     int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)
     int listen_probe_ms = 1000;
     // Webhooks (net/webhook_deliverer.hpp; docs/operations.md, "Webhooks").
-    int webhook_workers = 1;                 // delivering threads of this gateway (0: it delivers nothing)
+    int webhook_workers = 2;                 // delivering threads of this gateway (0: it delivers nothing)
     int webhook_poll_ms = 100;               // an idle worker looks for new events this often
     int webhook_refresh_ms = 1000;           // re-reads the webhooks, adds new conversations' cursors
     int webhook_lease_ms = 30000;            // a batch's lease; a dead gateway's work is taken over after it

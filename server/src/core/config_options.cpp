@@ -297,7 +297,7 @@ const std::vector<Option>& options() {
          [](const Config& c) { return std::to_string(c.listen_probe_ms); }},
         {"--webhook-workers", "IM_WEBHOOK_WORKERS", "N",
          "threads of this gateway that deliver webhooks, each with its own database session; 0: this gateway "
-         "delivers none (the others do) (default 1)",
+         "delivers none (the others do) (default 2)",
          [](Config& c, const std::string& v) { return to_int(v, 0, 64, c.webhook_workers); },
          [](const Config& c) { return std::to_string(c.webhook_workers); }},
         {"--webhook-poll-ms", "IM_WEBHOOK_POLL_MS", "MS",
