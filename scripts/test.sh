@@ -127,7 +127,7 @@ configure_plain() {
 plain() {
     configure_plain &&
     cmake --build build -j"$jobs" &&
-    run_ctest build 53 -j"$plain_jobs" --output-on-failure --timeout 1200 -LE bench
+    run_ctest build 55 -j"$plain_jobs" --output-on-failure --timeout 1200 -LE bench
 }
 # Three plain tests at a time on two cores: they wait on fsyncs, sockets and
 # timers, so at -j2 both cores were 54-78 % busy (warm, once the background
@@ -142,7 +142,7 @@ plain_jobs="${IM_PLAIN_JOBS:-3}"
 bench() {
     configure_plain &&
     cmake --build build -j"$jobs" --target benchmarks &&
-    run_ctest build 11 -j2 --output-on-failure -L bench
+    run_ctest build 12 -j2 --output-on-failure -L bench
 }
 
 # Sanitizer builds with clang at -O1 -g1 (line tables: reports name files

@@ -14,7 +14,9 @@ Lab::Lab() {
     pg_ = std::make_unique<TestPostgres>();
     db_ = pg_->url();
     track(pg_.get());
-    server_ = std::make_unique<ServerProcess>(db_, std::vector<std::string>{"--enable-faults", "--quiet"},
+    server_ = std::make_unique<ServerProcess>(db_, std::vector<std::string>{"--enable-faults", "--quiet",
+                                              // webhooks: only the gateways 14-webhook-at-least-once starts deliver
+                                              "--webhook-workers", "0"},
                                               unique_name("gw-lab"));
     track(server_.get());
 }

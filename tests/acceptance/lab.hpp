@@ -177,6 +177,7 @@ std::vector<Check> crash_checks();     // lab-crash-*: fault points beyond send
 std::vector<Check> change_checks();    // 12-*: replies, edits, reactions
 std::vector<Check> ephemeral_checks(); // 13-*: typing and presence
 std::vector<Check> moderation_checks(); // 14-*: rate limits and moderation (checks_moderation.cpp)
+std::vector<Check> webhook_checks();   // 14-webhook-*
 
 /// Path of the SDK child program, or empty when the SDK was not built.
 std::string sdk_child_bin();

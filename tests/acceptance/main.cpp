@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
     }
     std::vector<Check> all;
     for (auto list : {send_checks, fault_checks, sync_checks, device_checks, retention_checks, change_checks,
-                      crash_checks, ephemeral_checks, moderation_checks})
+                      crash_checks, ephemeral_checks, moderation_checks, webhook_checks})
         for (auto& c : list()) all.push_back(std::move(c));
     // The lab's own precondition first, then the ids in spec order.
     std::stable_partition(all.begin(), all.end(), [](const Check& c) { return c.id == "lab-faults-off-by-default"; });

@@ -464,14 +464,19 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
         "POST /v1/conversations/{conv}/epoch", "GET /v1/openapi.json",
         // server.md, "Rate limits and moderation" (issue 52)
         "PUT /v1/conversations/{conv}/mutes/{user}", "DELETE /v1/conversations/{conv}/mutes/{user}",
-        "POST /v1/conversations/{conv}/messages/{seq}/redact", "POST /v1/users/{user}/redact"};
+        "POST /v1/conversations/{conv}/messages/{seq}/redact", "POST /v1/users/{user}/redact",
+        // Webhooks (server.md "Events to the app's backend"): admin scope, GETs too.
+        "POST /v1/webhooks", "GET /v1/webhooks", "DELETE /v1/webhooks/{id}", "GET /v1/webhooks/{id}/deliveries",
+        "POST /v1/webhooks/{id}/replay"};
     const std::set<std::string> admin_ops = {"POST /v1/devices/{device}/revoke", "PATCH /v1/conversations/{conv}",
                                              "POST /v1/conversations/{conv}/purge",
                                              "POST /v1/conversations/{conv}/epoch",
                                              "PUT /v1/conversations/{conv}/mutes/{user}",
                                              "DELETE /v1/conversations/{conv}/mutes/{user}",
                                              "POST /v1/conversations/{conv}/messages/{seq}/redact",
-                                             "POST /v1/users/{user}/redact"};
+                                             "POST /v1/users/{user}/redact",
+                                             "POST /v1/webhooks", "GET /v1/webhooks", "DELETE /v1/webhooks/{id}",
+                                             "GET /v1/webhooks/{id}/deliveries", "POST /v1/webhooks/{id}/replay"};
     std::set<std::string> listed;
     // Ids for the walk: the sender u with a device, a second member v (the
     // {user} of the paths, so its leave leaves u able to send), a conversation.
@@ -504,6 +509,8 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
             put("device", u.device);
             put("conv", conv);
             put("seq", msg_seq);
+            if (target.find("{id}") != std::string::npos) // a webhook of its own (a DELETE may come first)
+                put("id", admin_ok(pg->url(), {"webhook", "add", "http://127.0.0.1:9/walk"}).substr(0, 19));
             // A body of the documented required fields, typed as documented.
             std::string body;
             if (op.contains("requestBody")) {
@@ -517,10 +524,15 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
                         if (type == "array") b[name] = json::array{u.user.c_str()};
                         else if (name == "user") b[name] = unique_name("walku");
                         else if (name == "device") b[name] = unique_name("walkd");
-                        else if (name == "conv")
-                            b[name] = std::string(path).find("/redact") != std::string::npos ? conv : unique_name("walkc");
+                        else if (name == "conv") // an existing one to redact in or replay; else a new one
+                            b[name] = std::string(path).find("/redact") != std::string::npos ||
+                                              target.find("/webhooks/") != std::string::npos
+                                          ? conv
+                                          : unique_name("walkc");
                         else if (name == "kind") b[name] = "group";
                         else if (name == "sender") b[name] = u.user;
+                        else if (name == "url") b[name] = "http://127.0.0.1:9/walk";
+                        else if (type == "integer") b[name] = 1;
                         else b[name] = "walk-value";
                     }
                 if (b.empty()) { // only optional fields: the first one
@@ -541,9 +553,9 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
             // The scope each operation needs comes from the spec ("Scopes":
             // read for the GETs, admin for purge, epoch, revoke and
             // settings, write for the rest), never from the document under
-            // test, which the server builds from its own route table.
+            // test, which the server builds from its own route table. Webhooks: admin, GETs too.
             const std::string id = method + " " + std::string(path);
-            const std::string scope = method == "GET" ? "read" : admin_ops.count(id) ? "admin" : "write";
+            const std::string scope = admin_ops.count(id) ? "admin" : method == "GET" ? "read" : "write";
             EXPECT_EQ(str(op, "x-scope"), scope) << id;
             if (scope != "read") {
                 EXPECT_EQ(call(method, target, body, read_key).first, 403) << id << " with a read key";

@@ -9,6 +9,7 @@
 #include "bus/nats_bus.hpp"
 #include "api/moderation.hpp"
 #include "api/provisioning.hpp"
+#include "api/webhooks.hpp"
 #include "store/store.hpp"
 
 #include <boost/json.hpp>
@@ -71,12 +72,19 @@ const Command commands[] = {
     {"redact msg CONV SEQ", "recall msg SEQ as the operator, whatever the window; prints the recall's seq"},
     {"redact user CONV USER",
      "recall every msg of USER in CONV as the operator, in batches (a rerun resumes); prints how many"},
+    {"webhook add URL [--events msg,edit,...] [--secret S]",
+     "register a webhook (docs/operations.md, Webhooks); prints its id, and the secret when none was given"},
+    {"webhook list", "webhooks: id, url, events, backlog, failed ranges, last error (never the secrets)"},
+    {"webhook remove ID", "remove a webhook"},
+    {"webhook failed ID", "the ranges of events that failed for good: conversation, from, to, attempts, error"},
+    {"webhook replay ID --conv CONV --from-seq N", "deliver the conversation's events again from seq N"},
 };
 
 // The flags of the commands above (each takes a value).
 const std::set<std::string> command_flags = {"--kind",       "--members",    "--recall-window-ms", "--push-full-max", "--edit-window-ms",
                                              "--before-seq", "--older-than", "--out",              "--server",
-                                             "--scope",      "--until",      "--for"};
+                                             "--scope",      "--until",      "--for",        "--events",     "--secret",
+                                             "--conv",       "--from-seq"};
 
 std::string admin_help() {
     std::string o = "usage: imserver admin [OPTIONS] COMMAND ...\nCommands:\n";
@@ -128,6 +136,57 @@ std::vector<std::string> split(const std::string& s) {
     while (std::getline(ss, item, ','))
         if (!item.empty()) out.push_back(item);
     return out;
+}
+
+// `imserver admin webhook ...`: the backend API's answers, printed as lines.
+void webhook_command(pqxx::connection_base& c, const std::string& cmd, const Args& args) {
+    namespace json = boost::json;
+    auto text = [](const json::value& v) {
+        return v.is_string() ? std::string(v.as_string()) : v.is_null() ? std::string("-") : json::serialize(v);
+    };
+    if (cmd == "webhook add") {
+        need(args, 1, "webhook add URL [--events msg,edit,...] [--secret S]");
+        json::object body{{"url", args.pos[0]}};
+        if (args.has("--events")) {
+            json::array kinds;
+            for (const auto& k : split(args.flag("--events"))) kinds.push_back(json::string(k));
+            body["events"] = std::move(kinds);
+        }
+        if (args.has("--secret")) body["secret"] = args.flag("--secret");
+        auto out = webhooks::api_add(c, body);
+        std::cout << text(out.body.at("id"));
+        if (out.body.contains("secret")) std::cout << '\t' << text(out.body.at("secret"));
+        std::cout << '\n';
+    } else if (cmd == "webhook list") {
+        need(args, 0, "webhook list");
+        std::cout << "ID\tURL\tEVENTS\tBACKLOG\tFAILED\tLAST_ERROR\n";
+        const auto listed = webhooks::api_list(c);
+        for (const auto& w : listed.body.at("webhooks").as_array()) {
+            const auto& o = w.as_object();
+            std::string kinds;
+            for (const auto& k : o.at("events").as_array()) kinds += (kinds.empty() ? "" : ",") + text(k);
+            std::cout << text(o.at("id")) << '\t' << text(o.at("url")) << '\t' << kinds << '\t' << text(o.at("backlog"))
+                      << '\t' << text(o.at("failed")) << '\t' << text(o.at("last_error")) << '\n';
+        }
+    } else if (cmd == "webhook remove") {
+        need(args, 1, "webhook remove ID");
+        webhooks::api_remove(c, args.pos[0]);
+    } else if (cmd == "webhook failed") {
+        need(args, 1, "webhook failed ID");
+        std::cout << "CONV\tFROM_SEQ\tTO_SEQ\tATTEMPTS\tFAILED_AT\tLAST_ERROR\n";
+        const auto listed = webhooks::api_deliveries(c, args.pos[0], {{"limit", 1000}});
+        for (const auto& f : listed.body.at("deliveries").as_array()) {
+            const auto& o = f.as_object();
+            std::cout << text(o.at("conv")) << '\t' << text(o.at("from_seq")) << '\t' << text(o.at("to_seq")) << '\t'
+                      << text(o.at("attempts")) << '\t' << text(o.at("failed_at")) << '\t' << text(o.at("last_error"))
+                      << '\n';
+        }
+    } else if (cmd == "webhook replay") {
+        need(args, 1, "webhook replay ID --conv CONV --from-seq N");
+        if (!args.has("--conv") || !args.has("--from-seq")) throw Usage("webhook replay needs --conv CONV --from-seq N");
+        webhooks::api_replay(c, args.pos[0],
+                             {{"conv", args.flag("--conv")}, {"from_seq", to_i64(args.flag("--from-seq"), "--from-seq")}});
+    }
 }
 
 // Makes sure USER and DEVICE exist and returns a fresh token for DEVICE.
@@ -241,7 +300,8 @@ int run(int argc, char** argv) {
                                                 "conv set",     "member add",   "member remove", "epoch bump",
                                                 "purge",        "demo",         "apikey add",    "apikey revoke",
                                                 "apikey list",  "mute set",     "mute clear",    "redact msg",
-                                                "redact user"};
+                                                "redact user",  "webhook add",  "webhook list",  "webhook remove",
+                                                "webhook failed", "webhook replay"};
     if (!known.count(cmd)) throw Usage("unknown command '" + cmd + "' (imserver admin --help)");
 
     Database d = open_database(db_conninfo(cfg), state_dir);
@@ -356,6 +416,8 @@ int run(int argc, char** argv) {
     } else if (cmd == "redact user") {
         need(args, 2, "redact user CONV USER");
         std::cout << mod::redact_user(store, c, args.pos[0], args.pos[1]) << '\n';
+    } else if (cmd.rfind("webhook ", 0) == 0) {
+        webhook_command(c, cmd, args);
     }
     if (!notes.empty()) publish_after_commit(cfg.bus, notes);
     return 0;

@@ -9,6 +9,7 @@
 #include "net/backend_api.hpp"
 #include "net/gateway.hpp"
 #include "net/notifier.hpp"
+#include "net/webhook_deliverer.hpp"
 #include "store/database.hpp"
 #include "store/db_pool.hpp"
 #include "store/store.hpp"
@@ -84,6 +85,8 @@ int im::serve(const Config& cfg) {
     // Presence (contract 13): this gateway's users, its lease, the sweep of dead gateways.
     im::PresenceTracker presence(db.url, cfg.gateway_id, bus, metrics, cfg.presence_lease_ms, cfg.db_timeout_ms);
     gw->set_presence(&presence);
+    // Webhooks: --webhook-workers threads, each its own database session (net/webhook_deliverer.hpp).
+    im::WebhookDeliverer webhooks(db.url, cfg, metrics, faults);
     unsigned short port = gw->listen();
     if (auto mp = gw->listen_metrics())
         im::log_info("metrics_listening", {{"listen", cfg.metrics_listen}, {"port", static_cast<int>(*mp)}});
@@ -140,6 +143,7 @@ int im::serve(const Config& cfg) {
     gw->release_listener();
     api.release_listener();
 
+    webhooks.stop(); // a POST in flight ends (or times out); its leases run out for another gateway
     pool.stop(); // in-flight requests still publish
     gw->set_presence(nullptr);
     presence.stop(); // its users go offline (unless online elsewhere), published before the bus stops

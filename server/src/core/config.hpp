@@ -69,6 +69,15 @@ struct Config {
     int fanout_cache_members = 200000;      // the fan-out's membership cache: periods cached in all (notifier.hpp)
     int accept_backoff_ms = 100;            // first pause after EMFILE & co. (doubles to 2 s)
     int listen_probe_ms = 1000;
+    // Webhooks (net/webhook_deliverer.hpp; docs/operations.md, "Webhooks").
+    int webhook_workers = 2;                 // delivering threads of this gateway (0: it delivers nothing)
+    int webhook_poll_ms = 100;               // an idle worker looks for new events this often
+    int webhook_refresh_ms = 1000;           // re-reads the webhooks, adds new conversations' cursors
+    int webhook_lease_ms = 30000;            // a batch's lease; a dead gateway's work is taken over after it
+    int webhook_timeout_ms = 10000;          // one POST, connect to answer
+    int webhook_retry_max_ms = 600000;       // the backoff's ceiling (1 s doubling)
+    std::int64_t webhook_give_up_ms = 259200000; // a batch failing this long is marked failed (72 h)
+    bool webhook_insecure_tls = false;       // tests only: no certificate check on https:// receivers
     int presence_lease_ms = 30000;       // a gateway silent this long is swept: its users go offline (contract 13)
     std::string bus = "postgres";        // or nats://HOST:PORT[,nats://HOST:PORT...]
     bool notify_in_commit = true;        // PostgreSQL bus: sends NOTIFY inside their transaction

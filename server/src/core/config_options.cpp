@@ -304,6 +304,46 @@ const std::vector<Option>& options() {
          "how often an idle notification listener checks its database session is alive (default 1000)",
          [](Config& c, const std::string& v) { return to_int(v, 50, 3600000, c.listen_probe_ms); },
          [](const Config& c) { return std::to_string(c.listen_probe_ms); }},
+        {"--webhook-workers", "IM_WEBHOOK_WORKERS", "N",
+         "threads of this gateway that deliver webhooks, each with its own database session; 0: this gateway "
+         "delivers none (the others do) (default 2)",
+         [](Config& c, const std::string& v) { return to_int(v, 0, 64, c.webhook_workers); },
+         [](const Config& c) { return std::to_string(c.webhook_workers); }},
+        {"--webhook-poll-ms", "IM_WEBHOOK_POLL_MS", "MS",
+         "an idle webhook worker looks for newly committed events this often (default 100)",
+         [](Config& c, const std::string& v) { return to_int(v, 10, 60000, c.webhook_poll_ms); },
+         [](const Config& c) { return std::to_string(c.webhook_poll_ms); }},
+        {"--webhook-refresh-ms", "IM_WEBHOOK_REFRESH_MS", "MS",
+         "webhook workers re-read the registered webhooks and the backlog gauges this often (default 1000)",
+         [](Config& c, const std::string& v) { return to_int(v, 50, 600000, c.webhook_refresh_ms); },
+         [](const Config& c) { return std::to_string(c.webhook_refresh_ms); }},
+        {"--webhook-lease-ms", "IM_WEBHOOK_LEASE_MS", "MS",
+         "a webhook batch's lease: a gateway killed mid-delivery holds its conversations this long, then another "
+         "delivers them again; keep it above --webhook-timeout-ms (default 30000)",
+         [](Config& c, const std::string& v) { return to_int(v, 500, 3600000, c.webhook_lease_ms); },
+         [](const Config& c) { return std::to_string(c.webhook_lease_ms); }},
+        {"--webhook-timeout-ms", "IM_WEBHOOK_TIMEOUT_MS", "MS",
+         "one webhook POST, resolve to answer; later is a failure, retried (default 10000)",
+         [](Config& c, const std::string& v) { return to_int(v, 100, 120000, c.webhook_timeout_ms); },
+         [](const Config& c) { return std::to_string(c.webhook_timeout_ms); }},
+        {"--webhook-retry-max-ms", "IM_WEBHOOK_RETRY_MAX_MS", "MS",
+         "the ceiling of a failing webhook batch's backoff (1 s doubling, +-20 % jitter) (default 600000)",
+         [](Config& c, const std::string& v) { return to_int(v, 100, 3600000, c.webhook_retry_max_ms); },
+         [](const Config& c) { return std::to_string(c.webhook_retry_max_ms); }},
+        {"--webhook-give-up-ms", "IM_WEBHOOK_GIVE_UP_MS", "MS",
+         "a webhook batch failing for this long is marked failed (listed, replayable) and the conversation's "
+         "later events go on (default 259200000: 72 h)",
+         [](Config& c, const std::string& v) {
+             int ms = 0;
+             auto e = to_int(v, 0, 2000000000, ms);
+             if (!e) c.webhook_give_up_ms = ms;
+             return e;
+         },
+         [](const Config& c) { return std::to_string(c.webhook_give_up_ms); }},
+        {"--webhook-insecure-tls", "IM_WEBHOOK_INSECURE_TLS", "on|off",
+         "tests only: no certificate check on https:// webhook receivers (default off)",
+         [](Config& c, const std::string& v) { return to_bool(v, c.webhook_insecure_tls); },
+         [](const Config& c) { return std::string(c.webhook_insecure_tls ? "on" : "off"); }},
         {"--presence-lease-ms", "IM_PRESENCE_LEASE_MS", "MS",
          "presence lease of this gateway, renewed every third of it; a gateway that renewed nothing for this long "
          "(killed, cut off) is swept by the others and its users go offline. A dead gateway's users are offline "

@@ -9,6 +9,11 @@ void Metrics::count_request(std::string_view type, std::string_view code) {
     ++requests_[{std::string(type), std::string(code)}];
 }
 
+void Metrics::set_webhook_gauges(std::string text) {
+    std::lock_guard lk(mu_);
+    webhook_gauges_ = std::move(text);
+}
+
 void Metrics::observe_send_seconds(double s) {
     std::lock_guard lk(mu_);
     for (std::size_t i = 0; i < bounds_.size(); ++i)
@@ -133,7 +138,19 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
       << "im_pushes_total{t=\"event\"} " << pushes_event.load() << '\n'
       << "im_pushes_total{t=\"hint\"} " << pushes_hint.load() << '\n'
       << "im_pushes_total{t=\"resync\"} " << pushes_resync.load() << '\n';
+    o << "# HELP im_webhook_deliveries_total Webhook POSTs by outcome (ok: 2xx; http_error, network_error: retried).\n"
+         "# TYPE im_webhook_deliveries_total counter\n"
+      << "im_webhook_deliveries_total{outcome=\"ok\"} " << webhook_deliveries_ok.load() << '\n'
+      << "im_webhook_deliveries_total{outcome=\"http_error\"} " << webhook_deliveries_http_error.load() << '\n'
+      << "im_webhook_deliveries_total{outcome=\"network_error\"} " << webhook_deliveries_network_error.load() << '\n';
+    gauge("im_webhook_events_delivered_total", "Events in webhook POSTs answered 2xx.", webhook_events_delivered.load(),
+          "counter");
+    gauge("im_webhook_batches_failed_total", "Webhook batches given up after --webhook-give-up-ms (listed, replayable).",
+          webhook_batches_failed.load(), "counter");
+    gauge("im_webhook_leases_lost_total", "Webhook batches delivered after their lease had passed to another worker.",
+          webhook_leases_lost.load(), "counter");
     std::lock_guard lk(mu_);
+    o << webhook_gauges_;
     o << "# HELP im_requests_total Requests by type and result code.\n# TYPE im_requests_total counter\n";
     for (const auto& [k, v] : requests_)
         o << "im_requests_total{t=\"" << k.first << "\",code=\"" << k.second << "\"} " << v << '\n';

@@ -68,6 +68,15 @@ public:
     std::atomic<long long> presence_writes{0};   // presence transactions of this gateway (writes, sweeps)
     std::atomic<long long> presence_write_failures{0};
     std::atomic<long long> presence_online_users{0}; // users with a connection past welcome here now
+    // Webhooks (net/webhook_deliverer.hpp): deliveries (POSTs) by outcome.
+    std::atomic<long long> webhook_deliveries_ok{0};            // answered 2xx
+    std::atomic<long long> webhook_deliveries_http_error{0};    // answered, not 2xx (retried)
+    std::atomic<long long> webhook_deliveries_network_error{0}; // no answer: refused, reset, TLS, timeout (retried)
+    std::atomic<long long> webhook_events_delivered{0};
+    std::atomic<long long> webhook_batches_failed{0};           // given up after --webhook-give-up-ms (listed, replayable)
+    std::atomic<long long> webhook_leases_lost{0};              // delivered, but the lease had passed on (a duplicate)
+    /// Per-webhook gauges (backlog, oldest undelivered age), Prometheus lines.
+    void set_webhook_gauges(std::string text);
 
     /// The stages of a send between the session and the database, each its
     /// own histogram im_send_stage_seconds{stage=...} (docs/operations.md):
@@ -88,6 +97,7 @@ public:
 private:
     static constexpr std::array<double, 10> bounds_{0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5};
     mutable std::mutex mu_;
+    std::string webhook_gauges_;
     std::map<std::pair<std::string, std::string>, long long> requests_;
     std::array<long long, bounds_.size()> send_buckets_{};
     long long send_count_ = 0;

@@ -11,6 +11,7 @@
 #include "core/protocol.hpp"
 #include "api/moderation.hpp"
 #include "api/provisioning.hpp"
+#include "api/webhooks.hpp"
 #include "store/store.hpp"
 
 #include <pqxx/pqxx>
@@ -31,7 +32,8 @@ enum class Op {
     user_add, device_add, device_token, device_revoke, conv_create, member_put, member_delete, conv_set, message,
     events, user_convs, purge, epoch, openapi,
     // moderation (api/moderation.cpp; server.md, "Rate limits and moderation")
-    mute_put, mute_delete, redact_one, redact_user
+    mute_put, mute_delete, redact_one, redact_user,
+    webhook_add, webhook_list, webhook_remove, webhook_deliveries, webhook_replay // api/webhooks.hpp
 };
 
 struct Field {
@@ -137,6 +139,27 @@ const std::vector<Route>& routes() {
          "each); a rerun after an interruption resumes",
          {{"conv", "id", true, "the conversation"}}, {},
          {{200, "{\"redacted\"}: msgs recalled by this call"}, {404, "no such conversation or user"}}},
+        // Webhooks (server.md "Events to the app's backend"; api/webhooks.cpp).
+        {http::verb::post, "/v1/webhooks", "admin", Op::webhook_add,
+         "Register a webhook: committed events POSTed at least once, in seq order per conversation, signed",
+         {{"url", "string", true, "http:// or https:// URL"},
+          {"events", "ids", false, "kinds: msg, edit, recall, reaction, join, leave (absent: all)"},
+          {"secret", "string", false, "HMAC-SHA256 key, 16-256 characters (absent: one is made and answered once)"}},
+         {},
+         {{201, "{\"id\"} (and \"secret\" when the server made it)"}}},
+        {http::verb::get, "/v1/webhooks", "admin", Op::webhook_list, "The webhooks, with backlog and last error", {}, {},
+         {{200, "{\"webhooks\":[{\"id\",\"url\",\"events\",\"backlog\",\"failed\",\"last_error\",...}]}"}}},
+        {http::verb::delete_, "/v1/webhooks/{id}", "admin", Op::webhook_remove, "Remove a webhook", {}, {},
+         {{200, "{\"id\"}"}, {404, "no such webhook"}}},
+        {http::verb::get, "/v1/webhooks/{id}/deliveries", "admin", Op::webhook_deliveries,
+         "What failed for good (after 72 h of retries), replayable", {},
+         {{"status", "id", false, "failed (the only kept status)"}, {"limit", "integer", false, "at most 1000 (default 100)"}},
+         {{200, "{\"deliveries\":[{\"conv\",\"from_seq\",\"to_seq\",\"attempts\",\"last_error\",\"failed_at\"}]}"},
+          {404, "no such webhook"}}},
+        {http::verb::post, "/v1/webhooks/{id}/replay", "admin", Op::webhook_replay,
+         "Deliver again from a seq of a conversation", {{"conv", "id", true, "the conversation"},
+          {"from_seq", "integer", true, "the first seq to deliver again"}}, {},
+         {{200, "{\"webhook\",\"conv\",\"from_seq\"}"}, {404, "no such webhook or conversation"}}},
         {http::verb::get, "/v1/openapi.json", "read", Op::openapi, "This document", {}, {},
          {{200, "the OpenAPI 3 document"}}},
     };
@@ -617,6 +640,20 @@ void BackendApi::authenticated(const std::shared_ptr<Call>& call, pqxx::connecti
                 out = reply(http::status::ok,
                             {{"redacted", mod::redact_user(store, *c, str_of(b, "conv"), ids.at("user"))}});
                 break;
+            case Op::webhook_add:
+            case Op::webhook_list:
+            case Op::webhook_remove:
+            case Op::webhook_deliveries:
+            case Op::webhook_replay: {
+                const auto op = call->route->op;
+                auto w = op == Op::webhook_add      ? webhooks::api_add(*c, b)
+                         : op == Op::webhook_list   ? webhooks::api_list(*c)
+                         : op == Op::webhook_remove ? webhooks::api_remove(*c, ids.at("id"))
+                         : op == Op::webhook_replay ? webhooks::api_replay(*c, ids.at("id"), b)
+                                                    : webhooks::api_deliveries(*c, ids.at("id"), call->query);
+                out = reply(static_cast<http::status>(w.status), std::move(w.body));
+                break;
+            }
             case Op::message:
             case Op::openapi: break; // answered above
             }

@@ -1,0 +1,317 @@
+#include "net/webhook_deliverer.hpp"
+
+#include "core/faults.hpp"
+#include "core/log.hpp"
+#include "core/protocol.hpp"
+#include "net/net_common.hpp"
+#include "store/db_pool.hpp"
+#include "store/store.hpp"
+#include "store/store_webhooks.hpp"
+
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/json.hpp>
+#include <openssl/hmac.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+namespace im {
+
+namespace json = boost::json;
+namespace ssl = net::ssl;
+
+std::string webhook_signature(const std::string& secret, const std::string& timestamp, const std::string& body) {
+    const std::string data = timestamp + "." + body;
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(data.data()),
+         data.size(), mac, &len);
+    static const char* digits = "0123456789abcdef";
+    std::string out = "v1=";
+    for (unsigned int i = 0; i < len; ++i) {
+        out += digits[mac[i] >> 4];
+        out += digits[mac[i] & 15];
+    }
+    return out;
+}
+
+std::optional<WebhookUrl> parse_webhook_url(const std::string& url) {
+    WebhookUrl u;
+    std::string rest;
+    if (url.rfind("http://", 0) == 0) rest = url.substr(7);
+    else if (url.rfind("https://", 0) == 0) {
+        u.tls = true;
+        rest = url.substr(8);
+    } else return std::nullopt;
+    auto slash = rest.find('/');
+    std::string authority = rest.substr(0, slash);
+    u.target = slash == std::string::npos ? "/" : rest.substr(slash);
+    if (authority.empty() || authority.find('@') != std::string::npos) return std::nullopt;
+    if (authority.front() == '[') { // [IPv6]:port
+        auto close = authority.find(']');
+        if (close == std::string::npos) return std::nullopt;
+        u.host = authority.substr(1, close - 1);
+        if (close + 1 < authority.size()) {
+            if (authority[close + 1] != ':') return std::nullopt;
+            u.port = authority.substr(close + 2);
+        }
+    } else {
+        auto colon = authority.rfind(':');
+        u.host = authority.substr(0, colon);
+        if (colon != std::string::npos) u.port = authority.substr(colon + 1);
+    }
+    if (u.port.empty()) u.port = u.tls ? "443" : "80";
+    if (u.host.empty() || u.port.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    return u;
+}
+
+namespace {
+
+template <class Stream>
+net::awaitable<int> exchange(Stream& stream, http::request<http::string_body>& req) {
+    co_await http::async_write(stream, req, net::use_awaitable);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 * 1024); // the answer's body is not read beyond this
+    parser.eager(true);
+    co_await http::async_read(stream, buf, parser, net::use_awaitable);
+    co_return static_cast<int>(parser.get().result_int());
+}
+
+net::awaitable<void> post(const WebhookUrl& u, http::request<http::string_body>& req, ssl::context* tls,
+                          std::chrono::milliseconds timeout, HttpOutcome& out) {
+    auto ex = co_await net::this_coro::executor;
+    net::ip::tcp::resolver resolver(ex);
+    auto results = co_await resolver.async_resolve(u.host, u.port, net::use_awaitable);
+    if (!tls) {
+        beast::tcp_stream stream(ex);
+        stream.expires_after(timeout);
+        co_await stream.async_connect(results, net::use_awaitable);
+        out.status = co_await exchange(stream, req);
+        beast::error_code ec;
+        stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
+        co_return;
+    }
+    beast::ssl_stream<beast::tcp_stream> stream(ex, *tls);
+    beast::get_lowest_layer(stream).expires_after(timeout);
+    if (!SSL_set_tlsext_host_name(stream.native_handle(), u.host.c_str()))
+        throw beast::system_error(beast::error_code(static_cast<int>(::ERR_get_error()), net::error::get_ssl_category()));
+    stream.set_verify_callback(ssl::host_name_verification(u.host));
+    co_await beast::get_lowest_layer(stream).async_connect(results, net::use_awaitable);
+    co_await stream.async_handshake(ssl::stream_base::client, net::use_awaitable);
+    out.status = co_await exchange(stream, req);
+    beast::error_code ec;
+    beast::get_lowest_layer(stream).socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
+}
+
+} // namespace
+
+HttpOutcome webhook_post(const WebhookUrl& u, const std::vector<std::pair<std::string, std::string>>& headers,
+                         const std::string& body, std::chrono::milliseconds timeout, bool insecure) {
+    HttpOutcome out;
+    http::request<http::string_body> req{http::verb::post, u.target, 11};
+    const bool default_port = u.port == (u.tls ? "443" : "80");
+    const std::string host = u.host.find(':') != std::string::npos ? "[" + u.host + "]" : u.host;
+    req.set(http::field::host, default_port ? host : host + ":" + u.port);
+    req.set(http::field::user_agent, "imserver-webhooks/1");
+    req.set(http::field::content_type, "application/json");
+    req.set(http::field::connection, "close");
+    for (const auto& [k, v] : headers) req.set(k, v);
+    req.body() = body;
+    req.prepare_payload();
+    std::unique_ptr<ssl::context> tls;
+    if (u.tls) {
+        tls = std::make_unique<ssl::context>(ssl::context::tls_client);
+        tls->set_default_verify_paths();
+        tls->set_verify_mode(insecure ? ssl::verify_none : ssl::verify_peer);
+    }
+    net::io_context ioc;
+    bool finished = false;
+    net::co_spawn(ioc, post(u, req, tls.get(), timeout, out), [&](std::exception_ptr e) {
+        finished = true;
+        if (!e) return;
+        try {
+            std::rethrow_exception(e);
+        } catch (const beast::system_error& se) {
+            out.status = 0;
+            out.error = se.code() == beast::error::timeout ? "timeout" : se.code().message();
+        } catch (const std::exception& ex) {
+            out.status = 0;
+            out.error = ex.what();
+        }
+    });
+    // The resolver has no timeout of its own: the whole call gets one.
+    ioc.run_for(timeout + std::chrono::milliseconds(200));
+    if (!finished) {
+        out.status = 0;
+        out.error = "timeout";
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------- the workers
+
+WebhookDeliverer::WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics, FaultRegistry& faults)
+    : url_(std::move(url)), cfg_(cfg), metrics_(metrics), faults_(faults) {
+    for (int i = 0; i < cfg_.webhook_workers; ++i) threads_.emplace_back([this, i] { loop(i); });
+}
+
+WebhookDeliverer::~WebhookDeliverer() { stop(); }
+
+void WebhookDeliverer::stop() {
+    {
+        std::lock_guard lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+        if (t.joinable()) t.join();
+}
+
+void WebhookDeliverer::loop(int worker) {
+    using Clock = std::chrono::steady_clock;
+    const std::string owner = cfg_.gateway_id + "/" + std::to_string(worker);
+    FaultRegistry no_faults(false);
+    Store store(no_faults, cfg_.lab);
+    std::unique_ptr<pqxx::connection> conn;
+    std::vector<webhooks::Webhook> hooks;
+    auto refresh_at = Clock::now();
+    std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::string>{}(owner));
+    auto backoff = std::chrono::milliseconds(100);
+    Identity backend;
+    backend.backend = true;
+
+    auto wait = [&](std::chrono::milliseconds d) {
+        std::unique_lock lk(mu_);
+        return cv_.wait_for(lk, d, [&] { return stop_; });
+    };
+    auto stopping = [&] {
+        std::lock_guard lk(mu_);
+        return stop_;
+    };
+
+    // One batch of one webhook: true when it found work.
+    auto deliver = [&](const webhooks::Webhook& w) -> bool {
+        auto leases = webhooks::claim(*conn, w.id, owner, cfg_.webhook_lease_ms, 10, cfg_.webhook_give_up_ms);
+        if (leases.empty()) return false;
+        constexpr std::int64_t max_batch = 100;
+        json::array events;
+        std::vector<std::pair<webhooks::Lease, std::int64_t>> taken; // lease, seq it covers up to
+        for (const auto& l : leases) {
+            const std::int64_t room = max_batch - static_cast<std::int64_t>(events.size());
+            if (room <= 0) {
+                webhooks::release(*conn, w.id, l);
+                continue;
+            }
+            req::Sync s{l.conv, l.done_seq, room, std::nullopt};
+            auto page = store.sync(*conn, backend, s);
+            if (!page) {
+                log_warn("webhook_read_failed", {{"webhook", w.id}, {"conv", l.conv}, {"err", page.error().msg}});
+                webhooks::release(*conn, w.id, l);
+                continue;
+            }
+            const auto& p = page.value();
+            // The page as the backend API shows it (the same fields as GET .../events).
+            auto frame = json::parse(encode_reply(Reply{p}, std::nullopt)).as_object();
+            auto& evs = frame["events"].as_array();
+            for (std::size_t i = 0; i < evs.size() && i < p.events.size(); ++i) {
+                const auto& e = p.events[i];
+                if (std::find(w.kinds.begin(), w.kinds.end(), e.kind) == w.kinds.end()) continue;
+                events.push_back(json::object{{"id", e.conv + ":" + std::to_string(e.seq)}, {"ev", std::move(evs[i])}});
+            }
+            taken.emplace_back(l, p.has_more && !p.events.empty() ? p.events.back().seq : p.next_after);
+        }
+        if (taken.empty()) return true;
+        if (events.empty()) { // nothing of the kinds asked for: the cursors move on
+            for (const auto& [l, upto] : taken) webhooks::delivered(*conn, w.id, l, upto);
+            return true;
+        }
+        const std::size_t n = events.size();
+        const std::string body = json::serialize(json::object{{"webhook", w.id}, {"events", std::move(events)}});
+        const std::string ts = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+            std::chrono::system_clock::now().time_since_epoch()).count());
+        HttpOutcome out;
+        if (auto u = parse_webhook_url(w.url)) {
+            out = webhook_post(*u,
+                               {{"X-Im-Webhook", w.id}, {"X-Im-Timestamp", ts},
+                                {"X-Im-Signature", webhook_signature(w.secret, ts, body)}},
+                               body, std::chrono::milliseconds(cfg_.webhook_timeout_ms), cfg_.webhook_insecure_tls);
+        } else {
+            out.error = "not an http:// or https:// URL";
+        }
+        if (out.status >= 200 && out.status < 300) {
+            ++metrics_.webhook_deliveries_ok;
+            metrics_.webhook_events_delivered += static_cast<long long>(n);
+            for (const auto& [l, upto] : taken)
+                if (!webhooks::delivered(*conn, w.id, l, upto)) ++metrics_.webhook_leases_lost;
+            pqxx::nontransaction tx(*conn);
+            tx.exec_params("UPDATE webhooks SET last_success_at = now() WHERE webhook_id = $1", w.id);
+            return true;
+        }
+        const std::string err = out.status ? "HTTP " + std::to_string(out.status) : out.error;
+        if (out.status) ++metrics_.webhook_deliveries_http_error;
+        else ++metrics_.webhook_deliveries_network_error;
+        log_warn("webhook_delivery_failed", {{"webhook", w.id}, {"events", static_cast<long long>(n)}, {"err", err}});
+        if (faults_.broken("rule.webhook_retry")) { // LAB ONLY negative control: at most once
+            for (const auto& [l, upto] : taken) webhooks::delivered(*conn, w.id, l, upto);
+            return true;
+        }
+        for (const auto& [l, upto] : taken) {
+            // 1 s doubling up to --webhook-retry-max-ms, each with +-20 % jitter.
+            const std::int64_t base =
+                std::min<std::int64_t>(cfg_.webhook_retry_max_ms, std::int64_t(1000) << std::min<std::int64_t>(l.attempts, 20));
+            const std::int64_t retry =
+                std::uniform_int_distribution<std::int64_t>(base * 8 / 10, base * 12 / 10)(rng);
+            if (l.give_up) {
+                ++metrics_.webhook_batches_failed;
+                log_warn("webhook_gave_up", {{"webhook", w.id}, {"conv", l.conv}, {"from_seq", l.done_seq + 1},
+                                             {"to_seq", upto}});
+            }
+            webhooks::attempt_failed(*conn, w.id, l, upto, retry, err);
+        }
+        return true;
+    };
+
+    for (;;) {
+        if (stopping()) return;
+        try {
+            if (!conn || !conn->is_open()) conn = open_connection(url_, "imserver-webhooks-" + owner);
+            if (Clock::now() >= refresh_at) {
+                hooks = webhooks::list(*conn);
+                for (const auto& w : hooks) webhooks::discover(*conn, w.id);
+                if (worker == 0) {
+                    auto b = webhooks::backlogs(*conn);
+                    std::string backlog =
+                        "# HELP im_webhook_backlog_events Events committed past a webhook's cursors (all gateways).\n"
+                        "# TYPE im_webhook_backlog_events gauge\n";
+                    std::string oldest = "# HELP im_webhook_oldest_undelivered_seconds Age of a webhook's oldest "
+                                         "undelivered event.\n# TYPE im_webhook_oldest_undelivered_seconds gauge\n";
+                    for (const auto& x : b) {
+                        backlog += "im_webhook_backlog_events{webhook=\"" + x.id + "\"} " + std::to_string(x.events) + "\n";
+                        oldest += "im_webhook_oldest_undelivered_seconds{webhook=\"" + x.id + "\"} " +
+                                  std::to_string(x.oldest_age_s) + "\n";
+                    }
+                    std::string text = backlog + oldest;
+                    metrics_.set_webhook_gauges(std::move(text));
+                }
+                refresh_at = Clock::now() + std::chrono::milliseconds(cfg_.webhook_refresh_ms);
+            }
+            bool worked = false;
+            for (const auto& w : hooks) {
+                if (stopping()) return;
+                worked = deliver(w) || worked;
+            }
+            backoff = std::chrono::milliseconds(100);
+            if (!worked && wait(std::chrono::milliseconds(cfg_.webhook_poll_ms))) return;
+        } catch (const std::exception& e) {
+            log_warn("webhook_db_failed", {{"worker", worker}, {"err", e.what()}});
+            conn.reset();
+            if (wait(backoff)) return;
+            backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+        }
+    }
+}
+
+} // namespace im

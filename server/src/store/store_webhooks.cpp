@@ -1,0 +1,245 @@
+// The SQL of webhooks (store_webhooks.hpp; docs/operations.md, "Webhooks").
+#include "store/store_webhooks.hpp"
+
+#include "store/store.hpp"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+namespace im::webhooks {
+
+namespace {
+
+std::string random_hex(std::size_t bytes) {
+    std::vector<unsigned char> b(bytes);
+    if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) throw std::runtime_error("RAND_bytes failed");
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned char x : b) {
+        out += digits[x >> 4];
+        out += digits[x & 15];
+    }
+    return out;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
+std::optional<std::string> opt(const pqxx::field& f) {
+    if (f.is_null()) return std::nullopt;
+    return f.as<std::string>();
+}
+
+void need_webhook(pqxx::transaction_base& tx, const std::string& id) {
+    if (tx.exec_params("SELECT 1 FROM webhooks WHERE webhook_id = $1", id).empty())
+        throw AdminError(AdminError::not_found, "no such webhook: " + id);
+}
+
+} // namespace
+
+const std::vector<std::string>& all_kinds() {
+    static const std::vector<std::string> k = {"msg", "edit", "recall", "reaction", "join", "leave"};
+    return k;
+}
+
+std::pair<std::string, std::string> add(pqxx::connection_base& c, const std::string& url,
+                                        const std::vector<std::string>& kinds, const std::string& secret) {
+    if (!(url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) || url.size() > 2048 ||
+        url.find_first_of(" \t\r\n") != std::string::npos)
+        throw AdminError(AdminError::invalid, "url must be an http:// or https:// URL of at most 2048 characters");
+    std::vector<std::string> ks = kinds.empty() ? all_kinds() : kinds;
+    std::sort(ks.begin(), ks.end());
+    ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+    std::string arr = "{";
+    for (const auto& k : ks) {
+        if (std::find(all_kinds().begin(), all_kinds().end(), k) == all_kinds().end())
+            throw AdminError(AdminError::invalid, "unknown event kind '" + k + "' (msg, edit, recall, reaction, join, leave)");
+        arr += (arr.size() > 1 ? "," : "") + k;
+    }
+    arr += "}";
+    if (!secret.empty() && (secret.size() < 16 || secret.size() > 256))
+        throw AdminError(AdminError::invalid, "secret must be 16-256 characters");
+    const std::string sec = secret.empty() ? random_hex(32) : secret;
+    const std::string id = "wh_" + random_hex(8);
+    pqxx::work tx(c);
+    tx.exec_params("INSERT INTO webhooks (webhook_id, url, kinds, secret) VALUES ($1, $2, $3::text[], $4)", id, url, arr,
+                   sec);
+    // Every conversation's cursor at its head now: only later events go out.
+    tx.exec_params("INSERT INTO webhook_cursors (webhook_id, conv_id, done_seq) "
+                   "SELECT $1, conv_id, next_seq - 1 FROM conversations",
+                   id);
+    tx.commit();
+    return {id, sec};
+}
+
+bool remove(pqxx::connection_base& c, const std::string& id) {
+    pqxx::work tx(c);
+    auto r = tx.exec_params("DELETE FROM webhooks WHERE webhook_id = $1", id);
+    tx.commit();
+    return r.affected_rows() > 0;
+}
+
+std::vector<Webhook> list(pqxx::connection_base& c) {
+    pqxx::read_transaction tx(c);
+    auto r = tx.exec(
+        "SELECT w.webhook_id, w.url, array_to_string(w.kinds, ','), w.secret, "
+        "to_char(w.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+        "coalesce((SELECT sum(greatest(cv.next_seq - 1 - wc.done_seq, 0)) FROM webhook_cursors wc "
+        "          JOIN conversations cv ON cv.conv_id = wc.conv_id WHERE wc.webhook_id = w.webhook_id), 0)::bigint "
+        "+ coalesce((SELECT sum(cv.next_seq - 1) FROM conversations cv WHERE NOT EXISTS "
+        "          (SELECT 1 FROM webhook_cursors wc WHERE wc.webhook_id = w.webhook_id AND wc.conv_id = cv.conv_id)), 0)::bigint, "
+        "(SELECT count(*) FROM webhook_failures f WHERE f.webhook_id = w.webhook_id), "
+        "coalesce(w.last_error, (SELECT wc.last_error FROM webhook_cursors wc WHERE wc.webhook_id = w.webhook_id "
+        "          AND wc.last_error IS NOT NULL LIMIT 1)), "
+        "to_char(w.last_error_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+        "to_char(w.last_success_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
+        "FROM webhooks w ORDER BY w.created_at, w.webhook_id");
+    std::vector<Webhook> out;
+    for (const auto& row : r) {
+        Webhook w;
+        w.id = row[0].as<std::string>();
+        w.url = row[1].as<std::string>();
+        w.kinds = split_commas(row[2].as<std::string>());
+        w.secret = row[3].as<std::string>();
+        w.created = row[4].as<std::string>();
+        w.backlog = row[5].as<std::int64_t>();
+        w.failed = row[6].as<std::int64_t>();
+        w.last_error = opt(row[7]);
+        w.last_error_at = opt(row[8]);
+        w.last_success_at = opt(row[9]);
+        out.push_back(std::move(w));
+    }
+    return out;
+}
+
+void replay(pqxx::connection_base& c, const std::string& id, const std::string& conv, std::int64_t from_seq) {
+    if (from_seq < 1) throw AdminError(AdminError::invalid, "from_seq must be >= 1");
+    pqxx::work tx(c);
+    need_webhook(tx, id);
+    if (tx.exec_params("SELECT 1 FROM conversations WHERE conv_id = $1", conv).empty())
+        throw AdminError(AdminError::not_found, "no such conversation: " + conv);
+    // lease_seq moves on: an attempt in flight no longer writes its outcome.
+    tx.exec_params("INSERT INTO webhook_cursors (webhook_id, conv_id, done_seq) VALUES ($1, $2, $3) "
+                   "ON CONFLICT (webhook_id, conv_id) DO UPDATE SET done_seq = EXCLUDED.done_seq, "
+                   "lease_owner = NULL, lease_until = NULL, lease_seq = webhook_cursors.lease_seq + 1, attempts = 0, "
+                   "retry_at = '-infinity', failing_since = NULL, last_error = NULL",
+                   id, conv, from_seq - 1);
+    tx.exec_params("DELETE FROM webhook_failures WHERE webhook_id = $1 AND conv_id = $2 AND to_seq >= $3", id, conv,
+                   from_seq);
+    tx.commit();
+}
+
+std::vector<Failure> failures(pqxx::connection_base& c, const std::string& id, std::int64_t limit) {
+    pqxx::read_transaction tx(c);
+    need_webhook(tx, id);
+    auto r = tx.exec_params("SELECT conv_id, from_seq, to_seq, attempts, coalesce(last_error, ''), "
+                            "to_char(failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
+                            "FROM webhook_failures WHERE webhook_id = $1 ORDER BY failed_at, conv_id, from_seq LIMIT $2",
+                            id, limit);
+    std::vector<Failure> out;
+    for (const auto& row : r)
+        out.push_back({row[0].as<std::string>(), row[5].as<std::string>(), row[1].as<std::int64_t>(),
+                       row[2].as<std::int64_t>(), row[3].as<std::int64_t>(), row[4].as<std::string>()});
+    return out;
+}
+
+// ---------------------------------------------------------------- the deliverer
+
+std::int64_t discover(pqxx::connection_base& c, const std::string& id) {
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec_params("INSERT INTO webhook_cursors (webhook_id, conv_id, done_seq) "
+                            "SELECT w.webhook_id, cv.conv_id, 0 FROM webhooks w CROSS JOIN conversations cv "
+                            "WHERE w.webhook_id = $1 AND NOT EXISTS (SELECT 1 FROM webhook_cursors wc "
+                            "  WHERE wc.webhook_id = $1 AND wc.conv_id = cv.conv_id) "
+                            "ON CONFLICT DO NOTHING",
+                            id);
+    return static_cast<std::int64_t>(r.affected_rows());
+}
+
+std::vector<Lease> claim(pqxx::connection_base& c, const std::string& id, const std::string& owner,
+                         std::int64_t lease_ms, int max, std::int64_t give_up_ms) {
+    pqxx::nontransaction tx(c); // one statement: its own transaction
+    auto r = tx.exec_params(
+        "WITH cand AS (SELECT wc.conv_id FROM webhook_cursors wc JOIN conversations cv ON cv.conv_id = wc.conv_id "
+        "  WHERE wc.webhook_id = $1 AND cv.next_seq - 1 > wc.done_seq AND wc.retry_at <= now() "
+        "    AND (wc.lease_until IS NULL OR wc.lease_until < now()) "
+        "  ORDER BY wc.retry_at, wc.conv_id LIMIT $4 FOR UPDATE OF wc SKIP LOCKED) "
+        "UPDATE webhook_cursors wc SET lease_owner = $2, lease_until = now() + $3 * interval '1 millisecond', "
+        "  lease_seq = wc.lease_seq + 1 "
+        "FROM cand WHERE wc.webhook_id = $1 AND wc.conv_id = cand.conv_id "
+        "RETURNING wc.conv_id, wc.done_seq, wc.lease_seq, wc.attempts, "
+        "  coalesce(wc.failing_since <= now() - $5 * interval '1 millisecond', false)",
+        id, owner, lease_ms, max, give_up_ms);
+    std::vector<Lease> out;
+    for (const auto& row : r)
+        out.push_back({row[0].as<std::string>(), row[1].as<std::int64_t>(), row[2].as<std::int64_t>(),
+                       row[3].as<std::int64_t>(), row[4].as<bool>()});
+    std::sort(out.begin(), out.end(), [](const Lease& a, const Lease& b) { return a.conv < b.conv; });
+    return out;
+}
+
+bool delivered(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t done) {
+    pqxx::work tx(c);
+    auto r = tx.exec_params("UPDATE webhook_cursors SET done_seq = greatest(done_seq, $4), lease_owner = NULL, "
+                            "lease_until = NULL, attempts = 0, retry_at = '-infinity', failing_since = NULL, "
+                            "last_error = NULL WHERE webhook_id = $1 AND conv_id = $2 AND lease_seq = $3",
+                            id, l.conv, l.lease_seq, done);
+    tx.commit();
+    return r.affected_rows() > 0;
+}
+
+void release(pqxx::connection_base& c, const std::string& id, const Lease& l) {
+    pqxx::nontransaction tx(c);
+    tx.exec_params("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = NULL "
+                   "WHERE webhook_id = $1 AND conv_id = $2 AND lease_seq = $3",
+                   id, l.conv, l.lease_seq);
+}
+
+void attempt_failed(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t to_seq,
+                    std::int64_t retry_ms, const std::string& error) {
+    const std::string err = error.substr(0, 500);
+    pqxx::work tx(c);
+    if (l.give_up) {
+        auto r = tx.exec_params("UPDATE webhook_cursors SET done_seq = greatest(done_seq, $4), lease_owner = NULL, "
+                                "lease_until = NULL, attempts = 0, retry_at = '-infinity', failing_since = NULL, "
+                                "last_error = $5 WHERE webhook_id = $1 AND conv_id = $2 AND lease_seq = $3",
+                                id, l.conv, l.lease_seq, to_seq, err);
+        if (r.affected_rows() > 0)
+            tx.exec_params("INSERT INTO webhook_failures (webhook_id, conv_id, from_seq, to_seq, attempts, last_error) "
+                           "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (webhook_id, conv_id, from_seq) DO UPDATE "
+                           "SET to_seq = greatest(webhook_failures.to_seq, EXCLUDED.to_seq), attempts = EXCLUDED.attempts, "
+                           "last_error = EXCLUDED.last_error, failed_at = now()",
+                           id, l.conv, l.done_seq + 1, to_seq, l.attempts + 1, err);
+    } else {
+        tx.exec_params("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = NULL, attempts = attempts + 1, "
+                       "retry_at = now() + $4 * interval '1 millisecond', failing_since = coalesce(failing_since, now()), "
+                       "last_error = $5 WHERE webhook_id = $1 AND conv_id = $2 AND lease_seq = $3",
+                       id, l.conv, l.lease_seq, retry_ms, err);
+    }
+    tx.exec_params("UPDATE webhooks SET last_error = $2, last_error_at = now() WHERE webhook_id = $1", id, err);
+    tx.commit();
+}
+
+std::vector<Backlog> backlogs(pqxx::connection_base& c) {
+    pqxx::nontransaction tx(c);
+    auto r = tx.exec(
+        "SELECT w.webhook_id, coalesce(sum(greatest(cv.next_seq - 1 - wc.done_seq, 0)), 0)::bigint, "
+        "  coalesce(extract(epoch from now() - min((SELECT e.created_at FROM events e WHERE e.conv_id = wc.conv_id "
+        "      AND e.seq > wc.done_seq ORDER BY e.seq LIMIT 1)) FILTER (WHERE cv.next_seq - 1 > wc.done_seq)), 0)::float8 "
+        "FROM webhooks w LEFT JOIN webhook_cursors wc ON wc.webhook_id = w.webhook_id "
+        "LEFT JOIN conversations cv ON cv.conv_id = wc.conv_id GROUP BY w.webhook_id ORDER BY w.webhook_id");
+    std::vector<Backlog> out;
+    for (const auto& row : r) out.push_back({row[0].as<std::string>(), row[1].as<std::int64_t>(), row[2].as<double>()});
+    return out;
+}
+
+} // namespace im::webhooks

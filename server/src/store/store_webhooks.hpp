@@ -1,0 +1,81 @@
+// The SQL of webhooks (schema/016_webhooks.sql; server.md "Events to the app's
+// backend (webhooks)"): registration, the deliverer's leases and outcomes,
+// replay, the failed list and the backlog. Free functions on a connection,
+// each one short transaction; AdminError for bad input and unknown ids.
+#pragma once
+
+#include <pqxx/pqxx>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace im::webhooks {
+
+/// The kinds a webhook may ask for (all of them when it names none).
+const std::vector<std::string>& all_kinds();
+
+struct Webhook {
+    std::string id, url, secret, created;
+    std::vector<std::string> kinds;
+    std::int64_t backlog = 0; // events (of any kind) committed past the cursors
+    std::int64_t failed = 0;  // failed-for-good ranges not replayed
+    std::optional<std::string> last_error, last_error_at, last_success_at;
+};
+
+/// Registers; `secret` empty: one is made (32 random bytes, hex). Every
+/// conversation's cursor starts at its head now: later events are delivered.
+/// Returns {id, secret}.
+std::pair<std::string, std::string> add(pqxx::connection_base& c, const std::string& url,
+                                        const std::vector<std::string>& kinds, const std::string& secret);
+/// False when there was no such webhook.
+bool remove(pqxx::connection_base& c, const std::string& id);
+/// With backlog and last error; secrets included (the caller drops them).
+std::vector<Webhook> list(pqxx::connection_base& c);
+/// Delivers again from `from_seq` of `conv` (the cursor moves back to
+/// from_seq - 1; failed ranges at or above it are dropped from the list).
+/// AdminError::not_found for an unknown webhook or conversation.
+void replay(pqxx::connection_base& c, const std::string& id, const std::string& conv, std::int64_t from_seq);
+
+struct Failure {
+    std::string conv, failed_at;
+    std::int64_t from_seq = 0, to_seq = 0, attempts = 0;
+    std::string last_error;
+};
+/// AdminError::not_found for an unknown webhook.
+std::vector<Failure> failures(pqxx::connection_base& c, const std::string& id, std::int64_t limit);
+
+// ---------------------------------------------------------------- the deliverer
+
+/// Adds a cursor at 0 for every conversation that has none (made after the
+/// registration); the number added.
+std::int64_t discover(pqxx::connection_base& c, const std::string& id);
+
+struct Lease {
+    std::string conv;
+    std::int64_t done_seq = 0, lease_seq = 0, attempts = 0;
+    bool give_up = false; // failing for longer than give_up_ms: this attempt is the last
+};
+/// Up to `max` conversations of the webhook with undelivered events, no
+/// live lease and their retry time reached, leased to `owner` for lease_ms.
+std::vector<Lease> claim(pqxx::connection_base& c, const std::string& id, const std::string& owner,
+                         std::int64_t lease_ms, int max, std::int64_t give_up_ms);
+/// Delivered up to `done` (or nothing to deliver below it): the cursor
+/// moves on and the lease is released. False when the lease was lost.
+bool delivered(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t done);
+/// Released unchanged (nothing read this round).
+void release(pqxx::connection_base& c, const std::string& id, const Lease& l);
+/// A failed attempt: retried after retry_ms, or (l.give_up) the events up to
+/// `to_seq` are recorded as failed and the cursor moves past them.
+void attempt_failed(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t to_seq,
+                    std::int64_t retry_ms, const std::string& error);
+
+struct Backlog {
+    std::string id;
+    std::int64_t events = 0;
+    double oldest_age_s = 0; // of the oldest undelivered event
+};
+std::vector<Backlog> backlogs(pqxx::connection_base& c);
+
+} // namespace im::webhooks
