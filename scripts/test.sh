@@ -5,7 +5,7 @@
 #                         remove themselves, SDK and demo-app tests (offscreen
 #                         Qt), the acceptance lab with its negative controls,
 #                         the scale-out lab, the packaging tests, the soak
-#   bench   build/        compiles the eleven benchmarks and runs each once, briefly
+#   bench   build/        compiles the twelve benchmarks and runs each once, briefly
 #   asan    build-asan/   ASan+UBSan (clang, -O1 -g1; the Beast-heavy files at -O0):
 #                         the server's and the SDK's suites
 #   tsan    build-tsan/   TSan (clang, as asan): the server suites whose threads
