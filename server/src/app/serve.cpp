@@ -1,6 +1,7 @@
 #include "app/serve.hpp"
 
 #include "api/presence.hpp"
+#include "store/attachments.hpp"
 #include "app/startup.hpp"
 #include "bus/nats_bus.hpp"
 #include "bus/pg_bus.hpp"
@@ -84,6 +85,10 @@ int im::serve(const Config& cfg) {
     // Presence (contract 13): this gateway's users, its lease, the sweep of dead gateways.
     im::PresenceTracker presence(db.url, cfg.gateway_id, bus, metrics, cfg.presence_lease_ms, cfg.db_timeout_ms);
     gw->set_presence(&presence);
+    // Attachments (server.md "Attachments"): the bytes in PostgreSQL.
+    im::PgBlobStore pg_blobs;
+    im::Attachments attachments(pg_blobs);
+    gw->set_attachments(&attachments);
     unsigned short port = gw->listen();
     if (auto mp = gw->listen_metrics())
         im::log_info("metrics_listening", {{"listen", cfg.metrics_listen}, {"port", static_cast<int>(*mp)}});

@@ -1,0 +1,384 @@
+// Attachments (spec/server.md "Attachments", contract section 12) over real
+// HTTP on the gateway's loopback listener, a real imserver and PostgreSQL:
+// upload by offset and resume, the digest check, Range and ETag downloads,
+// visibility (contract section 5), limits and bad input changing nothing.
+#include "common.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <openssl/sha.h>
+
+#include <map>
+#include <random>
+
+using namespace im::test;
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+struct Reply {
+    int status = 0;
+    std::string body;
+    std::map<std::string, std::string> headers;
+    json::object json() const {
+        json::error_code ec;
+        auto v = json::parse(body, ec);
+        return !ec && v.is_object() ? v.as_object() : json::object{};
+    }
+    std::string header(const std::string& k) const {
+        auto it = headers.find(k);
+        return it == headers.end() ? "" : it->second;
+    }
+};
+
+std::string sha256_hex(const std::string& data) {
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), d);
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (unsigned char b : d) {
+        out += hex[b >> 4];
+        out += hex[b & 15];
+    }
+    return out;
+}
+
+std::string random_bytes(std::size_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::string s(n, '\0');
+    for (auto& ch : s) ch = static_cast<char>(gen() & 0xFF);
+    return s;
+}
+
+// One request on a fresh connection.
+Reply call(unsigned short port, http::verb method, const std::string& target, const std::string& token,
+           const std::string& body = {}, const std::map<std::string, std::string>& extra = {}) {
+    net::io_context ioc;
+    beast::tcp_stream s(ioc);
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+    s.expires_after(std::chrono::seconds(60));
+    http::request<http::string_body> req{method, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+    for (auto& [k, v] : extra) req.set(k, v);
+    req.body() = body;
+    if (method != http::verb::get || !body.empty()) req.prepare_payload();
+    http::write(s, req);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> p;
+    p.body_limit(256u << 20);
+    http::read(s, buf, p);
+    auto& res = p.get();
+    Reply r{static_cast<int>(res.result_int()), res.body(), {}};
+    for (auto& f : res) r.headers[std::string(f.name_string())] = std::string(f.value());
+    beast::error_code ignored;
+    s.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    return r;
+}
+
+class Attachments : public ServerSuite {
+protected:
+    static std::string j(const json::object& o) { return json::serialize(o); }
+    static std::string scalar(const std::string& sql) { return pg->scalar(sql); }
+
+    Reply start(const TestUser& u, const std::string& name, const std::string& mime, std::int64_t size,
+                const std::string& sha) {
+        return call(port(), http::verb::post, "/v1/uploads", u.token,
+                    j({{"name", name}, {"mime", mime}, {"size", size}, {"sha256", sha}}));
+    }
+    Reply put(const TestUser& u, const std::string& att, std::int64_t offset, const std::string& bytes) {
+        return call(port(), http::verb::put, "/v1/uploads/" + att + "?offset=" + std::to_string(offset), u.token, bytes);
+    }
+    Reply status(const TestUser& u, const std::string& att) {
+        return call(port(), http::verb::get, "/v1/uploads/" + att, u.token);
+    }
+    Reply download(const TestUser& u, const std::string& att, const std::map<std::string, std::string>& h = {}) {
+        return call(port(), http::verb::get, "/v1/attachments/" + att, u.token, {}, h);
+    }
+    // A complete upload of `data` by `u`; its att_id.
+    std::string upload(const TestUser& u, const std::string& data, const std::string& name = "f.bin") {
+        auto r = start(u, name, "application/octet-stream", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+        EXPECT_EQ(r.status, 201) << r.body;
+        const std::string att = str(r.json(), "att_id");
+        if (data.empty()) return att;
+        auto p = put(u, att, 0, data);
+        EXPECT_EQ(p.status, 200) << p.body;
+        EXPECT_TRUE(p.json().at("complete").as_bool()) << p.body;
+        return att;
+    }
+    static std::string footprint() {
+        return scalar("SELECT (SELECT count(*) FROM uploads) || '/' || (SELECT coalesce(sum(received), 0) FROM uploads) "
+                      "|| '/' || (SELECT count(*) FROM upload_chunks) || '/' || "
+                      "(SELECT count(*) FROM uploads WHERE complete)");
+    }
+};
+
+TEST_F(Attachments, an_upload_resumes_from_the_servers_offset_and_downloads_the_same_bytes) {
+    auto w = make_world(db(), "attres", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(3 * 1024 * 1024 + 123, 1);
+    auto s = start(u, "report.pdf", "application/pdf", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201) << s.body;
+    const std::string att = str(s.json(), "att_id");
+    EXPECT_EQ(s.json().at("offset").as_int64(), 0);
+
+    const std::size_t first = 1536 * 1024;
+    auto p1 = put(u, att, 0, data.substr(0, first));
+    ASSERT_EQ(p1.status, 200) << p1.body;
+    EXPECT_EQ(p1.json().at("offset").as_int64(), static_cast<std::int64_t>(first));
+    EXPECT_FALSE(p1.json().at("complete").as_bool());
+
+    auto st = status(u, att);
+    ASSERT_EQ(st.status, 200) << st.body;
+    EXPECT_EQ(st.json().at("offset").as_int64(), static_cast<std::int64_t>(first));
+    EXPECT_EQ(st.json().at("size").as_int64(), static_cast<std::int64_t>(data.size()));
+
+    // Not where the server stands: 409 with its offset, nothing written.
+    const std::string before = footprint();
+    auto wrong = put(u, att, 1000, data.substr(1000, 5000));
+    EXPECT_EQ(wrong.status, 409) << wrong.body;
+    EXPECT_EQ(str(wrong.json(), "code"), "OFFSET_MISMATCH");
+    EXPECT_EQ(wrong.json().at("offset").as_int64(), static_cast<std::int64_t>(first));
+    EXPECT_EQ(footprint(), before);
+
+    auto p2 = put(u, att, static_cast<std::int64_t>(first), data.substr(first));
+    ASSERT_EQ(p2.status, 200) << p2.body;
+    EXPECT_EQ(p2.json().at("offset").as_int64(), static_cast<std::int64_t>(data.size()));
+    EXPECT_TRUE(p2.json().at("complete").as_bool());
+    EXPECT_EQ(scalar("SELECT complete FROM uploads WHERE att_id = " + q(att)), "t");
+
+    auto d = download(u, att);
+    ASSERT_EQ(d.status, 200);
+    EXPECT_EQ(d.body.size(), data.size());
+    EXPECT_TRUE(d.body == data);
+    EXPECT_EQ(d.header("Content-Type"), "application/pdf");
+    EXPECT_EQ(d.header("ETag"), "\"" + sha256_hex(data) + "\"");
+    EXPECT_EQ(d.header("Accept-Ranges"), "bytes");
+
+    // Range: a middle slice across a piece boundary, an open end, a suffix.
+    const std::int64_t a = 1024 * 1024 - 10, b = 1024 * 1024 + 9;
+    auto r1 = download(u, att, {{"Range", "bytes=" + std::to_string(a) + "-" + std::to_string(b)}});
+    ASSERT_EQ(r1.status, 206);
+    EXPECT_TRUE(r1.body == data.substr(a, b - a + 1));
+    EXPECT_EQ(r1.header("Content-Range"),
+              "bytes " + std::to_string(a) + "-" + std::to_string(b) + "/" + std::to_string(data.size()));
+    auto r2 = download(u, att, {{"Range", "bytes=" + std::to_string(data.size() - 7) + "-"}});
+    ASSERT_EQ(r2.status, 206);
+    EXPECT_TRUE(r2.body == data.substr(data.size() - 7));
+    auto r3 = download(u, att, {{"Range", "bytes=-5"}});
+    ASSERT_EQ(r3.status, 206);
+    EXPECT_TRUE(r3.body == data.substr(data.size() - 5));
+    auto r4 = download(u, att, {{"Range", "bytes=" + std::to_string(data.size()) + "-"}});
+    EXPECT_EQ(r4.status, 416);
+    EXPECT_EQ(r4.header("Content-Range"), "bytes */" + std::to_string(data.size()));
+    auto nm = download(u, att, {{"If-None-Match", "\"" + sha256_hex(data) + "\""}});
+    EXPECT_EQ(nm.status, 304);
+    EXPECT_TRUE(nm.body.empty());
+
+    // A complete upload takes no more bytes.
+    auto more = put(u, att, static_cast<std::int64_t>(data.size()), "x");
+    EXPECT_EQ(more.status, 409) << more.body;
+    EXPECT_GT(srv->metric("im_attachment_bytes_in_total"), static_cast<long long>(data.size()) - 1);
+    EXPECT_GT(srv->metric("im_attachment_bytes_out_total"), static_cast<long long>(data.size()) - 1);
+}
+
+TEST_F(Attachments, a_connection_killed_mid_body_keeps_the_committed_pieces_and_the_upload_goes_on_from_there) {
+    auto w = make_world(db(), "attkill", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(5 * 1024 * 1024, 2);
+    auto s = start(u, "video.mp4", "video/mp4", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201) << s.body;
+    const std::string att = str(s.json(), "att_id");
+    {
+        // Declares the whole file, sends 40 % and two more pieces' worth, dies.
+        net::io_context ioc;
+        beast::tcp_stream st(ioc);
+        st.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+        std::string head = "PUT /v1/uploads/" + att + "?offset=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                           u.token + "\r\nContent-Length: " + std::to_string(data.size()) + "\r\n\r\n";
+        net::write(st.socket(), net::buffer(head));
+        net::write(st.socket(), net::buffer(data.data(), 2 * 1024 * 1024 + 512 * 1024));
+        // The first two pieces are committed once the server has read them.
+        wait_until([&] { return scalar("SELECT received FROM uploads WHERE att_id = " + q(att)) == "2097152"; }, 20s,
+                   "the first two pieces committed");
+        st.socket().close();
+    }
+    // The half piece in flight is not counted; the server says where to go on.
+    auto st = status(u, att);
+    ASSERT_EQ(st.status, 200) << st.body;
+    const auto at = st.json().at("offset").as_int64();
+    EXPECT_EQ(at, 2 * 1024 * 1024);
+    EXPECT_FALSE(st.json().at("complete").as_bool());
+    auto p = put(u, att, at, data.substr(static_cast<std::size_t>(at)));
+    ASSERT_EQ(p.status, 200) << p.body;
+    EXPECT_TRUE(p.json().at("complete").as_bool());
+    auto d = download(u, att);
+    ASSERT_EQ(d.status, 200);
+    EXPECT_TRUE(d.body == data);
+    EXPECT_EQ(scalar("SELECT count(*) FROM uploads WHERE owner_user = " + q(u.user)), "1");
+}
+
+TEST_F(Attachments, a_wrong_digest_answers_DIGEST_MISMATCH_and_the_upload_starts_again_at_zero) {
+    auto w = make_world(db(), "attdig", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(1500 * 1024, 3);
+    std::string other = data;
+    other[777] ^= 1;
+    auto s = start(u, "a.bin", "application/octet-stream", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201);
+    const std::string att = str(s.json(), "att_id");
+    const auto mismatches = srv->metric("im_attachment_digest_mismatches_total");
+    auto bad = put(u, att, 0, other);
+    EXPECT_EQ(bad.status, 422) << bad.body;
+    EXPECT_EQ(str(bad.json(), "code"), "DIGEST_MISMATCH");
+    EXPECT_EQ(srv->metric("im_attachment_digest_mismatches_total"), mismatches + 1);
+    auto st = status(u, att);
+    EXPECT_EQ(st.json().at("offset").as_int64(), 0);
+    EXPECT_FALSE(st.json().at("complete").as_bool());
+    EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id = " + q(att)), "0");
+    EXPECT_EQ(download(u, att).status, 404); // never readable while incomplete
+    auto good = put(u, att, 0, data);
+    ASSERT_EQ(good.status, 200) << good.body;
+    EXPECT_TRUE(good.json().at("complete").as_bool());
+    EXPECT_TRUE(download(u, att).body == data);
+}
+
+TEST_F(Attachments, visibility_is_the_uploader_or_a_reader_of_a_msg_that_references_it_else_404_alike) {
+    auto w = make_world(db(), "attvis", 2); // joins at 1, 2
+    const auto& up = w.users[0];
+    const auto& member = w.users[1];
+    auto stranger = make_user(db(), unique_name("attvis-x"));
+    const std::string data = random_bytes(10000, 4);
+    const std::string att = upload(up, data);
+
+    EXPECT_EQ(download(up, att).status, 200);
+    // Before any message references it: nobody else, and 404 as for an unknown id.
+    const auto unknown = download(member, "00000000-0000-4000-8000-000000000000");
+    EXPECT_EQ(unknown.status, 404);
+    const auto not_yet = download(member, att);
+    EXPECT_EQ(not_yet.status, 404);
+    EXPECT_EQ(not_yet.body, unknown.body);
+    EXPECT_EQ(status(member, att).status, 404);       // an upload is only its uploader's
+    EXPECT_EQ(put(member, att, 0, "x").status, 404);
+    EXPECT_EQ(download(stranger, att).status, 404);
+    EXPECT_EQ(download({}, att).status, 401);
+    EXPECT_EQ(call(port(), http::verb::get, "/v1/attachments/" + att, "not-a-token").status, 401);
+
+    // A msg that references it (sends with attachments: a later step; the
+    // reference row is what visibility reads).
+    WsClient c(port());
+    ASSERT_EQ(str(c.hello(up.token), "t"), "welcome");
+    auto sent = send_msg(c, w.conv, "m1", "see attached");
+    ASSERT_EQ(str(sent, "t"), "sent");
+    const auto seq = std::to_string(sent.at("seq").as_int64());
+    pg->scalar("INSERT INTO event_attachments (conv_id, seq, ord, att_id) VALUES (" + q(w.conv) + ", " + seq + ", 0, " +
+               q(att) + ") RETURNING 1");
+    auto seen = download(member, att);
+    EXPECT_EQ(seen.status, 200);
+    EXPECT_TRUE(seen.body == data);
+    EXPECT_EQ(download(stranger, att).status, 404);
+
+    // A former member: a msg after their period is not theirs to read.
+    admin_ok(db(), {"member", "remove", w.conv, member.user});
+    const std::string att2 = upload(up, random_bytes(100, 5));
+    auto sent2 = send_msg(c, w.conv, "m2", "later");
+    ASSERT_EQ(str(sent2, "t"), "sent");
+    pg->scalar("INSERT INTO event_attachments (conv_id, seq, ord, att_id) VALUES (" + q(w.conv) + ", " +
+               std::to_string(sent2.at("seq").as_int64()) + ", 0, " + q(att2) + ") RETURNING 1");
+    EXPECT_EQ(download(member, att2).status, 404);
+    EXPECT_EQ(download(member, att).status, 200); // their own past stays readable
+}
+
+TEST_F(Attachments, bad_input_is_refused_with_its_code_and_changes_nothing) {
+    auto w = make_world(db(), "attbad", 1);
+    const auto& u = w.users[0];
+    const std::string sha = sha256_hex("abc");
+    const std::string before = footprint();
+    struct Case { std::string name, mime; std::int64_t size; std::string sha; int status; std::string code; };
+    const std::vector<Case> cases = {
+        {"", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a/b.txt", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a\\b.txt", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a\nb.txt", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {std::string(256, 'n'), "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"bad\xC3(utf8", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a.txt", "textplain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain; charset=utf-8", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain", 3, sha.substr(1), 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain", 3, std::string(64, 'g'), 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain", -1, sha, 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain", 104857601, sha, 413, "TOO_LARGE"},
+    };
+    for (const auto& c : cases) {
+        auto r = start(u, c.name, c.mime, c.size, c.sha);
+        EXPECT_EQ(r.status, c.status) << c.name << " " << c.mime << " " << r.body;
+        EXPECT_EQ(str(r.json(), "code"), c.code) << c.name << " " << c.mime;
+    }
+    EXPECT_EQ(call(port(), http::verb::post, "/v1/uploads", u.token, "{\"name\":\"x\"}").status, 400);
+    EXPECT_EQ(call(port(), http::verb::post, "/v1/uploads", u.token, "not json").status, 400);
+    EXPECT_EQ(footprint(), before);
+
+    // An upload of the 100 MiB limit exactly is fine (declared, not sent).
+    auto ok = start(u, "ok ünïcödé.bin", "application/octet-stream", 104857600, sha);
+    EXPECT_EQ(ok.status, 201) << ok.body;
+    const std::string att = str(ok.json(), "att_id");
+    const std::string started = footprint();
+    // A PUT over 8 MiB, bytes beyond the declared size, a bad offset, an unknown id.
+    auto big = call(port(), http::verb::put, "/v1/uploads/" + att + "?offset=0", u.token, std::string((8u << 20) + 1, 'x'));
+    EXPECT_EQ(big.status, 413) << big.body;
+    EXPECT_EQ(str(big.json(), "code"), "TOO_LARGE");
+    auto small = start(u, "s.txt", "text/plain", 3, sha);
+    const std::string satt = str(small.json(), "att_id");
+    const std::string two = footprint();
+    auto beyond = put(u, satt, 0, "abcd");
+    EXPECT_EQ(beyond.status, 413) << beyond.body;
+    EXPECT_EQ(call(port(), http::verb::put, "/v1/uploads/" + satt, u.token, "abc").status, 400);
+    EXPECT_EQ(call(port(), http::verb::put, "/v1/uploads/" + satt + "?offset=-1", u.token, "abc").status, 400);
+    EXPECT_EQ(put(u, "not-a-uuid", 0, "abc").status, 404);
+    EXPECT_EQ(put(u, "00000000-0000-4000-8000-000000000000", 0, "abc").status, 404);
+    EXPECT_EQ(footprint(), two);
+    EXPECT_NE(started, two);
+
+    // A 0-byte file is complete at once; its download is empty.
+    auto empty = start(u, "empty.txt", "text/plain", 0, sha256_hex(""));
+    ASSERT_EQ(empty.status, 201) << empty.body;
+    EXPECT_TRUE(empty.json().at("complete").as_bool());
+    auto d = download(u, str(empty.json(), "att_id"));
+    EXPECT_EQ(d.status, 200);
+    EXPECT_TRUE(d.body.empty());
+}
+
+TEST_F(Attachments, the_connection_stays_usable_for_the_next_request_and_the_websocket_path_is_unchanged) {
+    auto w = make_world(db(), "attka", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(300000, 6);
+    const std::string att = upload(u, data);
+    net::io_context ioc;
+    beast::tcp_stream s(ioc);
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+    beast::flat_buffer buf;
+    for (int i = 0; i < 3; ++i) {
+        http::request<http::string_body> req{http::verb::get, "/v1/attachments/" + att, 11};
+        req.set(http::field::host, "x");
+        req.set(http::field::authorization, "Bearer " + u.token);
+        http::write(s, req);
+        http::response_parser<http::string_body> p;
+        p.body_limit(1u << 20);
+        http::read(s, buf, p);
+        EXPECT_EQ(p.get().result_int(), 200u);
+        EXPECT_TRUE(p.get().body() == data);
+        EXPECT_TRUE(p.get().keep_alive());
+    }
+    // The other routes still answer as before.
+    EXPECT_EQ(srv->http("GET", "/healthz").first, 200);
+    WsClient c(port());
+    EXPECT_EQ(str(c.hello(u.token), "t"), "welcome");
+}
+
+} // namespace
