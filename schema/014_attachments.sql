@@ -54,3 +54,9 @@ CREATE TABLE event_attachments (
 );
 -- Visibility of a download and the collector's "still referenced".
 CREATE INDEX event_attachments_by_att ON event_attachments (att_id);
+
+-- A msg's attachments as every page, fetch and push shows them (contract
+-- section 12: {att_id, name, mime, size, sha256} in the order given): an
+-- upload's row never changes once complete, so the list is written once
+-- with the event (schema/functions/im_send.sql) and read with it, no join.
+ALTER TABLE events ADD COLUMN attachments jsonb;

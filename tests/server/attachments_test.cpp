@@ -112,6 +112,12 @@ protected:
         EXPECT_TRUE(p.json().at("complete").as_bool()) << p.body;
         return att;
     }
+    static json::object send_with(WsClient& c, const std::string& conv, const std::string& cmid,
+                                  const std::string& body, const std::vector<std::string>& atts) {
+        json::array a;
+        for (const auto& id : atts) a.push_back(json::value(id));
+        return c.request({{"t", "send"}, {"conv", conv}, {"cmid", cmid}, {"body", body}, {"attachments", a}});
+    }
     static std::string footprint() {
         return scalar("SELECT (SELECT count(*) FROM uploads) || '/' || (SELECT coalesce(sum(received), 0) FROM uploads) "
                       "|| '/' || (SELECT count(*) FROM upload_chunks) || '/' || "
@@ -270,15 +276,11 @@ TEST_F(Attachments, visibility_is_the_uploader_or_a_reader_of_a_msg_that_referen
     EXPECT_EQ(download({}, att).status, 401);
     EXPECT_EQ(call(port(), http::verb::get, "/v1/attachments/" + att, "not-a-token").status, 401);
 
-    // A msg that references it (sends with attachments: a later step; the
-    // reference row is what visibility reads).
+    // A msg that references it.
     WsClient c(port());
     ASSERT_EQ(str(c.hello(up.token), "t"), "welcome");
-    auto sent = send_msg(c, w.conv, "m1", "see attached");
-    ASSERT_EQ(str(sent, "t"), "sent");
-    const auto seq = std::to_string(sent.at("seq").as_int64());
-    pg->scalar("INSERT INTO event_attachments (conv_id, seq, ord, att_id) VALUES (" + q(w.conv) + ", " + seq + ", 0, " +
-               q(att) + ") RETURNING 1");
+    auto sent = send_with(c, w.conv, "m1", "see attached", {att});
+    ASSERT_EQ(str(sent, "t"), "sent") << j(sent);
     auto seen = download(member, att);
     EXPECT_EQ(seen.status, 200);
     EXPECT_TRUE(seen.body == data);
@@ -287,10 +289,8 @@ TEST_F(Attachments, visibility_is_the_uploader_or_a_reader_of_a_msg_that_referen
     // A former member: a msg after their period is not theirs to read.
     admin_ok(db(), {"member", "remove", w.conv, member.user});
     const std::string att2 = upload(up, random_bytes(100, 5));
-    auto sent2 = send_msg(c, w.conv, "m2", "later");
-    ASSERT_EQ(str(sent2, "t"), "sent");
-    pg->scalar("INSERT INTO event_attachments (conv_id, seq, ord, att_id) VALUES (" + q(w.conv) + ", " +
-               std::to_string(sent2.at("seq").as_int64()) + ", 0, " + q(att2) + ") RETURNING 1");
+    auto sent2 = send_with(c, w.conv, "m2", "later", {att2});
+    ASSERT_EQ(str(sent2, "t"), "sent") << j(sent2);
     EXPECT_EQ(download(member, att2).status, 404);
     EXPECT_EQ(download(member, att).status, 200); // their own past stays readable
 }
@@ -379,6 +379,87 @@ TEST_F(Attachments, the_connection_stays_usable_for_the_next_request_and_the_web
     EXPECT_EQ(srv->http("GET", "/healthz").first, 200);
     WsClient c(port());
     EXPECT_EQ(str(c.hello(u.token), "t"), "welcome");
+}
+
+TEST_F(Attachments, a_send_with_attachments_carries_them_in_pages_fetches_and_pushes_and_they_are_in_its_fingerprint) {
+    auto w = make_world(db(), "attsend", 2);
+    const auto& ana = w.users[0];
+    const auto& bo = w.users[1];
+    const std::string d1 = random_bytes(2000, 7), d2 = random_bytes(3000, 8);
+    const std::string a1 = upload(ana, d1, "one.bin"), a2 = upload(ana, d2, "two.bin");
+    WsClient ca(port()), cb(port());
+    ASSERT_EQ(str(ca.hello(ana.token), "t"), "welcome");
+    ASSERT_EQ(str(cb.hello(bo.token), "t"), "welcome");
+    ASSERT_EQ(str(cb.request({{"t", "sub"}}), "t"), "subscribed");
+
+    // Not ana's (bo's upload), incomplete, unknown: NOT_FOUND, nothing written.
+    const std::string bos = upload(bo, "bo's bytes");
+    auto inc = start(ana, "inc.bin", "application/octet-stream", 10, sha256_hex("0123456789"));
+    const std::string incomplete = str(inc.json(), "att_id");
+    const std::string events_before = scalar("SELECT count(*) FROM events WHERE conv_id = " + q(w.conv));
+    for (const auto& bad : {bos, incomplete, std::string("00000000-0000-4000-8000-000000000000")}) {
+        auto r = send_with(ca, w.conv, "bad-" + bad, "x", {a1, bad});
+        EXPECT_EQ(str(r, "code"), "NOT_FOUND") << j(r);
+    }
+    EXPECT_EQ(scalar("SELECT count(*) FROM events WHERE conv_id = " + q(w.conv)), events_before);
+    EXPECT_EQ(scalar("SELECT count(*) FROM event_attachments WHERE conv_id = " + q(w.conv)), "0");
+
+    // An empty body is fine with attachments; the order given is kept.
+    auto sent = send_with(ca, w.conv, "k1", "", {a2, a1});
+    ASSERT_EQ(str(sent, "t"), "sent") << j(sent);
+    EXPECT_FALSE(sent.at("dup").as_bool());
+    const auto seq = sent.at("seq").as_int64();
+    auto check = [&](const json::object& ev, const std::string& where) {
+        ASSERT_TRUE(ev.contains("attachments")) << where << " " << j(ev);
+        const auto& list = ev.at("attachments").as_array();
+        ASSERT_EQ(list.size(), 2u) << where;
+        EXPECT_EQ(str(list[0].as_object(), "att_id"), a2) << where;
+        EXPECT_EQ(str(list[0].as_object(), "name"), "two.bin") << where;
+        EXPECT_EQ(str(list[0].as_object(), "mime"), "application/octet-stream") << where;
+        EXPECT_EQ(list[0].as_object().at("size").as_int64(), 3000) << where;
+        EXPECT_EQ(str(list[0].as_object(), "sha256"), sha256_hex(d2)) << where;
+        EXPECT_EQ(str(list[1].as_object(), "att_id"), a1) << where;
+        EXPECT_EQ(str(ev, "body"), "") << where;
+    };
+    auto push = cb.wait_push([&](const json::object& o) {
+        return str(o, "t") == "event" && o.at("ev").as_object().at("seq").as_int64() == seq;
+    });
+    ASSERT_TRUE(push);
+    check(push->at("ev").as_object(), "push");
+    auto page = sync_conv(cb, w.conv, 0);
+    bool found = false;
+    for (const auto& e : page.at("events").as_array())
+        if (e.as_object().at("seq").as_int64() == seq) {
+            found = true;
+            check(e.as_object(), "page");
+        }
+    EXPECT_TRUE(found) << j(page);
+    auto fetched = cb.request({{"t", "fetch"}, {"conv", w.conv}, {"seq", seq}});
+    check(fetched.at("ev").as_object(), "fetch");
+    EXPECT_TRUE(download(bo, a1).body == d1);
+
+    // The key: the same content is a duplicate; other attachments (or
+    // another order) are other content.
+    auto again = send_with(ca, w.conv, "k1", "", {a2, a1});
+    EXPECT_TRUE(again.at("dup").as_bool()) << j(again);
+    EXPECT_EQ(again.at("seq").as_int64(), seq);
+    EXPECT_EQ(str(send_with(ca, w.conv, "k1", "", {a1, a2}), "code"), "IDEMPOTENCY_MISMATCH");
+    EXPECT_EQ(str(send_with(ca, w.conv, "k1", "", {a2}), "code"), "IDEMPOTENCY_MISMATCH");
+    EXPECT_EQ(str(send_msg(ca, w.conv, "k1", "x"), "code"), "IDEMPOTENCY_MISMATCH"); // without them: other content
+    EXPECT_EQ(str(send_msg(ca, w.conv, "k3", ""), "code"), "INVALID_ARGUMENT"); // an empty body needs attachments
+    // The fingerprints (contract section 12): a plain send hashes as before v3.
+    auto plain = send_msg(ca, w.conv, "k2", "hello");
+    ASSERT_EQ(str(plain, "t"), "sent");
+    EXPECT_EQ(scalar("SELECT request_hash = sha256(convert_to(conv_id, 'UTF8') || '\\x00'::bytea || "
+                     "convert_to(body, 'UTF8')) FROM events WHERE conv_id = " + q(w.conv) + " AND client_msg_id = 'k2'"),
+              "t");
+    EXPECT_EQ(scalar("SELECT encode(request_hash, 'hex') FROM events WHERE conv_id = " + q(w.conv) +
+                     " AND client_msg_id = 'k1'"),
+              sha256_hex(w.conv + std::string(1, '\0') + "" + std::string(1, '\0') + "reply:" + std::string(1, '\0') +
+                         "att:" + a2 + "," + a1));
+    EXPECT_EQ(scalar("SELECT string_agg(att_id::text, ',' ORDER BY ord) FROM event_attachments WHERE conv_id = " +
+                     q(w.conv) + " AND seq = " + std::to_string(seq)),
+              a2 + "," + a1);
 }
 
 } // namespace
