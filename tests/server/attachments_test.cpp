@@ -10,6 +10,8 @@
 
 #include <openssl/sha.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <random>
 
@@ -82,8 +84,33 @@ Reply call(unsigned short port, http::verb method, const std::string& target, co
     return r;
 }
 
+// The same suite runs against each store (tests/server/CMakeLists.txt):
+// IM_TEST_ATTACHMENTS_STORE=dir runs the gateway with --attachments-dir.
+bool dir_store() {
+    const char* v = std::getenv("IM_TEST_ATTACHMENTS_STORE");
+    return v && std::string(v) == "dir";
+}
+
 class Attachments : public ServerSuite {
 protected:
+    static inline TempDir* files = nullptr;
+
+    static void SetUpTestSuite() {
+        pg = new TestPostgres();
+        std::vector<std::string> flags{"--quiet"};
+        if (dir_store()) {
+            files = new TempDir("imatt");
+            flags.push_back("--attachments-dir");
+            flags.push_back(files->path() + "/store");
+        }
+        srv = new ServerProcess(pg->url(), flags);
+    }
+    static void TearDownTestSuite() {
+        ServerSuite::TearDownTestSuite();
+        delete files;
+        files = nullptr;
+    }
+
     static std::string j(const json::object& o) { return json::serialize(o); }
     static std::string scalar(const std::string& sql) { return pg->scalar(sql); }
 
@@ -158,6 +185,12 @@ TEST_F(Attachments, an_upload_resumes_from_the_servers_offset_and_downloads_the_
     EXPECT_EQ(p2.json().at("offset").as_int64(), static_cast<std::int64_t>(data.size()));
     EXPECT_TRUE(p2.json().at("complete").as_bool());
     EXPECT_EQ(scalar("SELECT complete FROM uploads WHERE att_id = " + q(att)), "t");
+    EXPECT_EQ(scalar("SELECT store FROM uploads WHERE att_id = " + q(att)), dir_store() ? "dir" : "pg");
+    if (dir_store()) { // sealed: renamed from its temporary name, whole
+        EXPECT_EQ(std::filesystem::file_size(files->path() + "/store/" + att), data.size());
+        EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + att + ".part"));
+        EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks"), "0");
+    }
 
     auto d = download(u, att);
     ASSERT_EQ(d.status, 200);
@@ -460,6 +493,57 @@ TEST_F(Attachments, a_send_with_attachments_carries_them_in_pages_fetches_and_pu
     EXPECT_EQ(scalar("SELECT string_agg(att_id::text, ',' ORDER BY ord) FROM event_attachments WHERE conv_id = " +
                      q(w.conv) + " AND seq = " + std::to_string(seq)),
               a2 + "," + a1);
+}
+
+// The collector (server.md: incomplete uploads and complete ones no msg
+// references go after 24 h; the bytes of an attachment go when the last msg
+// referencing it is purged), here with a 3 s age and a 200 ms interval on
+// a gateway of its own beside the suite's.
+TEST_F(Attachments, the_collector_removes_stale_and_unreferenced_uploads_and_never_a_referenced_one) {
+    std::vector<std::string> flags{"--quiet", "--attachments-gc-after-ms", "3000", "--attachments-gc-interval-ms", "200"};
+    if (dir_store()) {
+        flags.push_back("--attachments-dir");
+        flags.push_back(files->path() + "/store");
+    }
+    // The suite's gateway collects with its defaults (24 h): only this one removes.
+    ServerProcess gc(pg->url(), flags, "gw-gc");
+    auto w = make_world(db(), "attgc", 2);
+    const auto& u = w.users[0];
+    WsClient c(port());
+    ASSERT_EQ(str(c.hello(u.token), "t"), "welcome");
+    // Referenced at once (well within the age), then two to collect.
+    const std::string kept_bytes = random_bytes(5000, 9);
+    const std::string kept = upload(u, kept_bytes, "kept.bin");
+    auto sent = send_with(c, w.conv, "gc1", "keep me", {kept});
+    ASSERT_EQ(str(sent, "t"), "sent") << j(sent);
+    const auto seq = sent.at("seq").as_int64();
+    const std::string lone = upload(u, random_bytes(4000, 10), "lone.bin");
+    auto half = start(u, "half.bin", "application/octet-stream", 3000, sha256_hex(random_bytes(3000, 11)));
+    const std::string partial = str(half.json(), "att_id");
+    ASSERT_EQ(put(u, partial, 0, random_bytes(1000, 11)).status, 200);
+
+    auto exists = [&](const std::string& att) {
+        return scalar("SELECT count(*) FROM uploads WHERE att_id = " + q(att)) == "1";
+    };
+    wait_until([&] { return !exists(lone) && !exists(partial); }, 30s, "the stale and the unreferenced uploads removed");
+    EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id IN (" + q(lone) + ", " + q(partial) + ")"), "0");
+    if (dir_store()) {
+        EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + lone));
+        EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + partial + ".part"));
+    }
+    // Runs go on past the age; a referenced upload stays, bytes and all.
+    const auto runs = gc.metric("im_attachment_gc_runs_total");
+    wait_until([&] { return gc.metric("im_attachment_gc_runs_total") >= runs + 3; }, 30s, "three more collector runs");
+    EXPECT_TRUE(exists(kept));
+    EXPECT_TRUE(download(w.users[1], kept).body == kept_bytes);
+    EXPECT_GE(gc.metric("im_attachment_gc_uploads_total"), 2);
+
+    // Its msg purged (retention): the last reference is gone, so are its bytes.
+    admin_ok(db(), {"purge", w.conv, "--before-seq", std::to_string(seq + 1)});
+    EXPECT_EQ(download(w.users[1], kept).status, 404);
+    wait_until([&] { return !exists(kept); }, 30s, "the purged message's attachment removed");
+    EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id = " + q(kept)), "0");
+    if (dir_store()) EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + kept));
 }
 
 } // namespace

@@ -64,6 +64,9 @@ public:
     std::atomic<long long> uploads_in_progress{0};       // PUT requests whose body is being received now
     std::atomic<long long> downloads_in_progress{0};     // downloads being written now
     std::atomic<long long> attachment_digest_mismatches{0}; // uploads answered 422 DIGEST_MISMATCH
+    std::atomic<long long> attachment_gc_runs{0};        // collector runs finished
+    std::atomic<long long> attachment_gc_uploads{0};     // uploads the collector removed
+    std::atomic<long long> attachment_gc_bytes{0};       // their bytes
     std::atomic<long long> http_rejected{0};             // closed at accept: --max-http-connections reached
     // Typing and presence (contract section 13).
     std::atomic<long long> typing_forwarded{0};  // typing frames published to the bus

@@ -45,7 +45,8 @@ struct HttpSession::Transfer {
     std::optional<http::response<http::buffer_body>> res;
     std::optional<http::response_serializer<http::buffer_body>> sr;
     std::int64_t pos = 0, end = 0;
-    std::string out;
+    std::string out, kind; // kind: the upload's store
+
     bool sending = false; // in Metrics::downloads_in_progress
 
     Metrics* metrics = nullptr;
@@ -379,6 +380,7 @@ void HttpSession::att_download(std::string att, std::string range, std::string i
                 return self->write(std::move(res));
             }
             t.att = s.att_id;
+            t.kind = s.store;
             t.pos = r ? r->first : 0;
             t.end = r ? r->second : s.size;
             t.res.emplace(r ? http::status::partial_content : http::status::ok, t.version);
@@ -434,7 +436,7 @@ void HttpSession::att_send_piece() {
         std::string piece;
         if (c) {
             try {
-                piece = store->read(*c, t->att, t->pos,
+                piece = store->read(*c, t->kind, t->att, t->pos,
                                     static_cast<std::size_t>(std::min<std::int64_t>(
                                         t->end - t->pos, static_cast<std::int64_t>(attachment_piece_bytes))));
             } catch (const std::exception& e) {

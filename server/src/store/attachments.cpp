@@ -6,7 +6,14 @@
 
 #include <openssl/evp.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <memory>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace im {
 
@@ -53,6 +60,17 @@ const Statements& attachment_statements() {
          "SELECT off, substring(data FROM (greatest($2 - off, 0) + 1)::integer FOR $3::integer) FROM upload_chunks "
          "WHERE att_id = $1::uuid AND off < $2 + $3 AND off + len > $2 ORDER BY off"},
         {"im_att_chunk_drop", "DELETE FROM upload_chunks WHERE att_id = $1::uuid"},
+        // The collector's candidates, oldest first; each is then judged again under its lock.
+        {"im_att_stale",
+         "(SELECT att_id::text FROM uploads WHERE NOT complete AND updated_at < now() - make_interval(secs => $1 / 1000.0) "
+         "ORDER BY updated_at LIMIT $2) UNION ALL "
+         "(SELECT u.att_id::text FROM uploads u WHERE u.complete AND u.completed_at < now() - make_interval(secs => $1 / 1000.0) "
+         "AND NOT EXISTS (SELECT 1 FROM event_attachments ea WHERE ea.att_id = u.att_id) ORDER BY u.completed_at LIMIT $2)"},
+        {"im_att_collect",
+         "DELETE FROM uploads u WHERE u.att_id = $1::uuid AND u.updated_at < now() - make_interval(secs => $2 / 1000.0) "
+         "AND (NOT u.complete OR NOT EXISTS (SELECT 1 FROM event_attachments ea WHERE ea.att_id = u.att_id)) "
+         "RETURNING u.store, u.received"},
+        {"im_att_lock_skip", "SELECT 1 FROM uploads WHERE att_id = $1::uuid FOR UPDATE SKIP LOCKED"},
     };
     return table;
 }
@@ -147,6 +165,103 @@ std::string PgBlobStore::read(pqxx::connection_base& c, const std::string& att, 
 void PgBlobStore::drop(pqxx::work& tx, const std::string& att) {
     prepare(tx.conn());
     tx.exec_prepared("im_att_chunk_drop", att);
+}
+
+// ---------------------------------------------------------------- the directory store
+
+namespace {
+
+[[noreturn]] void io_error(const std::string& what, const std::string& path) {
+    throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
+}
+
+struct Fd {
+    int fd = -1;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+void fsync_dir(const std::string& dir) {
+    Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (d.fd < 0) io_error("open", dir);
+    if (::fsync(d.fd) != 0) io_error("fsync", dir);
+}
+
+} // namespace
+
+DirBlobStore::DirBlobStore(std::string dir) : dir_(std::move(dir)) {
+    while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec || !std::filesystem::is_directory(dir_))
+        throw std::runtime_error("--attachments-dir " + dir_ + ": not a directory we can create (" + ec.message() + ")");
+}
+
+std::string DirBlobStore::path(const std::string& att, bool partial) const {
+    return dir_ + "/" + att + (partial ? ".part" : "");
+}
+
+void DirBlobStore::write(pqxx::work&, const std::string& att, std::int64_t offset, std::string_view bytes) {
+    const auto p = path(att, true);
+    Fd f{::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0640)};
+    if (f.fd < 0) io_error("open", p);
+    // Bytes past the committed offset are a piece whose transaction did not commit.
+    if (::ftruncate(f.fd, offset) != 0) io_error("truncate", p);
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        const auto n = ::pwrite(f.fd, bytes.data() + done, bytes.size() - done, offset + static_cast<off_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) io_error("write", p);
+        done += static_cast<std::size_t>(n);
+    }
+    // On disk before the offset that counts it commits.
+    if (::fdatasync(f.fd) != 0) io_error("fdatasync", p);
+    if (offset == 0) fsync_dir(dir_); // the new name too
+}
+
+std::string DirBlobStore::read(pqxx::connection_base&, const std::string& att, std::int64_t from, std::size_t max) {
+    auto p = path(att, false);
+    Fd f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (f.fd < 0 && errno == ENOENT) {
+        p = path(att, true); // not sealed yet: the digest check reads the partial file
+        f.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    }
+    if (f.fd < 0) {
+        if (errno == ENOENT) return {};
+        io_error("open", p);
+    }
+    std::string out(max, '\0');
+    std::size_t got = 0;
+    while (got < max) {
+        const auto n = ::pread(f.fd, out.data() + got, max - got, from + static_cast<off_t>(got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) io_error("read", p);
+        if (n == 0) break;
+        got += static_cast<std::size_t>(n);
+    }
+    out.resize(got);
+    return out;
+}
+
+void DirBlobStore::drop(pqxx::work&, const std::string& att) {
+    for (bool partial : {true, false}) {
+        const auto p = path(att, partial);
+        if (::unlink(p.c_str()) != 0 && errno != ENOENT) io_error("unlink", p);
+    }
+}
+
+void DirBlobStore::seal(const std::string& att) {
+    const auto from = path(att, true), to = path(att, false);
+    if (!std::filesystem::exists(from) && std::filesystem::exists(to)) return; // sealed already (a retried finish)
+    {
+        // O_CREAT: a 0-byte upload never wrote a piece.
+        Fd f{::open(from.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0640)};
+        if (f.fd < 0) io_error("open", from);
+        if (::fsync(f.fd) != 0) io_error("fsync", from);
+    }
+    if (::rename(from.c_str(), to.c_str()) != 0) io_error("rename", from);
+    fsync_dir(dir_);
 }
 
 // ---------------------------------------------------------------- validation
@@ -285,7 +400,7 @@ Att<std::int64_t> Attachments::append(pqxx::connection_base& c, const std::strin
         const auto s = state_of(r[0]);
         if (auto f = put_refusal(s, offset, static_cast<std::int64_t>(bytes.size()))) return *f;
         if (bytes.empty()) return s.received;
-        blobs_.write(tx, att, offset, bytes);
+        blobs_of(s.store).write(tx, att, offset, bytes);
         tx.exec_prepared("im_att_advance", att, static_cast<std::int64_t>(bytes.size()));
         tx.commit();
         return offset + static_cast<std::int64_t>(bytes.size());
@@ -303,7 +418,7 @@ Att<UploadState> Attachments::finish(pqxx::connection_base& c, const std::string
     std::int64_t at = 0;
     auto scanned = guarded_att<bool>("att_digest", [&]() -> Att<bool> {
         while (at < s.size) {
-            auto piece = blobs_.read(c, att, at, attachment_piece_bytes);
+            auto piece = blobs_of(s.store).read(c, att, at, attachment_piece_bytes);
             if (piece.empty()) break; // fewer bytes than counted: a mismatch below
             EVP_DigestUpdate(md.get(), piece.data(), piece.size());
             at += static_cast<std::int64_t>(piece.size());
@@ -323,7 +438,7 @@ Att<UploadState> Attachments::finish(pqxx::connection_base& c, const std::string
     const bool match = at == s.size && got == s.sha256;
     if (match) {
         try {
-            blobs_.seal(att);
+            blobs_of(s.store).seal(att);
         } catch (const std::exception& e) {
             log_warn("att_seal_failed", {{"att", att}, {"err", e.what()}});
             return att_unavailable();
@@ -337,7 +452,7 @@ Att<UploadState> Attachments::finish(pqxx::connection_base& c, const std::string
         auto now = state_of(r[0]);
         if (now.complete) return now; // a concurrent finish won
         if (!match) {
-            blobs_.drop(tx, att);
+            blobs_of(now.store).drop(tx, att);
             tx.exec_prepared("im_att_restart", att);
             tx.commit();
             log_info("att_digest_mismatch", {{"att", att}, {"user", user}});
@@ -354,6 +469,40 @@ Att<UploadState> Attachments::finish(pqxx::connection_base& c, const std::string
         now.complete = true;
         return now;
     });
+}
+
+Attachments::Collected Attachments::collect(pqxx::connection_base& c, std::int64_t after_ms, int batch) {
+    Collected out;
+    prepare(c);
+    std::vector<std::string> ids;
+    {
+        pqxx::read_transaction tx(c);
+        for (const auto& r : tx.exec_prepared("im_att_stale", after_ms, batch)) ids.emplace_back(r[0].c_str());
+    }
+    for (const auto& att : ids) {
+        try {
+            pqxx::work tx(c);
+            if (tx.exec_prepared("im_att_lock_skip", att).empty()) continue; // busy: the next run
+            auto r = tx.exec_prepared("im_att_collect", att, after_ms);
+            if (r.empty()) continue; // written to, or referenced, since
+            const std::string kind = r[0][0].c_str();
+            const auto bytes = r[0][1].as<long long>();
+            // The PostgreSQL store's chunks go with the row (ON DELETE CASCADE).
+            tx.commit();
+            if (kind != "pg" && kind == blobs_.kind()) {
+                pqxx::work none(c); // drop() takes a transaction; the directory store does not use it
+                blobs_.drop(none, att);
+            }
+            ++out.uploads;
+            out.bytes += bytes;
+            log_info("attachment_collected", {{"att", att}, {"bytes", std::to_string(bytes)}});
+        } catch (const pqxx::foreign_key_violation&) {
+            // A msg references it now: it stays.
+        } catch (const std::exception& e) {
+            log_warn("attachment_gc_failed", {{"att", att}, {"err", e.what()}});
+        }
+    }
+    return out;
 }
 
 Att<UploadState> Attachments::open(pqxx::connection_base& c, const std::string& user, const std::string& att) {

@@ -88,6 +88,27 @@ public:
     void drop(pqxx::work& tx, const std::string& att) override;
 };
 
+/// --attachments-dir: a file per upload in a directory every gateway
+/// shares. Pieces go to `<att_id>.part` (truncated to the committed offset
+/// first, so bytes of a piece whose transaction did not commit are
+/// overwritten, then fdatasync'ed before the offset commits); a complete
+/// upload is fsynced, renamed to `<att_id>` and the directory fsynced.
+class DirBlobStore : public BlobStore {
+public:
+    /// Creates the directory when missing; throws when it cannot.
+    explicit DirBlobStore(std::string dir);
+    const char* kind() const override { return "dir"; }
+    void write(pqxx::work& tx, const std::string& att, std::int64_t offset, std::string_view bytes) override;
+    std::string read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) override;
+    void drop(pqxx::work& tx, const std::string& att) override;
+    void seal(const std::string& att) override;
+    const std::string& dir() const { return dir_; }
+
+private:
+    std::string path(const std::string& att, bool partial) const;
+    std::string dir_;
+};
+
 /// The uploads' rules. Each call is one or a few transactions on `c`; database
 /// failures answer 503 UNAVAILABLE (nothing committed, or a retry is safe:
 /// an append is judged by its offset).
@@ -97,6 +118,9 @@ public:
         : blobs_(blobs), max_bytes_(max_bytes) {}
 
     BlobStore& blobs() { return blobs_; }
+    /// The store of an upload's row (uploads.store): the configured one, or
+    /// PostgreSQL for rows written before --attachments-dir was set.
+    BlobStore& blobs_of(const std::string& kind) { return kind == blobs_.kind() ? blobs_ : pg_; }
     std::int64_t max_bytes() const { return max_bytes_; }
 
     /// The user of a device token (its SHA-256, hex), device not revoked;
@@ -130,10 +154,22 @@ public:
     /// GET /v1/attachments/{id}: a complete upload the caller uploaded, or
     /// referenced by a msg the caller may read (contract section 5); else 404.
     Att<UploadState> open(pqxx::connection_base& c, const std::string& user, const std::string& att);
-    /// A piece of a complete upload's bytes.
-    std::string read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) {
-        return blobs_.read(c, att, from, max);
+    /// A piece of a complete upload's bytes (`kind`: its UploadState::store).
+    std::string read(pqxx::connection_base& c, const std::string& kind, const std::string& att, std::int64_t from,
+                     std::size_t max) {
+        return blobs_of(kind).read(c, att, from, max);
     }
+
+    /// The collector (server.md: "Incomplete uploads, and complete ones no
+    /// msg references, are removed after 24 h"): at most `batch` uploads
+    /// whose last write (incomplete) or completion (unreferenced) is older
+    /// than `after_ms`, each in its own transaction, rows locked SKIP LOCKED
+    /// (gateways collect side by side). A referenced upload is never
+    /// removed: event_attachments' key refuses the DELETE (a send that
+    /// references it meanwhile wins). Bytes in a directory go after their
+    /// row's COMMIT. Returns what went; call again until it returns none.
+    struct Collected { long long uploads = 0, bytes = 0; };
+    Collected collect(pqxx::connection_base& c, std::int64_t after_ms, int batch = 100);
 
     // Validation shared with the backend API (pure).
     static bool valid_name(std::string_view name);
@@ -143,6 +179,7 @@ public:
 
 private:
     BlobStore& blobs_;
+    PgBlobStore pg_;
     std::int64_t max_bytes_;
 };
 
