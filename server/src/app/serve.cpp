@@ -91,7 +91,7 @@ int im::serve(const Config& cfg) {
     std::unique_ptr<im::DirBlobStore> dir_blobs;
     if (!cfg.attachments_dir.empty()) dir_blobs = std::make_unique<im::DirBlobStore>(cfg.attachments_dir);
     im::Attachments attachments(dir_blobs ? static_cast<im::BlobStore&>(*dir_blobs) : pg_blobs,
-                                cfg.max_attachment_bytes);
+                                cfg.max_attachment_bytes, &faults);
     gw->set_attachments(&attachments);
     // The collector: every --attachments-gc-interval-ms one pool job that
     // removes batches until none is left (each upload its own transaction:

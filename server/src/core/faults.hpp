@@ -54,6 +54,7 @@ inline constexpr std::string_view fault_points[] = {
     "rule.limits",                // the codec's field bounds (cmid, body, limit, after) are not checked
     "rule.typing_push_full",      // typing is forwarded in conversations above push_full_max
     "rule.presence_strangers",    // presence answers users who share no conversation with the caller
+    "rule.attachment_visibility", // any user may download any complete upload (no contract-5 check)
     // ... and in the send function: the lab calls its variant im_lab_send_<rule> (lab_schema.hpp):
     "rule.send_membership",    // a stranger's send is appended (no membership check)
     "rule.same_error",         // an unknown conversation answers apart from a non-member's

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "core/errors.hpp"
+#include "core/faults.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -114,8 +115,10 @@ private:
 /// an append is judged by its offset).
 class Attachments {
 public:
-    Attachments(BlobStore& blobs, std::int64_t max_bytes = default_max_attachment_bytes)
-        : blobs_(blobs), max_bytes_(max_bytes) {}
+    /// faults: the acceptance lab's rule.attachment_visibility (null: none).
+    Attachments(BlobStore& blobs, std::int64_t max_bytes = default_max_attachment_bytes,
+                FaultRegistry* faults = nullptr)
+        : blobs_(blobs), max_bytes_(max_bytes), faults_(faults) {}
 
     BlobStore& blobs() { return blobs_; }
     /// The store of an upload's row (uploads.store): the configured one, or
@@ -181,6 +184,7 @@ private:
     BlobStore& blobs_;
     PgBlobStore pg_;
     std::int64_t max_bytes_;
+    FaultRegistry* faults_;
 };
 
 AttFailure att_not_found();
