@@ -5,7 +5,9 @@
 -- to one conversation: run g has p_devices[g], p_token_sha256s[g] (hex),
 -- p_convs[g] and p_users[g]; item i belongs to run p_runs[i] (ascending) and
 -- carries p_cmids[i], p_bodies[i], p_prevs[i] (NULL: no prev) and
--- p_reply_tos[i] (NULL: not a reply; contract section 12). Each item is
+-- p_reply_tos[i] (NULL: not a reply; contract section 12) and p_atts[i]
+-- (NULL: no attachments; else the att_ids in the order given, joined by
+-- ',', each a canonical lowercase UUID: the gateway's codec checked them). Each item is
 -- judged on its own, in order (run by run, item by item), exactly as a lone
 -- send; the caller commits (autocommit: the call is the transaction).
 --
@@ -27,7 +29,8 @@
 -- One row per item, in item order: r_run, r_item (the item's index in the
 -- group), r_code: 'OK' (r_dup says whether it is the original's reply), the
 -- contract's error code, UNAUTHENTICATED (the device lost its access),
--- PREV_NOT_COMMITTED, NOT_FOUND (reply_to), MUTED (schema/015), or LOCKED: another transaction holds the run's
+-- PREV_NOT_COMMITTED, NOT_FOUND (reply_to, or an attachment that is not a
+-- complete upload of the sender's user), MUTED (schema/015), or LOCKED: another transaction holds the run's
 -- conversation row, nothing of that run was written, and the caller runs it
 -- again later (a held conversation never stalls a send worker): through
 -- im_send_queued (schema/functions/im_send_queued.sql), which waits for the
@@ -63,7 +66,8 @@
 -- have been committed by a gateway that died before it published.
 
 -- The signature changed with the set-based rewrite (issue 28), again
--- with p_channel and again with p_reply_tos (contract v3). The one-run im_send(text, text, text, text, text[],
+-- with p_channel, again with p_reply_tos (contract v3) and again with p_atts and r_atts
+-- (attachments: the list a msg event carries, as JSON, for the sender's gateway's pushes). The one-run im_send(text, text, text, text, text[],
 -- text[], text[]) and the set-based im_send of eight arrays of the previous
 -- releases (and the nine-argument one of the releases before v3) are NOT dropped here: in a database made before, they stay
 -- callable for the previous releases' gateways during a rolling upgrade
@@ -71,9 +75,9 @@
 
 CREATE OR REPLACE FUNCTION im_send(p_devices text[], p_token_sha256s text[], p_convs text[], p_users text[],
                                    p_runs integer[], p_cmids text[], p_bodies text[], p_prevs text[],
-                                   p_reply_tos bigint[], p_channel text)
+                                   p_reply_tos bigint[], p_atts text[], p_channel text)
 RETURNS TABLE (r_run integer, r_item integer, r_code text, r_seq bigint, r_mid text, r_epoch bigint, r_dup boolean,
-               r_ts bigint)
+               r_ts bigint, r_atts text)
 -- Generic plans, planned once per connection. PL/pgSQL hands this
 -- function's arrays and local variables to its statements as parameters;
 -- under the default plan_cache_mode a custom plan sees them as constants,
@@ -110,6 +114,7 @@ DECLARE
     a_dup    boolean[] := array_fill(NULL::boolean, ARRAY[n]);
     a_ts     bigint[] := array_fill(NULL::bigint, ARRAY[n]);
     a_fp     bytea[] := array_fill(NULL::bytea, ARRAY[n]);
+    a_att    jsonb[] := array_fill(NULL::jsonb, ARRAY[n]);     -- the attachments as the event carries them
     a_new    boolean[] := array_fill(false, ARRAY[n]);         -- inserted by this call
     a_conv   integer[] := array_fill(NULL::integer, ARRAY[n]); -- its conversation's index (conv_*)
     a_off    integer[] := array_fill(NULL::integer, ARRAY[n]); -- new: its place among its conversation's new events
@@ -184,19 +189,19 @@ BEGIN
              WHERE run_lock[r.g]),
         it AS (
             SELECT u.i::integer AS i, rs.g, rs.conv, rs.usr, rs.conv_at, rs.own_at, rs.open, rs.muted, u.cmid, u.prev,
-                   u.reply_to,
+                   u.reply_to, u.atts,
                    -- The fingerprint (contract section 12): a send without
-                   -- reply_to (and attachments) hashes as before v3, so
+                   -- reply_to and attachments hashes as before v3, so
                    -- stored keys keep their meaning; else every field that
-                   -- makes the content, the attachments' part empty until
-                   -- they exist.
+                   -- makes the content, an absent one's part empty.
                    CASE WHEN u.reply_to IS NULL
+                             AND u.atts IS NULL
                         THEN sha256(convert_to(rs.conv, 'UTF8') || '\x00'::bytea || convert_to(u.body, 'UTF8'))
                         ELSE sha256(convert_to(rs.conv, 'UTF8') || '\x00'::bytea || convert_to(u.body, 'UTF8')
-                                    || '\x00'::bytea || convert_to('reply:' || u.reply_to::text, 'UTF8')
-                                    || '\x00'::bytea || convert_to('att:', 'UTF8')) END AS fp
-              FROM unnest(p_runs, p_cmids, p_bodies, p_prevs, p_reply_tos) WITH ORDINALITY
-                   AS u(g, cmid, body, prev, reply_to, i)
+                                    || '\x00'::bytea || convert_to('reply:' || coalesce(u.reply_to::text, ''), 'UTF8')
+                                    || '\x00'::bytea || convert_to('att:' || coalesce(u.atts, ''), 'UTF8')) END AS fp
+              FROM unnest(p_runs, p_cmids, p_bodies, p_prevs, p_reply_tos, p_atts) WITH ORDINALITY
+                   AS u(g, cmid, body, prev, reply_to, atts, i)
               JOIN rs ON rs.g = u.g)
         SELECT it.i, it.conv_at, it.own_at, it.open, it.muted, it.fp,
                -- reply_to: a msg of this conversation, not purged (purged
@@ -209,6 +214,17 @@ BEGIN
                                              AND m.from_seq <= it.reply_to
                                              AND (m.to_seq IS NULL OR m.to_seq >= it.reply_to))))
                   AS reply_ok,
+               -- attachments: each a complete upload of the sender's user
+               -- (its row cannot go before COMMIT: event_attachments' key
+               -- holds it), listed as the event carries them.
+               CASE WHEN it.atts IS NOT NULL THEN
+                   (SELECT jsonb_agg(jsonb_build_object('att_id', up.att_id::text, 'name', up.name, 'mime', up.mime,
+                                                        'size', up.size, 'sha256', encode(up.sha256, 'hex'))
+                                     ORDER BY x.ord)
+                      FROM unnest(string_to_array(it.atts, ',')) WITH ORDINALITY AS x(id, ord)
+                      JOIN uploads up ON up.att_id = x.id::uuid AND up.owner_user = it.usr AND up.complete) END
+                  AS att_list,
+               cardinality(string_to_array(it.atts, ',')) AS att_want,
                o.seq AS o_seq, o.mid AS o_mid, o.epoch AS o_epoch, o.request_hash AS o_hash, o.ts AS o_ts,
                EXISTS (SELECT 1 FROM idem_tombstones t
                         WHERE t.conv_id = it.conv AND t.sender_user = it.usr AND t.client_msg_id = it.cmid) AS tomb,
@@ -252,6 +268,7 @@ BEGIN
             own_ord[k.own_at] := k.own_last;
         END IF;
         a_fp[k.i] := k.fp;
+        a_att[k.i] := k.att_list;
         -- 2. The request key: same fingerprint -> the original; else a
         --    mismatch. The original is committed, or new in this call.
         IF k.o_seq IS NOT NULL THEN
@@ -302,6 +319,12 @@ BEGIN
             a_code[k.i] := 'NOT_FOUND';
             CONTINUE;
         END IF;
+        -- 4c. Every attachment a complete upload of the sender's user
+        --     (contract section 12); else NOT_FOUND, whichever it is.
+        IF k.att_want IS NOT NULL AND coalesce(jsonb_array_length(k.att_list), 0) <> k.att_want THEN
+            a_code[k.i] := 'NOT_FOUND';
+            CONTINUE;
+        END IF;
         -- 5. A new event: its place in its conversation, its running counts.
         a_new[k.i] := true;
         key_new[k.i] := k.i;
@@ -338,12 +361,19 @@ BEGIN
         END LOOP;
         -- 4. The new events, one statement.
         INSERT INTO events (conv_id, seq, mid, kind, sender_user, client_msg_id, request_hash, body, epoch,
-                            msg_ordinal, sender_ordinal, created_at, reply_to)
+                            msg_ordinal, sender_ordinal, created_at, reply_to, attachments)
         SELECT p_convs[u.g], u.seq, u.mid::uuid, 'msg', p_users[u.g], u.cmid, u.fp, u.body, u.ep,
-               conv_cnt[u.conv_at] + u.off + 1, u.own, v_now, u.reply_to
-          FROM unnest(p_runs, p_cmids, p_bodies, a_new, a_seq, a_mid, a_fp, a_ep, a_conv, a_off, a_own, p_reply_tos)
-               AS u(g, cmid, body, new, seq, mid, fp, ep, conv_at, off, own, reply_to)
+               conv_cnt[u.conv_at] + u.off + 1, u.own, v_now, u.reply_to, u.att
+          FROM unnest(p_runs, p_cmids, p_bodies, a_new, a_seq, a_mid, a_fp, a_ep, a_conv, a_off, a_own, p_reply_tos,
+                      a_att)
+               AS u(g, cmid, body, new, seq, mid, fp, ep, conv_at, off, own, reply_to, att)
          WHERE u.new;
+        -- Their references: what a download's visibility and the collector read.
+        INSERT INTO event_attachments (conv_id, seq, ord, att_id)
+        SELECT p_convs[u.g], u.seq, (x.ord - 1)::smallint, x.id::uuid
+          FROM unnest(p_runs, a_new, a_seq, p_atts) AS u(g, new, seq, atts)
+         CROSS JOIN LATERAL unnest(string_to_array(u.atts, ',')) WITH ORDINALITY AS x(id, ord)
+         WHERE u.new AND u.atts IS NOT NULL;
     END IF;
     -- 5. The notification, in this transaction (p_channel, above): per
     --    conversation its highest and lowest seq answered OK (new or dup).
@@ -355,9 +385,9 @@ BEGIN
                   GROUP BY p_convs[u.g]) c;
     END IF;
     RETURN QUERY
-        SELECT u.g, u.i::integer, coalesce(run_code[u.g], u.code), u.seq, u.mid, u.ep, u.dup, u.ts
-          FROM unnest(p_runs, a_code, a_seq, a_mid, a_ep, a_dup, a_ts) WITH ORDINALITY
-               AS u(g, code, seq, mid, ep, dup, ts, i)
+        SELECT u.g, u.i::integer, coalesce(run_code[u.g], u.code), u.seq, u.mid, u.ep, u.dup, u.ts, u.att::text
+          FROM unnest(p_runs, a_code, a_seq, a_mid, a_ep, a_dup, a_ts, a_att) WITH ORDINALITY
+               AS u(g, code, seq, mid, ep, dup, ts, att, i)
          ORDER BY u.i;
 END
 $$;

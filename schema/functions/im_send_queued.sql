@@ -77,13 +77,13 @@ $$;
 CREATE OR REPLACE FUNCTION im_send_queued(p_lock_timeout_ms integer,
                                           p_devices text[], p_token_sha256s text[], p_convs text[], p_users text[],
                                           p_runs integer[], p_cmids text[], p_bodies text[], p_prevs text[],
-                                          p_reply_tos bigint[], p_channel text)
+                                          p_reply_tos bigint[], p_atts text[], p_channel text)
 RETURNS TABLE (r_run integer, r_item integer, r_code text, r_seq bigint, r_mid text, r_epoch bigint, r_dup boolean,
-               r_ts bigint)
+               r_ts bigint, r_atts text)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM im_send_lock(p_lock_timeout_ms, p_devices, p_token_sha256s, p_convs, p_users);
     RETURN QUERY SELECT * FROM im_send(p_devices, p_token_sha256s, p_convs, p_users, p_runs, p_cmids, p_bodies,
-                                       p_prevs, p_reply_tos, p_channel);
+                                       p_prevs, p_reply_tos, p_atts, p_channel);
 END
 $$;

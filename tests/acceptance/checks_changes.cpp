@@ -2,9 +2,62 @@
 // spec's names alone: frames in, replies and pages out, rows counted.
 #include "lab.hpp"
 
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <openssl/sha.h>
+
 namespace im::lab {
 
 namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+
+// One HTTP request to the gateway's listener with a bearer credential: {status, body}.
+std::pair<int, std::string> http_call(unsigned short port, bhttp::verb method, const std::string& target,
+                                      const std::string& token, const std::string& body = {}) {
+    boost::asio::io_context ioc;
+    beast::tcp_stream s(ioc);
+    s.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port));
+    s.expires_after(std::chrono::seconds(30));
+    bhttp::request<bhttp::string_body> req{method, target, 11};
+    req.set(bhttp::field::host, "127.0.0.1");
+    req.set(bhttp::field::authorization, "Bearer " + token);
+    req.body() = body;
+    if (method != bhttp::verb::get) req.prepare_payload();
+    bhttp::write(s, req);
+    beast::flat_buffer buf;
+    bhttp::response<bhttp::string_body> res;
+    bhttp::read(s, buf, res);
+    return {static_cast<int>(res.result_int()), res.body()};
+}
+
+std::string sha256_hex(const std::string& data) {
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), d);
+    std::string out;
+    for (unsigned char b : d) {
+        out += "0123456789abcdef"[b >> 4];
+        out += "0123456789abcdef"[b & 15];
+    }
+    return out;
+}
+
+// A complete upload of `data` by the user of `token`; its att_id.
+std::string uploaded(unsigned short port, const std::string& token, const std::string& data) {
+    auto [st, body] = http_call(port, bhttp::verb::post, "/v1/uploads", token,
+                                json::serialize(json::object{{"name", "plan.txt"}, {"mime", "text/plain"},
+                                                             {"size", static_cast<std::int64_t>(data.size())},
+                                                             {"sha256", sha256_hex(data)}}));
+    expect(st == 201, "upload-started", "POST /v1/uploads -> " + std::to_string(st) + " " + body);
+    const std::string att = str(json::parse(body).as_object(), "att_id");
+    auto [pst, pbody] = http_call(port, bhttp::verb::put, "/v1/uploads/" + att + "?offset=0", token, data);
+    expect(pst == 200 && pbody.find("\"complete\":true") != std::string::npos, "upload-complete",
+           "PUT -> " + std::to_string(pst) + " " + pbody);
+    return att;
+}
 
 json::object reply(WsClient& ws, const std::string& conv, const std::string& cmid, const std::string& body,
                    std::int64_t reply_to) {
@@ -166,6 +219,36 @@ Verdict react_counting(Lab& lab) {
     return passed("👍 counted 2 in history and fetch; 4 events for 5 reacts; resends dup:true");
 }
 
+
+// 12-attachment-visibility: a stranger, a former member (the message came
+// after their period) and the uploader before sending: 404 / 404 / 200
+// (contract section 5 for GET /v1/attachments/{id}).
+Verdict attachment_visibility(Lab& lab) {
+    auto a = lab.user("ana"), b = lab.user("ben"), x = lab.user("xena");
+    auto c = lab.conv("c-attvis", "group", {a, b});
+    const auto port = lab.server().port();
+    const std::string data = "the plan, version 3";
+    const std::string att = uploaded(port, a.token, data);
+    auto own = http_call(port, bhttp::verb::get, "/v1/attachments/" + att, a.token);
+    expect(own.first == 200 && own.second == data, "uploader-200", "the uploader before sending -> " +
+                                                                        std::to_string(own.first));
+    auto left = admin_ok(lab.db(), {"member", "remove", c, b.user});
+    auto wa = connect(port, a.token);
+    auto sent = answered(wa->request({{"t", "send"}, {"conv", c}, {"cmid", uuid4()}, {"body", "attached"},
+                                      {"attachments", json::array{json::value(att)}}}),
+                         "send with the attachment");
+    expect(outcome(sent) == "sent", "sent", "send -> " + brief(sent));
+    auto stranger = http_call(port, bhttp::verb::get, "/v1/attachments/" + att, x.token);
+    expect(stranger.first == 404, "stranger", "a stranger -> " + std::to_string(stranger.first));
+    auto former = http_call(port, bhttp::verb::get, "/v1/attachments/" + att, b.token);
+    expect(former.first == 404, "former-member", "a former member, message after their period -> " +
+                                                     std::to_string(former.first));
+    expect(former.second == stranger.second, "same-404", "the two 404s differ: " + former.second + " / " +
+                                                            stranger.second);
+    return passed("uploader 200 before sending; stranger 404; former member (left at seq " + left +
+                  ", message seq " + std::to_string(num(sent, "seq")) + ") 404, same body");
+}
+
 } // namespace
 
 std::vector<Check> change_checks() {
@@ -177,6 +260,8 @@ std::vector<Check> change_checks() {
         {"12-react-counting", react_counting, breaking("rule.react_noop", react_counting),
          "gateway rule.react_noop=skip: a reaction already as asked appends an event", "no-op"},
         {"12-control-fingerprint-body-only", control_fingerprint_body_only},
+        {"12-attachment-visibility", attachment_visibility, breaking("rule.attachment_visibility", attachment_visibility),
+         "gateway rule.attachment_visibility=skip: any user may download any complete upload", "stranger"},
     };
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 using namespace im;
@@ -24,6 +25,17 @@ struct Case {
 
 std::string send_frame(const std::string& cmid, const std::string& body) {
     return R"({"t":"send","rid":"x","conv":"c1","cmid":")" + cmid + R"(","body":")" + body + R"("})";
+}
+
+// n distinct att_ids, quoted and joined by ','.
+std::string att_list(std::size_t n) {
+    std::string out;
+    for (std::size_t i = 0; i < n; ++i) {
+        char id[64];
+        std::snprintf(id, sizeof id, "00000000-0000-4000-8000-%012zu", i);
+        out += (i ? ",\"" : "\"") + std::string(id) + "\"";
+    }
+    return out;
 }
 
 class CodecTable : public ::testing::TestWithParam<Case> {};
@@ -88,6 +100,19 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"send_reply_to_ok", R"({"t":"send","conv":"c","cmid":"a","body":"x","reply_to":3})", "send"},
         Case{"send_reply_to_string", R"({"t":"send","conv":"c","cmid":"a","body":"x","reply_to":"3"})", "INVALID_ARGUMENT"},
         Case{"send_reply_to_float", R"({"t":"send","conv":"c","cmid":"a","body":"x","reply_to":1.5})", "INVALID_ARGUMENT"},
+        // contract section 12: attachments, 1-10 distinct att_ids; body 0-4000 with them
+        Case{"send_attachments_ok", R"({"t":"send","conv":"c","cmid":"a","body":"x","attachments":["0f8fad5b-d9cb-469f-a165-70867728950e","7c9e6679-7425-40de-944b-e07fc1f90ae7"]})", "send"},
+        Case{"send_attachments_empty_body_ok", R"({"t":"send","conv":"c","cmid":"a","body":"","attachments":["0f8fad5b-d9cb-469f-a165-70867728950e"]})", "send"},
+        Case{"send_no_attachments_empty_body", R"({"t":"send","conv":"c","cmid":"a","body":""})", "INVALID_ARGUMENT"},
+        Case{"send_attachments_body_4001_cp", R"({"t":"send","conv":"c","cmid":"a","body":")" + rep(4001) + R"(","attachments":["0f8fad5b-d9cb-469f-a165-70867728950e"]})", "INVALID_ARGUMENT"},
+        Case{"send_attachments_10_ok", R"({"t":"send","conv":"c","cmid":"a","body":"","attachments":[)" + att_list(10) + "]}", "send"},
+        Case{"send_attachments_11", R"({"t":"send","conv":"c","cmid":"a","body":"","attachments":[)" + att_list(11) + "]}", "INVALID_ARGUMENT"},
+        Case{"send_attachments_empty_list", R"({"t":"send","conv":"c","cmid":"a","body":"x","attachments":[]})", "INVALID_ARGUMENT"},
+        Case{"send_attachments_not_a_list", R"({"t":"send","conv":"c","cmid":"a","body":"x","attachments":"0f8fad5b-d9cb-469f-a165-70867728950e"})", "INVALID_ARGUMENT"},
+        Case{"send_attachments_repeated", R"({"t":"send","conv":"c","cmid":"a","body":"x","attachments":["0f8fad5b-d9cb-469f-a165-70867728950e","0f8fad5b-d9cb-469f-a165-70867728950e"]})", "INVALID_ARGUMENT"},
+        Case{"send_attachments_uppercase", R"({"t":"send","conv":"c","cmid":"a","body":"x","attachments":["0F8FAD5B-D9CB-469F-A165-70867728950E"]})", "INVALID_ARGUMENT"},
+        Case{"send_attachments_not_uuid", R"({"t":"send","conv":"c","cmid":"a","body":"x","attachments":["0f8fad5b-d9cb-469f-a165-70867728950"]})", "INVALID_ARGUMENT"},
+        Case{"send_attachments_number", R"({"t":"send","conv":"c","cmid":"a","body":"x","attachments":[5]})", "INVALID_ARGUMENT"},
         Case{"edit_ok", R"({"t":"edit","conv":"c","target":3,"cmid":"e","body":"fixed"})", "edit"},
         Case{"edit_body_0_cp", R"({"t":"edit","conv":"c","target":3,"cmid":"e","body":""})", "INVALID_ARGUMENT"},
         Case{"edit_no_target", R"({"t":"edit","conv":"c","cmid":"e","body":"x"})", "INVALID_ARGUMENT"},
@@ -230,6 +255,38 @@ TEST(Codec, event_encoding_carries_kind_specific_fields) {
     EXPECT_NE(out.find("\"target\":3"), std::string::npos);
     EXPECT_EQ(out.find("\"body\""), std::string::npos);
     EXPECT_NE(out.find("\"epoch\":2"), std::string::npos);
+}
+
+// Contract section 12: a msg carries its attachments in the order sent, the
+// store's JSON list read back as written; a send keeps the ids in its order.
+TEST(Codec, a_msg_carries_its_attachments_in_order_and_a_send_keeps_the_ids_given) {
+    Event ev;
+    ev.conv = "c";
+    ev.seq = 4;
+    ev.kind = "msg";
+    ev.body = "";
+    ev.attachments = attachments_from_json(
+        R"([{"att_id":"b","name":"z.png","mime":"image/png","size":7,"sha256":"ff"},)"
+        R"({"att_id":"a","name":"a.txt","mime":"text/plain","size":0,"sha256":"00"}])");
+    ASSERT_EQ(ev.attachments.size(), 2u);
+    const std::string out = encode_event_push(ev);
+    const auto b = out.find(R"({"att_id":"b","name":"z.png","mime":"image/png","size":7,"sha256":"ff"})");
+    const auto a = out.find(R"({"att_id":"a","name":"a.txt","mime":"text/plain","size":0,"sha256":"00"})");
+    EXPECT_NE(b, std::string::npos) << out;
+    EXPECT_NE(a, std::string::npos) << out;
+    EXPECT_LT(b, a);
+    ev.attachments.clear();
+    EXPECT_EQ(encode_event_push(ev).find("attachments"), std::string::npos); // absent when none
+    EXPECT_TRUE(attachments_from_json("").empty());
+    EXPECT_TRUE(attachments_from_json("not json").empty());
+
+    auto p = parse_request(R"({"t":"send","conv":"c","cmid":"k","body":"","attachments":)"
+                           R"(["7c9e6679-7425-40de-944b-e07fc1f90ae7","0f8fad5b-d9cb-469f-a165-70867728950e"]})");
+    ASSERT_TRUE(std::holds_alternative<Request>(p.body));
+    const auto& send = std::get<req::Send>(std::get<Request>(p.body));
+    ASSERT_EQ(send.attachments.size(), 2u);
+    EXPECT_EQ(send.attachments[0], "7c9e6679-7425-40de-944b-e07fc1f90ae7");
+    EXPECT_EQ(send.attachments[1], "0f8fad5b-d9cb-469f-a165-70867728950e");
 }
 
 } // namespace

@@ -406,7 +406,7 @@ TEST(Schema, the_baseline_then_each_later_migration_applies_to_a_database_with_d
     EXPECT_EQ(im::migrate(c, s).functions, static_cast<int>(s.functions.size()));
     pqxx::work tx(c);
     auto r = tx.exec("SELECT r_code, r_seq, r_dup FROM im_send('{d1}', '{01}', '{c1}', '{u1}', '{1,1}', '{k1,k2}', "
-                     "'{hello,again}', '{NULL,NULL}', '{NULL,NULL}', '')");
+                     "'{hello,again}', '{NULL,NULL}', '{NULL,NULL}', '{NULL,NULL}', '')");
     ASSERT_EQ(r.size(), 2u);
     EXPECT_STREQ(r[0][0].c_str(), "IDEMPOTENCY_MISMATCH"); // the stored hash is a placeholder
     EXPECT_STREQ(r[1][0].c_str(), "OK");
@@ -460,7 +460,7 @@ TEST(Schema, im_send_plans_generically_whatever_the_database_sets) {
     im::migrate(c);
     EXPECT_EQ(pg.scalar("SELECT array_to_string(proconfig, ',') FROM pg_proc "
                         "WHERE oid = 'im_send(text[], text[], text[], text[], integer[], text[], text[], text[], "
-                        "bigint[], text)'::regprocedure"),
+                        "bigint[], text[], text)'::regprocedure"),
               "plan_cache_mode=force_generic_plan");
 }
 

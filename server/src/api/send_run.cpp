@@ -58,6 +58,7 @@ void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Sen
         ev.body = sends[i].body;
         ev.cmid = sends[i].cmid;
         ev.reply_to = sends[i].reply_to; // contract section 12: a push carries it as a page does
+        ev.attachments = attachments_from_json(r->attachments);
         ev.ts = r->ts;
         ev.epoch = r->sent.epoch;
         events.push_back(std::move(ev));

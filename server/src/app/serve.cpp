@@ -1,6 +1,7 @@
 #include "app/serve.hpp"
 
 #include "api/presence.hpp"
+#include "store/attachments.hpp"
 #include "app/startup.hpp"
 #include "bus/nats_bus.hpp"
 #include "bus/pg_bus.hpp"
@@ -87,6 +88,43 @@ int im::serve(const Config& cfg) {
     gw->set_presence(&presence);
     // Webhooks: --webhook-workers threads, each its own database session (net/webhook_deliverer.hpp).
     im::WebhookDeliverer webhooks(db.url, cfg, metrics, faults);
+    // Attachments (server.md "Attachments"): the bytes in PostgreSQL, or in
+    // the directory every gateway shares (--attachments-dir).
+    im::PgBlobStore pg_blobs;
+    std::unique_ptr<im::DirBlobStore> dir_blobs;
+    if (!cfg.attachments_dir.empty()) dir_blobs = std::make_unique<im::DirBlobStore>(cfg.attachments_dir);
+    im::Attachments attachments(dir_blobs ? static_cast<im::BlobStore&>(*dir_blobs) : pg_blobs,
+                                cfg.max_attachment_bytes, &faults);
+    gw->set_attachments(&attachments);
+    // The collector: every --attachments-gc-interval-ms one pool job that
+    // removes batches until none is left (each upload its own transaction:
+    // a run cut short goes on at the next).
+    boost::asio::steady_timer gc_timer(ioc);
+    std::function<void()> gc_next = [&] {
+        if (cfg.attachments_gc_interval_ms <= 0 || gw->draining()) return;
+        gc_timer.expires_after(std::chrono::milliseconds(cfg.attachments_gc_interval_ms));
+        gc_timer.async_wait([&](boost::system::error_code ec) {
+            if (ec || gw->draining()) return;
+            const bool queued = pool.submit([&](pqxx::connection_base* c) {
+                if (c) {
+                    try {
+                        for (int round = 0; round < 100; ++round) {
+                            auto got = attachments.collect(*c, cfg.attachments_gc_after_ms);
+                            metrics.attachment_gc_uploads += got.uploads;
+                            metrics.attachment_gc_bytes += got.bytes;
+                            if (got.uploads == 0) break;
+                        }
+                        ++metrics.attachment_gc_runs;
+                    } catch (const std::exception& e) {
+                        im::log_warn("attachment_gc_failed", {{"err", e.what()}});
+                    }
+                }
+                boost::asio::post(ioc, gc_next);
+            });
+            if (!queued) gc_next();
+        });
+    };
+    gc_next();
     unsigned short port = gw->listen();
     if (auto mp = gw->listen_metrics())
         im::log_info("metrics_listening", {{"listen", cfg.metrics_listen}, {"port", static_cast<int>(*mp)}});

@@ -32,6 +32,11 @@ struct Config {
     std::string jwt_audience;            // `aud` must contain this when set
     bool jwt_enabled() const { return !jwt_hs256_secret_file.empty() || !jwt_jwks.empty(); }
     std::string state_dir = "./var";
+    // Attachments (server.md "Attachments").
+    long long max_attachment_bytes = 104857600; // largest declared upload
+    std::string attachments_dir;                // empty: the bytes in PostgreSQL (upload_chunks)
+    long long attachments_gc_after_ms = 86400000; // incomplete / unreferenced uploads older than this go
+    int attachments_gc_interval_ms = 600000;      // how often this gateway collects; 0: never
     std::string gateway_id = "gw-1";
     int db_pool = 4;
     std::size_t db_queue = 0;            // jobs waiting for a database worker; 0: auto (effective_db_queue)

@@ -231,6 +231,39 @@ const std::vector<Option>& options() {
              return std::nullopt;
          },
          [](const Config& c) { return std::to_string(c.max_buffered_bytes); }},
+        {"--max-attachment-bytes", "IM_MAX_ATTACHMENT_BYTES", "BYTES",
+         "largest attachment an upload may declare (POST /v1/uploads); larger ones are answered 413 TOO_LARGE "
+         "(default 104857600)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             long long n = 0;
+             auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+             if (ec != std::errc() || p != v.data() + v.size() || n < 1 || n > (1LL << 40))
+                 return "expected a byte count in [1, 1099511627776], got '" + v + "'";
+             c.max_attachment_bytes = n;
+             return std::nullopt;
+         },
+         [](const Config& c) { return std::to_string(c.max_attachment_bytes); }},
+        {"--attachments-dir", "IM_ATTACHMENTS_DIR", "DIR",
+         "keep the bytes of attachments in this directory, shared by every gateway (a file per upload, written to "
+         "a temporary name, fsynced and renamed); empty (the default): in PostgreSQL, table upload_chunks",
+         [](Config& c, const std::string& v) -> std::optional<std::string> { c.attachments_dir = v; return std::nullopt; },
+         [](const Config& c) { return c.attachments_dir; }},
+        {"--attachments-gc-after-ms", "IM_ATTACHMENTS_GC_AFTER_MS", "MS",
+         "incomplete uploads not written to for this long, and complete ones no message references this long after "
+         "they completed, are removed with their bytes (default 86400000: 24 h)",
+         [](Config& c, const std::string& v) -> std::optional<std::string> {
+             long long n = 0;
+             auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+             if (ec != std::errc() || p != v.data() + v.size() || n < 0 || n > (1LL << 45))
+                 return "expected milliseconds in [0, 35184372088832], got '" + v + "'";
+             c.attachments_gc_after_ms = n;
+             return std::nullopt;
+         },
+         [](const Config& c) { return std::to_string(c.attachments_gc_after_ms); }},
+        {"--attachments-gc-interval-ms", "IM_ATTACHMENTS_GC_INTERVAL_MS", "MS",
+         "how often this gateway runs the attachment collector (default 600000; 0: never, another gateway does)",
+         [](Config& c, const std::string& v) { return to_int(v, 0, 86400000, c.attachments_gc_interval_ms); },
+         [](const Config& c) { return std::to_string(c.attachments_gc_interval_ms); }},
         {"--max-http-connections", "IM_MAX_HTTP_CONNECTIONS", "N",
          "accepted connections on --listen that have not (yet) upgraded to WebSocket (health checks, scrapes, "
          "handshakes in progress); more are closed at once (default 2048)",

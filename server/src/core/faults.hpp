@@ -56,6 +56,7 @@ inline constexpr std::string_view fault_points[] = {
     "rule.presence_strangers",    // presence answers users who share no conversation with the caller
     "rule.send_rate",             // --send-rate is not applied: no write is answered RATE_LIMITED
     "rule.webhook_retry",         // a failed webhook delivery moves the cursor on as if delivered (no retry)
+    "rule.attachment_visibility", // any user may download any complete upload (no contract-5 check)
     // ... and in the send function: the lab calls its variant im_lab_send_<rule> (lab_schema.hpp):
     "rule.send_membership",    // a stranger's send is appended (no membership check)
     "rule.same_error",         // an unknown conversation answers apart from a non-member's

@@ -132,6 +132,20 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
           writes_rate_limited.load(), "counter");
     gauge("im_http_connections_pending", "HTTP connections accepted and not upgraded to WebSocket (yet).",
           http_pending.load());
+    gauge("im_attachment_bytes_in_total", "Upload bytes committed to the attachment store.", attachment_bytes_in.load(),
+          "counter");
+    gauge("im_attachment_bytes_out_total", "Attachment bytes written to downloads.", attachment_bytes_out.load(),
+          "counter");
+    gauge("im_uploads_in_progress", "PUT /v1/uploads requests whose body is being received.",
+          uploads_in_progress.load());
+    gauge("im_downloads_in_progress", "GET /v1/attachments responses being written.", downloads_in_progress.load());
+    gauge("im_attachment_digest_mismatches_total", "Uploads answered 422 DIGEST_MISMATCH (restarted at 0).",
+          attachment_digest_mismatches.load(), "counter");
+    gauge("im_attachment_gc_runs_total", "Attachment collector runs finished.", attachment_gc_runs.load(), "counter");
+    gauge("im_attachment_gc_uploads_total", "Stale or unreferenced uploads the collector removed.",
+          attachment_gc_uploads.load(), "counter");
+    gauge("im_attachment_gc_bytes_total", "Bytes of the uploads the collector removed.", attachment_gc_bytes.load(),
+          "counter");
     gauge("im_http_connections_rejected_total", "Connections closed at accept: --max-http-connections reached.",
           http_rejected.load(), "counter");
     o << "# HELP im_pushes_total Server-initiated frames sent.\n# TYPE im_pushes_total counter\n"

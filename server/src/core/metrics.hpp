@@ -59,6 +59,15 @@ public:
     std::atomic<long long> hello_rate_limited{0};        // closed 1013: too many failed hellos from the address
     std::atomic<long long> writes_rate_limited{0};       // sends, edits, reactions answered RATE_LIMITED (--send-rate)
     std::atomic<long long> http_pending{0};              // HTTP connections not (yet) upgraded now
+    // Attachments (server.md "Attachments").
+    std::atomic<long long> attachment_bytes_in{0};       // upload bytes committed
+    std::atomic<long long> attachment_bytes_out{0};      // download bytes written
+    std::atomic<long long> uploads_in_progress{0};       // PUT requests whose body is being received now
+    std::atomic<long long> downloads_in_progress{0};     // downloads being written now
+    std::atomic<long long> attachment_digest_mismatches{0}; // uploads answered 422 DIGEST_MISMATCH
+    std::atomic<long long> attachment_gc_runs{0};        // collector runs finished
+    std::atomic<long long> attachment_gc_uploads{0};     // uploads the collector removed
+    std::atomic<long long> attachment_gc_bytes{0};       // their bytes
     std::atomic<long long> http_rejected{0};             // closed at accept: --max-http-connections reached
     // Typing and presence (contract section 13).
     std::atomic<long long> typing_forwarded{0};  // typing frames published to the bus

@@ -40,12 +40,14 @@ struct Fields {
     }
 
     /// A message body (send, edit): valid UTF-8 within the bounds, no U+0000.
-    std::optional<std::string> body(std::string& out) const {
+    /// `allow_empty`: a send with attachments (contract section 12: 0-4000).
+    std::optional<std::string> body(std::string& out, bool allow_empty = false) const {
         if (auto e = str("body", out)) return e;
         auto n = utf8_code_points(out);
         if (!n) return std::string("field 'body' must be valid UTF-8");
-        if (*n < b.min_body_code_points || *n > b.max_body_code_points)
-            return std::string("field 'body' must be 1-4000 code points");
+        if ((*n < b.min_body_code_points && !(allow_empty && *n == 0)) || *n > b.max_body_code_points)
+            return std::string(allow_empty ? "field 'body' must be 0-4000 code points"
+                                           : "field 'body' must be 1-4000 code points");
         if (out.find('\0') != std::string::npos) return std::string("field 'body' must not contain U+0000");
         return std::nullopt;
     }
@@ -97,7 +99,21 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
         req::Send r;
         if (auto e = f.conv(r.conv)) return bad(*e);
         if (auto e = f.cmid(r.cmid)) return bad(*e);
-        if (auto e = f.body(r.body)) return bad(*e);
+        if (auto* a = o.if_contains("attachments")) {
+            // contract section 12: 1-10 att_ids; a malformed or repeated id
+            // is a malformed request (an unknown one is the store's NOT_FOUND).
+            if (!a->is_array() || a->get_array().empty() || a->get_array().size() > max_message_attachments)
+                return bad("field 'attachments' must be a list of 1-10 att_ids");
+            for (const auto& id : a->get_array()) {
+                if (!id.is_string() || !valid_att_id_text(id.get_string()))
+                    return bad("field 'attachments' must hold att_ids (lowercase UUIDs)");
+                std::string v(id.get_string());
+                if (std::find(r.attachments.begin(), r.attachments.end(), v) != r.attachments.end())
+                    return bad("field 'attachments' names an att_id twice");
+                r.attachments.push_back(std::move(v));
+            }
+        }
+        if (auto e = f.body(r.body, !r.attachments.empty())) return bad(*e);
         if (o.contains("reply_to")) {
             // Any integer: no msg has seq < 1, so the store answers NOT_FOUND.
             std::int64_t to = 0;
@@ -233,6 +249,13 @@ json::object event_json(const Event& ev) {
     if (ev.body) o["body"] = *ev.body;
     if (ev.target) o["target"] = *ev.target;
     if (ev.reply_to) o["reply_to"] = *ev.reply_to;
+    if (!ev.attachments.empty()) {
+        json::array a;
+        for (const auto& x : ev.attachments)
+            a.push_back(json::object{{"att_id", x.att_id}, {"name", x.name}, {"mime", x.mime}, {"size", x.size},
+                                     {"sha256", x.sha256}});
+        o["attachments"] = std::move(a);
+    }
     if (ev.emoji) o["emoji"] = *ev.emoji;
     if (ev.on) o["on"] = *ev.on;
     if (ev.edit) o["edit"] = json::object{{"seq", ev.edit->seq}, {"body", ev.edit->body}, {"ts", ev.edit->ts}};
@@ -268,6 +291,38 @@ std::string finish(json::object o, const std::optional<std::string>& rid) {
 }
 
 } // namespace
+
+bool valid_att_id_text(std::string_view id) {
+    if (id.size() != 36) return false;
+    for (std::size_t i = 0; i < id.size(); ++i) {
+        const char ch = id[i];
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (ch != '-') return false;
+        } else if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+std::vector<AttachmentRef> attachments_from_json(std::string_view text) {
+    std::vector<AttachmentRef> out;
+    if (text.empty()) return out;
+    json::error_code ec;
+    auto v = json::parse(text, ec);
+    if (ec || !v.is_array()) return out;
+    for (const auto& item : v.get_array()) {
+        if (!item.is_object()) return {};
+        const auto& o = item.get_object();
+        auto s = [&](const char* k) -> std::string {
+            auto* f = o.if_contains(k);
+            return f && f->is_string() ? std::string(f->get_string()) : std::string();
+        };
+        auto* size = o.if_contains("size");
+        out.push_back({s("att_id"), s("name"), s("mime"), size && size->is_int64() ? size->get_int64() : 0, s("sha256")});
+    }
+    return out;
+}
 
 bool valid_id(std::string_view id) {
     if (id.empty() || id.size() > max_id_chars) return false;

@@ -25,6 +25,8 @@ inline constexpr std::size_t max_emoji_bytes = 64;
 /// Distinct emoji one user may have on one message (contract section 12),
 /// and the entries of a msg event's `reactions`.
 inline constexpr std::size_t max_reactions = 20;
+/// Contract section 12: att_ids a send may carry.
+inline constexpr std::size_t max_message_attachments = 10;
 inline constexpr std::size_t max_id_chars = 64; // conv ids, install ids
 /// hello.token and refresh.token: a random device token or a JWT.
 inline constexpr std::size_t max_token_chars = 4096;
@@ -47,6 +49,9 @@ struct Hello { std::string token, install; };
 struct Send {
     std::string conv, cmid, body, prev;
     std::optional<std::int64_t> reply_to; // contract section 12: a seq of a msg the caller may read
+    /// Contract section 12: 1-10 distinct att_ids (canonical lowercase
+    /// UUIDs), in the order given; empty when absent.
+    std::vector<std::string> attachments;
 };
 struct Sync { std::string conv; std::int64_t after = 0; std::int64_t limit = default_sync_limit; std::optional<std::int64_t> epoch; };
 struct Ack { std::string conv; std::int64_t seq = 0; };
@@ -109,6 +114,19 @@ std::optional<std::size_t> utf8_code_points(std::string_view s); // nullopt if i
 struct EditState { std::int64_t seq = 0; std::string body; std::int64_t ts = 0; };
 struct ReactionCount { std::string emoji; std::int64_t count = 0; bool me = false; };
 
+/// An attachment as a msg event carries it (contract section 12).
+struct AttachmentRef {
+    std::string att_id, name, mime;
+    std::int64_t size = 0;
+    std::string sha256;
+};
+/// The list as the store keeps it (events.attachments, im_send's r_atts):
+/// a JSON array of {att_id, name, mime, size, sha256}; empty for "" or a
+/// malformed text.
+std::vector<AttachmentRef> attachments_from_json(std::string_view text);
+/// 36 characters, the canonical lowercase text form of a UUID.
+bool valid_att_id_text(std::string_view id);
+
 struct Event {
     std::string conv;
     std::int64_t seq = 0;
@@ -129,6 +147,8 @@ struct Event {
     std::optional<std::string> cmid;       // msg | recall: the sender's request key
     std::int64_t ts = 0;                   // database commit clock, ms
     std::int64_t epoch = 1;
+    /// msg (section 12): its attachments in the order sent.
+    std::vector<AttachmentRef> attachments;
 };
 
 struct Welcome { std::string user, device, gateway; std::int64_t server_time = 0; };

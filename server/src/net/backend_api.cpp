@@ -98,9 +98,11 @@ const std::vector<Route>& routes() {
          {{"sender", "id", true, "the sending user"},
           {"cmid", "string", true, "the request key (1-64 characters)"},
           {"body", "string", true, "1-4000 Unicode code points"},
-          {"reply_to", "integer", false, "the seq of a msg the sender may read (contract section 12)"}},
+          {"reply_to", "integer", false, "the seq of a msg the sender may read (contract section 12)"},
+          {"attachments", "att_ids", false,
+           "1-10 att_ids, each a complete upload of the sender (contract section 12); the body may then be empty"}},
          {},
-         {{200, "{\"seq\",\"mid\",\"dup\",\"epoch\"}"}, {404, "no such conversation or sender, or reply_to names no msg the sender may read"},
+         {{200, "{\"seq\",\"mid\",\"dup\",\"epoch\"}"}, {404, "no such conversation or sender, reply_to names no msg the sender may read, or an attachment no complete upload of the sender"},
           {409, "IDEMPOTENCY_MISMATCH or ORIGINAL_EXPIRED"},
           {403, "NOT_MEMBER: the sender is no member"}}},
         {http::verb::get, "/v1/conversations/{conv}/events", "read", Op::events,
@@ -244,6 +246,8 @@ std::optional<std::string> check_field(const Field& f, const json::value& v) {
     const std::string what = std::string("field '") + f.name + "'";
     if (std::string_view(f.type) == "integer") {
         if (!v.is_int64() && !(v.is_uint64() && v.as_uint64() <= INT64_MAX)) return what + " must be an integer";
+    } else if (std::string_view(f.type) == "att_ids") {
+        if (!v.is_array()) return what + " must be an array of att_ids"; // the codec checks the rest
     } else if (std::string_view(f.type) == "ids") {
         if (!v.is_array()) return what + " must be an array of ids";
         for (const auto& item : v.as_array())
@@ -485,6 +489,7 @@ void BackendApi::authenticated(const std::shared_ptr<Call>& call, pqxx::connecti
         json::object frame{{"t", "send"}, {"conv", call->ids.at("conv")}, {"cmid", call->body.at("cmid")},
                            {"body", call->body.at("body")}};
         if (call->body.contains("reply_to")) frame["reply_to"] = call->body.at("reply_to");
+        if (call->body.contains("attachments")) frame["attachments"] = call->body.at("attachments");
         auto parsed = parse_request(json::serialize(frame));
         if (auto* e = std::get_if<Error>(&parsed.body)) return finish(bad(e->msg));
         const auto send = std::get<req::Send>(std::get<Request>(parsed.body));
@@ -683,6 +688,12 @@ json::object BackendApi::openapi() {
         if (t == "integer") return {{"type", "integer"}, {"format", "int64"}, {"description", f.doc}};
         json::object id{{"type", "string"}, {"pattern", "^[A-Za-z0-9._:-]{1,64}$"}};
         if (t == "ids") return {{"type", "array"}, {"items", id}, {"description", f.doc}};
+        if (t == "att_ids")
+            return {{"type", "array"},
+                    {"items", {{"type", "string"}, {"format", "uuid"}}},
+                    {"minItems", 1},
+                    {"maxItems", static_cast<std::int64_t>(max_message_attachments)},
+                    {"description", f.doc}};
         if (t == "id") {
             id["description"] = f.doc;
             return id;

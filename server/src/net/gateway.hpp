@@ -27,6 +27,7 @@
 
 namespace im {
 
+class Attachments;
 class Listener;
 class TlsContexts;
 class WsSession;
@@ -118,6 +119,10 @@ public:
     // Typing and presence (contract section 13; api/presence.hpp).
     /// Where this gateway's connections past welcome are counted (null: no presence).
     void set_presence(PresenceTracker* p) { presence_ = p; }
+    /// The attachment routes' store (server.md "Attachments"; null: the
+    /// routes answer 404). Set before listen().
+    void set_attachments(Attachments* a) { attachments_ = a; }
+    Attachments* attachments() const { return attachments_; }
     /// A presence reply's watch list replaces the connection's (strand of `s`).
     void watch(const std::shared_ptr<WsSession>& s, std::vector<std::string> users);
     /// A presence change from the bus: pushed to the connections watching
@@ -158,6 +163,7 @@ private:
     std::map<WsSession*, std::pair<std::string, std::string>> authed_; // device, token hash
     std::map<WsSession*, std::string> online_; // user of each connection past welcome (presence)
     PresenceTracker* presence_ = nullptr;
+    Attachments* attachments_ = nullptr;
     TypingLimiter typing_;
     // Watch lists: user -> watching sessions, and each session's list.
     std::map<std::string, std::map<WsSession*, std::weak_ptr<WsSession>>> watchers_;

@@ -140,10 +140,25 @@ void HttpSession::on_handshake(beast::error_code ec, std::size_t used) {
 }
 
 void HttpSession::do_read() {
-    parser_.emplace();
-    parser_->body_limit(api_ ? api_max_body_bytes : 8 * 1024);
+    head_.emplace();
+    head_->body_limit(boost::none); // judged by the route below (a Content-Length is checked against it at once)
     with_stream([this](auto& s) {
         beast::get_lowest_layer(s).expires_after(std::chrono::seconds(30));
+        http::async_read_header(s, buffer_, *head_,
+                                beast::bind_front_handler(&HttpSession::on_header, shared_from_this()));
+    });
+}
+
+void HttpSession::on_header(beast::error_code ec, std::size_t n) {
+    if (ec) return api_ ? on_api_read(ec) : fail(ec, "http_read");
+    if (!api_ && !metrics_only_ && attachment_target(head_->get().target())) return attachments();
+    const std::size_t limit = api_ ? api_max_body_bytes : 8 * 1024;
+    const auto length = head_->content_length();
+    parser_.emplace(std::move(*head_));
+    head_.reset();
+    parser_->body_limit(limit);
+    if (length && *length > limit) return on_read(http::error::body_limit, n); // as the whole-body read answered it
+    with_stream([this](auto& s) {
         http::async_read(s, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
     });
 }
@@ -292,7 +307,7 @@ void HttpSession::close() {
     beast::error_code ignored;
     auto& plain = std::get<beast::tcp_stream>(stream_);
     plain.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    if (!api_) return;
+    if (!api_ && !drain_on_close_) return;
     // The API may close with a request body unread (413): read it away
     // until the client closes (at most 5 s), so the close sends no RST that
     // could destroy the answer before the client read it.

@@ -13,10 +13,13 @@
 #include "net/client_address.hpp"
 #include "net/net_common.hpp"
 #include "net/tls.hpp"
+#include "store/attachments.hpp"
 
 #include <memory>
 #include <optional>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <variant>
 
 namespace im {
@@ -44,6 +47,9 @@ private:
     std::optional<ClientAddress> client_of(const http::request<http::string_body>& req) const;
     void on_handshake(beast::error_code ec, std::size_t used);
     void do_read();
+    /// The header read: the attachment routes take the request from here
+    /// (their bodies are streamed); every other request's body is read whole.
+    void on_header(beast::error_code ec, std::size_t);
     void on_read(beast::error_code ec, std::size_t);
     bool from_loopback(const ClientAddress& client) const;
     bool serves_metrics() const;
@@ -56,13 +62,33 @@ private:
     void write(std::shared_ptr<http::response<http::string_body>> res);
     void close();
 
+    // ---- the attachment routes (http_attachments.cpp; server.md "Attachments")
+    struct Transfer;
+    static bool attachment_target(std::string_view target);
+    void attachments();                                    // a request on those paths, its header in head_
+    void att_route(http::request<http::string_body> req);  // POST /v1/uploads and the GETs, body read whole
+    void att_put();                                        // PUT /v1/uploads/{id}?offset=N, body streamed
+    void att_put_read();
+    void on_att_put_read(beast::error_code ec);
+    void att_put_flush();
+    void att_download(std::string att, std::string range, std::string if_none_match);
+    void att_send_piece();
+    /// Runs `work(connection, user)` on a database worker once the request's
+    /// bearer credentials name a user; its returned callable runs on this
+    /// connection's strand. A refusal answers the request.
+    void att_authorized(std::function<std::function<void()>(pqxx::connection_base&, const std::string&)> work);
+    void att_json(http::status status, std::string body);
+    void att_failed(const AttFailure& f);
     template <class F>
     decltype(auto) with_stream(F&& f) { return std::visit(std::forward<F>(f), stream_); }
 
     std::shared_ptr<ssl::context> tls_;   // outlives stream_: this connection's context, even after a reload
     std::variant<beast::tcp_stream, tls_stream> stream_;
     beast::flat_buffer buffer_;
+    std::optional<http::request_parser<http::empty_body>> head_; // the header, before the route chooses a body
     std::optional<http::request_parser<http::string_body>> parser_;
+    std::shared_ptr<Transfer> att_;  // the attachment request in progress
+    bool drain_on_close_ = false;    // an answer before the request's whole body was read
     std::shared_ptr<Gateway> gw_;
     BackendApi* api_;
     bool metrics_only_;

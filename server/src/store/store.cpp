@@ -40,9 +40,9 @@ namespace {
 // its broken variants (lab_schema.hpp) the same way; each function's
 // statement is prepared under the function's name.
 std::string send_sql(const std::string& function) {
-    return "SELECT r_run, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM " + function +
+    return "SELECT r_run, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts, r_atts FROM " + function +
            "($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::text[], $7::text[], $8::text[], $9::bigint[], "
-           "$10::text)";
+           "$10::text[], $11::text)";
 }
 
 // A held conversation's retry (Store::send_run, lock_wait): im_send behind
@@ -52,9 +52,9 @@ std::string send_sql(const std::string& function) {
 constexpr const char* queued_function = "im_send_queued";
 const std::string& queued_sql() {
     static const std::string sql =
-        "SELECT r_run, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts FROM im_send_queued($1::integer, "
+        "SELECT r_run, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts, r_atts FROM im_send_queued($1::integer, "
         "$2::text[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::text[], $9::text[], $10::bigint[], "
-        "$11::text)";
+        "$11::text[], $12::text)";
     return sql;
 }
 constexpr const char* lock_function = "im_send_lock";
@@ -89,11 +89,12 @@ Outcome<Store::SendResult> send_outcome(const std::string& conv_id, const pqxx::
     if (code == "ORIGINAL_EXPIRED") return Error{Code::original_expired, "the original was purged by retention"};
     if (code == "PREV_NOT_COMMITTED") return unavailable("the message named by 'prev' is not committed; send it first");
     if (code == "UNAUTHENTICATED") return device_revoked();
-    if (code == "NOT_FOUND") return Error{Code::not_found, "reply_to names no message you may read"};
+    if (code == "NOT_FOUND")
+        return Error{Code::not_found, "reply_to names no message you may read, or an attachment no complete upload of yours"};
     if (code != "OK") throw std::runtime_error("im_send: unknown result code " + std::string(code));
     return Store::SendResult{Sent{conv_id, row[at + 1].as<std::int64_t>(), row[at + 2].c_str(), row[at + 4].as<bool>(),
                                   row[at + 3].as<std::int64_t>()},
-                             false, row[at + 5].as<std::int64_t>()};
+                             false, row[at + 5].as<std::int64_t>(), row[at + 6].is_null() ? "" : row[at + 6].c_str()};
 }
 
 // Items [first, last) of one connection's sends to one conversation.
@@ -102,10 +103,10 @@ struct RunSpan {
     std::vector<req::Send>::const_iterator first, last;
 };
 
-// im_send's ten parameters for a group of runs, in the group's order:
+// im_send's eleven parameters for a group of runs, in the group's order:
 // per run device, token hash, conversation, user; per item its run
 // (1-based), cmid, body, prev (an empty `prev` is NULL), reply_to (NULL
-// when absent); then the channel
+// when absent), attachments (NULL when none); then the channel
 // to notify in the transaction (empty: none, the caller publishes).
 std::vector<std::string> send_params(const std::vector<RunSpan>& spans, const std::string& channel) {
     std::vector<std::string> out;
@@ -139,6 +140,13 @@ std::vector<std::string> send_params(const std::vector<RunSpan>& spans, const st
         if (items[i]->reply_to) reply_tos[i] = std::to_string(*items[i]->reply_to);
     out.push_back(text_array_of(items.size(), [&](std::size_t i) -> const std::string* {
         return items[i]->reply_to ? &reply_tos[i] : nullptr;
+    }));
+    // attachments: the ids joined by ',' (NULL when none)
+    std::vector<std::string> atts(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i)
+        for (const auto& id : items[i]->attachments) atts[i] += (atts[i].empty() ? "" : ",") + id;
+    out.push_back(text_array_of(items.size(), [&](std::size_t i) -> const std::string* {
+        return items[i]->attachments.empty() ? nullptr : &atts[i];
     }));
     out.push_back(channel);
     return out;

@@ -82,7 +82,8 @@ public:
     Outcome<Identity> hello_jwt(pqxx::connection_base& c, const std::string& user, const std::string& device,
                                 const std::string& install, std::int64_t exp_ms);
 
-    struct SendResult { Sent sent; bool drop_reply = false; std::int64_t ts = 0; };
+    /// attachments: the msg's list as JSON (contract section 12), "" when none.
+    struct SendResult { Sent sent; bool drop_reply = false; std::int64_t ts = 0; std::string attachments; };
     Outcome<SendResult> send(pqxx::connection_base& c, const Identity& who, const req::Send& r);
     /// Consecutive sends of one connection to ONE conversation, in one
     /// transaction (one lock, one commit): each item is judged on its own,

@@ -83,7 +83,8 @@ std::string device_valid_where(int dev, int user, int tok);
 std::string device_valid_sql(int dev, int user, int tok);
 
 /// Columns: conv_id, seq, mid, kind, sender_user, body, target_seq,
-/// subject_user, ts, epoch, client_msg_id, reply_to, emoji, react_on.
+/// subject_user, ts, epoch, client_msg_id, reply_to, emoji, react_on,
+/// attachments (JSON text).
 std::string event_columns();
 /// `events_sql` (a statement selecting event_columns() of some events)
 /// with what a msg shows of its later changes (contract section 12): edit

@@ -1,0 +1,524 @@
+// Attachments' SQL (attachments.hpp) and the PostgreSQL byte store.
+#include "store/attachments.hpp"
+
+#include "core/log.hpp"
+#include "store/store_internal.hpp"
+
+#include <openssl/evp.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace im {
+
+using namespace store_detail;
+
+namespace {
+
+const Statements& attachment_statements() {
+    static const Statements table{
+        {"im_att_token_user",
+         "SELECT user_id FROM devices WHERE token_sha256 = decode($1, 'hex') AND revoked_at IS NULL"},
+        {"im_att_jwt_user",
+         "SELECT EXISTS (SELECT 1 FROM users WHERE user_id = $1) "
+         "AND NOT EXISTS (SELECT 1 FROM devices WHERE device_id = $2 AND (user_id <> $1 OR revoked_at IS NOT NULL))"},
+        {"im_att_create",
+         "INSERT INTO uploads (att_id, owner_user, name, mime, size, sha256, store) "
+         "VALUES (gen_random_uuid(), $1, $2, $3, $4, decode($5, 'hex'), $6) RETURNING att_id::text"},
+        // Only the owner's row: another user's upload is as unknown as a missing one.
+        {"im_att_state",
+         "SELECT att_id::text, owner_user, name, mime, encode(sha256, 'hex'), size, received, complete, store "
+         "FROM uploads WHERE att_id = $1::uuid AND owner_user = $2"},
+        {"im_att_state_lock",
+         "SELECT att_id::text, owner_user, name, mime, encode(sha256, 'hex'), size, received, complete, store "
+         "FROM uploads WHERE att_id = $1::uuid AND owner_user = $2 FOR UPDATE"},
+        {"im_att_advance",
+         "UPDATE uploads SET received = received + $2, updated_at = now() WHERE att_id = $1::uuid"},
+        {"im_att_restart",
+         "UPDATE uploads SET received = 0, updated_at = now() WHERE att_id = $1::uuid AND NOT complete"},
+        {"im_att_complete",
+         "UPDATE uploads SET complete = true, completed_at = now(), updated_at = now() "
+         "WHERE att_id = $1::uuid AND received = size AND NOT complete RETURNING 1"},
+        // Contract section 5 for a download: the uploader, or a reader of a
+        // msg that references it (a period of the caller holds its seq).
+        {"im_att_visible",
+         "SELECT u.att_id::text, u.owner_user, u.name, u.mime, encode(u.sha256, 'hex'), u.size, u.received, "
+         "u.complete, u.store FROM uploads u WHERE u.att_id = $1::uuid AND u.complete AND (u.owner_user = $2 "
+         "OR EXISTS (SELECT 1 FROM event_attachments ea JOIN membership_periods m "
+         "ON m.conv_id = ea.conv_id AND m.user_id = $2 AND m.from_seq <= ea.seq "
+         "AND (m.to_seq IS NULL OR m.to_seq >= ea.seq) WHERE ea.att_id = u.att_id))"},
+        // The PostgreSQL store. A piece read takes only the slices it needs
+        // of each row (EXTERNAL storage: no decompression of the whole value).
+        // The lab's negative control rule.attachment_visibility: any complete upload.
+        {"im_att_visible_any",
+         "SELECT u.att_id::text, u.owner_user, u.name, u.mime, encode(u.sha256, 'hex'), u.size, u.received, "
+         "u.complete, u.store FROM uploads u WHERE u.att_id = $1::uuid AND u.complete AND $2::text IS NOT NULL"},
+        {"im_att_chunk_put", "INSERT INTO upload_chunks (att_id, off, len, data) VALUES ($1::uuid, $2, $3, $4)"},
+        {"im_att_chunk_get",
+         "SELECT off, substring(data FROM (greatest($2 - off, 0) + 1)::integer FOR $3::integer) FROM upload_chunks "
+         "WHERE att_id = $1::uuid AND off < $2 + $3 AND off + len > $2 ORDER BY off"},
+        {"im_att_chunk_drop", "DELETE FROM upload_chunks WHERE att_id = $1::uuid"},
+        // The collector's candidates, oldest first; each is then judged again under its lock.
+        {"im_att_stale",
+         "(SELECT att_id::text FROM uploads WHERE NOT complete AND updated_at < now() - make_interval(secs => $1 / 1000.0) "
+         "ORDER BY updated_at LIMIT $2) UNION ALL "
+         "(SELECT u.att_id::text FROM uploads u WHERE u.complete AND u.completed_at < now() - make_interval(secs => $1 / 1000.0) "
+         "AND NOT EXISTS (SELECT 1 FROM event_attachments ea WHERE ea.att_id = u.att_id) ORDER BY u.completed_at LIMIT $2)"},
+        {"im_att_collect",
+         "DELETE FROM uploads u WHERE u.att_id = $1::uuid AND u.updated_at < now() - make_interval(secs => $2 / 1000.0) "
+         "AND (NOT u.complete OR NOT EXISTS (SELECT 1 FROM event_attachments ea WHERE ea.att_id = u.att_id)) "
+         "RETURNING u.store, u.received"},
+        {"im_att_lock_skip", "SELECT 1 FROM uploads WHERE att_id = $1::uuid FOR UPDATE SKIP LOCKED"},
+    };
+    return table;
+}
+
+void prepare(pqxx::connection_base& c) { prepare_all(c, attachment_statements()); }
+
+UploadState state_of(const pqxx::row& r) {
+    UploadState s;
+    s.att_id = r[0].c_str();
+    s.owner = r[1].c_str();
+    s.name = r[2].c_str();
+    s.mime = r[3].c_str();
+    s.sha256 = r[4].c_str();
+    s.size = r[5].as<std::int64_t>();
+    s.received = r[6].as<std::int64_t>();
+    s.complete = r[7].as<bool>();
+    s.store = r[8].c_str();
+    return s;
+}
+
+AttFailure fail(unsigned status, std::string code, std::string message) {
+    return AttFailure{status, std::move(code), std::move(message), std::nullopt};
+}
+
+AttFailure att_unavailable() { return fail(503, "UNAVAILABLE", "service unavailable, retry"); }
+
+/// Database failures: 503 (nothing was committed, or the offset makes a retry safe).
+template <class T, class F>
+Att<T> guarded_att(const char* what, F&& f) {
+    try {
+        return f();
+    } catch (const pqxx::sql_error& e) {
+        log_warn("db_error", {{"op", what}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
+        return att_unavailable();
+    } catch (const std::exception& e) {
+        log_warn("db_error", {{"op", what}, {"err", e.what()}});
+        return att_unavailable();
+    }
+}
+
+bool is_hex(char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); }
+
+std::string lower(std::string s) {
+    for (auto& ch : s)
+        if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+    return s;
+}
+
+// The checks of a PUT on the row `s` (the caller's).
+std::optional<AttFailure> put_refusal(const UploadState& s, std::int64_t offset, std::int64_t length) {
+    if (s.complete) {
+        AttFailure f = fail(409, "OFFSET_MISMATCH", "the upload is complete");
+        f.offset = s.received;
+        return f;
+    }
+    if (offset != s.received) {
+        AttFailure f = fail(409, "OFFSET_MISMATCH", "the upload stands at another offset");
+        f.offset = s.received;
+        return f;
+    }
+    if (length > 0 && s.received + length > s.size)
+        return fail(413, "TOO_LARGE", "more bytes than the upload's declared size");
+    return std::nullopt;
+}
+
+} // namespace
+
+AttFailure att_not_found() { return fail(404, "NOT_FOUND", "no such upload"); }
+
+// ---------------------------------------------------------------- the PostgreSQL store
+
+void PgBlobStore::write(pqxx::work& tx, const std::string& att, std::int64_t offset, std::string_view bytes) {
+    prepare(tx.conn());
+    tx.exec_prepared("im_att_chunk_put", att, offset, static_cast<std::int64_t>(bytes.size()),
+                     pqxx::binarystring(bytes.data(), bytes.size()));
+}
+
+std::string PgBlobStore::read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) {
+    prepare(c);
+    pqxx::read_transaction tx(c);
+    auto r = tx.exec_prepared("im_att_chunk_get", att, from, static_cast<std::int64_t>(max));
+    std::string out;
+    for (const auto& row : r) {
+        pqxx::binarystring b(row[1]);
+        out.append(reinterpret_cast<const char*>(b.data()), b.size());
+        if (out.size() >= max) break;
+    }
+    if (out.size() > max) out.resize(max);
+    return out;
+}
+
+void PgBlobStore::drop(pqxx::work& tx, const std::string& att) {
+    prepare(tx.conn());
+    tx.exec_prepared("im_att_chunk_drop", att);
+}
+
+// ---------------------------------------------------------------- the directory store
+
+namespace {
+
+[[noreturn]] void io_error(const std::string& what, const std::string& path) {
+    throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
+}
+
+struct Fd {
+    int fd = -1;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+void fsync_dir(const std::string& dir) {
+    Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (d.fd < 0) io_error("open", dir);
+    if (::fsync(d.fd) != 0) io_error("fsync", dir);
+}
+
+} // namespace
+
+DirBlobStore::DirBlobStore(std::string dir) : dir_(std::move(dir)) {
+    while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec || !std::filesystem::is_directory(dir_))
+        throw std::runtime_error("--attachments-dir " + dir_ + ": not a directory we can create (" + ec.message() + ")");
+}
+
+std::string DirBlobStore::path(const std::string& att, bool partial) const {
+    return dir_ + "/" + att + (partial ? ".part" : "");
+}
+
+void DirBlobStore::write(pqxx::work&, const std::string& att, std::int64_t offset, std::string_view bytes) {
+    const auto p = path(att, true);
+    Fd f{::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0640)};
+    if (f.fd < 0) io_error("open", p);
+    // Bytes past the committed offset are a piece whose transaction did not commit.
+    if (::ftruncate(f.fd, offset) != 0) io_error("truncate", p);
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        const auto n = ::pwrite(f.fd, bytes.data() + done, bytes.size() - done, offset + static_cast<off_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) io_error("write", p);
+        done += static_cast<std::size_t>(n);
+    }
+    // On disk before the offset that counts it commits.
+    if (::fdatasync(f.fd) != 0) io_error("fdatasync", p);
+    if (offset == 0) fsync_dir(dir_); // the new name too
+}
+
+std::string DirBlobStore::read(pqxx::connection_base&, const std::string& att, std::int64_t from, std::size_t max) {
+    auto p = path(att, false);
+    Fd f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (f.fd < 0 && errno == ENOENT) {
+        p = path(att, true); // not sealed yet: the digest check reads the partial file
+        f.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    }
+    if (f.fd < 0) {
+        if (errno == ENOENT) return {};
+        io_error("open", p);
+    }
+    std::string out(max, '\0');
+    std::size_t got = 0;
+    while (got < max) {
+        const auto n = ::pread(f.fd, out.data() + got, max - got, from + static_cast<off_t>(got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) io_error("read", p);
+        if (n == 0) break;
+        got += static_cast<std::size_t>(n);
+    }
+    out.resize(got);
+    return out;
+}
+
+void DirBlobStore::drop(pqxx::work&, const std::string& att) {
+    for (bool partial : {true, false}) {
+        const auto p = path(att, partial);
+        if (::unlink(p.c_str()) != 0 && errno != ENOENT) io_error("unlink", p);
+    }
+}
+
+void DirBlobStore::seal(const std::string& att) {
+    const auto from = path(att, true), to = path(att, false);
+    if (!std::filesystem::exists(from) && std::filesystem::exists(to)) return; // sealed already (a retried finish)
+    {
+        // O_CREAT: a 0-byte upload never wrote a piece.
+        Fd f{::open(from.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0640)};
+        if (f.fd < 0) io_error("open", from);
+        if (::fsync(f.fd) != 0) io_error("fsync", from);
+    }
+    if (::rename(from.c_str(), to.c_str()) != 0) io_error("rename", from);
+    fsync_dir(dir_);
+}
+
+// ---------------------------------------------------------------- validation
+
+bool Attachments::valid_name(std::string_view name) {
+    if (name.empty() || name.size() > 255) return false;
+    // UTF-8, well formed, without '/', '\' or control characters (C0, DEL, C1).
+    std::size_t i = 0;
+    while (i < name.size()) {
+        const auto b = static_cast<unsigned char>(name[i]);
+        std::uint32_t cp = 0;
+        std::size_t len = 0;
+        if (b < 0x80) cp = b, len = 1;
+        else if ((b & 0xE0) == 0xC0) cp = b & 0x1F, len = 2;
+        else if ((b & 0xF0) == 0xE0) cp = b & 0x0F, len = 3;
+        else if ((b & 0xF8) == 0xF0) cp = b & 0x07, len = 4;
+        else return false;
+        if (i + len > name.size()) return false;
+        for (std::size_t k = 1; k < len; ++k) {
+            const auto cb = static_cast<unsigned char>(name[i + k]);
+            if ((cb & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (cb & 0x3F);
+        }
+        static constexpr std::uint32_t min_of[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_of[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false; // overlong, surrogate
+        if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || cp == '/' || cp == '\\') return false;
+        i += len;
+    }
+    return true;
+}
+
+bool Attachments::valid_mime(std::string_view mime) {
+    // type "/" subtype, each an RFC 9110 token; no parameters.
+    auto tchar = [](char ch) {
+        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+               std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos;
+    };
+    if (mime.size() > 255) return false;
+    const auto slash = mime.find('/');
+    if (slash == std::string_view::npos || slash == 0 || slash + 1 == mime.size()) return false;
+    for (std::size_t i = 0; i < mime.size(); ++i)
+        if (i != slash && !tchar(mime[i])) return false;
+    return true;
+}
+
+bool Attachments::valid_sha256(std::string_view hex) {
+    if (hex.size() != 64) return false;
+    for (char ch : hex)
+        if (!is_hex(ch) && !(ch >= 'A' && ch <= 'F')) return false;
+    return true;
+}
+
+bool Attachments::valid_att_id(std::string_view id) {
+    if (id.size() != 36) return false;
+    for (std::size_t i = 0; i < id.size(); ++i) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (id[i] != '-') return false;
+        } else if (!is_hex(id[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------- the rules
+
+Att<std::string> Attachments::user_of_token(pqxx::connection_base& c, const std::string& token_sha256_hex) {
+    return guarded_att<std::string>("att_auth", [&]() -> Att<std::string> {
+        prepare(c);
+        pqxx::read_transaction tx(c);
+        auto r = tx.exec_prepared("im_att_token_user", token_sha256_hex);
+        if (r.empty()) return fail(401, "UNAUTHENTICATED", "unknown or revoked device token");
+        return std::string(r[0][0].c_str());
+    });
+}
+
+Att<std::string> Attachments::user_of_jwt(pqxx::connection_base& c, const std::string& user,
+                                          const std::string& device) {
+    return guarded_att<std::string>("att_auth", [&]() -> Att<std::string> {
+        prepare(c);
+        pqxx::read_transaction tx(c);
+        auto r = tx.exec_prepared("im_att_jwt_user", user, device);
+        if (r.empty() || !r[0][0].as<bool>()) return fail(401, "UNAUTHENTICATED", "unknown user or device");
+        return user;
+    });
+}
+
+Att<UploadState> Attachments::create(pqxx::connection_base& c, const std::string& user, const std::string& name,
+                                     const std::string& mime, std::int64_t size, const std::string& sha256_hex) {
+    if (!valid_name(name))
+        return fail(400, "INVALID_ARGUMENT", "name: 1-255 bytes of UTF-8 without '/', '\\' or control characters");
+    if (!valid_mime(mime)) return fail(400, "INVALID_ARGUMENT", "mime: a type/subtype token");
+    if (!valid_sha256(sha256_hex)) return fail(400, "INVALID_ARGUMENT", "sha256: 64 hex digits");
+    if (size < 0) return fail(400, "INVALID_ARGUMENT", "size: a non-negative integer");
+    if (size > max_bytes_)
+        return fail(413, "TOO_LARGE", "larger than the server's limit of " + std::to_string(max_bytes_) + " bytes");
+    auto made = guarded_att<UploadState>("att_create", [&]() -> Att<UploadState> {
+        prepare(c);
+        pqxx::work tx(c);
+        auto r = tx.exec_prepared("im_att_create", user, name, mime, size, lower(sha256_hex), blobs_.kind());
+        tx.commit();
+        UploadState s{r[0][0].c_str(), user, name, mime, lower(sha256_hex), size, 0, false, blobs_.kind()};
+        return s;
+    });
+    if (!att_ok(made) || size > 0) return made;
+    return finish(c, user, std::get<UploadState>(made).att_id);
+}
+
+Att<UploadState> Attachments::status(pqxx::connection_base& c, const std::string& user, const std::string& att) {
+    if (!valid_att_id(att)) return att_not_found();
+    return guarded_att<UploadState>("att_status", [&]() -> Att<UploadState> {
+        prepare(c);
+        pqxx::read_transaction tx(c);
+        auto r = tx.exec_prepared("im_att_state", att, user);
+        if (r.empty()) return att_not_found();
+        return state_of(r[0]);
+    });
+}
+
+Att<UploadState> Attachments::check_put(pqxx::connection_base& c, const std::string& user, const std::string& att,
+                                        std::int64_t offset, std::int64_t length) {
+    auto s = status(c, user, att);
+    if (!att_ok(s)) return s;
+    if (auto f = put_refusal(std::get<UploadState>(s), offset, length)) return *f;
+    return s;
+}
+
+Att<std::int64_t> Attachments::append(pqxx::connection_base& c, const std::string& user, const std::string& att,
+                                      std::int64_t offset, std::string_view bytes) {
+    if (!valid_att_id(att)) return att_not_found();
+    return guarded_att<std::int64_t>("att_append", [&]() -> Att<std::int64_t> {
+        prepare(c);
+        pqxx::work tx(c);
+        auto r = tx.exec_prepared("im_att_state_lock", att, user);
+        if (r.empty()) return att_not_found();
+        const auto s = state_of(r[0]);
+        if (auto f = put_refusal(s, offset, static_cast<std::int64_t>(bytes.size()))) return *f;
+        if (bytes.empty()) return s.received;
+        blobs_of(s.store).write(tx, att, offset, bytes);
+        tx.exec_prepared("im_att_advance", att, static_cast<std::int64_t>(bytes.size()));
+        tx.commit();
+        return offset + static_cast<std::int64_t>(bytes.size());
+    });
+}
+
+Att<UploadState> Attachments::finish(pqxx::connection_base& c, const std::string& user, const std::string& att) {
+    auto st = status(c, user, att);
+    if (!att_ok(st)) return st;
+    auto s = std::get<UploadState>(st);
+    if (s.complete || s.received != s.size) return s;
+    // The digest, streamed piece by piece (never the whole file in memory).
+    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> md(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+    if (!md || EVP_DigestInit_ex(md.get(), EVP_sha256(), nullptr) != 1) return att_unavailable();
+    std::int64_t at = 0;
+    auto scanned = guarded_att<bool>("att_digest", [&]() -> Att<bool> {
+        while (at < s.size) {
+            auto piece = blobs_of(s.store).read(c, att, at, attachment_piece_bytes);
+            if (piece.empty()) break; // fewer bytes than counted: a mismatch below
+            EVP_DigestUpdate(md.get(), piece.data(), piece.size());
+            at += static_cast<std::int64_t>(piece.size());
+        }
+        return true;
+    });
+    if (!att_ok(scanned)) return std::get<AttFailure>(scanned);
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(md.get(), digest, &len);
+    static const char* hex = "0123456789abcdef";
+    std::string got;
+    for (unsigned i = 0; i < len; ++i) {
+        got += hex[digest[i] >> 4];
+        got += hex[digest[i] & 15];
+    }
+    const bool match = at == s.size && got == s.sha256;
+    if (match) {
+        try {
+            blobs_of(s.store).seal(att);
+        } catch (const std::exception& e) {
+            log_warn("att_seal_failed", {{"att", att}, {"err", e.what()}});
+            return att_unavailable();
+        }
+    }
+    return guarded_att<UploadState>("att_finish", [&]() -> Att<UploadState> {
+        prepare(c);
+        pqxx::work tx(c);
+        auto r = tx.exec_prepared("im_att_state_lock", att, user);
+        if (r.empty()) return att_not_found();
+        auto now = state_of(r[0]);
+        if (now.complete) return now; // a concurrent finish won
+        if (!match) {
+            blobs_of(now.store).drop(tx, att);
+            tx.exec_prepared("im_att_restart", att);
+            tx.commit();
+            log_info("att_digest_mismatch", {{"att", att}, {"user", user}});
+            AttFailure f = fail(422, "DIGEST_MISMATCH", "the bytes do not match the declared size and sha256; "
+                                                        "the upload starts again at offset 0");
+            f.offset = 0;
+            return f;
+        }
+        // Durable before `complete` is answered, whatever the session's
+        // synchronous_commit (the gateway's sessions run with it off).
+        tx.exec0("SET LOCAL synchronous_commit = on");
+        tx.exec_prepared("im_att_complete", att);
+        tx.commit();
+        now.complete = true;
+        return now;
+    });
+}
+
+Attachments::Collected Attachments::collect(pqxx::connection_base& c, std::int64_t after_ms, int batch) {
+    Collected out;
+    prepare(c);
+    std::vector<std::string> ids;
+    {
+        pqxx::read_transaction tx(c);
+        for (const auto& r : tx.exec_prepared("im_att_stale", after_ms, batch)) ids.emplace_back(r[0].c_str());
+    }
+    for (const auto& att : ids) {
+        try {
+            pqxx::work tx(c);
+            if (tx.exec_prepared("im_att_lock_skip", att).empty()) continue; // busy: the next run
+            auto r = tx.exec_prepared("im_att_collect", att, after_ms);
+            if (r.empty()) continue; // written to, or referenced, since
+            const std::string kind = r[0][0].c_str();
+            const auto bytes = r[0][1].as<long long>();
+            // The PostgreSQL store's chunks go with the row (ON DELETE CASCADE).
+            tx.commit();
+            if (kind != "pg" && kind == blobs_.kind()) {
+                pqxx::work none(c); // drop() takes a transaction; the directory store does not use it
+                blobs_.drop(none, att);
+            }
+            ++out.uploads;
+            out.bytes += bytes;
+            log_info("attachment_collected", {{"att", att}, {"bytes", std::to_string(bytes)}});
+        } catch (const pqxx::foreign_key_violation&) {
+            // A msg references it now: it stays.
+        } catch (const std::exception& e) {
+            log_warn("attachment_gc_failed", {{"att", att}, {"err", e.what()}});
+        }
+    }
+    return out;
+}
+
+Att<UploadState> Attachments::open(pqxx::connection_base& c, const std::string& user, const std::string& att) {
+    if (!valid_att_id(att)) return att_not_found();
+    return guarded_att<UploadState>("att_open", [&]() -> Att<UploadState> {
+        prepare(c);
+        pqxx::read_transaction tx(c);
+        const bool broken = faults_ && faults_->broken("rule.attachment_visibility");
+        auto r = tx.exec_prepared(broken ? "im_att_visible_any" : "im_att_visible", att, user);
+        if (r.empty()) return att_not_found();
+        return state_of(r[0]);
+    });
+}
+
+} // namespace im

@@ -1,0 +1,549 @@
+// Attachments (spec/server.md "Attachments", contract section 12) over real
+// HTTP on the gateway's loopback listener, a real imserver and PostgreSQL:
+// upload by offset and resume, the digest check, Range and ETag downloads,
+// visibility (contract section 5), limits and bad input changing nothing.
+#include "common.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <openssl/sha.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+
+using namespace im::test;
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+struct Reply {
+    int status = 0;
+    std::string body;
+    std::map<std::string, std::string> headers;
+    json::object json() const {
+        json::error_code ec;
+        auto v = json::parse(body, ec);
+        return !ec && v.is_object() ? v.as_object() : json::object{};
+    }
+    std::string header(const std::string& k) const {
+        auto it = headers.find(k);
+        return it == headers.end() ? "" : it->second;
+    }
+};
+
+std::string sha256_hex(const std::string& data) {
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), d);
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (unsigned char b : d) {
+        out += hex[b >> 4];
+        out += hex[b & 15];
+    }
+    return out;
+}
+
+std::string random_bytes(std::size_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::string s(n, '\0');
+    for (auto& ch : s) ch = static_cast<char>(gen() & 0xFF);
+    return s;
+}
+
+// One request on a fresh connection.
+Reply call(unsigned short port, http::verb method, const std::string& target, const std::string& token,
+           const std::string& body = {}, const std::map<std::string, std::string>& extra = {}) {
+    net::io_context ioc;
+    beast::tcp_stream s(ioc);
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+    s.expires_after(std::chrono::seconds(60));
+    http::request<http::string_body> req{method, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+    for (auto& [k, v] : extra) req.set(k, v);
+    req.body() = body;
+    if (method != http::verb::get || !body.empty()) req.prepare_payload();
+    http::write(s, req);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> p;
+    p.body_limit(256u << 20);
+    http::read(s, buf, p);
+    auto& res = p.get();
+    Reply r{static_cast<int>(res.result_int()), res.body(), {}};
+    for (auto& f : res) r.headers[std::string(f.name_string())] = std::string(f.value());
+    beast::error_code ignored;
+    s.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    return r;
+}
+
+// The same suite runs against each store (tests/server/CMakeLists.txt):
+// IM_TEST_ATTACHMENTS_STORE=dir runs the gateway with --attachments-dir.
+bool dir_store() {
+    const char* v = std::getenv("IM_TEST_ATTACHMENTS_STORE");
+    return v && std::string(v) == "dir";
+}
+
+class Attachments : public ServerSuite {
+protected:
+    static inline TempDir* files = nullptr;
+
+    static void SetUpTestSuite() {
+        pg = new TestPostgres();
+        std::vector<std::string> flags{"--quiet"};
+        if (dir_store()) {
+            files = new TempDir("imatt");
+            flags.push_back("--attachments-dir");
+            flags.push_back(files->path() + "/store");
+        }
+        srv = new ServerProcess(pg->url(), flags);
+    }
+    static void TearDownTestSuite() {
+        ServerSuite::TearDownTestSuite();
+        delete files;
+        files = nullptr;
+    }
+
+    static std::string j(const json::object& o) { return json::serialize(o); }
+    static std::string scalar(const std::string& sql) { return pg->scalar(sql); }
+
+    Reply start(const TestUser& u, const std::string& name, const std::string& mime, std::int64_t size,
+                const std::string& sha) {
+        return call(port(), http::verb::post, "/v1/uploads", u.token,
+                    j({{"name", name}, {"mime", mime}, {"size", size}, {"sha256", sha}}));
+    }
+    Reply put(const TestUser& u, const std::string& att, std::int64_t offset, const std::string& bytes) {
+        return call(port(), http::verb::put, "/v1/uploads/" + att + "?offset=" + std::to_string(offset), u.token, bytes);
+    }
+    Reply status(const TestUser& u, const std::string& att) {
+        return call(port(), http::verb::get, "/v1/uploads/" + att, u.token);
+    }
+    Reply download(const TestUser& u, const std::string& att, const std::map<std::string, std::string>& h = {}) {
+        return call(port(), http::verb::get, "/v1/attachments/" + att, u.token, {}, h);
+    }
+    // A complete upload of `data` by `u`; its att_id.
+    std::string upload(const TestUser& u, const std::string& data, const std::string& name = "f.bin") {
+        auto r = start(u, name, "application/octet-stream", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+        EXPECT_EQ(r.status, 201) << r.body;
+        const std::string att = str(r.json(), "att_id");
+        if (data.empty()) return att;
+        auto p = put(u, att, 0, data);
+        EXPECT_EQ(p.status, 200) << p.body;
+        EXPECT_TRUE(p.json().at("complete").as_bool()) << p.body;
+        return att;
+    }
+    static json::object send_with(WsClient& c, const std::string& conv, const std::string& cmid,
+                                  const std::string& body, const std::vector<std::string>& atts) {
+        json::array a;
+        for (const auto& id : atts) a.push_back(json::value(id));
+        return c.request({{"t", "send"}, {"conv", conv}, {"cmid", cmid}, {"body", body}, {"attachments", a}});
+    }
+    static std::string footprint() {
+        return scalar("SELECT (SELECT count(*) FROM uploads) || '/' || (SELECT coalesce(sum(received), 0) FROM uploads) "
+                      "|| '/' || (SELECT count(*) FROM upload_chunks) || '/' || "
+                      "(SELECT count(*) FROM uploads WHERE complete)");
+    }
+};
+
+TEST_F(Attachments, an_upload_resumes_from_the_servers_offset_and_downloads_the_same_bytes) {
+    auto w = make_world(db(), "attres", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(3 * 1024 * 1024 + 123, 1);
+    auto s = start(u, "report.pdf", "application/pdf", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201) << s.body;
+    const std::string att = str(s.json(), "att_id");
+    EXPECT_EQ(s.json().at("offset").as_int64(), 0);
+
+    const std::size_t first = 1536 * 1024;
+    auto p1 = put(u, att, 0, data.substr(0, first));
+    ASSERT_EQ(p1.status, 200) << p1.body;
+    EXPECT_EQ(p1.json().at("offset").as_int64(), static_cast<std::int64_t>(first));
+    EXPECT_FALSE(p1.json().at("complete").as_bool());
+
+    auto st = status(u, att);
+    ASSERT_EQ(st.status, 200) << st.body;
+    EXPECT_EQ(st.json().at("offset").as_int64(), static_cast<std::int64_t>(first));
+    EXPECT_EQ(st.json().at("size").as_int64(), static_cast<std::int64_t>(data.size()));
+
+    // Not where the server stands: 409 with its offset, nothing written.
+    const std::string before = footprint();
+    auto wrong = put(u, att, 1000, data.substr(1000, 5000));
+    EXPECT_EQ(wrong.status, 409) << wrong.body;
+    EXPECT_EQ(str(wrong.json(), "code"), "OFFSET_MISMATCH");
+    EXPECT_EQ(wrong.json().at("offset").as_int64(), static_cast<std::int64_t>(first));
+    EXPECT_EQ(footprint(), before);
+
+    auto p2 = put(u, att, static_cast<std::int64_t>(first), data.substr(first));
+    ASSERT_EQ(p2.status, 200) << p2.body;
+    EXPECT_EQ(p2.json().at("offset").as_int64(), static_cast<std::int64_t>(data.size()));
+    EXPECT_TRUE(p2.json().at("complete").as_bool());
+    EXPECT_EQ(scalar("SELECT complete FROM uploads WHERE att_id = " + q(att)), "t");
+    EXPECT_EQ(scalar("SELECT store FROM uploads WHERE att_id = " + q(att)), dir_store() ? "dir" : "pg");
+    if (dir_store()) { // sealed: renamed from its temporary name, whole
+        EXPECT_EQ(std::filesystem::file_size(files->path() + "/store/" + att), data.size());
+        EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + att + ".part"));
+        EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks"), "0");
+    }
+
+    auto d = download(u, att);
+    ASSERT_EQ(d.status, 200);
+    EXPECT_EQ(d.body.size(), data.size());
+    EXPECT_TRUE(d.body == data);
+    EXPECT_EQ(d.header("Content-Type"), "application/pdf");
+    EXPECT_EQ(d.header("ETag"), "\"" + sha256_hex(data) + "\"");
+    EXPECT_EQ(d.header("Accept-Ranges"), "bytes");
+
+    // Range: a middle slice across a piece boundary, an open end, a suffix.
+    const std::int64_t a = 1024 * 1024 - 10, b = 1024 * 1024 + 9;
+    auto r1 = download(u, att, {{"Range", "bytes=" + std::to_string(a) + "-" + std::to_string(b)}});
+    ASSERT_EQ(r1.status, 206);
+    EXPECT_TRUE(r1.body == data.substr(a, b - a + 1));
+    EXPECT_EQ(r1.header("Content-Range"),
+              "bytes " + std::to_string(a) + "-" + std::to_string(b) + "/" + std::to_string(data.size()));
+    auto r2 = download(u, att, {{"Range", "bytes=" + std::to_string(data.size() - 7) + "-"}});
+    ASSERT_EQ(r2.status, 206);
+    EXPECT_TRUE(r2.body == data.substr(data.size() - 7));
+    auto r3 = download(u, att, {{"Range", "bytes=-5"}});
+    ASSERT_EQ(r3.status, 206);
+    EXPECT_TRUE(r3.body == data.substr(data.size() - 5));
+    auto r4 = download(u, att, {{"Range", "bytes=" + std::to_string(data.size()) + "-"}});
+    EXPECT_EQ(r4.status, 416);
+    EXPECT_EQ(r4.header("Content-Range"), "bytes */" + std::to_string(data.size()));
+    auto nm = download(u, att, {{"If-None-Match", "\"" + sha256_hex(data) + "\""}});
+    EXPECT_EQ(nm.status, 304);
+    EXPECT_TRUE(nm.body.empty());
+
+    // A complete upload takes no more bytes.
+    auto more = put(u, att, static_cast<std::int64_t>(data.size()), "x");
+    EXPECT_EQ(more.status, 409) << more.body;
+    EXPECT_GT(srv->metric("im_attachment_bytes_in_total"), static_cast<long long>(data.size()) - 1);
+    EXPECT_GT(srv->metric("im_attachment_bytes_out_total"), static_cast<long long>(data.size()) - 1);
+}
+
+TEST_F(Attachments, a_connection_killed_mid_body_keeps_the_committed_pieces_and_the_upload_goes_on_from_there) {
+    auto w = make_world(db(), "attkill", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(5 * 1024 * 1024, 2);
+    auto s = start(u, "video.mp4", "video/mp4", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201) << s.body;
+    const std::string att = str(s.json(), "att_id");
+    {
+        // Declares the whole file, sends 40 % and two more pieces' worth, dies.
+        net::io_context ioc;
+        beast::tcp_stream st(ioc);
+        st.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+        std::string head = "PUT /v1/uploads/" + att + "?offset=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                           u.token + "\r\nContent-Length: " + std::to_string(data.size()) + "\r\n\r\n";
+        net::write(st.socket(), net::buffer(head));
+        net::write(st.socket(), net::buffer(data.data(), 2 * 1024 * 1024 + 512 * 1024));
+        // The first two pieces are committed once the server has read them.
+        wait_until([&] { return scalar("SELECT received FROM uploads WHERE att_id = " + q(att)) == "2097152"; }, 20s,
+                   "the first two pieces committed");
+        st.socket().close();
+    }
+    // The half piece in flight is not counted; the server says where to go on.
+    auto st = status(u, att);
+    ASSERT_EQ(st.status, 200) << st.body;
+    const auto at = st.json().at("offset").as_int64();
+    EXPECT_EQ(at, 2 * 1024 * 1024);
+    EXPECT_FALSE(st.json().at("complete").as_bool());
+    auto p = put(u, att, at, data.substr(static_cast<std::size_t>(at)));
+    ASSERT_EQ(p.status, 200) << p.body;
+    EXPECT_TRUE(p.json().at("complete").as_bool());
+    auto d = download(u, att);
+    ASSERT_EQ(d.status, 200);
+    EXPECT_TRUE(d.body == data);
+    EXPECT_EQ(scalar("SELECT count(*) FROM uploads WHERE owner_user = " + q(u.user)), "1");
+}
+
+TEST_F(Attachments, a_wrong_digest_answers_DIGEST_MISMATCH_and_the_upload_starts_again_at_zero) {
+    auto w = make_world(db(), "attdig", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(1500 * 1024, 3);
+    std::string other = data;
+    other[777] ^= 1;
+    auto s = start(u, "a.bin", "application/octet-stream", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201);
+    const std::string att = str(s.json(), "att_id");
+    const auto mismatches = srv->metric("im_attachment_digest_mismatches_total");
+    auto bad = put(u, att, 0, other);
+    EXPECT_EQ(bad.status, 422) << bad.body;
+    EXPECT_EQ(str(bad.json(), "code"), "DIGEST_MISMATCH");
+    EXPECT_EQ(srv->metric("im_attachment_digest_mismatches_total"), mismatches + 1);
+    auto st = status(u, att);
+    EXPECT_EQ(st.json().at("offset").as_int64(), 0);
+    EXPECT_FALSE(st.json().at("complete").as_bool());
+    EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id = " + q(att)), "0");
+    EXPECT_EQ(download(u, att).status, 404); // never readable while incomplete
+    auto good = put(u, att, 0, data);
+    ASSERT_EQ(good.status, 200) << good.body;
+    EXPECT_TRUE(good.json().at("complete").as_bool());
+    EXPECT_TRUE(download(u, att).body == data);
+}
+
+TEST_F(Attachments, visibility_is_the_uploader_or_a_reader_of_a_msg_that_references_it_else_404_alike) {
+    auto w = make_world(db(), "attvis", 2); // joins at 1, 2
+    const auto& up = w.users[0];
+    const auto& member = w.users[1];
+    auto stranger = make_user(db(), unique_name("attvis-x"));
+    const std::string data = random_bytes(10000, 4);
+    const std::string att = upload(up, data);
+
+    EXPECT_EQ(download(up, att).status, 200);
+    // Before any message references it: nobody else, and 404 as for an unknown id.
+    const auto unknown = download(member, "00000000-0000-4000-8000-000000000000");
+    EXPECT_EQ(unknown.status, 404);
+    const auto not_yet = download(member, att);
+    EXPECT_EQ(not_yet.status, 404);
+    EXPECT_EQ(not_yet.body, unknown.body);
+    EXPECT_EQ(status(member, att).status, 404);       // an upload is only its uploader's
+    EXPECT_EQ(put(member, att, 0, "x").status, 404);
+    EXPECT_EQ(download(stranger, att).status, 404);
+    EXPECT_EQ(download({}, att).status, 401);
+    EXPECT_EQ(call(port(), http::verb::get, "/v1/attachments/" + att, "not-a-token").status, 401);
+
+    // A msg that references it.
+    WsClient c(port());
+    ASSERT_EQ(str(c.hello(up.token), "t"), "welcome");
+    auto sent = send_with(c, w.conv, "m1", "see attached", {att});
+    ASSERT_EQ(str(sent, "t"), "sent") << j(sent);
+    auto seen = download(member, att);
+    EXPECT_EQ(seen.status, 200);
+    EXPECT_TRUE(seen.body == data);
+    EXPECT_EQ(download(stranger, att).status, 404);
+
+    // A former member: a msg after their period is not theirs to read.
+    admin_ok(db(), {"member", "remove", w.conv, member.user});
+    const std::string att2 = upload(up, random_bytes(100, 5));
+    auto sent2 = send_with(c, w.conv, "m2", "later", {att2});
+    ASSERT_EQ(str(sent2, "t"), "sent") << j(sent2);
+    EXPECT_EQ(download(member, att2).status, 404);
+    EXPECT_EQ(download(member, att).status, 200); // their own past stays readable
+}
+
+TEST_F(Attachments, bad_input_is_refused_with_its_code_and_changes_nothing) {
+    auto w = make_world(db(), "attbad", 1);
+    const auto& u = w.users[0];
+    const std::string sha = sha256_hex("abc");
+    const std::string before = footprint();
+    struct Case { std::string name, mime; std::int64_t size; std::string sha; int status; std::string code; };
+    const std::vector<Case> cases = {
+        {"", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a/b.txt", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a\\b.txt", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a\nb.txt", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {std::string(256, 'n'), "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"bad\xC3(utf8", "text/plain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a.txt", "textplain", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain; charset=utf-8", 3, sha, 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain", 3, sha.substr(1), 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain", 3, std::string(64, 'g'), 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain", -1, sha, 400, "INVALID_ARGUMENT"},
+        {"a.txt", "text/plain", 104857601, sha, 413, "TOO_LARGE"},
+    };
+    for (const auto& c : cases) {
+        auto r = start(u, c.name, c.mime, c.size, c.sha);
+        EXPECT_EQ(r.status, c.status) << c.name << " " << c.mime << " " << r.body;
+        EXPECT_EQ(str(r.json(), "code"), c.code) << c.name << " " << c.mime;
+    }
+    EXPECT_EQ(call(port(), http::verb::post, "/v1/uploads", u.token, "{\"name\":\"x\"}").status, 400);
+    EXPECT_EQ(call(port(), http::verb::post, "/v1/uploads", u.token, "not json").status, 400);
+    EXPECT_EQ(footprint(), before);
+
+    // An upload of the 100 MiB limit exactly is fine (declared, not sent).
+    auto ok = start(u, "ok ünïcödé.bin", "application/octet-stream", 104857600, sha);
+    EXPECT_EQ(ok.status, 201) << ok.body;
+    const std::string att = str(ok.json(), "att_id");
+    const std::string started = footprint();
+    // A PUT over 8 MiB, bytes beyond the declared size, a bad offset, an unknown id.
+    auto big = call(port(), http::verb::put, "/v1/uploads/" + att + "?offset=0", u.token, std::string((8u << 20) + 1, 'x'));
+    EXPECT_EQ(big.status, 413) << big.body;
+    EXPECT_EQ(str(big.json(), "code"), "TOO_LARGE");
+    auto small = start(u, "s.txt", "text/plain", 3, sha);
+    const std::string satt = str(small.json(), "att_id");
+    const std::string two = footprint();
+    auto beyond = put(u, satt, 0, "abcd");
+    EXPECT_EQ(beyond.status, 413) << beyond.body;
+    EXPECT_EQ(call(port(), http::verb::put, "/v1/uploads/" + satt, u.token, "abc").status, 400);
+    EXPECT_EQ(call(port(), http::verb::put, "/v1/uploads/" + satt + "?offset=-1", u.token, "abc").status, 400);
+    EXPECT_EQ(put(u, "not-a-uuid", 0, "abc").status, 404);
+    EXPECT_EQ(put(u, "00000000-0000-4000-8000-000000000000", 0, "abc").status, 404);
+    EXPECT_EQ(footprint(), two);
+    EXPECT_NE(started, two);
+
+    // A 0-byte file is complete at once; its download is empty.
+    auto empty = start(u, "empty.txt", "text/plain", 0, sha256_hex(""));
+    ASSERT_EQ(empty.status, 201) << empty.body;
+    EXPECT_TRUE(empty.json().at("complete").as_bool());
+    auto d = download(u, str(empty.json(), "att_id"));
+    EXPECT_EQ(d.status, 200);
+    EXPECT_TRUE(d.body.empty());
+}
+
+TEST_F(Attachments, the_connection_stays_usable_for_the_next_request_and_the_websocket_path_is_unchanged) {
+    auto w = make_world(db(), "attka", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(300000, 6);
+    const std::string att = upload(u, data);
+    net::io_context ioc;
+    beast::tcp_stream s(ioc);
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+    beast::flat_buffer buf;
+    for (int i = 0; i < 3; ++i) {
+        http::request<http::string_body> req{http::verb::get, "/v1/attachments/" + att, 11};
+        req.set(http::field::host, "x");
+        req.set(http::field::authorization, "Bearer " + u.token);
+        http::write(s, req);
+        http::response_parser<http::string_body> p;
+        p.body_limit(1u << 20);
+        http::read(s, buf, p);
+        EXPECT_EQ(p.get().result_int(), 200u);
+        EXPECT_TRUE(p.get().body() == data);
+        EXPECT_TRUE(p.get().keep_alive());
+    }
+    // The other routes still answer as before.
+    EXPECT_EQ(srv->http("GET", "/healthz").first, 200);
+    WsClient c(port());
+    EXPECT_EQ(str(c.hello(u.token), "t"), "welcome");
+}
+
+TEST_F(Attachments, a_send_with_attachments_carries_them_in_pages_fetches_and_pushes_and_they_are_in_its_fingerprint) {
+    auto w = make_world(db(), "attsend", 2);
+    const auto& ana = w.users[0];
+    const auto& bo = w.users[1];
+    const std::string d1 = random_bytes(2000, 7), d2 = random_bytes(3000, 8);
+    const std::string a1 = upload(ana, d1, "one.bin"), a2 = upload(ana, d2, "two.bin");
+    WsClient ca(port()), cb(port());
+    ASSERT_EQ(str(ca.hello(ana.token), "t"), "welcome");
+    ASSERT_EQ(str(cb.hello(bo.token), "t"), "welcome");
+    ASSERT_EQ(str(cb.request({{"t", "sub"}}), "t"), "subscribed");
+
+    // Not ana's (bo's upload), incomplete, unknown: NOT_FOUND, nothing written.
+    const std::string bos = upload(bo, "bo's bytes");
+    auto inc = start(ana, "inc.bin", "application/octet-stream", 10, sha256_hex("0123456789"));
+    const std::string incomplete = str(inc.json(), "att_id");
+    const std::string events_before = scalar("SELECT count(*) FROM events WHERE conv_id = " + q(w.conv));
+    for (const auto& bad : {bos, incomplete, std::string("00000000-0000-4000-8000-000000000000")}) {
+        auto r = send_with(ca, w.conv, "bad-" + bad, "x", {a1, bad});
+        EXPECT_EQ(str(r, "code"), "NOT_FOUND") << j(r);
+    }
+    EXPECT_EQ(scalar("SELECT count(*) FROM events WHERE conv_id = " + q(w.conv)), events_before);
+    EXPECT_EQ(scalar("SELECT count(*) FROM event_attachments WHERE conv_id = " + q(w.conv)), "0");
+
+    // An empty body is fine with attachments; the order given is kept.
+    auto sent = send_with(ca, w.conv, "k1", "", {a2, a1});
+    ASSERT_EQ(str(sent, "t"), "sent") << j(sent);
+    EXPECT_FALSE(sent.at("dup").as_bool());
+    const auto seq = sent.at("seq").as_int64();
+    auto check = [&](const json::object& ev, const std::string& where) {
+        ASSERT_TRUE(ev.contains("attachments")) << where << " " << j(ev);
+        const auto& list = ev.at("attachments").as_array();
+        ASSERT_EQ(list.size(), 2u) << where;
+        EXPECT_EQ(str(list[0].as_object(), "att_id"), a2) << where;
+        EXPECT_EQ(str(list[0].as_object(), "name"), "two.bin") << where;
+        EXPECT_EQ(str(list[0].as_object(), "mime"), "application/octet-stream") << where;
+        EXPECT_EQ(list[0].as_object().at("size").as_int64(), 3000) << where;
+        EXPECT_EQ(str(list[0].as_object(), "sha256"), sha256_hex(d2)) << where;
+        EXPECT_EQ(str(list[1].as_object(), "att_id"), a1) << where;
+        EXPECT_EQ(str(ev, "body"), "") << where;
+    };
+    auto push = cb.wait_push([&](const json::object& o) {
+        return str(o, "t") == "event" && o.at("ev").as_object().at("seq").as_int64() == seq;
+    });
+    ASSERT_TRUE(push);
+    check(push->at("ev").as_object(), "push");
+    auto page = sync_conv(cb, w.conv, 0);
+    bool found = false;
+    for (const auto& e : page.at("events").as_array())
+        if (e.as_object().at("seq").as_int64() == seq) {
+            found = true;
+            check(e.as_object(), "page");
+        }
+    EXPECT_TRUE(found) << j(page);
+    auto fetched = cb.request({{"t", "fetch"}, {"conv", w.conv}, {"seq", seq}});
+    check(fetched.at("ev").as_object(), "fetch");
+    EXPECT_TRUE(download(bo, a1).body == d1);
+
+    // The key: the same content is a duplicate; other attachments (or
+    // another order) are other content.
+    auto again = send_with(ca, w.conv, "k1", "", {a2, a1});
+    EXPECT_TRUE(again.at("dup").as_bool()) << j(again);
+    EXPECT_EQ(again.at("seq").as_int64(), seq);
+    EXPECT_EQ(str(send_with(ca, w.conv, "k1", "", {a1, a2}), "code"), "IDEMPOTENCY_MISMATCH");
+    EXPECT_EQ(str(send_with(ca, w.conv, "k1", "", {a2}), "code"), "IDEMPOTENCY_MISMATCH");
+    EXPECT_EQ(str(send_msg(ca, w.conv, "k1", "x"), "code"), "IDEMPOTENCY_MISMATCH"); // without them: other content
+    EXPECT_EQ(str(send_msg(ca, w.conv, "k3", ""), "code"), "INVALID_ARGUMENT"); // an empty body needs attachments
+    // The fingerprints (contract section 12): a plain send hashes as before v3.
+    auto plain = send_msg(ca, w.conv, "k2", "hello");
+    ASSERT_EQ(str(plain, "t"), "sent");
+    EXPECT_EQ(scalar("SELECT request_hash = sha256(convert_to(conv_id, 'UTF8') || '\\x00'::bytea || "
+                     "convert_to(body, 'UTF8')) FROM events WHERE conv_id = " + q(w.conv) + " AND client_msg_id = 'k2'"),
+              "t");
+    EXPECT_EQ(scalar("SELECT encode(request_hash, 'hex') FROM events WHERE conv_id = " + q(w.conv) +
+                     " AND client_msg_id = 'k1'"),
+              sha256_hex(w.conv + std::string(1, '\0') + "" + std::string(1, '\0') + "reply:" + std::string(1, '\0') +
+                         "att:" + a2 + "," + a1));
+    EXPECT_EQ(scalar("SELECT string_agg(att_id::text, ',' ORDER BY ord) FROM event_attachments WHERE conv_id = " +
+                     q(w.conv) + " AND seq = " + std::to_string(seq)),
+              a2 + "," + a1);
+}
+
+// The collector (server.md: incomplete uploads and complete ones no msg
+// references go after 24 h; the bytes of an attachment go when the last msg
+// referencing it is purged), here with a 3 s age and a 200 ms interval on
+// a gateway of its own beside the suite's.
+TEST_F(Attachments, the_collector_removes_stale_and_unreferenced_uploads_and_never_a_referenced_one) {
+    std::vector<std::string> flags{"--quiet", "--attachments-gc-after-ms", "3000", "--attachments-gc-interval-ms", "200"};
+    if (dir_store()) {
+        flags.push_back("--attachments-dir");
+        flags.push_back(files->path() + "/store");
+    }
+    // The suite's gateway collects with its defaults (24 h): only this one removes.
+    ServerProcess gc(pg->url(), flags, "gw-gc");
+    auto w = make_world(db(), "attgc", 2);
+    const auto& u = w.users[0];
+    WsClient c(port());
+    ASSERT_EQ(str(c.hello(u.token), "t"), "welcome");
+    // Referenced at once (well within the age), then two to collect.
+    const std::string kept_bytes = random_bytes(5000, 9);
+    const std::string kept = upload(u, kept_bytes, "kept.bin");
+    auto sent = send_with(c, w.conv, "gc1", "keep me", {kept});
+    ASSERT_EQ(str(sent, "t"), "sent") << j(sent);
+    const auto seq = sent.at("seq").as_int64();
+    const std::string lone = upload(u, random_bytes(4000, 10), "lone.bin");
+    auto half = start(u, "half.bin", "application/octet-stream", 3000, sha256_hex(random_bytes(3000, 11)));
+    const std::string partial = str(half.json(), "att_id");
+    ASSERT_EQ(put(u, partial, 0, random_bytes(1000, 11)).status, 200);
+
+    auto exists = [&](const std::string& att) {
+        return scalar("SELECT count(*) FROM uploads WHERE att_id = " + q(att)) == "1";
+    };
+    wait_until([&] { return !exists(lone) && !exists(partial); }, 30s, "the stale and the unreferenced uploads removed");
+    EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id IN (" + q(lone) + ", " + q(partial) + ")"), "0");
+    if (dir_store()) {
+        EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + lone));
+        EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + partial + ".part"));
+    }
+    // Runs go on past the age; a referenced upload stays, bytes and all.
+    const auto runs = gc.metric("im_attachment_gc_runs_total");
+    wait_until([&] { return gc.metric("im_attachment_gc_runs_total") >= runs + 3; }, 30s, "three more collector runs");
+    EXPECT_TRUE(exists(kept));
+    EXPECT_TRUE(download(w.users[1], kept).body == kept_bytes);
+    EXPECT_GE(gc.metric("im_attachment_gc_uploads_total"), 2);
+
+    // Its msg purged (retention): the last reference is gone, so are its bytes.
+    admin_ok(db(), {"purge", w.conv, "--before-seq", std::to_string(seq + 1)});
+    EXPECT_EQ(download(w.users[1], kept).status, 404);
+    wait_until([&] { return !exists(kept); }, 30s, "the purged message's attachment removed");
+    EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id = " + q(kept)), "0");
+    if (dir_store()) EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + kept));
+}
+
+} // namespace
