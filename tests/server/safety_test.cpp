@@ -365,7 +365,7 @@ TEST(NoLabSwitch, a_lab_run_installs_its_broken_send_functions_only_into_the_dat
     TestPostgres pg;
     auto lab_url = pg.create_database("labfresh");
     ServerProcess lab(lab_url, {"--quiet", "--enable-faults"});
-    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im_lab_send_%'", "labfresh"), "8");
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im_lab_send_%'", "labfresh"), "9");
     EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im_lab_change_%'", "labfresh"), "2");
     EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname = 'im_send'", "labfresh"), "1");
     // The armed rule reaches only the lab gateway's own calls.
