@@ -266,8 +266,12 @@ void TestApi::a_client_lives_on_a_worker_thread() {
     // What the client says arrives here queued (this object's thread).
     QList<ConnectionState> states;
     QHash<QString, MessageState> settled;
-    connect(client, &Client::connectionStateChanged, this, [&states](ConnectionState s) { states.append(s); });
-    connect(client, &Client::messageStateChanged, this,
+    // The lambdas' context: destroyed before `stop` runs, so what the client
+    // says while it is destroyed on the worker (queued here) never reaches
+    // these locals after the test returned.
+    QObject receiver;
+    connect(client, &Client::connectionStateChanged, &receiver, [&states](ConnectionState s) { states.append(s); });
+    connect(client, &Client::messageStateChanged, &receiver,
             [&settled](const QString &, const QString &cmid, qint64, MessageState st, const QString &) {
                 settled.insert(cmid, st);
             });
