@@ -14,8 +14,11 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <random>
+
+#include <sys/socket.h>
 
 namespace im {
 
@@ -155,7 +158,14 @@ HttpOutcome webhook_post(const WebhookUrl& u, const std::vector<std::pair<std::s
 
 WebhookDeliverer::WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics, FaultRegistry& faults)
     : url_(std::move(url)), cfg_(cfg), metrics_(metrics), faults_(faults) {
-    for (int i = 0; i < cfg_.webhook_workers; ++i) threads_.emplace_back([this, i] { loop(i); });
+    running_ = cfg_.webhook_workers;
+    for (int i = 0; i < cfg_.webhook_workers; ++i)
+        threads_.emplace_back([this, i] {
+            loop(i);
+            std::lock_guard lk(mu_);
+            --running_;
+            cv_.notify_all();
+        });
 }
 
 WebhookDeliverer::~WebhookDeliverer() { stop(); }
@@ -166,6 +176,14 @@ void WebhookDeliverer::stop() {
         stop_ = true;
     }
     cv_.notify_all();
+    {
+        std::unique_lock lk(mu_);
+        if (!cv_.wait_for(lk, std::chrono::seconds(2), [&] { return running_ == 0; })) {
+            // Blocked on a hung database: end the statements' reads.
+            for (auto* c : live_) ::shutdown(c->sock(), SHUT_RDWR);
+            log_warn("webhook_stop_cut_sessions", {{"sessions", static_cast<long>(live_.size())}});
+        }
+    }
     for (auto& t : threads_)
         if (t.joinable()) t.join();
 }
@@ -176,6 +194,19 @@ void WebhookDeliverer::loop(int worker) {
     FaultRegistry no_faults(false);
     Store store(no_faults, cfg_.lab);
     std::unique_ptr<pqxx::connection> conn;
+    // The session is listed in live_ while open, so stop() can cut it.
+    auto drop = [&] {
+        if (!conn) return;
+        {
+            std::lock_guard lk(mu_);
+            live_.erase(std::remove(live_.begin(), live_.end(), conn.get()), live_.end());
+        }
+        conn.reset();
+    };
+    struct Dropper {
+        std::function<void()> f;
+        ~Dropper() { f(); }
+    } dropper{drop};
     std::vector<webhooks::Webhook> hooks;
     auto refresh_at = Clock::now();
     std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::string>{}(owner));
@@ -277,7 +308,12 @@ void WebhookDeliverer::loop(int worker) {
     for (;;) {
         if (stopping()) return;
         try {
-            if (!conn || !conn->is_open()) conn = open_connection(url_, "imserver-webhooks-" + owner);
+            if (!conn || !conn->is_open()) {
+                drop();
+                conn = open_connection(url_, "imserver-webhooks-" + owner);
+                std::lock_guard lk(mu_);
+                live_.push_back(conn.get());
+            }
             if (Clock::now() >= refresh_at) {
                 hooks = webhooks::list(*conn);
                 for (const auto& w : hooks) webhooks::discover(*conn, w.id);
@@ -306,8 +342,9 @@ void WebhookDeliverer::loop(int worker) {
             backoff = std::chrono::milliseconds(100);
             if (!worked && wait(std::chrono::milliseconds(cfg_.webhook_poll_ms))) return;
         } catch (const std::exception& e) {
+            if (stopping()) return;
             log_warn("webhook_db_failed", {{"worker", worker}, {"err", e.what()}});
-            conn.reset();
+            drop();
             if (wait(backoff)) return;
             backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
         }

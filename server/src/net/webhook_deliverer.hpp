@@ -17,6 +17,8 @@
 #include "core/faults.hpp"
 #include "core/metrics.hpp"
 
+#include <pqxx/pqxx>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -54,7 +56,10 @@ public:
     WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics, FaultRegistry& faults);
     ~WebhookDeliverer();
     /// Ends the workers (an HTTP call in flight finishes or times out first;
-    /// its leases then run out and another gateway delivers again).
+    /// its leases then run out and another gateway delivers again). A worker
+    /// still blocked on the database 2 s after the request to stop (a hung
+    /// PostgreSQL) has its session's socket shut down, so SIGTERM never waits
+    /// on the database.
     void stop();
 
 private:
@@ -67,6 +72,8 @@ private:
     std::mutex mu_;
     std::condition_variable cv_;
     bool stop_ = false;
+    int running_ = 0;                      // workers not returned yet (under mu_)
+    std::vector<pqxx::connection*> live_;  // the workers' open sessions (under mu_)
     std::vector<std::thread> threads_;
 };
 
