@@ -13,6 +13,9 @@ namespace {
 /// conversation) in any second (contract 13); the SDK never sends more.
 constexpr int TypingFramesPerSecond = 2;
 constexpr qint64 Second = 1000;
+/// now() truncates to the ms: one more keeps a frame a full second after
+/// the answer it counts from.
+constexpr qint64 Margin = 1;
 } // namespace
 
 Ephemeral::Ephemeral(Connection &conn) : conn_(conn) {
@@ -51,11 +54,19 @@ void Ephemeral::setTyping(const QString &conv, bool typing) {
 
 void Ephemeral::messageSent(const QString &conv) { setTyping(conv, false); }
 
+bool Ephemeral::fits(const Out &o) const {
+    // The gateway stamped the frame two back before it answered it: a
+    // second after the answer is a second after the stamp, however late
+    // that frame reached it (a slow network, a slow membership check).
+    return o.settled[0] != InFlight && now() - o.settled[0] >= Second + Margin;
+}
+
 void Ephemeral::want(const QString &conv) {
     Out &o = out_[conv];
-    // The oldest of the last two frames is within the second: a third one
-    // now would be over the rate. It waits; only the latest state goes.
-    if (now() - o.sent[0] < Second) {
+    // The frame two back was stamped by the gateway within the second (or
+    // is not answered yet): a third one now could be over its rate and be
+    // dropped. It waits; only the latest state goes.
+    if (!fits(o)) {
         o.pending = true;
         return;
     }
@@ -67,21 +78,35 @@ void Ephemeral::want(const QString &conv) {
 
 void Ephemeral::transmit(const QString &conv, bool on) {
     Out &o = out_[conv];
-    o.sent[0] = o.sent[1];
-    o.sent[1] = now();
-    static_assert(TypingFramesPerSecond == 2, "Out::sent holds the last two frames");
+    o.settled[0] = o.settled[1];
+    o.frame[0] = o.frame[1];
+    o.settled[1] = InFlight;
+    const quint64 frame = o.frame[1] = ++lastFrame_;
+    static_assert(TypingFramesPerSecond == 2, "Out holds the last two frames");
     o.wireOn = on;
     if (on)
         o.renewAt = now() + renewMs;
     ++typingFramesSent;
     const QString rid = conn_.nextRid();
     // A plain request: forgotten on timeout or loss, never retried (a lost
-    // typing frame is harmless, contract 13).
-    conn_.request(rid, proto::encodeTyping(rid, conv, on), [conv](const std::optional<proto::Incoming> &reply) {
+    // typing frame is harmless, contract 13). Its answer (or loss) starts
+    // its second.
+    conn_.request(rid, proto::encodeTyping(rid, conv, on), [this, conv, frame](const std::optional<proto::Incoming> &reply) {
+        settle(conv, frame);
         if (const QString code = proto::errorCode(reply); !code.isEmpty())
             qCInfo(lcClient, "typing in %s: %s (%s)", qUtf8Printable(conv), qUtf8Printable(code),
                    qUtf8Printable(proto::errorMessage(reply)));
     });
+}
+
+void Ephemeral::settle(const QString &conv, quint64 frame) {
+    const auto it = out_.find(conv);
+    if (it == out_.end())
+        return; // the session ended meanwhile
+    for (int i = 0; i < 2; ++i)
+        if (it->frame[i] == frame)
+            it->settled[i] = now();
+    armOut();
 }
 
 void Ephemeral::onOutTimer() {
@@ -97,7 +122,10 @@ void Ephemeral::onOutTimer() {
         } else if (o.pending) {
             want(conv);
         }
-        if (!o.typing && !o.pending && t - o.sent[1] >= Second)
+        // Forgotten once both frames are a second old: a new entry starts
+        // with room for two.
+        if (!o.typing && !o.pending && o.settled[0] != InFlight && o.settled[1] != InFlight &&
+            t - std::max(o.settled[0], o.settled[1]) >= Second + Margin)
             out_.remove(conv);
     }
     armOut();
@@ -108,10 +136,11 @@ void Ephemeral::armOut() {
     for (const Out &o : std::as_const(out_)) {
         if (o.typing)
             next = std::min({next, o.idleAt, o.pending ? next : o.renewAt});
-        if (o.pending)
-            next = std::min(next, o.sent[0] + Second);
-        if (!o.typing && !o.pending)
-            next = std::min(next, o.sent[1] + Second); // forget it then
+        // A frame in flight arms nothing: its answer (or loss) calls again.
+        if (o.pending && o.settled[0] != InFlight)
+            next = std::min(next, o.settled[0] + Second + Margin);
+        if (!o.typing && !o.pending && o.settled[0] != InFlight && o.settled[1] != InFlight)
+            next = std::min(next, std::max(o.settled[0], o.settled[1]) + Second + Margin); // forget it then
     }
     if (next == std::numeric_limits<qint64>::max())
         outTimer_.stop();

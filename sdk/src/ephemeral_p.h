@@ -15,6 +15,7 @@
 #include <QtCore/QStringList>
 #include <QtCore/QTimer>
 
+#include <limits>
 #include <optional>
 
 namespace im {
@@ -31,7 +32,11 @@ public:
     /// sends `on:true`; while calls keep coming it is renewed every renewMs;
     /// idleMs after the last call, or on false, `on:false` goes. Only on an
     /// open session; at most 2 frames a second per conversation (a frame
-    /// over that waits, and only the latest state goes).
+    /// over that waits, and only the latest state goes). The second is
+    /// counted from the gateway's answer to the frame two back, not from
+    /// when it left: the gateway counts frames as they reach it, and a
+    /// delayed frame must not make the next one (often the stop) the third
+    /// within its second, which it would drop.
     void setTyping(const QString &conv, bool typing);
     /// We sent a message in `conv`: typing there stops (contract 13).
     void messageSent(const QString &conv);
@@ -78,8 +83,15 @@ private:
         bool wireOn = false;       ///< the last state sent
         bool pending = false;      ///< a frame waits for the rate limit
         qint64 idleAt = 0, renewAt = 0;
-        qint64 sent[2] = {-1000000, -1000000}; ///< the last two frames' times
+        /// The last two frames, oldest first: when the gateway's answer (or
+        /// the request's loss) came, InFlight until then, and their ids.
+        qint64 settled[2] = {-1000000, -1000000};
+        quint64 frame[2] = {0, 0};
     };
+    static constexpr qint64 InFlight = std::numeric_limits<qint64>::max();
+    /// The next frame fits the gateway's 2 a second.
+    bool fits(const Out &o) const;
+    void settle(const QString &conv, quint64 frame);
     qint64 now() const { return clock_.elapsed(); }
     void want(const QString &conv);
     void transmit(const QString &conv, bool on);
@@ -94,6 +106,7 @@ private:
     Connection &conn_;
     QElapsedTimer clock_;
     QHash<QString, Out> out_;                          // conv -> this user's typing
+    quint64 lastFrame_ = 0;                            // ids of typing frames
     QHash<QString, QHash<QString, qint64>> typists_;   // conv -> user -> expires at
     QTimer outTimer_{this};
     QTimer expiryTimer_{this};

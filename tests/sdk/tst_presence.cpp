@@ -19,7 +19,10 @@
 #include <im/testing.h>
 
 #include <QtCore/QElapsedTimer>
+#include <QtCore/QPointer>
 #include <QtCore/QTemporaryDir>
+#include <QtNetwork/QTcpServer>
+#include <QtNetwork/QTcpSocket>
 #include <QtTest/QSignalSpy>
 #include <QtTest/QtTest>
 
@@ -38,6 +41,56 @@ im::Ephemeral &eph(Client &c) { return im::ClientPrivate::get(&c)->ephemeral; }
 bool connected(Client &c) {
     return QTest::qWaitFor([&] { return c.connectionState() == ConnectionState::Connected; }, 60000);
 }
+
+// A TCP relay to the real server whose client-to-server direction can be
+// held (bytes kept, in order) and let go: frames reach the gateway later
+// than they left the client, as on a slow network.
+class HoldingRelay : public QObject {
+public:
+    explicit HoldingRelay(quint16 target) : target_(target) {
+        listening = server_.listen(QHostAddress::LocalHost);
+        connect(&server_, &QTcpServer::newConnection, this, [this] {
+            while (QTcpSocket *in = server_.nextPendingConnection()) {
+                auto *out = new QTcpSocket(in);
+                out->connectToHost(QHostAddress::LocalHost, target_);
+                connect(in, &QTcpSocket::readyRead, this, [this, in, out] {
+                    held_[in] += in->readAll();
+                    flush(in, out);
+                });
+                connect(out, &QTcpSocket::connected, this, [this, in, out] { flush(in, out); });
+                connect(out, &QTcpSocket::readyRead, in, [in, out] { in->write(out->readAll()); });
+                connect(out, &QTcpSocket::disconnected, in, &QTcpSocket::disconnectFromHost);
+                connect(in, &QTcpSocket::disconnected, this, [this, in, out] {
+                    out->disconnectFromHost();
+                    held_.remove(in);
+                    in->deleteLater();
+                });
+                pairs_.append({QPointer<QTcpSocket>(in), QPointer<QTcpSocket>(out)});
+            }
+        });
+    }
+    quint16 port() const { return server_.serverPort(); }
+    void hold() { holding_ = true; }
+    void release() {
+        holding_ = false;
+        for (const auto &[in, out] : std::as_const(pairs_))
+            if (in && out && held_.contains(in))
+                flush(in, out);
+    }
+    bool listening = false;
+
+private:
+    void flush(QTcpSocket *in, QTcpSocket *out) {
+        if (holding_ || out->state() != QAbstractSocket::ConnectedState)
+            return;
+        out->write(held_.take(in));
+    }
+    quint16 target_;
+    QTcpServer server_;
+    bool holding_ = false;
+    QHash<QTcpSocket *, QByteArray> held_;
+    QList<std::pair<QPointer<QTcpSocket>, QPointer<QTcpSocket>>> pairs_;
+};
 } // namespace
 
 class TestPresence : public QObject {
@@ -52,6 +105,7 @@ private slots:
     void typing_expires_after_its_timeout_unless_renewed();
     void typing_renews_while_the_user_types_and_stops_by_itself();
     void typing_is_held_at_two_frames_a_second();
+    void a_stop_is_never_the_third_frame_the_gateway_sees_in_a_second();
     void typing_is_never_resent_after_a_reconnect();
     void presence_follows_online_offline_and_last_seen();
     void presence_watch_list_is_kept_across_a_reconnect();
@@ -204,6 +258,51 @@ void TestPresence::typing_is_held_at_two_frames_a_second() {
     QTRY_COMPARE_WITH_TIMEOUT(ben->typingUsers(Conv), QStringList{Ana}, 5000);
     ana->setTyping(Conv, false);
     QTRY_VERIFY_WITH_TIMEOUT(ben->typingUsers(Conv).isEmpty(), 5000);
+}
+
+void TestPresence::a_stop_is_never_the_third_frame_the_gateway_sees_in_a_second() {
+    // ana goes through a relay that holds her frames for 600 ms: off and on
+    // leave at once but reach the gateway together 600 ms later. Her stop
+    // may not leave a second after the off did (it would reach the gateway
+    // 400 ms after the other two and be dropped as the third frame of that
+    // second, leaving ben's indicator on): it waits for a second after the
+    // gateway answered the off.
+    HoldingRelay relay(quint16(server->url.port()));
+    QVERIFY(relay.listening);
+    QUrl viaRelay = server->url;
+    viaRelay.setPort(relay.port());
+    ana->setServers({viaRelay});
+    QSignalSpy state(ana.get(), &Client::connectionStateChanged);
+    im::testing::Faults(ana.get()).closeSocketNow();
+    QTRY_VERIFY_WITH_TIMEOUT(!state.isEmpty() && ana->connectionState() == ConnectionState::Connected, 30000);
+    eph(*ana).renewMs = 60000;
+    eph(*ana).idleMs = 60000;
+    eph(*ben).expireMs = 60000; // only ana's stop ends ben's indicator
+    ana->setTyping(Conv, true);
+    QTRY_COMPARE_WITH_TIMEOUT(ben->typingUsers(Conv), QStringList{Ana}, 5000);
+    QTest::qWait(1100); // that frame is out of either side's second
+    const int before = eph(*ana).typingFramesSent;
+    QSignalSpy typing(ben.get(), &Client::typingChanged);
+    relay.hold();
+    ana->setTyping(Conv, false);
+    ana->setTyping(Conv, true);
+    ana->setTyping(Conv, false); // the stop: held by the SDK, the third frame
+    QCOMPARE(eph(*ana).typingFramesSent - before, 2);
+    QTest::qWait(600);
+    relay.release();
+    // The gateway forwards the off and the on: ben's indicator goes off
+    // and on again.
+    QTRY_VERIFY_WITH_TIMEOUT(typing.count() >= 2, 5000);
+    QCOMPARE(typing.at(0).at(1).toStringList(), QStringList{});
+    QCOMPARE(typing.at(1).at(1).toStringList(), QStringList{Ana});
+    // The stop reaches the gateway a second after the off did, and ben.
+    QTRY_VERIFY_WITH_TIMEOUT(ben->typingUsers(Conv).isEmpty(), 4000);
+    QCOMPARE(eph(*ana).typingFramesSent - before, 3);
+    // ana straight to the server again for the next tests.
+    ana->setServers({server->url});
+    state.clear();
+    im::testing::Faults(ana.get()).closeSocketNow();
+    QTRY_VERIFY_WITH_TIMEOUT(!state.isEmpty() && ana->connectionState() == ConnectionState::Connected, 30000);
 }
 
 void TestPresence::typing_is_never_resent_after_a_reconnect() {
