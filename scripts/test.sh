@@ -142,7 +142,7 @@ plain_jobs="${IM_PLAIN_JOBS:-3}"
 bench() {
     configure_plain &&
     cmake --build build -j"$jobs" --target benchmarks &&
-    run_ctest build 12 -j2 --output-on-failure -L bench
+    run_ctest build 13 -j2 --output-on-failure -L bench
 }
 
 # Sanitizer builds with clang at -O1 -g1 (line tables: reports name files

@@ -13,7 +13,7 @@
 //                   [--gateways N] [--bus postgres|nats://HOST:PORT] [--server-arg ARG]...
 //                   [--rate SENDS_PER_S]
 //                   [--second-gateway-senders K [--second-gateway-interval-ms MS]]
-//                   [--skip-baselines] [--reply-to]
+//                   [--skip-baselines] [--reply-to] [--webhook fast|down]
 //                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
 // With --gateways N, N imservers share the database and the connections are
 // spread round-robin, so most pushes cross gateways through the bus.
@@ -27,12 +27,19 @@
 // --reply-to: every send but a sender's first carries `reply_to`, the seq of
 // that sender's previous acknowledged message (contract section 12), to
 // compare with plain sends (issue 49: the same cost within the noise).
+// --webhook fast|down: one webhook (all kinds) registered after provisioning
+// to a receiver in this process (tests/support/webhook_receiver.hpp):
+// `fast` answers 200 at once; `down` refuses connections until the window
+// is over, then comes back, and the time until the backlog (events past the
+// webhook's cursors) is drained is printed (issue 52's send-path cost;
+// tests/bench/webhook_cost.sh alternates the pairs).
 // Not run by ctest: it prints figures, it asserts nothing.
 #include "bench_support.hpp"
 #include "store/database.hpp"
 #include "exe_relative.hpp"
 #include "harness.hpp"
 #include "store/store.hpp"
+#include "webhook_receiver.hpp"
 
 #include <array>
 #include <boost/asio.hpp>
@@ -86,6 +93,7 @@ struct Options {
     double b_interval_ms = 0; // > 0: B's senders send every this many ms (open loop)
     bool skip_baselines = false;
     bool reply_to = false; // sends reply to the sender's previous message
+    std::string webhook;   // "", "fast" or "down"
 };
 
 double wall_ms() {
@@ -515,6 +523,15 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     }
     auto ws_world = provision(url, "ws", o.convs, o.members);
     auto sql_world = provision(url, "sq", std::min(o.convs, o.senders), 1);
+    std::unique_ptr<im::test::WebhookReceiver> rx;
+    std::string hook;
+    if (!o.webhook.empty()) {
+        rx = std::make_unique<im::test::WebhookReceiver>("loadgen-webhook-secret-0123456789");
+        if (o.webhook == "down") rx->down();
+        hook = im::test::admin_ok(url, {"webhook", "add", rx->url(), "--secret", "loadgen-webhook-secret-0123456789"});
+        std::printf("webhook %s: one, all kinds, receiver %s\n", hook.c_str(),
+                    o.webhook == "down" ? "down (connections refused) until the window is over" : "answering 200 at once");
+    }
     const pid_t pg = postmaster_pid(url);
 
     // Each SQL sender's identity as the server holds it after hello (the
@@ -688,6 +705,31 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     std::printf("CPU during the server window (%% of one core; machine has %.0f): generator %.0f%%, imserver %.0f%%, "
                 "postgres %.0f%%\n",
                 cores, share(cpu_self0, cpu_self1), share(cpu_srv0, cpu_srv1), share(cpu_pg0, cpu_pg1));
+    if (rx) {
+        // The events past the webhook's cursors (the metric's backlog, all
+        // conversations), read now and until none is left.
+        auto backlog = [&] {
+            pqxx::connection c(url);
+            pqxx::nontransaction tx(c);
+            return tx.exec_params("SELECT coalesce(sum(c.next_seq - 1 - wc.done_seq), 0) FROM webhook_cursors wc "
+                                  "JOIN conversations c USING (conv_id) WHERE wc.webhook_id = $1",
+                                  hook)[0][0]
+                .as<long long>();
+        };
+        const long long at_end = backlog();
+        const int requests0 = rx->requests();
+        const auto t0 = clk::now();
+        if (o.webhook == "down") rx->up();
+        long long left = at_end;
+        const bool drained = wait_until([&] { return (left = backlog()) == 0; }, 900s);
+        const double ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+        std::printf("webhook (%s receiver): backlog %lld events at the window's end; %s after %.0f ms (%.0f events/s); "
+                    "%zu events accepted in all, %d POSTs (%d since the window's end), order %s, bad signatures %d\n",
+                    o.webhook.c_str(), at_end, drained ? "drained" : "NOT drained", ms,
+                    ms > 0 ? static_cast<double>(at_end) * 1000.0 / ms : 0.0, rx->ids().size(), rx->requests(),
+                    rx->requests() - requests0, rx->order_violation().empty() ? "ok" : "VIOLATED", rx->bad_signatures());
+        if (!drained) std::printf("webhook backlog left: %lld events\n", left);
+    }
     return 0;
 }
 
@@ -759,12 +801,19 @@ int main(int argc, char** argv) {
         else if (a == "--second-gateway-senders") o.b_senders = std::max(0, std::stoi(next()));
         else if (a == "--second-gateway-interval-ms") o.b_interval_ms = std::stod(next());
         else if (a == "--skip-baselines") o.skip_baselines = true;
+        else if (a == "--webhook") {
+            o.webhook = next();
+            if (o.webhook != "fast" && o.webhook != "down") {
+                std::fprintf(stderr, "--webhook: fast or down\n");
+                return 2;
+            }
+        }
         else if (a == "--reply-to") o.reply_to = true;
         else {
             std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "
                                  "[--warmup S] [--window S] [--db-pool N] [--db URL] [--gateways N] [--bus postgres|nats://HOST:PORT] "
                                  "[--server-arg ARG]... [--rate SENDS_PER_S] [--second-gateway-senders K "
-                                 "[--second-gateway-interval-ms MS]] [--skip-baselines] [--reply-to] [--idle CONNECTIONS [--idle-big]]\n");
+                                 "[--second-gateway-interval-ms MS]] [--skip-baselines] [--reply-to] [--webhook fast|down] [--idle CONNECTIONS [--idle-big]]\n");
             return 2;
         }
     }
