@@ -45,18 +45,28 @@ declare -A args=(
     [limit-off]=""
     [limit-on]="--server-arg --send-rate --server-arg 1000000 --server-arg --send-burst --server-arg 1000000"
 )
+# Each run's whole output: $WEBHOOK_COST_LOGS (default a temporary directory).
+logs="${WEBHOOK_COST_LOGS:-$(mktemp -d /tmp/webhook_cost.XXXXXX)}"
+mkdir -p "$logs"
 status=0
+n=0
 run() { # CONFIG SENDERS WINDOW: one im_loadgen run, its figures on one line
-    local out rate p99 extra
+    local out rate p99 extra cpu log
+    log="$logs/$((++n))-$1-$2.log"
     # shellcheck disable=SC2086
     out=$("$lg" --convs 100 --members 5 --senders "$2" --skip-baselines --warmup "$warmup" --window "$3" \
-        ${args[$1]} 2>/dev/null) || { echo "run $1 at $2 senders failed:"; echo "$out"; status=1; return; }
+        ${args[$1]} 2>&1 | tee "$log") || { echo "run $1 at $2 senders failed:"; tail -20 "$log"; status=1; return; }
     rate=$(awk '/^imserver over WebSocket/ {print $4}' <<<"$out")
     p99=$(awk '/^imserver over WebSocket/ {print $7}' <<<"$out")
+    # imserver + PostgreSQL CPU per acknowledged send (ms of one core): less
+    # moved by the machine's other load than msg/s is.
+    cpu=$(sed -n 's/^CPU during the server window.*imserver \([0-9]*\)%, postgres \([0-9]*\)%.*/\1 \2/p' <<<"$out")
+    cpu=$(awk -v r="$rate" -v c="$cpu" 'BEGIN { split(c, x, " "); if (r > 0) printf "%.3f", (x[1] + x[2]) * 10 / r; else print "?" }')
     extra=$(grep -E '^webhook \((fast|down) receiver\)' <<<"$out" || true)
     grep -q 'durability: .*equal' <<<"$out" || { echo "run $1 at $2: durability not equal"; status=1; }
     case "$extra" in *"NOT drained"*|*VIOLATED*) status=1 ;; esac
-    printf '%-9s %3s senders: %7s msg/s, ack p99 %6s ms%s\n' "$1" "$2" "$rate" "$p99" "${extra:+; $extra}"
+    printf '%-9s %3s senders: %7s msg/s, ack p99 %7s ms, CPU %s ms/send%s\n' "$1" "$2" "$rate" "$p99" "$cpu" \
+        "${extra:+; $extra}"
     eval "last_$(tr - _ <<<"$1")=$rate"
 }
 pair() { # A B SENDERS ROUND
@@ -69,7 +79,7 @@ pair() { # A B SENDERS ROUND
     awk -v a="$a" -v b="$b" -v ra="$ra" -v rb="$rb" -v s="$3" \
         'BEGIN { if (ra > 0) printf "  pair %s/%s at %s senders: %.3f\n", b, a, s, rb / ra }'
 }
-echo "webhook_cost (${WEBHOOK_COST_MODE:-pairs}): $rounds round(s), ${window} s windows, sizes $sizes ($(date -u +%FT%TZ), $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "webhook_cost (${WEBHOOK_COST_MODE:-pairs}): $rounds round(s), ${window} s windows, sizes $sizes, logs $logs ($(date -u +%FT%TZ), $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 for round in $(seq 1 "$rounds"); do
     for s in $sizes; do
         for p in $pairs; do pair "${p%%:*}" "${p#*:}" "$s" "$round"; done

@@ -212,6 +212,8 @@ private slots:
     void edit_after_the_window_shows_edit_window_expired();
     void reacting_past_20_emoji_shows_invalid_argument();
     void edit_queued_behind_a_recall_shows_already_recalled();
+    // rate limits (issue 52)
+    void send_a_burst_shows_rate_limited_and_every_message_ends_sent_once();
 
 private:
     void clickConversation(ChatWindow *w, const QString &conv);
@@ -2012,6 +2014,91 @@ void TestDemoApp::people_list_shows_online_dots_and_last_seen() {
     QTest::qWait(500); // the server's answer leaves zed out: still unknown after it
     QVERIFY(!rowOfUser(QStringLiteral("zed"))->data(PresenceList::KnownRole).toBool());
     QVERIFY(rowOfUser(QStringLiteral("zed"))->text().contains(QStringLiteral("unknown")));
+}
+
+// The fault panel's "Send a burst" against a server of its own with limits
+// (the shared one runs unlimited for the other tests): 80 sends at once
+// past --send-burst 20 at --send-rate 20, so most are answered RATE_LIMITED
+// (with the defaults, burst 60, a slow machine sends the 80 slowly enough
+// for the bucket to refill and none is refused). The Outbox panel shows that as their last error while they
+// wait; the SDK resends them with the same cmid after retry_ms, and every
+// message of the burst ends Sent exactly once, in the order clicked.
+void TestDemoApp::send_a_burst_shows_rate_limited_and_every_message_ends_sent_once() {
+    RealServer limited(qEnvironmentVariable("IMSERVER_BIN"));
+    limited.serverArgs << QStringLiteral("--send-rate") << QStringLiteral("20") << QStringLiteral("--send-burst")
+                       << QStringLiteral("20");
+    const QString err = limited.start();
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    QTemporaryDir dataDir;
+    AppOptions opts;
+    QString tokErr;
+    QVERIFY2(opts.tokens.load(limited.tokenFile, &tokErr), qPrintable(tokErr));
+    opts.servers = {limited.url};
+    opts.dataDir = dataDir.path();
+    WindowManager manager(opts);
+    const DemoUser *ana = opts.tokens.find(QStringLiteral("ana"));
+    QVERIFY(ana);
+    Session session;
+    session.token = ana->token;
+    session.user = ana->user;
+    session.device = ana->device;
+    session.dbPath = dataDir.filePath(QStringLiteral("burst-ana.db"));
+    QPointer<ChatWindow> w = manager.openWindow(session);
+    QVERIFY(w);
+    QVERIFY(QTest::qWaitForWindowExposed(w));
+    waitConnected(w);
+    clickConversation(w, QStringLiteral("ana-ben"));
+
+    // What the Outbox panel shows while the burst drains: any row whose last
+    // error column says RATE_LIMITED (looked at every 10 ms).
+    auto *outbox = child<QTableView>(w, "outboxView");
+    int limitedRowsSeen = 0;
+    QTimer watch;
+    watch.setInterval(10);
+    connect(&watch, &QTimer::timeout, this, [&] {
+        int n = 0;
+        for (int r = 0; r < outbox->model()->rowCount(); ++r) {
+            const QString e = outbox->model()->index(r, ChatWindow::OLastError).data().toString();
+            if (e == u"RATE_LIMITED")
+                ++n;
+        }
+        limitedRowsSeen = std::max(limitedRowsSeen, n);
+    });
+    watch.start();
+    const qint64 limitedBefore = metric(limited.url, QStringLiteral("im_writes_rate_limited_total"));
+    QTest::mouseClick(child<QPushButton>(w, "burstButton"), Qt::LeftButton);
+    QVERIFY(w->statusBar()->currentMessage().contains(QStringLiteral("RATE_LIMITED")));
+    QTRY_VERIFY_WITH_TIMEOUT(w->client()->pendingCount() == 0 && outbox->model()->rowCount() == 0, kSettle);
+    watch.stop();
+    QVERIFY2(limitedRowsSeen > 0, "the Outbox panel never showed a RATE_LIMITED entry");
+    QVERIFY2(metric(limited.url, QStringLiteral("im_writes_rate_limited_total")) > limitedBefore,
+             "the server answered no send RATE_LIMITED");
+    // Exactly once, in the order clicked: the store (the SDK's copy of the
+    // server's log, its own sends pushed back included) holds each body once,
+    // at increasing seqs; a resend with a new cmid would show twice.
+    QStringList clicked;
+    for (int i = 1; i <= 80; ++i)
+        clicked << QStringLiteral("burst %1/80").arg(i);
+    const QString count = QStringLiteral("SELECT count(*) FROM events WHERE conv = 'ana-ben' AND body LIKE 'burst %'");
+    const QString bursts = QStringLiteral("SELECT group_concat(body, '|') FROM (SELECT body FROM events "
+                                          "WHERE conv = 'ana-ben' AND body LIKE 'burst %' ORDER BY seq)");
+    QTRY_COMPARE_WITH_TIMEOUT(sqlScalar(session.dbPath, count).toInt(), 80, kSettle);
+    QCOMPARE(sqlScalar(session.dbPath, bursts).toString(), clicked.join(QLatin1Char('|')));
+    QTest::qWait(500); // nothing more arrives
+    QCOMPARE(sqlScalar(session.dbPath, count).toInt(), 80);
+    // And the view: every burst row it shows is Sent, with a seq.
+    int shownRows = 0;
+    for (int r = 0; r < w->messages()->rowCount(); ++r) {
+        const QString body = w->messages()->get(r, MessageListModel::BodyRole).toString();
+        if (!body.startsWith(u"burst "))
+            continue;
+        ++shownRows;
+        QVERIFY2(MessageState(w->messages()->get(r, MessageListModel::StateRole).toInt()) == MessageState::Sent &&
+                     w->messages()->get(r, MessageListModel::SeqRole).toLongLong() > 0,
+                 qPrintable(dump(w->messages(), body)));
+    }
+    QVERIFY(shownRows > 0);
+    qInfo("burst of 80: %d entries shown RATE_LIMITED at once at most", limitedRowsSeen);
 }
 
 int main(int argc, char **argv) {
