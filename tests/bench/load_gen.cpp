@@ -616,6 +616,16 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
             for (std::size_t i = 0; i < t.size(); ++i) t[i] += static_cast<double>(std::max(0LL, g->metric(names[i])));
         return t;
     };
+    // Transactions and rows read in the database during the window (every
+    // session's: the sends' and the webhook deliverer's), a coarse profile.
+    auto db_counters = [&] {
+        pqxx::connection c(url);
+        pqxx::nontransaction tx(c);
+        auto r = tx.exec("SELECT xact_commit + xact_rollback, tup_returned + tup_fetched FROM pg_stat_database "
+                         "WHERE datname = current_database()")[0];
+        return std::array<double, 2>{r[0].as<double>(), r[1].as<double>()};
+    };
+    const auto db0 = db_counters();
     const auto sends0 = send_counters();
     const double cpu_self0 = self_cpu(), cpu_srv0 = gateways_cpu(), cpu_pg0 = postgres_cpu(pg);
     // A marker for profiling the server window (e.g. a script that starts `perf record -a` on it).
@@ -624,6 +634,7 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     std::this_thread::sleep_until(run.w1);
     const double cpu_self1 = self_cpu(), cpu_srv1 = gateways_cpu(), cpu_pg1 = postgres_cpu(pg);
     const auto sends1 = send_counters();
+    const auto db1 = db_counters();
     // Senders stop by themselves at w1; wait for the last replies and pushes.
     long expected = 0;
     wait_until(
@@ -705,6 +716,10 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     std::printf("CPU during the server window (%% of one core; machine has %.0f): generator %.0f%%, imserver %.0f%%, "
                 "postgres %.0f%%\n",
                 cores, share(cpu_self0, cpu_self1), share(cpu_srv0, cpu_srv1), share(cpu_pg0, cpu_pg1));
+    std::printf("database during the window (pg_stat_database, every session): %.0f transactions, %.0f rows read; "
+                "per acknowledged send: %.2f transactions, %.1f rows read\n",
+                db1[0] - db0[0], db1[1] - db0[1], st.acked_window ? (db1[0] - db0[0]) / double(st.acked_window) : 0.0,
+                st.acked_window ? (db1[1] - db0[1]) / double(st.acked_window) : 0.0);
     if (rx) {
         // The events past the webhook's cursors (the metric's backlog, all
         // conversations), read now and until none is left.
