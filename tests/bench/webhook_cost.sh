@@ -18,21 +18,23 @@
 #                    the receiver down for a 10 s window
 #   full             3 rounds, 20 s windows, and the receiver down for 10
 #                    minutes (a 600 s window of its own at each size)
-#   ci               what ctest's bench.webhook_cost runs: 16 senders, 2 s
-#                    windows, the pairs workers0/idle and idle/fast, and the
-#                    receiver down for its 2 s window (it fails only when a
-#                    run fails, the durability check differs, or the backlog
-#                    is not drained in order: figures this short are noise)
+#   ci               what ctest's bench.webhook_cost runs: 16 senders over
+#                    20 conversations, 2 s windows, the pair idle/fast and one
+#                    run with the receiver down for its window (it fails only
+#                    when a run fails, the durability check differs, or the
+#                    backlog is not drained in order: figures this short are
+#                    noise)
 # Prints one line per run (msg/s, ack p99) and per pair the ratio B/A.
 set -euo pipefail
 build="${1:-build}"
 lg="${IM_LOADGEN:-$build/tests/bench/im_loadgen}"
 [ -x "$lg" ] || { echo "no $lg: cmake --build $build --target im_loadgen"; exit 2; }
 pairs="workers0:idle idle:fast limit-off:limit-on"
+convs=100 down_pair=1
 case "${WEBHOOK_COST_MODE:-pairs}" in
     pairs) rounds=1 window=10 warmup=2 down_window=10 sizes="16 64" ;;
     full) rounds=3 window=20 warmup=3 down_window=600 sizes="16 64" ;;
-    ci) rounds=1 window=2 warmup=0.5 down_window=2 sizes="16" pairs="workers0:idle idle:fast" ;;
+    ci) rounds=1 window=2 warmup=0.5 down_window=2 sizes="16" pairs="idle:fast" convs=20 down_pair=0 ;;
     *) echo "WEBHOOK_COST_MODE: pairs, full or ci"; exit 2 ;;
 esac
 # The deliverer's backoff ceiling for the down runs: 2 s, so the drain
@@ -48,13 +50,15 @@ declare -A args=(
 # Each run's whole output: $WEBHOOK_COST_LOGS (default a temporary directory).
 logs="${WEBHOOK_COST_LOGS:-$(mktemp -d /tmp/webhook_cost.XXXXXX)}"
 mkdir -p "$logs"
+# A temporary directory goes when everything passed; kept (and named) otherwise.
+[ -n "${WEBHOOK_COST_LOGS:-}" ] || trap '[ "$status" = 0 ] && rm -rf "$logs"' EXIT
 status=0
 n=0
 run() { # CONFIG SENDERS WINDOW: one im_loadgen run, its figures on one line
     local out rate p99 extra cpu log
     log="$logs/$((++n))-$1-$2.log"
     # shellcheck disable=SC2086
-    out=$("$lg" --convs 100 --members 5 --senders "$2" --skip-baselines --warmup "$warmup" --window "$3" \
+    out=$("$lg" --convs "$convs" --members 5 --senders "$2" --skip-baselines --warmup "$warmup" --window "$3" \
         ${args[$1]} 2>&1 | tee "$log") || { echo "run $1 at $2 senders failed:"; tail -20 "$log"; status=1; return; }
     rate=$(awk '/^imserver over WebSocket/ {print $4}' <<<"$out")
     p99=$(awk '/^imserver over WebSocket/ {print $7}' <<<"$out")
@@ -88,6 +92,7 @@ done
 # The receiver down: sends during the outage (against a run with no
 # webhook of the same length), then the drain once it is back.
 for s in $sizes; do
+    if [ "$down_pair" = 0 ]; then run down "$s" "$down_window"; continue; fi
     run idle "$s" "$down_window"
     run down "$s" "$down_window"
     awk -v ra="${last_idle:-0}" -v rb="${last_down:-0}" -v s="$s" \
