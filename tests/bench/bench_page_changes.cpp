@@ -68,6 +68,12 @@ void seed(const TestPostgres& pg) {
     tx.exec("INSERT INTO msg_changes (conv_id, seq, edit_seq, edit_body, edit_at, reactions_seq) "
             "SELECT 'pc-heavy', m, CASE WHEN m = 3 THEN 202 END, CASE WHEN m = 3 THEN 'the edited text, take 202' END, "
             "CASE WHEN m = 3 THEN now() END, 1 FROM generate_series(3, 152) m");
+    // The summary im_change keeps beside the counts (schema/018).
+    tx.exec("UPDATE msg_changes x SET reactions_top = (SELECT json_agg(json_build_array(t.emoji, t.count) "
+            "ORDER BY t.count DESC, t.emoji COLLATE \"C\")::text FROM (SELECT n.emoji, n.count FROM reaction_counts n "
+            "WHERE n.conv_id = x.conv_id AND n.target_seq = x.seq AND n.count > 0 "
+            "ORDER BY n.count DESC, n.emoji COLLATE \"C\" LIMIT 20) t) "
+            "WHERE x.conv_id = 'pc-heavy'");
     tx.commit();
     pqxx::nontransaction(c).exec("ANALYZE");
 }
