@@ -51,28 +51,24 @@ std::string with_changes(const std::string& events_sql, const std::string& lo, c
     // sort cost it 2x the statement time). Yes: the events materialized
     // (a CTE runs only when read), a hash join to msg_changes, which holds
     // each msg's reactions summary as written (reactions_top, schema/018:
-    // the top 20 as JSON text, kept by im_change), one range scan of the
-    // viewer's own reactions (`me`: one JSON object, seq -> its emoji,
-    // joined as one row, so no estimate can turn it into a nested loop over
-    // the events; imserver marks the summary's emoji with it), a probe of
-    // the recall index per event.
-    // Before the summary, this branch ranked every count of the page's
-    // messages and built their lists per read: the heavy page's statement
-    // cost 1.9-3.7 ms against 0.2 for its events (docs/benchmarks.md,
-    // "Pages with edits and reactions"). mine MATERIALIZED and one row: a
-    // generic plan (a prepared statement's, from the sixth call) guesses one
-    // event and one row per CTE; joined per msg, the viewer's reactions were
-    // scanned once per event (201 x 149 rows, 20 ms on the heavy page).
+    // the top 20 as JSON text, kept by im_change), and for a msg with one,
+    // the viewer's own emoji on it (`me`: an index probe of
+    // reaction_state_by_user, imserver marks the summary's emoji with it),
+    // and a probe of the recall index per msg. Before the summary this
+    // branch ranked every count of the page's messages and built their
+    // lists on every read (the heavy page's statement 2-4x this one's,
+    // docs/benchmarks.md, "Pages with edits and reactions"). The viewer's
+    // emoji are probed per msg, not joined as a set: a generic plan (a
+    // prepared statement's, from the sixth call) guesses one event and one
+    // row per CTE, and put a set of them in a nested loop over the events
+    // (201 x 149 rows, 20 ms on the heavy page); the probe's cost does not
+    // depend on an estimate (150 probes, about 1 ms there).
     // No ORDER BY: the caller puts the rows in seq order (rows_in_seq_order).
     const std::string range = " BETWEEN " + lo + " AND " + hi;
     return "WITH has AS (SELECT EXISTS (SELECT 1 FROM msg_changes x WHERE x.conv_id = $1 AND x.seq" + range +
            ") OR EXISTS (SELECT 1 FROM events r WHERE r.conv_id = $1 AND r.kind = 'recall' AND r.target_seq" + range +
            ") AS any_change), "
-           "ev AS MATERIALIZED (" + events_sql + "), b AS (SELECT min(seq) AS lo, max(seq) AS hi FROM ev), "
-           "mine AS MATERIALIZED (SELECT jsonb_object_agg(o.target_seq::text, o.list) AS by_seq FROM "
-           "(SELECT s.target_seq, jsonb_agg(s.emoji) AS list FROM b, reaction_state s WHERE s.conv_id = $1 "
-           "AND s.user_id = " + v + "::text AND s.target_seq BETWEEN b.lo AND b.hi AND s.is_on "
-           "GROUP BY s.target_seq) o) "
+           "ev AS MATERIALIZED (" + events_sql + ") "
            "SELECT e.*, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, false, NULL::text, NULL::text FROM (" +
            events_sql + ") e WHERE NOT (SELECT any_change FROM has) "
            "UNION ALL "
@@ -80,9 +76,9 @@ std::string with_changes(const std::string& events_sql, const std::string& lo, c
            "x.reactions_seq, "
            "ev.kind = 'msg' AND EXISTS (SELECT 1 FROM events r WHERE r.conv_id = ev.conv_id AND r.kind = 'recall' "
            "AND r.target_seq = ev.seq), x.reactions_top, "
-           "CASE WHEN x.reactions_top IS NOT NULL THEN (mine.by_seq -> ev.seq::text)::text END "
+           "CASE WHEN x.reactions_top IS NOT NULL THEN (SELECT json_agg(s.emoji)::text FROM reaction_state s "
+           "WHERE s.conv_id = ev.conv_id AND s.user_id = " + v + "::text AND s.target_seq = ev.seq AND s.is_on) END "
            "FROM ev LEFT JOIN msg_changes x ON ev.kind = 'msg' AND x.conv_id = ev.conv_id AND x.seq = ev.seq "
-           "CROSS JOIN mine "
            "WHERE (SELECT any_change FROM has)";
 }
 
