@@ -27,7 +27,8 @@
 --      (INVALID_ARGUMENT on the wire);
 --   7. the event at next_seq, and the read side's aggregates (schema/012):
 --      msg_changes (the winning edit: the new one, its seq being the
---      highest; reactions_seq), reaction_counts and reaction_state.
+--      highest; reactions_seq; reactions_top, the top 20 of the counts as
+--      a page shows them, schema/018), reaction_counts and reaction_state.
 --
 -- Fingerprints: edit sha256(conv || '\0edit:' || target || '\0' || body)
 -- (the contract's); react sha256(conv || '\0react:' || target || '\0' ||
@@ -184,8 +185,15 @@ BEGIN
         VALUES (p_conv, p_target, p_emoji, CASE WHEN p_on THEN 1 ELSE 0 END)
         ON CONFLICT (conv_id, target_seq, emoji)
         DO UPDATE SET count = n.count + CASE WHEN p_on THEN 1 ELSE -1 END;
-        INSERT INTO msg_changes AS x (conv_id, seq, reactions_seq) VALUES (p_conv, p_target, v_seq)
-        ON CONFLICT (conv_id, seq) DO UPDATE SET reactions_seq = v_seq;
+        -- The summary a page shows (schema/018): the top 20 of the counts
+        -- just written, read off reaction_counts_top (at most 20 rows).
+        INSERT INTO msg_changes AS x (conv_id, seq, reactions_seq, reactions_top)
+        SELECT p_conv, p_target, v_seq,
+               (SELECT json_agg(json_build_array(tp.emoji, tp.count) ORDER BY tp.count DESC, tp.emoji COLLATE "C")::text
+                  FROM (SELECT n.emoji, n.count FROM reaction_counts n
+                         WHERE n.conv_id = p_conv AND n.target_seq = p_target AND n.count > 0
+                         ORDER BY n.count DESC, n.emoji COLLATE "C" LIMIT 20) tp)
+        ON CONFLICT (conv_id, seq) DO UPDATE SET reactions_seq = v_seq, reactions_top = EXCLUDED.reactions_top;
     END IF;
     RETURN QUERY SELECT 'OK'::text, v_seq, false, true, v_ep;
 END

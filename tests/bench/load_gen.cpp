@@ -13,7 +13,7 @@
 //                   [--gateways N] [--bus postgres|nats://HOST:PORT] [--server-arg ARG]...
 //                   [--rate SENDS_PER_S]
 //                   [--second-gateway-senders K [--second-gateway-interval-ms MS]]
-//                   [--skip-baselines] [--reply-to] [--webhook fast|down]
+//                   [--skip-baselines] [--reply-to] [--webhook fast|down] [--react]
 //                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
 // With --gateways N, N imservers share the database and the connections are
 // spread round-robin, so most pushes cross gateways through the bus.
@@ -33,6 +33,11 @@
 // is over, then comes back, and the time until the backlog (events past the
 // webhook's cursors) is drained is printed (issue 52's send-path cost;
 // tests/bench/webhook_cost.sh alternates the pairs).
+// --react: every request but a sender's first is a `react` on that first
+// message, 👍 on and off in turn (each one changes the state: a new event,
+// the counts and the summary rewritten, schema/018); "reacted" counts as
+// acknowledged, so msg/s reads reactions/s (issue 49: the write-time cost of
+// the reactions summary, against an imserver without it).
 // Not run by ctest: it prints figures, it asserts nothing.
 #include "bench_support.hpp"
 #include "store/database.hpp"
@@ -94,6 +99,7 @@ struct Options {
     bool skip_baselines = false;
     bool reply_to = false; // sends reply to the sender's previous message
     std::string webhook;   // "", "fast" or "down"
+    bool react = false;    // reactions on the sender's first message instead of sends
 };
 
 double wall_ms() {
@@ -266,6 +272,8 @@ struct Run {
     std::string body;
     bool reply_to = false;
     std::atomic<long> reply_sends{0}; // sends that carried reply_to
+    bool react = false;
+    std::atomic<long> reacts{0}; // react requests sent
     clk::duration interval{}; // open loop: each sender's time between sends (zero: closed loop)
 };
 
@@ -367,6 +375,17 @@ private:
         if (!run_.sending || clk::now() >= run_.w1) return;
         sent_at_.push_back(scheduled.value_or(clk::now())); // replies come in request order
         ++k_;
+        if (run_.react && first_ > 0) { // toggles: on, off, on, ...
+            ++run_.reacts;
+            write(json::serialize(json::object{{"t", "react"},
+                                               {"rid", "s"},
+                                               {"conv", conv_},
+                                               {"cmid", "w" + std::to_string(index_) + "-" + std::to_string(k_)},
+                                               {"target", first_},
+                                               {"emoji", "👍"},
+                                               {"on", k_ % 2 == 0}}));
+            return;
+        }
         json::object req{{"t", "send"},
                          {"rid", "s"},
                          {"conv", conv_},
@@ -408,8 +427,11 @@ private:
             sent_at_.pop_front();
             {
                 std::lock_guard lk(run_.stats.mu);
-                if (type == "sent") {
-                    if (auto seq = o.if_contains("seq"); seq && seq->is_int64()) my_last_ = seq->as_int64();
+                if (type == "sent" || type == "reacted") {
+                    if (auto seq = o.if_contains("seq"); type == "sent" && seq && seq->is_int64()) {
+                        my_last_ = seq->as_int64();
+                        if (first_ == 0) first_ = my_last_;
+                    }
                     ++run_.stats.acked_total;
                     if (sent_at >= run_.w0 && sent_at < run_.w1) {
                         ++run_.stats.acked_window;
@@ -464,6 +486,7 @@ private:
     std::size_t gateway_;     // index into Run::ports
     std::deque<clk::time_point> sent_at_; // sends not answered yet, oldest first
     std::int64_t my_last_ = 0;            // the seq of this sender's newest acknowledged message
+    std::int64_t first_ = 0;              // --react: the seq of its first, the reactions' target
     long k_ = 0;
     clk::time_point start_{};
     long ticks_ = 0;
@@ -562,6 +585,7 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     for (auto* g : gws) run.ports.push_back(g->port());
     run.body = body_of(o.body);
     run.reply_to = o.reply_to;
+    run.react = o.react;
     if (o.rate > 0)
         run.interval = std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o.senders / o.rate));
     auto guard = net::make_work_guard(ioc);
@@ -657,7 +681,9 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     {
         pqxx::connection c(url);
         pqxx::nontransaction tx(c);
-        rows = tx.exec("SELECT count(*) FROM events WHERE kind = 'msg' AND conv_id LIKE 'wsc%'")[0][0].as<long>();
+        // --react: every acknowledged react toggled the state, so appended an event.
+        rows = tx.exec("SELECT count(*) FROM events WHERE kind IN ('msg', 'reaction') AND conv_id LIKE 'wsc%'")[0][0]
+                   .as<long>();
     }
     auto& st = run.stats;
     Figure srvf;
@@ -678,6 +704,7 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     }
     row("imserver over WebSocket", srvf);
     if (o.reply_to) std::printf("sends with reply_to: %ld of %ld acknowledged\n", run.reply_sends.load(), st.acked_total);
+    if (o.react) std::printf("react requests: %ld, of %ld acknowledged\n", run.reacts.load(), st.acked_total);
     if (o.b_senders > 0) {
         auto& a = st.ack_by_gateway[0];
         auto& b = st.ack_by_gateway[1];
@@ -696,8 +723,8 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     std::printf("\n");
     std::printf("\nfan-out, commit (event ts) -> pushed to another member: p50 %.1f ms, p99 %.1f ms (%zu samples)\n",
                 st.fanout.pct(50), st.fanout.pct(99), st.fanout.v.size());
-    std::printf("deliveries: %ld of %ld expected event pushes (acked %ld x %d members)\n", st.pushes, expected,
-                st.acked_total, o.members);
+    std::printf("deliveries: %ld of %ld expected event pushes (acked %ld x %d members)%s\n", st.pushes, expected,
+                st.acked_total, o.members, o.react ? " (--react: reaction pushes are not counted)" : "");
     std::printf("replies other than sent: %ld", st.other_replies);
     for (const auto& [code, n] : st.other_codes) std::printf(" %s=%ld", code.c_str(), n);
     std::printf("\npush order violations: %ld, seq gaps: %ld\n", st.order_violations, st.gaps);
@@ -824,11 +851,12 @@ int main(int argc, char** argv) {
             }
         }
         else if (a == "--reply-to") o.reply_to = true;
+        else if (a == "--react") o.react = true;
         else {
             std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "
                                  "[--warmup S] [--window S] [--db-pool N] [--db URL] [--gateways N] [--bus postgres|nats://HOST:PORT] "
                                  "[--server-arg ARG]... [--rate SENDS_PER_S] [--second-gateway-senders K "
-                                 "[--second-gateway-interval-ms MS]] [--skip-baselines] [--reply-to] [--webhook fast|down] [--idle CONNECTIONS [--idle-big]]\n");
+                                 "[--second-gateway-interval-ms MS]] [--skip-baselines] [--reply-to] [--webhook fast|down] [--react] [--idle CONNECTIONS [--idle-big]]\n");
             return 2;
         }
     }

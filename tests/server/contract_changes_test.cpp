@@ -442,6 +442,13 @@ TEST_F(Contract, a_message_with_1000_reactions_and_50_edits_fits_every_frame) {
                " AND user_id LIKE 'heavy-u%' GROUP BY 1, 2, 3 "
                "ON CONFLICT (conv_id, target_seq, emoji) DO UPDATE SET count = reaction_counts.count + EXCLUDED.count");
     ASSERT_EQ(pg->scalar("SELECT sum(count) FROM reaction_counts WHERE conv_id = " + q(w.conv)), "1000");
+    // ... and the summary im_change keeps beside them (schema/018), as its
+    // next reaction would write it.
+    pg->scalar("UPDATE msg_changes x SET reactions_top = (SELECT json_agg(json_build_array(t.emoji, t.count) "
+               "ORDER BY t.count DESC, t.emoji COLLATE \"C\")::text FROM (SELECT n.emoji, n.count FROM reaction_counts n "
+               "WHERE n.conv_id = x.conv_id AND n.target_seq = x.seq AND n.count > 0 "
+               "ORDER BY n.count DESC, n.emoji COLLATE \"C\" LIMIT 20) t) "
+               "WHERE x.conv_id = " + q(w.conv) + " AND x.seq = " + std::to_string(t));
     auto check = [&](const json::object& ev, const std::string& where) {
         SCOPED_TRACE(where);
         ASSERT_EQ(num(ev, "seq"), t);

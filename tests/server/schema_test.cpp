@@ -611,3 +611,37 @@ TEST(OperatorSettings, an_acknowledged_send_survives_an_immediate_stop_of_a_data
 }
 
 } // namespace
+
+// Migration 018 fills the reactions summary (msg_changes.reactions_top) of
+// the rows written before it, as im_change writes it: the top 20 counts
+// above 0, most counted first, ties in the emoji's byte order; a msg that
+// was only edited keeps none.
+TEST(Schema, migration_018_fills_the_reactions_summary_of_existing_rows) {
+    TestPostgres pg;
+    pqxx::connection c(pg.url());
+    im::Schema before = im::embedded_schema();
+    const auto at = std::find_if(before.migrations.begin(), before.migrations.end(),
+                                 [](const im::Migration& m) { return m.name == "018_reactions_top"; });
+    ASSERT_NE(at, before.migrations.end());
+    before.migrations.erase(at, before.migrations.end());
+    im::migrate(c, before);
+    ASSERT_EQ(pg.scalar("SELECT count(*) FROM information_schema.columns WHERE table_name = 'msg_changes' "
+                        "AND column_name = 'reactions_top'"),
+              "0");
+    // Message 1: 24 emoji, "e00".."e23" counted 1..24 but "e10" 0 (all off)
+    // and "b" and "a" 24 as "e23" (ties: "a" < "b" < "e23"); message 2
+    // edited only.
+    pg.scalar("INSERT INTO reaction_counts (conv_id, target_seq, emoji, count) "
+              "SELECT 'c', 1, 'e' || lpad(i::text, 2, '0'), CASE WHEN i = 10 THEN 0 ELSE i + 1 END "
+              "FROM generate_series(0, 23) i UNION ALL VALUES ('c', 1, 'b', 24), ('c', 1, 'a', 24)");
+    pg.scalar("INSERT INTO msg_changes (conv_id, seq, edit_seq, edit_body, edit_at, reactions_seq) "
+              "VALUES ('c', 1, NULL, NULL, NULL, 30), ('c', 2, 31, 'edited', now(), NULL)");
+    im::migrate(c);
+    const std::string want =
+        R"([["a", 24], ["b", 24], ["e23", 24], ["e22", 23], ["e21", 22], ["e20", 21], ["e19", 20], ["e18", 19], )"
+        R"(["e17", 18], ["e16", 17], ["e15", 16], ["e14", 15], ["e13", 14], ["e12", 13], ["e11", 12], ["e09", 10], )"
+        R"(["e08", 9], ["e07", 8], ["e06", 7], ["e05", 6]])";
+    EXPECT_EQ(pg.scalar("SELECT reactions_top::jsonb::text FROM msg_changes WHERE conv_id = 'c' AND seq = 1"), want);
+    EXPECT_EQ(pg.scalar("SELECT coalesce(reactions_top, 'none') FROM msg_changes WHERE conv_id = 'c' AND seq = 2"),
+              "none");
+}

@@ -49,38 +49,36 @@ std::string with_changes(const std::string& events_sql, const std::string& lo, c
     // statement and nothing more, so a plain page costs what it cost before
     // contract v3 (a materialized copy of the events, the joins and their
     // sort cost it 2x the statement time). Yes: the events materialized
-    // (a CTE runs only when read), then set-based over the seqs they hold:
-    // one range scan of reaction_counts ranked per message, one of the
-    // viewer's own reactions (`me`), a hash join to msg_changes, a probe of
-    // the recall index per event. A lateral top 20 per message took 2.4x
-    // this branch's time on the benchmark's heavy page (docs/benchmarks.md,
-    // "Pages with edits and reactions"). rx MATERIALIZED: a generic plan
-    // (a prepared statement's, from the sixth call) guesses one event and
-    // put rx's aggregate inside a nested loop, run once per event (100x).
+    // (a CTE runs only when read), a hash join to msg_changes, which holds
+    // each msg's reactions summary as written (reactions_top, schema/018:
+    // the top 20 as JSON text, kept by im_change), and for a msg with one,
+    // the viewer's own emoji on it (`me`: an index probe of
+    // reaction_state_by_user, imserver marks the summary's emoji with it),
+    // and a probe of the recall index per msg. Before the summary this
+    // branch ranked every count of the page's messages and built their
+    // lists on every read (the heavy page's statement 2-4x this one's,
+    // docs/benchmarks.md, "Pages with edits and reactions"). The viewer's
+    // emoji are probed per msg, not joined as a set: a generic plan (a
+    // prepared statement's, from the sixth call) guesses one event and one
+    // row per CTE, and put a set of them in a nested loop over the events
+    // (201 x 149 rows, 20 ms on the heavy page); the probe's cost does not
+    // depend on an estimate (150 probes, about 1 ms there).
     // No ORDER BY: the caller puts the rows in seq order (rows_in_seq_order).
     const std::string range = " BETWEEN " + lo + " AND " + hi;
     return "WITH has AS (SELECT EXISTS (SELECT 1 FROM msg_changes x WHERE x.conv_id = $1 AND x.seq" + range +
            ") OR EXISTS (SELECT 1 FROM events r WHERE r.conv_id = $1 AND r.kind = 'recall' AND r.target_seq" + range +
            ") AS any_change), "
-           "ev AS MATERIALIZED (" + events_sql + "), b AS (SELECT min(seq) AS lo, max(seq) AS hi FROM ev), "
-           "rc AS (SELECT n.target_seq, n.emoji, n.count, row_number() OVER (PARTITION BY n.target_seq "
-           "ORDER BY n.count DESC, n.emoji COLLATE \"C\") AS rn FROM b, reaction_counts n "
-           "WHERE n.conv_id = $1 AND n.target_seq BETWEEN b.lo AND b.hi AND n.count > 0), "
-           "mine AS (SELECT s.target_seq, s.emoji FROM b, reaction_state s WHERE s.conv_id = $1 AND s.user_id = " +
-           v + "::text AND s.target_seq BETWEEN b.lo AND b.hi AND s.is_on), "
-           "rx AS MATERIALIZED (SELECT rc.target_seq, json_agg(json_build_array(rc.emoji, rc.count, mine.emoji IS NOT NULL) "
-           "ORDER BY rc.count DESC, rc.emoji COLLATE \"C\") AS list FROM rc LEFT JOIN mine "
-           "ON mine.target_seq = rc.target_seq AND mine.emoji = rc.emoji WHERE rc.rn <= " +
-           std::to_string(max_reactions) + " GROUP BY rc.target_seq) "
-           "SELECT e.*, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, false, NULL::json FROM (" + events_sql +
-           ") e WHERE NOT (SELECT any_change FROM has) "
+           "ev AS MATERIALIZED (" + events_sql + ") "
+           "SELECT e.*, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, false, NULL::text, NULL::text FROM (" +
+           events_sql + ") e WHERE NOT (SELECT any_change FROM has) "
            "UNION ALL "
            "SELECT ev.*, x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, "
            "x.reactions_seq, "
            "ev.kind = 'msg' AND EXISTS (SELECT 1 FROM events r WHERE r.conv_id = ev.conv_id AND r.kind = 'recall' "
-           "AND r.target_seq = ev.seq), rx.list "
+           "AND r.target_seq = ev.seq), x.reactions_top, "
+           "CASE WHEN x.reactions_top IS NOT NULL THEN (SELECT json_agg(s.emoji)::text FROM reaction_state s "
+           "WHERE s.conv_id = ev.conv_id AND s.user_id = " + v + "::text AND s.target_seq = ev.seq AND s.is_on) END "
            "FROM ev LEFT JOIN msg_changes x ON ev.kind = 'msg' AND x.conv_id = ev.conv_id AND x.seq = ev.seq "
-           "LEFT JOIN rx ON ev.kind = 'msg' AND rx.target_seq = ev.seq "
            "WHERE (SELECT any_change FROM has)";
 }
 
@@ -126,15 +124,24 @@ Event read_event(const pqxx::row& row) {
     if (!row[12].is_null()) ev.emoji = std::string(row[12].c_str());
     if (!row[13].is_null()) ev.on = row[13].as<bool>();
     if (!row[14].is_null()) ev.attachments = attachments_from_json(row[14].c_str());
-    if (row.size() < 21) return ev; // without with_changes' columns
+    if (row.size() < 22) return ev; // without with_changes' columns
     if (!row[15].is_null()) ev.edit = EditState{row[15].as<std::int64_t>(), row[16].c_str(), row[17].as<std::int64_t>()};
     if (!row[18].is_null()) ev.reactions_seq = row[18].as<std::int64_t>();
     ev.recalled = !row[19].is_null() && row[19].as<bool>();
     if (!row[20].is_null()) {
+        // The summary (schema/018): [["emoji", count], ...], top 20 in
+        // order; `me` from the viewer's own emoji on this msg (row[21]).
+        std::vector<std::string> mine;
+        if (!row[21].is_null()) {
+            const boost::json::value own = boost::json::parse(row[21].c_str());
+            for (const auto& e : own.as_array()) mine.emplace_back(e.as_string());
+        }
         const boost::json::value list = boost::json::parse(row[20].c_str());
         for (const auto& item : list.as_array()) {
             const auto& a = item.as_array();
-            ev.reactions.push_back({std::string(a.at(0).as_string()), a.at(1).to_number<std::int64_t>(), a.at(2).as_bool()});
+            std::string emoji(a.at(0).as_string());
+            const bool me = std::find(mine.begin(), mine.end(), emoji) != mine.end();
+            ev.reactions.push_back({std::move(emoji), a.at(1).to_number<std::int64_t>(), me});
         }
     }
     return ev;

@@ -89,7 +89,8 @@ std::string event_columns();
 /// `events_sql` (a statement selecting event_columns() of some events)
 /// with what a msg shows of its later changes (contract section 12): edit
 /// seq, body and ts, reactions_seq, recalled, the top reactions as JSON
-/// with `me` for the user in parameter $viewer; one statement, one
+/// (msg_changes.reactions_top, schema/018) and the emoji of the user in
+/// parameter $viewer on it (for `me`), both JSON text; one statement, one
 /// snapshot, no query per event. read_event reads the extra columns.
 /// `lo` and `hi` (SQL over the parameters) bound the seqs events_sql can
 /// return: a page with no changed msg in [lo, hi] skips the joins. A range
