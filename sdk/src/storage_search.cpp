@@ -33,8 +33,13 @@ QString convToken(const QString &conv) {
            + QString::fromLatin1(QCryptographicHash::hash(conv.toUtf8(), QCryptographicHash::Sha1).toHex().left(16));
 }
 
-constexpr int kLowBits = 20; // search_id = ts * 2^20 + a free low part
+// search_id = ts * 2^4 + a free low part: rowid order is newest first, and
+// the index's doclists (rowid deltas as varints) stay small. Up to 16
+// messages share a millisecond's ids; more take the next free id above
+// (its order off by a millisecond at most per 16 of them).
+constexpr int kLowBits = 4;
 constexpr int kBuildSlice = 200; // events per read of the index build
+constexpr int kMergePages = 64;   // pages written per step of the merge after it
 
 } // namespace
 
@@ -118,12 +123,10 @@ bool Storage::indexEvent(const QString &conv, qint64 seq) {
 
 qint64 Storage::freeSearchId(qint64 ts, qint64 seq) {
     // Newest first is rowid order: the commit time in the high bits, a
-    // free low part (from the seq; the next free one on a collision).
+    // free low part (from the seq; the next free id above on a collision).
     SearchStatements &s = searchStatements();
-    const qint64 base = std::max<qint64>(0, ts) << kLowBits;
-    qint64 low = seq & ((qint64(1) << kLowBits) - 1);
-    for (int tries = 0;; ++tries) {
-        const qint64 id = base + low;
+    const qint64 first = (std::max<qint64>(0, ts) << kLowBits) + (seq & ((qint64(1) << kLowBits) - 1));
+    for (qint64 id = first;; ++id) {
         s.probe.bindValue(0, id);
         if (!exec(s.probe))
             return 0;
@@ -131,11 +134,10 @@ qint64 Storage::freeSearchId(qint64 ts, qint64 seq) {
         s.probe.finish();
         if (!taken)
             return id;
-        if (tries > (1 << kLowBits)) {
+        if (id - first > (qint64(1) << 20)) {
             fail(QStringLiteral("search index: no free id at ts %1").arg(ts));
             return 0;
         }
-        low = (low + 1) & ((qint64(1) << kLowBits) - 1);
     }
 }
 
@@ -241,7 +243,41 @@ std::optional<bool> Storage::searchIndexComplete() {
     const std::optional<QString> state = meta(QStringLiteral("search_build"));
     if (!state)
         return std::nullopt;
+    return *state == u"done" || *state == u"merge";
+}
+
+std::optional<bool> Storage::searchIndexSettled() {
+    const std::optional<QString> state = meta(QStringLiteral("search_build"));
+    if (!state)
+        return std::nullopt;
     return *state == u"done";
+}
+
+std::optional<bool> Storage::mergeSearchSegments(int budgetMs) {
+    // FTS5's incremental merge: a negative page count puts every segment
+    // on one level and merges as few as two; done when a step changes
+    // nothing (total_changes() moved by less than 2, FTS5's documentation).
+    QElapsedTimer clock;
+    clock.start();
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    QSqlQuery changes(db), merge(db);
+    changes.prepare(QStringLiteral("SELECT total_changes()"));
+    merge.prepare(QStringLiteral("INSERT INTO search(search, rank) VALUES('merge', -%1)").arg(kMergePages));
+    do {
+        if (!exec(changes) || !changes.next())
+            return std::nullopt;
+        const qint64 before = changes.value(0).toLongLong();
+        changes.finish();
+        if (!exec(merge))
+            return std::nullopt;
+        if (!exec(changes) || !changes.next())
+            return std::nullopt;
+        const qint64 after = changes.value(0).toLongLong();
+        changes.finish();
+        if (after - before < 2)
+            return true;
+    } while (clock.elapsed() < budgetMs);
+    return false;
 }
 
 std::optional<Storage::IndexBuild> Storage::buildSearchIndex(int budgetMs) {
@@ -258,11 +294,25 @@ std::optional<Storage::IndexBuild> Storage::buildSearchIndex(int budgetMs) {
     out.done = doneMeta->toLongLong();
     out.total = totalMeta->toLongLong();
     if (*state == u"done") {
-        out.finished = true;
+        out.finished = out.settled = true;
         return out;
     }
     if (!begin(Durability::Relaxed))
         return std::nullopt;
+    if (*state == u"merge") {
+        out.finished = true;
+        const std::optional<bool> merged = mergeSearchSegments(budgetMs);
+        if (!merged || (*merged && !setMeta(QStringLiteral("search_build"), QStringLiteral("done")))) {
+            const QString e = error_;
+            rollback();
+            fail(e);
+            return std::nullopt;
+        }
+        out.settled = *merged;
+        if (!commit())
+            return std::nullopt;
+        return out;
+    }
     auto abort = [this]() -> std::optional<IndexBuild> {
         const QString e = error_;
         rollback();
@@ -311,7 +361,7 @@ std::optional<Storage::IndexBuild> Storage::buildSearchIndex(int budgetMs) {
         } while (clock.elapsed() < budgetMs);
     }
     out.finished = finished;
-    if (!setMeta(QStringLiteral("search_build"), finished ? QStringLiteral("done") : conv + u'\n' + QString::number(seq))
+    if (!setMeta(QStringLiteral("search_build"), finished ? QStringLiteral("merge") : conv + u'\n' + QString::number(seq))
         || !setMeta(QStringLiteral("search_build_done"), QString::number(out.done))
         || !setMeta(QStringLiteral("search_build_total"), QString::number(out.total)))
         return abort();
@@ -421,7 +471,8 @@ std::optional<bool> SearchReader::indexComplete() {
         error_ = QStringLiteral("SQLite: %1").arg(q.lastError().text());
         return std::nullopt;
     }
-    return q.next() && q.value(0).toString() == u"done";
+    // "merge": every row is in, the segments are being merged.
+    return q.next() && (q.value(0).toString() == u"done" || q.value(0).toString() == u"merge");
 }
 
 } // namespace im::detail
