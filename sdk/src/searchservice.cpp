@@ -2,6 +2,7 @@
 #include "searchservice_p.h"
 
 #include "searchreader_p.h"
+#include "searchresult_p.h"
 #include "searchtext_p.h"
 
 #include <QtCore/QPointer>
@@ -90,19 +91,20 @@ std::optional<QList<SearchResult>> runSearch(SearchReader &reader, const QString
     out.reserve(hits->size());
     for (const SearchHit &h : *hits) {
         SearchResult r;
-        r.conv = h.conv;
-        r.seq = h.seq;
-        r.sender = h.sender;
-        r.ts = h.ts;
-        r.body = h.body;
-        r.position = h.position;
+        SearchResultData &d = SearchResultAccess::data(r);
+        d.conv = h.conv;
+        d.seq = h.seq;
+        d.sender = h.sender;
+        d.ts = h.ts;
+        d.body = h.body;
+        d.position = h.position;
         const QList<searchtext::Range> ranges = searchtext::matchedRanges(h.body, terms);
         for (const searchtext::Range &x : ranges)
-            r.matches.append({x.start, x.length});
+            d.matches.append({x.start, x.length});
         const searchtext::Snippet s = searchtext::snippet(h.body, ranges);
-        r.snippet = s.text;
+        d.snippet = s.text;
         for (const searchtext::Range &x : s.ranges)
-            r.snippetMatches.append({x.start, x.length});
+            d.snippetMatches.append({x.start, x.length});
         out.append(r);
     }
     return out;

@@ -144,7 +144,7 @@ private:
         }
         QStringList out;
         for (const im::SearchResult &r : *found)
-            out << QStringLiteral("%1:%2").arg(r.conv).arg(r.seq);
+            out << QStringLiteral("%1:%2").arg(r.conv()).arg(r.seq());
         return out;
     }
     // The FTS5 index is sound (a delete told the wrong text breaks it) and
@@ -336,8 +336,8 @@ private slots:
             if (found->isEmpty())
                 break;
             for (const im::SearchResult &r : *found)
-                ts << r.ts;
-            before = found->last().position;
+                ts << r.ts();
+            before = found->last().position();
         }
         QCOMPARE(ts.size(), 40);
         for (int i = 1; i < ts.size(); ++i)
@@ -593,7 +593,7 @@ private slots:
         model.fetchMore();
         QVERIFY(model.isSearching());
         QTRY_COMPARE(model.count(), 80);
-        QCOMPARE(model.result(79).seq, 2921);
+        QCOMPARE(model.result(79).seq(), 2921);
         // Coverage: the fixture's c2 has a window gap, c1 is behind its head.
         QCOMPARE(model.incompleteConversations(), (QStringList{QStringLiteral("c1"), QStringLiteral("c2")}));
         QCOMPARE(model.purgedConversations(), QStringList{QStringLiteral("c2")});
