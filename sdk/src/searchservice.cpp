@@ -77,7 +77,12 @@ int SearchService::search(const QString &query, const QString &conv, int limit, 
 
 std::optional<QList<SearchResult>> runSearch(SearchReader &reader, const QString &query, const QString &conv,
                                              int limit, qint64 before, QString *error) {
-    const QString fts = searchtext::ftsQuery(query);
+    // A last word as the whole words it stands for (at most kExpansion,
+    // else FTS5's prefix query): see searchtext::vocabTerms().
+    constexpr int kExpansion = 200;
+    const QString fts = searchtext::ftsQuery(query, [&reader](const QString &prefix) {
+        return reader.vocabulary(prefix, kExpansion);
+    });
     if (fts.isEmpty())
         return QList<SearchResult>();
     const std::optional<QList<SearchHit>> hits = reader.search(fts, conv, before, limit);

@@ -167,7 +167,9 @@ const QList<QStringList> &migrations() {
         // ts * 16 + a free low part (they were ts * 2^20 + low: each
         // doclist entry's rowid delta took 5 to 7 bytes), and the build
         // ends by merging the segments (meta search_build 'merge'). Built
-        // anew in the background by the same resumable builder.
+        // anew in the background by the same resumable builder. And the
+        // vocabulary search_terms (searchtext::vocabTerms()): a query's
+        // last word, a prefix, is searched as the whole words it stands for.
         {
             QStringLiteral("DROP TABLE search"),
             QStringLiteral("DROP INDEX events_search"),
@@ -179,6 +181,7 @@ const QList<QStringList> &migrations() {
                            " CASE WHEN EXISTS(SELECT 1 FROM events WHERE kind = 'msg') THEN '' ELSE 'done' END)"),
             QStringLiteral("DELETE FROM meta WHERE key IN ('search_build_done', 'search_build_total')"),
             QStringLiteral("INSERT OR REPLACE INTO meta(key, value) VALUES('search_text_version', '1')"),
+            QStringLiteral("CREATE TABLE search_terms(term TEXT PRIMARY KEY) WITHOUT ROWID"),
         },
     };
     return steps;

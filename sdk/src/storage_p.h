@@ -9,6 +9,7 @@
 #include <QtCore/QHash>
 #include <QtCore/QList>
 #include <QtCore/QLockFile>
+#include <QtCore/QSet>
 #include <QtCore/QString>
 #include <QtSql/QSqlDatabase>
 #include <QtSql/QSqlQuery>
@@ -112,6 +113,7 @@ struct SearchStatements {
     explicit SearchStatements(const QSqlDatabase &db);
     QSqlQuery indexed, row, probe, ftsInsert, ftsDelete, setId, clearId;
     QSqlQuery old, fresh; // insertEvent's fast path
+    QSqlQuery termInsert; // the vocabulary (search_terms)
 };
 
 class Storage {
@@ -340,6 +342,10 @@ private:
     std::optional<bool> mergeSearchSegments(int budgetMs);
     std::unique_ptr<SearchStatements> search_;
     bool searchUpkeep_ = true;
+    // The vocabulary's entries known to be stored (search_terms): each
+    // written once per session. Cleared by a rollback (what it undid).
+    QSet<QString> knownTerms_;
+    bool noteTerms(const QString &text);
     SearchStatements &searchStatements();
 
     QString connection_;

@@ -44,7 +44,9 @@ constexpr int kMergePages = 64;   // pages written per step of the merge after i
 } // namespace
 
 SearchStatements::SearchStatements(const QSqlDatabase &db)
-    : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), old(db), fresh(db) {
+    : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), old(db), fresh(db),
+      termInsert(db) {
+    termInsert.prepare(QStringLiteral("INSERT OR IGNORE INTO search_terms(term) VALUES(?)"));
     old.prepare(QStringLiteral("SELECT search_id, COALESCE(edit_body, body) FROM events WHERE conv = ? AND seq = ?"));
     fresh.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE search_id = ?),"
                                  " EXISTS(SELECT 1 FROM events WHERE conv = ? AND target = ? AND kind = 'recall')"));
@@ -118,7 +120,20 @@ bool Storage::indexEvent(const QString &conv, qint64 seq) {
     s.setId.bindValue(0, id);
     s.setId.bindValue(1, conv);
     s.setId.bindValue(2, seq);
-    return exec(s.ftsInsert) && exec(s.setId);
+    return noteTerms(text) && exec(s.ftsInsert) && exec(s.setId);
+}
+
+bool Storage::noteTerms(const QString &text) {
+    SearchStatements &s = searchStatements();
+    for (const QString &t : searchtext::vocabTerms(text)) {
+        if (knownTerms_.contains(t))
+            continue;
+        s.termInsert.bindValue(0, t);
+        if (!exec(s.termInsert))
+            return false;
+        knownTerms_.insert(t);
+    }
+    return true;
 }
 
 qint64 Storage::freeSearchId(qint64 ts, qint64 seq) {
@@ -188,7 +203,7 @@ bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newI
     s.ftsInsert.bindValue(0, id);
     s.ftsInsert.bindValue(1, searchtext::indexText(text));
     s.ftsInsert.bindValue(2, convToken(e.conv));
-    if (!exec(s.ftsInsert))
+    if (!noteTerms(text) || !exec(s.ftsInsert))
         return false;
     *newId = id;
     return true;
@@ -437,6 +452,24 @@ std::optional<QList<SearchHit>> SearchReader::search(const QString &fts, const Q
     while (q.next())
         out.append({q.value(0).toLongLong(), q.value(1).toString(), q.value(2).toLongLong(), q.value(3).toString(),
                     q.value(4).toLongLong(), q.value(5).toString()});
+    return out;
+}
+
+std::optional<QStringList> SearchReader::vocabulary(const QString &prefix, int cap) {
+    if (!open())
+        return std::nullopt;
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT term FROM search_terms WHERE term >= ? AND term < ? ORDER BY term LIMIT ?"));
+    q.addBindValue(prefix);
+    q.addBindValue(prefix + QChar(0x7f)); // entries are ASCII (and the mark, 0x01)
+    q.addBindValue(cap + 1);
+    if (!q.exec())
+        return std::nullopt; // the query falls back to FTS5's prefix
+    QStringList out;
+    while (q.next())
+        out << q.value(0).toString();
+    if (out.size() > cap)
+        return std::nullopt;
     return out;
 }
 

@@ -407,7 +407,7 @@ private slots:
 
     void a_failed_page_leaves_neither_events_nor_index() {
         const QString c = QStringLiteral("c1");
-        QVERIFY(store_->applyPage(page(c, {msg(c, 1, QStringLiteral("alpha"))})));
+        QVERIFY(store_->applyPage(page(c, {msg(c, 1, QStringLiteral("alpha gamble"))})));
         // Every write statement of the next page in turn fails: whatever
         // statement fails, nothing of the page is stored or indexed.
         for (int n = 1;; ++n) {
@@ -426,6 +426,39 @@ private slots:
         }
         QCOMPARE(find(QStringLiteral("beta")), QStringList{QStringLiteral("c1:1")});
         QCOMPARE(find(QStringLiteral("gamma")), QStringList{QStringLiteral("c1:3")});
+        // The vocabulary took "gamma" with the page that stored it, after
+        // the failed tries (a rolled-back word is written again): the
+        // prefix finds it beside the stale "gamble".
+        QCOMPARE(find(QStringLiteral("gam")), QStringList{QStringLiteral("c1:3")});
+    }
+
+    void a_last_word_is_searched_as_the_whole_words_it_stands_for() {
+        const QString c = QStringLiteral("c1");
+        QVERIFY(store_->applyPage(page(c, {msg(c, 1, QStringLiteral("Straße und strange Dinge")),
+                                           msg(c, 2, QStringLiteral("a stray cat")),
+                                           msg(c, 3, QStringLiteral("NAÏVE idea")),
+                                           msg(c, 4, QStringLiteral("meet me at the station"))})));
+        const auto vocab = reader_->vocabulary(QStringLiteral("st"), 10);
+        QVERIFY(vocab);
+        QCOMPARE(*vocab, (QStringList{QStringLiteral("station"), QStringLiteral("stra") + QChar(1),
+                                      QStringLiteral("strange"), QStringLiteral("stray")}));
+        QCOMPARE(find(QStringLiteral("stra")), (QStringList{QStringLiteral("c1:2"), QStringLiteral("c1:1")}));
+        QCOMPARE(find(QStringLiteral("Straß")), QStringList{QStringLiteral("c1:1")});
+        QCOMPARE(find(QStringLiteral("st")), (QStringList{QStringLiteral("c1:4"), QStringLiteral("c1:2"),
+                                                           QStringLiteral("c1:1")}));
+        QCOMPARE(find(QStringLiteral("nai")), QStringList{QStringLiteral("c1:3")});
+        QCOMPARE(find(QStringLiteral("at the sta")), QStringList{QStringLiteral("c1:4")});
+        QCOMPARE(find(QStringLiteral("the st")), QStringList{QStringLiteral("c1:4")});
+        QCOMPARE(find(QStringLiteral("stx")), QStringList());
+        // More words than an expansion takes: FTS5's prefix, same results.
+        QList<proto::Event> many;
+        for (int i = 1; i <= 250; ++i)
+            many << msg(c, 4 + i, QStringLiteral("wa%1").arg(i, 4, 10, QChar(u'0')));
+        QVERIFY(store_->applyPage(page(c, many)));
+        QVERIFY(!reader_->vocabulary(QStringLiteral("wa"), 200));
+        QCOMPARE(find(QStringLiteral("wa"), {}, 300).size(), 250);
+        QCOMPARE(find(QStringLiteral("wa"), {}, 1), QStringList{QStringLiteral("c1:254")});
+        QCOMPARE(find(QStringLiteral("wa02")).size(), 51); // wa0200..wa0250
     }
 
     void an_older_store_is_indexed_in_resumable_batches() {
