@@ -245,12 +245,19 @@ void makeQueries(QRandomGenerator &rng, const QStringList &samples, int n, QStri
             const QString pair = QString(c.at(int(rng.bounded(30u)))) + c.at(int(rng.bounded(30u)));
             *cjk2 << pair;
         } else {
-            // A pair from a stored Chinese message (always found).
-            QString s;
-            for (int k = 0; k < 20 && (s.isEmpty() || s.at(0).unicode() < 0x3000); ++k)
-                s = samples.at(int(rng.bounded(quint32(samples.size()))));
-            const qsizetype at = qsizetype(rng.bounded(quint32(std::max<qsizetype>(1, s.size() - 3))));
-            *cjk2 << s.mid(at, 2);
+            // Two adjacent Chinese characters of a stored message (always
+            // found; never a punctuation mark: that would be a
+            // one-character query, which the runs before idx51 measured).
+            QString pair;
+            for (int k = 0; k < 50 && pair.isEmpty(); ++k) {
+                const QString s = samples.at(int(rng.bounded(quint32(samples.size()))));
+                if (s.size() < 2)
+                    continue;
+                const qsizetype at = qsizetype(rng.bounded(quint32(s.size() - 1)));
+                if (c.contains(s.at(at)) && c.contains(s.at(at + 1)))
+                    pair = s.mid(at, 2);
+            }
+            *cjk2 << (pair.isEmpty() ? QString(c.at(0)) + c.at(1) : pair);
         }
     }
 }
