@@ -724,7 +724,7 @@ void ClientPrivate::startIndexBuild() {
         emit q->searchIndexProgressChanged(indexProgress);
         emit searchIndexChanged();
     }
-    if (!*complete)
+    if (!*complete || !storage.searchIndexSettled().value_or(true))
         indexBuild.start();
 }
 
@@ -741,10 +741,10 @@ void ClientPrivate::buildIndexStep() {
         storageFailed(QStringLiteral("search index build"));
         return;
     }
-    const double progress = step->finished ? 1.0
+    const double progress = step->finished ? 1.0 // the merge after it changes no result
                             : step->total > 0 ? std::min(0.99, double(step->done) / double(step->total))
                                               : 0.0;
-    if (step->finished)
+    if (step->settled)
         indexBuild.stop();
     if (progress != indexProgress) {
         indexProgress = progress;

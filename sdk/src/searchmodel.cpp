@@ -166,15 +166,15 @@ QVariant SearchModel::data(const QModelIndex &index, int role) const {
         return {};
     const SearchResult &r = d->rows.at(index.row());
     switch (role) {
-    case ConvRole: return r.conv;
-    case SeqRole: return r.seq;
-    case SenderRole: return r.sender;
-    case TimestampRole: return QDateTime::fromMSecsSinceEpoch(r.ts, Qt::UTC);
+    case ConvRole: return r.conv();
+    case SeqRole: return r.seq();
+    case SenderRole: return r.sender();
+    case TimestampRole: return QDateTime::fromMSecsSinceEpoch(r.ts(), Qt::UTC);
     case Qt::DisplayRole:
-    case BodyRole: return r.body;
-    case MatchesRole: return rangesToList(r.matches);
-    case SnippetRole: return r.snippet;
-    case SnippetMatchesRole: return rangesToList(r.snippetMatches);
+    case BodyRole: return r.body();
+    case MatchesRole: return rangesToList(r.matches());
+    case SnippetRole: return r.snippet();
+    case SnippetMatchesRole: return rangesToList(r.snippetMatches());
     default: return {};
     }
 }
@@ -193,7 +193,7 @@ void SearchModel::fetchMore(const QModelIndex &parent) {
     if (!canFetchMore(parent) || d->rows.isEmpty())
         return;
     d->firstPage = false;
-    d->pending = d->client->search(d->query, d->conv, d->pageSize, d->rows.last().position);
+    d->pending = d->client->search(d->query, d->conv, d->pageSize, d->rows.last().position());
     if (d->pending != 0)
         emit searchingChanged();
 }

@@ -6,6 +6,7 @@
 
 #include <QtCore/QList>
 #include <QtCore/QString>
+#include <QtCore/QStringList>
 
 #include <optional>
 
@@ -45,6 +46,9 @@ public:
     std::optional<QList<SearchHit>> search(const QString &fts, const QString &conv, qint64 before, int limit);
     /// The conversations (or `conv`) whose history is not all stored.
     std::optional<QList<ConvCoverage>> coverage(const QString &conv);
+    // The vocabulary's entries that start with `prefix` (folded ASCII):
+    // nothing when there are more than `cap` (or on an error).
+    std::optional<QStringList> vocabulary(const QString &prefix, int cap);
     /// Whether the index build of an older store has finished.
     std::optional<bool> indexComplete();
 

@@ -2,6 +2,7 @@
 #include "searchservice_p.h"
 
 #include "searchreader_p.h"
+#include "searchresult_p.h"
 #include "searchtext_p.h"
 
 #include <QtCore/QPointer>
@@ -76,7 +77,12 @@ int SearchService::search(const QString &query, const QString &conv, int limit, 
 
 std::optional<QList<SearchResult>> runSearch(SearchReader &reader, const QString &query, const QString &conv,
                                              int limit, qint64 before, QString *error) {
-    const QString fts = searchtext::ftsQuery(query);
+    // A last word as the whole words it stands for (at most kExpansion,
+    // else FTS5's prefix query): see searchtext::vocabTerms().
+    constexpr int kExpansion = 200;
+    const QString fts = searchtext::ftsQuery(query, [&reader](const QString &prefix) {
+        return reader.vocabulary(prefix, kExpansion);
+    });
     if (fts.isEmpty())
         return QList<SearchResult>();
     const std::optional<QList<SearchHit>> hits = reader.search(fts, conv, before, limit);
@@ -90,19 +96,20 @@ std::optional<QList<SearchResult>> runSearch(SearchReader &reader, const QString
     out.reserve(hits->size());
     for (const SearchHit &h : *hits) {
         SearchResult r;
-        r.conv = h.conv;
-        r.seq = h.seq;
-        r.sender = h.sender;
-        r.ts = h.ts;
-        r.body = h.body;
-        r.position = h.position;
+        SearchResultData &d = SearchResultAccess::data(r);
+        d.conv = h.conv;
+        d.seq = h.seq;
+        d.sender = h.sender;
+        d.ts = h.ts;
+        d.body = h.body;
+        d.position = h.position;
         const QList<searchtext::Range> ranges = searchtext::matchedRanges(h.body, terms);
         for (const searchtext::Range &x : ranges)
-            r.matches.append({x.start, x.length});
+            d.matches.append({x.start, x.length});
         const searchtext::Snippet s = searchtext::snippet(h.body, ranges);
-        r.snippet = s.text;
+        d.snippet = s.text;
         for (const searchtext::Range &x : s.ranges)
-            r.snippetMatches.append({x.start, x.length});
+            d.snippetMatches.append({x.start, x.length});
         out.append(r);
     }
     return out;

@@ -133,7 +133,81 @@ QString indexText(const QString &body) {
     return out;
 }
 
-QString ftsQuery(const QString &userQuery) {
+QString ftsQuery(const QString &userQuery) { return ftsQuery(userQuery, {}); }
+
+namespace {
+
+bool asciiOnly(const QString &s) {
+    return std::all_of(s.begin(), s.end(), [](QChar c) { return c.unicode() < 0x80; });
+}
+
+// The words (runs of token characters) of a non-CJK run, as typed.
+QStringList words(const QString &run) {
+    QStringList out;
+    QString word;
+    for (const Cp &p : codePoints(run)) {
+        if (isWordChar(p.c)) {
+            word += QStringView(run).mid(p.at, p.len);
+        } else if (!word.isEmpty()) {
+            out << word;
+            word.clear();
+        }
+    }
+    if (!word.isEmpty())
+        out << word;
+    return out;
+}
+
+// As unicode61 remove_diacritics 2 folds a token, near enough: marks
+// dropped, lower case (not case folding: it keeps "ß", and so does this).
+// Where the two could differ the result is not ASCII, and vocabTerms()
+// keeps only its ASCII lead, as an FTS5 prefix: never a word missed.
+QString foldWord(const QString &w) {
+    if (!asciiOnly(w)) {
+        QString out;
+        for (const Cp &p : codePoints(w)) {
+            const QString d = QString::fromUcs4(&p.c, 1).normalized(QString::NormalizationForm_KD);
+            for (const Cp &q : codePoints(d))
+                if (QChar::category(q.c) != QChar::Mark_NonSpacing)
+                    out += QString::fromUcs4(&q.c, 1);
+        }
+        return out.toLower();
+    }
+    QString out = w;
+    for (QChar &c : out)
+        if (c >= u'A' && c <= u'Z')
+            c = QChar(c.unicode() + 32);
+    return out;
+}
+
+} // namespace
+
+QStringList vocabTerms(const QString &body) {
+    QStringList out;
+    for (const Run &r : runs(nfkc(body))) {
+        if (r.cjk)
+            continue;
+        for (const QString &w : words(r.text)) {
+            const QString f = foldWord(w);
+            QString entry;
+            if (asciiOnly(f)) {
+                entry = f;
+            } else {
+                qsizetype lead = 0;
+                while (lead < f.size() && f.at(lead).unicode() < 0x80)
+                    ++lead;
+                if (lead == 0)
+                    continue;
+                entry = f.left(lead) + VocabPrefixMark;
+            }
+            if (!out.contains(entry))
+                out << entry;
+        }
+    }
+    return out;
+}
+
+QString ftsQuery(const QString &userQuery, const std::function<std::optional<QStringList>(const QString &)> &expand) {
     QStringList parts;
     const QString n = nfkc(userQuery);
     for (const QString &chunk : n.split(QChar::Space, Qt::SkipEmptyParts)) {
@@ -150,11 +224,26 @@ QString ftsQuery(const QString &userQuery) {
                 parts << quoted(grams.join(u' '));
                 continue;
             }
-            const QList<Cp> cps = codePoints(r.text);
-            if (std::none_of(cps.begin(), cps.end(), [](const Cp &p) { return isWordChar(p.c); }))
+            const QStringList ws = words(r.text);
+            if (ws.isEmpty())
                 continue;
-            // A phrase of the chunk's words (FTS5 tokenizes it), the last by prefix.
-            parts << quoted(r.text) + u'*';
+            // A phrase of the chunk's words, the last by prefix: as the
+            // whole words it stands for when the vocabulary says which.
+            const QString lead = ws.size() > 1 ? ws.mid(0, ws.size() - 1).join(u' ') + u' ' : QString();
+            const QString last = foldWord(ws.last());
+            std::optional<QStringList> whole;
+            if (expand && asciiOnly(last))
+                whole = expand(last);
+            if (!whole) {
+                parts << quoted(lead + ws.last()) + u'*';
+                continue;
+            }
+            QStringList alternatives;
+            for (const QString &t : std::as_const(*whole))
+                alternatives << (t.endsWith(VocabPrefixMark) ? quoted(lead + t.chopped(1)) + u'*' : quoted(lead + t));
+            // None: nothing stored starts with it (a query that finds nothing).
+            parts << (alternatives.isEmpty() ? quoted(lead + ws.last()) + u'*'
+                                             : u'(' + alternatives.join(QStringLiteral(" OR ")) + u')');
         }
     }
     return parts.join(QStringLiteral(" AND "));

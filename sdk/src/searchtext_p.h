@@ -20,6 +20,9 @@
 #include <QtCore/QString>
 #include <QtCore/QStringList>
 
+#include <functional>
+#include <optional>
+
 namespace im::detail::searchtext {
 
 /// Bumped whenever indexText() changes what it produces: a store indexed
@@ -38,6 +41,25 @@ QString indexText(const QString &body);
 /// must match: Latin words by prefix, CJK runs as substrings); empty if the
 /// query has nothing to search for (only spaces or punctuation).
 QString ftsQuery(const QString &userQuery);
+
+/// The words of a text the vocabulary (table search_terms) keeps, so that a
+/// query's last word, a prefix, becomes the few whole words it stands for:
+/// FTS5 without a prefix index reads and merges every doclist of a prefix
+/// before it returns one row (the very common words' are the longest),
+/// whereas an OR of whole words is read lazily, newest first, and stops at
+/// the page. Each non-CJK word folded as unicode61 remove_diacritics 2
+/// folds it, when that is ASCII; a word whose folded form is not (their
+/// folding could differ from ours) leaves its ASCII lead followed by
+/// VocabPrefixMark ("straße": "stra" + mark), which the query expands to
+/// the FTS5 prefix of that lead. No duplicates.
+constexpr QChar VocabPrefixMark = QChar(0x01);
+QStringList vocabTerms(const QString &body);
+
+/// ftsQuery() with the last word of each Latin chunk expanded: `expand`
+/// gets its folded ASCII prefix and returns the vocabulary's entries that
+/// start with it (vocabTerms()'s form), or nothing when they are too many
+/// or unknown (then that word stays an FTS5 prefix query).
+QString ftsQuery(const QString &userQuery, const std::function<std::optional<QStringList>(const QString &)> &expand);
 
 /// The terms of a query as highlight() looks for them (folded).
 struct Term {

@@ -219,6 +219,7 @@ void Storage::rollback() {
     inTransaction_ = false;
     restoreDurability();
     requeued_.clear(); // what a rolled-back rebuild put back is not there
+    knownTerms_.clear(); // nor the search vocabulary it wrote
 }
 
 std::optional<QString> Storage::meta(const QString &key) {

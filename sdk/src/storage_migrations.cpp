@@ -162,6 +162,27 @@ const QList<QStringList> &migrations() {
                            " CASE WHEN EXISTS(SELECT 1 FROM events WHERE kind = 'msg') THEN '' ELSE 'done' END)"),
             QStringLiteral("INSERT OR REPLACE INTO meta(key, value) VALUES('search_text_version', '1')"),
         },
+        // 6 -> 7: the search index again, smaller and faster (issue 51's
+        // targets; docs/benchmarks.md "On-device search"): search ids are
+        // ts * 16 + a free low part (they were ts * 2^20 + low: each
+        // doclist entry's rowid delta took 5 to 7 bytes), and the build
+        // ends by merging the segments (meta search_build 'merge'). Built
+        // anew in the background by the same resumable builder. And the
+        // vocabulary search_terms (searchtext::vocabTerms()): a query's
+        // last word, a prefix, is searched as the whole words it stands for.
+        {
+            QStringLiteral("DROP TABLE search"),
+            QStringLiteral("DROP INDEX events_search"),
+            QStringLiteral("UPDATE events SET search_id = NULL WHERE search_id IS NOT NULL"),
+            QStringLiteral("CREATE INDEX events_search ON events(search_id) WHERE search_id IS NOT NULL"),
+            QStringLiteral("CREATE VIRTUAL TABLE search USING fts5(body, conv, content='', columnsize=0,"
+                           " tokenize='unicode61 remove_diacritics 2')"),
+            QStringLiteral("INSERT OR REPLACE INTO meta(key, value) VALUES('search_build',"
+                           " CASE WHEN EXISTS(SELECT 1 FROM events WHERE kind = 'msg') THEN '' ELSE 'done' END)"),
+            QStringLiteral("DELETE FROM meta WHERE key IN ('search_build_done', 'search_build_total')"),
+            QStringLiteral("INSERT OR REPLACE INTO meta(key, value) VALUES('search_text_version', '1')"),
+            QStringLiteral("CREATE TABLE search_terms(term TEXT PRIMARY KEY) WITHOUT ROWID"),
+        },
     };
     return steps;
 }

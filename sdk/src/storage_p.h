@@ -9,6 +9,7 @@
 #include <QtCore/QHash>
 #include <QtCore/QList>
 #include <QtCore/QLockFile>
+#include <QtCore/QSet>
 #include <QtCore/QString>
 #include <QtSql/QSqlDatabase>
 #include <QtSql/QSqlQuery>
@@ -112,11 +113,12 @@ struct SearchStatements {
     explicit SearchStatements(const QSqlDatabase &db);
     QSqlQuery indexed, row, probe, ftsInsert, ftsDelete, setId, clearId;
     QSqlQuery old, fresh; // insertEvent's fast path
+    QSqlQuery termInsert; // the vocabulary (search_terms)
 };
 
 class Storage {
 public:
-    static constexpr int SchemaVersion = 6;
+    static constexpr int SchemaVersion = 7;
     /// How long a statement waits for a database locked by someone else.
     static constexpr int BusyTimeoutMs = 250;
 
@@ -254,14 +256,20 @@ public:
     // before schema 6 gets its index built in bounded batches:
     // buildSearchIndex() until it says finished (Client drives it from its
     // event loop, one batch per turn); searches meanwhile see what is built.
+    // Once every row is in (finished), the same calls merge the index's
+    // segments into one, a bounded step each (settled when that is done:
+    // the bulk build leaves many, and a merged index is smaller and faster).
     struct IndexBuild {
         qint64 done = 0;  // msg rows indexed by the build so far
         qint64 total = 0; // msg rows to index when the build started
-        bool finished = false;
+        bool finished = false; // every row indexed: searches find everything
+        bool settled = false;  // finished, and the segments merged
     };
     std::optional<IndexBuild> buildSearchIndex(int budgetMs);
     // Whether the build has finished (false while a store is being indexed).
     std::optional<bool> searchIndexComplete();
+    // Whether the build has nothing left to do (the merge after it done too).
+    std::optional<bool> searchIndexSettled();
     // Test hook: what the index holds for (conv, seq): its rowid (0: not indexed).
     qint64 searchIdOf(const QString &conv, qint64 seq);
     // Benchmark hook (bench_search): pages stored without their index upkeep
@@ -329,8 +337,15 @@ private:
     // After migrate(): an index written by another searchtext::Version is
     // dropped and built again.
     bool checkSearchVersion();
+    // One bounded step of the segment merge after the build: true when
+    // there was nothing left to merge.
+    std::optional<bool> mergeSearchSegments(int budgetMs);
     std::unique_ptr<SearchStatements> search_;
     bool searchUpkeep_ = true;
+    // The vocabulary's entries known to be stored (search_terms): each
+    // written once per session. Cleared by a rollback (what it undid).
+    QSet<QString> knownTerms_;
+    bool noteTerms(const QString &text);
     SearchStatements &searchStatements();
 
     QString connection_;

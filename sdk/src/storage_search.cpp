@@ -33,13 +33,20 @@ QString convToken(const QString &conv) {
            + QString::fromLatin1(QCryptographicHash::hash(conv.toUtf8(), QCryptographicHash::Sha1).toHex().left(16));
 }
 
-constexpr int kLowBits = 20; // search_id = ts * 2^20 + a free low part
+// search_id = ts * 2^4 + a free low part: rowid order is newest first, and
+// the index's doclists (rowid deltas as varints) stay small. Up to 16
+// messages share a millisecond's ids; more take the next free id above
+// (its order off by a millisecond at most per 16 of them).
+constexpr int kLowBits = 4;
 constexpr int kBuildSlice = 200; // events per read of the index build
+constexpr int kMergePages = 64;   // pages written per step of the merge after it
 
 } // namespace
 
 SearchStatements::SearchStatements(const QSqlDatabase &db)
-    : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), old(db), fresh(db) {
+    : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), old(db), fresh(db),
+      termInsert(db) {
+    termInsert.prepare(QStringLiteral("INSERT OR IGNORE INTO search_terms(term) VALUES(?)"));
     old.prepare(QStringLiteral("SELECT search_id, COALESCE(edit_body, body) FROM events WHERE conv = ? AND seq = ?"));
     fresh.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE search_id = ?),"
                                  " EXISTS(SELECT 1 FROM events WHERE conv = ? AND target = ? AND kind = 'recall')"));
@@ -113,17 +120,28 @@ bool Storage::indexEvent(const QString &conv, qint64 seq) {
     s.setId.bindValue(0, id);
     s.setId.bindValue(1, conv);
     s.setId.bindValue(2, seq);
-    return exec(s.ftsInsert) && exec(s.setId);
+    return noteTerms(text) && exec(s.ftsInsert) && exec(s.setId);
+}
+
+bool Storage::noteTerms(const QString &text) {
+    SearchStatements &s = searchStatements();
+    for (const QString &t : searchtext::vocabTerms(text)) {
+        if (knownTerms_.contains(t))
+            continue;
+        s.termInsert.bindValue(0, t);
+        if (!exec(s.termInsert))
+            return false;
+        knownTerms_.insert(t);
+    }
+    return true;
 }
 
 qint64 Storage::freeSearchId(qint64 ts, qint64 seq) {
     // Newest first is rowid order: the commit time in the high bits, a
-    // free low part (from the seq; the next free one on a collision).
+    // free low part (from the seq; the next free id above on a collision).
     SearchStatements &s = searchStatements();
-    const qint64 base = std::max<qint64>(0, ts) << kLowBits;
-    qint64 low = seq & ((qint64(1) << kLowBits) - 1);
-    for (int tries = 0;; ++tries) {
-        const qint64 id = base + low;
+    const qint64 first = (std::max<qint64>(0, ts) << kLowBits) + (seq & ((qint64(1) << kLowBits) - 1));
+    for (qint64 id = first;; ++id) {
         s.probe.bindValue(0, id);
         if (!exec(s.probe))
             return 0;
@@ -131,11 +149,10 @@ qint64 Storage::freeSearchId(qint64 ts, qint64 seq) {
         s.probe.finish();
         if (!taken)
             return id;
-        if (tries > (1 << kLowBits)) {
+        if (id - first > (qint64(1) << 20)) {
             fail(QStringLiteral("search index: no free id at ts %1").arg(ts));
             return 0;
         }
-        low = (low + 1) & ((qint64(1) << kLowBits) - 1);
     }
 }
 
@@ -186,7 +203,7 @@ bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newI
     s.ftsInsert.bindValue(0, id);
     s.ftsInsert.bindValue(1, searchtext::indexText(text));
     s.ftsInsert.bindValue(2, convToken(e.conv));
-    if (!exec(s.ftsInsert))
+    if (!noteTerms(text) || !exec(s.ftsInsert))
         return false;
     *newId = id;
     return true;
@@ -241,7 +258,41 @@ std::optional<bool> Storage::searchIndexComplete() {
     const std::optional<QString> state = meta(QStringLiteral("search_build"));
     if (!state)
         return std::nullopt;
+    return *state == u"done" || *state == u"merge";
+}
+
+std::optional<bool> Storage::searchIndexSettled() {
+    const std::optional<QString> state = meta(QStringLiteral("search_build"));
+    if (!state)
+        return std::nullopt;
     return *state == u"done";
+}
+
+std::optional<bool> Storage::mergeSearchSegments(int budgetMs) {
+    // FTS5's incremental merge: a negative page count puts every segment
+    // on one level and merges as few as two; done when a step changes
+    // nothing (total_changes() moved by less than 2, FTS5's documentation).
+    QElapsedTimer clock;
+    clock.start();
+    QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    QSqlQuery changes(db), merge(db);
+    changes.prepare(QStringLiteral("SELECT total_changes()"));
+    merge.prepare(QStringLiteral("INSERT INTO search(search, rank) VALUES('merge', -%1)").arg(kMergePages));
+    do {
+        if (!exec(changes) || !changes.next())
+            return std::nullopt;
+        const qint64 before = changes.value(0).toLongLong();
+        changes.finish();
+        if (!exec(merge))
+            return std::nullopt;
+        if (!exec(changes) || !changes.next())
+            return std::nullopt;
+        const qint64 after = changes.value(0).toLongLong();
+        changes.finish();
+        if (after - before < 2)
+            return true;
+    } while (clock.elapsed() < budgetMs);
+    return false;
 }
 
 std::optional<Storage::IndexBuild> Storage::buildSearchIndex(int budgetMs) {
@@ -258,11 +309,25 @@ std::optional<Storage::IndexBuild> Storage::buildSearchIndex(int budgetMs) {
     out.done = doneMeta->toLongLong();
     out.total = totalMeta->toLongLong();
     if (*state == u"done") {
-        out.finished = true;
+        out.finished = out.settled = true;
         return out;
     }
     if (!begin(Durability::Relaxed))
         return std::nullopt;
+    if (*state == u"merge") {
+        out.finished = true;
+        const std::optional<bool> merged = mergeSearchSegments(budgetMs);
+        if (!merged || (*merged && !setMeta(QStringLiteral("search_build"), QStringLiteral("done")))) {
+            const QString e = error_;
+            rollback();
+            fail(e);
+            return std::nullopt;
+        }
+        out.settled = *merged;
+        if (!commit())
+            return std::nullopt;
+        return out;
+    }
     auto abort = [this]() -> std::optional<IndexBuild> {
         const QString e = error_;
         rollback();
@@ -311,7 +376,7 @@ std::optional<Storage::IndexBuild> Storage::buildSearchIndex(int budgetMs) {
         } while (clock.elapsed() < budgetMs);
     }
     out.finished = finished;
-    if (!setMeta(QStringLiteral("search_build"), finished ? QStringLiteral("done") : conv + u'\n' + QString::number(seq))
+    if (!setMeta(QStringLiteral("search_build"), finished ? QStringLiteral("merge") : conv + u'\n' + QString::number(seq))
         || !setMeta(QStringLiteral("search_build_done"), QString::number(out.done))
         || !setMeta(QStringLiteral("search_build_total"), QString::number(out.total)))
         return abort();
@@ -390,6 +455,24 @@ std::optional<QList<SearchHit>> SearchReader::search(const QString &fts, const Q
     return out;
 }
 
+std::optional<QStringList> SearchReader::vocabulary(const QString &prefix, int cap) {
+    if (!open())
+        return std::nullopt;
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT term FROM search_terms WHERE term >= ? AND term < ? ORDER BY term LIMIT ?"));
+    q.addBindValue(prefix);
+    q.addBindValue(prefix + QChar(0x7f)); // entries are ASCII (and the mark, 0x01)
+    q.addBindValue(cap + 1);
+    if (!q.exec())
+        return std::nullopt; // the query falls back to FTS5's prefix
+    QStringList out;
+    while (q.next())
+        out << q.value(0).toString();
+    if (out.size() > cap)
+        return std::nullopt;
+    return out;
+}
+
 std::optional<QList<ConvCoverage>> SearchReader::coverage(const QString &conv) {
     if (!open())
         return std::nullopt;
@@ -421,7 +504,8 @@ std::optional<bool> SearchReader::indexComplete() {
         error_ = QStringLiteral("SQLite: %1").arg(q.lastError().text());
         return std::nullopt;
     }
-    return q.next() && q.value(0).toString() == u"done";
+    // "merge": every row is in, the segments are being merged.
+    return q.next() && (q.value(0).toString() == u"done" || q.value(0).toString() == u"merge");
 }
 
 } // namespace im::detail

@@ -2,11 +2,14 @@
 #include <im/types.h>
 
 #include "outboxentry_p.h"
+#include "searchresult_p.h"
 
 #include <QtCore/QHash>
 
 namespace {
 const int outboxEntryTypeId = qRegisterMetaType<im::OutboxEntry>();
+const int searchResultTypeId = qRegisterMetaType<im::SearchResult>();
+const int textRangeTypeId = qRegisterMetaType<im::TextRange>();
 } // namespace
 
 namespace im {
@@ -64,5 +67,22 @@ Error errorFromCode(const QString &code) {
         return Error::None;
     return codes.value(code, Error::Unknown);
 }
+
+// SearchResult: a value over its private part (searchresult_p.h).
+SearchResult::SearchResult() : d(new SearchResultData) {}
+SearchResult::SearchResult(const SearchResult &other) = default;
+SearchResult::SearchResult(SearchResult &&other) noexcept = default;
+SearchResult &SearchResult::operator=(const SearchResult &other) = default;
+SearchResult &SearchResult::operator=(SearchResult &&other) noexcept = default;
+SearchResult::~SearchResult() = default;
+QString SearchResult::conv() const { return d->conv; }
+qint64 SearchResult::seq() const { return d->seq; }
+QString SearchResult::sender() const { return d->sender; }
+qint64 SearchResult::ts() const { return d->ts; }
+QString SearchResult::body() const { return d->body; }
+QList<TextRange> SearchResult::matches() const { return d->matches; }
+QString SearchResult::snippet() const { return d->snippet; }
+QList<TextRange> SearchResult::snippetMatches() const { return d->snippetMatches; }
+qint64 SearchResult::position() const { return d->position; }
 
 } // namespace im

@@ -8,6 +8,7 @@
 #include "fakeserver.h"
 
 #include <im/client.h>
+#include <im/search.h>
 #include <im/conversationlistmodel.h>
 #include <im/messagelistmodel.h>
 #include <im/outboxmodel.h>
@@ -32,6 +33,7 @@ private slots:
     void models_keep_working_after_the_app_disconnects_every_client_signal();
     void models_let_go_of_a_destroyed_client();
     void outbox_entry_is_a_value_with_a_private_part();
+    void search_result_is_a_value_with_a_private_part();
     void every_setting_has_a_getter_and_a_property();
     void a_client_lives_on_a_worker_thread();
     void sync_logs_windows_gaps_and_resets();
@@ -115,6 +117,28 @@ void TestApi::models_let_go_of_a_destroyed_client() {
     QCOMPARE(outbox.rowCount(), 0);
     QCOMPARE(convs.client(), nullptr);
     QCOMPARE(convs.count(), 0);
+}
+
+void TestApi::search_result_is_a_value_with_a_private_part() {
+    // 2.2.0: SearchResult is one pointer to its private part (a later
+    // version can tell more about a result); TextRange stays two ints.
+    static_assert(sizeof(im::SearchResult) == sizeof(void *), "SearchResult is a d-pointer only");
+    static_assert(sizeof(im::TextRange) == 2 * sizeof(int), "TextRange is two ints");
+    const im::SearchResult empty;
+    QVERIFY(empty.conv().isEmpty());
+    QCOMPARE(empty.seq(), 0);
+    QCOMPARE(empty.position(), 0);
+    QVERIFY(empty.matches().isEmpty());
+    // Gadgets: QML (and QVariant users) read the same names as properties.
+    const QMetaObject &mo = im::SearchResult::staticMetaObject;
+    for (const char *name : {"conv", "seq", "sender", "ts", "body", "matches", "snippet", "snippetMatches", "position"})
+        QVERIFY2(mo.indexOfProperty(name) >= 0, name);
+    const im::TextRange range{3, 4};
+    const QMetaObject &rm = im::TextRange::staticMetaObject;
+    QCOMPARE(rm.property(rm.indexOfProperty("start")).readOnGadget(&range).toInt(), 3);
+    QCOMPARE(rm.property(rm.indexOfProperty("length")).readOnGadget(&range).toInt(), 4);
+    const im::SearchResult copy = empty; // implicitly shared
+    QCOMPARE(copy.body(), empty.body());
 }
 
 void TestApi::outbox_entry_is_a_value_with_a_private_part() {
