@@ -100,6 +100,7 @@ Event readEvent(const QJsonObject &o, Reader &outer) {
     // Contract section 12: a msg's reply_to and its later changes.
     e.replyTo = r.optNum("reply_to").value_or(0);
     e.recalled = r.optBool("recalled");
+    e.erased = r.optBool("erased");
     if (o.contains(QStringLiteral("edit"))) {
         Reader ed(r.object("edit"));
         e.editSeq = ed.num("seq");

@@ -43,6 +43,9 @@ struct Event {
     QList<Reaction> reactions{};
     qint64 reactionsSeq = 0;
     bool recalled = false;
+    // A user's erase removed its content (docs/protocol.md, "Erased
+    // events"); on an operator's recall: its target's content is gone.
+    bool erased = false;
     // reaction events
     QString emoji{};
     bool on = false;

@@ -304,6 +304,8 @@ private:
     // reaction event is applied to its stored target only above those.
     bool insertEvent(const proto::Event &e, qint64 epoch);
     bool applyChange(const proto::Event &e);
+    // A user's erase: the msg's text (body, edit) gone, shown Recalled.
+    bool eraseText(const QString &conv, qint64 seq);
     // messages(): each msg row's current body, reply_to and its quote,
     // reactions (contract section 12).
     bool addChanges(const QString &conv, qint64 from, QList<MessageRow> &rows);

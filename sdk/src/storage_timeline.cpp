@@ -114,6 +114,10 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     if (eventInsertFault() || !exec(q))
         return false;
     q.finish();
+    // An erased msg (a user's erase, docs/protocol.md "Erased events"): no
+    // text of it stays here, not even an edit this store showed before.
+    if (e.kind == u"msg" && e.erased && !eraseText(e.conv, e.seq))
+        return false;
     if (e.kind == u"msg" && !isNew && !indexEvent(e.conv, e.seq))
         return false;
     if (e.kind != u"edit" && e.kind != u"recall")
@@ -123,6 +127,15 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     return unindexEvent(e.conv, e.target) && applyChange(e) && indexEvent(e.conv, e.target);
 }
 
+bool Storage::eraseText(const QString &conv, qint64 seq) {
+    QSqlQuery u(QSqlDatabase::database(connection_, false));
+    u.prepare(QStringLiteral("UPDATE events SET body = NULL, edit_seq = NULL, edit_body = NULL, edit_ts = NULL,"
+                             " recalled = 1 WHERE conv = ? AND seq = ? AND kind = 'msg'"));
+    u.addBindValue(conv);
+    u.addBindValue(seq);
+    return exec(u);
+}
+
 bool Storage::applyChange(const proto::Event &e) {
     // Contract section 12: a later edit or reaction event changes its stored
     // target only when its seq is above what the target already shows
@@ -130,6 +143,10 @@ bool Storage::applyChange(const proto::Event &e) {
     // harmless. A target not stored here needs nothing: when it comes, its
     // copy carries its changes as of then.
     QSqlDatabase db = QSqlDatabase::database(connection_, false);
+    if (e.kind == u"edit" && e.erased)
+        return true; // an erased edit has no text to show
+    if (e.kind == u"recall" && e.erased)
+        return eraseText(e.conv, e.target); // an erase's recall: the target's text goes too
     if (e.kind == u"edit") {
         QSqlQuery u(db);
         u.prepare(QStringLiteral("UPDATE events SET edit_seq = ?, edit_body = ?, edit_ts = ?"

@@ -1,6 +1,5 @@
-// Issue 52: 14-rate-limited and the mute and redaction parts of
-// 14-mute-redact-erase (registered as 14-mute-redact while a user's erasure
-// is not built: docs/acceptance.md).
+// Issue 52: 14-rate-limited and 14-mute-redact-erase (mute, redaction,
+// a user's erase: docs/acceptance.md).
 #include "lab.hpp"
 
 #include <map>
@@ -74,12 +73,15 @@ json::object api_call(ServerProcess& gw, const std::string& key, const std::stri
     return !ec && v.is_object() ? v.as_object() : json::object{};
 }
 
-// 14-mute-redact (the mute and redaction parts of 14-mute-redact-erase):
-// through the backend API of a gateway of its own (the shared one has no
-// API listener) and the lab's shared gateway for the member's requests.
-Verdict mute_redact(Lab& lab) {
-    Tracked<ServerProcess> gw(lab, lab.db(), std::vector<std::string>{"--quiet", "--api-listen", "127.0.0.1:0"},
-                              unique_name("gw-mod"));
+// 14-mute-redact-erase: through the backend API of a gateway of its own
+// (the shared one has no API listener) and the lab's shared gateway for the
+// member's requests. `erase_broken`: that gateway with
+// --lab-erase-without-tombstones (the erase keeps no request keys): the
+// control fails at "original-expired".
+Verdict mute_redact_erase(Lab& lab, bool erase_broken) {
+    std::vector<std::string> flags{"--quiet", "--api-listen", "127.0.0.1:0"};
+    if (erase_broken) flags.insert(flags.end(), {"--enable-faults", "--lab-erase-without-tombstones"});
+    Tracked<ServerProcess> gw(lab, lab.db(), flags, unique_name("gw-mod"));
     const std::string key = admin_ok(lab.db(), {"apikey", "add", unique_name("lab-mod"), "--scope", "admin"});
     auto ana = lab.user("ana"), ben = lab.user("ben");
     auto conv = lab.conv("mod", "group", {ana, ben});
@@ -124,9 +126,67 @@ Verdict mute_redact(Lab& lab) {
            "redact-all", "a msg of the user is not recalled by the operator");
     expect(lab.sql("SELECT max(seq) - count(*) FROM events WHERE conv_id = " + quote(conv)) == "0", "gap-free",
            "seqs not gap-free after the redactions");
+
+    // Erase ben, who wrote two msgs (one edited, one with his reaction).
+    auto b = connect(lab.server().port(), ben.token);
+    std::vector<std::string> ben_cmids;
+    std::int64_t ben_first = 0;
+    for (int i = 0; i < 2; ++i) {
+        ben_cmids.push_back(uuid4());
+        r = answered(send(*b, conv, ben_cmids.back(), "ben " + std::to_string(i)), "send");
+        expect(outcome(r) == "sent", "reply", brief(r));
+        if (!ben_first) ben_first = num(r, "seq");
+    }
+    r = b->request({{"t", "edit"}, {"conv", conv}, {"cmid", uuid4()}, {"target", ben_first}, {"body", "ben edited"}});
+    expect(outcome(r) == "edited", "reply", "edit: " + brief(r));
+    r = b->request({{"t", "react"}, {"conv", conv}, {"cmid", uuid4()}, {"target", ben_first}, {"emoji", "x"}, {"on", true}});
+    expect(outcome(r) == "reacted", "reply", "react: " + brief(r));
+    const std::string ben_rows = lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(conv) +
+                                         " AND sender_user = " + quote(ben.user));
+    auto er = api_call(*gw, key, "DELETE", "/v1/users/" + ben.user, R"({"erase":true})", st);
+    expect(st == 200, "reply", "erase: HTTP " + std::to_string(st) + " " + json::serialize(er));
+    expect(std::to_string(er.at("events_erased").as_int64()) == ben_rows, "erase-count",
+           "erased " + json::serialize(er) + ", wanted " + ben_rows + " events");
+    expect(lab.sql("SELECT count(*) FROM events WHERE conv_id = " + quote(conv) + " AND sender_user = " +
+                   quote(ben.user) + " AND (NOT erased OR body IS NOT NULL OR emoji IS NOT NULL OR client_msg_id IS NOT NULL)") == "0",
+           "bodies-gone", "an event of the erased user still has content");
+    expect(lab.sql("SELECT count(*) FROM events e WHERE e.conv_id = " + quote(conv) + " AND e.kind = 'msg' AND "
+                   "e.sender_user = " + quote(ben.user) + " AND NOT EXISTS (SELECT 1 FROM events x WHERE x.conv_id = "
+                   "e.conv_id AND x.kind = 'recall' AND x.target_seq = e.seq AND x.sender_user IS NULL)") == "0",
+           "erase-recalls", "an erased msg has no recall by the operator");
+    expect(lab.sql("SELECT count(*) FROM devices WHERE user_id = " + quote(ben.user) + " AND revoked_at IS NULL") == "0",
+           "devices-revoked", "a device of the erased user still works");
+    expect(lab.sql("SELECT count(*) FROM membership_periods WHERE user_id = " + quote(ben.user) + " AND to_seq IS NULL") ==
+               "0",
+           "memberships-closed", "the erased user is still a member");
+    expect(lab.sql("SELECT max(seq) - count(*) FROM events WHERE conv_id = " + quote(conv)) == "0", "gap-free",
+           "seqs not gap-free after the erase");
+    // A page shows them erased, without a body.
+    auto page = a->request({{"t", "sync"}, {"conv", conv}, {"after", 0}, {"limit", 200}});
+    int shown = 0;
+    for (const auto& e : page.at("events").as_array()) {
+        const auto& ev = e.as_object();
+        if (ev.contains("erased")) {
+            expect(!ev.contains("body"), "bodies-gone", "an erased event in a page has a body: " + json::serialize(ev));
+            if (ev.at("sender").is_string() && ev.at("sender").as_string() == ben.user) ++shown;
+        }
+    }
+    expect(std::to_string(shown) == ben_rows, "erased-in-pages",
+           std::to_string(shown) + " events shown erased in a page, wanted " + ben_rows);
+    // The late resend of one of ben's keys (his app re-provisioned: a new device).
+    const std::string token = admin_ok(lab.db(), {"device", "add", ben.user, unique_name("late")});
+    auto late = connect(lab.server().port(), token);
+    const auto head_now = lab.head(conv);
+    r = answered(send(*late, conv, ben_cmids[0], "ben 0"), "late resend");
+    expect(outcome(r) == "ORIGINAL_EXPIRED", "original-expired", "a late resend of an erased key: " + brief(r));
+    expect(lab.head(conv) == head_now, "original-expired", "the late resend moved the head");
     return passed("MUTED with nothing written, writes again once unmuted; one redaction and a redaction of all of the "
-                  "user's msgs as recall events with sender null; seqs gap-free");
+                  "user's msgs as recall events with sender null; an erase: " + ben_rows + " events emptied and "
+                  "shown erased, recalled by the operator, devices revoked, membership closed; seqs gap-free; a late "
+                  "resend ORIGINAL_EXPIRED");
 }
+
+Verdict mute_redact_erase_ok(Lab& lab) { return mute_redact_erase(lab, false); }
 
 } // namespace
 
@@ -135,8 +195,10 @@ std::vector<Check> moderation_checks() {
         {"14-rate-limited", [](Lab& lab) { return rate_limited(lab, false); },
          [](Lab& lab) { return rate_limited(lab, true); },
          "its gateway with rule.send_rate=skip: --send-rate not applied", "rate-limited"},
-        {"14-mute-redact", mute_redact, breaking("rule.send_mute", mute_redact),
-         "gateway rule.send_mute=skip (im_lab_send_send_mute): a muted member's send is appended", "muted"},
+        {"14-mute-redact-erase", mute_redact_erase_ok, breaking("rule.send_mute", mute_redact_erase_ok),
+         "gateway rule.send_mute=skip (im_lab_send_send_mute): a muted member's send is appended", "muted",
+         {{[](Lab& lab) { return mute_redact_erase(lab, true); },
+           "the API's gateway with --lab-erase-without-tombstones: the erase keeps no request keys", "original-expired"}}},
     };
 }
 

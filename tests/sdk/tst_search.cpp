@@ -236,6 +236,41 @@ private slots:
         QCOMPARE(find(QStringLiteral("secret")), QStringList());
     }
 
+    // A user's erase (docs/protocol.md, "Erased events"): the operator's
+    // recall marked erased drops the stored text (body and edit) and the
+    // index entry; a page's copy marked erased does the same.
+    void an_erased_message_loses_its_text_in_the_store_and_the_index() {
+        const QString c = QStringLiteral("c1");
+        QVERIFY(store_->applyPage(page(c, {msg(c, 1, QStringLiteral("secret plan")), msg(c, 2, QStringLiteral("plan b")),
+                                           change(QStringLiteral("edit"), c, 3, 1, QStringLiteral("secret edited plan"))})));
+        QCOMPARE(find(QStringLiteral("secret")), QStringList{QStringLiteral("c1:1")});
+        proto::Event recall = change(QStringLiteral("recall"), c, 4, 1);
+        recall.sender.clear(); // by the operator
+        recall.erased = true;
+        QVERIFY(store_->applyPage(page(c, {recall})));
+        QCOMPARE(find(QStringLiteral("secret")), QStringList());
+        QCOMPARE(find(QStringLiteral("plan")), QStringList{QStringLiteral("c1:2")});
+        QSqlQuery q(QSqlDatabase::database(QStringLiteral("check"), false));
+        QVERIFY(q.exec(QStringLiteral("SELECT body IS NULL, edit_body IS NULL, recalled FROM events"
+                                      " WHERE conv = 'c1' AND seq = 1")));
+        QVERIFY(q.next());
+        QCOMPARE(q.value(0).toInt(), 1);
+        QCOMPARE(q.value(1).toInt(), 1);
+        QCOMPARE(q.value(2).toInt(), 1);
+        // A page's copy of an erased msg (a re-sync, or a store that holds
+        // it from before): no text stays, the edit it knew included.
+        QVERIFY(store_->applyPage(page(c, {change(QStringLiteral("edit"), c, 5, 2, QStringLiteral("plan c"))})));
+        proto::Event erased = msg(c, 2, QString());
+        erased.recalled = true;
+        erased.erased = true;
+        QVERIFY(store_->applyPage(page(c, {erased})));
+        QCOMPARE(find(QStringLiteral("plan")), QStringList());
+        QVERIFY(q.exec(QStringLiteral("SELECT COUNT(*) FROM events WHERE conv = 'c1' AND kind = 'msg'"
+                                      " AND (body IS NOT NULL OR edit_body IS NOT NULL)")));
+        QVERIFY(q.next());
+        QCOMPARE(q.value(0).toInt(), 0);
+    }
+
     void an_epoch_reset_drops_the_conversation_from_the_index() {
         const QString a = QStringLiteral("a"), b = QStringLiteral("b");
         QVERIFY(store_->applyPage(page(a, {msg(a, 1, QStringLiteral("shared word")), msg(a, 2, QStringLiteral("word two"))})));

@@ -465,6 +465,8 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
         // server.md, "Rate limits and moderation" (issue 52)
         "PUT /v1/conversations/{conv}/mutes/{user}", "DELETE /v1/conversations/{conv}/mutes/{user}",
         "POST /v1/conversations/{conv}/messages/{seq}/redact", "POST /v1/users/{user}/redact",
+        // A user's data (issue 52 item 4): admin scope, the export too.
+        "GET /v1/users/{user}/export", "DELETE /v1/users/{user}",
         // Webhooks (server.md "Events to the app's backend"): admin scope, GETs too.
         "POST /v1/webhooks", "GET /v1/webhooks", "DELETE /v1/webhooks/{id}", "GET /v1/webhooks/{id}/deliveries",
         "POST /v1/webhooks/{id}/replay"};
@@ -475,6 +477,7 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
                                              "DELETE /v1/conversations/{conv}/mutes/{user}",
                                              "POST /v1/conversations/{conv}/messages/{seq}/redact",
                                              "POST /v1/users/{user}/redact",
+                                             "GET /v1/users/{user}/export", "DELETE /v1/users/{user}",
                                              "POST /v1/webhooks", "GET /v1/webhooks", "DELETE /v1/webhooks/{id}",
                                              "GET /v1/webhooks/{id}/deliveries", "POST /v1/webhooks/{id}/replay"};
     std::set<std::string> listed;
@@ -533,6 +536,7 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
                         else if (name == "sender") b[name] = u.user;
                         else if (name == "url") b[name] = "http://127.0.0.1:9/walk";
                         else if (type == "integer") b[name] = 1;
+                        else if (type == "boolean") b[name] = true; // erase: true
                         else b[name] = "walk-value";
                     }
                 if (b.empty()) { // only optional fields: the first one

@@ -8,6 +8,7 @@
 #include "core/metrics.hpp"
 #include "bus/nats_bus.hpp"
 #include "api/moderation.hpp"
+#include "api/userdata.hpp"
 #include "api/provisioning.hpp"
 #include "api/webhooks.hpp"
 #include "store/store.hpp"
@@ -72,6 +73,11 @@ const Command commands[] = {
     {"redact msg CONV SEQ", "recall msg SEQ as the operator, whatever the window; prints the recall's seq"},
     {"redact user CONV USER",
      "recall every msg of USER in CONV as the operator, in batches (a rerun resumes); prints how many"},
+    {"user export USER",
+     "everything stored for USER as NDJSON on stdout, written as it is read (docs/operations.md, GDPR requests)"},
+    {"user erase USER --yes",
+     "erase USER: revoke the devices, close the memberships, recall and empty their events (tombstones kept); "
+     "batched, a rerun finishes an interrupted erase; prints what it did as JSON"},
     {"webhook add URL [--events msg,edit,...] [--secret S]",
      "register a webhook (docs/operations.md, Webhooks); prints its id, and the secret when none was given"},
     {"webhook list", "webhooks: id, url, events, backlog, failed ranges, last error (never the secrets)"},
@@ -278,7 +284,7 @@ int run(int argc, char** argv) {
         if (is_config_flag(a, ConfigScope::admin, takes_value)) {
             config_args.push_back(a);
             if (takes_value) config_args.push_back(value(a));
-        } else if (a == "--all") args.flags[a] = "1";
+        } else if (a == "--all" || a == "--yes") args.flags[a] = "1";
         else if (command_flags.count(a)) args.flags[a] = value(a);
         else if (a.rfind("--", 0) == 0) throw Usage("unknown option '" + a + "' (imserver admin --help)");
         else if (words.size() < 2 && args.pos.empty() && !(words.size() == 1 && (words[0] == "demo" || words[0] == "purge")))
@@ -301,7 +307,7 @@ int run(int argc, char** argv) {
                                                 "purge",        "demo",         "apikey add",    "apikey revoke",
                                                 "apikey list",  "mute set",     "mute clear",    "redact msg",
                                                 "redact user",  "webhook add",  "webhook list",  "webhook remove",
-                                                "webhook failed", "webhook replay"};
+                                                "webhook failed", "webhook replay", "user export", "user erase"};
     if (!known.count(cmd)) throw Usage("unknown command '" + cmd + "' (imserver admin --help)");
 
     Database d = open_database(db_conninfo(cfg), state_dir);
@@ -416,6 +422,21 @@ int run(int argc, char** argv) {
     } else if (cmd == "redact user") {
         need(args, 2, "redact user CONV USER");
         std::cout << mod::redact_user(store, c, args.pos[0], args.pos[1]) << '\n';
+    } else if (cmd == "user export") {
+        need(args, 1, "user export USER");
+        Store::ExportCursor cur;
+        bool ended = false;
+        for (;;) {
+            const std::string chunk = userdata::next_chunk(store, c, args.pos[0], cur, ended);
+            if (chunk.empty()) break;
+            std::cout << chunk;
+            if (!std::cout) throw std::runtime_error("export: stdout failed");
+        }
+        std::cout.flush();
+    } else if (cmd == "user erase") {
+        need(args, 1, "user erase USER --yes");
+        if (!args.has("--yes")) throw Usage("user erase cannot be undone: add --yes");
+        std::cout << boost::json::serialize(userdata::erase(store, c, args.pos[0])) << '\n';
     } else if (cmd.rfind("webhook ", 0) == 0) {
         webhook_command(c, cmd, args);
     }

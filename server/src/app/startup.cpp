@@ -74,6 +74,7 @@ std::optional<int> prepare_database(const Config& cfg, const std::string& url) {
         }
     }
     if (cfg.lab.purge_without_tombstones) log_warn("lab_control_purge_without_tombstones");
+    if (cfg.lab.erase_without_tombstones) log_warn("lab_control_erase_without_tombstones");
     return std::nullopt;
 }
 

@@ -163,7 +163,7 @@ std::optional<std::string> parse_config(const std::vector<std::string>& args, Co
     if ((!cfg.jwt_issuer.empty() || !cfg.jwt_audience.empty()) && !cfg.jwt_enabled())
         return "--jwt-issuer and --jwt-audience need --jwt-hs256-secret-file or --jwt-jwks";
     if (!cfg.enable_faults && (!cfg.faults.empty() || cfg.lab.no_unique_index || cfg.lab.purge_without_tombstones ||
-                                cfg.lab.no_resync))
+                                cfg.lab.erase_without_tombstones || cfg.lab.no_resync))
         return "--fault and --lab-* need --enable-faults";
     return std::nullopt;
 }

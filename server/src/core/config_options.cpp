@@ -441,6 +441,10 @@ const std::vector<Option>& options() {
          "LAB ONLY negative control: retention purge writes no tombstones",
          [](Config& c, const std::string& v) { return to_bool(v, c.lab.purge_without_tombstones); },
          [](const Config& c) { return yes_no(c.lab.purge_without_tombstones); }, for_both},
+        {"--lab-erase-without-tombstones", "IM_LAB_ERASE_WITHOUT_TOMBSTONES", nullptr,
+         "LAB ONLY negative control: a user's erase keeps no tombstones of their request keys",
+         [](Config& c, const std::string& v) { return to_bool(v, c.lab.erase_without_tombstones); },
+         [](const Config& c) { return yes_no(c.lab.erase_without_tombstones); }, for_both},
     };
     return list;
 }

@@ -30,7 +30,7 @@ inline constexpr std::string_view fault_points[] = {
     "store.ack_before_commit", "store.read_before_commit",
     // retention purge (imserver admin purge): tombstones written, events not yet
     // deleted / both done and min_seq raised, not committed
-    "store.purge_after_tombstones", "store.purge_before_commit",
+    "store.purge_after_tombstones", "store.purge_before_commit", "store.erase_before_commit",
     // a gateway's fan-out: bus notifications received, not yet pushed to
     // subscribers (unavailable = they are lost; subscribers get resync)
     "notify.before_publish",
@@ -113,6 +113,7 @@ private:
 struct LabSwitches {
     bool no_unique_index = false;        // check-then-insert without events_idempotency
     bool purge_without_tombstones = false;
+    bool erase_without_tombstones = false; // a user's erase keeps no request keys (14-mute-redact-erase's control)
     bool no_resync = false;              // a gateway that lost LISTEN does not push `resync`
 };
 

@@ -258,6 +258,16 @@ json::object event_json(const Event& ev) {
     }
     if (ev.emoji) o["emoji"] = *ev.emoji;
     if (ev.on) o["on"] = *ev.on;
+    if (ev.erased) {
+        o["erased"] = true;
+        // A reaction keeps its required fields (contract section 12) with
+        // nothing in them: an emoji nobody has, turned off, so a client
+        // that predates `erased` counts nothing for it.
+        if (ev.kind == "reaction") {
+            o["emoji"] = "";
+            o["on"] = false;
+        }
+    }
     if (ev.edit) o["edit"] = json::object{{"seq", ev.edit->seq}, {"body", ev.edit->body}, {"ts", ev.edit->ts}};
     if (!ev.reactions.empty()) {
         json::array a;
@@ -481,6 +491,8 @@ std::size_t encoded_size(const ConvInfo& c) { return json::serialize(conv_info_j
 std::string encode_event_push(const Event& ev) {
     return json::serialize(json::object{{"t", "event"}, {"ev", event_json(ev)}});
 }
+
+std::string encode_event(const Event& ev) { return json::serialize(event_json(ev)); }
 
 std::string encode_hint(std::string_view conv, std::int64_t head, std::int64_t epoch,
                         std::optional<std::int64_t> read) {

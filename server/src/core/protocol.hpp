@@ -143,6 +143,9 @@ struct Event {
     std::vector<ReactionCount> reactions;  // most counted first, at most max_reactions
     std::optional<std::int64_t> reactions_seq;
     bool recalled = false;
+    /// A user's erase removed its content (schema/017): no body, emoji,
+    /// attachments or cmid; shown as "erased": true (docs/protocol.md).
+    bool erased = false;
     std::optional<std::string> user;       // join | leave
     std::optional<std::string> cmid;       // msg | recall: the sender's request key
     std::int64_t ts = 0;                   // database commit clock, ms
@@ -213,6 +216,8 @@ std::size_t encoded_size(const Event& ev);
 std::size_t encoded_size(const ConvInfo& c);
 
 std::string encode_event_push(const Event& ev);
+/// The event as every page shows it, one JSON object (no frame around it).
+std::string encode_event(const Event& ev);
 std::string encode_hint(std::string_view conv, std::int64_t head, std::int64_t epoch,
                         std::optional<std::int64_t> read);
 std::string encode_resync();

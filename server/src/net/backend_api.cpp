@@ -10,6 +10,7 @@
 #include "net/net_common.hpp"
 #include "core/protocol.hpp"
 #include "api/moderation.hpp"
+#include "api/userdata.hpp"
 #include "api/provisioning.hpp"
 #include "api/webhooks.hpp"
 #include "store/store.hpp"
@@ -33,6 +34,7 @@ enum class Op {
     events, user_convs, purge, epoch, openapi,
     // moderation (api/moderation.cpp; server.md, "Rate limits and moderation")
     mute_put, mute_delete, redact_one, redact_user,
+    user_export, user_erase, // a user's data (api/userdata.cpp)
     webhook_add, webhook_list, webhook_remove, webhook_deliveries, webhook_replay // api/webhooks.hpp
 };
 
@@ -141,6 +143,22 @@ const std::vector<Route>& routes() {
          "each); a rerun after an interruption resumes",
          {{"conv", "id", true, "the conversation"}}, {},
          {{200, "{\"redacted\"}: msgs recalled by this call"}, {404, "no such conversation or user"}}},
+        // A user's data (server.md, "A user's data"; docs/operations.md, "GDPR requests step by step").
+        {http::verb::get, "/v1/users/{user}/export", "admin", Op::user_export,
+         "Everything stored for the user as NDJSON (application/x-ndjson, chunked, streamed as it is read): "
+         "one object a line with a \"type\": user, device, upload, membership, read_marker, delivery_marker, mute, "
+         "event (their messages, edits, reactions and recalls, as pages show them), and last "
+         "{\"type\":\"end\",\"records\"}; an export without the end line was cut short", {}, {},
+         {{200, "NDJSON lines, the last {\"type\":\"end\",\"records\":N}"}, {404, "no such user"}}},
+        {http::verb::delete_, "/v1/users/{user}", "admin", Op::user_erase,
+         "Erase the user: revoke their devices, close their memberships (leave events), recall their msgs as the "
+         "operator, remove the content of every event of theirs (rows kept, seqs gap-free, \"erased\": true) and "
+         "keep their request keys as tombstones (a late resend: ORIGINAL_EXPIRED); batched and resumable: a rerun "
+         "finishes an interrupted erase",
+         {{"erase", "boolean", true, "must be true"}}, {},
+         {{200, "{\"user\",\"devices_revoked\",\"memberships_closed\",\"conversations\",\"events_erased\","
+                "\"recalls\",\"uploads_deleted\"}: what this call did"},
+          {404, "no such user"}}},
         // Webhooks (server.md "Events to the app's backend"; api/webhooks.cpp).
         {http::verb::post, "/v1/webhooks", "admin", Op::webhook_add,
          "Register a webhook: committed events POSTed at least once, in seq order per conversation, signed",
@@ -182,7 +200,7 @@ int scope_rank(std::string_view s) { return s == "admin" ? 3 : s == "write" ? 2 
 
 // ---------------------------------------------------------------- replies
 
-ApiReply reply(http::status st, json::object o) { return ApiReply{st, json::serialize(o), {}}; }
+ApiReply reply(http::status st, json::object o) { return ApiReply{st, json::serialize(o), {}, {}}; }
 
 ApiReply error(http::status st, std::string_view code, std::string_view message) {
     return reply(st, {{"code", code}, {"message", message}});
@@ -244,7 +262,9 @@ std::optional<std::map<std::string, std::string>> match(std::string_view pattern
 
 std::optional<std::string> check_field(const Field& f, const json::value& v) {
     const std::string what = std::string("field '") + f.name + "'";
-    if (std::string_view(f.type) == "integer") {
+    if (std::string_view(f.type) == "boolean") {
+        if (!v.is_bool()) return what + " must be true or false";
+    } else if (std::string_view(f.type) == "integer") {
         if (!v.is_int64() && !(v.is_uint64() && v.as_uint64() <= INT64_MAX)) return what + " must be an integer";
     } else if (std::string_view(f.type) == "att_ids") {
         if (!v.is_array()) return what + " must be an array of att_ids"; // the codec checks the rest
@@ -645,6 +665,33 @@ void BackendApi::authenticated(const std::shared_ptr<Call>& call, pqxx::connecti
                 out = reply(http::status::ok,
                             {{"redacted", mod::redact_user(store, *c, str_of(b, "conv"), ids.at("user"))}});
                 break;
+            case Op::user_export: {
+                // The first chunk here (an unknown user is a 404 before any
+                // header goes out); the rest streamed by the session.
+                struct Export : ApiStream {
+                    Store store;
+                    std::string user;
+                    Store::ExportCursor cur;
+                    bool ended = false;
+                    Export(FaultRegistry& f, LabSwitches lab, std::string u) : store(f, lab), user(std::move(u)) {}
+                    std::string next(pqxx::connection_base& conn) override {
+                        return userdata::next_chunk(store, conn, user, cur, ended);
+                    }
+                };
+                auto ex = std::make_shared<Export>(no_faults_, gw_.config().lab, ids.at("user"));
+                out.status = http::status::ok;
+                out.body = ex->next(*c);
+                out.headers.emplace_back(http::field::content_type, "application/x-ndjson");
+                out.stream = std::move(ex);
+                break;
+            }
+            case Op::user_erase:
+                if (!b.at("erase").as_bool()) {
+                    out = bad("field 'erase' must be true: this call erases the user");
+                    break;
+                }
+                out = reply(http::status::ok, userdata::erase(store, *c, ids.at("user")));
+                break;
             case Op::webhook_add:
             case Op::webhook_list:
             case Op::webhook_remove:
@@ -686,6 +733,7 @@ json::object BackendApi::openapi() {
     auto schema_of = [](const Field& f) -> json::object {
         std::string_view t = f.type;
         if (t == "integer") return {{"type", "integer"}, {"format", "int64"}, {"description", f.doc}};
+        if (t == "boolean") return {{"type", "boolean"}, {"description", f.doc}};
         json::object id{{"type", "string"}, {"pattern", "^[A-Za-z0-9._:-]{1,64}$"}};
         if (t == "ids") return {{"type", "array"}, {"items", id}, {"description", f.doc}};
         if (t == "att_ids")

@@ -32,10 +32,21 @@ class Listener;
 /// The largest request body the API reads; a longer one answers 413.
 inline constexpr std::size_t api_max_body_bytes = 64 * 1024;
 
+/// A body written as it is read (GET /v1/users/{user}/export): each next()
+/// runs on a database worker, and the next one only after its bytes were
+/// written, so at most one chunk is held, however slow the reader.
+struct ApiStream {
+    virtual ~ApiStream() = default;
+    /// The next bytes; "" at the end. An exception ends the response cut
+    /// short (the connection closes without the final chunk).
+    virtual std::string next(pqxx::connection_base& c) = 0;
+};
+
 struct ApiReply {
     http::status status = http::status::ok;
-    std::string body; // JSON
+    std::string body; // JSON; with `stream`: the first chunk
     std::vector<std::pair<http::field, std::string>> headers;
+    std::shared_ptr<ApiStream> stream; // set: a chunked body of `body`, then the stream's chunks
 };
 
 class BackendApi {

@@ -246,6 +246,7 @@ void HttpSession::on_api_read(beast::error_code ec) {
 }
 
 void HttpSession::api_respond(unsigned version, bool keep_alive, ApiReply reply) {
+    if (reply.stream) return api_stream(version, keep_alive, std::move(reply));
     auto res = std::make_shared<http::response<http::string_body>>(reply.status, version);
     res->set(http::field::server, "imserver");
     res->set(http::field::content_type, "application/json");
@@ -255,6 +256,78 @@ void HttpSession::api_respond(unsigned version, bool keep_alive, ApiReply reply)
     res->body() = std::move(reply.body);
     res->prepare_payload();
     write(std::move(res));
+}
+
+// ---------------------------------------------------------------- streamed API answers
+
+struct HttpSession::ApiStreaming {
+    std::shared_ptr<ApiStream> source;
+    http::response<http::buffer_body> res;
+    std::optional<http::response_serializer<http::buffer_body>> sr;
+    std::string out;   // the chunk being written
+    bool last = false; // `out` is the last one (the final chunk follows)
+};
+
+// The header and the first chunk, then each next chunk read on a database
+// worker only after the one before was written: however slow the reader,
+// the session holds one chunk and no database connection while it writes.
+void HttpSession::api_stream(unsigned version, bool keep_alive, ApiReply reply) {
+    auto st = std::make_shared<ApiStreaming>();
+    st->source = std::move(reply.stream);
+    st->res = http::response<http::buffer_body>(reply.status, version);
+    st->res.set(http::field::server, "imserver");
+    st->res.set(http::field::cache_control, "no-store");
+    for (auto& [field, value] : reply.headers) st->res.set(field, value);
+    st->res.keep_alive(keep_alive);
+    st->res.chunked(true);
+    st->res.body().data = nullptr;
+    st->res.body().more = true;
+    st->sr.emplace(st->res);
+    st->out = std::move(reply.body);
+    st->last = st->out.empty();
+    api_stream_write(std::move(st));
+}
+
+void HttpSession::api_stream_write(std::shared_ptr<ApiStreaming> st) {
+    auto self = shared_from_this();
+    auto& body = st->res.body();
+    body.data = st->out.empty() ? nullptr : st->out.data();
+    body.size = st->out.size();
+    body.more = !st->last;
+    with_stream([&](auto& s) {
+        beast::get_lowest_layer(s).expires_after(std::chrono::seconds(30));
+        http::async_write(s, *st->sr, [self, st](beast::error_code ec, std::size_t) {
+            if (ec == http::error::need_buffer) ec = {};
+            if (ec) return fail(ec, "api_stream_write");
+            if (st->sr->is_done()) {
+                if (!st->res.keep_alive()) return self->close();
+                return self->do_read();
+            }
+            st->out.clear();
+            auto exec = self->with_stream([](auto& s) { return s.get_executor(); });
+            const bool ok = self->gw_->pool().submit([self, st, exec](pqxx::connection_base* c) {
+                std::string chunk;
+                bool failed = !c;
+                if (c) {
+                    try {
+                        chunk = st->source->next(*c);
+                    } catch (const std::exception& e) {
+                        log_warn("api_stream_failed", {{"err", e.what()}});
+                        failed = true;
+                    }
+                }
+                net::post(exec, [self, st, failed, chunk = std::move(chunk)]() mutable {
+                    // The header is out: a failure can only cut the answer
+                    // short (no final chunk; the reader sees it incomplete).
+                    if (failed) return self->close();
+                    st->last = chunk.empty();
+                    st->out = std::move(chunk);
+                    self->api_stream_write(st);
+                });
+            });
+            if (!ok) self->close();
+        });
+    });
 }
 
 // The lab endpoint answers only local callers, whatever --listen says (and

@@ -57,6 +57,10 @@ private:
     void readyz(http::request<http::string_body> req);
     void on_api_read(beast::error_code ec);
     void api_respond(unsigned version, bool keep_alive, ApiReply reply);
+    /// A streamed API answer (ApiReply::stream): chunked, one chunk in memory.
+    struct ApiStreaming;
+    void api_stream(unsigned version, bool keep_alive, ApiReply reply);
+    void api_stream_write(std::shared_ptr<ApiStreaming> st);
     void respond(const http::request<http::string_body>& req, http::status status, std::string body,
                  const char* type = "text/plain");
     void write(std::shared_ptr<http::response<http::string_body>> res);

@@ -74,6 +74,7 @@ std::optional<std::string> refuse_foreign_lab_database(const std::string& url, i
     const bool lab = Store::lab_database(*c, fresh); // marks the database this start created
     const char* harmful = cfg.lab.no_unique_index            ? "--lab-no-unique-index"
                           : cfg.lab.purge_without_tombstones ? "--lab-purge-without-tombstones"
+                          : cfg.lab.erase_without_tombstones ? "--lab-erase-without-tombstones"
                                                              : nullptr;
     if (!harmful || lab) return std::nullopt;
     return std::string(harmful) +

@@ -261,6 +261,45 @@ public:
     /// transaction; returns how many it recalled (a rerun resumes).
     std::int64_t redact_user(pqxx::connection_base& c, const std::string& conv, const std::string& user,
                              std::int64_t batch = 500);
+    // ---- a user's data (schema/017; server.md, "A user's data"; store_userdata.cpp)
+    /// What an erase did (this run: a rerun counts only what was left).
+    struct Erased {
+        std::int64_t devices = 0;     // revoked
+        std::int64_t memberships = 0; // closed (a leave event each)
+        std::int64_t convs = 0;       // conversations gone through
+        std::int64_t events = 0;      // their events whose content went
+        std::int64_t recalls = 0;     // operator recalls appended (msgs not recalled before)
+        std::int64_t uploads = 0;     // their uploads no msg references any more, deleted
+    };
+    /// Erases `user` (store_admin.cpp): revokes their devices, closes their
+    /// memberships (leave events), then per conversation, `batch` events per
+    /// transaction: an operator recall of each msg not recalled yet, the
+    /// request keys into idem_tombstones, the content gone (body,
+    /// attachments, emoji, key), the row kept with `erased`. Resumable: a
+    /// rerun finishes what an interrupted run left. AdminError::not_found.
+    Erased erase_user(pqxx::connection_base& c, const std::string& user, std::int64_t batch = 500);
+    /// One line of a user's export (GET /v1/users/{user}/export): `type`
+    /// and its fields, as (name, value) pairs; a value is JSON text (a
+    /// number, a quoted string, null, an array) ready to write. An `event`
+    /// is in `event` instead (rendered as pages render it).
+    struct ExportRecord {
+        std::string type;
+        std::vector<std::pair<std::string, std::string>> fields;
+        std::optional<Event> event;
+    };
+    /// Where an export stands between batches (keyset, no cursor held: a
+    /// slow reader holds no database connection and no snapshot).
+    struct ExportCursor {
+        int phase = 0;                  // 0 user, devices, uploads; 1 conversations; 2 events; 3 done
+        std::vector<std::string> convs; // the user's conversations (phase 0 reads them)
+        std::size_t conv_at = 0;        // phases 1 and 2: the next conversation
+        std::int64_t after = 0;         // phase 2: the last seq given in convs[conv_at]
+        std::int64_t counted = 0;       // records so far
+    };
+    /// The next records of `user`'s export, at most about `limit`; empty
+    /// when done. AdminError::not_found for an unknown user (first call).
+    std::vector<ExportRecord> export_batch(pqxx::connection_base& c, const std::string& user, ExportCursor& cur,
+                                           std::int64_t limit = 500);
     bool user_exists(pqxx::connection_base& c, const std::string& user);
     bool device_exists(pqxx::connection_base& c, const std::string& device);
     /// True when `token` is the live token of `device`.

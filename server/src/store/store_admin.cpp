@@ -126,6 +126,53 @@ const Statements& admin_statements() {
          "SELECT e.seq FROM events e WHERE e.conv_id = $1 AND e.sender_user = $2 AND e.kind = 'msg' "
          "AND NOT EXISTS (SELECT 1 FROM events r WHERE r.conv_id = e.conv_id AND r.kind = 'recall' "
          "AND r.target_seq = e.seq) ORDER BY e.seq LIMIT $3"},
+        // A user's erase (schema/017; server.md, "A user's data").
+        {"im_erase_user",
+         "UPDATE users SET erased_at = coalesce(erased_at, now()) WHERE user_id = $1 RETURNING 1"},
+        {"im_erase_devices",
+         "UPDATE devices SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL RETURNING device_id"},
+        {"im_erase_convs", "SELECT DISTINCT conv_id FROM membership_periods WHERE user_id = $1 ORDER BY conv_id"},
+        // Their reactions stop counting (the events themselves are erased below).
+        {"im_erase_reactions",
+         "WITH s AS (DELETE FROM reaction_state WHERE conv_id = $1 AND user_id = $2 RETURNING target_seq, emoji, is_on) "
+         "UPDATE reaction_counts n SET count = n.count - 1 FROM s "
+         "WHERE s.is_on AND n.conv_id = $1 AND n.target_seq = s.target_seq AND n.emoji = s.emoji AND n.count > 0 "
+         "RETURNING n.target_seq"},
+        // The summary a page shows (schema/018) of the messages whose counts
+        // just changed, ranked again as im_change ranks it (a statement of
+        // its own: the one above cannot see its own updates).
+        {"im_erase_reaction_summaries",
+         "UPDATE msg_changes x SET reactions_top = (SELECT json_agg(json_build_array(t.emoji, t.count) "
+         "ORDER BY t.count DESC, t.emoji COLLATE \"C\")::text FROM (SELECT n.emoji, n.count FROM reaction_counts n "
+         "WHERE n.conv_id = x.conv_id AND n.target_seq = x.seq AND n.count > 0 "
+         "ORDER BY n.count DESC, n.emoji COLLATE \"C\" LIMIT 20) t) "
+         "WHERE x.conv_id = $1 AND x.seq = ANY($2::bigint[])"},
+        {"im_erase_mute", "DELETE FROM conversation_mutes WHERE conv_id = $1 AND user_id = $2"},
+        // The next batch of the user's events with content, above $3 (a
+        // walk of the conversation's primary key inside the user's periods:
+        // they can only have written while a member). A rerun starts at 0
+        // and finds what an interrupted run left.
+        {"im_erase_batch",
+         "SELECT e.seq, e.kind, e.kind = 'msg' AND NOT EXISTS (SELECT 1 FROM events r WHERE r.conv_id = e.conv_id "
+         "AND r.kind = 'recall' AND r.target_seq = e.seq) FROM events e WHERE e.conv_id = $1 AND e.seq > $3 "
+         "AND e.seq <= $5 AND e.sender_user = $2 AND NOT e.erased ORDER BY e.seq LIMIT $4"},
+        {"im_erase_tombstones",
+         "INSERT INTO idem_tombstones (conv_id, sender_user, client_msg_id, request_hash, seq) "
+         "SELECT conv_id, sender_user, client_msg_id, request_hash, seq FROM events "
+         "WHERE conv_id = $1 AND seq = ANY($2::bigint[]) AND client_msg_id IS NOT NULL ON CONFLICT DO NOTHING"},
+        // A page shows no more of an erased winning edit.
+        {"im_erase_edits",
+         "UPDATE msg_changes SET edit_seq = NULL, edit_body = NULL, edit_at = NULL "
+         "WHERE conv_id = $1 AND (edit_seq = ANY($2::bigint[]) OR seq = ANY($2::bigint[]))"},
+        {"im_erase_attachments", "DELETE FROM event_attachments WHERE conv_id = $1 AND seq = ANY($2::bigint[])"},
+        {"im_erase_events",
+         "UPDATE events SET body = NULL, attachments = NULL, emoji = NULL, react_on = NULL, client_msg_id = NULL, "
+         "request_hash = NULL, erased = true WHERE conv_id = $1 AND seq = ANY($2::bigint[])"},
+        // Their uploads no msg references any more (complete or not): the
+        // bytes of a 'pg' upload go with the row (upload_chunks cascades).
+        {"im_erase_uploads",
+         "DELETE FROM uploads u WHERE u.owner_user = $1 AND u.store = 'pg' AND NOT EXISTS "
+         "(SELECT 1 FROM event_attachments a WHERE a.att_id = u.att_id) RETURNING 1"},
     };
     return table;
 }
@@ -442,6 +489,95 @@ std::int64_t Store::redact_user(pqxx::connection_base& c, const std::string& con
         if (static_cast<std::int64_t>(rows.size()) < batch) break;
     }
     return total;
+}
+
+// ---------------------------------------------------------------- a user's erase
+
+Store::Erased Store::erase_user(pqxx::connection_base& c, const std::string& user, std::int64_t batch) {
+    prepare_admin(c);
+    Erased out;
+    std::vector<std::string> convs;
+    {
+        // First the user's access: no device of theirs writes while the
+        // rest runs (the backend API's sends on their behalf meet the
+        // closed memberships below).
+        pqxx::work tx(c);
+        if (tx.exec_prepared("im_erase_user", user).empty())
+            throw AdminError(AdminError::not_found, "no such user: " + user);
+        for (const auto& row : tx.exec_prepared("im_erase_devices", user)) {
+            admin_note(tx, after_commit_, std::string("d - ") + row[0].c_str()); // connections close everywhere
+            ++out.devices;
+        }
+        for (const auto& row : tx.exec_prepared("im_erase_convs", user)) convs.push_back(row[0].c_str());
+        tx.commit();
+    }
+    for (const auto& conv : convs) {
+        std::int64_t last = 0; // the highest seq the user may have written here
+        {
+            pqxx::work tx(c);
+            auto row = need_conv(tx, conv);
+            if (!tx.exec_prepared("im_open_period", conv, user).empty()) {
+                auto seq = admin_append(tx, after_commit_, conv, "leave", user);
+                tx.exec_prepared("im_member_close", conv, user, seq);
+                ++out.memberships;
+                last = seq;
+            } else {
+                last = row.next_seq - 1;
+            }
+            std::vector<std::string> targets;
+            for (const auto& r : tx.exec_prepared("im_erase_reactions", conv, user)) targets.emplace_back(r[0].c_str());
+            if (!targets.empty()) tx.exec_prepared("im_erase_reaction_summaries", conv, text_array(targets));
+            tx.exec_prepared("im_erase_mute", conv, user);
+            tx.commit();
+        }
+        // One transaction per batch, as redact_user: the conversation's
+        // sends wait for one batch at a time; what committed stays done.
+        std::int64_t after = 0;
+        for (;;) {
+            pqxx::work tx(c);
+            need_conv(tx, conv);
+            auto rows = tx.exec_prepared("im_erase_batch", conv, user, after, batch, last);
+            if (rows.empty()) break;
+            std::vector<std::string> seqs, recalls;
+            std::int64_t lo = 0, hi = 0;
+            for (const auto& r : rows) {
+                const auto seq = r[0].as<std::int64_t>();
+                seqs.push_back(std::to_string(seq));
+                after = seq;
+                // A msg not recalled yet: the operator's recall tells every
+                // client that stored it (the SDKs drop a recalled body).
+                if (r[2].as<bool>()) {
+                    auto a = append_event(tx, "im_append_admin", conv, "recall", std::nullopt, std::nullopt,
+                                          std::nullopt, seq, std::nullopt, "", false);
+                    if (!lo) lo = a.seq;
+                    hi = a.seq;
+                    recalls.push_back(std::to_string(a.seq));
+                    ++out.recalls;
+                }
+            }
+            const std::string arr = text_array(seqs);
+            if (!lab_.erase_without_tombstones) tx.exec_prepared("im_erase_tombstones", conv, arr);
+            tx.exec_prepared("im_erase_edits", conv, arr);
+            tx.exec_prepared("im_erase_attachments", conv, arr);
+            tx.exec_prepared("im_erase_events", conv, arr);
+            // The erase's recalls are marked too: "erased" on a recall says
+            // its target's content is gone (clients drop what they stored).
+            if (!recalls.empty()) tx.exec_prepared("im_erase_events", conv, text_array(recalls));
+            if (faults_.hit("store.erase_before_commit") == FaultKind::unavailable)
+                throw std::runtime_error("erase: injected fault before the commit");
+            if (hi) admin_note(tx, after_commit_, "e " + conv + " " + std::to_string(hi) + (lo < hi ? " " + std::to_string(lo) : ""));
+            tx.commit();
+            out.events += static_cast<std::int64_t>(rows.size());
+            if (static_cast<std::int64_t>(rows.size()) < batch) break;
+        }
+        ++out.convs;
+    }
+    {
+        pqxx::work tx(c);
+        out.uploads = static_cast<std::int64_t>(tx.exec_prepared("im_erase_uploads", user).affected_rows());
+        tx.commit();
+    }
+    return out;
 }
 
 } // namespace im

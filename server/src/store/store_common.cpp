@@ -37,7 +37,7 @@ std::string device_valid_sql(int dev, int user, int tok) {
 
 std::string event_columns() {
     return std::string("conv_id, seq, mid::text, kind, sender_user, body, target_seq, subject_user, ") + ts_ms +
-           ", epoch, client_msg_id, reply_to, emoji, react_on, attachments::text";
+           ", epoch, client_msg_id, reply_to, emoji, react_on, attachments::text, erased";
 }
 
 std::string with_changes(const std::string& events_sql, const std::string& lo, const std::string& hi, int viewer) {
@@ -124,19 +124,20 @@ Event read_event(const pqxx::row& row) {
     if (!row[12].is_null()) ev.emoji = std::string(row[12].c_str());
     if (!row[13].is_null()) ev.on = row[13].as<bool>();
     if (!row[14].is_null()) ev.attachments = attachments_from_json(row[14].c_str());
-    if (row.size() < 22) return ev; // without with_changes' columns
-    if (!row[15].is_null()) ev.edit = EditState{row[15].as<std::int64_t>(), row[16].c_str(), row[17].as<std::int64_t>()};
-    if (!row[18].is_null()) ev.reactions_seq = row[18].as<std::int64_t>();
-    ev.recalled = !row[19].is_null() && row[19].as<bool>();
-    if (!row[20].is_null()) {
+    ev.erased = row[15].as<bool>();
+    if (row.size() < 23) return ev; // without with_changes' columns
+    if (!row[16].is_null()) ev.edit = EditState{row[16].as<std::int64_t>(), row[17].c_str(), row[18].as<std::int64_t>()};
+    if (!row[19].is_null()) ev.reactions_seq = row[19].as<std::int64_t>();
+    ev.recalled = !row[20].is_null() && row[20].as<bool>();
+    if (!row[21].is_null()) {
         // The summary (schema/018): [["emoji", count], ...], top 20 in
-        // order; `me` from the viewer's own emoji on this msg (row[21]).
+        // order; `me` from the viewer's own emoji on this msg (row[22]).
         std::vector<std::string> mine;
-        if (!row[21].is_null()) {
-            const boost::json::value own = boost::json::parse(row[21].c_str());
+        if (!row[22].is_null()) {
+            const boost::json::value own = boost::json::parse(row[22].c_str());
             for (const auto& e : own.as_array()) mine.emplace_back(e.as_string());
         }
-        const boost::json::value list = boost::json::parse(row[20].c_str());
+        const boost::json::value list = boost::json::parse(row[21].c_str());
         for (const auto& item : list.as_array()) {
             const auto& a = item.as_array();
             std::string emoji(a.at(0).as_string());

@@ -84,7 +84,7 @@ std::string device_valid_sql(int dev, int user, int tok);
 
 /// Columns: conv_id, seq, mid, kind, sender_user, body, target_seq,
 /// subject_user, ts, epoch, client_msg_id, reply_to, emoji, react_on,
-/// attachments (JSON text).
+/// attachments (JSON text), erased (schema/017).
 std::string event_columns();
 /// `events_sql` (a statement selecting event_columns() of some events)
 /// with what a msg shows of its later changes (contract section 12): edit
