@@ -465,7 +465,7 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
         // server.md, "Rate limits and moderation" (issue 52)
         "PUT /v1/conversations/{conv}/mutes/{user}", "DELETE /v1/conversations/{conv}/mutes/{user}",
         "POST /v1/conversations/{conv}/messages/{seq}/redact", "POST /v1/users/{user}/redact",
-        // A user's data (issue 52 item 4): admin scope, the export too.
+        // A user's data (issue 52 item 4): the export a GET (read scope, server.md), the erase admin.
         "GET /v1/users/{user}/export", "DELETE /v1/users/{user}",
         // Webhooks (server.md "Events to the app's backend"): admin scope, GETs too.
         "POST /v1/webhooks", "GET /v1/webhooks", "DELETE /v1/webhooks/{id}", "GET /v1/webhooks/{id}/deliveries",
@@ -477,7 +477,7 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
                                              "DELETE /v1/conversations/{conv}/mutes/{user}",
                                              "POST /v1/conversations/{conv}/messages/{seq}/redact",
                                              "POST /v1/users/{user}/redact",
-                                             "GET /v1/users/{user}/export", "DELETE /v1/users/{user}",
+                                             "DELETE /v1/users/{user}",
                                              "POST /v1/webhooks", "GET /v1/webhooks", "DELETE /v1/webhooks/{id}",
                                              "GET /v1/webhooks/{id}/deliveries", "POST /v1/webhooks/{id}/replay"};
     std::set<std::string> listed;

@@ -144,7 +144,7 @@ const std::vector<Route>& routes() {
          {{"conv", "id", true, "the conversation"}}, {},
          {{200, "{\"redacted\"}: msgs recalled by this call"}, {404, "no such conversation or user"}}},
         // A user's data (server.md, "A user's data"; docs/operations.md, "GDPR requests step by step").
-        {http::verb::get, "/v1/users/{user}/export", "admin", Op::user_export,
+        {http::verb::get, "/v1/users/{user}/export", "read", Op::user_export,
          "Everything stored for the user as NDJSON (application/x-ndjson, chunked, streamed as it is read): "
          "one object a line with a \"type\": user, device, upload, membership, read_marker, delivery_marker, mute, "
          "event (their messages, edits, reactions and recalls, as pages show them), and last "
