@@ -100,6 +100,7 @@ void Uploader::start(const QString &cmid, const detail::OutboxFile &file) {
     file_ = file;
     failures_ = 0;
     digestRestarts_ = 0;
+    tooLargePuts_ = 0;
     qCDebug(lcOutbox, "upload of %s (%lld bytes, att %s): starting", qUtf8Printable(cmid), file.size,
             qUtf8Printable(file.attId));
     if (file_.attId.isEmpty())
@@ -246,6 +247,7 @@ void Uploader::onPut(QNetworkReply *reply, qint64 offset, qint64 length) {
     const QString err = o.value(QStringLiteral("code")).toString();
     if (code == 200) {
         failures_ = 0;
+        tooLargePuts_ = 0;
         const qint64 at = qint64(o.value(QStringLiteral("offset")).toDouble());
         emit progress(cmid_, at, file_.size);
         if (o.value(QStringLiteral("complete")).toBool())
@@ -280,10 +282,18 @@ void Uploader::onPut(QNetworkReply *reply, qint64 offset, qint64 length) {
             post();
         return;
     }
+    const QString text = o.value(QStringLiteral("message")).toString();
+    if (code == 413 && ++tooLargePuts_ <= 3) {
+        // Our PUTs never pass the declared size (at most size - offset
+        // bytes from where the server stood): a 413 here means the server
+        // stands elsewhere than we were told (a killed process's PUT still
+        // being written when the new one arrived). Ask again (GET).
+        return retryLater(QStringLiteral("PUT at %1 answered 413 %2 (%3)").arg(offset).arg(err, text));
+    }
     if (code == 413)
-        return fail(QStringLiteral("TOO_LARGE"), QStringLiteral("the server refuses the upload: %1").arg(err));
+        return fail(QStringLiteral("TOO_LARGE"), QStringLiteral("the server refuses the upload: %1 %2").arg(err, text));
     if (code == 400)
-        return fail(QStringLiteral("INVALID_ARGUMENT"), QStringLiteral("the server refuses the upload: %1").arg(err));
+        return fail(QStringLiteral("INVALID_ARGUMENT"), QStringLiteral("the server refuses the upload: %1 %2").arg(err, text));
     retryLater(QStringLiteral("PUT /v1/uploads: %1 %2 %3").arg(code).arg(err, reply->errorString()));
 }
 

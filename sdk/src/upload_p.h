@@ -17,7 +17,9 @@
 // upload was collected) -> a new upload (POST); 422 DIGEST_MISMATCH -> the
 // copy is hashed again: unchanged, the upload starts again at 0 (at most 3
 // times), changed (the store's copy was damaged) -> the message fails with
-// DIGEST_MISMATCH; 400 / 413 -> fails (INVALID_ARGUMENT / TOO_LARGE); any
+// DIGEST_MISMATCH; 400 / 413 -> fails (INVALID_ARGUMENT / TOO_LARGE; a
+// PUT's 413 is first taken as "the server stands elsewhere": GET, up to 3
+// times in a row, since our PUTs never pass the declared size); any
 // other answer, a network error or a lost session -> retried after the
 // backoff from GET (where the server stands).
 //
@@ -105,6 +107,7 @@ private:
     detail::OutboxFile file_;
     int failures_ = 0;        // in a row, for the backoff
     int digestRestarts_ = 0;
+    int tooLargePuts_ = 0;    // 413 answers to PUTs in a row (see onPut)
     qint64 bytesPut_ = 0;
     QTimer retryTimer_{this};
 };
