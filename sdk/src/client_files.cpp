@@ -135,13 +135,19 @@ QVariantMap Client::uploadState(const QString &cmid) const {
 }
 
 void Client::setMaxFileSize(qint64 bytes) {
-    d->maxFileSize = std::max<qint64>(0, bytes);
+    bytes = std::max<qint64>(0, bytes);
+    if (bytes == d->maxFileSize)
+        return;
+    d->maxFileSize = bytes;
     emit settingsChanged();
 }
 qint64 Client::maxFileSize() const { return d->maxFileSize; }
 
 void Client::setUploadChunkSize(int bytes) {
-    d->outbox.uploader().chunkSize = std::clamp(bytes, 65536, 8 * 1024 * 1024);
+    bytes = std::clamp(bytes, 65536, 8 * 1024 * 1024);
+    if (bytes == d->outbox.uploader().chunkSize)
+        return;
+    d->outbox.uploader().chunkSize = bytes;
     emit settingsChanged();
 }
 int Client::uploadChunkSize() const { return d->outbox.uploader().chunkSize; }

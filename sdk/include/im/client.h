@@ -93,6 +93,9 @@ class IM_SDK_EXPORT Client : public QObject {
     Q_PROPERTY(QList<QUrl> servers READ servers WRITE setServers NOTIFY settingsChanged)
     /// Outbox requests unanswered at once (setSendWindow()).
     Q_PROPERTY(int sendWindow READ sendWindow WRITE setSendWindow NOTIFY settingsChanged)
+    /// sendFile()'s size limit and the upload's bytes per request (setMaxFileSize(), setUploadChunkSize()).
+    Q_PROPERTY(qint64 maxFileSize READ maxFileSize WRITE setMaxFileSize NOTIFY settingsChanged)
+    Q_PROPERTY(int uploadChunkSize READ uploadChunkSize WRITE setUploadChunkSize NOTIFY settingsChanged)
     /// Keep-alive ping interval and silence timeout in ms (setKeepAlive()).
     Q_PROPERTY(int pingInterval READ pingInterval WRITE setPingInterval NOTIFY settingsChanged)
     Q_PROPERTY(int silenceTimeout READ silenceTimeout WRITE setSilenceTimeout NOTIFY settingsChanged)
