@@ -183,6 +183,21 @@ const QList<QStringList> &migrations() {
             QStringLiteral("INSERT OR REPLACE INTO meta(key, value) VALUES('search_text_version', '1')"),
             QStringLiteral("CREATE TABLE search_terms(term TEXT PRIMARY KEY) WITHOUT ROWID"),
         },
+        // 7 -> 8: files ride the outbox (obligation 17). A send that carries
+        // a file has a row here (its copy is <database>.files/outgoing/<cmid>):
+        // what POST /v1/uploads announces, and the upload's att_id (kept
+        // before the first PUT, so a restart resumes the same upload) and
+        // whether the server said it is complete.
+        {
+            QStringLiteral("CREATE TABLE outbox_files("
+                           " cmid TEXT PRIMARY KEY,"
+                           " name TEXT NOT NULL,"
+                           " mime TEXT NOT NULL,"
+                           " size INTEGER NOT NULL,"
+                           " sha256 TEXT NOT NULL,"
+                           " att_id TEXT,"
+                           " complete INTEGER NOT NULL DEFAULT 0)"),
+        },
     };
     return steps;
 }

@@ -37,6 +37,11 @@ public:
     /// (32 bytes; empty: no pin). A pinned certificate is trusted even when
     /// self-signed or not issued for the host name.
     void setPinnedSha256(const QByteArray &digest) { pinnedSha256_ = digest; }
+    /// The trust above, for the other connections to the same server (the
+    /// uploads over HTTPS: same CAs, same pin).
+    const QList<QSslCertificate> &trustedCas() const { return trustedCas_; }
+    /// Whether `errors` are only what a pinned `peer` certificate excuses.
+    bool pinnedOnly(const QSslCertificate &peer, const QList<QSslError> &errors) const;
 
     /// Starts connecting to the current URL and keeps reconnecting on loss.
     void start();
@@ -105,7 +110,6 @@ private:
     void setState(State s);
     void dropSocket();
     void failTls(const QString &message);
-    bool pinnedOnly(const QSslCertificate &peer, const QList<QSslError> &errors) const;
 
     QList<QUrl> urls_;
     int urlIndex_ = 0;
