@@ -87,6 +87,7 @@ struct MessageRow {
     bool quoteKnown = false;
     bool edited = false;
     QList<proto::Reaction> reactions;
+    QList<proto::Attachment> attachments; // msg: its files (contract section 12)
     bool changePending = false; // an edit or reaction of ours is still in the outbox
     QString key() const {
         if (gapHi > 0)
@@ -116,7 +117,7 @@ struct SearchStatements {
 
 class Storage {
 public:
-    static constexpr int SchemaVersion = 6;
+    static constexpr int SchemaVersion = 7;
     /// How long a statement waits for a database locked by someone else.
     static constexpr int BusyTimeoutMs = 250;
 
@@ -299,6 +300,9 @@ private:
     // messages(): each msg row's current body, reply_to and its quote,
     // reactions (contract section 12).
     bool addChanges(const QString &conv, qint64 from, QList<MessageRow> &rows);
+    // dl50: what a stored msg said of attachment `attId` (nullopt: none
+    // stored, or a read error: lastError() tells which, empty for none).
+    std::optional<proto::Attachment> attachment(const QString &attId);
     // Inside a transaction, before a page or newest window is stored: the
     // conversation's row exists; if it has no cursor (epoch 0: new, or reset
     // after CURSOR_AHEAD) local events and gaps above the server's `head`

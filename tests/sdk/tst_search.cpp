@@ -184,7 +184,7 @@ private slots:
     }
 
     void a_new_store_is_indexed_from_the_start() {
-        QCOMPARE(store_->schemaVersion(), 6);
+        QCOMPARE(store_->schemaVersion(), Storage::SchemaVersion);
         QCOMPARE(store_->searchIndexComplete().value_or(false), true);
         QVERIFY(store_->applyPage(page(QStringLiteral("c1"), {msg(QStringLiteral("c1"), 1, QStringLiteral("hello world"))})));
         QVERIFY(store_->searchIdOf(QStringLiteral("c1"), 1) > 0);
@@ -438,7 +438,7 @@ private slots:
 
         store_ = std::make_unique<Storage>();
         QVERIFY2(store_->open(path), qPrintable(store_->lastError()));
-        QCOMPARE(store_->schemaVersion(), 6);
+        QCOMPARE(store_->schemaVersion(), Storage::SchemaVersion);
         QCOMPARE(store_->searchIndexComplete().value_or(true), false);
         // One bounded batch (budget 0: one slice of 200), then the app quits.
         auto step = store_->buildSearchIndex(0);
