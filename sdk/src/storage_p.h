@@ -137,6 +137,9 @@ public:
     const QString &lastError() const { return error_; }
 
     int schemaVersion();
+    // dl50: what a stored msg said of attachment `attId` (nullopt: none
+    // stored, or a read error: lastError() tells which, empty for none).
+    std::optional<proto::Attachment> attachment(const QString &attId);
     std::optional<QString> meta(const QString &key);
     bool setMeta(const QString &key, const QString &value);
 
@@ -300,9 +303,6 @@ private:
     // messages(): each msg row's current body, reply_to and its quote,
     // reactions (contract section 12).
     bool addChanges(const QString &conv, qint64 from, QList<MessageRow> &rows);
-    // dl50: what a stored msg said of attachment `attId` (nullopt: none
-    // stored, or a read error: lastError() tells which, empty for none).
-    std::optional<proto::Attachment> attachment(const QString &attId);
     // Inside a transaction, before a page or newest window is stored: the
     // conversation's row exists; if it has no cursor (epoch 0: new, or reset
     // after CURSOR_AHEAD) local events and gaps above the server's `head`

@@ -37,6 +37,9 @@ public:
     /// (32 bytes; empty: no pin). A pinned certificate is trusted even when
     /// self-signed or not issued for the host name.
     void setPinnedSha256(const QByteArray &digest) { pinnedSha256_ = digest; }
+    // The same trust for the file transfers (downloads_p.h).
+    const QList<QSslCertificate> &trustedCas() const { return trustedCas_; }
+    const QByteArray &pinnedSha256() const { return pinnedSha256_; }
 
     /// Starts connecting to the current URL and keeps reconnecting on loss.
     void start();
