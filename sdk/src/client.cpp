@@ -115,6 +115,7 @@ ClientPrivate::ClientPrivate(Client *qq)
     connect(&sync, &Sync::messageStateChanged, q, &Client::messageStateChanged);
     connect(&outbox, &Outbox::outboxChanged, q, &Client::outboxChanged);
     connect(&outbox, &Outbox::heldChanged, q, &Client::heldDraftsChanged);
+    connect(&outbox, &Outbox::uploadProgress, q, &Client::uploadProgress);
     connect(&sync, &Sync::eventsApplied, q, &Client::eventsApplied);
     connect(&sync, &Sync::conversationReset, q, &Client::conversationReset);
     connect(&sync, &Sync::conversationSynced, q, &Client::conversationSynced);
@@ -389,6 +390,7 @@ bool Client::open(const QString &databasePath) {
     const bool wasStale = d->id.stale;
     d->id.stale = *staleFlag == u"1";
     d->outbox.load(*rows);
+    d->removeOrphanCopies();
     emit installIdChanged();
     emit d->identityChanged();
     if (wasStale != d->id.stale)

@@ -95,6 +95,11 @@ public:
     detail::Backoff retryBackoff; ///< setRetryBackoff()
     detail::Storage storage;
     QString trustedCaFile, pinnedSha256; // as the app gave them (properties)
+    qint64 maxFileSize = 104857600;      ///< sendFile()'s limit (client_files.cpp)
+    /// Copies of outgoing files that no outbox entry names (a crash between
+    /// the copy and the outbox write, or after the entry's end): removed
+    /// at open() (client_files.cpp).
+    void removeOrphanCopies();
 
     Connection conn;
     FaultHooks *faultHooks = nullptr; ///< a child of q, deleted with us (it refers to conn)

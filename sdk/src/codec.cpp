@@ -341,7 +341,7 @@ QByteArray encodeHello(const QString &rid, const QString &token, const QString &
 }
 
 QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body,
-                      const QString &prev, qint64 replyTo) {
+                      const QString &prev, qint64 replyTo, const QStringList &attachments) {
     QJsonObject o = request("send", rid);
     o.insert(QStringLiteral("conv"), conv);
     o.insert(QStringLiteral("cmid"), cmid);
@@ -350,6 +350,8 @@ QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cm
         o.insert(QStringLiteral("prev"), prev);
     if (replyTo > 0)
         o.insert(QStringLiteral("reply_to"), replyTo);
+    if (!attachments.isEmpty())
+        o.insert(QStringLiteral("attachments"), QJsonArray::fromStringList(attachments));
     return toFrame(o);
 }
 

@@ -148,9 +148,10 @@ QByteArray encodeHello(const QString &rid, const QString &token, const QString &
 /// conversation, which the server requires committed before it appends this
 /// one (pipelined sends keep their order; docs/protocol.md, "Send").
 /// `replyTo` (0: none): the seq of the message this one answers (contract
-/// section 12).
+/// section 12). `attachments`: complete uploads' att_ids (contract section
+/// 12; obligation 17), in the order the fingerprint covers them.
 QByteArray encodeSend(const QString &rid, const QString &conv, const QString &cmid, const QString &body,
-                      const QString &prev = {}, qint64 replyTo = 0);
+                      const QString &prev = {}, qint64 replyTo = 0, const QStringList &attachments = {});
 /// Contract section 12: a new body for our message `target`.
 QByteArray encodeEdit(const QString &rid, const QString &conv, qint64 target, const QString &cmid,
                       const QString &body);

@@ -134,6 +134,15 @@ void MessageListModel::setClient(Client *client) {
                                 x.errorCode = code;
                                 d->downloadChanged(this, att);
                             });
+        // Our files' uploads (UploadProgressRole).
+        d->links << connect(&cp->outbox, &Outbox::uploadProgress, this, [this](const QString &cmid, qint64, qint64) {
+            for (qsizetype i = 0; i < d->rows.size(); ++i)
+                if (d->rows.at(i).cmid == cmid) {
+                    const QModelIndex at = index(int(i));
+                    emit dataChanged(at, at, {UploadProgressRole});
+                    break;
+                }
+        });
         // Private signals only (an app may disconnect() its Client).
         d->links << connect(cp, &ClientPrivate::identityChanged, this, [this] { d->reload.start(); });
         d->links << connect(cp, &ClientPrivate::aboutToBeDestroyed, this, [this] { setClient(nullptr); });
@@ -388,6 +397,15 @@ QVariant MessageListModel::data(const QModelIndex &index, int role) const {
         }
         return list;
     }
+    case UploadProgressRole: {
+        if (r.cmid.isEmpty() || r.seq > 0 || !d->client)
+            return -1.0;
+        const QVariantMap st = d->client->uploadState(r.cmid);
+        const qint64 total = st.value(QStringLiteral("total")).toLongLong();
+        if (st.isEmpty())
+            return -1.0;
+        return total > 0 ? double(st.value(QStringLiteral("sent")).toLongLong()) / double(total) : 1.0;
+    }
     default: return {};
     }
 }
@@ -409,7 +427,7 @@ QHash<int, QByteArray> MessageListModel::roleNames() const {
             {HeldRole, "held"},
             {EditedRole, "edited"},     {ReplyToRole, "replyTo"}, {QuoteSenderRole, "quoteSender"},
             {QuoteTextRole, "quoteText"}, {ReactionsRole, "reactions"}, {ChangePendingRole, "changePending"},
-            {AttachmentsRole, "attachments"}};
+            {AttachmentsRole, "attachments"}, {UploadProgressRole, "uploadProgress"}};
 }
 
 } // namespace im

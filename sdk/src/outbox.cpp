@@ -6,6 +6,7 @@
 
 #include <QtCore/QCryptographicHash>
 #include <QtCore/QDateTime>
+#include <QtCore/QFile>
 #include <QtCore/QJsonDocument>
 #include <QtCore/QJsonObject>
 #include <QtCore/QUuid>
@@ -17,11 +18,75 @@ namespace im {
 
 Outbox::Outbox(detail::Storage &storage, Connection &conn, detail::Reporter &reporter,
                const detail::Identity &identity, const detail::Backoff &retryBackoff)
-    : storage_(storage), conn_(conn), reporter_(reporter), id_(identity), backoff_(retryBackoff) {
+    : storage_(storage), conn_(conn), reporter_(reporter), id_(identity), backoff_(retryBackoff),
+      uploader_(storage, conn, reporter, retryBackoff, this) {
     clock_.start();
     retryTimer_.setSingleShot(true);
     retryTimer_.setTimerType(Qt::CoarseTimer);
     connect(&retryTimer_, &QTimer::timeout, this, &Outbox::pump);
+    // Obligation 17: uploads run while a session is up (its token and user
+    // are the ones the files' entries belong to); the next one starts when
+    // the uploader is free.
+    connect(&conn_, &Connection::sessionEnded, this, [this] { uploader_.stop(); });
+    connect(&uploader_, &Uploader::idle, this, &Outbox::schedulePump);
+    connect(&uploader_, &Uploader::completed, this, &Outbox::onUploaded);
+    connect(&uploader_, &Uploader::failed, this, &Outbox::onUploadFailed);
+    connect(&uploader_, &Uploader::attIdChanged, this, [this](const QString &cmid, const QString &attId) {
+        const auto it = ids_.constFind(cmid);
+        if (it != ids_.cend() && items_.at(*it).row.file)
+            items_.at(*it).row.file->attId = attId;
+    });
+    connect(&uploader_, &Uploader::progress, this, [this](const QString &cmid, qint64 sent, qint64 total) {
+        const auto it = ids_.constFind(cmid);
+        if (it == ids_.cend())
+            return;
+        items_.at(*it).uploaded = sent;
+        emit uploadProgress(cmid, sent, total);
+    });
+}
+
+void Outbox::startUpload() {
+    if (uploader_.busy() || !conn_.isSessionUp() || id_.stale)
+        return;
+    // The oldest file first (creation order): its message goes out first.
+    for (auto &[id, item] : items_) {
+        if (!item.uploading() || item.settling || item.held || !belongsToSession(item))
+            continue;
+        uploader_.start(item.row.cmid, *item.row.file);
+        return;
+    }
+}
+
+void Outbox::onUploaded(const QString &cmid, const QString &attId) {
+    const auto it = ids_.constFind(cmid);
+    if (it == ids_.cend() || !items_.at(*it).row.file)
+        return;
+    Item &item = items_.at(*it);
+    item.row.file->attId = attId;
+    item.row.file->complete = true;
+    item.uploaded = item.row.file->size;
+    emit entryChanged(item.row.id);
+    schedulePump(); // the send (with its att_id) may go now
+}
+
+void Outbox::onUploadFailed(const QString &cmid, const QString &code, const QString &message) {
+    const auto it = ids_.constFind(cmid);
+    if (it == ids_.cend())
+        return;
+    Item &item = items_.at(*it);
+    if (item.settling || item.inFlight)
+        return;
+    // A verdict like a terminal answer: the message fails, the next of its
+    // conversation goes on (obligation 9).
+    reporter_.report(code, QStringLiteral("%1: %2").arg(cmid, message));
+    detail::Storage::Finish f;
+    f.cmid = cmid;
+    f.state = int(MessageState::Failed);
+    f.errorCode = code;
+    item.settling = true;
+    finished_.append(f);
+    scheduleFlush();
+    schedulePump();
 }
 
 void Outbox::load(const QList<detail::OutboxRow> &rows) {
@@ -36,6 +101,7 @@ void Outbox::load(const QList<detail::OutboxRow> &rows) {
         item.held = computeHeld(item);
     emit entriesReset();
     noteHeld();
+    schedulePump(); // uploads resume (from the server's offset) once a session is up
 }
 
 OutboxEntry Outbox::toEntry(const Item &item) {
@@ -69,6 +135,7 @@ void Outbox::clear() {
     inFlight_ = 0;
     proven_.clear();
     retryTimer_.stop();
+    uploader_.stop();
     emit entriesReset();
     noteHeld();
 }
@@ -173,7 +240,8 @@ QString Outbox::enqueue(detail::OutboxRow row) {
         return {};
     }
     const QString conv = row.conv;
-    row.cmid = QUuid::createUuid().toString(QUuid::WithoutBraces); // UUID v4, random (A1)
+    if (row.cmid.isEmpty()) // (sendFile() chose it: its copy of the file is named after it)
+        row.cmid = QUuid::createUuid().toString(QUuid::WithoutBraces); // UUID v4, random (A1)
     row.createdAt = QDateTime::currentMSecsSinceEpoch();
     // Obligation 10: bound to the credential it is written under, never to
     // the store's user: a JWT names its user offline; an opaque token is its
@@ -306,6 +374,8 @@ bool Outbox::goesOutAtOnce(const Item &item) const {
         return false;
     if (isChange(item.row.kind) && item.row.target <= 0)
         return false; // waits for its target's seq
+    if (item.uploading())
+        return false; // waits for its upload
     const bool recall = isChange(item.row.kind);
     int onWire = 0;
     const auto conv = convs_.constFind(item.row.conv);
@@ -422,6 +492,7 @@ void Outbox::pump() {
     retryTimer_.stop();
     if (!conn_.isSessionUp() || id_.stale)
         return;
+    startUpload();
     const qint64 t = now();
     qint64 nextDue = std::numeric_limits<qint64>::max();
     QList<QPair<Item *, QString>> batch; // entry, the `prev` it names
@@ -455,6 +526,8 @@ void Outbox::pump() {
                 nextDue = std::min(nextDue, item.dueAt);
                 break; // waits for its retry; so does the rest
             }
+            if (item.uploading())
+                break; // its file is on its way (obligation 17); what follows waits behind it
             if (budget <= 0 || onWire >= perConv || (recall && !prev.isEmpty()))
                 break; // the window is full / this conversation's share / a change waits for all before it
             if (recall) {
@@ -521,6 +594,11 @@ bool Outbox::cancel(const QString &cmid) {
         return false;
     }
     const QString conv = item.row.conv;
+    if (item.row.file) {
+        // Obligation 17: the upload goes too (the local copy in forget()).
+        uploader_.stop(cmid);
+        uploader_.remove(item.row.file->attId);
+    }
     forget(*it);
     emit outboxChanged();
     emit timelineChanged(conv);
@@ -535,7 +613,8 @@ void Outbox::transmit(Item &item, const QString &prev) {
                              : r.kind == u"edit" ? proto::encodeEdit(rid, r.conv, r.target, r.cmid, r.body)
                              : r.kind == u"react"
                                  ? proto::encodeReact(rid, r.conv, r.target, r.cmid, r.emoji, r.on)
-                                 : proto::encodeSend(rid, r.conv, r.cmid, r.body, prev, r.replyTo);
+                                 : proto::encodeSend(rid, r.conv, r.cmid, r.body, prev, r.replyTo,
+                                                     r.file ? QStringList{r.file->attId} : QStringList{});
     ++item.row.attempts;
     item.inFlight = true;
     item.rid = rid;
@@ -664,6 +743,13 @@ void Outbox::forget(qint64 id) {
     if (it == items_.end())
         return;
     emit entryAboutToBeRemoved(id);
+    if (it->second.row.file) {
+        // Its outbox rows are gone (committed): so goes the store's copy
+        // of its file (obligation 17). A copy left by a crash right here is
+        // removed by the next open() (Client::open).
+        uploader_.stop(it->second.row.cmid);
+        QFile::remove(storage_.outgoingFilePath(it->second.row.cmid));
+    }
     ids_.remove(it->second.row.cmid);
     auto c = convs_.find(it->second.row.conv);
     if (c != convs_.end()) {

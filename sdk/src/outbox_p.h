@@ -33,6 +33,7 @@
 #include "codec_p.h"
 #include "shared_p.h"
 #include "storage_p.h"
+#include "upload_p.h"
 
 #include <QtCore/QElapsedTimer>
 #include <QtCore/QHash>
@@ -63,6 +64,10 @@ public:
         /// least row.attempts; one more while an attempt's mark was written
         /// with the entry (enqueue) and that attempt has not left yet.
         int markedAttempts = 0;
+        qint64 uploaded = 0;   ///< a file's bytes at the server as far as known (uploadProgress)
+        /// A send carrying a file whose upload is not complete yet: it (and
+        /// what follows it in its conversation) waits (obligation 17).
+        bool uploading() const { return row.file && !row.file->complete; }
     };
 
     Outbox(detail::Storage &storage, Connection &conn, detail::Reporter &reporter, const detail::Identity &identity,
@@ -151,6 +156,13 @@ public:
     }
 
     bool contains(const QString &cmid) const { return ids_.contains(cmid); }
+    /// The entry `cmid`, or nullptr.
+    const Item *findCmid(const QString &cmid) const {
+        const auto it = ids_.constFind(cmid);
+        return it == ids_.cend() ? nullptr : &items_.at(*it);
+    }
+    /// Obligation 17: the HTTP side of files (one upload at a time).
+    Uploader &uploader() { return uploader_; }
     int size() const { return int(items_.size()); }
     const std::map<qint64, Item> &items() const { return items_; }
     int window = 128; ///< unanswered outbox requests on the connection, all conversations together
@@ -177,6 +189,8 @@ Q_SIGNALS:
     void draftWritten(const QString &conv);
     /// heldCount() changed.
     void heldChanged(int count);
+    /// `sent` of `total` bytes of the file of send `cmid` are at the server.
+    void uploadProgress(const QString &cmid, qint64 sent, qint64 total);
     /// classify() said EndSession: the entry stays, the session ends
     /// (what that means for the code is the client's decision).
     void sessionMustEnd(const std::optional<im::proto::Incoming> &reply);
@@ -197,6 +211,11 @@ private:
     // only leaves an unsent entry marked as possibly sent.
     bool goesOutAtOnce(const Item &item) const;
     void noteHeld(); // heldChanged() if the count moved
+    // Obligation 17: the oldest upload of this session's entries, when the
+    // uploader is free; an upload's verdicts.
+    void startUpload();
+    void onUploaded(const QString &cmid, const QString &attId);
+    void onUploadFailed(const QString &cmid, const QString &code, const QString &message);
     void onOutcome(const QString &rid, const QString &cmid, const std::optional<proto::Incoming> &reply);
     // A change naming its target by cmid: Ready once the target's seq is
     // known (row.target set), Wait while the target is still in the outbox,
@@ -229,6 +248,7 @@ private:
     bool flushQueued_ = false;
     QElapsedTimer clock_;                       // monotonic: wall-clock jumps do not matter
     QTimer retryTimer_{this};
+    Uploader uploader_;
 };
 
 } // namespace im

@@ -162,7 +162,22 @@ const QList<QStringList> &migrations() {
                            " CASE WHEN EXISTS(SELECT 1 FROM events WHERE kind = 'msg') THEN '' ELSE 'done' END)"),
             QStringLiteral("INSERT OR REPLACE INTO meta(key, value) VALUES('search_text_version', '1')"),
         },
-        // dl50: files (obligation 17, contract section 12). A msg keeps its
+        // 6 -> 7: files ride the outbox (obligation 17). A send that carries
+        // a file has a row here (its copy is <database>.files/outgoing/<cmid>):
+        // what POST /v1/uploads announces, and the upload's att_id (kept
+        // before the first PUT, so a restart resumes the same upload) and
+        // whether the server said it is complete.
+        {
+            QStringLiteral("CREATE TABLE outbox_files("
+                           " cmid TEXT PRIMARY KEY,"
+                           " name TEXT NOT NULL,"
+                           " mime TEXT NOT NULL,"
+                           " size INTEGER NOT NULL,"
+                           " sha256 TEXT NOT NULL,"
+                           " att_id TEXT,"
+                           " complete INTEGER NOT NULL DEFAULT 0)"),
+        },
+        // 7 -> 8 (dl50): files received (obligation 17, contract section 12). A msg keeps its
         // `attachments` as JSON (the list the event carried) and their names
         // joined by newlines (att_names: the search index covers them,
         // storage_search.cpp); the table attachments knows every one by its

@@ -54,6 +54,19 @@ qint64 Storage::enqueue(const OutboxRow &row) {
         m.addBindValue(int(MessageState::Pending));
         m.addBindValue(row.replyTo > 0 ? QVariant(row.replyTo) : QVariant(QMetaType(QMetaType::LongLong)));
         if (!exec(m)) { q = QSqlQuery(); m = QSqlQuery(); rollback(); return 0; }
+        if (row.file) {
+            QSqlQuery f(QSqlDatabase::database(connection_, false));
+            f.prepare(QStringLiteral("INSERT INTO outbox_files(cmid, name, mime, size, sha256, att_id, complete)"
+                                     " VALUES(?, ?, ?, ?, ?, ?, ?)"));
+            f.addBindValue(row.cmid);
+            f.addBindValue(row.file->name);
+            f.addBindValue(row.file->mime);
+            f.addBindValue(row.file->size);
+            f.addBindValue(row.file->sha256);
+            f.addBindValue(nullIfEmpty(row.file->attId));
+            f.addBindValue(row.file->complete ? 1 : 0);
+            if (!exec(f)) { q = QSqlQuery(); m = QSqlQuery(); f = QSqlQuery(); rollback(); return 0; }
+        }
     }
     if (!commit())
         return 0;
@@ -62,8 +75,10 @@ qint64 Storage::enqueue(const OutboxRow &row) {
 
 std::optional<QList<OutboxRow>> Storage::loadOutbox() {
     QSqlQuery q(QSqlDatabase::database(connection_, false));
-    q.prepare(QStringLiteral("SELECT id, cmid, kind, conv, body, target, created_at, attempts, last_error,"
-                             " next_retry_at, owner, reply_to, emoji, react_on, target_cmid FROM outbox ORDER BY id"));
+    q.prepare(QStringLiteral("SELECT o.id, o.cmid, o.kind, o.conv, o.body, o.target, o.created_at, o.attempts,"
+                             " o.last_error, o.next_retry_at, o.owner, o.reply_to, o.emoji, o.react_on, o.target_cmid,"
+                             " f.cmid, f.name, f.mime, f.size, f.sha256, f.att_id, f.complete"
+                             " FROM outbox o LEFT JOIN outbox_files f ON f.cmid = o.cmid ORDER BY o.id"));
     if (!exec(q))
         return std::nullopt;
     QList<OutboxRow> rows;
@@ -84,6 +99,16 @@ std::optional<QList<OutboxRow>> Storage::loadOutbox() {
         r.emoji = q.value(12).toString();
         r.on = q.value(13).toInt() != 0;
         r.targetCmid = q.value(14).toString();
+        if (!q.value(15).isNull()) {
+            OutboxFile file;
+            file.name = q.value(16).toString();
+            file.mime = q.value(17).toString();
+            file.size = q.value(18).toLongLong();
+            file.sha256 = q.value(19).toString();
+            file.attId = q.value(20).toString();
+            file.complete = q.value(21).toInt() != 0;
+            r.file = file;
+        }
         rows.append(r);
     }
     return rows;
@@ -102,8 +127,9 @@ bool Storage::settleOutbox(const QList<Finish> &finished, const QList<Retry> &re
         return false;
     {
         QSqlDatabase db = QSqlDatabase::database(connection_, false);
-        QSqlQuery del(db), upd(db), retry(db);
+        QSqlQuery del(db), delFile(db), upd(db), retry(db);
         del.prepare(QStringLiteral("DELETE FROM outbox WHERE cmid = ?"));
+        delFile.prepare(QStringLiteral("DELETE FROM outbox_files WHERE cmid = ?"));
         upd.prepare(QStringLiteral("UPDATE local_messages SET state = ?, error_code = ?, seq = ?, dup = ?, epoch = ?"
                                    " WHERE cmid = ?"));
         // MAX: a retry batched before the next attempt went on the wire
@@ -112,13 +138,14 @@ bool Storage::settleOutbox(const QList<Finish> &finished, const QList<Retry> &re
         bool ok = true;
         for (const Finish &f : finished) {
             del.addBindValue(f.cmid);
+            delFile.addBindValue(f.cmid);
             upd.addBindValue(f.state);
             upd.addBindValue(nullIfEmpty(f.errorCode));
             upd.addBindValue(f.seq > 0 ? QVariant(f.seq) : QVariant(QMetaType(QMetaType::LongLong)));
             upd.addBindValue(f.dup ? 1 : 0);
             upd.addBindValue(f.epoch > 0 ? QVariant(f.epoch) : QVariant(QMetaType(QMetaType::LongLong)));
             upd.addBindValue(f.cmid);
-            if (!exec(del) || !exec(upd)) {
+            if (!exec(del) || !exec(delFile) || !exec(upd)) {
                 ok = false;
                 break;
             }
@@ -135,6 +162,7 @@ bool Storage::settleOutbox(const QList<Finish> &finished, const QList<Retry> &re
         if (!ok) {
             const QString e = error_;
             del = QSqlQuery();
+            delFile = QSqlQuery();
             upd = QSqlQuery();
             retry = QSqlQuery();
             rollback();
@@ -258,15 +286,28 @@ bool Storage::cancelOutbox(const QString &cmid) {
         QSqlQuery m(QSqlDatabase::database(connection_, false));
         m.prepare(QStringLiteral("DELETE FROM local_messages WHERE cmid = ?"));
         m.addBindValue(cmid);
-        if (!exec(q) || !exec(m)) {
+        QSqlQuery f(QSqlDatabase::database(connection_, false));
+        f.prepare(QStringLiteral("DELETE FROM outbox_files WHERE cmid = ?"));
+        f.addBindValue(cmid);
+        if (!exec(q) || !exec(m) || !exec(f)) {
             const QString e = error_;
             q = QSqlQuery();
             m = QSqlQuery();
+            f = QSqlQuery();
             rollback();
             return fail(e);
         }
     }
     return commit();
+}
+
+bool Storage::setOutboxUpload(const QString &cmid, const QString &attId, bool complete) {
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("UPDATE outbox_files SET att_id = ?, complete = ? WHERE cmid = ?"));
+    q.addBindValue(nullIfEmpty(attId));
+    q.addBindValue(complete ? 1 : 0);
+    q.addBindValue(cmid);
+    return exec(q); // autocommit under synchronous=FULL: durable before the first PUT
 }
 
 bool Storage::discardMessage(const QString &cmid, bool *found) {

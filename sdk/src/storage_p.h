@@ -18,6 +18,18 @@
 
 namespace im::detail {
 
+/// A file riding a send (obligation 17): the store's own copy of it is
+/// Storage::outgoingFilePath(cmid); what POST /v1/uploads announced, and
+/// where its upload stands (table outbox_files, one row per such send).
+struct OutboxFile {
+    QString name;
+    QString mime;
+    QString sha256; // 64 lowercase hex digits
+    qint64 size = 0;
+    QString attId;  // empty: no upload started yet (persisted before the first PUT)
+    bool complete = false;
+};
+
 struct OutboxRow {
     qint64 id = 0;
     QString cmid;
@@ -36,6 +48,7 @@ struct OutboxRow {
     QString lastError;
     qint64 nextRetryAt = 0; // ms since epoch, 0 = none
     QString owner;          // the credential it was written under (Outbox::credentialOf); empty: none
+    std::optional<OutboxFile> file; // send: the file it carries (obligation 17)
 };
 
 struct ConvRow {
@@ -117,7 +130,7 @@ struct SearchStatements {
 
 class Storage {
 public:
-    static constexpr int SchemaVersion = 7;
+    static constexpr int SchemaVersion = 8;
     /// How long a statement waits for a database locked by someone else.
     static constexpr int BusyTimeoutMs = 250;
 
@@ -172,6 +185,15 @@ public:
     Quoted quoted(const QString &conv, qint64 seq);
     // cancel(): the outbox row and its timeline row go, one transaction.
     bool cancelOutbox(const QString &cmid);
+    // Obligation 17: where the upload of send `cmid`'s file stands (att_id
+    // empty: none; committed with synchronous=FULL before the first PUT).
+    bool setOutboxUpload(const QString &cmid, const QString &attId, bool complete);
+    // The store's own folder for files ("<database>.files") and the copy
+    // of an outgoing file in it.
+    QString filesDir() const { return path_ + QStringLiteral(".files"); }
+    QString outgoingFilePath(const QString &cmid) const {
+        return filesDir() + QStringLiteral("/outgoing/") + cmid;
+    }
     // discard(): a Failed/Expired timeline row goes; false if there is none.
     bool discardMessage(const QString &cmid, bool *found);
 

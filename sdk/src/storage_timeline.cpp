@@ -609,6 +609,21 @@ bool Storage::addChanges(const QString &conv, qint64 from, QList<MessageRow> &ro
     }
     q.finish();
     if (!byCmid.isEmpty()) {
+        // Our files not sent yet (sendFile, outbox_files): shown with the
+        // message while it is Pending (no att_id until the upload started).
+        QSqlQuery f(db);
+        f.prepare(QStringLiteral("SELECT cmid, name, mime, size, sha256, COALESCE(att_id, '') FROM outbox_files"));
+        if (!exec(f))
+            return false;
+        while (f.next()) {
+            const auto it = byCmid.constFind(f.value(0).toString());
+            if (it != byCmid.cend())
+                rows[*it].attachments = {proto::Attachment{f.value(5).toString(), f.value(1).toString(),
+                                                           f.value(2).toString(), f.value(3).toLongLong(),
+                                                           f.value(4).toString()}};
+        }
+    }
+    if (!byCmid.isEmpty()) {
         // Our replies without a seq yet (Pending, Failed): their reply_to.
         QSqlQuery l(db);
         l.prepare(QStringLiteral("SELECT cmid, reply_to FROM local_messages WHERE conv = ? AND kind = 'send'"

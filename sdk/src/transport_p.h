@@ -37,8 +37,11 @@ public:
     /// (32 bytes; empty: no pin). A pinned certificate is trusted even when
     /// self-signed or not issued for the host name.
     void setPinnedSha256(const QByteArray &digest) { pinnedSha256_ = digest; }
-    // The same trust for the file transfers (downloads_p.h).
+    /// The trust above, for the other connections to the same server (the
+    /// uploads over HTTPS: same CAs, same pin).
     const QList<QSslCertificate> &trustedCas() const { return trustedCas_; }
+    /// Whether `errors` are only what a pinned `peer` certificate excuses.
+    bool pinnedOnly(const QSslCertificate &peer, const QList<QSslError> &errors) const;
     const QByteArray &pinnedSha256() const { return pinnedSha256_; }
 
     /// Starts connecting to the current URL and keeps reconnecting on loss.
@@ -108,7 +111,6 @@ private:
     void setState(State s);
     void dropSocket();
     void failTls(const QString &message);
-    bool pinnedOnly(const QSslCertificate &peer, const QList<QSslError> &errors) const;
 
     QList<QUrl> urls_;
     int urlIndex_ = 0;

@@ -59,6 +59,7 @@ Error errorFromCode(const QString &code) {
         {QStringLiteral("DRAFTS_HELD"), Error::DraftsHeld},
         {QStringLiteral("RATE_LIMITED"), Error::RateLimited},
         {QStringLiteral("MUTED"), Error::Muted},
+        {QStringLiteral("TOO_LARGE"), Error::TooLarge},
     };
     if (code.isEmpty())
         return Error::None;

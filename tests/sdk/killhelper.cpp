@@ -9,6 +9,11 @@
 //       connects, sends one message, then edits it and reacts to it by its
 //       cmid (contract section 12), prints "CMIDS <send> <edit> <react>",
 //       then keeps running.
+//   killhelper sendfile --db F --url U --token T --conv C --file P [--chunk N] [--resume]
+//       connects; if the outbox is empty, calls sendFile(C, P) once and prints
+//       "CMID <cmid>" (with --resume: prints "EMPTY" and exits 0 instead);
+//       else it resumes what the outbox holds and prints "RESUME <cmid>"; then "PROGRESS <sent> <total>" per uploadProgress and
+//       "SENT <seq>" once the message is Sent, then exits 0 (obligation 17).
 //   killhelper resend --db F --url U --token T
 //       connects and prints "DONE" once the outbox is empty, then exits 0.
 //   killhelper hold   --db F
@@ -21,6 +26,7 @@
 
 #include <QtCore/QCommandLineParser>
 #include <QtCore/QCoreApplication>
+#include <QtCore/QFileInfo>
 #include <QtCore/QTimer>
 
 #include <cstdio>
@@ -41,6 +47,9 @@ int main(int argc, char **argv) {
     p.addOption({QStringLiteral("body"), QStringLiteral("message body"), QStringLiteral("body")});
     p.addOption({QStringLiteral("page"), QStringLiteral("sync page size"), QStringLiteral("n"), QStringLiteral("50")});
     p.addOption({QStringLiteral("timeout"), QStringLiteral("request timeout (ms)"), QStringLiteral("ms"), QStringLiteral("2000")});
+    p.addOption({QStringLiteral("file"), QStringLiteral("file to send"), QStringLiteral("path")});
+    p.addOption({QStringLiteral("resume"), QStringLiteral("sendfile: never call sendFile()")});
+    p.addOption({QStringLiteral("chunk"), QStringLiteral("upload chunk (bytes)"), QStringLiteral("n"), QStringLiteral("1048576")});
     p.process(app);
     const QString mode = p.positionalArguments().value(0);
 
@@ -81,6 +90,41 @@ int main(int argc, char **argv) {
                          [](const QString &, const QString &, qint64 seq, im::MessageState st, const QString &) {
                              if (st == im::MessageState::Sent)
                                  say(QStringLiteral("SENT %1").arg(seq));
+                         });
+    } else if (mode == u"sendfile") {
+        const QString conv = p.value(QStringLiteral("conv"));
+        const QString file = p.value(QStringLiteral("file"));
+        client.setUploadChunkSize(p.value(QStringLiteral("chunk")).toInt());
+        static QString cmid;
+        const QList<im::OutboxEntry> pending = client.outbox();
+        if (!pending.isEmpty()) {
+            cmid = pending.first().cmid();
+            say(QStringLiteral("RESUME ") + cmid);
+        } else if (p.isSet(QStringLiteral("resume"))) {
+            say(QStringLiteral("EMPTY"));
+            return 0;
+        } else {
+            // Committed before it returns: a kill from here on resumes it.
+            cmid = client.sendFile(conv, file, QStringLiteral("file ") + QFileInfo(file).fileName());
+            say(QStringLiteral("CMID ") + cmid);
+            if (cmid.isEmpty())
+                return 2;
+        }
+        QObject::connect(&client, &im::Client::uploadProgress, &client, [](const QString &c, qint64 sent, qint64 total) {
+            if (c == cmid)
+                say(QStringLiteral("PROGRESS %1 %2").arg(sent).arg(total));
+        });
+        QObject::connect(&client, &im::Client::messageStateChanged, &client,
+                         [](const QString &, const QString &c, qint64 seq, im::MessageState st, const QString &code) {
+                             if (c != cmid)
+                                 return;
+                             if (st == im::MessageState::Sent) {
+                                 say(QStringLiteral("SENT %1").arg(seq));
+                                 QCoreApplication::exit(0);
+                             } else if (st == im::MessageState::Failed) {
+                                 say(QStringLiteral("FAILED ") + code);
+                                 QCoreApplication::exit(4);
+                             }
                          });
     } else if (mode == u"changes") {
         const QString conv = p.value(QStringLiteral("conv"));

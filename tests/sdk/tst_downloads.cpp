@@ -21,6 +21,7 @@
 #include <QtTest/QtTest>
 #include <QtWebSockets/QWebSocket>
 
+#include <algorithm>
 #include <memory>
 
 using im::Client;
@@ -122,6 +123,7 @@ private slots:
     void a_restarted_client_resumes_its_partial_file();
     void a_corrupted_partial_file_is_detected_and_fetched_again();
     void the_cache_is_bounded_and_serves_repeats();
+    void a_sent_file_shows_its_upload_and_arrives_for_the_reader();
 
 private:
     struct Sent { QString attId; qint64 seq = 0; QByteArray bytes; };
@@ -432,6 +434,62 @@ void TestDownloads::the_cache_is_bounded_and_serves_repeats() {
     QCOMPARE(fileBytes(dir_.filePath(QStringLiteral("a3.out"))), a.bytes);
     QCOMPARE(proxy_->requests.size(), start + 3);
     QVERIFY(!QFile::exists(cache + QString::fromLatin1(QUrl::toPercentEncoding(b.attId))));
+}
+
+// The round trip with the sending side (sendFile, branch up50): the timeline
+// shows our file while it uploads (its name, uploadProgress rising), then as
+// sent with its att_id; ben downloads the same bytes.
+void TestDownloads::a_sent_file_shows_its_upload_and_arrives_for_the_reader() {
+    const QByteArray bytes = randomBytes(2 * 1024 * 1024);
+    const QString src = dir_.filePath(QStringLiteral("holiday-photo.jpg"));
+    {
+        QFile f(src);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(bytes);
+    }
+    auto c = ana(QStringLiteral("send.db"), 0);
+    c->setUploadChunkSize(65536);
+    im::MessageListModel model(c.get(), QStringLiteral("team"));
+    QList<double> seen;
+    connect(&model, &QAbstractItemModel::dataChanged, &model,
+            [&](const QModelIndex &from, const QModelIndex &, const QList<int> &roles) {
+                if (roles.contains(im::MessageListModel::UploadProgressRole))
+                    seen << model.get(from.row(), QStringLiteral("uploadProgress")).toDouble();
+            });
+    const QString cmid = c->sendFile(QStringLiteral("team"), src, QStringLiteral("look"));
+    QVERIFY2(!cmid.isEmpty(), qPrintable(c->lastError()));
+    auto rowOf = [&] {
+        for (int i = 0; i < model.rowCount(); ++i)
+            if (model.get(i, QStringLiteral("cmid")).toString() == cmid)
+                return i;
+        return -1;
+    };
+    QVERIFY(rowOf() >= 0); // at once (obligation 1)
+    auto file = [&] { return model.get(rowOf(), QStringLiteral("attachments")).toList().value(0).toMap(); };
+    QCOMPARE(file().value(QStringLiteral("name")).toString(), QStringLiteral("holiday-photo.jpg"));
+    QCOMPARE(file().value(QStringLiteral("size")).toLongLong(), qint64(bytes.size()));
+    const double first = model.get(rowOf(), QStringLiteral("uploadProgress")).toDouble();
+    QVERIFY2(first >= 0.0 && first < 1.0, qPrintable(QString::number(first)));
+    QTRY_VERIFY_WITH_TIMEOUT(model.get(rowOf(), QStringLiteral("seq")).toLongLong() > 0, 60000);
+    QCOMPARE(model.get(rowOf(), QStringLiteral("uploadProgress")).toDouble(), -1.0);
+    QVERIFY2(std::any_of(seen.cbegin(), seen.cend(), [](double p) { return p > 0.0 && p < 1.0; }),
+             qPrintable(QString::number(seen.size())));
+    QTRY_VERIFY(!file().value(QStringLiteral("id")).toString().isEmpty());
+    const QString attId = file().value(QStringLiteral("id")).toString();
+    const qint64 seq = model.get(rowOf(), QStringLiteral("seq")).toLongLong();
+
+    auto ben = makeRealClient(*server_, QStringLiteral("ben"), dir_.filePath(QStringLiteral("ben.db")));
+    qint64 upTo = 0;
+    connect(ben.get(), &Client::eventsApplied, ben.get(), [&](const QString &conv, qint64, qint64 to) {
+        if (conv == u"team")
+            upTo = std::max(upTo, to);
+    });
+    ben->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(upTo >= seq, 30000);
+    const QString out = dir_.filePath(QStringLiteral("ben-photo.jpg"));
+    const QString failure = fetch(*ben, attId, out);
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
+    QCOMPARE(fileBytes(out), bytes);
 }
 
 QTEST_GUILESS_MAIN(TestDownloads)

@@ -10,6 +10,7 @@
 #include <QtCore/QObject>
 #include <QtCore/QString>
 #include <QtCore/QUrl>
+#include <QtCore/QVariantMap>
 
 #include <memory>
 
@@ -327,6 +328,39 @@ public:
     /// follow. Each call loads one more window per gap.
     Q_INVOKABLE void loadMissingHistory(const QString &conv = QString());
 
+    // --- files (obligation 17, docs/sdk.md "Sending files") ---------------
+    /// Sends the file at `path` (with `body`, which may be empty: 0-4000
+    /// code points) as one message with one attachment. Before it returns,
+    /// the file is copied into the store's own folder ("<database>.files")
+    /// and the outbox entry (name, mime type, size, SHA-256) is committed:
+    /// the app may delete or change its file at once, and a crash or kill
+    /// at any later point still ends in exactly one message with exactly
+    /// this file. The upload runs on the client's thread (HTTP to the
+    /// server of the WebSocket, resumed from the server's offset after a
+    /// reconnect, restart or kill; uploadProgress()); the message goes out
+    /// with the same cmid once the upload is complete, and later messages
+    /// of `conv` wait behind it (Pending). Returns the cmid, or empty with
+    /// nothing queued: INVALID_ARGUMENT (bad conversation or body, no such
+    /// file, not a regular file, unreadable, a name the server refuses),
+    /// TOO_LARGE (over maxFileSize()), STORAGE_ERROR (the copy or the
+    /// outbox write failed). cancel() of the entry (while the message has
+    /// not gone on the wire) also ends the upload and removes it from the
+    /// server.
+    Q_INVOKABLE QString sendFile(const QString &conv, const QString &path, const QString &body = QString());
+    /// Where the upload of sendFile() entry `cmid` stands: {"sent": bytes
+    /// at the server as far as known, "total": the file's size, "complete":
+    /// bool}; empty for a cmid that is not a file in the outbox.
+    Q_INVOKABLE QVariantMap uploadState(const QString &cmid) const;
+    /// The largest file sendFile() accepts (default 104857600, the server's
+    /// default --max-attachment-bytes). A server with a lower limit fails
+    /// the message with TOO_LARGE when its upload starts.
+    void setMaxFileSize(qint64 bytes);
+    qint64 maxFileSize() const;
+    /// Bytes per upload request (PUT), 65536 - 8388608, default 4194304.
+    /// A resume after a kill re-sends at most one of them.
+    void setUploadChunkSize(int bytes);
+    int uploadChunkSize() const;
+
     // --- files received (obligation 17, docs/sdk.md "Receiving files") ---
     /// Downloads attachment `attId` (an `id` of a message's `attachments`)
     /// to the file `path`, in the background: from the cache when it holds
@@ -492,6 +526,10 @@ Q_SIGNALS:
     /// token, a store opened with another token) or were released (a welcome
     /// proved their token this store's user) or dropped.
     void heldDraftsChanged(int count);
+    /// `sent` of `total` bytes of the file of sendFile() entry `cmid` are at
+    /// the server (during a request too; after a resume it starts from the
+    /// server's offset).
+    void uploadProgress(const QString &cmid, qint64 sent, qint64 total);
     /// Something failed that the app should know about: a server error code
     /// (e.g. UNAUTHENTICATED, NOT_MEMBER, STALE_INSTALL), "STORAGE_ERROR",
     /// "PROTOCOL_ERROR" or "INVALID_ARGUMENT" (bad call).

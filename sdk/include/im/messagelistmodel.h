@@ -93,6 +93,10 @@ public:
         /// received (qint64 bytes on disk while downloading), path (where the
         /// last download put it), errorCode (of a failed one)}
         AttachmentsRole,
+        /// double 0..1: how much of the file of our Pending sendFile() message
+        /// is at the server (Client::uploadState, uploadProgress); -1 for a
+        /// row with no upload under way
+        UploadProgressRole,
     };
     Q_ENUM(Roles)
 

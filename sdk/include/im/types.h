@@ -67,6 +67,8 @@ enum class Error {
                          ///< server's retry_ms with the same cmid (not final)
     Muted,               ///< MUTED: the user is muted in this conversation; final (the message
                          ///< fails, not resent)
+    TooLarge,            ///< TOO_LARGE: a file over the size limit (Client::sendFile, the server's
+                         ///< --max-attachment-bytes); refused at once, nothing queued
 };
 Q_ENUM_NS(Error)
 
