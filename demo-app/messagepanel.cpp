@@ -20,6 +20,15 @@
 #include <QtWidgets/QHBoxLayout>
 #include <QtWidgets/QHeaderView>
 #include <QtWidgets/QLabel>
+#include <QtGui/QDesktopServices>
+#include <QtGui/QDragEnterEvent>
+#include <QtGui/QDropEvent>
+#include <QtCore/QMimeData>
+#include <QtCore/QStandardPaths>
+#include <QtCore/QFileInfo>
+#include <QtCore/QDir>
+#include <QtCore/QLocale>
+#include <QtWidgets/QFileDialog>
 #include <QtWidgets/QLineEdit>
 #include <QtWidgets/QMenu>
 #include <QtWidgets/QPushButton>
@@ -221,6 +230,14 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
                   return f;
               }
               return {};
+          }},
+         // Files (obligation 17): name and size, the upload of ours while
+         // Pending, a download's state (docs/demo-app.md "Files").
+         {tr("File"),
+          [](const QModelIndex &s, int role) -> QVariant {
+              if (role != Qt::DisplayRole && role != Qt::ToolTipRole)
+                  return {};
+              return MessagePanel::fileText(s);
           }}},
         this);
     view_ = makeTable(QStringLiteral("messageView"));
@@ -289,8 +306,18 @@ MessagePanel::MessagePanel(im::Client *client, MessageListModel *msgs, Conversat
     sendButton_->setObjectName(QStringLiteral("sendButton"));
     connect(sendEdit_, &QLineEdit::returnPressed, this, &MessagePanel::sendTyped);
     connect(sendButton_, &QPushButton::clicked, this, &MessagePanel::sendTyped);
+    attachButton_ = new QPushButton(tr("Attach..."));
+    attachButton_->setObjectName(QStringLiteral("attachButton"));
+    attachButton_->setToolTip(tr("Send a file (the text typed goes with it); or drop files on this panel"));
+    connect(attachButton_, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Send a file"));
+        if (!path.isEmpty())
+            attachFile(path);
+    });
+    setAcceptDrops(true);
     auto *sendRow = new QHBoxLayout;
     sendRow->addWidget(sendEdit_, 1);
+    sendRow->addWidget(attachButton_);
     sendRow->addWidget(sendButton_);
     // Reply / edit / react: the menu actions, the composer bar, chip clicks.
     actions_ = new MessageActions(client_, sendEdit_, sendButton_);
@@ -516,6 +543,7 @@ void MessagePanel::showMessageMenu(const QPoint &pos) {
     discard->setObjectName(QStringLiteral("discardAction"));
     discard->setEnabled(!cmid.isEmpty() && (st == MessageState::Failed || st == MessageState::Expired));
     connect(discard, &QAction::triggered, this, [this, cmid] { emit actionDone(discardMessage(client_, cmid)); });
+    addFileActions(&menu, src);
     QAction *copy = menu.addAction(tr("Copy cmid"));
     copy->setObjectName(QStringLiteral("copyCmidAction"));
     copy->setEnabled(!cmid.isEmpty());
@@ -648,4 +676,110 @@ void MessagePanel::advanceReadMarker() {
         return;
     if (client_->markRead(conv_, seq))
         readRequested_.insert(conv_, seq);
+}
+
+// --- files (obligation 17; docs/demo-app.md "Files") ---------------------
+
+QString MessagePanel::fileText(const QModelIndex &s) {
+    const QVariantList files = s.data(MessageListModel::AttachmentsRole).toList();
+    if (files.isEmpty())
+        return {};
+    QStringList parts;
+    for (const QVariant &v : files) {
+        const QVariantMap f = v.toMap();
+        const qint64 size = f.value(QStringLiteral("size")).toLongLong();
+        QString t = QStringLiteral("%1 (%2)").arg(f.value(QStringLiteral("name")).toString(),
+                                                  QLocale().formattedDataSize(size));
+        const QString state = f.value(QStringLiteral("downloadState")).toString();
+        if (state == QLatin1String("downloading") && size > 0)
+            t += QStringLiteral(" download %1%").arg(f.value(QStringLiteral("received")).toLongLong() * 100 / size);
+        else if (state == QLatin1String("done"))
+            t += QStringLiteral(" saved");
+        else if (state == QLatin1String("failed"))
+            t += QStringLiteral(" download failed: %1").arg(f.value(QStringLiteral("errorCode")).toString());
+        parts << t;
+    }
+    const double up = s.data(MessageListModel::UploadProgressRole).toDouble();
+    if (up >= 0)
+        parts << QStringLiteral("upload %1%").arg(int(up * 100));
+    return parts.join(QStringLiteral("; "));
+}
+
+QString MessagePanel::attachFile(const QString &path) {
+    if (conv_.isEmpty()) {
+        emit statusMessage(tr("Pick a conversation first"), 5000);
+        return {};
+    }
+    const QString cmid = client_->sendFile(conv_, path, sendEdit_->text());
+    if (cmid.isEmpty()) {
+        emit statusMessage(tr("File not queued: %1").arg(client_->lastError()), 10000);
+        return {};
+    }
+    sendEdit_->clear();
+    followTail_ = true;
+    msgs_->followNewest();
+    QTimer::singleShot(0, view_, &QTableView::scrollToBottom);
+    emit statusMessage(tr("Queued %1 (copied into the store; cmid %2)").arg(QFileInfo(path).fileName(), cmid), 5000);
+    return cmid;
+}
+
+QString MessagePanel::saveAttachment(const QString &attId, const QString &path) {
+    if (!downloadsWired_) {
+        downloadsWired_ = true;
+        connect(client_, &im::Client::downloadFinished, this, [this](const QString &, const QString &to) {
+            emit statusMessage(tr("Saved %1").arg(to), 10000);
+            if (openWhenDone_.remove(to))
+                QDesktopServices::openUrl(QUrl::fromLocalFile(to));
+        });
+        connect(client_, &im::Client::downloadFailed, this,
+                [this](const QString &att, im::Error, const QString &code, const QString &message) {
+                    emit statusMessage(tr("Download of %1 failed: %2 %3").arg(att, code, message), 15000);
+                });
+    }
+    const QString id = client_->download(attId, path);
+    if (id.isEmpty())
+        emit statusMessage(tr("Not downloaded: %1").arg(client_->lastError()), 10000);
+    return id;
+}
+
+void MessagePanel::addFileActions(QMenu *menu, const QModelIndex &src) {
+    const QVariantList files = src.data(MessageListModel::AttachmentsRole).toList();
+    const QVariantMap f = files.value(0).toMap();
+    const QString attId = f.value(QStringLiteral("id")).toString();
+    const QString name = f.value(QStringLiteral("name")).toString();
+    QAction *save = menu->addAction(name.isEmpty() ? tr("Save file...") : tr("Save %1...").arg(name));
+    save->setObjectName(QStringLiteral("saveFileAction"));
+    save->setEnabled(!attId.isEmpty());
+    connect(save, &QAction::triggered, this, [this, attId, name] {
+        const QString to = QFileDialog::getSaveFileName(
+            this, tr("Save file"),
+            QStandardPaths::writableLocation(QStandardPaths::DownloadLocation) + u'/' + name);
+        if (!to.isEmpty())
+            saveAttachment(attId, to);
+    });
+    QAction *open = menu->addAction(tr("Open file"));
+    open->setObjectName(QStringLiteral("openFileAction"));
+    open->setEnabled(!attId.isEmpty());
+    connect(open, &QAction::triggered, this, [this, attId, name] {
+        const QString dir = QStandardPaths::writableLocation(QStandardPaths::TempLocation) + QStringLiteral("/imdemo-files");
+        QDir().mkpath(dir);
+        const QString to = dir + u'/' + (name.isEmpty() ? attId : name);
+        openWhenDone_.insert(to);
+        saveAttachment(attId, to);
+    });
+}
+
+void MessagePanel::dragEnterEvent(QDragEnterEvent *e) {
+    for (const QUrl &u : e->mimeData()->urls())
+        if (u.isLocalFile()) {
+            e->acceptProposedAction();
+            return;
+        }
+}
+
+void MessagePanel::dropEvent(QDropEvent *e) {
+    for (const QUrl &u : e->mimeData()->urls())
+        if (u.isLocalFile())
+            attachFile(u.toLocalFile());
+    e->acceptProposedAction();
 }

@@ -23,7 +23,10 @@ class ReversedProxyModel;
 
 class MessageActions;
 class MessageDelegate;
+class QDragEnterEvent;
+class QDropEvent;
 class QLabel;
+class QMenu;
 class QModelIndex;
 class QLineEdit;
 class QPushButton;
@@ -36,7 +39,7 @@ class MessagePanel : public QGroupBox {
     Q_OBJECT
 public:
     /// Columns of the message view.
-    enum Column { SeqColumn, TimeColumn, SenderColumn, BodyColumn, StateColumn, DupColumn, CmidColumn };
+    enum Column { SeqColumn, TimeColumn, SenderColumn, BodyColumn, StateColumn, DupColumn, CmidColumn, FileColumn };
 
     MessagePanel(im::Client *client, im::MessageListModel *msgs, im::ConversationListModel *convs,
                  QWidget *parent = nullptr);
@@ -68,7 +71,25 @@ Q_SIGNALS:
     /// What a cancel / discard did (panelutil.h's texts).
     void actionDone(const QString &text);
 
+public:
+    /// Files (obligation 17): sends the file at `path` to the open
+    /// conversation with the typed text (the Attach button, a drop); the
+    /// cmid, or empty (status bar says why).
+    QString attachFile(const QString &path);
+    /// Downloads attachment `attId` to `path` (Save / Open); the request id.
+    QString saveAttachment(const QString &attId, const QString &path);
+    /// The File column's text of a message row (name, size, transfers).
+    static QString fileText(const QModelIndex &source);
+
+protected:
+    void dragEnterEvent(QDragEnterEvent *e) override;
+    void dropEvent(QDropEvent *e) override;
+
 private:
+    void addFileActions(QMenu *menu, const QModelIndex &src);
+    QPushButton *attachButton_ = nullptr;
+    bool downloadsWired_ = false;
+    QSet<QString> openWhenDone_; ///< paths of "Open file" downloads
     void sendTyped();
     void loadOlder();
     void fillSelectedGap();

@@ -127,7 +127,7 @@ configure_plain() {
 plain() {
     configure_plain &&
     cmake --build build -j"$jobs" &&
-    run_ctest build 58 -j"$plain_jobs" --output-on-failure --timeout 1200 -LE bench
+    run_ctest build 59 -j"$plain_jobs" --output-on-failure --timeout 1200 -LE bench
 }
 # Three plain tests at a time on two cores: they wait on fsyncs, sockets and
 # timers, so at -j2 both cores were 54-78 % busy (warm, once the background

@@ -49,6 +49,7 @@ ClientPrivate::ClientPrivate(Client *qq)
     indexBuild.setInterval(0);
     connect(&indexBuild, &QTimer::timeout, this, &ClientPrivate::buildIndexStep);
     faultHooks = new FaultHooks(conn, q);
+    setUpDownloads();
     // Every part's report, typed: one place.
     connect(&reporter, &detail::Reporter::errorOccurred, this, &ClientPrivate::reportError);
 
@@ -412,6 +413,7 @@ void Client::close() {
     d->quotesAsked.clear();
     d->search.reset(); // ends the search thread and its connection
     d->indexBuild.stop();
+    d->downloads->stopAll(); // their partial files stay for the next open()
     d->storage.close();
     emit outboxChanged();
     emit d->conversationsChanged();

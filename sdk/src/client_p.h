@@ -23,6 +23,7 @@
 
 #include "codec_p.h"
 #include "connection_p.h"
+#include "downloads_p.h"
 #include "ephemeral_p.h"
 #include "markers_p.h"
 #include "outbox_p.h"
@@ -115,6 +116,11 @@ public:
     double indexProgress = 1.0;
     void startIndexBuild();
     void buildIndexStep();
+
+    // Files received (dl50, obligation 17; client_downloads.cpp): a child
+    // of this object, made by the constructor.
+    detail::Downloads *downloads = nullptr;
+    void setUpDownloads();
 
 Q_SIGNALS:
     // What the models follow (never the Client's own signals, which an app

@@ -122,6 +122,16 @@ Event readEvent(const QJsonObject &o, Reader &outer) {
         }
     }
     e.reactionsSeq = r.optNum("reactions_seq").value_or(0);
+    if (o.contains(QStringLiteral("attachments"))) {
+        for (const QJsonValue &v : r.array("attachments")) {
+            if (!v.isObject()) { r.fail(QStringLiteral("attachments: element is not an object")); break; }
+            Reader ar(v.toObject());
+            Attachment a{ar.str("att_id"), ar.str("name"), ar.str("mime"), ar.num("size"), ar.str("sha256")};
+            if (!ar.error().isEmpty()) { r.fail(QStringLiteral("attachments: ") + ar.error()); break; }
+            if (a.id.isEmpty() || a.size < 0) { r.fail(QStringLiteral("attachments: empty att_id or negative size")); break; }
+            e.attachments.append(a);
+        }
+    }
     if (e.seq < 1)
         r.fail(QStringLiteral("event seq must be >= 1"));
     if (!r.error().isEmpty())

@@ -21,6 +21,17 @@ struct Reaction {
     bool operator==(const Reaction &) const = default;
 };
 
+/// One entry of a `msg` event's `attachments` (contract section 12,
+/// server.md "Attachments"): a complete upload the message references.
+struct Attachment {
+    QString id{};     ///< att_id
+    QString name{};
+    QString mime{};
+    qint64 size = 0;
+    QString sha256{}; ///< 64 lowercase hex digits (the download's ETag)
+    bool operator==(const Attachment &) const = default;
+};
+
 /// An event as it appears in page.events, fetched.ev and the `event` push.
 struct Event {
     QString conv;
@@ -46,6 +57,7 @@ struct Event {
     // A user's erase removed its content (docs/protocol.md, "Erased
     // events"); on an operator's recall: its target's content is gone.
     bool erased = false;
+    QList<Attachment> attachments{}; ///< msg: its files (contract section 12)
     // reaction events
     QString emoji{};
     bool on = false;

@@ -38,6 +38,19 @@ public:
     bool refreshing = false;
     bool refreshAgain = false;
     QList<QMetaObject::Connection> links; // to the current client
+    // Downloads of attachments (AttachmentsRole), as the client reported
+    // them while this model was linked to it.
+    struct Download { QString state, path, errorCode; qint64 received = 0; };
+    QHash<QString, Download> downloads;
+    void downloadChanged(MessageListModel *m, const QString &attId) {
+        for (qsizetype i = 0; i < rows.size(); ++i)
+            for (const proto::Attachment &a : std::as_const(rows.at(i).attachments))
+                if (a.id == attId) {
+                    const QModelIndex at = m->index(int(i));
+                    emit m->dataChanged(at, at, {MessageListModel::AttachmentsRole});
+                    break;
+                }
+    }
 
     void forgetWindow() {
         rows.clear();
@@ -68,6 +81,7 @@ void MessageListModel::setClient(Client *client) {
         return;
     beginResetModel();
     d->forgetWindow();
+    d->downloads.clear();
     endResetModel();
     if (std::exchange(d->fetching, false))
         emit loadingOlderChanged();
@@ -96,6 +110,38 @@ void MessageListModel::setClient(Client *client) {
                     d->floor = *f;
             }
             refresh();
+        });
+        // Attachments' downloads (AttachmentsRole).
+        d->links << connect(cp->downloads, &detail::Downloads::progress, this,
+                            [this](const QString &att, qint64 received, qint64) {
+                                auto &x = d->downloads[att];
+                                x.state = QStringLiteral("downloading");
+                                x.received = received;
+                                d->downloadChanged(this, att);
+                            });
+        d->links << connect(cp->downloads, &detail::Downloads::finished, this,
+                            [this](const QString &att, const QString &path) {
+                                auto &x = d->downloads[att];
+                                x.state = QStringLiteral("done");
+                                x.path = path;
+                                x.errorCode.clear();
+                                d->downloadChanged(this, att);
+                            });
+        d->links << connect(cp->downloads, &detail::Downloads::failed, this,
+                            [this](const QString &att, const QString &code, const QString &) {
+                                auto &x = d->downloads[att];
+                                x.state = QStringLiteral("failed");
+                                x.errorCode = code;
+                                d->downloadChanged(this, att);
+                            });
+        // Our files' uploads (UploadProgressRole).
+        d->links << connect(&cp->outbox, &Outbox::uploadProgress, this, [this](const QString &cmid, qint64, qint64) {
+            for (qsizetype i = 0; i < d->rows.size(); ++i)
+                if (d->rows.at(i).cmid == cmid) {
+                    const QModelIndex at = index(int(i));
+                    emit dataChanged(at, at, {UploadProgressRole});
+                    break;
+                }
         });
         // Private signals only (an app may disconnect() its Client).
         d->links << connect(cp, &ClientPrivate::identityChanged, this, [this] { d->reload.start(); });
@@ -335,6 +381,31 @@ QVariant MessageListModel::data(const QModelIndex &index, int role) const {
         return list;
     }
     case ChangePendingRole: return r.changePending;
+    case AttachmentsRole: {
+        QVariantList list;
+        for (const proto::Attachment &a : r.attachments) {
+            const auto x = d->downloads.value(a.id);
+            list.append(QVariantMap{{QStringLiteral("id"), a.id},
+                                    {QStringLiteral("name"), a.name},
+                                    {QStringLiteral("mime"), a.mime},
+                                    {QStringLiteral("size"), a.size},
+                                    {QStringLiteral("sha256"), a.sha256},
+                                    {QStringLiteral("downloadState"), x.state},
+                                    {QStringLiteral("received"), x.received},
+                                    {QStringLiteral("path"), x.path},
+                                    {QStringLiteral("errorCode"), x.errorCode}});
+        }
+        return list;
+    }
+    case UploadProgressRole: {
+        if (r.cmid.isEmpty() || r.seq > 0 || !d->client)
+            return -1.0;
+        const QVariantMap st = d->client->uploadState(r.cmid);
+        const qint64 total = st.value(QStringLiteral("total")).toLongLong();
+        if (st.isEmpty())
+            return -1.0;
+        return total > 0 ? double(st.value(QStringLiteral("sent")).toLongLong()) / double(total) : 1.0;
+    }
     default: return {};
     }
 }
@@ -355,7 +426,8 @@ QHash<int, QByteArray> MessageListModel::roleNames() const {
             {GapFromRole, "gapFrom"},   {GapToRole, "gapTo"},
             {HeldRole, "held"},
             {EditedRole, "edited"},     {ReplyToRole, "replyTo"}, {QuoteSenderRole, "quoteSender"},
-            {QuoteTextRole, "quoteText"}, {ReactionsRole, "reactions"}, {ChangePendingRole, "changePending"}};
+            {QuoteTextRole, "quoteText"}, {ReactionsRole, "reactions"}, {ChangePendingRole, "changePending"},
+            {AttachmentsRole, "attachments"}, {UploadProgressRole, "uploadProgress"}};
 }
 
 } // namespace im

@@ -198,6 +198,17 @@ const QList<QStringList> &migrations() {
                            " att_id TEXT,"
                            " complete INTEGER NOT NULL DEFAULT 0)"),
         },
+        // 8 -> 9: files received (obligation 17, contract section 12). A msg keeps its
+        // `attachments` as JSON (the list the event carried) and their names
+        // joined by newlines (att_names: the search index covers them,
+        // storage_search.cpp); the table attachments knows every one by its
+        // id, for download() (size and SHA-256 to check against).
+        {
+            QStringLiteral("ALTER TABLE events ADD COLUMN attachments TEXT"),
+            QStringLiteral("ALTER TABLE events ADD COLUMN att_names TEXT"),
+            QStringLiteral("CREATE TABLE attachments(att_id TEXT PRIMARY KEY, name TEXT NOT NULL, mime TEXT NOT NULL,"
+                           " size INTEGER NOT NULL, sha256 TEXT NOT NULL) WITHOUT ROWID"),
+        },
     };
     return steps;
 }

@@ -101,6 +101,7 @@ struct MessageRow {
     bool quoteKnown = false;
     bool edited = false;
     QList<proto::Reaction> reactions;
+    QList<proto::Attachment> attachments; // msg: its files (contract section 12)
     bool changePending = false; // an edit or reaction of ours is still in the outbox
     QString key() const {
         if (gapHi > 0)
@@ -131,7 +132,7 @@ struct SearchStatements {
 
 class Storage {
 public:
-    static constexpr int SchemaVersion = 8;
+    static constexpr int SchemaVersion = 9;
     /// How long a statement waits for a database locked by someone else.
     static constexpr int BusyTimeoutMs = 250;
 
@@ -151,6 +152,9 @@ public:
     const QString &lastError() const { return error_; }
 
     int schemaVersion();
+    // dl50: what a stored msg said of attachment `attId` (nullopt: none
+    // stored, or a read error: lastError() tells which, empty for none).
+    std::optional<proto::Attachment> attachment(const QString &attId);
     std::optional<QString> meta(const QString &key);
     bool setMeta(const QString &key, const QString &value);
 

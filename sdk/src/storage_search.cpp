@@ -41,21 +41,28 @@ constexpr int kLowBits = 4;
 constexpr int kBuildSlice = 200; // events per read of the index build
 constexpr int kMergePages = 64;   // pages written per step of the merge after it
 
+// The text indexed for a msg row: its current body, then its attachments'
+// names (dl50: obligation 18 finds files by name), a line each. A row
+// without attachments indexes exactly its body, as before (no rebuild).
+QString indexedText(const QString &alias = QString()) {
+    return QStringLiteral("COALESCE(%1edit_body, %1body, '') || COALESCE(char(10) || %1att_names, '')").arg(alias);
+}
+
 } // namespace
 
 SearchStatements::SearchStatements(const QSqlDatabase &db)
     : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), old(db), fresh(db),
       termInsert(db) {
     termInsert.prepare(QStringLiteral("INSERT OR IGNORE INTO search_terms(term) VALUES(?)"));
-    old.prepare(QStringLiteral("SELECT search_id, COALESCE(edit_body, body) FROM events WHERE conv = ? AND seq = ?"));
+    old.prepare(QStringLiteral("SELECT search_id, %1 FROM events WHERE conv = ? AND seq = ?").arg(indexedText()));
     fresh.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE search_id = ?),"
                                  " EXISTS(SELECT 1 FROM events WHERE conv = ? AND target = ? AND kind = 'recall')"));
-    indexed.prepare(QStringLiteral("SELECT search_id, COALESCE(edit_body, body) FROM events"
-                                   " WHERE conv = ? AND seq = ? AND search_id IS NOT NULL"));
+    indexed.prepare(QStringLiteral("SELECT search_id, %1 FROM events"
+                                   " WHERE conv = ? AND seq = ? AND search_id IS NOT NULL").arg(indexedText()));
     row.prepare(QStringLiteral(
-        "SELECT e.kind, COALESCE(e.edit_body, e.body), e.ts, e.recalled, e.search_id,"
+        "SELECT e.kind, %1, e.ts, e.recalled, e.search_id,"
         " EXISTS(SELECT 1 FROM events r WHERE r.conv = e.conv AND r.kind = 'recall' AND r.target = e.seq)"
-        " FROM events e WHERE e.conv = ? AND e.seq = ?"));
+        " FROM events e WHERE e.conv = ? AND e.seq = ?").arg(indexedText(QStringLiteral("e."))));
     probe.prepare(QStringLiteral("SELECT 1 FROM events WHERE search_id = ?"));
     ftsInsert.prepare(QStringLiteral("INSERT INTO search(rowid, body, conv) VALUES(?, ?, ?)"));
     ftsDelete.prepare(QStringLiteral("INSERT INTO search(search, rowid, body, conv) VALUES('delete', ?, ?, ?)"));
@@ -184,7 +191,9 @@ bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newI
     s.old.finish();
     *isNew = true;
     // A new row: what the upsert will store is this copy's text.
-    const QString text = e.editSeq > 0 ? e.editBody : e.body;
+    QString text = e.editSeq > 0 ? e.editBody : e.body;
+    for (const proto::Attachment &a : e.attachments)
+        text += u'\n' + a.name; // as indexedText() reads it back
     if (e.kind != u"msg" || e.recalled || text.isEmpty())
         return true;
     const qint64 first = (std::max<qint64>(0, e.ts) << kLowBits) + (e.seq & ((qint64(1) << kLowBits) - 1));

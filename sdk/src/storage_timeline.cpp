@@ -54,6 +54,39 @@ void sortReactions(QList<proto::Reaction> &list) {
 
 QVariant nullIfZero(qint64 v) { return v > 0 ? QVariant(v) : QVariant(QMetaType(QMetaType::LongLong)); }
 
+// A msg's attachments as stored (events.attachments): the wire's shape.
+QString attachmentsJson(const QList<proto::Attachment> &list) {
+    if (list.isEmpty())
+        return {};
+    QJsonArray a;
+    for (const proto::Attachment &x : list)
+        a.append(QJsonObject{{QStringLiteral("att_id"), x.id}, {QStringLiteral("name"), x.name},
+                             {QStringLiteral("mime"), x.mime}, {QStringLiteral("size"), x.size},
+                             {QStringLiteral("sha256"), x.sha256}});
+    return QString::fromUtf8(QJsonDocument(a).toJson(QJsonDocument::Compact));
+}
+
+QList<proto::Attachment> attachmentsFrom(const QString &json) {
+    QList<proto::Attachment> out;
+    if (json.isEmpty())
+        return out;
+    for (const QJsonValue &v : QJsonDocument::fromJson(json.toUtf8()).array()) {
+        const QJsonObject o = v.toObject();
+        out.append({o.value(QStringLiteral("att_id")).toString(), o.value(QStringLiteral("name")).toString(),
+                    o.value(QStringLiteral("mime")).toString(), o.value(QStringLiteral("size")).toInteger(),
+                    o.value(QStringLiteral("sha256")).toString()});
+    }
+    return out;
+}
+
+// The names the search index covers (storage_search.cpp), one a line.
+QString attachmentNames(const QList<proto::Attachment> &list) {
+    QStringList names;
+    for (const proto::Attachment &x : list)
+        names << x.name;
+    return names.join(u'\n');
+}
+
 } // namespace
 
 bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
@@ -73,11 +106,12 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     // event (mid) -- another mid at this seq is another history's.
     q.prepare(QStringLiteral(
         "INSERT INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user, cmid, reply_to, edit_seq,"
-        " edit_body, edit_ts, reactions, reactions_seq, recalled, emoji, react_on, search_id)"
-        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " edit_body, edit_ts, reactions, reactions_seq, recalled, emoji, react_on, search_id, attachments, att_names)"
+        " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(conv, seq) DO UPDATE SET mid = excluded.mid, kind = excluded.kind, sender = excluded.sender,"
         " body = excluded.body, ts = excluded.ts, epoch = excluded.epoch, target = excluded.target,"
         " user = excluded.user, cmid = excluded.cmid, reply_to = excluded.reply_to,"
+        " attachments = excluded.attachments, att_names = excluded.att_names,"
         " emoji = excluded.emoji, react_on = excluded.react_on,"
         " edit_seq = CASE WHEN events.mid IS excluded.mid AND COALESCE(events.edit_seq, 0) > COALESCE(excluded.edit_seq, 0)"
         "  THEN events.edit_seq ELSE excluded.edit_seq END,"
@@ -111,9 +145,25 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
     q.addBindValue(nullIfEmpty(e.emoji));
     q.addBindValue(e.kind == u"reaction" ? QVariant(e.on ? 1 : 0) : QVariant(QMetaType(QMetaType::Int)));
     q.addBindValue(nullIfZero(searchId)); // the conflict path keeps the row's own (NULL: unindexed above)
+    q.addBindValue(nullIfEmpty(attachmentsJson(e.attachments)));
+    q.addBindValue(e.attachments.isEmpty() ? QVariant(QMetaType(QMetaType::QString))
+                                           : QVariant(attachmentNames(e.attachments)));
     if (eventInsertFault() || !exec(q))
         return false;
     q.finish();
+    for (const proto::Attachment &a : e.attachments) {
+        // Immutable on the server (the id names one upload's bytes).
+        QSqlQuery att(QSqlDatabase::database(connection_, false));
+        att.prepare(QStringLiteral("INSERT OR IGNORE INTO attachments(att_id, name, mime, size, sha256)"
+                                   " VALUES(?, ?, ?, ?, ?)"));
+        att.addBindValue(a.id);
+        att.addBindValue(a.name);
+        att.addBindValue(a.mime);
+        att.addBindValue(a.size);
+        att.addBindValue(a.sha256);
+        if (!exec(att))
+            return false;
+    }
     // An erased msg (a user's erase, docs/protocol.md "Erased events"): no
     // text of it stays here, not even an edit this store showed before.
     if (e.kind == u"msg" && e.erased && !eraseText(e.conv, e.seq))
@@ -130,7 +180,7 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
 bool Storage::eraseText(const QString &conv, qint64 seq) {
     QSqlQuery u(QSqlDatabase::database(connection_, false));
     u.prepare(QStringLiteral("UPDATE events SET body = NULL, edit_seq = NULL, edit_body = NULL, edit_ts = NULL,"
-                             " recalled = 1 WHERE conv = ? AND seq = ? AND kind = 'msg'"));
+                             " attachments = NULL, att_names = NULL, recalled = 1 WHERE conv = ? AND seq = ? AND kind = 'msg'"));
     u.addBindValue(conv);
     u.addBindValue(seq);
     return exec(u);
@@ -551,9 +601,10 @@ bool Storage::addChanges(const QString &conv, qint64 from, QList<MessageRow> &ro
     }
     QSqlDatabase db = QSqlDatabase::database(connection_, false);
     QSqlQuery q(db);
-    q.prepare(QStringLiteral("SELECT seq, reply_to, edit_seq IS NOT NULL, edit_body, reactions FROM events"
+    q.prepare(QStringLiteral("SELECT seq, reply_to, edit_seq IS NOT NULL, edit_body, reactions, attachments FROM events"
                              " WHERE conv = ? AND seq >= ? AND kind = 'msg'"
-                             " AND (reply_to IS NOT NULL OR edit_seq IS NOT NULL OR reactions IS NOT NULL)"));
+                             " AND (reply_to IS NOT NULL OR edit_seq IS NOT NULL OR reactions IS NOT NULL"
+                             " OR attachments IS NOT NULL)"));
     q.addBindValue(conv);
     q.addBindValue(from);
     if (!exec(q))
@@ -569,10 +620,26 @@ bool Storage::addChanges(const QString &conv, qint64 from, QList<MessageRow> &ro
         if (r.edited)
             r.body = q.value(3).toString();
         r.reactions = reactionsFrom(q.value(4).toString());
+        r.attachments = attachmentsFrom(q.value(5).toString());
         if (r.replyTo > 0)
             quoted.insert(r.replyTo);
     }
     q.finish();
+    if (!byCmid.isEmpty()) {
+        // Our files not sent yet (sendFile, outbox_files): shown with the
+        // message while it is Pending (no att_id until the upload started).
+        QSqlQuery f(db);
+        f.prepare(QStringLiteral("SELECT cmid, name, mime, size, sha256, COALESCE(att_id, '') FROM outbox_files"));
+        if (!exec(f))
+            return false;
+        while (f.next()) {
+            const auto it = byCmid.constFind(f.value(0).toString());
+            if (it != byCmid.cend())
+                rows[*it].attachments = {proto::Attachment{f.value(5).toString(), f.value(1).toString(),
+                                                           f.value(2).toString(), f.value(3).toLongLong(),
+                                                           f.value(4).toString()}};
+        }
+    }
     if (!byCmid.isEmpty()) {
         // Our replies without a seq yet (Pending, Failed): their reply_to.
         QSqlQuery l(db);
@@ -614,6 +681,17 @@ bool Storage::addChanges(const QString &conv, qint64 from, QList<MessageRow> &ro
         r.quoteBody = it->second;
     }
     return true;
+}
+
+std::optional<proto::Attachment> Storage::attachment(const QString &attId) {
+    error_.clear();
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
+    q.prepare(QStringLiteral("SELECT name, mime, size, sha256 FROM attachments WHERE att_id = ?"));
+    q.addBindValue(attId);
+    if (!exec(q) || !q.next())
+        return std::nullopt;
+    return proto::Attachment{attId, q.value(0).toString(), q.value(1).toString(), q.value(2).toLongLong(),
+                             q.value(3).toString()};
 }
 
 bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, bool *stale) {

@@ -1,5 +1,7 @@
 #include "transport_p.h"
 
+#include "downloads_p.h"
+
 #include "logging_p.h"
 
 #include <QtCore/QRandomGenerator>
@@ -195,23 +197,7 @@ void Transport::attempt() {
 }
 
 bool Transport::pinnedOnly(const QSslCertificate &peer, const QList<QSslError> &errors) const {
-    if (pinnedSha256_.isEmpty() || peer.isNull() || peer.digest(QCryptographicHash::Sha256) != pinnedSha256_)
-        return false;
-    for (const QSslError &e : errors) {
-        switch (e.error()) {
-        case QSslError::SelfSignedCertificate:
-        case QSslError::SelfSignedCertificateInChain:
-        case QSslError::UnableToGetLocalIssuerCertificate:
-        case QSslError::UnableToGetIssuerCertificate:
-        case QSslError::UnableToVerifyFirstCertificate:
-        case QSslError::CertificateUntrusted:
-        case QSslError::HostNameMismatch:
-            break;
-        default:
-            return false; // expired, revoked, bad signature...: refused even when pinned
-        }
-    }
-    return true;
+    return pinnedCertificateOnly(pinnedSha256_, peer, errors);
 }
 
 void Transport::failTls(const QString &message) {

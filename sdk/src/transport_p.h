@@ -42,6 +42,7 @@ public:
     const QList<QSslCertificate> &trustedCas() const { return trustedCas_; }
     /// Whether `errors` are only what a pinned `peer` certificate excuses.
     bool pinnedOnly(const QSslCertificate &peer, const QList<QSslError> &errors) const;
+    const QByteArray &pinnedSha256() const { return pinnedSha256_; }
 
     /// Starts connecting to the current URL and keeps reconnecting on loss.
     void start();

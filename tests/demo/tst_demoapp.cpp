@@ -214,6 +214,8 @@ private slots:
     void edit_queued_behind_a_recall_shows_already_recalled();
     // rate limits (issue 52)
     void send_a_burst_shows_rate_limited_and_every_message_ends_sent_once();
+    // Files (obligation 17, dl50; docs/demo-app.md "Files").
+    void attached_file_shows_its_upload_then_arrives_and_saves_the_same_bytes();
 
 private:
     void clickConversation(ChatWindow *w, const QString &conv);
@@ -2100,6 +2102,54 @@ void TestDemoApp::send_a_burst_shows_rate_limited_and_every_message_ends_sent_on
     QVERIFY(shownRows > 0);
     qInfo("burst of 80: %d entries shown RATE_LIMITED at once at most", limitedRowsSeen);
 }
+
+// Files (obligation 17): ana attaches a file (what the Attach button and a
+// drop call) with the typed text; her row shows the file and its upload,
+// then Sent; ben's row shows the file, and Save writes the same bytes.
+void TestDemoApp::attached_file_shows_its_upload_then_arrives_and_saves_the_same_bytes() {
+    ensureBen();
+    QVERIFY(ben_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    QByteArray bytes(1024 * 1024 + 3, Qt::Uninitialized);
+    for (qsizetype i = 0; i < bytes.size(); ++i)
+        bytes[i] = char((i * 131) ^ (i >> 9));
+    const QString src = data_.filePath(QStringLiteral("minutes-2026.pdf"));
+    {
+        QFile f(src);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        QCOMPARE(f.write(bytes), bytes.size());
+    }
+    auto *edit = child<QLineEdit>(ana_, "sendEdit");
+    edit->setText(QStringLiteral("the minutes"));
+    QVERIFY(child<QPushButton>(ana_, "attachButton")->isEnabled());
+    const QString cmid = ana_->messagePanel()->attachFile(src);
+    QVERIFY2(!cmid.isEmpty(), qPrintable(ana_->statusBar()->currentMessage()));
+    QVERIFY(edit->text().isEmpty());
+    const int row = rowOfCmid(ana_->messages(), cmid);
+    QVERIFY(row >= 0);
+    QVERIFY2(MessagePanel::fileText(ana_->messages()->index(row)).startsWith(QStringLiteral("minutes-2026.pdf (")),
+             qPrintable(MessagePanel::fileText(ana_->messages()->index(row))));
+    QTRY_COMPARE_WITH_TIMEOUT(MessageState(ana_->messages()->get(rowOfCmid(ana_->messages(), cmid),
+                                                                 MessageListModel::StateRole).toInt()),
+                              MessageState::Sent, kSettle);
+    const qint64 seq = ana_->messages()->get(rowOfCmid(ana_->messages(), cmid), MessageListModel::SeqRole).toLongLong();
+    QVERIFY(seq > 0);
+    QTRY_VERIFY_WITH_TIMEOUT(rowOfSeq(ben_->messages(), seq) >= 0, kSettle);
+    const QModelIndex theirs = ben_->messages()->index(rowOfSeq(ben_->messages(), seq));
+    QCOMPARE(theirs.data(MessageListModel::BodyRole).toString(), QStringLiteral("the minutes"));
+    const QVariantMap file = theirs.data(MessageListModel::AttachmentsRole).toList().value(0).toMap();
+    QCOMPARE(file.value(QStringLiteral("name")).toString(), QStringLiteral("minutes-2026.pdf"));
+    const QString out = data_.filePath(QStringLiteral("ben-saved.pdf"));
+    QCOMPARE(ben_->messagePanel()->saveAttachment(file.value(QStringLiteral("id")).toString(), out),
+             file.value(QStringLiteral("id")).toString());
+    QTRY_VERIFY_WITH_TIMEOUT(ben_->statusBar()->currentMessage().startsWith(QStringLiteral("Saved ")), kSettle);
+    QFile saved(out);
+    QVERIFY(saved.open(QIODevice::ReadOnly));
+    QCOMPARE(saved.readAll(), bytes);
+    QTRY_VERIFY(MessagePanel::fileText(ben_->messages()->index(rowOfSeq(ben_->messages(), seq))).endsWith(QStringLiteral(" saved")));
+}
+
 
 int main(int argc, char **argv) {
     if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))

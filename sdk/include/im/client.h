@@ -123,6 +123,10 @@ class IM_SDK_EXPORT Client : public QObject {
     /// store written by an older SDK is built, 0..1 (1: complete; a new
     /// store is complete at once). See search().
     Q_PROPERTY(double searchIndexProgress READ searchIndexProgress NOTIFY searchIndexProgressChanged)
+    /// Files received (obligation 17, docs/sdk.md "Receiving files"): the
+    /// most bytes the download cache in the store's folder keeps (least
+    /// recently used files go first; default 512 MiB, 0: no cache).
+    Q_PROPERTY(qint64 downloadCacheSize READ downloadCacheSize WRITE setDownloadCacheSize NOTIFY settingsChanged)
 
 public:
     /// Why credentialsNeeded() asks the app for a token (obligation 14).
@@ -360,6 +364,25 @@ public:
     void setUploadChunkSize(int bytes);
     int uploadChunkSize() const;
 
+    // --- files received (obligation 17, docs/sdk.md "Receiving files") ---
+    /// Downloads attachment `attId` (an `id` of a message's `attachments`)
+    /// to the file `path`, in the background: from the cache when it holds
+    /// it, else GET /v1/attachments/{id} from the connection's server (its
+    /// TLS trust and pin, the current credentials), resumed with `Range`
+    /// after a drop or a restart, its SHA-256 checked before `path` is
+    /// written (a complete file or none). Returns the request id, which is
+    /// `attId` (signals are keyed by it; a second call for an attachment
+    /// under way adds `path` to it), or empty for bad input (no open store,
+    /// not an id, no such folder: errorOccurred("INVALID_ARGUMENT")).
+    /// Ends in downloadFinished() for each path or downloadFailed().
+    Q_INVOKABLE QString download(const QString &attId, const QString &path);
+    /// Stops a download under way (no signal follows; the part received is
+    /// kept, a later download() resumes it). False if none runs.
+    Q_INVOKABLE bool cancelDownload(const QString &attId);
+    Q_INVOKABLE bool isDownloading(const QString &attId) const;
+    Q_INVOKABLE void setDownloadCacheSize(qint64 bytes);
+    qint64 downloadCacheSize() const;
+
 public Q_SLOTS:
     /// Connects (asynchronously) and keeps reconnecting until
     /// disconnectFromServer(). Needs open() and credentials.
@@ -484,6 +507,16 @@ Q_SIGNALS:
     void searchFinished(int requestId, const QList<im::SearchResult> &results, bool hasMore,
                         const QStringList &incompleteConversations, const QStringList &purgedConversations);
     void searchIndexProgressChanged(double progress);
+    /// `received` of `total` bytes of attachment `attId` are on disk
+    /// (`total` -1 while unknown); a resumed download starts at what it had.
+    void downloadProgress(const QString &attId, qint64 received, qint64 total);
+    /// Attachment `attId` is at `path`, complete and checked.
+    void downloadFinished(const QString &attId, const QString &path);
+    /// The download of `attId` ended without the file: NOT_FOUND (unknown,
+    /// or not visible to this user), UNAUTHENTICATED, DIGEST_MISMATCH (the
+    /// bytes twice did not match the SHA-256), UNAVAILABLE (the network,
+    /// after retries; the part received is kept), TLS_ERROR, STORAGE_ERROR.
+    void downloadFailed(const QString &attId, im::Error error, const QString &code, const QString &message);
     /// A sync of `conv` reached the server's head (has_more false).
     void conversationSynced(const QString &conv);
     /// typingUsers(conv) changed: `users` are typing in `conv` now.

@@ -87,6 +87,16 @@ public:
         /// most counted first; our reactions still in the outbox included
         ReactionsRole,
         ChangePendingRole, ///< bool: an edit or reaction of ours on it is still in the outbox
+        /// QVariantList of QVariantMap, one per file of the message (obligation
+        /// 17, docs/sdk.md "Receiving files"): {id, name, mime, size (qint64),
+        /// sha256, downloadState: "" | "downloading" | "done" | "failed",
+        /// received (qint64 bytes on disk while downloading), path (where the
+        /// last download put it), errorCode (of a failed one)}
+        AttachmentsRole,
+        /// double 0..1: how much of the file of our Pending sendFile() message
+        /// is at the server (Client::uploadState, uploadProgress); -1 for a
+        /// row with no upload under way
+        UploadProgressRole,
     };
     Q_ENUM(Roles)
 
