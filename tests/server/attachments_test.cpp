@@ -495,6 +495,78 @@ TEST_F(Attachments, a_send_with_attachments_carries_them_in_pages_fetches_and_pu
               a2 + "," + a1);
 }
 
+// DELETE /v1/uploads/{id} (docs/protocol.md, "Attachments over HTTP"): the
+// SDK's cancel of a pending file. The uploader's own upload only, incomplete
+// or not yet referenced; 404 alike for unknown and not yours; 409 once a msg
+// references it, changing nothing.
+TEST_F(Attachments, the_uploader_deletes_an_unsent_upload_and_a_referenced_one_answers_409_ATTACHMENT_IN_USE) {
+    auto w = make_world(db(), "attdel", 2);
+    const auto& u = w.users[0];
+    const auto& other = w.users[1];
+    auto del = [&](const TestUser& who, const std::string& att) {
+        return call(port(), http::verb::delete_, "/v1/uploads/" + att, who.token);
+    };
+    auto exists = [&](const std::string& att) {
+        return scalar("SELECT count(*) FROM uploads WHERE att_id = " + q(att)) == "1";
+    };
+    const std::string store_dir = dir_store() ? files->path() + "/store/" : "";
+
+    // An incomplete upload with a piece written.
+    const std::string data = random_bytes(1536 * 1024, 12);
+    auto s = start(u, "half.bin", "application/octet-stream", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201) << s.body;
+    const std::string half = str(s.json(), "att_id");
+    ASSERT_EQ(put(u, half, 0, data.substr(0, 1024 * 1024)).status, 200);
+    if (dir_store()) { EXPECT_TRUE(std::filesystem::exists(store_dir + half + ".part")); }
+
+    // Not the uploader's, unknown, malformed: 404 alike, nothing changes.
+    const std::string before = footprint();
+    const auto unknown = del(u, "00000000-0000-4000-8000-000000000000");
+    EXPECT_EQ(unknown.status, 404) << unknown.body;
+    const auto theirs = del(other, half);
+    EXPECT_EQ(theirs.status, 404) << theirs.body;
+    EXPECT_EQ(theirs.body, unknown.body);
+    EXPECT_EQ(del(u, "not-a-uuid").status, 404);
+    EXPECT_EQ(call(port(), http::verb::delete_, "/v1/uploads/" + half, "").status, 401);
+    EXPECT_EQ(footprint(), before);
+    EXPECT_TRUE(exists(half));
+
+    // The uploader's: gone with its bytes; then as unknown as any.
+    auto gone = del(u, half);
+    ASSERT_EQ(gone.status, 200) << gone.body;
+    EXPECT_EQ(str(gone.json(), "att_id"), half);
+    EXPECT_FALSE(exists(half));
+    EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id = " + q(half)), "0");
+    if (dir_store()) { EXPECT_FALSE(std::filesystem::exists(store_dir + half + ".part")); }
+    EXPECT_EQ(status(u, half).status, 404);
+    EXPECT_EQ(put(u, half, 1024 * 1024, data.substr(1024 * 1024)).status, 404);
+    EXPECT_EQ(del(u, half).status, 404);
+
+    // A complete upload no msg references yet: gone too.
+    const std::string lone = upload(u, random_bytes(3000, 13), "lone.bin");
+    if (dir_store()) { EXPECT_TRUE(std::filesystem::exists(store_dir + lone)); }
+    ASSERT_EQ(del(u, lone).status, 200);
+    EXPECT_FALSE(exists(lone));
+    EXPECT_EQ(download(u, lone).status, 404);
+    if (dir_store()) { EXPECT_FALSE(std::filesystem::exists(store_dir + lone)); }
+
+    // Referenced by a msg: 409 with its code, the bytes stay readable.
+    const std::string used_bytes = random_bytes(5000, 14);
+    const std::string used = upload(u, used_bytes, "used.bin");
+    WsClient c(port());
+    ASSERT_EQ(str(c.hello(u.token), "t"), "welcome");
+    auto sent = send_with(c, w.conv, "del1", "with a file", {used});
+    ASSERT_EQ(str(sent, "t"), "sent") << j(sent);
+    const std::string referenced = footprint();
+    auto refused = del(u, used);
+    EXPECT_EQ(refused.status, 409) << refused.body;
+    EXPECT_EQ(str(refused.json(), "code"), "ATTACHMENT_IN_USE");
+    EXPECT_EQ(footprint(), referenced);
+    EXPECT_TRUE(download(other, used).body == used_bytes);
+    // Other methods on an upload still answer 405.
+    EXPECT_EQ(call(port(), http::verb::post, "/v1/uploads/" + used, u.token, "{}").status, 405);
+}
+
 // The collector (server.md: incomplete uploads and complete ones no msg
 // references go after 24 h; the bytes of an attachment go when the last msg
 // referencing it is purged), here with a 3 s age and a 200 ms interval on
@@ -543,7 +615,7 @@ TEST_F(Attachments, the_collector_removes_stale_and_unreferenced_uploads_and_nev
     EXPECT_EQ(download(w.users[1], kept).status, 404);
     wait_until([&] { return !exists(kept); }, 30s, "the purged message's attachment removed");
     EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id = " + q(kept)), "0");
-    if (dir_store()) EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + kept));
+    if (dir_store()) { EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + kept)); }
 }
 
 } // namespace

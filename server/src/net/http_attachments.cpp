@@ -4,6 +4,7 @@
 //   POST /v1/uploads                   {"name","mime","size","sha256"} -> 201 {"att_id","offset","complete"}
 //   PUT  /v1/uploads/{id}?offset=N     the bytes from N               -> 200 {"offset","complete"}
 //   GET  /v1/uploads/{id}              where it stands                -> 200 {"offset","size","complete"}
+//   DELETE /v1/uploads/{id}            cancel (not once a msg uses it) -> 200 {"att_id","removed"}; 409 ATTACHMENT_IN_USE
 //   GET  /v1/attachments/{id}          the bytes (Range, ETag)        -> 200 / 206 / 304 / 416
 //
 // Authorised by `Authorization: Bearer <device token or JWT>`, as a hello
@@ -214,9 +215,20 @@ void HttpSession::att_route(http::request<http::string_body> req) {
         });
     }
     if (path.substr(0, 12) == "/v1/uploads/") {
-        if (req.method() != http::verb::get)
-            return att_failed(failure(405, "METHOD_NOT_ALLOWED", "GET or PUT /v1/uploads/{att_id}"));
         std::string att(path.substr(12));
+        if (req.method() == http::verb::delete_) {
+            return att_authorized([self = shared_from_this(), store, att](pqxx::connection_base& c, const std::string& user) {
+                auto gone = store->remove(c, user, att);
+                return std::function<void()>([self, gone] {
+                    if (auto* f = std::get_if<AttFailure>(&gone)) return self->att_failed(*f);
+                    const auto& s = std::get<UploadState>(gone);
+                    self->att_json(http::status::ok,
+                                   json::serialize(json::object{{"att_id", s.att_id}, {"removed", true}}));
+                });
+            });
+        }
+        if (req.method() != http::verb::get)
+            return att_failed(failure(405, "METHOD_NOT_ALLOWED", "GET, PUT or DELETE /v1/uploads/{att_id}"));
         return att_authorized([self = shared_from_this(), store, att](pqxx::connection_base& c, const std::string& user) {
             auto st = store->status(c, user, att);
             return std::function<void()>([self, st] {

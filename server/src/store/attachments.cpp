@@ -74,6 +74,10 @@ const Statements& attachment_statements() {
          "DELETE FROM uploads u WHERE u.att_id = $1::uuid AND u.updated_at < now() - make_interval(secs => $2 / 1000.0) "
          "AND (NOT u.complete OR NOT EXISTS (SELECT 1 FROM event_attachments ea WHERE ea.att_id = u.att_id)) "
          "RETURNING u.store, u.received"},
+        // DELETE /v1/uploads/{id}: the caller's row (locked), whether a msg references it.
+        {"im_att_remove_check",
+         "SELECT EXISTS (SELECT 1 FROM event_attachments ea WHERE ea.att_id = $1::uuid)"},
+        {"im_att_remove", "DELETE FROM uploads WHERE att_id = $1::uuid AND owner_user = $2"},
         {"im_att_lock_skip", "SELECT 1 FROM uploads WHERE att_id = $1::uuid FOR UPDATE SKIP LOCKED"},
     };
     return table;
@@ -507,6 +511,38 @@ Attachments::Collected Attachments::collect(pqxx::connection_base& c, std::int64
         }
     }
     return out;
+}
+
+Att<UploadState> Attachments::remove(pqxx::connection_base& c, const std::string& user, const std::string& att) {
+    if (!valid_att_id(att)) return att_not_found();
+    auto gone = guarded_att<UploadState>("att_remove", [&]() -> Att<UploadState> {
+        prepare(c);
+        pqxx::work tx(c);
+        auto r = tx.exec_prepared("im_att_state_lock", att, user);
+        if (r.empty()) return att_not_found();
+        auto s = state_of(r[0]);
+        // A send that references it holds the row (FOR KEY SHARE) until it
+        // commits: the lock above waited for it, so the reference is seen.
+        if (tx.exec_prepared("im_att_remove_check", att)[0][0].as<bool>())
+            return fail(409, "ATTACHMENT_IN_USE", "a message references this attachment; it stays while one does");
+        // The PostgreSQL store's chunks go with the row (ON DELETE CASCADE).
+        tx.exec_prepared("im_att_remove", att, user);
+        tx.commit();
+        return s;
+    });
+    if (!att_ok(gone)) return gone;
+    const auto& s = std::get<UploadState>(gone);
+    if (s.store != "pg" && s.store == blobs_.kind()) {
+        try {
+            pqxx::work none(c); // drop() takes a transaction; the directory store does not use it
+            blobs_.drop(none, att);
+        } catch (const std::exception& e) {
+            // The row is gone: the orphan sweep removes the file later.
+            log_warn("att_unlink_failed", {{"att", att}, {"err", e.what()}});
+        }
+    }
+    log_info("upload_removed", {{"att", att}, {"user", user}, {"received", std::to_string(s.received)}});
+    return gone;
 }
 
 Att<UploadState> Attachments::open(pqxx::connection_base& c, const std::string& user, const std::string& att) {

@@ -154,6 +154,14 @@ public:
     /// (the upload starts again at 0); a match makes it complete, durably
     /// (synchronous commit) before this returns.
     Att<UploadState> finish(pqxx::connection_base& c, const std::string& user, const std::string& att);
+    /// DELETE /v1/uploads/{id} (docs/protocol.md): the caller's own upload,
+    /// incomplete, or complete and referenced by no msg, goes with its bytes
+    /// (the SDK's cancel of a pending file). Anyone else's, or an unknown id:
+    /// 404 NOT_FOUND alike; referenced by a msg: 409 ATTACHMENT_IN_USE
+    /// (nothing changes; its bytes go with the last msg that references it).
+    /// A directory store's file is unlinked after the row's COMMIT (a kill in
+    /// between leaves an orphan that sweep_orphans() removes).
+    Att<UploadState> remove(pqxx::connection_base& c, const std::string& user, const std::string& att);
     /// GET /v1/attachments/{id}: a complete upload the caller uploaded, or
     /// referenced by a msg the caller may read (contract section 5); else 404.
     Att<UploadState> open(pqxx::connection_base& c, const std::string& user, const std::string& att);
