@@ -5,7 +5,7 @@
 #                         remove themselves, SDK and demo-app tests (offscreen
 #                         Qt), the acceptance lab with its negative controls,
 #                         the scale-out lab, the packaging tests, the soak
-#   bench   build/        compiles the twelve benchmarks and runs each once, briefly
+#   bench   build/        compiles the thirteen benchmarks and runs each once, briefly
 #   asan    build-asan/   ASan+UBSan (clang, -O1 -g1; the Beast-heavy files at -O0):
 #                         the server's and the SDK's suites
 #   tsan    build-tsan/   TSan (clang, as asan): the server suites whose threads
@@ -142,7 +142,7 @@ plain_jobs="${IM_PLAIN_JOBS:-3}"
 bench() {
     configure_plain &&
     cmake --build build -j"$jobs" --target benchmarks &&
-    run_ctest build 13 -j2 --output-on-failure -L bench
+    run_ctest build 14 -j2 --output-on-failure -L bench
 }
 
 # Sanitizer builds with clang at -O1 -g1 (line tables: reports name files

@@ -8,6 +8,9 @@
 
 #include <openssl/sha.h>
 
+#include <chrono>
+#include <thread>
+
 namespace im::lab {
 
 namespace {
@@ -249,6 +252,86 @@ Verdict attachment_visibility(Lab& lab) {
                   ", message seq " + std::to_string(num(sent, "seq")) + ") 404, same body");
 }
 
+// 12-attachment-resume: an upload killed at 40 % resumes from GET
+// /v1/uploads/{id} (the server's offset: every whole 1 MiB piece it had
+// read, so the client re-sends at most one piece), completes with the bytes
+// equal; then a wrong digest answers DIGEST_MISMATCH and the upload starts
+// again at 0.
+Verdict attachment_resume(Lab& lab) {
+    auto a = lab.user("ana");
+    const auto port = lab.server().port();
+    const std::int64_t piece = 1 << 20;
+    std::string data(6 * piece, '\0');
+    std::uint32_t x = 12345;
+    for (auto& ch : data) ch = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+    auto [st, body] = http_call(port, bhttp::verb::post, "/v1/uploads", a.token,
+                                json::serialize(json::object{{"name", "video.mp4"}, {"mime", "video/mp4"},
+                                                             {"size", static_cast<std::int64_t>(data.size())},
+                                                             {"sha256", sha256_hex(data)}}));
+    expect(st == 201, "upload-started", "POST /v1/uploads -> " + std::to_string(st) + " " + body);
+    const std::string att = str(json::parse(body).as_object(), "att_id");
+    // The whole file declared, 40 % sent, then the client dies.
+    const std::size_t sent = data.size() * 4 / 10;
+    {
+        boost::asio::io_context ioc;
+        boost::asio::ip::tcp::socket s(ioc);
+        s.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port));
+        const std::string head = "PUT /v1/uploads/" + att + "?offset=0 HTTP/1.1\r\nHost: lab\r\nAuthorization: Bearer " +
+                                 a.token + "\r\nContent-Length: " + std::to_string(data.size()) + "\r\n\r\n";
+        boost::asio::write(s, boost::asio::buffer(head));
+        boost::asio::write(s, boost::asio::buffer(data.data(), sent));
+        // Killed once the server has committed what it read (the row says so).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        const std::string whole = std::to_string(static_cast<std::int64_t>(sent) / piece * piece);
+        while (lab.sql("SELECT received FROM uploads WHERE att_id = '" + att + "'") != whole &&
+               std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        s.set_option(boost::asio::socket_base::linger(true, 0)); // an RST, as a killed process's
+        s.close();
+    }
+    auto [qs, qbody] = http_call(port, bhttp::verb::get, "/v1/uploads/" + att, a.token);
+    expect(qs == 200, "status", "GET /v1/uploads/{id} -> " + std::to_string(qs) + " " + qbody);
+    const auto q = json::parse(qbody).as_object();
+    const std::int64_t offset = num(q, "offset");
+    expect(!flag(q, "complete") && offset > 0 && offset <= static_cast<std::int64_t>(sent) &&
+               static_cast<std::int64_t>(sent) - offset <= piece,
+           "resume", "killed after " + std::to_string(sent) + " bytes, the server resumes at " + std::to_string(offset) +
+                         " (re-sending more than one 1 MiB piece, or starting at 0)");
+    auto [ps, pbody] = http_call(port, bhttp::verb::put, "/v1/uploads/" + att + "?offset=" + std::to_string(offset),
+                                 a.token, data.substr(static_cast<std::size_t>(offset)));
+    expect(ps == 200 && pbody.find("\"complete\":true") != std::string::npos, "complete",
+           "PUT the rest -> " + std::to_string(ps) + " " + pbody);
+    auto [ds, dbody] = http_call(port, bhttp::verb::get, "/v1/attachments/" + att, a.token);
+    expect(ds == 200 && dbody == data, "bytes-equal",
+           "download -> " + std::to_string(ds) + ", " + std::to_string(dbody.size()) + " bytes");
+    expect(lab.sql("SELECT count(*) FROM uploads WHERE owner_user = '" + a.user + "' AND complete") == "1", "one-upload",
+           "complete uploads of ana: " + lab.sql("SELECT count(*) FROM uploads WHERE owner_user = '" + a.user + "'"));
+
+    // A wrong digest: 422 DIGEST_MISMATCH, the upload starts again at 0.
+    const std::string small = data.substr(0, 300000);
+    std::string corrupt = small;
+    corrupt[1234] ^= 0x40;
+    auto [s2, b2] = http_call(port, bhttp::verb::post, "/v1/uploads", a.token,
+                              json::serialize(json::object{{"name", "notes.txt"}, {"mime", "text/plain"},
+                                                           {"size", static_cast<std::int64_t>(small.size())},
+                                                           {"sha256", sha256_hex(small)}}));
+    expect(s2 == 201, "upload-started", "POST /v1/uploads -> " + std::to_string(s2) + " " + b2);
+    const std::string att2 = str(json::parse(b2).as_object(), "att_id");
+    auto [bs, bbody] = http_call(port, bhttp::verb::put, "/v1/uploads/" + att2 + "?offset=0", a.token, corrupt);
+    expect(bs == 422 && bbody.find("DIGEST_MISMATCH") != std::string::npos, "digest-mismatch",
+           "PUT of corrupted bytes -> " + std::to_string(bs) + " " + bbody);
+    auto [zs, zbody] = http_call(port, bhttp::verb::get, "/v1/uploads/" + att2, a.token);
+    expect(zs == 200 && num(json::parse(zbody).as_object(), "offset") == 0, "restart-at-0",
+           "after DIGEST_MISMATCH -> " + std::to_string(zs) + " " + zbody);
+    auto [gs, gbody] = http_call(port, bhttp::verb::put, "/v1/uploads/" + att2 + "?offset=0", a.token, small);
+    expect(gs == 200 && gbody.find("\"complete\":true") != std::string::npos, "complete",
+           "PUT of the right bytes -> " + std::to_string(gs) + " " + gbody);
+    return passed("killed after " + std::to_string(sent) + " of " + std::to_string(data.size()) +
+                  " bytes; resumed at " + std::to_string(offset) + " (re-sent " +
+                  std::to_string(static_cast<std::int64_t>(sent) - offset) +
+                  "), bytes equal; a wrong digest 422 DIGEST_MISMATCH, restarted at 0, then complete");
+}
+
 } // namespace
 
 std::vector<Check> change_checks() {
@@ -262,6 +345,8 @@ std::vector<Check> change_checks() {
         {"12-control-fingerprint-body-only", control_fingerprint_body_only},
         {"12-attachment-visibility", attachment_visibility, breaking("rule.attachment_visibility", attachment_visibility),
          "gateway rule.attachment_visibility=skip: any user may download any complete upload", "stranger"},
+        {"12-attachment-resume", attachment_resume, breaking("rule.attachment_resume", attachment_resume),
+         "gateway rule.attachment_resume=skip: an interrupted upload restarts at 0 (its pieces dropped)", "resume"},
     };
 }
 

@@ -469,7 +469,10 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
         "GET /v1/users/{user}/export", "DELETE /v1/users/{user}",
         // Webhooks (server.md "Events to the app's backend"): admin scope, GETs too.
         "POST /v1/webhooks", "GET /v1/webhooks", "DELETE /v1/webhooks/{id}", "GET /v1/webhooks/{id}/deliveries",
-        "POST /v1/webhooks/{id}/replay"};
+        "POST /v1/webhooks/{id}/replay",
+        // Attachments on a user's behalf (server.md "Attachments").
+        "POST /v1/uploads", "PUT /v1/uploads/{att_id}", "GET /v1/uploads/{att_id}", "DELETE /v1/uploads/{att_id}",
+        "GET /v1/attachments/{att_id}"};
     const std::set<std::string> admin_ops = {"POST /v1/devices/{device}/revoke", "PATCH /v1/conversations/{conv}",
                                              "POST /v1/conversations/{conv}/purge",
                                              "POST /v1/conversations/{conv}/epoch",
@@ -514,9 +517,30 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
             put("seq", msg_seq);
             if (target.find("{id}") != std::string::npos) // a webhook of its own (a DELETE may come first)
                 put("id", admin_ok(pg->url(), {"webhook", "add", "http://127.0.0.1:9/walk"}).substr(0, 19));
+            // Uploads: an upload of u's of its own, one byte "x" (complete
+            // for a download); a PUT's body is those bytes, not JSON.
+            // sha256("x"):
+            const std::string sha_x = "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881";
+            const json::object upload_body{{"user", u.user}, {"name", "walk.txt"}, {"mime", "text/plain"},
+                                           {"size", 1}, {"sha256", sha_x}};
+            const bool bytes_body = method == "PUT" && std::string(path) == "/v1/uploads/{att_id}";
+            if (target.find("{att_id}") != std::string::npos) {
+                auto [st_up, up] = call("POST", "/v1/uploads", j(upload_body), write_key);
+                ASSERT_EQ(st_up, 201) << j(up);
+                const std::string att = str(up, "att_id");
+                if (std::string(path) == "/v1/attachments/{att_id}") {
+                    ASSERT_EQ(call("PUT", "/v1/uploads/" + att + "?offset=0", "x", write_key).first, 200);
+                }
+                put("att_id", att);
+                if (bytes_body) target += "?offset=0";
+            }
             // A body of the documented required fields, typed as documented.
             std::string body;
-            if (op.contains("requestBody")) {
+            if (bytes_body) {
+                body = "x";
+            } else if (std::string(path) == "/v1/uploads") {
+                body = j(upload_body);
+            } else if (op.contains("requestBody")) {
                 const auto& schema =
                     op.at("requestBody").at("content").at("application/json").at("schema").as_object();
                 json::object b;
@@ -575,7 +599,7 @@ TEST_F(Api, the_openapi_document_lists_every_endpoint_and_each_answers_a_documen
                 EXPECT_NE(st_enough, 401) << id;
                 EXPECT_NE(st_enough, 403) << id << " refused a " << scope << " key";
             }
-            if (op.contains("requestBody")) {
+            if (op.contains("requestBody") && !bytes_body) {
                 EXPECT_EQ(call(method, target, "{\"surely_unknown\": 1}", admin_key).first, 400) << target;
                 EXPECT_TRUE(documented.count(400));
             }

@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -495,6 +496,208 @@ TEST_F(Attachments, a_send_with_attachments_carries_them_in_pages_fetches_and_pu
               a2 + "," + a1);
 }
 
+// contract section 12, edit: "Body limits as for send (empty allowed only
+// when the target has attachments)": a caption removed.
+TEST_F(Attachments, an_edit_to_an_empty_body_removes_the_caption_of_a_message_with_attachments_only) {
+    auto w = make_world(db(), "attedit", 2);
+    const auto& ana = w.users[0];
+    const auto& bo = w.users[1];
+    const std::string att = upload(ana, random_bytes(2000, 16), "photo.jpg");
+    WsClient ca(port()), cb(port());
+    ASSERT_EQ(str(ca.hello(ana.token), "t"), "welcome");
+    ASSERT_EQ(str(cb.hello(bo.token), "t"), "welcome");
+    auto with = send_with(ca, w.conv, "e1", "a caption", {att});
+    ASSERT_EQ(str(with, "t"), "sent") << j(with);
+    auto plain = send_msg(ca, w.conv, "e2", "just text");
+    ASSERT_EQ(str(plain, "t"), "sent") << j(plain);
+    const auto with_seq = with.at("seq").as_int64(), plain_seq = plain.at("seq").as_int64();
+    auto edit = [](WsClient& c, const std::string& conv, std::int64_t target, const std::string& cmid,
+                   const std::string& body) {
+        return c.request({{"t", "edit"}, {"conv", conv}, {"target", target}, {"cmid", cmid}, {"body", body}});
+    };
+    const std::string edits_before = scalar("SELECT count(*) FROM events WHERE kind = 'edit' AND conv_id = " + q(w.conv));
+    // Without attachments, or not the caller's to read, or no such msg: as before.
+    EXPECT_EQ(str(edit(ca, w.conv, plain_seq, "x1", ""), "code"), "INVALID_ARGUMENT");
+    EXPECT_EQ(str(edit(ca, w.conv, 9999, "x2", ""), "code"), "INVALID_ARGUMENT");
+    EXPECT_EQ(str(edit(ca, w.conv, 1, "x3", ""), "code"), "INVALID_ARGUMENT"); // a join
+    // The other rules still hold for an empty body: bo did not send it.
+    EXPECT_EQ(str(edit(cb, w.conv, with_seq, "x4", ""), "code"), "NOT_SENDER");
+    EXPECT_EQ(scalar("SELECT count(*) FROM events WHERE kind = 'edit' AND conv_id = " + q(w.conv)), edits_before);
+
+    // The caption removed: an edit event with an empty body; the attachments stay.
+    auto removed = edit(ca, w.conv, with_seq, "cap-off", "");
+    ASSERT_EQ(str(removed, "t"), "edited") << j(removed);
+    EXPECT_FALSE(removed.at("dup").as_bool());
+    EXPECT_TRUE(edit(ca, w.conv, with_seq, "cap-off", "").at("dup").as_bool()); // the key as always
+    auto ev = cb.request({{"t", "fetch"}, {"conv", w.conv}, {"seq", with_seq}}).at("ev").as_object();
+    ASSERT_TRUE(ev.contains("edit")) << j(ev);
+    EXPECT_EQ(str(ev.at("edit").as_object(), "body"), "");
+    EXPECT_EQ(ev.at("attachments").as_array().size(), 1u) << j(ev);
+}
+
+// DELETE /v1/uploads/{id} (docs/protocol.md, "Attachments over HTTP"): the
+// SDK's cancel of a pending file. The uploader's own upload only, incomplete
+// or not yet referenced; 404 alike for unknown and not yours; 409 once a msg
+// references it, changing nothing.
+TEST_F(Attachments, the_uploader_deletes_an_unsent_upload_and_a_referenced_one_answers_409_ATTACHMENT_IN_USE) {
+    auto w = make_world(db(), "attdel", 2);
+    const auto& u = w.users[0];
+    const auto& other = w.users[1];
+    auto del = [&](const TestUser& who, const std::string& att) {
+        return call(port(), http::verb::delete_, "/v1/uploads/" + att, who.token);
+    };
+    auto exists = [&](const std::string& att) {
+        return scalar("SELECT count(*) FROM uploads WHERE att_id = " + q(att)) == "1";
+    };
+    const std::string store_dir = dir_store() ? files->path() + "/store/" : "";
+
+    // An incomplete upload with a piece written.
+    const std::string data = random_bytes(1536 * 1024, 12);
+    auto s = start(u, "half.bin", "application/octet-stream", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201) << s.body;
+    const std::string half = str(s.json(), "att_id");
+    ASSERT_EQ(put(u, half, 0, data.substr(0, 1024 * 1024)).status, 200);
+    if (dir_store()) { EXPECT_TRUE(std::filesystem::exists(store_dir + half + ".part")); }
+
+    // Not the uploader's, unknown, malformed: 404 alike, nothing changes.
+    const std::string before = footprint();
+    const auto unknown = del(u, "00000000-0000-4000-8000-000000000000");
+    EXPECT_EQ(unknown.status, 404) << unknown.body;
+    const auto theirs = del(other, half);
+    EXPECT_EQ(theirs.status, 404) << theirs.body;
+    EXPECT_EQ(theirs.body, unknown.body);
+    EXPECT_EQ(del(u, "not-a-uuid").status, 404);
+    EXPECT_EQ(call(port(), http::verb::delete_, "/v1/uploads/" + half, "").status, 401);
+    EXPECT_EQ(footprint(), before);
+    EXPECT_TRUE(exists(half));
+
+    // The uploader's: gone with its bytes; then as unknown as any.
+    auto gone = del(u, half);
+    ASSERT_EQ(gone.status, 200) << gone.body;
+    EXPECT_EQ(str(gone.json(), "att_id"), half);
+    EXPECT_FALSE(exists(half));
+    EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id = " + q(half)), "0");
+    if (dir_store()) { EXPECT_FALSE(std::filesystem::exists(store_dir + half + ".part")); }
+    EXPECT_EQ(status(u, half).status, 404);
+    EXPECT_EQ(put(u, half, 1024 * 1024, data.substr(1024 * 1024)).status, 404);
+    EXPECT_EQ(del(u, half).status, 404);
+
+    // A complete upload no msg references yet: gone too.
+    const std::string lone = upload(u, random_bytes(3000, 13), "lone.bin");
+    if (dir_store()) { EXPECT_TRUE(std::filesystem::exists(store_dir + lone)); }
+    ASSERT_EQ(del(u, lone).status, 200);
+    EXPECT_FALSE(exists(lone));
+    EXPECT_EQ(download(u, lone).status, 404);
+    if (dir_store()) { EXPECT_FALSE(std::filesystem::exists(store_dir + lone)); }
+
+    // Referenced by a msg: 409 with its code, the bytes stay readable.
+    const std::string used_bytes = random_bytes(5000, 14);
+    const std::string used = upload(u, used_bytes, "used.bin");
+    WsClient c(port());
+    ASSERT_EQ(str(c.hello(u.token), "t"), "welcome");
+    auto sent = send_with(c, w.conv, "del1", "with a file", {used});
+    ASSERT_EQ(str(sent, "t"), "sent") << j(sent);
+    const std::string referenced = footprint();
+    auto refused = del(u, used);
+    EXPECT_EQ(refused.status, 409) << refused.body;
+    EXPECT_EQ(str(refused.json(), "code"), "ATTACHMENT_IN_USE");
+    EXPECT_EQ(footprint(), referenced);
+    EXPECT_TRUE(download(other, used).body == used_bytes);
+    // Other methods on an upload still answer 405.
+    EXPECT_EQ(call(port(), http::verb::post, "/v1/uploads/" + used, u.token, "{}").status, 405);
+}
+
+// The backend API (server.md: "POST /v1/uploads on the API listener takes a
+// "user" field to upload on a user's behalf (write scope)"), and the PUT,
+// GET and DELETE that follow it, then a message of the API naming it.
+TEST_F(Attachments, the_backend_uploads_on_a_users_behalf_with_a_write_key_and_sends_it_in_that_users_name) {
+    std::vector<std::string> flags{"--quiet", "--api-listen", "127.0.0.1:0", "--api-auth-failures", "1000"};
+    if (dir_store()) {
+        flags.push_back("--attachments-dir");
+        flags.push_back(files->path() + "/store");
+    }
+    ServerProcess api(pg->url(), flags, "gw-api");
+    const std::string write_key = admin_ok(db(), {"apikey", "add", unique_name("attw"), "--scope", "write"});
+    const std::string read_key = admin_ok(db(), {"apikey", "add", unique_name("attr"), "--scope", "read"});
+    auto w = make_world(db(), "attapi", 2);
+    const auto& u = w.users[0];
+    const auto& member = w.users[1];
+    auto stranger = make_user(db(), unique_name("attapi-x"));
+    auto parsed = [](const std::string& text) {
+        json::error_code ec;
+        auto v = json::parse(text, ec);
+        return !ec && v.is_object() ? v.as_object() : json::object{};
+    };
+    const std::string data = random_bytes(1536 * 1024 + 77, 15);
+    json::object start_body{{"user", u.user}, {"name", "from-backend.bin"}, {"mime", "application/octet-stream"},
+                            {"size", static_cast<std::int64_t>(data.size())}, {"sha256", sha256_hex(data)}};
+
+    // Refusals first, none of them writes anything.
+    const std::string before = footprint();
+    EXPECT_EQ(api.api("POST", "/v1/uploads", j(start_body), "").first, 401);
+    EXPECT_EQ(api.api("POST", "/v1/uploads", j(start_body), "imk_wrong").first, 401);
+    EXPECT_EQ(api.api("POST", "/v1/uploads", j(start_body), read_key).first, 403);
+    EXPECT_EQ(api.api("POST", "/v1/uploads", j(start_body), u.token).first, 401); // a device token is no API key
+    auto nobody = start_body;
+    nobody["user"] = unique_name("attapi-nobody");
+    auto [st_nobody, body_nobody] = api.api("POST", "/v1/uploads", j(nobody), write_key);
+    EXPECT_EQ(st_nobody, 404) << body_nobody;
+    auto extra = start_body;
+    extra["surely_unknown"] = 1;
+    EXPECT_EQ(api.api("POST", "/v1/uploads", j(extra), write_key).first, 400);
+    auto anonymous = start_body;
+    anonymous.erase("user");
+    EXPECT_EQ(api.api("POST", "/v1/uploads", j(anonymous), write_key).first, 400);
+    // The gateway's listener still takes no API key.
+    EXPECT_EQ(call(port(), http::verb::post, "/v1/uploads", write_key, j(start_body)).status, 401);
+    EXPECT_EQ(footprint(), before);
+
+    // Started for u: u's upload, as if u's device had made it.
+    auto [st, text] = api.api("POST", "/v1/uploads", j(start_body), write_key);
+    ASSERT_EQ(st, 201) << text;
+    const std::string att = str(parsed(text), "att_id");
+    EXPECT_EQ(scalar("SELECT owner_user FROM uploads WHERE att_id = " + q(att)), u.user);
+    const std::size_t first = 1024 * 1024;
+    auto [p1, t1] = api.api("PUT", "/v1/uploads/" + att + "?offset=0", data.substr(0, first), write_key);
+    ASSERT_EQ(p1, 200) << t1;
+    EXPECT_EQ(api.api("PUT", "/v1/uploads/" + att + "?offset=" + std::to_string(first), data.substr(first), read_key).first,
+              403);
+    auto [g, gt] = api.api("GET", "/v1/uploads/" + att, "", read_key);
+    ASSERT_EQ(g, 200) << gt;
+    EXPECT_EQ(parsed(gt).at("offset").as_int64(), static_cast<std::int64_t>(first));
+    EXPECT_EQ(api.api("GET", "/v1/uploads/00000000-0000-4000-8000-000000000000", "", read_key).first, 404);
+    // The device of u sees the same upload and where it stands.
+    auto seen = status(u, att);
+    ASSERT_EQ(seen.status, 200) << seen.body;
+    EXPECT_EQ(seen.json().at("offset").as_int64(), static_cast<std::int64_t>(first));
+    EXPECT_EQ(status(member, att).status, 404);
+    auto [p2, t2] = api.api("PUT", "/v1/uploads/" + att + "?offset=" + std::to_string(first), data.substr(first), write_key);
+    ASSERT_EQ(p2, 200) << t2;
+    EXPECT_TRUE(parsed(t2).at("complete").as_bool()) << t2;
+
+    // A message of the API in u's name names it; members read it, strangers do not.
+    auto [m, mt] = api.api("POST", "/v1/conversations/" + w.conv + "/messages",
+                           j({{"sender", u.user}, {"cmid", "api-att-1"}, {"body", ""}, {"attachments", json::array{att.c_str()}}}),
+                           write_key);
+    ASSERT_EQ(m, 200) << mt;
+    EXPECT_TRUE(download(member, att).body == data);
+    EXPECT_EQ(download(stranger, att).status, 404);
+    // The backend reads any complete upload with a read key.
+    auto [d, dt] = api.api("GET", "/v1/attachments/" + att, "", read_key);
+    EXPECT_EQ(d, 200);
+    EXPECT_TRUE(dt == data);
+    // Referenced now: its DELETE is refused; an unsent one of the backend goes.
+    auto [del, delt] = api.api("DELETE", "/v1/uploads/" + att, "", write_key);
+    EXPECT_EQ(del, 409) << delt;
+    EXPECT_EQ(str(parsed(delt), "code"), "ATTACHMENT_IN_USE");
+    auto [st2, text2] = api.api("POST", "/v1/uploads", j(start_body), write_key);
+    ASSERT_EQ(st2, 201) << text2;
+    const std::string unsent = str(parsed(text2), "att_id");
+    EXPECT_EQ(api.api("DELETE", "/v1/uploads/" + unsent, "", read_key).first, 403);
+    EXPECT_EQ(api.api("DELETE", "/v1/uploads/" + unsent, "", write_key).first, 200);
+    EXPECT_EQ(scalar("SELECT count(*) FROM uploads WHERE att_id = " + q(unsent)), "0");
+}
+
 // The collector (server.md: incomplete uploads and complete ones no msg
 // references go after 24 h; the bytes of an attachment go when the last msg
 // referencing it is purged), here with a 3 s age and a 200 ms interval on
@@ -525,7 +728,29 @@ TEST_F(Attachments, the_collector_removes_stale_and_unreferenced_uploads_and_nev
     auto exists = [&](const std::string& att) {
         return scalar("SELECT count(*) FROM uploads WHERE att_id = " + q(att)) == "1";
     };
+    // The directory store: files a kill left between a row's DELETE and its
+    // unlink (planted here: no row, an hour old), and a file not ours.
+    const std::string store_dir = files ? files->path() + "/store/" : "";
+    const std::vector<std::string> orphans = {"0f8fad5b-d9cb-469f-a165-70867728950e",
+                                              "1f8fad5b-d9cb-469f-a165-70867728950e.part"};
+    if (dir_store()) {
+        for (const auto& name : orphans) {
+            std::ofstream(store_dir + name) << "orphaned bytes";
+            std::filesystem::last_write_time(store_dir + name,
+                                             std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+        }
+        std::ofstream(store_dir + "README.operator") << "not an upload";
+        std::filesystem::last_write_time(store_dir + "README.operator",
+                                         std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+    }
     wait_until([&] { return !exists(lone) && !exists(partial); }, 30s, "the stale and the unreferenced uploads removed");
+    if (dir_store()) {
+        wait_until([&] {
+            return !std::filesystem::exists(store_dir + orphans[0]) && !std::filesystem::exists(store_dir + orphans[1]);
+        }, 30s, "the orphaned files removed");
+        EXPECT_TRUE(std::filesystem::exists(store_dir + "README.operator"));
+        EXPECT_TRUE(std::filesystem::exists(store_dir + kept)); // its row is there
+    }
     EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id IN (" + q(lone) + ", " + q(partial) + ")"), "0");
     if (dir_store()) {
         EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + lone));
@@ -543,7 +768,7 @@ TEST_F(Attachments, the_collector_removes_stale_and_unreferenced_uploads_and_nev
     EXPECT_EQ(download(w.users[1], kept).status, 404);
     wait_until([&] { return !exists(kept); }, 30s, "the purged message's attachment removed");
     EXPECT_EQ(scalar("SELECT count(*) FROM upload_chunks WHERE att_id = " + q(kept)), "0");
-    if (dir_store()) EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + kept));
+    if (dir_store()) { EXPECT_FALSE(std::filesystem::exists(files->path() + "/store/" + kept)); }
 }
 
 } // namespace

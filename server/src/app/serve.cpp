@@ -114,6 +114,8 @@ int im::serve(const Config& cfg) {
                             metrics.attachment_gc_bytes += got.bytes;
                             if (got.uploads == 0) break;
                         }
+                        // Files a kill left without their row (directory store).
+                        attachments.sweep_orphans(*c, std::min<std::int64_t>(cfg.attachments_gc_after_ms, 3600000));
                         ++metrics.attachment_gc_runs;
                     } catch (const std::exception& e) {
                         im::log_warn("attachment_gc_failed", {{"err", e.what()}});

@@ -70,7 +70,9 @@ inline constexpr std::string_view fault_points[] = {
     "rule.edit_window",        // an edit is judged without its window
     "rule.react_noop",         // a reaction already as asked appends an event anyway
     // ... and in sync:
-    "rule.page_cursor"};       // next_after is the head read after the page, not the page's end
+    "rule.page_cursor",        // next_after is the head read after the page, not the page's end
+    // ... and in the attachments store:
+    "rule.attachment_resume"}; // GET /v1/uploads/{id} of an interrupted upload drops its pieces: it restarts at 0
 
 /// True for the rule.* points, which take only the `skip` action.
 bool is_rule_point(std::string_view point);

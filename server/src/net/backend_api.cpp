@@ -35,7 +35,11 @@ enum class Op {
     // moderation (api/moderation.cpp; server.md, "Rate limits and moderation")
     mute_put, mute_delete, redact_one, redact_user,
     user_export, user_erase, // a user's data (api/userdata.cpp)
-    webhook_add, webhook_list, webhook_remove, webhook_deliveries, webhook_replay // api/webhooks.hpp
+    webhook_add, webhook_list, webhook_remove, webhook_deliveries, webhook_replay, // api/webhooks.hpp
+    // Attachments on a user's behalf: served by HttpSession's attachment
+    // routes (net/http_attachments.cpp, their bodies streamed); listed here
+    // for the document and the router's 405s only.
+    upload_start, upload_put, upload_status, upload_delete, attachment_get
 };
 
 struct Field {
@@ -180,6 +184,32 @@ const std::vector<Route>& routes() {
          "Deliver again from a seq of a conversation", {{"conv", "id", true, "the conversation"},
           {"from_seq", "integer", true, "the first seq to deliver again"}}, {},
          {{200, "{\"webhook\",\"conv\",\"from_seq\"}"}, {404, "no such webhook or conversation"}}},
+        // Attachments on a user's behalf (server.md "Attachments"; docs/protocol.md).
+        {http::verb::post, "/v1/uploads", "write", Op::upload_start,
+         "Start an upload on a user's behalf; then PUT its bytes and name it in a message's attachments",
+         {{"user", "id", true, "the uploading user (the upload is theirs, as if their device made it)"},
+          {"name", "string", true, "file name: 1-255 bytes of UTF-8 without '/', '\\' or control characters"},
+          {"mime", "string", true, "type/subtype"},
+          {"size", "integer", true, "bytes, at most --max-attachment-bytes (default 104857600)"},
+          {"sha256", "string", true, "64 hex digits of the whole file's SHA-256"}},
+         {},
+         {{201, "{\"att_id\",\"offset\":0,\"complete\"}"}, {404, "no such user"},
+          {413, "TOO_LARGE: over --max-attachment-bytes"}}},
+        {http::verb::put, "/v1/uploads/{att_id}", "write", Op::upload_put,
+         "Append the bytes from `offset` (at most 8 MiB a request; application/octet-stream)", {},
+         {{"offset", "integer", true, "where these bytes start: where the upload stands"}},
+         {{200, "{\"offset\",\"complete\"}"}, {404, "no such upload"},
+          {409, "OFFSET_MISMATCH with the upload's \"offset\""}, {413, "TOO_LARGE: over 8 MiB or past the size"},
+          {422, "DIGEST_MISMATCH: the upload starts again at 0"}}},
+        {http::verb::get, "/v1/uploads/{att_id}", "read", Op::upload_status, "Where an upload stands", {}, {},
+         {{200, "{\"offset\",\"size\",\"complete\"}"}, {404, "no such upload"}}},
+        {http::verb::delete_, "/v1/uploads/{att_id}", "write", Op::upload_delete,
+         "Cancel an upload no message references", {}, {},
+         {{200, "{\"att_id\",\"removed\":true}"}, {404, "no such upload"},
+          {409, "ATTACHMENT_IN_USE: a message references it"}}},
+        {http::verb::get, "/v1/attachments/{att_id}", "read", Op::attachment_get,
+         "The bytes of any complete upload (Range, ETag as on the gateway)", {}, {},
+         {{200, "the bytes"}, {206, "a Range"}, {404, "no such complete upload"}}},
         {http::verb::get, "/v1/openapi.json", "read", Op::openapi, "This document", {}, {},
          {{200, "the OpenAPI 3 document"}}},
     };
@@ -708,6 +738,13 @@ void BackendApi::authenticated(const std::shared_ptr<Call>& call, pqxx::connecti
             }
             case Op::message:
             case Op::openapi: break; // answered above
+            case Op::upload_start:
+            case Op::upload_put:
+            case Op::upload_status:
+            case Op::upload_delete:
+            case Op::attachment_get: // HttpSession serves these before the router sees them
+                out = error(http::status::not_found, "NOT_FOUND", "no such endpoint");
+                break;
             }
         } catch (const AdminError& e) {
             return finish(admin_error(e));
@@ -764,7 +801,11 @@ json::object BackendApi::openapi() {
         for (const auto& f : r.query)
             params.push_back({{"name", f.name}, {"in", "query"}, {"required", false}, {"schema", schema_of(f)}});
         if (!params.empty()) op["parameters"] = std::move(params);
-        if (!r.body.empty()) {
+        if (r.op == Op::upload_put) {
+            op["requestBody"] = {{"required", true},
+                                 {"content", {{"application/octet-stream",
+                                               {{"schema", {{"type", "string"}, {"format", "binary"}}}}}}}};
+        } else if (!r.body.empty()) {
             json::object props;
             json::array required;
             for (const auto& f : r.body) {
@@ -786,7 +827,12 @@ json::object BackendApi::openapi() {
         };
         for (const auto& a : r.answers) add(a, a.status < 300);
         for (const auto& a : common_answers)
-            if (a.status != 413 || !r.body.empty()) add(a, false);
+            if ((a.status != 413 || !r.body.empty()) && !responses.contains(std::to_string(a.status))) add(a, false);
+        if (r.op == Op::attachment_get)
+            for (const char* code : {"200", "206"})
+                responses[code] = {{"description", code == std::string("200") ? "the bytes" : "a Range"},
+                                   {"content", {{"application/octet-stream",
+                                                 {{"schema", {{"type", "string"}, {"format", "binary"}}}}}}}};
         op["responses"] = std::move(responses);
         std::string method(http::to_string(r.verb));
         for (auto& ch : method) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

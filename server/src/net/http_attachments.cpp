@@ -4,6 +4,7 @@
 //   POST /v1/uploads                   {"name","mime","size","sha256"} -> 201 {"att_id","offset","complete"}
 //   PUT  /v1/uploads/{id}?offset=N     the bytes from N               -> 200 {"offset","complete"}
 //   GET  /v1/uploads/{id}              where it stands                -> 200 {"offset","size","complete"}
+//   DELETE /v1/uploads/{id}            cancel (not once a msg uses it) -> 200 {"att_id","removed"}; 409 ATTACHMENT_IN_USE
 //   GET  /v1/attachments/{id}          the bytes (Range, ETag)        -> 200 / 206 / 304 / 416
 //
 // Authorised by `Authorization: Bearer <device token or JWT>`, as a hello
@@ -48,6 +49,15 @@ struct HttpSession::Transfer {
     std::string out, kind; // kind: the upload's store
 
     bool sending = false; // in Metrics::downloads_in_progress
+
+    // On the backend API's listener: an API key authorises, the upload is
+    // made on behalf of `on_behalf` (POST's "user"), the later requests act
+    // as the upload's owner (`path_att`), and a download reads any complete
+    // upload (`any_reader`).
+    bool api = false;
+    std::string on_behalf, path_att;
+    bool any_reader = false;
+    bool head_get = false; // a GET: the API's read scope is enough
 
     Metrics* metrics = nullptr;
     ~Transfer() {
@@ -154,6 +164,8 @@ void HttpSession::attachments() {
     att_->version = h.version();
     att_->keep_alive = h.keep_alive();
     att_->body_unread = !head_->is_done();
+    att_->api = api_ != nullptr;
+    att_->head_get = h.method() == http::verb::get;
     const std::string_view auth = h[http::field::authorization];
     if (auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ")) {
         auto token = auth.substr(7);
@@ -194,6 +206,16 @@ void HttpSession::att_route(http::request<http::string_body> req) {
             return f && f->is_string() ? &f->as_string() : nullptr;
         };
         const json::value* size = o ? o->if_contains("size") : nullptr;
+        if (att_->api) {
+            // The backend API's rules: "user" names whose upload it is; no unknown field.
+            if (!text("user") || !valid_id(*text("user")))
+                return att_failed(failure(400, "INVALID_ARGUMENT",
+                                          "field 'user' must be 1-64 characters of [A-Za-z0-9._:-]"));
+            for (const auto& [k, v] : *o)
+                if (k != "user" && k != "name" && k != "mime" && k != "size" && k != "sha256")
+                    return att_failed(failure(400, "INVALID_ARGUMENT", "unknown field '" + std::string(k) + "'"));
+            att_->on_behalf = std::string(*text("user"));
+        }
         if (!text("name") || !text("mime") || !text("sha256") || !size || !(size->is_int64() || size->is_uint64()))
             return att_failed(failure(400, "INVALID_ARGUMENT", "expected {\"name\",\"mime\",\"size\",\"sha256\"}"));
         const std::int64_t n = size->is_int64() ? size->as_int64()
@@ -214,11 +236,23 @@ void HttpSession::att_route(http::request<http::string_body> req) {
         });
     }
     if (path.substr(0, 12) == "/v1/uploads/") {
-        if (req.method() != http::verb::get)
-            return att_failed(failure(405, "METHOD_NOT_ALLOWED", "GET or PUT /v1/uploads/{att_id}"));
         std::string att(path.substr(12));
+        att_->path_att = att;
+        if (req.method() == http::verb::delete_) {
+            return att_authorized([self = shared_from_this(), store, att](pqxx::connection_base& c, const std::string& user) {
+                auto gone = store->remove(c, user, att);
+                return std::function<void()>([self, gone] {
+                    if (auto* f = std::get_if<AttFailure>(&gone)) return self->att_failed(*f);
+                    const auto& s = std::get<UploadState>(gone);
+                    self->att_json(http::status::ok,
+                                   json::serialize(json::object{{"att_id", s.att_id}, {"removed", true}}));
+                });
+            });
+        }
+        if (req.method() != http::verb::get)
+            return att_failed(failure(405, "METHOD_NOT_ALLOWED", "GET, PUT or DELETE /v1/uploads/{att_id}"));
         return att_authorized([self = shared_from_this(), store, att](pqxx::connection_base& c, const std::string& user) {
-            auto st = store->status(c, user, att);
+            auto st = store->resume_status(c, user, att);
             return std::function<void()>([self, st] {
                 if (auto* f = std::get_if<AttFailure>(&st)) return self->att_failed(*f);
                 const auto& s = std::get<UploadState>(st);
@@ -229,6 +263,8 @@ void HttpSession::att_route(http::request<http::string_body> req) {
     }
     if (req.method() != http::verb::get)
         return att_failed(failure(405, "METHOD_NOT_ALLOWED", "GET /v1/attachments/{att_id}"));
+    att_->path_att = std::string(path.substr(16));
+    att_->any_reader = att_->api;
     att_download(std::string(path.substr(16)), std::string(req[http::field::range]),
                  std::string(req[http::field::if_none_match]));
 }
@@ -247,6 +283,7 @@ void HttpSession::att_put() {
         return att_failed(failure(413, "TOO_LARGE", "at most 8388608 bytes a request"));
     const bool expect_continue = beast::iequals(head_->get()[http::field::expect], "100-continue");
     std::string att(path.substr(12));
+    att_->path_att = att;
     att_->put.emplace(std::move(*head_));
     head_.reset();
     att_->put->body_limit(max_upload_request_bytes); // a chunked body
@@ -352,7 +389,8 @@ void HttpSession::att_download(std::string att, std::string range, std::string i
     auto* store = gw_->attachments();
     att_authorized([self = shared_from_this(), store, att, range, if_none_match](pqxx::connection_base& c,
                                                                                const std::string& user) {
-        auto st = store->open(c, user, att);
+        // The backend API reads any complete upload (user empty).
+        auto st = user.empty() ? store->open_any(c, att) : store->open(c, user, att);
         return std::function<void()>([self, st, range, if_none_match] {
             if (auto* f = std::get_if<AttFailure>(&st)) return self->att_failed(*f);
             const auto& s = std::get<UploadState>(st);
@@ -461,6 +499,7 @@ void HttpSession::att_send_piece() {
 void HttpSession::att_authorized(
     std::function<std::function<void()>(pqxx::connection_base&, const std::string&)> work) {
     const std::string bearer = att_->bearer;
+    if (att_->api) return att_api_authorized(std::move(work));
     if (bearer.empty())
         return att_failed(failure(401, "UNAUTHENTICATED", "Authorization: Bearer <device token or JWT> required"));
     std::optional<jwt::Claims> claims;
@@ -481,6 +520,53 @@ void HttpSession::att_authorized(
                               : store->user_of_token(*c, sha256_hex(bearer));
             if (auto* f = std::get_if<AttFailure>(&who)) then = [self, f = *f] { self->att_failed(f); };
             else then = work(*c, std::get<std::string>(who));
+        }
+        net::post(exec, std::move(then));
+    });
+    if (!ok) att_failed(busy());
+}
+
+// The backend API's listener: `Authorization: Bearer <API key>`, scope read
+// for the GETs and write for the rest (as the API's other routes); the user
+// is the POST's "user" (it must exist) or the upload's owner.
+void HttpSession::att_api_authorized(
+    std::function<std::function<void()>(pqxx::connection_base&, const std::string&)> work) {
+    const std::string key = att_->bearer;
+    if (key.empty())
+        return att_failed(failure(401, "UNAUTHENTICATED", "missing 'Authorization: Bearer <API key>'"));
+    const bool read_only = att_->head_get;
+    auto* store = gw_->attachments();
+    auto exec = with_stream([](auto& s) { return s.get_executor(); });
+    auto self = shared_from_this();
+    auto t = att_;
+    const bool ok = gw_->pool().submit([self, exec, store, key, read_only, t, work = std::move(work)](
+                                           pqxx::connection_base* c) {
+        std::function<void()> then;
+        auto refuse = [&](AttFailure f) { then = [self, f = std::move(f)] { self->att_failed(f); }; };
+        if (!c) {
+            refuse(busy());
+        } else {
+            std::optional<std::pair<std::string, std::string>> found;
+            try {
+                found = self->gw_->api().store.check_api_key(*c, key);
+            } catch (const std::exception& e) {
+                log_warn("api_key_check_failed", {{"err", e.what()}});
+            }
+            const auto rank = [](const std::string& s) { return s == "admin" ? 3 : s == "write" ? 2 : s == "read" ? 1 : 0; };
+            if (!found) {
+                refuse(failure(401, "UNAUTHENTICATED", "unknown or revoked API key"));
+            } else if (rank(found->second) < (read_only ? 1 : 2)) {
+                refuse(failure(403, "PERMISSION_DENIED",
+                               std::string("this needs a key of scope '") + (read_only ? "read" : "write") + "'"));
+            } else if (t->any_reader) {
+                then = work(*c, std::string());
+            } else {
+                auto who = !t->on_behalf.empty() ? store->user_exists(*c, t->on_behalf) : store->owner_of(*c, t->path_att);
+                if (auto* f = std::get_if<AttFailure>(&who)) refuse(*f);
+                else then = work(*c, std::get<std::string>(who));
+            }
+            log_info("api_call", {{"key", found ? found->first : std::string("-")}, {"path", "/v1/uploads"},
+                                  {"att", t->path_att}, {"user", t->on_behalf}});
         }
         net::post(exec, std::move(then));
     });

@@ -151,7 +151,9 @@ void HttpSession::do_read() {
 
 void HttpSession::on_header(beast::error_code ec, std::size_t n) {
     if (ec) return api_ ? on_api_read(ec) : fail(ec, "http_read");
-    if (!api_ && !metrics_only_ && attachment_target(head_->get().target())) return attachments();
+    // The attachment routes, on the backend API's listener too (uploads on a
+    // user's behalf, an API key instead of the device's credentials).
+    if (!metrics_only_ && attachment_target(head_->get().target())) return attachments();
     const std::size_t limit = api_ ? api_max_body_bytes : 8 * 1024;
     const auto length = head_->content_length();
     parser_.emplace(std::move(*head_));

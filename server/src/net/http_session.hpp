@@ -81,6 +81,8 @@ private:
     /// bearer credentials name a user; its returned callable runs on this
     /// connection's strand. A refusal answers the request.
     void att_authorized(std::function<std::function<void()>(pqxx::connection_base&, const std::string&)> work);
+    /// att_authorized on the backend API's listener (an API key).
+    void att_api_authorized(std::function<std::function<void()>(pqxx::connection_base&, const std::string&)> work);
     void att_json(http::status status, std::string body);
     void att_failed(const AttFailure& f);
     template <class F>

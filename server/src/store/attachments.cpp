@@ -6,7 +6,9 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -74,6 +76,13 @@ const Statements& attachment_statements() {
          "DELETE FROM uploads u WHERE u.att_id = $1::uuid AND u.updated_at < now() - make_interval(secs => $2 / 1000.0) "
          "AND (NOT u.complete OR NOT EXISTS (SELECT 1 FROM event_attachments ea WHERE ea.att_id = u.att_id)) "
          "RETURNING u.store, u.received"},
+        // DELETE /v1/uploads/{id}: the caller's row (locked), whether a msg references it.
+        {"im_att_remove_check",
+         "SELECT EXISTS (SELECT 1 FROM event_attachments ea WHERE ea.att_id = $1::uuid)"},
+        {"im_att_remove", "DELETE FROM uploads WHERE att_id = $1::uuid AND owner_user = $2"},
+        {"im_att_user", "SELECT 1 FROM users WHERE user_id = $1"},
+        {"im_att_owner", "SELECT owner_user FROM uploads WHERE att_id = $1::uuid"},
+        {"im_att_known", "SELECT x::text FROM unnest($1::uuid[]) AS x WHERE EXISTS (SELECT 1 FROM uploads u WHERE u.att_id = x)"},
         {"im_att_lock_skip", "SELECT 1 FROM uploads WHERE att_id = $1::uuid FOR UPDATE SKIP LOCKED"},
     };
     return table;
@@ -268,6 +277,23 @@ void DirBlobStore::seal(const std::string& att) {
     fsync_dir(dir_);
 }
 
+std::vector<std::string> DirBlobStore::files_older_than(std::int64_t min_age_ms) {
+    std::vector<std::string> out;
+    const auto now = std::filesystem::file_time_type::clock::now();
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+        std::string name = it->path().filename().string();
+        if (name.size() > 5 && name.compare(name.size() - 5, 5, ".part") == 0) name.resize(name.size() - 5);
+        if (!Attachments::valid_att_id(name)) continue; // not ours
+        std::error_code tec;
+        const auto mtime = std::filesystem::last_write_time(it->path(), tec);
+        if (tec) continue; // gone meanwhile
+        if (now - mtime < std::chrono::milliseconds(min_age_ms)) continue;
+        out.push_back(std::move(name));
+    }
+    return out;
+}
+
 // ---------------------------------------------------------------- validation
 
 bool Attachments::valid_name(std::string_view name) {
@@ -353,6 +379,37 @@ Att<std::string> Attachments::user_of_jwt(pqxx::connection_base& c, const std::s
     });
 }
 
+Att<std::string> Attachments::user_exists(pqxx::connection_base& c, const std::string& user) {
+    return guarded_att<std::string>("att_user", [&]() -> Att<std::string> {
+        prepare(c);
+        pqxx::read_transaction tx(c);
+        if (tx.exec_prepared("im_att_user", user).empty()) return fail(404, "NOT_FOUND", "no such user");
+        return user;
+    });
+}
+
+Att<std::string> Attachments::owner_of(pqxx::connection_base& c, const std::string& att) {
+    if (!valid_att_id(att)) return att_not_found();
+    return guarded_att<std::string>("att_owner", [&]() -> Att<std::string> {
+        prepare(c);
+        pqxx::read_transaction tx(c);
+        auto r = tx.exec_prepared("im_att_owner", att);
+        if (r.empty()) return att_not_found();
+        return std::string(r[0][0].c_str());
+    });
+}
+
+Att<UploadState> Attachments::open_any(pqxx::connection_base& c, const std::string& att) {
+    if (!valid_att_id(att)) return att_not_found();
+    return guarded_att<UploadState>("att_open", [&]() -> Att<UploadState> {
+        prepare(c);
+        pqxx::read_transaction tx(c);
+        auto r = tx.exec_prepared("im_att_visible_any", att, std::string("backend"));
+        if (r.empty()) return att_not_found();
+        return state_of(r[0]);
+    });
+}
+
 Att<UploadState> Attachments::create(pqxx::connection_base& c, const std::string& user, const std::string& name,
                                      const std::string& mime, std::int64_t size, const std::string& sha256_hex) {
     if (!valid_name(name))
@@ -382,6 +439,27 @@ Att<UploadState> Attachments::status(pqxx::connection_base& c, const std::string
         auto r = tx.exec_prepared("im_att_state", att, user);
         if (r.empty()) return att_not_found();
         return state_of(r[0]);
+    });
+}
+
+Att<UploadState> Attachments::resume_status(pqxx::connection_base& c, const std::string& user, const std::string& att) {
+    auto st = status(c, user, att);
+    // The lab's negative control rule.attachment_resume: a server that
+    // restarts an interrupted upload at 0 (its pieces dropped).
+    if (!att_ok(st) || !faults_ || std::get<UploadState>(st).complete || std::get<UploadState>(st).received == 0 ||
+        !faults_->broken("rule.attachment_resume"))
+        return st;
+    return guarded_att<UploadState>("att_status", [&]() -> Att<UploadState> {
+        pqxx::work tx(c);
+        auto r = tx.exec_prepared("im_att_state_lock", att, user);
+        if (r.empty()) return att_not_found();
+        auto s = state_of(r[0]);
+        if (s.complete) return s;
+        blobs_of(s.store).drop(tx, att);
+        tx.exec_prepared("im_att_restart", att);
+        tx.commit();
+        s.received = 0;
+        return s;
     });
 }
 
@@ -507,6 +585,70 @@ Attachments::Collected Attachments::collect(pqxx::connection_base& c, std::int64
         }
     }
     return out;
+}
+
+Att<UploadState> Attachments::remove(pqxx::connection_base& c, const std::string& user, const std::string& att) {
+    if (!valid_att_id(att)) return att_not_found();
+    auto gone = guarded_att<UploadState>("att_remove", [&]() -> Att<UploadState> {
+        prepare(c);
+        pqxx::work tx(c);
+        auto r = tx.exec_prepared("im_att_state_lock", att, user);
+        if (r.empty()) return att_not_found();
+        auto s = state_of(r[0]);
+        // A send that references it holds the row (FOR KEY SHARE) until it
+        // commits: the lock above waited for it, so the reference is seen.
+        if (tx.exec_prepared("im_att_remove_check", att)[0][0].as<bool>())
+            return fail(409, "ATTACHMENT_IN_USE", "a message references this attachment; it stays while one does");
+        // The PostgreSQL store's chunks go with the row (ON DELETE CASCADE).
+        tx.exec_prepared("im_att_remove", att, user);
+        tx.commit();
+        return s;
+    });
+    if (!att_ok(gone)) return gone;
+    const auto& s = std::get<UploadState>(gone);
+    if (s.store != "pg" && s.store == blobs_.kind()) {
+        try {
+            pqxx::work none(c); // drop() takes a transaction; the directory store does not use it
+            blobs_.drop(none, att);
+        } catch (const std::exception& e) {
+            // The row is gone: the orphan sweep removes the file later.
+            log_warn("att_unlink_failed", {{"att", att}, {"err", e.what()}});
+        }
+    }
+    log_info("upload_removed", {{"att", att}, {"user", user}, {"received", std::to_string(s.received)}});
+    return gone;
+}
+
+long long Attachments::sweep_orphans(pqxx::connection_base& c, std::int64_t min_age_ms) {
+    if (std::string_view(blobs_.kind()) == "pg") return 0;
+    auto files = blobs_.files_older_than(min_age_ms);
+    if (files.empty()) return 0;
+    prepare(c);
+    long long removed = 0;
+    for (std::size_t at = 0; at < files.size(); at += 500) {
+        const std::size_t n = std::min<std::size_t>(500, files.size() - at);
+        std::string list = "{";
+        for (std::size_t i = 0; i < n; ++i) list += (i ? "," : "") + files[at + i];
+        list += "}";
+        std::vector<std::string> known;
+        {
+            pqxx::read_transaction tx(c);
+            for (const auto& r : tx.exec_prepared("im_att_known", list)) known.emplace_back(r[0].c_str());
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto& att = files[at + i];
+            if (std::find(known.begin(), known.end(), att) != known.end()) continue;
+            try {
+                pqxx::work none(c); // drop() takes a transaction; the directory store does not use it
+                blobs_.drop(none, att);
+                ++removed;
+                log_info("attachment_orphan_removed", {{"att", att}});
+            } catch (const std::exception& e) {
+                log_warn("attachment_gc_failed", {{"att", att}, {"err", e.what()}});
+            }
+        }
+    }
+    return removed;
 }
 
 Att<UploadState> Attachments::open(pqxx::connection_base& c, const std::string& user, const std::string& att) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include <pqxx/pqxx>
 
@@ -78,6 +79,9 @@ public:
     /// The upload's last byte arrived and its digest matched: make its bytes
     /// durable before `complete` is committed and answered.
     virtual void seal(const std::string& att) { (void)att; }
+    /// The att_ids of the byte files older than `min_age_ms` (the directory
+    /// store; the PostgreSQL store's chunks go with their row: none).
+    virtual std::vector<std::string> files_older_than(std::int64_t min_age_ms) { (void)min_age_ms; return {}; }
 };
 
 /// The default store: chunks in upload_chunks, one row per piece.
@@ -103,6 +107,7 @@ public:
     std::string read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) override;
     void drop(pqxx::work& tx, const std::string& att) override;
     void seal(const std::string& att) override;
+    std::vector<std::string> files_older_than(std::int64_t min_age_ms) override;
     const std::string& dir() const { return dir_; }
 
 private:
@@ -133,12 +138,23 @@ public:
     /// exists, is the user's and not revoked; the user exists.
     Att<std::string> user_of_jwt(pqxx::connection_base& c, const std::string& user, const std::string& device);
 
+    /// The backend API (uploads on a user's behalf, docs/protocol.md): the
+    /// user exists (else 404 NOT_FOUND "no such user").
+    Att<std::string> user_exists(pqxx::connection_base& c, const std::string& user);
+    /// The backend API: the uploader of `att` (else 404, as for an unknown id).
+    Att<std::string> owner_of(pqxx::connection_base& c, const std::string& att);
+    /// The backend API's download: any complete upload (the backend reads
+    /// every conversation); else 404.
+    Att<UploadState> open_any(pqxx::connection_base& c, const std::string& att);
+
     /// POST /v1/uploads: 400 on a bad name, mime or sha256, 413 TOO_LARGE
     /// over max_bytes. A 0-byte upload is complete at once (or 422).
     Att<UploadState> create(pqxx::connection_base& c, const std::string& user, const std::string& name,
                             const std::string& mime, std::int64_t size, const std::string& sha256_hex);
     /// The caller's own upload; anyone else's, or an unknown id: 404.
     Att<UploadState> status(pqxx::connection_base& c, const std::string& user, const std::string& att);
+    /// GET /v1/uploads/{id}: status(), and the lab's rule.attachment_resume.
+    Att<UploadState> resume_status(pqxx::connection_base& c, const std::string& user, const std::string& att);
     /// Before a PUT's body is read: the upload is the caller's (404), not
     /// complete, `offset` is where it stands (409 OFFSET_MISMATCH with the
     /// offset) and `length` bytes fit its size (413 TOO_LARGE). `length`:
@@ -154,6 +170,14 @@ public:
     /// (the upload starts again at 0); a match makes it complete, durably
     /// (synchronous commit) before this returns.
     Att<UploadState> finish(pqxx::connection_base& c, const std::string& user, const std::string& att);
+    /// DELETE /v1/uploads/{id} (docs/protocol.md): the caller's own upload,
+    /// incomplete, or complete and referenced by no msg, goes with its bytes
+    /// (the SDK's cancel of a pending file). Anyone else's, or an unknown id:
+    /// 404 NOT_FOUND alike; referenced by a msg: 409 ATTACHMENT_IN_USE
+    /// (nothing changes; its bytes go with the last msg that references it).
+    /// A directory store's file is unlinked after the row's COMMIT (a kill in
+    /// between leaves an orphan that sweep_orphans() removes).
+    Att<UploadState> remove(pqxx::connection_base& c, const std::string& user, const std::string& att);
     /// GET /v1/attachments/{id}: a complete upload the caller uploaded, or
     /// referenced by a msg the caller may read (contract section 5); else 404.
     Att<UploadState> open(pqxx::connection_base& c, const std::string& user, const std::string& att);
@@ -173,6 +197,13 @@ public:
     /// row's COMMIT. Returns what went; call again until it returns none.
     struct Collected { long long uploads = 0, bytes = 0; };
     Collected collect(pqxx::connection_base& c, std::int64_t after_ms, int batch = 100);
+    /// The directory store's orphans: a file whose upload row is gone (a
+    /// gateway killed between a row's DELETE and its unlink, by the
+    /// collector or DELETE /v1/uploads). A file is only ever written after
+    /// its row committed, so a file without a row is garbage; files younger
+    /// than `min_age_ms` are left for a later run all the same. Returns the
+    /// files removed.
+    long long sweep_orphans(pqxx::connection_base& c, std::int64_t min_age_ms);
 
     // Validation shared with the backend API (pure).
     static bool valid_name(std::string_view name);

@@ -66,8 +66,28 @@ Outcome<ChangeRow> run_change(pqxx::connection_base& c, const std::string& funct
 
 std::string Store::change_function() { return faults_.enabled() ? lab_change_function(faults_) : "im_change"; }
 
+// contract section 12: "Body limits as for send (empty allowed only when
+// the target has attachments)". An empty body passes the codec; here it
+// needs a target that is a msg with attachments the caller may read (a
+// msg's attachments never change, so this needs no lock; im_change then
+// runs every other check). Anything else answers as the codec did before:
+// INVALID_ARGUMENT, whether the target exists or not (nothing is revealed
+// of a message the caller may not read).
+namespace {
+bool empty_edit_allowed(pqxx::connection_base& c, const Identity& who, const req::Edit& e) {
+    c.prepare("im_edit_empty_ok",
+              "SELECT EXISTS (SELECT 1 FROM events ev WHERE ev.conv_id = $1 AND ev.seq = $2 AND ev.kind = 'msg' "
+              "AND ev.attachments IS NOT NULL AND EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = $1 "
+              "AND m.user_id = $3 AND m.from_seq <= $2 AND (m.to_seq IS NULL OR m.to_seq >= $2)))");
+    pqxx::read_transaction tx(c);
+    return tx.exec_prepared("im_edit_empty_ok", e.conv, e.target, who.user)[0][0].as<bool>();
+}
+} // namespace
+
 Outcome<Edited> Store::edit(pqxx::connection_base& c, const Identity& who, const req::Edit& e) {
     return guarded<Edited>("edit", [&]() -> Outcome<Edited> {
+        if (e.body.empty() && !empty_edit_allowed(c, who, e))
+            return invalid("field 'body' must be 1-4000 code points (empty only for a message with attachments)");
         auto o = run_change(c, change_function(), who, "edit", e.conv, e.cmid, e.target, e.body, "", false);
         if (!o) return o.error();
         return Edited{e.conv, *o->seq, o->dup, o->epoch};
