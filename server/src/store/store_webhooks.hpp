@@ -66,6 +66,14 @@ std::vector<Lease> claim(pqxx::connection_base& c, const std::string& id, const 
 bool delivered(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t done);
 /// Released unchanged (nothing read this round).
 void release(pqxx::connection_base& c, const std::string& id, const Lease& l);
+/// A batch's outcome in one statement (one transaction): every lease of
+/// `done` delivered up to its seq (the cursor moves on, the lease is
+/// released), every lease of `unread` released unchanged, and (`success`:
+/// the receiver answered 2xx) the webhook's last success now. The number of
+/// leases of `done` that were lost (their cursor not moved).
+std::int64_t finish_batch(pqxx::connection_base& c, const std::string& id,
+                          const std::vector<std::pair<Lease, std::int64_t>>& done, const std::vector<Lease>& unread,
+                          bool success);
 /// A failed attempt: retried after retry_ms, or (l.give_up) the events up to
 /// `to_seq` are recorded as failed and the cursor moves past them.
 void attempt_failed(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t to_seq,
