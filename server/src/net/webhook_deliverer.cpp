@@ -161,6 +161,10 @@ namespace {
 // is followed by a wait of kFillMs (at most --webhook-poll-ms) to fill the next.
 constexpr std::int64_t kFillEvents = 50;
 constexpr int kFillMs = 100;
+// A delivered conversation is not claimed again for this long, so each page
+// read carries that conversation's events of the time (adds at most this
+// to an event's delivery lag).
+constexpr std::int64_t kLingerMs = 100;
 } // namespace
 
 WebhookDeliverer::WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics, FaultRegistry& faults)
@@ -257,6 +261,7 @@ void WebhookDeliverer::loop(int worker) {
         json::array events;
         std::vector<std::pair<webhooks::Lease, std::int64_t>> taken; // lease, seq it covers up to
         std::vector<webhooks::Lease> unread;                          // released unchanged
+        std::vector<bool> caught_up;                                  // of taken: its page reached the head
         for (const auto& l : leases) {
             const std::int64_t room = max_batch - static_cast<std::int64_t>(events.size());
             if (room <= 0) {
@@ -283,9 +288,10 @@ void WebhookDeliverer::loop(int worker) {
                 events.push_back(json::object{{"id", e.conv + ":" + std::to_string(e.seq)}, {"ev", std::move(evs[i])}});
             }
             taken.emplace_back(l, p.has_more && !p.events.empty() ? p.events.back().seq : p.next_after);
+            caught_up.push_back(!p.has_more);
         }
         if (events.empty()) { // nothing of the kinds asked for: the cursors move on
-            webhooks::finish_batch(*conn, w.id, taken, unread, false);
+            webhooks::finish_batch(*conn, w.id, taken, unread, false, caught_up, kLingerMs);
             return round;
         }
         const std::size_t n = events.size();
@@ -307,7 +313,7 @@ void WebhookDeliverer::loop(int worker) {
             metrics_.webhook_events_delivered += static_cast<long long>(n);
             // Only now (after the 2xx) do the cursors move: all of them, the
             // unread leases' release and the last success in one statement.
-            metrics_.webhook_leases_lost += webhooks::finish_batch(*conn, w.id, taken, unread, true);
+            metrics_.webhook_leases_lost += webhooks::finish_batch(*conn, w.id, taken, unread, true, caught_up, kLingerMs);
             return round;
         }
         if (!unread.empty()) webhooks::finish_batch(*conn, w.id, {}, unread, false);
