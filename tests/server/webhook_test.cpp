@@ -11,6 +11,7 @@
 
 #include <boost/json.hpp>
 
+#include <iostream>
 #include <set>
 
 using namespace im::test;
@@ -293,6 +294,38 @@ TEST_F(Webhooks, a_gateway_killed_mid_delivery_is_taken_over_by_another_with_not
         return pg->scalar("SELECT done_seq FROM webhook_cursors WHERE conv_id = " + q(conv)) ==
                pg->scalar("SELECT next_seq - 1 FROM conversations WHERE conv_id = " + q(conv));
     }, 10s, "the cursor at the head");
+}
+
+// Issue 52, the send path's cost: a worker whose round found a small batch
+// waits a little (100 ms, at most --webhook-poll-ms) before the next, so a
+// trickle of events goes out in few POSTs (each batch's cursors then move in
+// one statement after the 2xx); every event still arrives once, in order.
+TEST_F(Webhooks, a_trickle_of_events_goes_out_in_few_batches_in_order) {
+    ServerProcess srv(pg->url(), {"--quiet", "--api-listen", "127.0.0.1:0", "--api-auth-failures", "1000",
+                                  "--webhook-poll-ms", "200", "--webhook-refresh-ms", "200", "--webhook-workers", "1"});
+    WebhookReceiver rx(secret);
+    std::vector<std::string> users;
+    const std::string a = make_conv(srv, "wtra", users);
+    const std::string b = make_conv(srv, "wtrb", users);
+    const std::int64_t a0 = std::stoll(pg->scalar("SELECT next_seq - 1 FROM conversations WHERE conv_id = " + q(a)));
+    const std::int64_t b0 = std::stoll(pg->scalar("SELECT next_seq - 1 FROM conversations WHERE conv_id = " + q(b)));
+    add_hook(srv, rx.url(), json::array{"msg"});
+    const int n = 40;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+        post_msg(srv, a, users[0], "trickle a " + std::to_string(i));
+        post_msg(srv, b, users[2], "trickle b " + std::to_string(i));
+    }
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    wait_until([&] { return has_all(rx, committed(a, a0)) && has_all(rx, committed(b, b0)); }, 20s, "every event");
+    EXPECT_EQ(rx.order_violation(), "");
+    EXPECT_EQ(rx.bad_signatures(), 0);
+    // One POST per round, a round at most every ~100 ms while the trickle lasts
+    // (without the wait: about one POST per event or two).
+    const long long bound = took.count() / 90 + 4;
+    std::cout << rx.requests() << " POSTs for " << 2 * n << " events over " << took.count() << " ms\n";
+    EXPECT_LE(rx.requests(), bound) << 2 * n << " events over " << took.count() << " ms";
+    EXPECT_LT(rx.requests(), 2 * n / 3) << took.count() << " ms";
 }
 
 } // namespace

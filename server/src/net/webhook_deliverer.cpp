@@ -156,6 +156,17 @@ HttpOutcome webhook_post(const WebhookUrl& u, const std::vector<std::pair<std::s
 
 // ---------------------------------------------------------------- the workers
 
+namespace {
+// A round that read fewer events than this (and whose claim was not full)
+// is followed by a wait of kFillMs (at most --webhook-poll-ms) to fill the next.
+constexpr std::int64_t kFillEvents = 50;
+constexpr int kFillMs = 100;
+// A delivered conversation is not claimed again for this long, so each page
+// read carries that conversation's events of the time (adds at most this
+// to an event's delivery lag).
+constexpr std::int64_t kLingerMs = 100;
+} // namespace
+
 WebhookDeliverer::WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics, FaultRegistry& faults)
     : url_(std::move(url)), cfg_(cfg), metrics_(metrics), faults_(faults) {
     running_ = cfg_.webhook_workers;
@@ -223,27 +234,51 @@ void WebhookDeliverer::loop(int worker) {
         return stop_;
     };
 
-    // One batch of one webhook: true when it found work.
-    auto deliver = [&](const webhooks::Webhook& w) -> bool {
-        auto leases = webhooks::claim(*conn, w.id, owner, cfg_.webhook_lease_ms, 10, cfg_.webhook_give_up_ms);
-        if (leases.empty()) return false;
-        constexpr std::int64_t max_batch = 100;
+    // A webhook whose receiver failed is left alone (no claim, no page read)
+    // until its backoff ends: 250 ms doubling up to 5 s (at most
+    // --webhook-retry-max-ms) while it keeps failing; each conversation's own
+    // retry time (1 s doubling) still applies on top. Per worker, in memory.
+    struct HookState {
+        Clock::time_point not_before{};
+        int failures = 0;
+    };
+    std::map<std::string, HookState> state;
+    constexpr int max_leases = 10;
+    constexpr std::int64_t max_batch = 100;
+
+    // One batch of one webhook. The events it read (of any kind, -1: no work
+    // or backed off) and whether the claim was full (more may be waiting).
+    struct Round {
+        std::int64_t read = -1;
+        bool full = false;
+    };
+    auto deliver = [&](const webhooks::Webhook& w) -> Round {
+        auto& st = state[w.id];
+        if (Clock::now() < st.not_before) return {};
+        auto leases = webhooks::claim(*conn, w.id, owner, cfg_.webhook_lease_ms, max_leases, cfg_.webhook_give_up_ms);
+        if (leases.empty()) return {};
+        Round round{0, static_cast<int>(leases.size()) >= max_leases};
         json::array events;
         std::vector<std::pair<webhooks::Lease, std::int64_t>> taken; // lease, seq it covers up to
+        std::vector<webhooks::Lease> unread;                          // released unchanged
+        std::vector<bool> caught_up;                                  // of taken: its page reached the head
         for (const auto& l : leases) {
             const std::int64_t room = max_batch - static_cast<std::int64_t>(events.size());
             if (room <= 0) {
-                webhooks::release(*conn, w.id, l);
+                unread.push_back(l);
+                round.full = true;
                 continue;
             }
             req::Sync s{l.conv, l.done_seq, room, std::nullopt};
             auto page = store.sync(*conn, backend, s);
             if (!page) {
                 log_warn("webhook_read_failed", {{"webhook", w.id}, {"conv", l.conv}, {"err", page.error().msg}});
-                webhooks::release(*conn, w.id, l);
+                unread.push_back(l);
                 continue;
             }
             const auto& p = page.value();
+            round.read += static_cast<std::int64_t>(p.events.size());
+            if (p.has_more) round.full = true;
             // The page as the backend API shows it (the same fields as GET .../events).
             auto frame = json::parse(encode_reply(Reply{p}, std::nullopt)).as_object();
             auto& evs = frame["events"].as_array();
@@ -253,11 +288,11 @@ void WebhookDeliverer::loop(int worker) {
                 events.push_back(json::object{{"id", e.conv + ":" + std::to_string(e.seq)}, {"ev", std::move(evs[i])}});
             }
             taken.emplace_back(l, p.has_more && !p.events.empty() ? p.events.back().seq : p.next_after);
+            caught_up.push_back(!p.has_more);
         }
-        if (taken.empty()) return true;
         if (events.empty()) { // nothing of the kinds asked for: the cursors move on
-            for (const auto& [l, upto] : taken) webhooks::delivered(*conn, w.id, l, upto);
-            return true;
+            webhooks::finish_batch(*conn, w.id, taken, unread, false, caught_up, kLingerMs);
+            return round;
         }
         const std::size_t n = events.size();
         const std::string body = json::serialize(json::object{{"webhook", w.id}, {"events", std::move(events)}});
@@ -273,21 +308,28 @@ void WebhookDeliverer::loop(int worker) {
             out.error = "not an http:// or https:// URL";
         }
         if (out.status >= 200 && out.status < 300) {
+            st = HookState{};
             ++metrics_.webhook_deliveries_ok;
             metrics_.webhook_events_delivered += static_cast<long long>(n);
-            for (const auto& [l, upto] : taken)
-                if (!webhooks::delivered(*conn, w.id, l, upto)) ++metrics_.webhook_leases_lost;
-            pqxx::nontransaction tx(*conn);
-            tx.exec_params("UPDATE webhooks SET last_success_at = now() WHERE webhook_id = $1", w.id);
-            return true;
+            // Only now (after the 2xx) do the cursors move: all of them, the
+            // unread leases' release and the last success in one statement.
+            metrics_.webhook_leases_lost += webhooks::finish_batch(*conn, w.id, taken, unread, true, caught_up, kLingerMs);
+            return round;
+        }
+        if (!unread.empty()) webhooks::finish_batch(*conn, w.id, {}, unread, false);
+        {
+            const std::int64_t ceiling = std::min<std::int64_t>(cfg_.webhook_retry_max_ms, 5000);
+            const std::int64_t pause = std::min<std::int64_t>(ceiling, std::int64_t(250) << std::min(st.failures, 10));
+            st.not_before = Clock::now() + std::chrono::milliseconds(pause);
+            ++st.failures;
         }
         const std::string err = out.status ? "HTTP " + std::to_string(out.status) : out.error;
         if (out.status) ++metrics_.webhook_deliveries_http_error;
         else ++metrics_.webhook_deliveries_network_error;
         log_warn("webhook_delivery_failed", {{"webhook", w.id}, {"events", static_cast<long long>(n)}, {"err", err}});
         if (faults_.broken("rule.webhook_retry")) { // LAB ONLY negative control: at most once
-            for (const auto& [l, upto] : taken) webhooks::delivered(*conn, w.id, l, upto);
-            return true;
+            webhooks::finish_batch(*conn, w.id, taken, {}, false);
+            return round;
         }
         for (const auto& [l, upto] : taken) {
             // 1 s doubling up to --webhook-retry-max-ms, each with +-20 % jitter.
@@ -302,7 +344,7 @@ void WebhookDeliverer::loop(int worker) {
             }
             webhooks::attempt_failed(*conn, w.id, l, upto, retry, err);
         }
-        return true;
+        return round;
     };
 
     for (;;) {
@@ -334,13 +376,19 @@ void WebhookDeliverer::loop(int worker) {
                 }
                 refresh_at = Clock::now() + std::chrono::milliseconds(cfg_.webhook_refresh_ms);
             }
-            bool worked = false;
+            bool worked = false, busy = false;
             for (const auto& w : hooks) {
                 if (stopping()) return;
-                worked = deliver(w) || worked;
+                const Round r = deliver(w);
+                worked = worked || r.read >= 0;
+                busy = busy || r.full || r.read >= kFillEvents;
             }
             backoff = std::chrono::milliseconds(100);
+            // Idle: the poll interval. A small batch: a short wait, so the
+            // next one carries more events per claim, page read and POST
+            // (bounded: an event waits at most this long more).
             if (!worked && wait(std::chrono::milliseconds(cfg_.webhook_poll_ms))) return;
+            if (worked && !busy && wait(std::chrono::milliseconds(std::min(kFillMs, cfg_.webhook_poll_ms)))) return;
         } catch (const std::exception& e) {
             if (stopping()) return;
             log_warn("webhook_db_failed", {{"worker", worker}, {"err", e.what()}});

@@ -39,6 +39,27 @@ std::optional<std::string> opt(const pqxx::field& f) {
     return f.as<std::string>();
 }
 
+// A text[] literal ("{\"a\",\"b\"}"): libpqxx 6 binds no arrays.
+std::string text_array(const std::vector<std::string>& v) {
+    std::string out = "{";
+    for (const auto& x : v) {
+        if (out.size() > 1) out += ',';
+        out += '"';
+        for (char ch : x) {
+            if (ch == '"' || ch == '\\') out += '\\';
+            out += ch;
+        }
+        out += '"';
+    }
+    return out + "}";
+}
+
+std::string bigint_array(const std::vector<std::int64_t>& v) {
+    std::string out = "{";
+    for (auto x : v) out += (out.size() > 1 ? "," : "") + std::to_string(x);
+    return out + "}";
+}
+
 void need_webhook(pqxx::transaction_base& tx, const std::string& id) {
     if (tx.exec_params("SELECT 1 FROM webhooks WHERE webhook_id = $1", id).empty())
         throw AdminError(AdminError::not_found, "no such webhook: " + id);
@@ -187,21 +208,41 @@ std::vector<Lease> claim(pqxx::connection_base& c, const std::string& id, const 
     return out;
 }
 
-bool delivered(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t done) {
-    pqxx::work tx(c);
-    auto r = tx.exec_params("UPDATE webhook_cursors SET done_seq = greatest(done_seq, $4), lease_owner = NULL, "
-                            "lease_until = NULL, attempts = 0, retry_at = '-infinity', failing_since = NULL, "
-                            "last_error = NULL WHERE webhook_id = $1 AND conv_id = $2 AND lease_seq = $3",
-                            id, l.conv, l.lease_seq, done);
-    tx.commit();
-    return r.affected_rows() > 0;
-}
-
-void release(pqxx::connection_base& c, const std::string& id, const Lease& l) {
+std::int64_t finish_batch(pqxx::connection_base& c, const std::string& id,
+                          const std::vector<std::pair<Lease, std::int64_t>>& done, const std::vector<Lease>& unread,
+                          bool success, const std::vector<bool>& caught_up, std::int64_t linger_ms) {
+    std::vector<std::string> dconv, uconv;
+    std::vector<std::int64_t> dlease, dupto, ulease, dlinger;
+    for (const auto& [l, upto] : done) {
+        dlinger.push_back(dconv.size() < caught_up.size() && caught_up[dconv.size()] ? linger_ms : 0);
+        dconv.push_back(l.conv);
+        dlease.push_back(l.lease_seq);
+        dupto.push_back(upto);
+    }
+    for (const auto& l : unread) {
+        uconv.push_back(l.conv);
+        ulease.push_back(l.lease_seq);
+    }
+    // One statement: its own transaction. Only the rows named (by conv and
+    // lease_seq) move; a delivered conversation's retry_at becomes now (plus
+    // linger_ms when its page reached the head: not claimed before), and the
+    // next claims (ordered by retry_at) take the longest-waiting ones first.
     pqxx::nontransaction tx(c);
-    tx.exec_params("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = NULL "
-                   "WHERE webhook_id = $1 AND conv_id = $2 AND lease_seq = $3",
-                   id, l.conv, l.lease_seq);
+    auto r = tx.exec_params(
+        "WITH d AS (SELECT * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $8::bigint[]) "
+        "  AS d(conv_id, lease_seq, upto, linger)), "
+        "moved AS (UPDATE webhook_cursors wc SET done_seq = greatest(wc.done_seq, d.upto), lease_owner = NULL, "
+        "  lease_until = NULL, attempts = 0, "
+        "  retry_at = now() + d.linger * interval '1 millisecond', failing_since = NULL, last_error = NULL "
+        "  FROM d WHERE wc.webhook_id = $1 AND wc.conv_id = d.conv_id AND wc.lease_seq = d.lease_seq RETURNING 1), "
+        "freed AS (UPDATE webhook_cursors wc SET lease_owner = NULL, lease_until = NULL "
+        "  FROM unnest($5::text[], $6::bigint[]) AS u(conv_id, lease_seq) "
+        "  WHERE wc.webhook_id = $1 AND wc.conv_id = u.conv_id AND wc.lease_seq = u.lease_seq RETURNING 1), "
+        "ok AS (UPDATE webhooks SET last_success_at = now() WHERE webhook_id = $1 AND $7 RETURNING 1) "
+        "SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM freed), (SELECT count(*) FROM ok)",
+        id, text_array(dconv), bigint_array(dlease), bigint_array(dupto), text_array(uconv), bigint_array(ulease),
+        success, bigint_array(dlinger));
+    return static_cast<std::int64_t>(done.size()) - r[0][0].as<std::int64_t>();
 }
 
 void attempt_failed(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t to_seq,

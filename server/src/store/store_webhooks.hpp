@@ -61,11 +61,17 @@ struct Lease {
 /// live lease and their retry time reached, leased to `owner` for lease_ms.
 std::vector<Lease> claim(pqxx::connection_base& c, const std::string& id, const std::string& owner,
                          std::int64_t lease_ms, int max, std::int64_t give_up_ms);
-/// Delivered up to `done` (or nothing to deliver below it): the cursor
-/// moves on and the lease is released. False when the lease was lost.
-bool delivered(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t done);
-/// Released unchanged (nothing read this round).
-void release(pqxx::connection_base& c, const std::string& id, const Lease& l);
+/// A batch's outcome in one statement (one transaction): every lease of
+/// `done` delivered up to its seq (the cursor moves on, the lease is
+/// released), every lease of `unread` released unchanged, and (`success`:
+/// the receiver answered 2xx) the webhook's last success now. The number of
+/// leases of `done` that were lost (their cursor not moved). A conversation
+/// of `done` whose page reached the head (`caught_up`, by index) is not
+/// claimed again for `linger_ms` (its next page then carries the events of
+/// that time, not one or two).
+std::int64_t finish_batch(pqxx::connection_base& c, const std::string& id,
+                          const std::vector<std::pair<Lease, std::int64_t>>& done, const std::vector<Lease>& unread,
+                          bool success, const std::vector<bool>& caught_up = {}, std::int64_t linger_ms = 0);
 /// A failed attempt: retried after retry_ms, or (l.give_up) the events up to
 /// `to_seq` are recorded as failed and the cursor moves past them.
 void attempt_failed(pqxx::connection_base& c, const std::string& id, const Lease& l, std::int64_t to_seq,
