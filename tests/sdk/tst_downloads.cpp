@@ -306,7 +306,7 @@ void TestDownloads::an_attachment_name_is_searchable() {
     QCOMPARE(answers.first().at(0).toInt(), id);
     const auto results = answers.first().at(1).value<QList<im::SearchResult>>();
     QCOMPARE(results.size(), 1);
-    QCOMPARE(results.first().seq, s.seq);
+    QCOMPARE(results.first().seq(), s.seq);
 }
 
 void TestDownloads::a_dropped_download_resumes_with_range() {
