@@ -856,7 +856,7 @@ void TestDemoApp::search_box_highlights_jumps_to_the_message_and_loads_what_is_m
     QCoreApplication::sendEvent(box, &ime);
     QCOMPARE(box->text(), QStringLiteral("KIW 纪要"));
     QTRY_VERIFY_WITH_TIMEOUT(!panel->model()->isSearching() && panel->model()->count() == 1, kSettle);
-    QCOMPARE(panel->model()->result(0).seq, seq);
+    QCOMPARE(panel->model()->result(0).seq(), seq);
     QVERIFY2(panel->snippetHtml(0).contains(QStringLiteral("<b>kiw</b>i")), qPrintable(panel->snippetHtml(0)));
     QVERIFY2(panel->snippetHtml(0).contains(QStringLiteral("会议<b>纪要</b>")), qPrintable(panel->snippetHtml(0)));
     QTRY_VERIFY(child<QLabel>(ana_, "searchStatus")->text().contains(QStringLiteral("1 result")));
