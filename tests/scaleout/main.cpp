@@ -598,9 +598,21 @@ Outcome webhook_failover(PatroniCluster* ha, const std::string& db, bool broken)
     // 2. Down: connections refused.
     rx.down();
     const long long refused_before = metric_sum("im_webhook_deliveries_total{outcome=\"network_error\"}");
+    const auto refused = [&] {
+        return metric_sum("im_webhook_deliveries_total{outcome=\"network_error\"}") - refused_before;
+    };
+    // Three rounds, and another after each 3 s without a new refusal (the
+    // deliverer batches what waits: the control, which moves a cursor past
+    // a refused batch, may otherwise find nothing left to attempt).
     for (int i = 0; i < 3; ++i) round(*gw[0], *gw[1]);
-    wait_until([&] { return metric_sum("im_webhook_deliveries_total{outcome=\"network_error\"}") >= refused_before + 2; },
-               20s, "refused deliveries while the receiver is down");
+    const auto down_until = Clock::now() + 20s;
+    while (refused() < 2 && Clock::now() < down_until) {
+        const long long seen = refused();
+        const auto quiet_until = Clock::now() + 3s;
+        while (refused() == seen && Clock::now() < quiet_until) std::this_thread::sleep_for(100ms);
+        if (refused() == seen) round(*gw[0], *gw[1]);
+    }
+    wait_until([&] { return refused() >= 2; }, 1s, "refused deliveries while the receiver is down");
     figures << metric_sum("im_webhook_deliveries_total{outcome=\"network_error\"}") << " refused; ";
     // 3. Back, holding the next delivery: its gateway and the primary die.
     rx.set_mode(test::WebhookReceiver::Mode::hold);
