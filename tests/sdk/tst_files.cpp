@@ -324,11 +324,6 @@ void TestFiles::a_restarted_client_resumes_the_same_upload() {
 // cancel() of a file's entry while it uploads: the entry, the store's copy
 // and the server's upload go (GET /v1/uploads/{id}: 404), nothing is sent.
 void TestFiles::cancel_removes_the_upload_from_the_server() {
-    // DELETE /v1/uploads/{att_id} is the server's (srv50, issue 50); a
-    // server without it answers 405 for the verb.
-    if (get(*server_, QStringLiteral("ana"), QStringLiteral("/v1/uploads/00000000-0000-4000-8000-000000000000"),
-            "DELETE").first == 405)
-        QSKIP("this imserver has no DELETE /v1/uploads/{att_id} yet");
     const QString db = dir_.filePath(QStringLiteral("cancel.db"));
     auto c = client(db, 65536);
     QVERIFY(c->isOpen());
