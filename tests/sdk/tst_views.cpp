@@ -60,6 +60,7 @@ private slots:
     void a_qml_listview_kept_at_the_newest_message_holds_a_window_and_loads_older_only_on_scroll();
     void a_qlistview_shows_the_apps_own_message_before_send_returns();
     void a_qlistview_shows_a_held_draft_as_held_and_drops_it_when_discarded();
+    void a_qlistview_shows_a_sent_file_from_the_call_to_its_seq();
 
 private:
     std::unique_ptr<Client> makeClient(const QString &user);
@@ -315,6 +316,50 @@ void TestViews::a_qlistview_shows_a_held_draft_as_held_and_drops_it_when_discard
     QVERIFY(view.visualRect(row).isValid());
     QCOMPARE(ben.discardHeldDrafts(), 1);
     QTRY_COMPARE(view.model()->rowCount(), before);
+    view.setModel(nullptr);
+}
+
+// Obligation 17 through a real view: sendFile()'s row is there at once with
+// its file (attachments role) and upload progress, and stays with its file
+// once the server gave it a seq.
+void TestViews::a_qlistview_shows_a_sent_file_from_the_call_to_its_seq() {
+    auto ana = makeClient(QStringLiteral("ana"));
+    QSignalSpy synced(ana.get(), &Client::conversationSynced);
+    ana->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(synced.contains(QVariantList{QStringLiteral("ana-ben")}), 120000);
+    MessageListModel model(ana.get(), QStringLiteral("ana-ben"));
+    QListView view;
+    view.resize(400, 300);
+    view.setModel(&model);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QTemporaryDir dir;
+    QFile file(dir.filePath(QStringLiteral("minutes.txt")));
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write(QByteArray(200 * 1024, 'm'));
+    file.close();
+    const QString cmid = ana->sendFile(QStringLiteral("ana-ben"), file.fileName(), QStringLiteral("the minutes"));
+    QVERIFY(!cmid.isEmpty());
+    auto rowOf = [&]() -> QModelIndex {
+        for (int r = 0; r < view.model()->rowCount(); ++r)
+            if (view.model()->index(r, 0).data(MessageListModel::CmidRole).toString() == cmid)
+                return view.model()->index(r, 0);
+        return {};
+    };
+    auto fileName = [&](const QModelIndex &i) {
+        const QVariantList atts = i.data(MessageListModel::AttachmentsRole).toList();
+        return atts.isEmpty() ? QString() : atts.first().toMap().value(QStringLiteral("name")).toString();
+    };
+    QModelIndex row = rowOf();
+    QVERIFY(row.isValid());
+    QCOMPARE(fileName(row), QStringLiteral("minutes.txt"));
+    QVERIFY(row.data(MessageListModel::UploadProgressRole).toDouble() >= 0.0);
+    view.scrollTo(row);
+    QVERIFY(view.visualRect(row).isValid());
+    QTRY_VERIFY_WITH_TIMEOUT(rowOf().isValid() && rowOf().data(MessageListModel::SeqRole).toLongLong() > 0, 60000);
+    row = rowOf();
+    QCOMPARE(fileName(row), QStringLiteral("minutes.txt"));
+    QCOMPARE(row.data(MessageListModel::BodyRole).toString(), QStringLiteral("the minutes"));
     view.setModel(nullptr);
 }
 
