@@ -2,10 +2,13 @@
 // section 9 at its edge and just past it. No sockets, no database.
 #include "core/protocol.hpp"
 
+#include <boost/json.hpp>
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <vector>
 
 using namespace im;
 
@@ -288,6 +291,200 @@ TEST(Codec, a_msg_carries_its_attachments_in_order_and_a_send_keeps_the_ids_give
     ASSERT_EQ(send.attachments.size(), 2u);
     EXPECT_EQ(send.attachments[0], "7c9e6679-7425-40de-944b-e07fc1f90ae7");
     EXPECT_EQ(send.attachments[1], "0f8fad5b-d9cb-469f-a165-70867728950e");
+}
+
+
+// ---- the event encoding is the one Boost.JSON's trees gave ----------------
+// protocol.cpp writes events and the frames that carry them straight into
+// the text (no json::object per event, docs/benchmarks.md, "The heavy
+// page's encoding"); the wire must not change by a byte. The reference
+// below is the encoder it replaced, kept verbatim.
+namespace old_encoding {
+namespace json = boost::json;
+
+json::object event_json(const Event& ev) {
+    json::object o;
+    o["conv"] = ev.conv;
+    o["seq"] = ev.seq;
+    o["mid"] = ev.mid;
+    o["kind"] = ev.kind;
+    if (ev.sender.empty()) o["sender"] = nullptr;
+    else o["sender"] = ev.sender;
+    if (ev.body) o["body"] = *ev.body;
+    if (ev.target) o["target"] = *ev.target;
+    if (ev.reply_to) o["reply_to"] = *ev.reply_to;
+    if (!ev.attachments.empty()) {
+        json::array a;
+        for (const auto& x : ev.attachments)
+            a.push_back(json::object{{"att_id", x.att_id}, {"name", x.name}, {"mime", x.mime}, {"size", x.size},
+                                     {"sha256", x.sha256}});
+        o["attachments"] = std::move(a);
+    }
+    if (ev.emoji) o["emoji"] = *ev.emoji;
+    if (ev.on) o["on"] = *ev.on;
+    if (ev.erased) {
+        o["erased"] = true;
+        if (ev.kind == "reaction") {
+            o["emoji"] = "";
+            o["on"] = false;
+        }
+    }
+    if (ev.edit) o["edit"] = json::object{{"seq", ev.edit->seq}, {"body", ev.edit->body}, {"ts", ev.edit->ts}};
+    if (!ev.reactions.empty()) {
+        json::array a;
+        for (const auto& r : ev.reactions) a.push_back(json::object{{"emoji", r.emoji}, {"count", r.count}, {"me", r.me}});
+        o["reactions"] = std::move(a);
+    }
+    if (ev.reactions_seq) o["reactions_seq"] = *ev.reactions_seq;
+    if (ev.recalled) o["recalled"] = true;
+    if (ev.user) o["user"] = *ev.user;
+    if (ev.cmid) o["cmid"] = *ev.cmid;
+    o["ts"] = ev.ts;
+    o["epoch"] = ev.epoch;
+    return o;
+}
+
+std::string finish(json::object o, const std::optional<std::string>& rid) {
+    if (rid) o["rid"] = *rid;
+    return json::serialize(o);
+}
+
+json::array events_json(const std::vector<Event>& evs) {
+    json::array a;
+    for (const auto& ev : evs) a.push_back(event_json(ev));
+    return a;
+}
+
+std::string page(const Page& x, const std::optional<std::string>& rid) {
+    json::object o;
+    o["t"] = "page"; o["conv"] = x.conv;
+    o["events"] = events_json(x.events);
+    o["next_after"] = x.next_after; o["has_more"] = x.has_more; o["head"] = x.head;
+    o["min_seq"] = x.min_seq; o["trimmed"] = x.trimmed; o["epoch"] = x.epoch;
+    return finish(std::move(o), rid);
+}
+
+std::string history(const HistoryPage& x, const std::optional<std::string>& rid) {
+    json::object o;
+    o["t"] = "page"; o["conv"] = x.conv;
+    o["events"] = events_json(x.events);
+    o["oldest"] = x.oldest; o["has_older"] = x.has_older; o["head"] = x.head;
+    o["min_seq"] = x.min_seq; o["trimmed"] = x.trimmed; o["epoch"] = x.epoch;
+    return finish(std::move(o), rid);
+}
+} // namespace old_encoding
+
+// Every kind and optional field, and strings holding every byte value
+// (escapes, quotes, backslashes, UTF-8, bytes that are not UTF-8).
+std::vector<Event> encoding_table() {
+    std::string every_byte;
+    for (int b = 1; b < 256; ++b) every_byte.push_back(static_cast<char>(b));
+    every_byte += std::string(1, '\0') + "\"\\/\x7f";
+    std::vector<Event> t;
+    Event msg;
+    msg.conv = "c-1";
+    msg.seq = 9'007'199'254'740'993;
+    msg.mid = "5c1e0d3e-1d4b-4b0a-9d3f-0c0a7b0c1f2e";
+    msg.kind = "msg";
+    msg.sender = "ana";
+    msg.body = "plain body";
+    msg.cmid = "k-1";
+    msg.ts = 1'765'000'000'123;
+    msg.epoch = 3;
+    t.push_back(msg);
+    Event m2 = msg;
+    m2.body = every_byte;
+    m2.sender = every_byte;
+    m2.conv = every_byte;
+    m2.reply_to = 7;
+    m2.edit = EditState{12, "fixed \"typo\"\n\t\xf0\x9f\x91\x8d" + every_byte, -5};
+    m2.reactions = {{"\xf0\x9f\x91\x8d", 1000, true}, {"\xe2\x9d\xa4", 3, false}, {every_byte, 0, true}};
+    m2.reactions_seq = 99;
+    m2.recalled = true;
+    m2.attachments = {{"7c9e6679-7425-40de-944b-e07fc1f90ae7", "a \"b\".png", "image/png", 123456789, "ff00"},
+                      {"0f8fad5b-d9cb-469f-a165-70867728950e", every_byte, "text/plain", 0, ""}};
+    t.push_back(m2);
+    Event recall = msg;
+    recall.kind = "recall";
+    recall.body.reset();
+    recall.sender.clear(); // the operator's redaction: sender null
+    recall.target = 3;
+    recall.seq = -1;
+    t.push_back(recall);
+    Event join;
+    join.conv = "c";
+    join.seq = 1;
+    join.kind = "join";
+    join.sender = "ben";
+    join.user = "ben";
+    t.push_back(join);
+    Event react = msg;
+    react.kind = "reaction";
+    react.body.reset();
+    react.target = 3;
+    react.emoji = "\xf0\x9f\x91\x8d";
+    react.on = true;
+    t.push_back(react);
+    // Erased reactions: the emptied fields keep their place when present,
+    // else they follow "erased".
+    for (int mask = 0; mask < 4; ++mask) {
+        Event e = react;
+        e.erased = true;
+        if (mask & 1) e.emoji.reset();
+        if (mask & 2) e.on.reset();
+        t.push_back(e);
+    }
+    Event erased_msg = msg;
+    erased_msg.erased = true;
+    erased_msg.body.reset();
+    erased_msg.cmid.reset();
+    t.push_back(erased_msg);
+    Event edit = msg;
+    edit.kind = "edit";
+    edit.target = 3;
+    edit.body = "the edited text";
+    t.push_back(edit);
+    return t;
+}
+
+TEST(Codec, events_and_the_frames_that_carry_them_encode_byte_for_byte_as_boost_json_trees_did) {
+    const auto table = encoding_table();
+    for (std::size_t i = 0; i < table.size(); ++i) {
+        const auto& ev = table[i];
+        const std::string want = boost::json::serialize(old_encoding::event_json(ev));
+        EXPECT_EQ(encode_event(ev), want) << "event " << i;
+        EXPECT_EQ(encoded_size(ev), want.size() + 1) << "event " << i;
+        EXPECT_EQ(encode_event_push(ev),
+                  boost::json::serialize(boost::json::object{{"t", "event"}, {"ev", old_encoding::event_json(ev)}}))
+            << "event " << i;
+        for (const std::optional<std::string>& rid : {std::optional<std::string>(), std::optional<std::string>("r\"1")}) {
+            boost::json::object f{{"t", "fetched"}, {"ev", old_encoding::event_json(ev)}};
+            EXPECT_EQ(encode_reply(Fetched{ev}, rid), old_encoding::finish(std::move(f), rid)) << "event " << i;
+        }
+    }
+    for (const std::optional<std::string>& rid : {std::optional<std::string>(), std::optional<std::string>("rid-9")}) {
+        Page p;
+        p.conv = "c-1";
+        p.events = table;
+        p.next_after = 40;
+        p.has_more = true;
+        p.head = 41;
+        p.min_seq = 2;
+        p.trimmed = true;
+        p.epoch = 3;
+        EXPECT_EQ(encode_reply(p, rid), old_encoding::page(p, rid));
+        p.events.clear();
+        EXPECT_EQ(encode_reply(p, rid), old_encoding::page(p, rid));
+        HistoryPage h;
+        h.conv = "c-2";
+        h.events = table;
+        h.oldest = 1;
+        h.has_older = false;
+        h.head = 50;
+        EXPECT_EQ(encode_reply(h, rid), old_encoding::history(h, rid));
+        h.events.clear();
+        EXPECT_EQ(encode_reply(h, rid), old_encoding::history(h, rid));
+    }
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 
 namespace im {
 namespace json = boost::json;
@@ -238,51 +239,206 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
     return bad("unknown request type '" + std::string(t) + "'");
 }
 
-json::object event_json(const Event& ev) {
-    json::object o;
-    o["conv"] = ev.conv;
-    o["seq"] = ev.seq;
-    o["mid"] = ev.mid;
-    o["kind"] = ev.kind;
-    // null for an event by the operator with no subject: a redaction's
-    // recall (server.md, "Rate limits and moderation").
-    if (ev.sender.empty()) o["sender"] = nullptr;
-    else o["sender"] = ev.sender;
-    if (ev.body) o["body"] = *ev.body;
-    if (ev.target) o["target"] = *ev.target;
-    if (ev.reply_to) o["reply_to"] = *ev.reply_to;
-    if (!ev.attachments.empty()) {
-        json::array a;
-        for (const auto& x : ev.attachments)
-            a.push_back(json::object{{"att_id", x.att_id}, {"name", x.name}, {"mime", x.mime}, {"size", x.size},
-                                     {"sha256", x.sha256}});
-        o["attachments"] = std::move(a);
-    }
-    if (ev.emoji) o["emoji"] = *ev.emoji;
-    if (ev.on) o["on"] = *ev.on;
-    if (ev.erased) {
-        o["erased"] = true;
-        // A reaction keeps its required fields (contract section 12) with
-        // nothing in them: an emoji nobody has, turned off, so a client
-        // that predates `erased` counts nothing for it.
-        if (ev.kind == "reaction") {
-            o["emoji"] = "";
-            o["on"] = false;
+// The event encoding, written straight into the frame's text: no
+// intermediate json::object per event (a page of 200 heavy events built
+// and freed ~2,000 small objects, strings and arrays per request, twice:
+// once to size each event for the frame budget, once for the frame; the
+// profile in docs/benchmarks.md, "The heavy page's encoding"). The bytes are
+// those Boost.JSON's serializer gives for the same fields in the same
+// order (keys in insertion order, its string escapes, plain integers);
+// codec_test compares the two over a table of events and every byte value.
+
+// Boost.JSON's string escapes: \" \\ \b \t \n \f \r, \u00xx (lowercase
+// hex) for the other bytes below 0x20, every other byte as is.
+void append_json_string(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out.push_back('"');
+    std::size_t run = 0;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        out.append(s.data() + run, i - run);
+        run = i + 1;
+        char e = 0;
+        switch (c) {
+        case '"': e = '"'; break;
+        case '\\': e = '\\'; break;
+        case '\b': e = 'b'; break;
+        case '\t': e = 't'; break;
+        case '\n': e = 'n'; break;
+        case '\f': e = 'f'; break;
+        case '\r': e = 'r'; break;
+        default: break;
+        }
+        if (e) {
+            out.push_back('\\');
+            out.push_back(e);
+        } else {
+            const char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            out.append(u, 6);
         }
     }
-    if (ev.edit) o["edit"] = json::object{{"seq", ev.edit->seq}, {"body", ev.edit->body}, {"ts", ev.edit->ts}};
-    if (!ev.reactions.empty()) {
-        json::array a;
-        for (const auto& r : ev.reactions) a.push_back(json::object{{"emoji", r.emoji}, {"count", r.count}, {"me", r.me}});
-        o["reactions"] = std::move(a);
+    out.append(s.data() + run, s.size() - run);
+    out.push_back('"');
+}
+
+// One JSON object written field by field, in the order the calls come.
+class ObjectWriter {
+public:
+    explicit ObjectWriter(std::string& out) : out_(out) { out_.push_back('{'); }
+    /// The key and its colon; the caller writes the value.
+    std::string& key(std::string_view k) {
+        out_.append(first_ ? "\"" : ",\"", first_ ? 1 : 2);
+        first_ = false;
+        out_.append(k);
+        out_.append("\":", 2);
+        return out_;
     }
-    if (ev.reactions_seq) o["reactions_seq"] = *ev.reactions_seq;
-    if (ev.recalled) o["recalled"] = true;
-    if (ev.user) o["user"] = *ev.user;
-    if (ev.cmid) o["cmid"] = *ev.cmid;
-    o["ts"] = ev.ts;
-    o["epoch"] = ev.epoch;
-    return o;
+    void str(std::string_view k, std::string_view v) { append_json_string(key(k), v); }
+    void num(std::string_view k, std::int64_t v) {
+        key(k);
+        char buf[24];
+        const auto r = std::to_chars(buf, buf + sizeof buf, v);
+        out_.append(buf, r.ptr);
+    }
+    void boolean(std::string_view k, bool v) { key(k).append(v ? "true" : "false"); }
+    void null(std::string_view k) { key(k).append("null"); }
+    void close() { out_.push_back('}'); }
+
+private:
+    std::string& out_;
+    bool first_ = true;
+};
+
+void append_event(std::string& out, const Event& ev) {
+    ObjectWriter o(out);
+    o.str("conv", ev.conv);
+    o.num("seq", ev.seq);
+    o.str("mid", ev.mid);
+    o.str("kind", ev.kind);
+    // null for an event by the operator with no subject: a redaction's
+    // recall (server.md, "Rate limits and moderation").
+    if (ev.sender.empty()) o.null("sender");
+    else o.str("sender", ev.sender);
+    if (ev.body) o.str("body", *ev.body);
+    if (ev.target) o.num("target", *ev.target);
+    if (ev.reply_to) o.num("reply_to", *ev.reply_to);
+    if (!ev.attachments.empty()) {
+        std::string& a = o.key("attachments");
+        a.push_back('[');
+        bool first = true;
+        for (const auto& x : ev.attachments) {
+            if (!first) a.push_back(',');
+            first = false;
+            ObjectWriter item(a);
+            item.str("att_id", x.att_id);
+            item.str("name", x.name);
+            item.str("mime", x.mime);
+            item.num("size", x.size);
+            item.str("sha256", x.sha256);
+            item.close();
+        }
+        a.push_back(']');
+    }
+    // A user's erase: a reaction keeps its required fields (contract
+    // section 12) with nothing in them: an emoji nobody has, turned off, so
+    // a client that predates `erased` counts nothing for it. Where the
+    // event has them they keep their place, emptied; else they follow
+    // "erased".
+    const bool erased_reaction = ev.erased && ev.kind == "reaction";
+    if (ev.emoji) o.str("emoji", erased_reaction ? std::string_view() : std::string_view(*ev.emoji));
+    if (ev.on) o.boolean("on", erased_reaction ? false : *ev.on);
+    if (ev.erased) {
+        o.boolean("erased", true);
+        if (erased_reaction && !ev.emoji) o.str("emoji", "");
+        if (erased_reaction && !ev.on) o.boolean("on", false);
+    }
+    if (ev.edit) {
+        ObjectWriter e(o.key("edit"));
+        e.num("seq", ev.edit->seq);
+        e.str("body", ev.edit->body);
+        e.num("ts", ev.edit->ts);
+        e.close();
+    }
+    if (!ev.reactions.empty()) {
+        std::string& a = o.key("reactions");
+        a.push_back('[');
+        bool first = true;
+        for (const auto& r : ev.reactions) {
+            if (!first) a.push_back(',');
+            first = false;
+            ObjectWriter item(a);
+            item.str("emoji", r.emoji);
+            item.num("count", r.count);
+            item.boolean("me", r.me);
+            item.close();
+        }
+        a.push_back(']');
+    }
+    if (ev.reactions_seq) o.num("reactions_seq", *ev.reactions_seq);
+    if (ev.recalled) o.boolean("recalled", true);
+    if (ev.user) o.str("user", *ev.user);
+    if (ev.cmid) o.str("cmid", *ev.cmid);
+    o.num("ts", ev.ts);
+    o.num("epoch", ev.epoch);
+    o.close();
+}
+
+// A list of events as a page carries it: [ev,ev,...].
+void append_events(std::string& out, const std::vector<Event>& events) {
+    out.push_back('[');
+    for (std::size_t i = 0; i < events.size(); ++i) {
+        if (i) out.push_back(',');
+        append_event(out, events[i]);
+    }
+    out.push_back(']');
+}
+
+// The frames that carry events, written straight (encode_reply).
+std::string encode_page_frame(const Page& x, const std::optional<std::string>& rid) {
+    std::string out;
+    out.reserve(256 + x.events.size() * 256);
+    ObjectWriter o(out);
+    o.str("t", "page");
+    o.str("conv", x.conv);
+    append_events(o.key("events"), x.events);
+    o.num("next_after", x.next_after);
+    o.boolean("has_more", x.has_more);
+    o.num("head", x.head);
+    o.num("min_seq", x.min_seq);
+    o.boolean("trimmed", x.trimmed);
+    o.num("epoch", x.epoch);
+    if (rid) o.str("rid", *rid);
+    o.close();
+    return out;
+}
+
+std::string encode_page_frame(const HistoryPage& x, const std::optional<std::string>& rid) {
+    std::string out;
+    out.reserve(256 + x.events.size() * 256);
+    ObjectWriter o(out);
+    o.str("t", "page");
+    o.str("conv", x.conv);
+    append_events(o.key("events"), x.events);
+    o.num("oldest", x.oldest);
+    o.boolean("has_older", x.has_older);
+    o.num("head", x.head);
+    o.num("min_seq", x.min_seq);
+    o.boolean("trimmed", x.trimmed);
+    o.num("epoch", x.epoch);
+    if (rid) o.str("rid", *rid);
+    o.close();
+    return out;
+}
+
+std::string encode_fetched_frame(const Fetched& x, const std::optional<std::string>& rid) {
+    std::string out;
+    ObjectWriter o(out);
+    o.str("t", "fetched");
+    append_event(o.key("ev"), x.ev);
+    if (rid) o.str("rid", *rid);
+    o.close();
+    return out;
 }
 
 json::object conv_info_json(const ConvInfo& c) {
@@ -422,6 +578,10 @@ std::string encode_error(const Error& e, const std::optional<std::string>& rid, 
 }
 
 std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) {
+    // The frames that carry events are written straight (append_event).
+    if (const auto* p = std::get_if<Page>(&r)) return encode_page_frame(*p, rid);
+    if (const auto* h = std::get_if<HistoryPage>(&r)) return encode_page_frame(*h, rid);
+    if (const auto* f = std::get_if<Fetched>(&r)) return encode_fetched_frame(*f, rid);
     json::object o;
     std::visit(
         [&](const auto& x) {
@@ -432,22 +592,9 @@ std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) 
             } else if constexpr (std::is_same_v<T, Sent>) {
                 o["t"] = "sent"; o["conv"] = x.conv; o["seq"] = x.seq; o["mid"] = x.mid;
                 o["dup"] = x.dup; o["epoch"] = x.epoch;
-            } else if constexpr (std::is_same_v<T, Page>) {
-                o["t"] = "page"; o["conv"] = x.conv;
-                json::array evs;
-                evs.reserve(x.events.size());
-                for (const auto& ev : x.events) evs.push_back(event_json(ev));
-                o["events"] = std::move(evs);
-                o["next_after"] = x.next_after; o["has_more"] = x.has_more; o["head"] = x.head;
-                o["min_seq"] = x.min_seq; o["trimmed"] = x.trimmed; o["epoch"] = x.epoch;
-            } else if constexpr (std::is_same_v<T, HistoryPage>) {
-                o["t"] = "page"; o["conv"] = x.conv;
-                json::array evs;
-                evs.reserve(x.events.size());
-                for (const auto& ev : x.events) evs.push_back(event_json(ev));
-                o["events"] = std::move(evs);
-                o["oldest"] = x.oldest; o["has_older"] = x.has_older; o["head"] = x.head;
-                o["min_seq"] = x.min_seq; o["trimmed"] = x.trimmed; o["epoch"] = x.epoch;
+            } else if constexpr (std::is_same_v<T, Page> || std::is_same_v<T, HistoryPage> ||
+                                 std::is_same_v<T, Fetched>) {
+                // written straight above
             } else if constexpr (std::is_same_v<T, Acked>) {
                 o["t"] = "acked"; o["conv"] = x.conv; o["delivered"] = x.delivered;
             } else if constexpr (std::is_same_v<T, ReadOk>) {
@@ -467,8 +614,6 @@ std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) 
                 for (const auto& c : x.convs) a.push_back(conv_info_json(c));
                 o["convs"] = std::move(a);
                 o["next_after"] = x.next_after; o["has_more"] = x.has_more;
-            } else if constexpr (std::is_same_v<T, Fetched>) {
-                o["t"] = "fetched"; o["ev"] = event_json(x.ev);
             } else if constexpr (std::is_same_v<T, Subscribed>) {
                 o["t"] = "subscribed";
             } else if constexpr (std::is_same_v<T, Refreshed>) {
@@ -487,14 +632,30 @@ std::string encode_reply(const Reply& r, const std::optional<std::string>& rid) 
     return finish(std::move(o), rid);
 }
 
-std::size_t encoded_size(const Event& ev) { return json::serialize(event_json(ev)).size() + 1; }
+std::size_t encoded_size(const Event& ev) {
+    // Written into a buffer the thread keeps: no allocation once it has
+    // grown to the largest event.
+    thread_local std::string scratch;
+    scratch.clear();
+    append_event(scratch, ev);
+    return scratch.size() + 1;
+}
 std::size_t encoded_size(const ConvInfo& c) { return json::serialize(conv_info_json(c)).size() + 1; }
 
 std::string encode_event_push(const Event& ev) {
-    return json::serialize(json::object{{"t", "event"}, {"ev", event_json(ev)}});
+    std::string out;
+    ObjectWriter o(out);
+    o.str("t", "event");
+    append_event(o.key("ev"), ev);
+    o.close();
+    return out;
 }
 
-std::string encode_event(const Event& ev) { return json::serialize(event_json(ev)); }
+std::string encode_event(const Event& ev) {
+    std::string out;
+    append_event(out, ev);
+    return out;
+}
 
 std::string encode_hint(std::string_view conv, std::int64_t head, std::int64_t epoch,
                         std::optional<std::int64_t> read) {
