@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <stdexcept>
 
@@ -42,44 +43,51 @@ std::string event_columns() {
 
 std::string with_changes(const std::string& events_sql, const std::string& lo, const std::string& hi, int viewer) {
     const std::string v = "$" + std::to_string(viewer);
-    // Two branches, one of which runs (a one-time filter each), chosen by
-    // two index probes over the page's seq range [lo, hi] (from the
-    // parameters: seqs are gap-free below the head): is there a changed
-    // msg (a msg_changes row) or a recall in it? No: the events' own
-    // statement and nothing more, so a plain page costs what it cost before
-    // contract v3 (a materialized copy of the events, the joins and their
-    // sort cost it 2x the statement time). Yes: the events materialized
-    // (a CTE runs only when read), a hash join to msg_changes, which holds
-    // each msg's reactions summary as written (reactions_top, schema/018:
-    // the top 20 as JSON text, kept by im_change), and for a msg with one,
-    // the viewer's own emoji on it (`me`: an index probe of
-    // reaction_state_by_user, imserver marks the summary's emoji with it),
-    // and a probe of the recall index per msg. Before the summary this
-    // branch ranked every count of the page's messages and built their
-    // lists on every read (the heavy page's statement 2-4x this one's,
-    // docs/benchmarks.md, "Pages with edits and reactions"). The viewer's
-    // emoji are probed per msg, not joined as a set: a generic plan (a
-    // prepared statement's, from the sixth call) guesses one event and one
-    // row per CTE, and put a set of them in a nested loop over the events
-    // (201 x 149 rows, 20 ms on the heavy page); the probe's cost does not
-    // depend on an estimate (150 probes, about 1 ms there).
-    // No ORDER BY: the caller puts the rows in seq order (rows_in_seq_order).
+    // One statement (one snapshot) of four independent branches, each one
+    // index range scan over the page's seq range [lo, hi] (from the
+    // parameters: seqs are gap-free below the head), joined by nothing:
+    //   1. the events themselves (events_sql), seven NULL columns after;
+    //   2. the msg_changes rows of the range (conv_id NULL, seq the msg's):
+    //      the winning edit and reactions_seq, and the reactions summary as
+    //      written (reactions_top, schema/018: the top 20 as JSON text,
+    //      kept by im_change);
+    //   3. the recalls of the range (conv_id NULL, seq the target's,
+    //      recalled true);
+    //   4. the viewer's own emoji over the range, one row (conv_id and seq
+    //      NULL) when there are any: "seq emoji" lines (an emoji holds no
+    //      control character, contract section 12), from which imserver
+    //      marks `me` in the summaries. Not for an empty viewer (pushes:
+    //      `me` is judged for no one).
+    // imserver puts each change on its event by seq (event_rows,
+    // read_event): a msg shows only changes of its own seq, and rows of a
+    // seq outside the events read are ignored. A plain page's branches 2-4
+    // find nothing in their index. The forms before this one joined the
+    // events to the changes in SQL: the events materialized and hashed
+    // (about 0.5 ms of the heavy page's 1.8 ms statement), a recall probe
+    // per msg, the viewer's emoji probed per msg (150 probes, about 1 ms),
+    // and a generic plan (a prepared statement's, from the sixth call)
+    // guesses one row per CTE: sets joined to the events went into nested
+    // loops (201 x 149 rows, 20 ms on the heavy page); docs/benchmarks.md,
+    // "Pages with edits and reactions" and "The heavy page, taken apart".
+    // No ORDER BY: the caller puts the rows in seq order (event_rows).
     const std::string range = " BETWEEN " + lo + " AND " + hi;
-    return "WITH has AS (SELECT EXISTS (SELECT 1 FROM msg_changes x WHERE x.conv_id = $1 AND x.seq" + range +
-           ") OR EXISTS (SELECT 1 FROM events r WHERE r.conv_id = $1 AND r.kind = 'recall' AND r.target_seq" + range +
-           ") AS any_change), "
-           "ev AS MATERIALIZED (" + events_sql + ") "
-           "SELECT e.*, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, false, NULL::text, NULL::text FROM (" +
-           events_sql + ") e WHERE NOT (SELECT any_change FROM has) "
+    return "SELECT e.*, NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, NULL::boolean, NULL::text, NULL::text "
+           "FROM (" + events_sql + ") e "
            "UNION ALL "
-           "SELECT ev.*, x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, "
-           "x.reactions_seq, "
-           "ev.kind = 'msg' AND EXISTS (SELECT 1 FROM events r WHERE r.conv_id = ev.conv_id AND r.kind = 'recall' "
-           "AND r.target_seq = ev.seq), x.reactions_top, "
-           "CASE WHEN x.reactions_top IS NOT NULL THEN (SELECT json_agg(s.emoji)::text FROM reaction_state s "
-           "WHERE s.conv_id = ev.conv_id AND s.user_id = " + v + "::text AND s.target_seq = ev.seq AND s.is_on) END "
-           "FROM ev LEFT JOIN msg_changes x ON ev.kind = 'msg' AND x.conv_id = ev.conv_id AND x.seq = ev.seq "
-           "WHERE (SELECT any_change FROM has)";
+           "SELECT NULL, x.seq, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+           "x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, x.reactions_seq, NULL, "
+           "x.reactions_top, NULL "
+           "FROM msg_changes x WHERE x.conv_id = $1 AND x.seq" + range + " "
+           "UNION ALL "
+           "SELECT NULL, r.target_seq, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+           "NULL, NULL, NULL, NULL, NULL, true, NULL, NULL "
+           "FROM events r WHERE r.conv_id = $1 AND r.kind = 'recall' AND r.target_seq" + range + " "
+           "UNION ALL "
+           "SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+           "NULL, NULL, NULL, NULL, NULL, NULL, m.mine "
+           "FROM (SELECT string_agg(s.target_seq::text || ' ' || s.emoji, E'\\n') AS mine FROM reaction_state s "
+           "WHERE s.conv_id = $1 AND s.user_id = " + v + "::text AND s.target_seq" + range + " AND s.is_on) m "
+           "WHERE " + v + "::text <> '' AND m.mine IS NOT NULL";
 }
 
 std::string event_page_sql(bool newest_first) {
@@ -90,18 +98,46 @@ std::string event_page_sql(bool newest_first) {
                                        "LEAST($3::bigint, $2::bigint + $4::bigint - 1)", 5);
 }
 
-std::vector<pqxx::row> rows_in_seq_order(const pqxx::result& r, bool newest_first) {
+EventRows event_rows(const pqxx::result& r, bool newest_first) {
     // Seqs read once, then indices sorted (a pqxx::row copy is a result's
-    // reference count); the plain branch's rows come in order already.
+    // reference count); the events' rows come in order already. Rows with
+    // a NULL conv_id are changes (with_changes' branches 2-4).
+    EventRows out;
     std::vector<std::pair<std::int64_t, pqxx::result::size_type>> keys;
     keys.reserve(r.size());
-    for (pqxx::result::size_type i = 0; i < r.size(); ++i)
-        keys.emplace_back(newest_first ? -r[i][1].as<std::int64_t>() : r[i][1].as<std::int64_t>(), i);
+    for (pqxx::result::size_type i = 0; i < r.size(); ++i) {
+        const auto row = r[i];
+        if (!row[0].is_null()) {
+            const auto seq = row[1].as<std::int64_t>();
+            keys.emplace_back(newest_first ? -seq : seq, i);
+        } else if (!row[1].is_null()) {
+            const auto seq = row[1].as<std::int64_t>();
+            if (!row[20].is_null()) out.recalled.push_back(seq);
+            else out.changes.emplace_back(seq, row);
+        } else if (!row[22].is_null()) {
+            // "seq emoji" lines; an emoji has no control character.
+            const std::string_view text(row[22].c_str(), row[22].size());
+            for (std::size_t at = 0; at < text.size();) {
+                std::size_t end = text.find('\n', at);
+                if (end == std::string_view::npos) end = text.size();
+                const auto line = text.substr(at, end - at);
+                const auto sp = line.find(' ');
+                std::int64_t seq = 0;
+                if (sp != std::string_view::npos &&
+                    std::from_chars(line.data(), line.data() + sp, seq).ec == std::errc())
+                    out.mine.emplace_back(seq, std::string(line.substr(sp + 1)));
+                at = end + 1;
+            }
+        }
+    }
     if (!std::is_sorted(keys.begin(), keys.end())) std::sort(keys.begin(), keys.end());
-    std::vector<pqxx::row> rows;
-    rows.reserve(keys.size());
-    for (const auto& k : keys) rows.push_back(r[k.second]);
-    return rows;
+    out.rows.reserve(keys.size());
+    for (const auto& k : keys) out.rows.push_back(r[k.second]);
+    const auto by_seq = [](const auto& a, const auto& b) { return a.first < b.first; };
+    std::sort(out.changes.begin(), out.changes.end(), by_seq);
+    std::sort(out.recalled.begin(), out.recalled.end());
+    std::sort(out.mine.begin(), out.mine.end());
+    return out;
 }
 
 Event read_event(const pqxx::row& row) {
@@ -125,24 +161,37 @@ Event read_event(const pqxx::row& row) {
     if (!row[13].is_null()) ev.on = row[13].as<bool>();
     if (!row[14].is_null()) ev.attachments = attachments_from_json(row[14].c_str());
     ev.erased = row[15].as<bool>();
-    if (row.size() < 23) return ev; // without with_changes' columns
-    if (!row[16].is_null()) ev.edit = EditState{row[16].as<std::int64_t>(), row[17].c_str(), row[18].as<std::int64_t>()};
-    if (!row[19].is_null()) ev.reactions_seq = row[19].as<std::int64_t>();
-    ev.recalled = !row[20].is_null() && row[20].as<bool>();
-    if (!row[21].is_null()) {
+    return ev;
+}
+
+Event read_event(const pqxx::row& row, const EventRows& with) {
+    Event ev = read_event(row);
+    if (ev.kind != "msg") return ev; // later changes are a msg's only
+    ev.recalled = std::binary_search(with.recalled.begin(), with.recalled.end(), ev.seq);
+    const auto c = std::lower_bound(with.changes.begin(), with.changes.end(), ev.seq,
+                                    [](const auto& a, std::int64_t seq) { return a.first < seq; });
+    if (c == with.changes.end() || c->first != ev.seq) return ev;
+    const pqxx::row& x = c->second;
+    if (!x[16].is_null()) ev.edit = EditState{x[16].as<std::int64_t>(), x[17].c_str(), x[18].as<std::int64_t>()};
+    if (!x[19].is_null()) ev.reactions_seq = x[19].as<std::int64_t>();
+    if (!x[21].is_null()) {
         // The summary (schema/018): [["emoji", count], ...], top 20 in
-        // order; `me` from the viewer's own emoji on this msg (row[22]).
-        std::vector<std::string> mine;
-        if (!row[22].is_null()) {
-            const boost::json::value own = boost::json::parse(row[22].c_str());
-            for (const auto& e : own.as_array()) mine.emplace_back(e.as_string());
-        }
-        const boost::json::value list = boost::json::parse(row[21].c_str());
-        for (const auto& item : list.as_array()) {
+        // order; `me` when the viewer's emoji on this msg have it. Parsed
+        // into a buffer on the stack (a monotonic resource): no allocation
+        // per value for a summary of up to 20 short items.
+        const auto own = std::equal_range(with.mine.begin(), with.mine.end(), std::make_pair(ev.seq, std::string()),
+                                          [](const auto& a, const auto& b) { return a.first < b.first; });
+        unsigned char buf[4096];
+        boost::json::monotonic_resource mr(buf, sizeof buf);
+        const boost::json::value list = boost::json::parse(std::string_view(x[21].c_str(), x[21].size()), &mr);
+        const auto& items = list.as_array();
+        ev.reactions.reserve(items.size());
+        for (const auto& item : items) {
             const auto& a = item.as_array();
-            std::string emoji(a.at(0).as_string());
-            const bool me = std::find(mine.begin(), mine.end(), emoji) != mine.end();
-            ev.reactions.push_back({std::move(emoji), a.at(1).to_number<std::int64_t>(), me});
+            const auto& emoji = a.at(0).as_string();
+            bool me = false;
+            for (auto it = own.first; it != own.second && !me; ++it) me = it->second == emoji;
+            ev.reactions.push_back({std::string(emoji), a.at(1).to_number<std::int64_t>(), me});
         }
     }
     return ev;

@@ -88,21 +88,31 @@ std::string device_valid_sql(int dev, int user, int tok);
 std::string event_columns();
 /// `events_sql` (a statement selecting event_columns() of some events)
 /// with what a msg shows of its later changes (contract section 12): edit
-/// seq, body and ts, reactions_seq, recalled, the top reactions as JSON
+/// seq, body and ts, reactions_seq, recalled, the top reactions
 /// (msg_changes.reactions_top, schema/018) and the emoji of the user in
-/// parameter $viewer on it (for `me`), both JSON text; one statement, one
-/// snapshot, no query per event. read_event reads the extra columns.
-/// `lo` and `hi` (SQL over the parameters) bound the seqs events_sql can
-/// return: a page with no changed msg in [lo, hi] skips the joins. A range
-/// read's bounds rely on seqs being gap-free (Collected::whole refuses a
-/// page with a gap).
+/// parameter $viewer (for `me`). One statement, one snapshot, no query per
+/// event: the events' rows and, after them, rows of changes (conv_id NULL)
+/// from one index range scan each over [lo, hi]; event_rows takes them
+/// apart, read_event puts them on the events. `lo` and `hi` (SQL over the
+/// parameters) bound the seqs events_sql can return (a range read's bounds
+/// rely on seqs being gap-free: Collected::whole refuses a page with a gap).
 std::string with_changes(const std::string& events_sql, const std::string& lo, const std::string& hi, int viewer);
 /// A page of sync (oldest first) or history (newest first): the events of
 /// Store::event_range_sql with their changes; $5 is the reader.
 std::string event_page_sql(bool newest_first);
-/// The rows of a with_changes statement in seq order (it has no ORDER BY).
-std::vector<pqxx::row> rows_in_seq_order(const pqxx::result& r, bool newest_first);
+/// The rows of a with_changes statement: its events in seq order (it has
+/// no ORDER BY) and the changes of its range, each sorted by seq.
+struct EventRows {
+    std::vector<pqxx::row> rows;                               // the events
+    std::vector<std::pair<std::int64_t, pqxx::row>> changes;   // msg_changes rows by msg seq
+    std::vector<std::int64_t> recalled;                        // recalled msgs' seqs
+    std::vector<std::pair<std::int64_t, std::string>> mine;    // the viewer's (seq, emoji)
+};
+EventRows event_rows(const pqxx::result& r, bool newest_first);
+/// One event row (event_columns()), without later changes.
 Event read_event(const pqxx::row& row);
+/// An event row of a with_changes statement with the changes of its seq.
+Event read_event(const pqxx::row& row, const EventRows& with);
 
 /// A PostgreSQL text[] literal (a bound parameter): every element quoted,
 /// `"` and `\` escaped; `at(i)` gives element i, nullptr for NULL.

@@ -105,7 +105,7 @@ struct Collector {
     // range read in its own statement must come back whole: first..last
     // consecutive, as many rows as asked or the whole range.
     bool whole(const std::vector<pqxx::row>& r, std::int64_t lo, std::int64_t hi, std::int64_t limit,
-               bool newest_first) {
+               bool newest_first) const {
         std::int64_t expect = newest_first ? hi : lo;
         for (const auto& row : r) {
             if (row[1].as<std::int64_t>() != expect) return false;
@@ -115,13 +115,13 @@ struct Collector {
     }
 
     // Adds the rows in order; false once the page is full.
-    bool take(const std::vector<pqxx::row>& r) {
-        for (const auto& row : r) {
+    bool take(const EventRows& r) {
+        for (const auto& row : r.rows) {
             if (static_cast<std::int64_t>(events.size()) >= want) {
                 cut = true;
                 return false;
             }
-            Event ev = read_event(row);
+            Event ev = read_event(row, r);
             std::size_t n = encoded_size(ev);
             if (!events.empty() && bytes + n > page_item_budget) {
                 cut = true;
@@ -191,8 +191,8 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
             if (lo > hi) continue;
             // One row more than still fits tells whether more remain.
             const std::int64_t limit = col.want - static_cast<std::int64_t>(col.events.size()) + 1;
-            const auto r = rows_in_seq_order(tx.exec_prepared("im_events_asc", s.conv, lo, hi, limit, who.user), false);
-            if (!col.whole(r, lo, hi, limit, false)) {
+            const auto r = event_rows(tx.exec_prepared("im_events_asc", s.conv, lo, hi, limit, who.user), false);
+            if (!col.whole(r.rows, lo, hi, limit, false)) {
                 raced = true;
                 return Error{Code::unavailable, "purged while read"};
             }
@@ -236,8 +236,8 @@ Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& wh
             std::int64_t hi = std::min({it->to, access.head, before - 1});
             if (lo > hi) continue;
             const std::int64_t limit = col.want - static_cast<std::int64_t>(col.events.size()) + 1;
-            const auto r = rows_in_seq_order(tx.exec_prepared("im_events_desc", h.conv, lo, hi, limit, who.user), true);
-            if (!col.whole(r, lo, hi, limit, true)) {
+            const auto r = event_rows(tx.exec_prepared("im_events_desc", h.conv, lo, hi, limit, who.user), true);
+            if (!col.whole(r.rows, lo, hi, limit, true)) {
                 raced = true;
                 return Error{Code::unavailable, "purged while read"};
             }
@@ -268,9 +268,9 @@ Outcome<Fetched> Store::fetch(pqxx::connection_base& c, const Identity& who, con
         if (!access.any()) return not_member();
         if (f.seq < 1 || f.seq > access.head) return Error{Code::not_found, "no such event"};
         if (!access.can_read(f.seq)) return not_member();
-        auto r = tx.exec_prepared("im_event", f.conv, f.seq, who.user);
-        if (r.empty()) return Error{Code::not_found, "no such event"};
-        return Fetched{read_event(r[0])};
+        const auto r = event_rows(tx.exec_prepared("im_event", f.conv, f.seq, who.user), false);
+        if (r.rows.empty()) return Error{Code::not_found, "no such event"};
+        return Fetched{read_event(r.rows[0], r)};
     });
 }
 
@@ -299,9 +299,10 @@ std::optional<Store::PushBatch> Store::load_push(pqxx::connection_base& c, const
     PushBatch b;
     b.head = conv_row_.next_seq - 1;
     b.epoch = conv_row_.epoch;
-    if (from <= to)
-        for (const auto& r : rows_in_seq_order(tx.exec_prepared("im_push_events", conv, from, to, std::string()), false))
-            b.events.push_back(read_event(r));
+    if (from <= to) {
+        const auto rows = event_rows(tx.exec_prepared("im_push_events", conv, from, to, std::string()), false);
+        for (const auto& r : rows.rows) b.events.push_back(read_event(r, rows));
+    }
     std::int64_t open = 0;
     for (const auto& r : tx.exec_prepared("im_conv_periods", conv)) {
         PushBatch::Period p{r[0].c_str(), r[1].as<std::int64_t>(), r[2].is_null() ? INT64_MAX : r[2].as<std::int64_t>()};
@@ -319,8 +320,8 @@ std::vector<Event> Store::push_events(pqxx::connection_base& c, const std::strin
     prepare_reads(c);
     pqxx::nontransaction tx(c);
     std::vector<Event> out;
-    for (const auto& row : rows_in_seq_order(tx.exec_prepared("im_push_events", conv, from, to, std::string()), false))
-        out.push_back(read_event(row));
+    const auto rows = event_rows(tx.exec_prepared("im_push_events", conv, from, to, std::string()), false);
+    for (const auto& row : rows.rows) out.push_back(read_event(row, rows));
     return out;
 }
 
