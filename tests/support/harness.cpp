@@ -558,7 +558,7 @@ struct WsClient::Impl {
                 std::lock_guard lk(mu);
                 largest = std::max(largest, text.size());
                 ++received;
-                frames.push_back(!jec && v.is_object() ? v.as_object() : json::object{{"t", "unparsable"}});
+                frames.push_back(!jec && v.is_object() ? std::move(v.as_object()) : json::object{{"t", "unparsable"}});
                 cv.notify_all();
             }
             do_read();
@@ -651,7 +651,7 @@ json::object WsClient::request(json::object o, std::chrono::milliseconds timeout
     for (;;) {
         for (auto it = impl_->frames.begin(); it != impl_->frames.end(); ++it) {
             if (str(*it, "rid") == rid) {
-                json::object f = *it;
+                json::object f = std::move(*it); // a page's tree is large: moved, not copied
                 impl_->frames.erase(it);
                 return f;
             }
