@@ -19,6 +19,8 @@
 // Usage: bench_search [--messages N] [--dir DIR] [--queries N] [--pages N]
 //        [--reuse] (with --dir: the store a run before left there, its index
 //        built: straight to the measures) [--apply-only] (only 4: a profiler's run)
+//        [--side with|without|both] (4 with the index upkeep only, without it
+//        only, or both alternating: the default; one side for callgrind)
 //        IM_BENCH_SMALL=1 (or --messages 20000): the CI bench stage's size.
 #include "searchreader_p.h"
 #include "searchservice_p.h"
@@ -341,6 +343,8 @@ int main(int argc, char **argv) {
     cli.addOption({QStringLiteral("reuse"), QStringLiteral("reuse the store a run with --dir left there (its index"
                                                            " built): no generation, no build")});
     cli.addOption({QStringLiteral("apply-only"), QStringLiteral("measure only the page apply (for a profiler)")});
+    cli.addOption({QStringLiteral("side"), QStringLiteral("pages applied with the index upkeep, without, or both"
+                                                          " alternating (default)"), QStringLiteral("with|without|both")});
     cli.process(app);
     const bool small = qEnvironmentVariableIsSet("IM_BENCH_SMALL");
     const int messages = cli.isSet(QStringLiteral("messages")) ? cli.value(QStringLiteral("messages")).toInt()
@@ -469,8 +473,11 @@ int main(int argc, char **argv) {
     qint64 seq = 10000000, ts = kT0 + qint64(messages) * 1000 + 1000;
     if (!storedMax(path, &seq, &ts))
         return 1;
+    const QString side = cli.value(QStringLiteral("side"));
     for (int i = 0; i < pages * 2; ++i) {
         const bool on = i % 2 == 0;
+        if ((side == u"with" && !on) || (side == u"without" && on))
+            continue; // one side only (a profiler's or callgrind's run)
         const proto::Page p = newPage(QStringLiteral("conv-%1").arg(i % 200), seq, 200, ts, rng);
         seq += 200;
         ts += 1000;
