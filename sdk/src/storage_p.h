@@ -136,7 +136,7 @@ struct SearchStatements {
 
 class Storage {
 public:
-    static constexpr int SchemaVersion = 9;
+    static constexpr int SchemaVersion = 10;
     /// How long a statement waits for a database locked by someone else.
     static constexpr int BusyTimeoutMs = 250;
 

@@ -670,6 +670,26 @@ private slots:
         init();
     }
 
+    void the_index_merges_sixteen_segments_at_a_time() {
+        // Schema 10: FTS5's automerge is 16 (its default, 4, merged a
+        // level every fourth page commit, inside that page's transaction),
+        // in a new store and in one upgraded from schema 9.
+        const QString automerge = QStringLiteral("SELECT v FROM search_config WHERE k = 'automerge'");
+        QCOMPARE(sqlValue(path_, automerge).toInt(), 16);
+        cleanup();
+        const QString path = dir_.filePath(QStringLiteral("v9.db"));
+        const QString loaded = loadFixture(9, path);
+        QVERIFY2(loaded.isEmpty(), qPrintable(loaded));
+        QVERIFY(sqlValue(path, automerge).isNull()); // FTS5's default
+        {
+            Storage upgraded;
+            QVERIFY2(upgraded.open(path), qPrintable(upgraded.lastError()));
+            QCOMPARE(upgraded.schemaVersion(), Storage::SchemaVersion);
+        }
+        QCOMPARE(sqlValue(path, automerge).toInt(), 16);
+        init();
+    }
+
     void a_schema_6_index_is_rebuilt_in_the_new_format_and_merged() {
         // A schema 6 store whose index was built (ids ts * 2^20 + seq, as
         // schema 6 made them): schema 7 drops it, builds it again in the
