@@ -114,20 +114,39 @@ QString indexText(const QString &body) {
     const QString n = nfkc(body);
     if (isAscii(n))
         return n;
+    // One pass (it runs for every stored message, inside the page's
+    // transaction): the text as it is, each CJK run c1..cn as
+    // " c1c2 c2c3 ... c(n-1)cn cn ".
     QString out;
-    out.reserve(n.size() * 2);
-    for (const Run &r : runs(n)) {
-        if (!r.cjk) {
-            out += r.text;
-            continue;
+    out.reserve(n.size() * 3);
+    const QStringView v(n);
+    qsizetype prevAt = -1, prevLen = 0; // the run's previous code point (-1: not in a run)
+    for (qsizetype i = 0; i < v.size();) {
+        const QChar h = v.at(i);
+        const bool pair = h.isHighSurrogate() && i + 1 < v.size() && v.at(i + 1).isLowSurrogate();
+        const qsizetype len = pair ? 2 : 1;
+        const char32_t c = pair ? QChar::surrogateToUcs4(h, v.at(i + 1)) : char32_t(h.unicode());
+        if (isCjk(c)) {
+            if (prevAt < 0) {
+                out += u' ';
+            } else {
+                out += v.mid(prevAt, prevLen + len);
+                out += u' ';
+            }
+            prevAt = i;
+            prevLen = len;
+        } else {
+            if (prevAt >= 0) {
+                out += v.mid(prevAt, prevLen);
+                out += u' ';
+                prevAt = -1;
+            }
+            out += v.mid(i, len);
         }
-        const QList<Cp> cps = codePoints(r.text);
-        out += u' ';
-        for (qsizetype i = 0; i + 1 < cps.size(); ++i) {
-            out += QStringView(r.text).mid(cps[i].at, cps[i].len + cps[i + 1].len);
-            out += u' ';
-        }
-        out += QStringView(r.text).mid(cps.last().at, cps.last().len);
+        i += len;
+    }
+    if (prevAt >= 0) {
+        out += v.mid(prevAt, prevLen);
         out += u' ';
     }
     return out;
@@ -183,13 +202,20 @@ QString foldWord(const QString &w) {
 } // namespace
 
 QStringList vocabTerms(const QString &body) {
+    // One pass over the code points (it runs for every stored message):
+    // a word is a run of token characters outside the CJK runs.
     QStringList out;
-    for (const Run &r : runs(nfkc(body))) {
-        if (r.cjk)
-            continue;
-        for (const QString &w : words(r.text)) {
-            const QString f = foldWord(w);
-            QString entry;
+    const QString n = nfkc(body);
+    const QStringView v(n);
+    auto add = [&out](QStringView word, bool ascii) {
+        QString entry;
+        if (ascii) {
+            entry = word.toString();
+            for (QChar &c : entry)
+                if (c >= u'A' && c <= u'Z')
+                    c = QChar(c.unicode() + 32);
+        } else {
+            const QString f = foldWord(word.toString());
             if (asciiOnly(f)) {
                 entry = f;
             } else {
@@ -197,13 +223,34 @@ QStringList vocabTerms(const QString &body) {
                 while (lead < f.size() && f.at(lead).unicode() < 0x80)
                     ++lead;
                 if (lead == 0)
-                    continue;
+                    return;
                 entry = f.left(lead) + VocabPrefixMark;
             }
-            if (!out.contains(entry))
-                out << entry;
         }
+        if (!out.contains(entry))
+            out << entry;
+    };
+    qsizetype start = -1; // the current word's first UTF-16 unit (-1: none)
+    bool ascii = true;
+    for (qsizetype i = 0; i < v.size();) {
+        const QChar h = v.at(i);
+        const bool pair = h.isHighSurrogate() && i + 1 < v.size() && v.at(i + 1).isLowSurrogate();
+        const qsizetype len = pair ? 2 : 1;
+        const char32_t c = pair ? QChar::surrogateToUcs4(h, v.at(i + 1)) : char32_t(h.unicode());
+        if (!isCjk(c) && isWordChar(c)) {
+            if (start < 0) {
+                start = i;
+                ascii = true;
+            }
+            ascii = ascii && c < 0x80;
+        } else if (start >= 0) {
+            add(v.mid(start, i - start), ascii);
+            start = -1;
+        }
+        i += len;
     }
+    if (start >= 0)
+        add(v.mid(start), ascii);
     return out;
 }
 

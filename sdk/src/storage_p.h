@@ -126,13 +126,17 @@ struct LocalMessage {
 struct SearchStatements {
     explicit SearchStatements(const QSqlDatabase &db);
     QSqlQuery indexed, row, probe, ftsInsert, ftsDelete, setId, clearId;
-    QSqlQuery old, fresh; // insertEvent's fast path
+    QSqlQuery before; // insertEvent's fast path: one look before the upsert
     QSqlQuery termInsert; // the vocabulary (search_terms)
+    // A conversation's token in the index's conv column (a hash: computed
+    // once per conversation, not per message).
+    const QString &token(const QString &conv);
+    QHash<QString, QString> convTokens;
 };
 
 class Storage {
 public:
-    static constexpr int SchemaVersion = 9;
+    static constexpr int SchemaVersion = 10;
     /// How long a statement waits for a database locked by someone else.
     static constexpr int BusyTimeoutMs = 250;
 

@@ -51,12 +51,17 @@ QString indexedText(const QString &alias = QString()) {
 } // namespace
 
 SearchStatements::SearchStatements(const QSqlDatabase &db)
-    : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), old(db), fresh(db),
+    : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), before(db),
       termInsert(db) {
     termInsert.prepare(QStringLiteral("INSERT OR IGNORE INTO search_terms(term) VALUES(?)"));
-    old.prepare(QStringLiteral("SELECT search_id, %1 FROM events WHERE conv = ? AND seq = ?").arg(indexedText()));
-    fresh.prepare(QStringLiteral("SELECT EXISTS(SELECT 1 FROM events WHERE search_id = ?),"
-                                 " EXISTS(SELECT 1 FROM events WHERE conv = ? AND target = ? AND kind = 'recall')"));
+    // insertEvent's one look before its upsert: the stored row (1, its
+    // search_id, its text), or for a new one (0, whether the search id it
+    // would take is taken, whether a recall of it is stored). UNION ALL
+    // with LIMIT 1: the second part runs only when the first found nothing.
+    before.prepare(QStringLiteral("SELECT 1, search_id, %1 FROM events WHERE conv = ? AND seq = ?"
+                                  " UNION ALL SELECT 0, EXISTS(SELECT 1 FROM events WHERE search_id = ?),"
+                                  " EXISTS(SELECT 1 FROM events WHERE conv = ? AND target = ? AND kind = 'recall')"
+                                  " LIMIT 1").arg(indexedText()));
     indexed.prepare(QStringLiteral("SELECT search_id, %1 FROM events"
                                    " WHERE conv = ? AND seq = ? AND search_id IS NOT NULL").arg(indexedText()));
     row.prepare(QStringLiteral(
@@ -68,6 +73,13 @@ SearchStatements::SearchStatements(const QSqlDatabase &db)
     ftsDelete.prepare(QStringLiteral("INSERT INTO search(search, rowid, body, conv) VALUES('delete', ?, ?, ?)"));
     setId.prepare(QStringLiteral("UPDATE events SET search_id = ? WHERE conv = ? AND seq = ?"));
     clearId.prepare(QStringLiteral("UPDATE events SET search_id = NULL WHERE conv = ? AND seq = ?"));
+}
+
+const QString &SearchStatements::token(const QString &conv) {
+    auto it = convTokens.constFind(conv);
+    if (it == convTokens.cend())
+        it = convTokens.insert(conv, convToken(conv));
+    return *it;
 }
 
 SearchStatements &Storage::searchStatements() {
@@ -93,7 +105,7 @@ bool Storage::unindexEvent(const QString &conv, qint64 seq) {
     s.indexed.finish();
     s.ftsDelete.bindValue(0, id);
     s.ftsDelete.bindValue(1, searchtext::indexText(text));
-    s.ftsDelete.bindValue(2, convToken(conv));
+    s.ftsDelete.bindValue(2, s.token(conv));
     s.clearId.bindValue(0, conv);
     s.clearId.bindValue(1, seq);
     return exec(s.ftsDelete) && exec(s.clearId);
@@ -123,7 +135,7 @@ bool Storage::indexEvent(const QString &conv, qint64 seq) {
         return false;
     s.ftsInsert.bindValue(0, id);
     s.ftsInsert.bindValue(1, searchtext::indexText(text));
-    s.ftsInsert.bindValue(2, convToken(conv));
+    s.ftsInsert.bindValue(2, s.token(conv));
     s.setId.bindValue(0, id);
     s.setId.bindValue(1, conv);
     s.setId.bindValue(2, seq);
@@ -169,26 +181,31 @@ bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newI
     if (!searchUpkeep_)
         return true;
     SearchStatements &s = searchStatements();
-    s.old.bindValue(0, e.conv);
-    s.old.bindValue(1, e.seq);
-    if (!exec(s.old))
+    const qint64 first = (std::max<qint64>(0, e.ts) << kLowBits) + (e.seq & ((qint64(1) << kLowBits) - 1));
+    s.before.bindValue(0, e.conv);
+    s.before.bindValue(1, e.seq);
+    s.before.bindValue(2, first);
+    s.before.bindValue(3, e.conv);
+    s.before.bindValue(4, e.seq);
+    if (!exec(s.before) || !s.before.next())
         return false;
-    if (s.old.next()) {
+    if (s.before.value(0).toInt() == 1) {
         // Stored already: out of the index now, back in after the upsert.
-        const bool indexed = !s.old.value(0).isNull();
-        const qint64 id = s.old.value(0).toLongLong();
-        const QString text = s.old.value(1).toString();
-        s.old.finish();
+        const bool indexed = !s.before.value(1).isNull();
+        const qint64 id = s.before.value(1).toLongLong();
+        const QString text = s.before.value(2).toString();
+        s.before.finish();
         if (!indexed)
             return true;
         s.ftsDelete.bindValue(0, id);
         s.ftsDelete.bindValue(1, searchtext::indexText(text));
-        s.ftsDelete.bindValue(2, convToken(e.conv));
+        s.ftsDelete.bindValue(2, s.token(e.conv));
         s.clearId.bindValue(0, e.conv);
         s.clearId.bindValue(1, e.seq);
         return exec(s.ftsDelete) && exec(s.clearId);
     }
-    s.old.finish();
+    const bool taken = s.before.value(1).toBool(), recalled = s.before.value(2).toBool();
+    s.before.finish();
     *isNew = true;
     // A new row: what the upsert will store is this copy's text.
     QString text = e.editSeq > 0 ? e.editBody : e.body;
@@ -196,14 +213,6 @@ bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newI
         text += u'\n' + a.name; // as indexedText() reads it back
     if (e.kind != u"msg" || e.recalled || text.isEmpty())
         return true;
-    const qint64 first = (std::max<qint64>(0, e.ts) << kLowBits) + (e.seq & ((qint64(1) << kLowBits) - 1));
-    s.fresh.bindValue(0, first);
-    s.fresh.bindValue(1, e.conv);
-    s.fresh.bindValue(2, e.seq);
-    if (!exec(s.fresh) || !s.fresh.next())
-        return false;
-    const bool taken = s.fresh.value(0).toBool(), recalled = s.fresh.value(1).toBool();
-    s.fresh.finish();
     if (recalled)
         return true; // its recall is stored already (an older window)
     const qint64 id = taken ? freeSearchId(e.ts, e.seq) : first;
@@ -211,7 +220,7 @@ bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newI
         return false;
     s.ftsInsert.bindValue(0, id);
     s.ftsInsert.bindValue(1, searchtext::indexText(text));
-    s.ftsInsert.bindValue(2, convToken(e.conv));
+    s.ftsInsert.bindValue(2, s.token(e.conv));
     if (!noteTerms(text) || !exec(s.ftsInsert))
         return false;
     *newId = id;

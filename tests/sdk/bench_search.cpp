@@ -16,7 +16,11 @@
 //     upkeep against without it, alternating, into the big store: the
 //     ratio of the medians.
 //
-// Usage: bench_search [--messages N] [--dir DIR] [--queries N]
+// Usage: bench_search [--messages N] [--dir DIR] [--queries N] [--pages N]
+//        [--reuse] (with --dir: the store a run before left there, its index
+//        built: straight to the measures) [--apply-only] (only 4: a profiler's run)
+//        [--side with|without|both] (4 with the index upkeep only, without it
+//        only, or both alternating: the default; one side for callgrind)
 //        IM_BENCH_SMALL=1 (or --messages 20000): the CI bench stage's size.
 #include "searchreader_p.h"
 #include "searchservice_p.h"
@@ -121,7 +125,7 @@ qint64 cpuNs() {
 }
 
 struct Pct {
-    double p50 = 0, p99 = 0, max = 0;
+    double p50 = 0, p99 = 0, max = 0, mean = 0;
 };
 Pct pct(std::vector<qint64> ns) {
     Pct p;
@@ -131,6 +135,10 @@ Pct pct(std::vector<qint64> ns) {
     p.p50 = ms(ns[ns.size() / 2]);
     p.p99 = ms(ns[std::min(ns.size() - 1, ns.size() * 99 / 100)]);
     p.max = ms(ns.back());
+    qint64 sum = 0;
+    for (const qint64 v : ns)
+        sum += v;
+    p.mean = ms(sum) / double(ns.size());
     return p;
 }
 
@@ -262,6 +270,44 @@ void makeQueries(QRandomGenerator &rng, const QStringList &samples, int n, QStri
     }
 }
 
+// The samples of a reused store: messages of it, about 1 in 400.
+bool reusedSamples(const QString &path, QStringList *samples) {
+    bool ok = false;
+    {
+        QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("samples"));
+        db.setDatabaseName(path);
+        QSqlQuery q(db);
+        ok = db.open() && q.exec(QStringLiteral("SELECT body FROM events WHERE kind = 'msg' AND seq % 400 = 7"));
+        while (ok && q.next())
+            *samples << q.value(0).toString();
+        if (!ok)
+            fail(q.lastError().text());
+        q = QSqlQuery();
+        db.close();
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("samples"));
+    return ok && !samples->isEmpty();
+}
+
+// Raises seq and ts above the store's largest (a reused store's earlier pages).
+bool storedMax(const QString &path, qint64 *seq, qint64 *ts) {
+    bool ok = false;
+    {
+        QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("max"));
+        db.setDatabaseName(path);
+        QSqlQuery q(db);
+        ok = db.open() && q.exec(QStringLiteral("SELECT MAX(seq), MAX(ts) FROM events")) && q.next();
+        if (ok) {
+            *seq = std::max(*seq, q.value(0).toLongLong() + 1);
+            *ts = std::max(*ts, q.value(1).toLongLong() + 1000);
+        }
+        q = QSqlQuery();
+        db.close();
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("max"));
+    return ok;
+}
+
 proto::Page newPage(const QString &conv, qint64 from, int count, qint64 ts, QRandomGenerator &rng) {
     proto::Page p;
     p.conv = conv;
@@ -294,6 +340,11 @@ int main(int argc, char **argv) {
     cli.addOption({QStringLiteral("pages"), QStringLiteral("pages of 200 per side (default 30)"), QStringLiteral("N")});
     cli.addOption({QStringLiteral("dir"), QStringLiteral("where the store goes (default: a temporary folder)"),
                    QStringLiteral("DIR")});
+    cli.addOption({QStringLiteral("reuse"), QStringLiteral("reuse the store a run with --dir left there (its index"
+                                                           " built): no generation, no build")});
+    cli.addOption({QStringLiteral("apply-only"), QStringLiteral("measure only the page apply (for a profiler)")});
+    cli.addOption({QStringLiteral("side"), QStringLiteral("pages applied with the index upkeep, without, or both"
+                                                          " alternating (default)"), QStringLiteral("with|without|both")});
     cli.process(app);
     const bool small = qEnvironmentVariableIsSet("IM_BENCH_SMALL");
     const int messages = cli.isSet(QStringLiteral("messages")) ? cli.value(QStringLiteral("messages")).toInt()
@@ -304,9 +355,13 @@ int main(int argc, char **argv) {
     QTemporaryDir tmp;
     const QString dir = cli.isSet(QStringLiteral("dir")) ? cli.value(QStringLiteral("dir")) : tmp.path();
     const QString path = dir + QStringLiteral("/bench_search.db");
-    QFile::remove(path);
-    QFile::remove(path + QStringLiteral("-wal"));
-    QFile::remove(path + QStringLiteral("-shm"));
+    const bool reuse = cli.isSet(QStringLiteral("reuse")) && QFileInfo::exists(path);
+    const bool applyOnly = cli.isSet(QStringLiteral("apply-only"));
+    if (!reuse) {
+        QFile::remove(path);
+        QFile::remove(path + QStringLiteral("-wal"));
+        QFile::remove(path + QStringLiteral("-shm"));
+    }
     QRandomGenerator rng(51);
 
     std::printf("bench_search: %d messages (mixed English/Chinese, 200 conversations), SQLite %s\n", messages,
@@ -314,10 +369,16 @@ int main(int argc, char **argv) {
     QElapsedTimer t;
     t.start();
     QStringList samples;
-    if (!generate(path, messages, 200, rng, &samples))
-        return 1;
-    std::printf("  store written (SQL, one transaction): %.1f s\n", double(t.elapsed()) / 1000.0);
-    const qint64 sizeWithout = usedBytes(path);
+    if (reuse) {
+        std::printf("  store reused (%s): no generation, no build\n", qPrintable(path));
+        if (!reusedSamples(path, &samples))
+            return 1;
+    } else {
+        if (!generate(path, messages, 200, rng, &samples))
+            return 1;
+        std::printf("  store written (SQL, one transaction): %.1f s\n", double(t.elapsed()) / 1000.0);
+    }
+    const qint64 sizeWithout = reuse ? 0 : usedBytes(path);
 
     // 1. The index build, as Client runs it (8 ms batches), timed whole.
     Storage store;
@@ -328,7 +389,7 @@ int main(int argc, char **argv) {
     qint64 batches = 0, longest = 0;
     int lastTenth = 0;
     double rowsS = -1, rowsCpuS = 0;
-    for (;;) {
+    for (; !reuse;) {
         QElapsedTimer b;
         b.start();
         const std::optional<Storage::IndexBuild> step = store.buildSearchIndex(8);
@@ -351,13 +412,16 @@ int main(int argc, char **argv) {
     }
     const double buildS = double(t.elapsed()) / 1000.0;
     const double buildCpuS = double(cpuNs() - buildCpu0) / 1e9;
-    std::printf("  index build: %.1f s wall, %.1f s CPU (%.0f messages/s of CPU) for the rows, then the segment merge:"
-                " %.1f s wall, %.1f s CPU; %lld batches, longest batch %lld ms wall\n",
-                rowsS, rowsCpuS, double(messages) / std::max(rowsCpuS, 0.001), buildS - rowsS, buildCpuS - rowsCpuS,
-                static_cast<long long>(batches), static_cast<long long>(longest));
-    const qint64 sizeWith = usedBytes(path);
-    std::printf("  store size: %.1f MB without the index, %.1f MB with it: ratio %.2fx (target <= 2x)\n",
-                double(sizeWithout) / 1e6, double(sizeWith) / 1e6, double(sizeWith) / double(std::max<qint64>(1, sizeWithout)));
+    if (!reuse)
+        std::printf("  index build: %.1f s wall, %.1f s CPU (%.0f messages/s of CPU) for the rows, then the segment"
+                    " merge: %.1f s wall, %.1f s CPU; %lld batches, longest batch %lld ms wall\n",
+                    rowsS, rowsCpuS, double(messages) / std::max(rowsCpuS, 0.001), buildS - rowsS,
+                    buildCpuS - rowsCpuS, static_cast<long long>(batches), static_cast<long long>(longest));
+    const qint64 sizeWith = reuse ? 0 : usedBytes(path);
+    if (!reuse)
+        std::printf("  store size: %.1f MB without the index, %.1f MB with it: ratio %.2fx (target <= 2x)\n",
+                    double(sizeWithout) / 1e6, double(sizeWith) / 1e6,
+                    double(sizeWith) / double(std::max<qint64>(1, sizeWithout)));
 
     // 3. First pages on the reader connection (the search thread's work).
     QStringList mixed, cjk2;
@@ -398,15 +462,22 @@ int main(int argc, char **argv) {
                     static_cast<long long>(full));
         return true;
     };
-    if (!measure(mixed, "words, prefixes, two words, CJK runs") || !measure(cjk2, "two-character Chinese"))
+    if (!applyOnly
+        && (!measure(mixed, "words, prefixes, two words, CJK runs") || !measure(cjk2, "two-character Chinese")))
         return 1;
 
     // 4. A page of 200 new events with and without the index upkeep,
     // alternating (the machine's load changes by the second).
     std::vector<qint64> with, without, withCpu, withoutCpu;
+    // Above whatever is stored (a reused store holds the pages of the runs before).
     qint64 seq = 10000000, ts = kT0 + qint64(messages) * 1000 + 1000;
+    if (!storedMax(path, &seq, &ts))
+        return 1;
+    const QString side = cli.value(QStringLiteral("side"));
     for (int i = 0; i < pages * 2; ++i) {
         const bool on = i % 2 == 0;
+        if ((side == u"with" && !on) || (side == u"without" && on))
+            continue; // one side only (a profiler's or callgrind's run)
         const proto::Page p = newPage(QStringLiteral("conv-%1").arg(i % 200), seq, 200, ts, rng);
         seq += 200;
         ts += 1000;
@@ -422,7 +493,9 @@ int main(int argc, char **argv) {
     store.setSearchUpkeep(true);
     const Pct pw = pct(with), po = pct(without), cw = pct(withCpu), co = pct(withoutCpu);
     std::printf("  page of 200 events applied (medians of %d): wall %.2f ms with the index, %.2f ms without: ratio"
-                " %.2fx; CPU %.2f ms with, %.2f ms without: ratio %.2fx (target <= 1.3x)\n",
-                pages, pw.p50, po.p50, pw.p50 / std::max(po.p50, 0.001), cw.p50, co.p50, cw.p50 / std::max(co.p50, 0.001));
+                " %.2fx; CPU %.2f ms with, %.2f ms without: ratio %.2fx (target <= 1.3x); CPU means %.2f and %.2f ms:"
+                " ratio %.2fx (the merges FTS5 does now and then count there)\n",
+                pages, pw.p50, po.p50, pw.p50 / std::max(po.p50, 0.001), cw.p50, co.p50, cw.p50 / std::max(co.p50, 0.001),
+                cw.mean, co.mean, cw.mean / std::max(co.mean, 0.001));
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <im/searchmodel.h>
 
 #include <QtCore/QFile>
+#include <QtCore/QRandomGenerator>
 #include <QtCore/QTemporaryDir>
 #include <QtSql/QSqlError>
 #include <QtSql/QSqlQuery>
@@ -122,6 +123,114 @@ QVariant sqlValue(const QString &path, const QString &select) {
         qWarning("%s", qPrintable(error));
     return v;
 }
+
+
+// The index text and vocabulary as schema 7 first wrote them (runs of
+// CJK and other text, then words): the one-pass versions in searchtext.cpp
+// must write exactly this (a contentless index deletes a row by the very
+// text it indexed, and searchtext::Version stayed 1).
+namespace reference {
+
+struct Run {
+    QString text;
+    bool cjk = false;
+};
+
+QList<Run> runs(const QString &s) {
+    QList<Run> out;
+    for (qsizetype i = 0; i < s.size();) {
+        const bool pair = s.at(i).isHighSurrogate() && i + 1 < s.size() && s.at(i + 1).isLowSurrogate();
+        const char32_t c = pair ? QChar::surrogateToUcs4(s.at(i), s.at(i + 1)) : char32_t(s.at(i).unicode());
+        const bool cjk = st::isCjk(c);
+        if (out.isEmpty() || out.last().cjk != cjk)
+            out.append({QString(), cjk});
+        out.last().text += s.mid(i, pair ? 2 : 1);
+        i += pair ? 2 : 1;
+    }
+    return out;
+}
+
+QStringList codePoints(const QString &s) {
+    QStringList out;
+    for (qsizetype i = 0; i < s.size();) {
+        const bool pair = s.at(i).isHighSurrogate() && i + 1 < s.size() && s.at(i + 1).isLowSurrogate();
+        out << s.mid(i, pair ? 2 : 1);
+        i += pair ? 2 : 1;
+    }
+    return out;
+}
+
+QString nfkc(const QString &s) {
+    return std::all_of(s.begin(), s.end(), [](QChar c) { return c.unicode() < 0x80; })
+               ? s
+               : s.normalized(QString::NormalizationForm_KC);
+}
+
+QString indexText(const QString &body) {
+    QString out;
+    for (const Run &r : runs(nfkc(body))) {
+        if (!r.cjk) {
+            out += r.text;
+            continue;
+        }
+        const QStringList cps = codePoints(r.text);
+        out += u' ';
+        for (qsizetype i = 0; i + 1 < cps.size(); ++i)
+            out += cps[i] + cps[i + 1] + u' ';
+        out += cps.last() + u' ';
+    }
+    return out;
+}
+
+bool isWordChar(char32_t c) {
+    if (c < 0x80)
+        return (c >= u'a' && c <= u'z') || (c >= u'A' && c <= u'Z') || (c >= u'0' && c <= u'9');
+    return QChar::isLetterOrNumber(c) || QChar::category(c) == QChar::Other_PrivateUse;
+}
+
+QStringList vocabTerms(const QString &body) {
+    QStringList out;
+    for (const Run &r : runs(nfkc(body))) {
+        if (r.cjk)
+            continue;
+        QStringList words;
+        QString word;
+        for (const QString &cp : codePoints(r.text)) {
+            const char32_t c = cp.size() == 2 ? QChar::surrogateToUcs4(cp.at(0), cp.at(1)) : char32_t(cp.at(0).unicode());
+            if (isWordChar(c)) {
+                word += cp;
+            } else if (!word.isEmpty()) {
+                words << word;
+                word.clear();
+            }
+        }
+        if (!word.isEmpty())
+            words << word;
+        for (const QString &w : std::as_const(words)) {
+            QString f;
+            for (const QString &cp : codePoints(w))
+                for (const QChar ch : cp.normalized(QString::NormalizationForm_KD))
+                    if (ch.category() != QChar::Mark_NonSpacing)
+                        f += ch;
+            f = f.toLower();
+            const bool ascii = std::all_of(f.begin(), f.end(), [](QChar c) { return c.unicode() < 0x80; });
+            QString entry = f;
+            if (!ascii) {
+                qsizetype lead = 0;
+                while (lead < f.size() && f.at(lead).unicode() < 0x80)
+                    ++lead;
+                if (lead == 0)
+                    continue;
+                entry = f.left(lead) + st::VocabPrefixMark;
+            }
+            if (!out.contains(entry))
+                out << entry;
+        }
+    }
+    return out;
+}
+
+} // namespace reference
 
 } // namespace
 
@@ -561,6 +670,26 @@ private slots:
         init();
     }
 
+    void the_index_merges_sixteen_segments_at_a_time() {
+        // Schema 10: FTS5's automerge is 16 (its default, 4, merged a
+        // level every fourth page commit, inside that page's transaction),
+        // in a new store and in one upgraded from schema 9.
+        const QString automerge = QStringLiteral("SELECT v FROM search_config WHERE k = 'automerge'");
+        QCOMPARE(sqlValue(path_, automerge).toInt(), 16);
+        cleanup();
+        const QString path = dir_.filePath(QStringLiteral("v9.db"));
+        const QString loaded = loadFixture(9, path);
+        QVERIFY2(loaded.isEmpty(), qPrintable(loaded));
+        QVERIFY(sqlValue(path, automerge).isNull()); // FTS5's default
+        {
+            Storage upgraded;
+            QVERIFY2(upgraded.open(path), qPrintable(upgraded.lastError()));
+            QCOMPARE(upgraded.schemaVersion(), Storage::SchemaVersion);
+        }
+        QCOMPARE(sqlValue(path, automerge).toInt(), 16);
+        init();
+    }
+
     void a_schema_6_index_is_rebuilt_in_the_new_format_and_merged() {
         // A schema 6 store whose index was built (ids ts * 2^20 + seq, as
         // schema 6 made them): schema 7 drops it, builds it again in the
@@ -607,6 +736,32 @@ private slots:
         reader_.reset();
         store_.reset();
         init();
+    }
+
+    void index_text_and_vocabulary_are_written_as_schema_7_wrote_them() {
+        // One pass each since idx51b (they run for every stored message):
+        // the same output as the run-based reference above, on fixed cases
+        // and on random mixes of scripts, surrogates, marks and punctuation.
+        QCOMPARE(st::indexText(QStringLiteral("见面 at 5点半!")), QStringLiteral(" 见面 面  at 5 点半 半 !"));
+        QCOMPARE(st::vocabTerms(QStringLiteral("Straße STRASSE straße 见面x Café")),
+                 (QStringList{QStringLiteral("stra") + st::VocabPrefixMark, QStringLiteral("strasse"),
+                              QStringLiteral("x"), QStringLiteral("cafe")}));
+        const QStringList pool{QStringLiteral("a"), QStringLiteral("Z"), QStringLiteral("7"), QStringLiteral(" "),
+                               QStringLiteral(","), QStringLiteral("\n"), QStringLiteral("é"), QStringLiteral("ß"),
+                               QStringLiteral("Å"), QStringLiteral("e\u0301"), QStringLiteral("中"), QStringLiteral("文"),
+                               QStringLiteral("，"), QStringLiteral("\U00020000"), QStringLiteral("한"),
+                               QStringLiteral("ー"), QStringLiteral("々"), QStringLiteral("ｶ"), QStringLiteral("Ａ"),
+                               QStringLiteral("\u00BD"), QStringLiteral("\U0001F600"), QString(QChar(0xD800)),
+                               QStringLiteral("\uE000"), QStringLiteral("ж"), QStringLiteral("İ")};
+        QRandomGenerator rng(51);
+        for (int n = 0; n < 3000; ++n) {
+            QString text;
+            const int len = int(rng.bounded(14u));
+            for (int i = 0; i < len; ++i)
+                text += pool.at(int(rng.bounded(quint32(pool.size()))));
+            QCOMPARE(st::indexText(text), reference::indexText(text));
+            QCOMPARE(st::vocabTerms(text), reference::vocabTerms(text));
+        }
     }
 
     void ids_colliding_in_a_millisecond_take_the_next_free_one() {
