@@ -118,6 +118,7 @@ ChatWindow::ChatWindow(const Session &session, QWidget *parent)
     connect(messagePanel_, &MessagePanel::statusMessage, this, &ChatWindow::showStatus);
     connect(connPanel_, &ConnectionPanel::statusMessage, this, &ChatWindow::showStatus);
     connect(faultPanel_, &FaultPanel::statusMessage, this, &ChatWindow::showStatus);
+    connect(faultPanel_, &FaultPanel::restartRequested, this, &ChatWindow::restartRequested);
     connect(faultPanel_, &FaultPanel::burstRequested, this, [this](int count) {
         if (currentConv_.isEmpty()) {
             showStatus(tr("Pick a conversation first"), 5000);

@@ -93,6 +93,8 @@ public:
 Q_SIGNALS:
     /// File > Open another window.
     void openAnotherRequested();
+    /// Faults > Restart this window (the window manager reopens it on the same store).
+    void restartRequested();
 
 private:
     void buildMenus();

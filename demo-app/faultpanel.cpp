@@ -6,6 +6,7 @@
 #include <im/client.h>
 #include <im/testing.h>
 
+#include <QtCore/QFile>
 #include <QtWidgets/QCheckBox>
 #include <QtWidgets/QComboBox>
 #include <QtWidgets/QFormLayout>
@@ -62,6 +63,40 @@ FaultPanel::FaultPanel(const Session &session, im::Client *client, im::testing::
     clientRow->addWidget(closeNow);
     clientRow->addWidget(burst);
 
+    // Files (obligation 17; docs/demo-app.md "Files: QA controls"). The
+    // throttle is in the client settings; "Close socket now" above kills
+    // the connection mid-upload.
+    auto *corrupt = new QPushButton(tr("Corrupt next chunk"));
+    corrupt->setObjectName(QStringLiteral("corruptChunkButton"));
+    corrupt->setToolTip(tr("One byte of the next upload request (PUT) is flipped on the wire; the store's copy stays "
+                           "intact. The server answers 422 DIGEST_MISMATCH at the last byte, the SDK starts the "
+                           "upload again at 0 and the message goes once (log pane: DIGEST_MISMATCH)"));
+    connect(corrupt, &QPushButton::clicked, this, [this] {
+        faults_->corruptNextUploadChunk();
+        emit statusMessage(tr("The next upload chunk will have one byte flipped on the way"), 10000);
+    });
+    connect(faults_, &im::testing::Faults::uploadChunkCorrupted, this, [this](const QString &cmid, qint64 offset) {
+        emit statusMessage(tr("Flipped a byte of the chunk at %1 of %2: expect 422 DIGEST_MISMATCH and a restart at 0")
+                               .arg(offset)
+                               .arg(cmid.left(8)),
+                           15000);
+    });
+    auto *damage = new QPushButton(tr("Damage the store's copy"));
+    damage->setObjectName(QStringLiteral("damageCopyButton"));
+    damage->setToolTip(tr("Flips the last byte of the store's copy of the oldest file still uploading: what the user "
+                          "attached no longer exists intact, so the server's 422 DIGEST_MISMATCH is final and the "
+                          "message shows Failed: DIGEST_MISMATCH (its upload removed from the server)"));
+    connect(damage, &QPushButton::clicked, this, &FaultPanel::damageStoreCopy);
+    auto *restart = new QPushButton(tr("Restart this window"));
+    restart->setObjectName(QStringLiteral("restartWindowButton"));
+    restart->setToolTip(tr("Closes this window's client and store as a quit app would, and opens the window again on "
+                           "the same store: the outbox (an upload too) goes on from where the server stands"));
+    connect(restart, &QPushButton::clicked, this, &FaultPanel::restartRequested);
+    auto *fileRow = new QHBoxLayout;
+    fileRow->addWidget(corrupt);
+    fileRow->addWidget(damage);
+    fileRow->addWidget(restart);
+
     faultPoint_ = new QComboBox;
     faultPoint_->setObjectName(QStringLiteral("faultPoint"));
     faultPoint_->setEditable(true);
@@ -105,6 +140,7 @@ FaultPanel::FaultPanel(const Session &session, im::Client *client, im::testing::
 
     auto *form = new QFormLayout;
     form->addRow(clientRow);
+    form->addRow(tr("Files:"), fileRow);
     form->addRow(tr("Request timeout:"), timeoutSpin_);
     auto *serverTitle = new QLabel(tr("<b>Server fault point</b> (imserver --enable-faults)"));
     form->addRow(serverTitle);
@@ -158,6 +194,28 @@ void FaultPanel::armServerFault(bool off) {
     faultAnswer_->setText(tr("posting \"%1\"...").arg(body));
     faultAnswer_->setStyleSheet(QString());
     labClient_->post(labServer(), body);
+}
+
+void FaultPanel::damageStoreCopy() {
+    // The oldest file entry whose upload is not complete (the one uploading,
+    // or the next to): its copy is <database>.files/outgoing/<cmid>
+    // (docs/sdk.md "Sending files").
+    for (const im::OutboxEntry &e : client_->outbox()) {
+        const QVariantMap up = client_->uploadState(e.cmid());
+        if (up.isEmpty() || up.value(QStringLiteral("complete")).toBool())
+            continue;
+        const QString path = client_->databasePath() + QStringLiteral(".files/outgoing/") + e.cmid();
+        QFile f(path);
+        char b = 0;
+        if (!f.open(QIODevice::ReadWrite) || f.size() == 0 || !f.seek(f.size() - 1) || !f.getChar(&b)
+            || !f.seek(f.size() - 1) || !f.putChar(char(b ^ 0x01))) {
+            emit statusMessage(tr("Could not damage %1: %2").arg(path, f.errorString()), 10000);
+            return;
+        }
+        emit statusMessage(tr("Flipped the last byte of %1: expect Failed: DIGEST_MISMATCH").arg(path), 15000);
+        return;
+    }
+    emit statusMessage(tr("No file is uploading: attach one first (slow it down with the upload limit)"), 10000);
 }
 
 void FaultPanel::updateLabUrl() {

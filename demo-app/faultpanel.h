@@ -52,9 +52,16 @@ Q_SIGNALS:
     /// conversation at once, past the server's --send-burst, to show
     /// RATE_LIMITED: the drafts wait the server's retry_ms, then go out.
     void burstRequested(int count);
+    /// "Restart this window" (QA): the window manager closes this window
+    /// (its client and store, as a quit app) and opens it again on the same
+    /// store, so an upload under way resumes from the durable outbox.
+    void restartRequested();
 
 private:
     void armServerFault(bool off);
+    /// "Damage the store's copy" (QA): flips the last byte of the store's
+    /// copy of the oldest file still uploading (<database>.files/outgoing/<cmid>).
+    void damageStoreCopy();
     void updateProxyLabel();
 
     Session session_;

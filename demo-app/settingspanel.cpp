@@ -55,7 +55,14 @@ SettingsPanel::SettingsPanel(im::Client *client, QWidget *parent)
                             "request while connected"));
     retryMax_ = spin(QStringLiteral("retryMaxSpin"), 1, 600000, DefaultRetryMaxMs, ms,
                      tr("Client::setRetryBackoff(): the wait doubles up to this (jittered into [d/2, d])"));
+    uploadLimit_ = spin(QStringLiteral("uploadLimitSpin"), 0, 1024 * 1024, DefaultUploadLimitKiB, QStringLiteral(" KiB/s"),
+                        tr("Client::uploadRateLimit (QA: throttle the upload): at most this many KiB of file data a "
+                           "second, paced PUTs; 0 = unlimited. Slow a large file down to kill the connection, "
+                           "restart the window or corrupt a chunk mid-upload (Faults panel)"));
+    uploadLimit_->setSpecialValueText(tr("unlimited"));
+    uploadLimit_->setSingleStep(64);
     connect(sendWindow_, &QSpinBox::valueChanged, this, &SettingsPanel::applySendWindow);
+    connect(uploadLimit_, &QSpinBox::valueChanged, this, &SettingsPanel::applyUploadLimit);
     connect(ping_, &QSpinBox::valueChanged, this, &SettingsPanel::applyKeepAlive);
     connect(silence_, &QSpinBox::valueChanged, this, &SettingsPanel::applyKeepAlive);
     connect(reconnectInitial_, &QSpinBox::valueChanged, this, &SettingsPanel::applyReconnectBackoff);
@@ -76,6 +83,7 @@ SettingsPanel::SettingsPanel(im::Client *client, QWidget *parent)
     form->addRow(tr("Keepalive ping / silence:"), pair(ping_, QStringLiteral("/"), silence_));
     form->addRow(tr("Reconnect backoff:"), pair(reconnectInitial_, QStringLiteral("..."), reconnectMax_));
     form->addRow(tr("Retry backoff:"), pair(retryInitial_, QStringLiteral("..."), retryMax_));
+    form->addRow(tr("Upload limit:"), uploadLimit_);
     auto *bottom = new QHBoxLayout;
     bottom->addWidget(applied_, 1);
     bottom->addWidget(defaults);
@@ -85,6 +93,7 @@ SettingsPanel::SettingsPanel(im::Client *client, QWidget *parent)
     applyKeepAlive();
     applyReconnectBackoff();
     applyRetryBackoff();
+    applyUploadLimit();
 }
 
 void SettingsPanel::applySendWindow() {
@@ -115,15 +124,23 @@ void SettingsPanel::applyRetryBackoff() {
     showApplied();
 }
 
+void SettingsPanel::applyUploadLimit() {
+    client_->setUploadRateLimit(qint64(uploadLimit_->value()) * 1024);
+    appliedUploadLimit_ = client_->uploadRateLimit();
+    showApplied();
+}
+
 QString SettingsPanel::appliedText() const {
-    return tr("Client runs with: send window %1, ping %2 ms, silence %3 ms, reconnect %4..%5 ms, retry %6..%7 ms")
+    return tr("Client runs with: send window %1, ping %2 ms, silence %3 ms, reconnect %4..%5 ms, retry %6..%7 ms, "
+              "upload %8")
         .arg(appliedWindow_)
         .arg(appliedPing_)
         .arg(appliedSilence_)
         .arg(appliedReconnect_[0])
         .arg(appliedReconnect_[1])
         .arg(appliedRetry_[0])
-        .arg(appliedRetry_[1]);
+        .arg(appliedRetry_[1])
+        .arg(appliedUploadLimit_ > 0 ? tr("%1 B/s").arg(appliedUploadLimit_) : tr("unlimited"));
 }
 
 void SettingsPanel::showApplied() { applied_->setText(appliedText()); }
@@ -136,4 +153,5 @@ void SettingsPanel::restoreDefaults() {
     reconnectMax_->setValue(DefaultReconnectMaxMs);
     retryInitial_->setValue(DefaultRetryInitialMs);
     retryMax_->setValue(DefaultRetryMaxMs);
+    uploadLimit_->setValue(DefaultUploadLimitKiB);
 }

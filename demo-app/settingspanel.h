@@ -25,6 +25,7 @@ public:
     static constexpr int DefaultReconnectMaxMs = 30000;
     static constexpr int DefaultRetryInitialMs = 250;
     static constexpr int DefaultRetryMaxMs = 30000;
+    static constexpr int DefaultUploadLimitKiB = 0; ///< Client::uploadRateLimit: unlimited
 
     explicit SettingsPanel(im::Client *client, QWidget *parent = nullptr);
 
@@ -40,6 +41,7 @@ private:
     void applyKeepAlive();
     void applyReconnectBackoff();
     void applyRetryBackoff();
+    void applyUploadLimit();
     void showApplied();
 
     im::Client *client_;
@@ -50,9 +52,11 @@ private:
     QSpinBox *reconnectMax_;
     QSpinBox *retryInitial_;
     QSpinBox *retryMax_;
+    QSpinBox *uploadLimit_;
     QLabel *applied_;
     int appliedWindow_ = 0;
     int appliedPing_ = 0, appliedSilence_ = 0;
     int appliedReconnect_[2] = {0, 0};
     int appliedRetry_[2] = {0, 0};
+    qint64 appliedUploadLimit_ = 0; ///< bytes per second, 0 = unlimited
 };

@@ -54,9 +54,27 @@ ChatWindow *WindowManager::openWindow(Session session) {
     auto *w = new ChatWindow(session);
     windows_ << w;
     connect(w, &ChatWindow::openAnotherRequested, this, [this, w] { showSignIn(w); });
+    connect(w, &ChatWindow::restartRequested, this, [this, w] { restartWindow(w); });
     w->show();
     emit windowOpened(w);
     return w;
+}
+
+void WindowManager::restartWindow(ChatWindow *window) {
+    QPointer<ChatWindow> w(window);
+    QMetaObject::invokeMethod(
+        this,
+        [this, w] {
+            if (!w)
+                return;
+            const Session session = w->session(); // dbPath set by openWindow()
+            const QRect geometry = w->geometry();
+            windows_.removeAll(w);
+            delete w.data(); // the store is closed before the new client opens it
+            ChatWindow *again = openWindow(session);
+            again->setGeometry(geometry);
+        },
+        Qt::QueuedConnection);
 }
 
 SignInDialog *WindowManager::showSignIn(QWidget *parent, const QString &preferUser) {

@@ -30,6 +30,11 @@ public:
     ChatWindow *openWindow(Session session);
     /// Shows the sign-in dialog (non-blocking); accepting it opens a window.
     SignInDialog *showSignIn(QWidget *parent, const QString &preferUser = {});
+    /// Closes `window` (its client closes the store, as a quit app) and
+    /// opens a new window for the same session and store, at the next
+    /// event loop turn (the window may be the one asking); windowOpened()
+    /// gives the new one.
+    void restartWindow(ChatWindow *window);
     QList<ChatWindow *> windows() const;
     /// dataDir/<label>.db, with -2, -3, ... while that file is in use by a window.
     QString defaultDatabasePath(const Session &session) const;

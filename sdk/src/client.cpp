@@ -23,15 +23,18 @@ const QString StorageError = QStringLiteral("STORAGE_ERROR");
 // ---------------------------------------------------------------------------
 // FaultHooks: the QA hooks, reached by im::testing::Faults by name.
 
-FaultHooks::FaultHooks(Connection &conn, QObject *parent) : QObject(parent), conn_(conn) {
+FaultHooks::FaultHooks(Connection &conn, Uploader &uploader, QObject *parent)
+    : QObject(parent), conn_(conn), uploader_(uploader) {
     setObjectName(QStringLiteral("im.sdk.faults"));
     connect(&conn_, &Connection::offlineChanged, this, &FaultHooks::offlineChanged);
     connect(&conn_, &Connection::replyDropped, this, &FaultHooks::replyDropped);
+    connect(&uploader_, &Uploader::chunkCorrupted, this, &FaultHooks::uploadChunkCorrupted);
 }
 bool FaultHooks::isOffline() const { return conn_.isOffline(); }
 void FaultHooks::setOffline(bool offline) { conn_.setOffline(offline); }
 void FaultHooks::dropNextReply() { conn_.dropNextReply(); }
 void FaultHooks::closeSocketNow() { conn_.closeSocketNow(); }
+void FaultHooks::corruptNextUploadChunk() { uploader_.corruptNextChunk(); }
 
 // ---------------------------------------------------------------------------
 // ClientPrivate: what the parts share, and the session's start wired to them.
@@ -48,7 +51,7 @@ ClientPrivate::ClientPrivate(Client *qq)
         part->setParent(this);
     indexBuild.setInterval(0);
     connect(&indexBuild, &QTimer::timeout, this, &ClientPrivate::buildIndexStep);
-    faultHooks = new FaultHooks(conn, q);
+    faultHooks = new FaultHooks(conn, outbox.uploader(), q);
     setUpDownloads();
     // Every part's report, typed: one place.
     connect(&reporter, &detail::Reporter::errorOccurred, this, &ClientPrivate::reportError);

@@ -152,6 +152,15 @@ void Client::setUploadChunkSize(int bytes) {
 }
 int Client::uploadChunkSize() const { return d->outbox.uploader().chunkSize; }
 
+void Client::setUploadRateLimit(qint64 bytesPerSecond) {
+    bytesPerSecond = std::max<qint64>(0, bytesPerSecond);
+    if (bytesPerSecond == d->outbox.uploader().rateLimit())
+        return;
+    d->outbox.uploader().setRateLimit(bytesPerSecond);
+    emit settingsChanged();
+}
+qint64 Client::uploadRateLimit() const { return d->outbox.uploader().rateLimit(); }
+
 void ClientPrivate::removeOrphanCopies() {
     QDir dir(storage.filesDir() + QStringLiteral("/outgoing"));
     if (!dir.exists())

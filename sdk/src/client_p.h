@@ -43,16 +43,19 @@ namespace im {
 class FaultHooks : public QObject {
     Q_OBJECT
 public:
-    FaultHooks(Connection &conn, QObject *parent);
+    FaultHooks(Connection &conn, Uploader &uploader, QObject *parent);
     Q_INVOKABLE bool isOffline() const;
     Q_INVOKABLE void setOffline(bool offline);
     Q_INVOKABLE void dropNextReply();
     Q_INVOKABLE void closeSocketNow();
+    Q_INVOKABLE void corruptNextUploadChunk();
 Q_SIGNALS:
     void offlineChanged(bool offline);
     void replyDropped(const QString &rid, const QString &type);
+    void uploadChunkCorrupted(const QString &cmid, qint64 offset);
 private:
     Connection &conn_;
+    Uploader &uploader_;
 };
 
 class ClientPrivate : public QObject, private Connection::Host {

@@ -25,6 +25,7 @@ Faults::Faults(Client *client, QObject *parent) : QObject(parent), client_(clien
     if (QObject *h = hooksOf(client)) {
         connect(h, SIGNAL(offlineChanged(bool)), this, SIGNAL(offlineChanged(bool)));
         connect(h, SIGNAL(replyDropped(QString, QString)), this, SIGNAL(replyDropped(QString, QString)));
+        connect(h, SIGNAL(uploadChunkCorrupted(QString, qint64)), this, SIGNAL(uploadChunkCorrupted(QString, qint64)));
     }
 }
 
@@ -47,5 +48,7 @@ void Faults::setOffline(bool offline) {
 void Faults::dropNextReply() { call(client_, "dropNextReply"); }
 
 void Faults::closeSocketNow() { call(client_, "closeSocketNow"); }
+
+void Faults::corruptNextUploadChunk() { call(client_, "corruptNextUploadChunk"); }
 
 } // namespace im::testing

@@ -63,6 +63,7 @@ Error errorFromCode(const QString &code) {
         {QStringLiteral("RATE_LIMITED"), Error::RateLimited},
         {QStringLiteral("MUTED"), Error::Muted},
         {QStringLiteral("TOO_LARGE"), Error::TooLarge},
+        {QStringLiteral("DIGEST_MISMATCH"), Error::DigestMismatch},
     };
     if (code.isEmpty())
         return Error::None;

@@ -13,6 +13,7 @@
 #include <QtNetwork/QSslConfiguration>
 
 #include <algorithm>
+#include <utility>
 
 namespace im {
 
@@ -47,6 +48,28 @@ Uploader::Uploader(detail::Storage &storage, Connection &conn, detail::Reporter 
         if (busy())
             file_.attId.isEmpty() ? post() : status();
     });
+    paceTimer_.setSingleShot(true);
+    paceTimer_.setTimerType(Qt::PreciseTimer); // never early: the rate is an upper bound
+    connect(&paceTimer_, &QTimer::timeout, this, [this] {
+        if (busy() && pacedOffset_ >= 0)
+            put(std::exchange(pacedOffset_, -1));
+    });
+}
+
+void Uploader::setRateLimit(qint64 bytesPerSecond) {
+    rateLimit_ = std::max<qint64>(0, bytesPerSecond);
+    paceClock_.invalidate(); // the new rate counts from the next PUT
+    if (paceTimer_.isActive()) {
+        paceTimer_.stop();
+        if (busy() && pacedOffset_ >= 0)
+            put(std::exchange(pacedOffset_, -1));
+    }
+}
+
+qint64 Uploader::pieceSize() const {
+    if (rateLimit_ <= 0)
+        return chunkSize;
+    return std::clamp<qint64>(rateLimit_ / 4, 4096, std::max(4096, chunkSize));
 }
 
 Uploader::~Uploader() {
@@ -101,6 +124,8 @@ void Uploader::start(const QString &cmid, const detail::OutboxFile &file) {
     failures_ = 0;
     digestRestarts_ = 0;
     tooLargePuts_ = 0;
+    paceClock_.invalidate();
+    pacedOffset_ = -1;
     qCDebug(lcOutbox, "upload of %s (%lld bytes, att %s): starting", qUtf8Printable(cmid), file.size,
             qUtf8Printable(file.attId));
     if (file_.attId.isEmpty())
@@ -117,6 +142,8 @@ void Uploader::stop(const QString &cmid) {
 
 void Uploader::finish() {
     retryTimer_.stop();
+    paceTimer_.stop();
+    pacedOffset_ = -1;
     cmid_.clear();
     if (reply_) {
         QNetworkReply *r = reply_;
@@ -161,15 +188,38 @@ void Uploader::status() {
 }
 
 void Uploader::put(qint64 offset) {
+    if (rateLimit_ > 0) {
+        // The throttle: this PUT goes once the bytes put since the clock
+        // started fit the rate (never blocking: a timer comes back here).
+        // After an idle second or more the clock starts again, so a pause
+        // never turns into a burst above the rate.
+        const qint64 now = paceClock_.isValid() ? paceClock_.elapsed() : 0;
+        const qint64 due = (pacedBytes_ * 1000 + rateLimit_ - 1) / rateLimit_;
+        if (!paceClock_.isValid() || now > due + 1000) {
+            paceClock_.start();
+            pacedBytes_ = 0;
+        } else if (now < due) {
+            pacedOffset_ = offset;
+            paceTimer_.start(int(std::min<qint64>(due - now, 3600 * 1000)));
+            return;
+        }
+    }
     QFile f(storage_.outgoingFilePath(cmid_));
     if (!f.open(QIODevice::ReadOnly) || !f.seek(offset))
         return fail(QStringLiteral("STORAGE_ERROR"),
                     QStringLiteral("cannot read the store's copy of the file: %1").arg(f.errorString()));
-    const qint64 length = std::min<qint64>(chunkSize, file_.size - offset);
-    const QByteArray chunk = f.read(length);
+    const qint64 length = std::min<qint64>(pieceSize(), file_.size - offset);
+    QByteArray chunk = f.read(length);
     if (chunk.size() != length)
         return fail(QStringLiteral("STORAGE_ERROR"), QStringLiteral("the store's copy of the file is shorter than "
                                                                     "recorded (%1 bytes)").arg(f.size()));
+    if (corruptNext_ && length > 0) {
+        corruptNext_ = false;
+        chunk[length / 2] = char(chunk.at(length / 2) ^ 0x5a); // QA: damaged on the way, the copy intact
+        qCWarning(lcOutbox, "upload of %s: QA hook: one byte of the PUT at %lld flipped", qUtf8Printable(cmid_), offset);
+        emit chunkCorrupted(cmid_, offset);
+    }
+    pacedBytes_ += length;
     QNetworkReply *r = send("PUT", endpoint(QStringLiteral("/v1/uploads/%1?offset=%2").arg(file_.attId).arg(offset)),
                             chunk, "application/octet-stream");
     bytesPut_ += length;
@@ -318,6 +368,8 @@ void Uploader::complete() {
     qCDebug(lcOutbox, "upload of %s complete: %s", qUtf8Printable(cmid), qUtf8Printable(att));
     emit progress(cmid, file_.size, file_.size);
     cmid_.clear();
+    paceTimer_.stop();
+    pacedOffset_ = -1;
     emit completed(cmid, att);
     emit idle();
 }
@@ -328,6 +380,11 @@ void Uploader::fail(const QString &code, const QString &message) {
               qUtf8Printable(message));
     cmid_.clear();
     retryTimer_.stop();
+    paceTimer_.stop();
+    pacedOffset_ = -1;
+    // The message will never carry this upload: the server's side goes now
+    // rather than after its collector's 24 h (a damaged copy's bytes too).
+    remove(file_.attId);
     emit failed(cmid, code, message);
     emit idle();
 }

@@ -216,6 +216,12 @@ private slots:
     void send_a_burst_shows_rate_limited_and_every_message_ends_sent_once();
     // Files (obligation 17, dl50; docs/demo-app.md "Files").
     void attached_file_shows_its_upload_then_arrives_and_saves_the_same_bytes();
+    // Files, the QA controls (demo50; docs/demo-app.md "Files: QA controls").
+    void upload_limit_setting_paces_the_upload_and_the_file_arrives_intact();
+    void close_socket_mid_upload_resumes_from_the_servers_offset();
+    void restart_mid_upload_resumes_the_upload_from_the_durable_outbox();
+    void corrupt_next_chunk_shows_digest_mismatch_and_the_file_still_arrives_once();
+    void damaged_store_copy_shows_failed_digest_mismatch_and_nothing_arrives();
 
 private:
     void clickConversation(ChatWindow *w, const QString &conv);
@@ -230,6 +236,12 @@ private:
     qint64 sentSeq(ChatWindow *w, const QString &body);
     QString editWindow(const QString &conv, qint64 ms);
     void expectLostReplySettledOnce(const QString &body);
+    // files: ana attaches `size` bytes to ana-ben with `body` (the
+    // Attach button's call); the bytes; the cmid in *cmid.
+    QByteArray attachToBen(const QString &name, qsizetype size, const QString &body, QString *cmid);
+    // ana's `cmid` is Sent with a seq, ben's row of that seq has exactly one
+    // file, and ben's Save writes exactly `bytes`.
+    void expectArrivedIntact(const QString &cmid, const QByteArray &bytes);
 
     std::unique_ptr<RealServer> server_;
     std::unique_ptr<WindowManager> manager_;
@@ -2150,6 +2162,213 @@ void TestDemoApp::attached_file_shows_its_upload_then_arrives_and_saves_the_same
     QTRY_VERIFY(MessagePanel::fileText(ben_->messages()->index(rowOfSeq(ben_->messages(), seq))).endsWith(QStringLiteral(" saved")));
 }
 
+// --- files: the QA controls (demo50; docs/demo-app.md "Files: QA controls") ---
+
+QByteArray TestDemoApp::attachToBen(const QString &name, qsizetype size, const QString &body, QString *cmid) {
+    ensureBen();
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    clickConversation(ben_, QStringLiteral("ana-ben"));
+    QByteArray bytes(size, Qt::Uninitialized);
+    const quint32 seed = QRandomGenerator::global()->generate();
+    for (qsizetype i = 0; i < size; ++i)
+        bytes[i] = char((i * 131 + seed) ^ (i >> 9) ^ (seed >> (i % 24)));
+    const QString src = data_.filePath(name);
+    QFile f(src);
+    if (!f.open(QIODevice::WriteOnly) || f.write(bytes) != size)
+        return {};
+    f.close();
+    child<QLineEdit>(ana_, "sendEdit")->setText(body);
+    *cmid = ana_->messagePanel()->attachFile(src);
+    return bytes;
+}
+
+void TestDemoApp::expectArrivedIntact(const QString &cmid, const QByteArray &bytes) {
+    auto stateOfCmid = [&] {
+        const int r = rowOfCmid(ana_->messages(), cmid);
+        return r < 0 ? MessageState(-1) : MessageState(ana_->messages()->get(r, MessageListModel::StateRole).toInt());
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(stateOfCmid() != MessageState::Pending, 60000);
+    QCOMPARE(stateOfCmid(), MessageState::Sent);
+    const qint64 seq = ana_->messages()->get(rowOfCmid(ana_->messages(), cmid), MessageListModel::SeqRole).toLongLong();
+    QVERIFY(seq > 0);
+    QTRY_VERIFY_WITH_TIMEOUT(rowOfSeq(ben_->messages(), seq) >= 0, kSettle);
+    const QVariantList files = ben_->messages()->index(rowOfSeq(ben_->messages(), seq))
+                                   .data(MessageListModel::AttachmentsRole).toList();
+    QCOMPARE(files.size(), 1);
+    const QString att = files.first().toMap().value(QStringLiteral("id")).toString();
+    const QString out = data_.filePath(QStringLiteral("ben-") + cmid);
+    QCOMPARE(ben_->messagePanel()->saveAttachment(att, out), att);
+    QTRY_VERIFY_WITH_TIMEOUT(ben_->statusBar()->currentMessage() == QStringLiteral("Saved ") + out
+                                 || ben_->statusBar()->currentMessage().startsWith(QStringLiteral("Saved ") + out),
+                             kSettle);
+    QFile saved(out);
+    QVERIFY(saved.open(QIODevice::ReadOnly));
+    QVERIFY2(saved.readAll() == bytes, "ben's saved file differs from what ana attached");
+}
+
+// Client settings > Upload limit (Client::uploadRateLimit): a 1 MiB file at
+// 256 KiB/s takes at least the paced time (every piece but the last waited),
+// shows intermediate `upload N%` in the File column on the way, and arrives
+// intact. No upper bound on time anywhere.
+void TestDemoApp::upload_limit_setting_paces_the_upload_and_the_file_arrives_intact() {
+    auto *limit = child<QSpinBox>(ana_, "uploadLimitSpin");
+    QCOMPARE(limit->value(), 0);
+    QCOMPARE(ana_->client()->uploadRateLimit(), qint64(0));
+    limit->setValue(256);
+    QCOMPARE(ana_->client()->uploadRateLimit(), qint64(256 * 1024));
+    QVERIFY(child<QLabel>(ana_, "settingsApplied")->text().contains(QStringLiteral("upload 262144 B/s")));
+    QSet<int> percents;
+    QString cmid;
+    QElapsedTimer clock;
+    clock.start();
+    const QByteArray bytes = attachToBen(QStringLiteral("paced.bin"), 1024 * 1024, QStringLiteral("paced file"), &cmid);
+    QVERIFY2(!cmid.isEmpty(), qPrintable(ana_->statusBar()->currentMessage()));
+    // What the File column shows while it uploads (sampled as it goes).
+    const QRegularExpression upload(QStringLiteral("upload (\\d+)%"));
+    QTRY_VERIFY_WITH_TIMEOUT(([&] {
+                                 const int r = rowOfCmid(ana_->messages(), cmid);
+                                 const QRegularExpressionMatch m = upload.match(
+                                     MessagePanel::fileText(ana_->messages()->index(r)));
+                                 if (m.hasMatch())
+                                     percents.insert(m.captured(1).toInt());
+                                 return r >= 0 && MessageState(ana_->messages()->get(r, MessageListModel::StateRole)
+                                                                   .toInt()) != MessageState::Pending;
+                             }()),
+                             60000);
+    const qint64 took = clock.elapsed();
+    const qint64 paced = (1024 * 1024 - 64 * 1024) * 1000 / (256 * 1024); // 3750 ms
+    QVERIFY2(took >= paced, qPrintable(QStringLiteral("%1 ms; the limit allows no less than %2 ms").arg(took).arg(paced)));
+    int between = 0;
+    for (int p : std::as_const(percents))
+        between += (p > 0 && p < 100) ? 1 : 0;
+    QVERIFY2(between >= 2, qPrintable(QStringLiteral("upload percentages seen: %1").arg(percents.size())));
+    expectArrivedIntact(cmid, bytes);
+}
+
+// Faults > Close socket now mid-upload (the connection-kill control of the
+// text scenarios): the upload stops with the session and, after the
+// reconnect, goes on from the server's offset (never from 0 again, no byte
+// committed twice); one message, one attachment, the same bytes.
+void TestDemoApp::close_socket_mid_upload_resumes_from_the_servers_offset() {
+    child<QSpinBox>(ana_, "uploadLimitSpin")->setValue(512);
+    const qint64 committedBefore = metric(server_->url, QStringLiteral("im_attachment_bytes_in_total"));
+    QVERIFY(committedBefore >= 0);
+    const qint64 size = 2 * 1024 * 1024;
+    bool dropped = false;
+    qint64 lowestAfterDrop = -1;
+    QSignalSpy connection(ana_->client(), &im::Client::connectionStateChanged);
+    connect(ana_->client(), &im::Client::uploadProgress, this, [&](const QString &, qint64 sent, qint64) {
+        if (dropped)
+            lowestAfterDrop = lowestAfterDrop < 0 ? sent : std::min(lowestAfterDrop, sent);
+        if (!dropped && sent >= size / 4) {
+            dropped = true;
+            QMetaObject::invokeMethod(this, [this] {
+                QTest::mouseClick(child<QPushButton>(ana_, "closeSocketButton"), Qt::LeftButton);
+            }, Qt::QueuedConnection);
+        }
+    });
+    const auto unhook = qScopeGuard([this] { disconnect(ana_->client(), &im::Client::uploadProgress, this, nullptr); });
+    QString cmid;
+    const QByteArray bytes = attachToBen(QStringLiteral("dropped.bin"), size, QStringLiteral("dropped midway"), &cmid);
+    QVERIFY2(!cmid.isEmpty(), qPrintable(ana_->statusBar()->currentMessage()));
+    expectArrivedIntact(cmid, bytes);
+    QVERIFY(dropped);
+    int connects = 0;
+    for (const QList<QVariant> &c : std::as_const(connection))
+        connects += c.at(0).value<im::ConnectionState>() == im::ConnectionState::Connected ? 1 : 0;
+    QVERIFY2(connects >= 1, "the socket never came back");
+    QVERIFY2(lowestAfterDrop >= size / 4 - 512 * 1024 / 4,
+             qPrintable(QStringLiteral("after the drop the upload stood at %1 of %2").arg(lowestAfterDrop).arg(size)));
+    QCOMPARE(metric(server_->url, QStringLiteral("im_attachment_bytes_in_total")) - committedBefore, size);
+}
+
+// Faults > Restart this window mid-upload: the window's client and store
+// close as a quit app's, a new window opens the same store, and its outbox
+// resumes the upload (the att_id was committed) from the server's offset:
+// one message, one attachment, the same bytes, no byte committed twice.
+void TestDemoApp::restart_mid_upload_resumes_the_upload_from_the_durable_outbox() {
+    child<QSpinBox>(ana_, "uploadLimitSpin")->setValue(512);
+    const qint64 committedBefore = metric(server_->url, QStringLiteral("im_attachment_bytes_in_total"));
+    QVERIFY(committedBefore >= 0);
+    const qint64 size = 2 * 1024 * 1024;
+    qint64 seen = 0;
+    connect(ana_->client(), &im::Client::uploadProgress, this, [&](const QString &, qint64 sent, qint64) { seen = sent; });
+    QString cmid;
+    const QByteArray bytes = attachToBen(QStringLiteral("restarted.bin"), size, QStringLiteral("restarted midway"), &cmid);
+    QVERIFY2(!cmid.isEmpty(), qPrintable(ana_->statusBar()->currentMessage()));
+    QTRY_VERIFY_WITH_TIMEOUT(seen >= size / 4, 60000);
+    QVERIFY2(seen < size, "the upload ended before the restart");
+    const QString db = ana_->client()->databasePath();
+    QSignalSpy opened(manager_.get(), &WindowManager::windowOpened);
+    QTest::mouseClick(child<QPushButton>(ana_, "restartWindowButton"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(opened.size(), 1, kSettle);
+    QTRY_VERIFY(!ana_); // the old window is gone
+    ana_ = opened.first().first().value<ChatWindow *>();
+    QVERIFY(ana_);
+    QVERIFY(QTest::qWaitForWindowExposed(ana_));
+    child<QSpinBox>(ana_, "timeoutSpin")->setValue(1500); // as initTestCase set it
+    QCOMPARE(ana_->client()->databasePath(), db);
+    QVERIFY(ana_->client()->isOpen());
+    QVERIFY(!ana_->client()->uploadState(cmid).isEmpty()); // the entry, from the store
+    QCOMPARE(child<QSpinBox>(ana_, "uploadLimitSpin")->value(), 0); // a fresh window: unlimited
+    waitConnected(ana_);
+    clickConversation(ana_, QStringLiteral("ana-ben"));
+    expectArrivedIntact(cmid, bytes);
+    QCOMPARE(metric(server_->url, QStringLiteral("im_attachment_bytes_in_total")) - committedBefore, size);
+}
+
+// Faults > Corrupt next chunk: one byte of a PUT flipped on the wire. The
+// server answers 422 DIGEST_MISMATCH (the log pane shows it, the status bar
+// said which chunk) and the SDK starts the upload again at 0: the message
+// still goes once with the right bytes.
+void TestDemoApp::corrupt_next_chunk_shows_digest_mismatch_and_the_file_still_arrives_once() {
+    const qint64 mismatchesBefore = metric(server_->url, QStringLiteral("im_attachment_digest_mismatches_total"));
+    QVERIFY(mismatchesBefore >= 0);
+    auto *log = child<QPlainTextEdit>(ana_, "logView");
+    QTest::mouseClick(child<QPushButton>(ana_, "clearLogButton"), Qt::LeftButton);
+    QTest::mouseClick(child<QPushButton>(ana_, "corruptChunkButton"), Qt::LeftButton);
+    QCOMPARE(ana_->statusBar()->currentMessage(), QStringLiteral("The next upload chunk will have one byte flipped on the way"));
+    QString cmid;
+    const QByteArray bytes = attachToBen(QStringLiteral("wire.bin"), 600 * 1000, QStringLiteral("damaged on the wire"), &cmid);
+    QVERIFY2(!cmid.isEmpty(), qPrintable(ana_->statusBar()->currentMessage()));
+    QTRY_VERIFY_WITH_TIMEOUT(log->toPlainText().contains(QStringLiteral("DIGEST_MISMATCH, starting again at 0")), kSettle);
+    expectArrivedIntact(cmid, bytes);
+    QVERIFY2(log->toPlainText().contains(QStringLiteral("one byte of the PUT at 0 flipped")), qPrintable(log->toPlainText()));
+    QCOMPARE(metric(server_->url, QStringLiteral("im_attachment_digest_mismatches_total")), mismatchesBefore + 1);
+    QCOMPARE(rowsWithBody(ben_->messages(), QStringLiteral("damaged on the wire")).size(), 1);
+}
+
+// Faults > Damage the store's copy mid-upload: what the user attached is
+// no longer intact, so the server's 422 DIGEST_MISMATCH is final: the row
+// shows Failed: DIGEST_MISMATCH, the outbox lets it go, ben gets nothing.
+void TestDemoApp::damaged_store_copy_shows_failed_digest_mismatch_and_nothing_arrives() {
+    child<QSpinBox>(ana_, "uploadLimitSpin")->setValue(256);
+    qint64 seen = 0;
+    connect(ana_->client(), &im::Client::uploadProgress, this, [&](const QString &, qint64 sent, qint64) { seen = sent; });
+    const auto unhook = qScopeGuard([this] { disconnect(ana_->client(), &im::Client::uploadProgress, this, nullptr); });
+    QSignalSpy typed(ana_->client(), &im::Client::errorReported);
+    QString cmid;
+    const QString body = QStringLiteral("damaged on disk");
+    (void)attachToBen(QStringLiteral("disk.bin"), 1024 * 1024, body, &cmid);
+    QVERIFY2(!cmid.isEmpty(), qPrintable(ana_->statusBar()->currentMessage()));
+    QTRY_VERIFY_WITH_TIMEOUT(seen > 0, kSettle);
+    QVERIFY2(seen < 1024 * 1024, "the upload ended before the copy could be damaged");
+    QTest::mouseClick(child<QPushButton>(ana_, "damageCopyButton"), Qt::LeftButton);
+    QVERIFY2(ana_->statusBar()->currentMessage().startsWith(QStringLiteral("Flipped the last byte of ")),
+             qPrintable(ana_->statusBar()->currentMessage()));
+    QVERIFY(ana_->statusBar()->currentMessage().contains(cmid));
+    QTRY_COMPARE_WITH_TIMEOUT(shown(ana_, body, ChatWindow::StateColumn), QStringLiteral("Failed: DIGEST_MISMATCH"), 60000);
+    bool sawTyped = false;
+    for (const QList<QVariant> &e : std::as_const(typed))
+        sawTyped = sawTyped || e.at(0).value<im::Error>() == im::Error::DigestMismatch;
+    QVERIFY(sawTyped);
+    QTRY_COMPARE(ana_->client()->pendingCount(), 0);
+    QVERIFY(ana_->client()->uploadState(cmid).isEmpty());
+    // A text after it reaches ben; the file's message never does.
+    typeAndSend(ana_, QStringLiteral("after the damaged file"));
+    QTRY_VERIFY_WITH_TIMEOUT(rowOf(ben_->messages(), QStringLiteral("after the damaged file")) >= 0, kSettle);
+    QCOMPARE(rowsWithBody(ben_->messages(), body).size(), 0);
+}
 
 int main(int argc, char **argv) {
     if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))

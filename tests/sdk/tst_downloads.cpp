@@ -48,6 +48,10 @@ public:
 
     QList<QByteArray> requests; // the attachment requests' heads, in order
     qint64 attachmentBytes = 0; // server -> client on attachment answers
+    /// While true, one byte of every piece of an attachment answer's body
+    /// that passes is flipped (the last of the piece; a piece that ends
+    /// the head, "\r\n\r\n", is left alone): bad bytes on the wire.
+    bool corruptAttachments = false;
 
 private:
     void pipe(QTcpSocket *c) {
@@ -84,6 +88,8 @@ private:
             }
             if (*att)
                 attachmentBytes += data.size();
+            if (*att && corruptAttachments && !data.isEmpty() && !data.endsWith("\r\n\r\n"))
+                data.back() = char(data.back() ^ 0x20);
             c->write(data);
         });
         connect(c, &QTcpSocket::disconnected, u, [u] { u->disconnectFromHost(); });
@@ -122,6 +128,7 @@ private slots:
     void a_dropped_download_resumes_with_range();
     void a_restarted_client_resumes_its_partial_file();
     void a_corrupted_partial_file_is_detected_and_fetched_again();
+    void bytes_damaged_on_every_transfer_fail_typed_digest_mismatch();
     void the_cache_is_bounded_and_serves_repeats();
     void a_sent_file_shows_its_upload_and_arrives_for_the_reader();
 
@@ -400,6 +407,32 @@ void TestDownloads::a_corrupted_partial_file_is_detected_and_fetched_again() {
     QCOMPARE(reqs.size(), 2);
     QVERIFY(reqs.at(0).contains("Range: bytes="));
     QVERIFY(!reqs.at(1).contains("Range:"));
+}
+
+// Bad bytes on the wire, every time: the first check fails, the file is
+// fetched once more from 0, the second check fails too: downloadFailed with
+// the typed Error::DigestMismatch (demo50), and no file at `path`.
+void TestDownloads::bytes_damaged_on_every_transfer_fail_typed_digest_mismatch() {
+    const Sent s = sendFile(QStringLiteral("damaged.bin"), randomBytes(300 * 1000), QStringLiteral("damaged"));
+    QVERIFY(s.seq > 0);
+    auto c = ana(QStringLiteral("damaged.db"), s.seq);
+    const qsizetype before = proxy_->requests.size();
+    proxy_->corruptAttachments = true;
+    const auto clean = qScopeGuard([this] { proxy_->corruptAttachments = false; });
+    QSignalSpy failed(c.get(), &Client::downloadFailed);
+    const QString out = dir_.filePath(QStringLiteral("damaged.out"));
+    QCOMPARE(fetch(*c, s.attId, out).section(u' ', 0, 0), QStringLiteral("DIGEST_MISMATCH"));
+    QCOMPARE(failed.size(), 1);
+    QCOMPARE(failed.at(0).at(0).toString(), s.attId);
+    QCOMPARE(failed.at(0).at(1).value<im::Error>(), im::Error::DigestMismatch);
+    QCOMPARE(failed.at(0).at(2).toString(), QStringLiteral("DIGEST_MISMATCH"));
+    QVERIFY(!QFile::exists(out));
+    QCOMPARE(proxy_->requests.size() - before, 2); // once, then once more from 0
+    // The proxy's bytes were the damaged ones: clean again, it arrives.
+    proxy_->corruptAttachments = false;
+    const QString failure = fetch(*c, s.attId, out);
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
+    QCOMPARE(fileBytes(out), s.bytes);
 }
 
 void TestDownloads::the_cache_is_bounded_and_serves_repeats() {

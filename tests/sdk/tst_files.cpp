@@ -13,6 +13,7 @@
 #include "client_p.h" // white-box: the uploader's byte count, the socket drop, the att_id
 
 #include <im/client.h>
+#include <im/testing.h>
 
 #include <QtCore/QCryptographicHash>
 #include <QtCore/QDir>
@@ -72,6 +73,10 @@ private slots:
     void an_upload_resumes_from_the_server_offset_after_the_socket_drops();
     void a_restarted_client_resumes_the_same_upload();
     void cancel_removes_the_upload_from_the_server();
+    // demo50: the throttle and the typed DIGEST_MISMATCH.
+    void an_upload_rate_limit_paces_the_puts_without_blocking_the_thread();
+    void a_chunk_corrupted_on_the_way_restarts_at_zero_and_arrives_intact();
+    void a_damaged_store_copy_fails_typed_digest_mismatch_and_its_upload_is_removed();
     void killed_mid_upload_ends_in_one_message_with_one_attachment_data();
     void killed_mid_upload_ends_in_one_message_with_one_attachment();
 
@@ -343,6 +348,151 @@ void TestFiles::cancel_removes_the_upload_from_the_server() {
 
     QVERIFY2(c->cancel(cmid), qPrintable(c->lastError()));
     QCOMPARE(c->pendingCount(), 0);
+    QVERIFY(!QFile::exists(db + QStringLiteral(".files/outgoing/") + cmid));
+    QTRY_COMPARE_WITH_TIMEOUT(get(*server_, QStringLiteral("ana"), QStringLiteral("/v1/uploads/") + attId).first, 404,
+                              20000);
+    QCOMPARE(serverMessage(*server_, cmid), QStringLiteral("0|0|"));
+}
+
+// uploadRateLimit: the PUTs are paced to the rate on the client's thread.
+// No timed upper bound anywhere (a slow machine only makes it slower): the
+// whole upload takes at least the paced time (its bytes but the last
+// piece's over the rate), no progress report is ahead of the rate by more
+// than one piece, the pieces are a quarter second's worth, and the thread's
+// event loop kept running meanwhile (a timer on it ticked).
+void TestFiles::an_upload_rate_limit_paces_the_puts_without_blocking_the_thread() {
+    const QString db = dir_.filePath(QStringLiteral("throttle.db"));
+    auto c = client(db, 256 * 1024);
+    QVERIFY(c->isOpen());
+    QCOMPARE(c->uploadRateLimit(), qint64(0)); // the default: unlimited
+    QSignalSpy settings(c.get(), &Client::settingsChanged);
+    c->setUploadRateLimit(-5);
+    QCOMPARE(c->uploadRateLimit(), qint64(0));
+    QCOMPARE(settings.size(), 0); // no change
+    const qint64 rate = 256 * 1024;
+    QVERIFY(c->setProperty("uploadRateLimit", rate)); // the property, as QML sets it
+    QCOMPARE(c->uploadRateLimit(), rate);
+    QCOMPARE(settings.size(), 1);
+    const qint64 piece = rate / 4; // a quarter second's worth
+
+    const QByteArray data = randomBytes(1024 * 1024 + 100);
+    const QString path = dir_.filePath(QStringLiteral("throttled.bin"));
+    QVERIFY(writeFile(path, data));
+    c->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(c->connectionState() == im::ConnectionState::Connected, 30000);
+    QSignalSpy states(c.get(), &Client::messageStateChanged);
+    QElapsedTimer clock;
+    QList<QPair<qint64, qint64>> reports; // (ms since sendFile, bytes sent)
+    connect(c.get(), &Client::uploadProgress, c.get(),
+            [&](const QString &, qint64 sent, qint64) { reports.append({clock.elapsed(), sent}); });
+    int ticks = 0;
+    QTimer tick;
+    connect(&tick, &QTimer::timeout, &tick, [&] { ++ticks; });
+    tick.start(100);
+    clock.start();
+    const QString cmid = c->sendFile(Conv, path, QStringLiteral("throttled"));
+    QVERIFY(!cmid.isEmpty());
+    QTRY_VERIFY_WITH_TIMEOUT(!states.isEmpty() && states.last().at(3).value<im::MessageState>() == im::MessageState::Sent,
+                             60000);
+    const qint64 took = clock.elapsed();
+    tick.stop();
+    const qint64 paced = (data.size() - piece) * 1000 / rate; // every piece but the last waited for the rate
+    QVERIFY2(took >= paced, qPrintable(QStringLiteral("%1 ms for %2 bytes at %3 B/s: the rate allows no less than %4 ms")
+                                           .arg(took).arg(data.size()).arg(rate).arg(paced)));
+    for (const auto &[ms, sent] : std::as_const(reports))
+        QVERIFY2(sent <= rate * ms / 1000 + piece,
+                 qPrintable(QStringLiteral("%1 bytes after %2 ms: ahead of %3 B/s by more than a piece").arg(sent).arg(ms).arg(rate)));
+    // One PUT per piece, nothing sent twice.
+    QCOMPARE(im::ClientPrivate::get(c.get())->outbox.uploader().bytesPut(), qint64(data.size()));
+    QCOMPARE(im::ClientPrivate::get(c.get())->outbox.uploader().pieceSize(), piece);
+    QVERIFY2(ticks >= 3, qPrintable(QStringLiteral("the event loop ticked %1 times in %2 ms").arg(ticks).arg(took)));
+    QCOMPARE(reports.last().second, qint64(data.size()));
+    const QStringList row = serverMessage(*server_, cmid).split(u'|');
+    QCOMPARE(row.mid(0, 2), (QStringList{QStringLiteral("1"), QStringLiteral("1")}));
+    QVERIFY(get(*server_, QStringLiteral("ana"), QStringLiteral("/v1/attachments/") + row.value(2)).second == data);
+}
+
+// im::testing::Faults::corruptNextUploadChunk: a byte flipped on the way,
+// the store's copy intact. The server answers 422 DIGEST_MISMATCH at the
+// last byte; the SDK finds its copy unchanged and starts again at 0: one
+// message, one attachment, the right bytes, and no DIGEST_MISMATCH reported
+// to the app (it recovered).
+void TestFiles::a_chunk_corrupted_on_the_way_restarts_at_zero_and_arrives_intact() {
+    const QString db = dir_.filePath(QStringLiteral("wire.db"));
+    auto c = client(db, 256 * 1024);
+    QVERIFY(c->isOpen());
+    im::testing::Faults faults(c.get());
+    QSignalSpy corrupted(&faults, &im::testing::Faults::uploadChunkCorrupted);
+    QSignalSpy errors(c.get(), &Client::errorReported);
+    QSignalSpy states(c.get(), &Client::messageStateChanged);
+    const QByteArray data = randomBytes(1024 * 1024 + 5);
+    const QString path = dir_.filePath(QStringLiteral("wire.bin"));
+    QVERIFY(writeFile(path, data));
+    const qint64 mismatchesBefore = metric(*server_, QStringLiteral("im_attachment_digest_mismatches_total"));
+    c->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(c->connectionState() == im::ConnectionState::Connected, 30000);
+    faults.corruptNextUploadChunk();
+    const QString cmid = c->sendFile(Conv, path, QStringLiteral("damaged on the wire"));
+    QVERIFY(!cmid.isEmpty());
+    QTRY_VERIFY_WITH_TIMEOUT(!states.isEmpty() && states.last().at(3).value<im::MessageState>() != im::MessageState::Pending,
+                             60000);
+    QCOMPARE(states.last().at(3).value<im::MessageState>(), im::MessageState::Sent);
+    QCOMPARE(corrupted.size(), 1);
+    QCOMPARE(corrupted.at(0).at(0).toString(), cmid);
+    QCOMPARE(corrupted.at(0).at(1).toLongLong(), qint64(0)); // the first PUT
+    // The server saw it (422) and the upload went again from 0.
+    QCOMPARE(metric(*server_, QStringLiteral("im_attachment_digest_mismatches_total")), mismatchesBefore + 1);
+    QVERIFY2(im::ClientPrivate::get(c.get())->outbox.uploader().bytesPut() >= 2 * data.size(),
+             qPrintable(QStringLiteral("%1 bytes put").arg(im::ClientPrivate::get(c.get())->outbox.uploader().bytesPut())));
+    for (const QList<QVariant> &e : std::as_const(errors))
+        QVERIFY2(e.at(0).value<im::Error>() != im::Error::DigestMismatch, qPrintable(e.at(2).toString()));
+    const QStringList row = serverMessage(*server_, cmid).split(u'|');
+    QCOMPARE(row.mid(0, 2), (QStringList{QStringLiteral("1"), QStringLiteral("1")}));
+    QVERIFY(get(*server_, QStringLiteral("ben"), QStringLiteral("/v1/attachments/") + row.value(2)).second == data);
+}
+
+// The store's copy is damaged on disk mid-upload (what the user attached no
+// longer exists intact): the server's 422 DIGEST_MISMATCH is final. The
+// message fails with the code, typed (Error::DigestMismatch), nothing is
+// sent, and the server's upload is removed at once (not after 24 h).
+void TestFiles::a_damaged_store_copy_fails_typed_digest_mismatch_and_its_upload_is_removed() {
+    const QString db = dir_.filePath(QStringLiteral("damaged.db"));
+    auto c = client(db, 256 * 1024);
+    QVERIFY(c->isOpen());
+    c->setUploadRateLimit(512 * 1024); // time to damage it mid-upload
+    QSignalSpy errors(c.get(), &Client::errorReported);
+    QSignalSpy states(c.get(), &Client::messageStateChanged);
+    const QByteArray data = randomBytes(2 * 1024 * 1024);
+    const QString path = dir_.filePath(QStringLiteral("damaged.bin"));
+    QVERIFY(writeFile(path, data));
+    qint64 seen = 0;
+    connect(c.get(), &Client::uploadProgress, c.get(), [&](const QString &, qint64 sent, qint64) { seen = sent; });
+    c->connectToServer();
+    QTRY_VERIFY_WITH_TIMEOUT(c->connectionState() == im::ConnectionState::Connected, 30000);
+    const QString cmid = c->sendFile(Conv, path, QStringLiteral("damaged on disk"));
+    QVERIFY(!cmid.isEmpty());
+    QTRY_VERIFY_WITH_TIMEOUT(seen > 0, 60000);
+    const QString attId = im::ClientPrivate::get(c.get())->outbox.findCmid(cmid)->row.file->attId;
+    QVERIFY(!attId.isEmpty());
+    QVERIFY2(seen < data.size(), "the upload was over before the copy could be damaged");
+    {
+        // The copy's last byte (not yet sent) flips on disk.
+        QFile copy(db + QStringLiteral(".files/outgoing/") + cmid);
+        QVERIFY(copy.open(QIODevice::ReadWrite));
+        QVERIFY(copy.seek(data.size() - 1));
+        QVERIFY(copy.putChar(char(data.at(data.size() - 1) ^ 0x01)));
+    }
+    QTRY_VERIFY_WITH_TIMEOUT(!states.isEmpty() && states.last().at(3).value<im::MessageState>() != im::MessageState::Pending,
+                             60000);
+    QCOMPARE(states.last().at(1).toString(), cmid);
+    QCOMPARE(states.last().at(3).value<im::MessageState>(), im::MessageState::Failed);
+    QCOMPARE(states.last().at(4).toString(), QStringLiteral("DIGEST_MISMATCH"));
+    bool typed = false;
+    for (const QList<QVariant> &e : std::as_const(errors))
+        typed = typed || (e.at(0).value<im::Error>() == im::Error::DigestMismatch && e.at(1).toString() == u"DIGEST_MISMATCH");
+    QVERIFY2(typed, "no errorReported(Error::DigestMismatch, \"DIGEST_MISMATCH\")");
+    QCOMPARE(im::errorFromCode(QStringLiteral("DIGEST_MISMATCH")), im::Error::DigestMismatch);
+    QTRY_COMPARE(c->pendingCount(), 0);
     QVERIFY(!QFile::exists(db + QStringLiteral(".files/outgoing/") + cmid));
     QTRY_COMPARE_WITH_TIMEOUT(get(*server_, QStringLiteral("ana"), QStringLiteral("/v1/uploads/") + attId).first, 404,
                               20000);

@@ -8,6 +8,8 @@
 #include "exerelative.h"
 #include "realserver.h"
 
+#include <QtCore/QCryptographicHash>
+#include <QtCore/QFile>
 #include <QtCore/QTemporaryDir>
 #include <QtQml/QQmlContext>
 #include <QtQml/QQmlEngine>
@@ -27,6 +29,17 @@ public Q_SLOTS:
         error_ = server_->start();
         if (error_.isEmpty() && !data_.isValid())
             error_ = QStringLiteral("no temporary data folder");
+        // A file for the QML file test (QML cannot write one): 1.5 MiB of a
+        // pattern, its SHA-256 for the attachments role.
+        QByteArray bytes(1536 * 1024, Qt::Uninitialized);
+        for (qsizetype i = 0; i < bytes.size(); ++i)
+            bytes[i] = char((i * 131) ^ (i >> 11));
+        file_ = data_.filePath(QStringLiteral("qml-file.bin"));
+        QFile f(file_);
+        if (error_.isEmpty() && (!f.open(QIODevice::WriteOnly) || f.write(bytes) != bytes.size()))
+            error_ = QStringLiteral("cannot write %1").arg(file_);
+        fileSha256_ = QString::fromLatin1(QCryptographicHash::hash(bytes, QCryptographicHash::Sha256).toHex());
+        fileSize_ = bytes.size();
     }
 
     void qmlEngineAvailable(QQmlEngine *engine) {
@@ -39,6 +52,9 @@ public Q_SLOTS:
         ctx->setContextProperty(QStringLiteral("serverUrl"), server_->url);
         ctx->setContextProperty(QStringLiteral("tokens"), tokens);
         ctx->setContextProperty(QStringLiteral("dataDir"), data_.path());
+        ctx->setContextProperty(QStringLiteral("fileToSend"), file_);
+        ctx->setContextProperty(QStringLiteral("fileSha256"), fileSha256_);
+        ctx->setContextProperty(QStringLiteral("fileSize"), fileSize_);
         ctx->setContextProperty(QStringLiteral("exampleDir"),
                                 QUrl::fromLocalFile(exeRelativePath(IM_QML_EXAMPLE_DIR)).toString());
     }
@@ -49,6 +65,8 @@ private:
     std::unique_ptr<RealServer> server_;
     QTemporaryDir data_;
     QString error_;
+    QString file_, fileSha256_;
+    qint64 fileSize_ = 0;
 };
 
 // QUICK_TEST_MAIN_WITH_SETUP(tst_qml, Setup), but with the test cases'

@@ -96,6 +96,8 @@ class IM_SDK_EXPORT Client : public QObject {
     /// sendFile()'s size limit and the upload's bytes per request (setMaxFileSize(), setUploadChunkSize()).
     Q_PROPERTY(qint64 maxFileSize READ maxFileSize WRITE setMaxFileSize NOTIFY settingsChanged)
     Q_PROPERTY(int uploadChunkSize READ uploadChunkSize WRITE setUploadChunkSize NOTIFY settingsChanged)
+    /// The upload throttle in bytes per second, 0 = unlimited (setUploadRateLimit()).
+    Q_PROPERTY(qint64 uploadRateLimit READ uploadRateLimit WRITE setUploadRateLimit NOTIFY settingsChanged)
     /// Keep-alive ping interval and silence timeout in ms (setKeepAlive()).
     Q_PROPERTY(int pingInterval READ pingInterval WRITE setPingInterval NOTIFY settingsChanged)
     Q_PROPERTY(int silenceTimeout READ silenceTimeout WRITE setSilenceTimeout NOTIFY settingsChanged)
@@ -363,6 +365,15 @@ public:
     /// A resume after a kill re-sends at most one of them.
     void setUploadChunkSize(int bytes);
     int uploadChunkSize() const;
+    /// The upload throttle, for apps on slow or metered links and for QA:
+    /// at most `bytesPerSecond` bytes of file data a second go to the
+    /// server (0, the default: unlimited; negative counts as 0). Paced on
+    /// the client's thread without blocking it: the PUTs get smaller (a
+    /// quarter second's worth, at least 4 KiB, at most uploadChunkSize())
+    /// and each waits on a timer until the bytes before it fit the rate.
+    /// Applies from the next PUT, also to an upload under way.
+    void setUploadRateLimit(qint64 bytesPerSecond);
+    qint64 uploadRateLimit() const;
 
     // --- files received (obligation 17, docs/sdk.md "Receiving files") ---
     /// Downloads attachment `attId` (an `id` of a message's `attachments`)

@@ -69,6 +69,12 @@ enum class Error {
                          ///< fails, not resent)
     TooLarge,            ///< TOO_LARGE: a file over the size limit (Client::sendFile, the server's
                          ///< --max-attachment-bytes); refused at once, nothing queued
+    DigestMismatch,      ///< DIGEST_MISMATCH: a file's bytes do not match its SHA-256. An upload:
+                         ///< the store's copy changed since sendFile() (or the server's check
+                         ///< failed 4 times), the message fails (messageStateChanged's code,
+                         ///< errorReported). A download: the bytes failed the check twice
+                         ///< (downloadFailed). A byte damaged on the way is not this: the SDK
+                         ///< starts again at 0 by itself (docs/sdk.md "Sending files")
 };
 Q_ENUM_NS(Error)
 

@@ -41,6 +41,13 @@ public Q_SLOTS:
     void dropNextReply();
     /// Drop the socket right now without a close handshake; reconnect applies.
     void closeSocketNow();
+    /// One byte of the next file upload request (PUT) is flipped on its way
+    /// to the server; the store's copy of the file stays intact. The
+    /// server's SHA-256 check at the last byte answers 422 DIGEST_MISMATCH,
+    /// the SDK finds its copy unchanged and starts the upload again at 0
+    /// (a byte damaged on the wire: the message still goes, once).
+    /// uploadChunkCorrupted() says when it happened.
+    void corruptNextUploadChunk();
 
 Q_SIGNALS:
     void offlineChanged(bool offline);
@@ -48,6 +55,9 @@ Q_SIGNALS:
     /// reply's type (`t`: "sent", "error", "acked", ...), so a test can tell
     /// that the reply it meant to lose was the one lost.
     void replyDropped(const QString &rid, const QString &replyType);
+    /// corruptNextUploadChunk() flipped a byte of the PUT of sendFile()
+    /// entry `cmid` at `offset`.
+    void uploadChunkCorrupted(const QString &cmid, qint64 offset);
 
 private:
     QPointer<Client> client_;

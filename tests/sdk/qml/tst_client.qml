@@ -291,6 +291,77 @@ TestCase {
         c.destroy()
     }
 
+    // Obligation 17 from QML (demo50): sendFile, the throttle as a property,
+    // and the file roles by name: `attachments` (name, size, sha256; after
+    // Sent the server's id, and a download's state and path) and
+    // `uploadProgress` (0..1 while the upload runs, -1 once Sent), through
+    // get() and a delegate's required properties.
+    MessageListModel { id: files; client: client; conversation: "ana-ben" }
+    Repeater {
+        id: fileView
+        model: files
+        delegate: Item {
+            required property string cmid
+            required property var attachments
+            required property double uploadProgress
+        }
+    }
+    SignalSpy { id: uploadSpy; target: client; signalName: "uploadProgress" }
+    function fileRow(cmid) {
+        for (let r = 0; r < files.count; ++r)
+            if (files.get(r, "cmid") === cmid)
+                return r
+        return -1
+    }
+    function test_5_fileRolesFromQml() {
+        compare(client.connectionState, Im.Connected)
+        client.uploadRateLimit = 512 * 1024 // about 3 s for 1.5 MiB: the upload can be watched
+        compare(client.uploadRateLimit, 524288)
+        uploadSpy.clear()
+        const cmid = client.sendFile("ana-ben", fileToSend, "a file from QML")
+        verify(cmid !== "", client.lastError())
+        tryVerify(() => fileRow(cmid) >= 0, 30000, "the file's message never showed")
+        const mine = files.get(fileRow(cmid))
+        compare(mine.messageState, Im.Pending)
+        compare(mine.body, "a file from QML")
+        compare(mine.attachments.length, 1)
+        compare(mine.attachments[0].name, "qml-file.bin")
+        compare(mine.attachments[0].size, fileSize)
+        compare(mine.attachments[0].sha256, fileSha256)
+        verify(mine.uploadProgress >= 0 && mine.uploadProgress < 1, "uploadProgress " + mine.uploadProgress)
+        // Part of the way, by role name through get() and in a delegate.
+        tryVerify(() => { const p = files.get(fileRow(cmid), "uploadProgress"); return p > 0 && p < 1 }, 60000,
+                  "no upload progress between 0 and 1 seen")
+        tryVerify(() => fileView.count === files.count)
+        const item = fileView.itemAt(fileRow(cmid))
+        compare(item.cmid, cmid)
+        compare(item.attachments.length, 1)
+        compare(item.attachments[0].name, "qml-file.bin")
+        verify(item.uploadProgress > 0, "the delegate's uploadProgress " + item.uploadProgress)
+        // Sent: no upload any more (-1), the file keeps its place with the server's id.
+        tryVerify(() => files.get(fileRow(cmid), "messageState") === Im.Sent, 120000, "the file never became Sent")
+        const r = fileRow(cmid)
+        verify(files.get(r, "seq") > 0)
+        compare(files.get(r, "uploadProgress"), -1)
+        const att = files.get(r, "attachments")[0]
+        verify(att.id !== "", "no attachment id after Sent")
+        compare(att.name, "qml-file.bin")
+        compare(att.size, fileSize)
+        compare(att.downloadState, "")
+        verify(uploadSpy.count > 1)
+        const last = uploadSpy.signalArguments[uploadSpy.count - 1]
+        compare(last[0], cmid)
+        compare(last[1], fileSize)
+        compare(last[2], fileSize)
+        // A download shows in the attachments role: done, at its path.
+        const out = dataDir + "/qml-file.out"
+        compare(client.download(att.id, out), att.id)
+        tryVerify(() => files.get(fileRow(cmid), "attachments")[0].downloadState === "done", 60000, "never downloaded")
+        compare(files.get(fileRow(cmid), "attachments")[0].path, out)
+        tryVerify(() => fileView.itemAt(fileRow(cmid)).attachments[0].downloadState === "done")
+        client.uploadRateLimit = 0
+    }
+
     function cleanupTestCase() {
         client.disconnectFromServer()
         client.close()
