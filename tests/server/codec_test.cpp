@@ -297,7 +297,7 @@ TEST(Codec, a_msg_carries_its_attachments_in_order_and_a_send_keeps_the_ids_give
 // ---- the event encoding is the one Boost.JSON's trees gave ----------------
 // protocol.cpp writes events and the frames that carry them straight into
 // the text (no json::object per event, docs/benchmarks.md, "The heavy
-// page's encoding"); the wire must not change by a byte. The reference
+// page, taken apart"); the wire must not change by a byte. The reference
 // below is the encoder it replaced, kept verbatim.
 namespace old_encoding {
 namespace json = boost::json;

@@ -243,7 +243,7 @@ std::variant<Request, Error> parse_body(std::string_view t, const json::object& 
 // intermediate json::object per event (a page of 200 heavy events built
 // and freed ~2,000 small objects, strings and arrays per request, twice:
 // once to size each event for the frame budget, once for the frame; the
-// profile in docs/benchmarks.md, "The heavy page's encoding"). The bytes are
+// profile in docs/benchmarks.md, "The heavy page, taken apart"). The bytes are
 // those Boost.JSON's serializer gives for the same fields in the same
 // order (keys in insertion order, its string escapes, plain integers);
 // codec_test compares the two over a table of events and every byte value.
