@@ -5,6 +5,7 @@
 #include "transport_p.h"
 
 #include <QtCore/QCryptographicHash>
+#include <QtCore/QThread>
 #include <QtCore/QJsonDocument>
 #include <QtCore/QJsonObject>
 #include <QtNetwork/QNetworkAccessManager>
@@ -13,6 +14,7 @@
 #include <QtNetwork/QSslConfiguration>
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 namespace im {
@@ -126,6 +128,7 @@ void Uploader::start(const QString &cmid, const detail::OutboxFile &file) {
     tooLargePuts_ = 0;
     paceClock_.invalidate();
     pacedOffset_ = -1;
+    ++run_;
     qCDebug(lcOutbox, "upload of %s (%lld bytes, att %s): starting", qUtf8Printable(cmid), file.size,
             qUtf8Printable(file.attId));
     if (file_.attId.isEmpty())
@@ -141,6 +144,7 @@ void Uploader::stop(const QString &cmid) {
 }
 
 void Uploader::finish() {
+    ++run_;
     retryTimer_.stop();
     paceTimer_.stop();
     pacedOffset_ = -1;
@@ -315,17 +319,19 @@ void Uploader::onPut(QNetworkReply *reply, qint64 offset, qint64 length) {
     }
     if (code == 422) {
         // DIGEST_MISMATCH: the server has dropped the bytes (the upload is
-        // at 0 again). Our copy unchanged: a byte went wrong on the way,
-        // start again (a few times). Changed: the store's copy is damaged,
-        // and what the user attached is gone: the message fails.
-        const QString now = sha256Of(storage_.outgoingFilePath(cmid_));
-        if (now != file_.sha256)
-            return fail(QStringLiteral("DIGEST_MISMATCH"),
-                        QStringLiteral("the store's copy of the file changed since sendFile(): not sent"));
-        if (++digestRestarts_ > 3)
-            return fail(QStringLiteral("DIGEST_MISMATCH"), QStringLiteral("the server's digest check failed 4 times"));
-        qCWarning(lcOutbox, "upload of %s: DIGEST_MISMATCH, starting again at 0", qUtf8Printable(cmid_));
-        return put(0);
+        // at 0 again). The copy is hashed again on a thread of its own (a
+        // large file must not hold the app's thread), then onRehashed().
+        const QString cmid = cmid_;
+        const quint64 run = run_;
+        auto hash = std::make_shared<QString>();
+        QThread *t = QThread::create([hash, path = storage_.outgoingFilePath(cmid_)] { *hash = sha256Of(path); });
+        connect(t, &QThread::finished, this, [this, hash, cmid, run] {
+            if (run == run_ && cmid == cmid_)
+                onRehashed(*hash);
+        });
+        connect(t, &QThread::finished, t, &QObject::deleteLater);
+        t->start();
+        return;
     }
     if (code == 404) {
         if (setAttId(QString()))
@@ -345,6 +351,19 @@ void Uploader::onPut(QNetworkReply *reply, qint64 offset, qint64 length) {
     if (code == 400)
         return fail(QStringLiteral("INVALID_ARGUMENT"), QStringLiteral("the server refuses the upload: %1 %2").arg(err, text));
     retryLater(QStringLiteral("PUT /v1/uploads: %1 %2 %3").arg(code).arg(err, reply->errorString()));
+}
+
+void Uploader::onRehashed(const QString &sha256) {
+    // Our copy unchanged: a byte went wrong on the way, start again (a few
+    // times). Changed: the store's copy is damaged, and what the user
+    // attached is gone: the message fails.
+    if (sha256 != file_.sha256)
+        return fail(QStringLiteral("DIGEST_MISMATCH"),
+                    QStringLiteral("the store's copy of the file changed since sendFile(): not sent"));
+    if (++digestRestarts_ > 3)
+        return fail(QStringLiteral("DIGEST_MISMATCH"), QStringLiteral("the server's digest check failed 4 times"));
+    qCWarning(lcOutbox, "upload of %s: DIGEST_MISMATCH, starting again at 0", qUtf8Printable(cmid_));
+    put(0);
 }
 
 bool Uploader::setAttId(const QString &attId) {

@@ -17,7 +17,7 @@
 //   until the bytes before it fit the rate
 // Answers: 409 OFFSET_MISMATCH -> go on from the server's offset; 404 (the
 // upload was collected) -> a new upload (POST); 422 DIGEST_MISMATCH -> the
-// copy is hashed again: unchanged, the upload starts again at 0 (at most 3
+// copy is hashed again (on a thread of its own): unchanged, the upload starts again at 0 (at most 3
 // times), changed (the store's copy was damaged) -> the message fails with
 // DIGEST_MISMATCH (and the server's upload is removed, as after every
 // verdict); 400 / 413 -> fails (INVALID_ARGUMENT / TOO_LARGE; a
@@ -113,6 +113,7 @@ private:
     void onPost(QNetworkReply *reply);
     void onStatus(QNetworkReply *reply);
     void onPut(QNetworkReply *reply, qint64 offset, qint64 length);
+    void onRehashed(const QString &sha256); // the copy's SHA-256 after a 422, hashed off the thread
     bool setAttId(const QString &attId); // false: not recorded (a retry is armed)
     void complete();
     void fail(const QString &code, const QString &message);
@@ -140,6 +141,7 @@ private:
     qint64 pacedOffset_ = -1; // the offset paceTimer_ will put from
     QTimer paceTimer_{this};
     bool corruptNext_ = false;
+    quint64 run_ = 0; // which job a late answer (the rehash) belongs to: start() and finish() move it on
 };
 
 } // namespace im
