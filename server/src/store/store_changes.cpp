@@ -1,7 +1,12 @@
 // The store's edit and react (contract section 12): one call of the
 // server-side function im_change (schema/functions/im_change.sql) per
 // request, autocommit: the checks, the event and the aggregates the reads
-// show, in one statement and one round trip.
+// show, in one statement and one round trip. On the gateway, edits and
+// reacts ride the send scheduler's runs instead (Store::send_group,
+// im_write_group, which calls im_change per item inside the group's
+// statement); these two serve an edit with an empty body, the lab
+// (--enable-faults) and the item-by-item fallback. change_outcome below is
+// the one mapping of im_change's codes for both.
 #include "store/lab_schema.hpp"
 #include "store/store_internal.hpp"
 
