@@ -198,3 +198,144 @@ BEGIN
     RETURN QUERY SELECT 'OK'::text, v_seq, false, true, v_ep;
 END
 $$;
+
+-- im_write_group: a group of runs (send_scheduler.hpp) whose items include
+-- an `edit` or a `react` beside sends, in ONE statement and one commit as a
+-- group of sends is (Store::send_group; a group of sends alone calls
+-- im_send directly). p_kinds[i] is 'msg' (a send: p_cmids, p_bodies,
+-- p_prevs, p_reply_tos, p_atts as for im_send), 'edit' (p_targets,
+-- p_bodies) or 'reaction' (p_targets, p_emojis, p_ons); the rest as im_send's.
+--
+-- It only orders the items; every check stays where it was: the items are
+-- judged in their order (run by run, item by item, so per conversation in
+-- arrival order per connection), a stretch of consecutive sends by one call
+-- of im_send, each edit or react by one call of im_change, all in this
+-- transaction under the conversation's row lock. So an edit or react sees
+-- the sends (and changes) before it in the group, the seqs are gap-free in
+-- item order, and a repeated key answers dup:true as across commits.
+--
+-- The locks, in im_send's order: the devices' gates shared (device order),
+-- then the runs' conversation rows FOR NO KEY UPDATE SKIP LOCKED (members
+-- with a valid device only) with each one's gate tried. A run whose row or
+-- gate another transaction holds is LOCKED as in im_send: nothing of it is
+-- written, the caller runs it again later. With p_lock_timeout_ms > 0 (the
+-- caller's lock waiter, for the runs of ONE conversation), im_send_lock
+-- waits for them first (im_send_queued.sql). im_send and im_change find the
+-- gates and rows already this transaction's, so they never wait; the
+-- notification (p_channel) goes out once, here, for all the OK items that
+-- have an event (a react that changed nothing and is no dup: none).
+--
+-- One row per item, in item order: im_send's columns (r_mid, r_ts, r_atts
+-- NULL for a change) and r_changed (a change's, NULL for a send).
+
+CREATE OR REPLACE FUNCTION im_write_group(p_lock_timeout_ms integer, p_devices text[], p_token_sha256s text[],
+                                          p_convs text[], p_users text[], p_runs integer[], p_kinds text[],
+                                          p_cmids text[], p_bodies text[], p_prevs text[], p_reply_tos bigint[],
+                                          p_atts text[], p_targets bigint[], p_emojis text[], p_ons boolean[],
+                                          p_channel text)
+RETURNS TABLE (r_run integer, r_item integer, r_code text, r_seq bigint, r_mid text, r_epoch bigint, r_dup boolean,
+               r_ts bigint, r_atts text, r_changed boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    nr     integer := coalesce(array_length(p_convs, 1), 0);
+    n      integer := coalesce(array_length(p_runs, 1), 0);
+    got    text[] := ARRAY[]::text[];                          -- conversations whose row and gate are ours
+    held   boolean[] := array_fill(false, ARRAY[nr]);
+    a_code text[] := array_fill(NULL::text, ARRAY[n]);
+    a_seq  bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    a_mid  text[] := array_fill(NULL::text, ARRAY[n]);
+    a_ep   bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    a_dup  boolean[] := array_fill(NULL::boolean, ARRAY[n]);
+    a_ts   bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    a_att  text[] := array_fill(NULL::text, ARRAY[n]);
+    a_chg  boolean[] := array_fill(NULL::boolean, ARRAY[n]);
+    seg    integer[];                                          -- the items of one stretch of sends
+    ix     integer;
+    run    integer;
+    k      record;
+BEGIN
+    IF p_lock_timeout_ms > 0 THEN
+        PERFORM im_send_lock(p_lock_timeout_ms, p_devices, p_token_sha256s, p_convs, p_users);
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(im_device_gate_key(x.dev))
+           FROM (SELECT DISTINCT dev FROM unnest(p_devices) AS dev ORDER BY dev) x;
+    END IF;
+    FOR k IN
+        SELECT cv.conv_id
+          FROM conversations cv
+         WHERE cv.conv_id IN (
+                SELECT r.conv
+                  FROM unnest(p_devices, p_token_sha256s, p_convs, p_users) AS r(dev, tok, conv, usr)
+                  JOIN devices d ON d.device_id = r.dev AND d.user_id = r.usr
+                                AND d.token_sha256 = decode(r.tok, 'hex') AND d.revoked_at IS NULL
+                 WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr))
+         ORDER BY cv.conv_id
+           FOR NO KEY UPDATE OF cv SKIP LOCKED
+    LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(im_conv_gate_key(k.conv_id));
+        got := got || k.conv_id;
+    END LOOP;
+    -- Held: a member with a valid device whose conversation's row or gate
+    -- is another transaction's (a stranger or a revoked device is answered
+    -- by im_send and im_change, without a lock).
+    FOR run IN 1..nr LOOP
+        CONTINUE WHEN p_convs[run] = ANY (got);
+        held[run] := EXISTS (SELECT 1 FROM devices d
+                              WHERE d.device_id = p_devices[run] AND d.user_id = p_users[run]
+                                AND d.token_sha256 = decode(p_token_sha256s[run], 'hex') AND d.revoked_at IS NULL)
+                     AND EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_convs[run])
+                     AND EXISTS (SELECT 1 FROM membership_periods m
+                                  WHERE m.conv_id = p_convs[run] AND m.user_id = p_users[run]);
+    END LOOP;
+    ix := 1;
+    WHILE ix <= n LOOP
+        run := p_runs[ix];
+        IF held[run] THEN
+            a_code[ix] := 'LOCKED';
+            ix := ix + 1;
+        ELSIF p_kinds[ix] = 'msg' THEN
+            -- A stretch of consecutive sends: one call of im_send.
+            seg := ARRAY[]::integer[];
+            WHILE ix <= n AND p_kinds[ix] = 'msg' LOOP
+                IF held[p_runs[ix]] THEN a_code[ix] := 'LOCKED'; ELSE seg := seg || ix; END IF;
+                ix := ix + 1;
+            END LOOP;
+            FOR k IN
+                SELECT s.r_item, s.r_code, s.r_seq, s.r_mid, s.r_epoch, s.r_dup, s.r_ts, s.r_atts
+                  FROM im_send(p_devices, p_token_sha256s, p_convs, p_users,
+                               ARRAY(SELECT p_runs[x.i] FROM unnest(seg) WITH ORDINALITY AS x(i, o) ORDER BY x.o),
+                               ARRAY(SELECT p_cmids[x.i] FROM unnest(seg) WITH ORDINALITY AS x(i, o) ORDER BY x.o),
+                               ARRAY(SELECT p_bodies[x.i] FROM unnest(seg) WITH ORDINALITY AS x(i, o) ORDER BY x.o),
+                               ARRAY(SELECT p_prevs[x.i] FROM unnest(seg) WITH ORDINALITY AS x(i, o) ORDER BY x.o),
+                               ARRAY(SELECT p_reply_tos[x.i] FROM unnest(seg) WITH ORDINALITY AS x(i, o) ORDER BY x.o),
+                               ARRAY(SELECT p_atts[x.i] FROM unnest(seg) WITH ORDINALITY AS x(i, o) ORDER BY x.o),
+                               '') s
+            LOOP
+                a_code[seg[k.r_item]] := k.r_code; a_seq[seg[k.r_item]] := k.r_seq;
+                a_mid[seg[k.r_item]] := k.r_mid; a_ep[seg[k.r_item]] := k.r_epoch;
+                a_dup[seg[k.r_item]] := k.r_dup; a_ts[seg[k.r_item]] := k.r_ts; a_att[seg[k.r_item]] := k.r_atts;
+            END LOOP;
+        ELSE
+            SELECT c.r_code, c.r_seq, c.r_dup, c.r_changed, c.r_epoch INTO k
+              FROM im_change(p_kinds[ix], p_devices[run], p_token_sha256s[run], p_convs[run], p_users[run],
+                             p_cmids[ix], p_targets[ix], coalesce(p_bodies[ix], ''), coalesce(p_emojis[ix], ''),
+                             coalesce(p_ons[ix], false)) c;
+            a_code[ix] := k.r_code; a_seq[ix] := k.r_seq; a_dup[ix] := k.r_dup; a_chg[ix] := k.r_changed;
+            a_ep[ix] := k.r_epoch;
+            ix := ix + 1;
+        END IF;
+    END LOOP;
+    IF p_channel <> '' THEN
+        PERFORM pg_notify(p_channel, 'e ' || c.conv || ' ' || c.hi || CASE WHEN c.lo < c.hi THEN ' ' || c.lo ELSE '' END)
+           FROM (SELECT p_convs[u.g] AS conv, max(u.seq) AS hi, min(u.seq) AS lo
+                   FROM unnest(p_runs, p_kinds, a_code, a_seq, a_dup, a_chg) AS u(g, kind, code, seq, dup, chg)
+                  WHERE u.code = 'OK' AND u.seq IS NOT NULL AND (u.kind <> 'reaction' OR u.chg OR u.dup)
+                  GROUP BY p_convs[u.g]) c;
+    END IF;
+    RETURN QUERY
+        SELECT u.g, u.i::integer, u.code, u.seq, u.mid, u.ep, u.dup, u.ts, u.att, u.chg
+          FROM unnest(p_runs, a_code, a_seq, a_mid, a_ep, a_dup, a_ts, a_att, a_chg) WITH ORDINALITY
+               AS u(g, code, seq, mid, ep, dup, ts, att, chg, i)
+         ORDER BY u.i;
+END
+$$;

@@ -219,7 +219,7 @@ Figure grouped_baseline(const std::string& url, const Options& o, int send_worke
         explicit State(const std::string& u) : c(u) {}
         pqxx::connection c;
         std::vector<im::Identity> who;
-        std::vector<std::vector<im::req::Send>> sends;
+        std::vector<std::vector<im::req::Write>> sends;
     };
     return closed_loop(
         workers, o,
@@ -238,7 +238,8 @@ Figure grouped_baseline(const std::string& url, const Options& o, int send_worke
         [&](State& st, int w, long k) {
             std::vector<im::Store::SendRun> runs;
             for (std::size_t r = 0; r < st.sends.size(); ++r) {
-                st.sends[r][0].cmid = "g" + std::to_string(w) + "-" + std::to_string(r) + "-" + std::to_string(k);
+                std::get<im::req::Send>(st.sends[r][0]).cmid =
+                    "g" + std::to_string(w) + "-" + std::to_string(r) + "-" + std::to_string(k);
                 runs.push_back({&st.who[r], &st.sends[r]});
             }
             bool ok = true;

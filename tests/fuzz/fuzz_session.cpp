@@ -360,7 +360,8 @@ private:
         std::vector<std::optional<std::string>> run_rids;
         auto flush = [&] {
             if (run.empty()) return;
-            auto hs = im::send_run_and_wait(ctx_, &db_, *who_, run, run_rids);
+            auto hs = im::send_run_and_wait(ctx_, &db_, *who_, std::vector<im::req::Write>(run.begin(), run.end()),
+                                            run_rids);
             EXPECT(hs.size() == run.size(), std::to_string(hs.size()));
             for (std::size_t i = 0; i < hs.size(); ++i) judge_send(run[i], run_rids[i], hs[i]);
             run.clear();

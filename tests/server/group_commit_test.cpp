@@ -589,3 +589,102 @@ TEST(SendWorkers, every_stage_of_a_send_is_counted_in_its_histogram) {
     for (const char* stage : {"queue", "statement", "strand"}) EXPECT_EQ(count(stage), 3) << stage;
     EXPECT_EQ(count("publish"), 2) << "a run with nothing to publish was counted in the publish stage";
 }
+
+// Contract section 12 on the send path (issue 49): edits and reacts ride the
+// same runs and group commits as sends. Ten requests of one conversation,
+// each on its own connection and queued in this order behind the held
+// worker, go in ONE statement and ONE transaction, judged in their order:
+// seqs gap-free in arrival order, an edit and a react of a message sent
+// earlier in the same group see it, a react replayed from before the group
+// and one replayed inside it are dups, a react already as asked appends
+// nothing, and the checks answer as for a lone request (NOT_SENDER,
+// NOT_FOUND).
+TEST(GroupCommit, a_mixed_group_of_sends_edits_and_reacts_is_one_statement_judged_in_arrival_order) {
+    Queued qd(1);
+    const auto& w = qd.worlds[0];
+    const auto& ana = w.users[0];
+    const auto& ben = w.users[1];
+    auto setup_ana = login(qd.srv.port(), ana), setup_ben = login(qd.srv.port(), ben);
+    // Joins are seqs 1-2: ana's m1 at 3, ben's 👍 on it at 4.
+    ASSERT_EQ(num(send_msg(*setup_ana, w.conv, "m1", "one"), "seq"), 3);
+    auto r0 = setup_ben->request(
+        {{"t", "react"}, {"conv", w.conv}, {"target", 3}, {"cmid", "r0"}, {"emoji", "👍"}, {"on", true}});
+    ASSERT_EQ(str(r0, "t"), "reacted") << json::serialize(r0);
+    ASSERT_EQ(num(r0, "seq"), 4);
+    struct Step {
+        const TestUser* who;
+        json::object frame;
+    };
+    auto react = [&](std::int64_t target, const std::string& cmid, const std::string& emoji) {
+        return json::object{{"t", "react"}, {"conv", w.conv}, {"target", target}, {"cmid", cmid}, {"emoji", emoji},
+                            {"on", true}};
+    };
+    auto edit = [&](std::int64_t target, const std::string& cmid, const std::string& body) {
+        return json::object{{"t", "edit"}, {"conv", w.conv}, {"target", target}, {"cmid", cmid}, {"body", body}};
+    };
+    const std::vector<Step> steps = {
+        {&ana, {{"t", "send"}, {"conv", w.conv}, {"cmid", "m2"}, {"body", "two"}}}, // 5
+        {&ana, edit(5, "e5", "two, fixed")},                                        // 6: edits a send of this group
+        {&ben, react(5, "rb", "👍")},                                                // 7
+        {&ben, react(3, "r0", "👍")},                                                // dup of 4 (before the group)
+        {&ben, edit(3, "eb", "not mine")},                                          // NOT_SENDER
+        {&ben, {{"t", "send"}, {"conv", w.conv}, {"cmid", "hi"}, {"body", "hi"}}},  // 8
+        {&ana, react(8, "ra", "❤")},                                                // 9
+        {&ben, react(5, "rb", "👍")},                                                // dup of 7 (inside the group)
+        {&ana, edit(999, "e999", "nothing there")},                                 // NOT_FOUND
+        {&ben, react(5, "rb2", "👍")},                                               // already on: no event
+    };
+    std::vector<std::unique_ptr<WsClient>> conns;
+    for (const auto& s : steps) conns.push_back(login(qd.srv.port(), *s.who));
+    auto first = login(qd.srv.port(), qd.blocker.users[0]);
+    const long long before = qd.srv.metric("im_send_group_commits_total");
+    ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, static_cast<int>(steps.size()), [&] {
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+            auto frame = steps[i].frame;
+            frame["rid"] = "s" + std::to_string(i);
+            conns[i]->send_json(frame);
+            // One after the other: the queue's order is the arrival order.
+            ASSERT_TRUE(wait_until([&] { return qd.srv.metric("im_send_runs_queued") == static_cast<long long>(i + 1); },
+                                   20s))
+                << "step " << i << " never queued";
+        }
+    }));
+    ASSERT_TRUE(reply_to(*first, "b").has_value());
+    std::vector<json::object> replies;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+        auto r = reply_to(*conns[i], "s" + std::to_string(i));
+        ASSERT_TRUE(r.has_value()) << "step " << i << ": no reply";
+        replies.push_back(*r);
+    }
+    auto ok = [&](std::size_t i, const std::string& t, std::int64_t seq, bool dup) {
+        EXPECT_EQ(str(replies[i], "t"), t) << "step " << i << ": " << json::serialize(replies[i]);
+        if (str(replies[i], "t") != t) return;
+        EXPECT_EQ(num(replies[i], "seq"), seq) << "step " << i << ": " << json::serialize(replies[i]);
+        EXPECT_EQ(replies[i].at("dup").as_bool(), dup) << "step " << i << ": " << json::serialize(replies[i]);
+    };
+    auto refused = [&](std::size_t i, const std::string& code) {
+        EXPECT_EQ(str(replies[i], "code"), code) << "step " << i << ": " << json::serialize(replies[i]);
+    };
+    ok(0, "sent", 5, false);
+    ok(1, "edited", 6, false);
+    ok(2, "reacted", 7, false);
+    ok(3, "reacted", 4, true);
+    refused(4, "NOT_SENDER");
+    ok(5, "sent", 8, false);
+    ok(6, "reacted", 9, false);
+    ok(7, "reacted", 7, true);
+    refused(8, "NOT_FOUND");
+    ok(9, "reacted", 7, false);
+    EXPECT_FALSE(replies[9].at("changed").as_bool()) << json::serialize(replies[9]);
+    // One statement, one transaction, gap-free seqs 5-9 in arrival order.
+    EXPECT_EQ(qd.srv.metric("im_send_group_commits_total") - before, 1);
+    const std::string group = "conv_id = " + q(w.conv) + " AND seq >= 5";
+    EXPECT_EQ(qd.pg.scalar("SELECT count(DISTINCT xmin::text) FROM events WHERE " + group), "1");
+    EXPECT_EQ(qd.pg.scalar("SELECT string_agg(seq || ':' || kind, ',' ORDER BY seq) FROM events WHERE " + group),
+              "5:msg,6:edit,7:reaction,8:msg,9:reaction");
+    EXPECT_EQ(qd.pg.scalar("SELECT next_seq FROM conversations WHERE conv_id = " + q(w.conv)), "10");
+    // What a page shows of message 5: the edit, one 👍 (ben's, once).
+    EXPECT_EQ(qd.pg.scalar("SELECT edit_seq || ':' || edit_body || ':' || reactions_top FROM msg_changes WHERE conv_id = " +
+                           q(w.conv) + " AND seq = 5"),
+              "6:two, fixed:[[\"👍\", 1]]");
+}

@@ -29,11 +29,11 @@ SendScheduler::SendScheduler(ApiContext& ctx, DbPool& pool, Metrics& metrics, st
     metrics_.send_workers = static_cast<long long>(max_workers_);
 }
 
-bool SendScheduler::submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
+bool SendScheduler::submit(Identity who, std::vector<req::Write> writes, std::vector<std::optional<std::string>> rids,
                           RepliesDone done) {
     std::lock_guard lk(mu_);
     if (queue_.size() >= max_queue_) return false;
-    queue_.push_back(Item{std::move(who), std::move(sends), std::move(rids), std::move(done)});
+    queue_.push_back(Item{std::move(who), std::move(writes), std::move(rids), std::move(done)});
     queue_.back().submitted = std::chrono::steady_clock::now();
     metrics_.send_runs_queued = static_cast<long long>(queue_.size());
     // A lingering worker counts it.
@@ -62,7 +62,7 @@ void SendScheduler::release(std::vector<std::string>& done) {
 void SendScheduler::start_waiter() {
     if (held_runs_ == 0 || waiters_ >= max_waiters_) return;
     const bool ready = std::any_of(queue_.begin(), queue_.end(), [&](const Item& it) {
-        return it.held && !running_.count(it.sends.front().conv);
+        return it.held && !running_.count(write_conv(it.writes.front()));
     });
     if (!ready) return; // the group holding it releases it, and starts one then
     ++waiters_;
@@ -97,7 +97,7 @@ std::vector<SendScheduler::Item> SendScheduler::take(std::vector<std::string>& d
     // a lock waiter's, and a later run of its conversation stays behind it.
     std::set<std::string> behind;
     for (auto it = queue_.begin(); it != queue_.end() && items.size() < max_runs_;) {
-        const auto& conv = it->sends.front().conv;
+        const auto& conv = write_conv(it->writes.front());
         if (it->held) behind.insert(conv);
         if (it->held || (per_conversation_ && running_.count(conv)) || (!behind.empty() && behind.count(conv))) {
             ++it;
@@ -108,7 +108,7 @@ std::vector<SendScheduler::Item> SendScheduler::take(std::vector<std::string>& d
     }
     const auto taken = std::chrono::steady_clock::now();
     for (const auto& it : items) {
-        running_.insert(it.sends.front().conv);
+        running_.insert(write_conv(it.writes.front()));
         metrics_.observe_send_stage(Metrics::SendStage::queue,
                                     std::chrono::duration<double>(taken - it.submitted).count());
     }
@@ -132,13 +132,13 @@ std::vector<SendScheduler::Item> SendScheduler::take_held(std::vector<std::strin
     // held run of a free conversation that waited least, the oldest first.
     std::string conv;
     if (stay && !last.empty() && !running_.count(last) &&
-        std::any_of(queue_.begin(), queue_.end(), [&](const Item& it) { return it.sends.front().conv == last; }))
+        std::any_of(queue_.begin(), queue_.end(), [&](const Item& it) { return write_conv(it.writes.front()) == last; }))
         conv = last;
     if (conv.empty()) {
         const Item* best = nullptr;
         for (const auto& it : queue_)
-            if (it.held && !running_.count(it.sends.front().conv) && (!best || it.waits < best->waits)) best = &it;
-        if (best) conv = best->sends.front().conv;
+            if (it.held && !running_.count(write_conv(it.writes.front())) && (!best || it.waits < best->waits)) best = &it;
+        if (best) conv = write_conv(best->writes.front());
     }
     if (conv.empty()) {
         --waiters_; // signed off under the lock that start_waiter() checks
@@ -146,7 +146,7 @@ std::vector<SendScheduler::Item> SendScheduler::take_held(std::vector<std::strin
     }
     // Its runs in queue order, held or not (they would all wait on its row).
     for (auto it = queue_.begin(); it != queue_.end() && items.size() < max_runs_;) {
-        if (it->sends.front().conv != conv) {
+        if (write_conv(it->writes.front()) != conv) {
             ++it;
             continue;
         }
@@ -173,15 +173,15 @@ void SendScheduler::requeue(std::vector<Item> held, bool waited) {
         it.held = true;
         if (waited) ++it.waits;
         if (now - it.held_since >= held_limit_) {
-            log_warn("send_conversation_held", {{"conv", it.sends.front().conv},
+            log_warn("send_conversation_held", {{"conv", write_conv(it.writes.front())},
                                                 {"ms", static_cast<long>(held_limit_.count())}});
             try {
-                finish_run(ctx_, it.who, it.sends, it.rids,
+                finish_run(ctx_, it.who, it.writes, it.rids,
                            std::vector<Outcome<Store::SendResult>>(
-                               it.sends.size(), unavailable("conversation busy, retry with the same request")),
+                               it.writes.size(), unavailable("conversation busy, retry with the same request")),
                            std::move(it.done));
             } catch (const std::exception& e) {
-                log_error("send_finish_failed", {{"conv", it.sends.front().conv}, {"err", e.what()}});
+                log_error("send_finish_failed", {{"conv", write_conv(it.writes.front())}, {"err", e.what()}});
             }
             continue;
         }
@@ -250,10 +250,10 @@ bool SendScheduler::finish_group(std::vector<Item>& items,
                 held.push_back(std::move(items[g]));
                 continue;
             }
-            finish_run(ctx_, items[g].who, items[g].sends, items[g].rids, std::move(results[g]),
+            finish_run(ctx_, items[g].who, items[g].writes, items[g].rids, std::move(results[g]),
                          std::move(items[g].done), &metrics_);
         } catch (const std::exception& e) {
-            log_error("send_finish_failed", {{"conv", items[g].sends.front().conv}, {"err", e.what()}});
+            log_error("send_finish_failed", {{"conv", write_conv(items[g].writes.front())}, {"err", e.what()}});
         }
     }
     const bool none_held = held.empty();
@@ -265,7 +265,7 @@ std::vector<std::vector<Outcome<Store::SendResult>>> SendScheduler::run_group(pq
                                                                              const std::vector<Item>& items,
                                                                              std::chrono::milliseconds lock_wait) {
     std::vector<Store::SendRun> runs;
-    for (const auto& it : items) runs.push_back({&it.who, &it.sends});
+    for (const auto& it : items) runs.push_back({&it.who, &it.writes});
     std::vector<std::vector<Outcome<Store::SendResult>>> results;
     // Lab negative control only (--enable-faults): a crash armed before
     // the insert or the COMMIT fires after the COMMIT instead.
@@ -280,7 +280,7 @@ std::vector<std::vector<Outcome<Store::SendResult>>> SendScheduler::run_group(pq
     } catch (const std::exception& e) { // never strand a run (or this worker's slot)
         log_error("send_group_failed", {{"err", e.what()}});
         results.clear();
-        for (const auto& it : items) results.emplace_back(it.sends.size(), unavailable("retry with the same request"));
+        for (const auto& it : items) results.emplace_back(it.writes.size(), unavailable("retry with the same request"));
     }
     if (items.size() > 1) {
         ++metrics_.send_group_commits;
@@ -313,18 +313,18 @@ void SendScheduler::drain(pqxx::connection_base* c) {
             slot.hand_over();
             return;
         }
-        for (const auto& it : items) slot.held.push_back(it.sends.front().conv);
+        for (const auto& it : items) slot.held.push_back(write_conv(it.writes.front()));
         if (ctx_.faults.enabled() && ctx_.faults.hit("send.after_take") == FaultKind::unavailable) {
             for (auto& it : items)
-                finish_run(ctx_, it.who, it.sends, it.rids,
-                           std::vector<Outcome<Store::SendResult>>(it.sends.size(), unavailable("injected fault")),
+                finish_run(ctx_, it.who, it.writes, it.rids,
+                           std::vector<Outcome<Store::SendResult>>(it.writes.size(), unavailable("injected fault")),
                            std::move(it.done));
             throw std::runtime_error("injected fault: the send worker unwinds"); // Slot gives back
         }
         // The round-trip watchdog bounds one group, not a worker's whole busy spell.
         Watchdog::progress();
         if (!c) {
-            for (auto& it : items) send_run_async(ctx_, nullptr, it.who, it.sends, it.rids, std::move(it.done));
+            for (auto& it : items) send_run_async(ctx_, nullptr, it.who, it.writes, it.rids, std::move(it.done));
             continue;
         }
         auto results = run_group(*c, items, std::chrono::milliseconds(0));
@@ -358,7 +358,7 @@ void SendScheduler::wait_for_rows(pqxx::connection_base* c) {
         }
         Watchdog::progress(); // the watchdog bounds one wait, not the waiter's spell
         if (!c) {
-            for (auto& it : items) send_run_async(ctx_, nullptr, it.who, it.sends, it.rids, std::move(it.done));
+            for (auto& it : items) send_run_async(ctx_, nullptr, it.who, it.writes, it.rids, std::move(it.done));
             continue;
         }
         // One wait: the pool's lock_timeout, and never past the bound of the

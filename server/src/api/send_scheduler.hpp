@@ -1,4 +1,4 @@
-// The send path: a connection's run of sends -> the send scheduler (group
+// The send path: a connection's run of writes -> the send scheduler (group
 // commit) -> a send worker's one statement (Store::send_group, im_send) ->
 // finish_run (own subscribers, the bus, the replies; send_run.cpp). Runs on
 // the database workers; knows the store and the codec, never the socket.
@@ -6,7 +6,11 @@
 // Names: a *run* is what one connection sent to one conversation in one go
 // (Store::send_run, send_run_async / send_run_and_wait, finish_run); a
 // *group* is the runs one send worker commits together in one statement
-// (Store::send_group, SendScheduler::finish_group).
+// (Store::send_group, SendScheduler::finish_group). A run's items are
+// *writes* (req::Write): sends, and the edits and reacts of contract
+// section 12, which ride the same runs and groups in arrival order (one
+// statement per group either way: im_send, or im_write_group when a group
+// carries a change).
 #pragma once
 
 #include "api/api.hpp"
@@ -26,34 +30,34 @@ namespace im {
 class DbPool;
 class Metrics;
 
-/// A run of sends to one conversation, one database call (`db` nullptr:
+/// A run of writes to one conversation, one database call (`db` nullptr:
 /// the database is unreachable); one Handled per item, given to `done` once
 /// the events' payloads were handed to the bus (on the bus's thread, or on
 /// this one).
 using RepliesDone = std::function<void(std::vector<Handled>)>;
-void send_run_async(ApiContext& ctx, SessionStore* db, const Identity& who, const std::vector<req::Send>& sends,
+void send_run_async(ApiContext& ctx, SessionStore* db, const Identity& who, const std::vector<req::Write>& writes,
                     const std::vector<std::optional<std::string>>& rids, RepliesDone done);
 /// The same, waiting for the outcome.
 std::vector<Handled> send_run_and_wait(ApiContext& ctx, SessionStore* db, const Identity& who,
-                                       const std::vector<req::Send>& sends,
+                                       const std::vector<req::Write>& writes,
                                        const std::vector<std::optional<std::string>>& rids);
 /// What follows a run's database call (send_run.cpp): its events to this
 /// gateway's own subscribers (ctx.committed), their payloads to the bus,
 /// then one Handled per item to `done`, each only after the hand-over
 /// (UNAVAILABLE for all when the bus refused). `metrics`, when given, gets
 /// the publish stage.
-void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Send>& sends,
+void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Write>& writes,
                 const std::vector<std::optional<std::string>>& rids, std::vector<Outcome<Store::SendResult>> results,
                 RepliesDone done, Metrics* metrics = nullptr);
 
-/// The send path's scheduler (group commit): runs of sends from many connections that queue up while
+/// The send path's scheduler (group commit): runs of writes from many connections that queue up while
 /// the send workers are busy go to the database together, in one statement
 /// and one commit (Store::send_group), each item still judged alone and
 /// answered only after the commit and the bus hand-over. A run submitted
 /// while a send worker is idle goes alone at once: grouping costs no
-/// latency, it only happens when sends would wait anyway.
+/// latency, it only happens when writes would wait anyway.
 ///
-/// At most `max_workers` database workers run sends at once (--send-workers);
+/// At most `max_workers` database workers run writes at once (--send-workers);
 /// a worker that finished a group takes the next one while runs are queued,
 /// so under load the groups grow instead of more transactions competing for
 /// the same cores. The other workers stay free for reads. A run for a
@@ -86,7 +90,7 @@ void finish_run(ApiContext& ctx, const Identity& who, const std::vector<req::Sen
 /// while runs of it queue and the last wait got the row; after a wait that
 /// did not, it serves the other held conversations first. So held
 /// conversations never occupy a send worker: every other conversation's
-/// sends keep their latency.
+/// writes keep their latency.
 class SendScheduler {
 public:
     /// per_conversation false (the lab's --lab-no-unique-index control only):
@@ -98,13 +102,13 @@ public:
                  std::chrono::milliseconds held_limit = std::chrono::milliseconds(5000),
                  std::chrono::microseconds linger = std::chrono::microseconds(0));
     /// Queues a run; false when too many runs wait already (answer UNAVAILABLE).
-    bool submit(Identity who, std::vector<req::Send> sends, std::vector<std::optional<std::string>> rids,
+    bool submit(Identity who, std::vector<req::Write> writes, std::vector<std::optional<std::string>> rids,
                 RepliesDone done);
 
 private:
     struct Item {
         Identity who;
-        std::vector<req::Send> sends;
+        std::vector<req::Write> writes;
         std::vector<std::optional<std::string>> rids;
         RepliesDone done;
         // A run whose conversation was held: only a lock waiter takes it;

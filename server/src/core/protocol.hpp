@@ -81,6 +81,16 @@ using Request = std::variant<req::Hello, req::Send, req::Sync, req::Ack, req::Re
 /// The request type name as it appears in `t` (for metrics and logs).
 std::string_view request_name(const Request& r);
 
+namespace req {
+/// One item of a run of writes (send_scheduler.hpp): a send, or an edit or
+/// react of contract section 12 riding the same run and group commit.
+using Write = std::variant<Send, Edit, React>;
+} // namespace req
+/// The conversation a write goes to.
+inline const std::string& write_conv(const req::Write& w) {
+    return std::visit([](const auto& r) -> const std::string& { return r.conv; }, w);
+}
+
 struct Parsed {
     std::optional<std::string> rid;       // echoed on the reply when readable
     std::string type;                     // `t` when readable, for metrics

@@ -339,6 +339,20 @@ bool limited_write(const Request& r) {
     return std::holds_alternative<req::Send>(r) || std::holds_alternative<req::Edit>(r) ||
            std::holds_alternative<req::React>(r);
 }
+// The writes that ride the send scheduler's runs (send_scheduler.hpp): a
+// send, an edit, a react. An edit with an empty body is not one: it needs a
+// lookup of its target first (Store::edit) and runs alone, as before.
+const std::string* run_write_conv(const Request& r) {
+    if (const auto* s = std::get_if<req::Send>(&r)) return &s->conv;
+    if (const auto* e = std::get_if<req::Edit>(&r)) return e->body.empty() ? nullptr : &e->conv;
+    if (const auto* x = std::get_if<req::React>(&r)) return &x->conv;
+    return nullptr;
+}
+req::Write as_write(Request&& r) {
+    if (auto* s = std::get_if<req::Send>(&r)) return std::move(*s);
+    if (auto* e = std::get_if<req::Edit>(&r)) return std::move(*e);
+    return std::get<req::React>(std::move(r));
+}
 } // namespace
 
 void WsSession::on_frame(const std::string& text) {
@@ -412,16 +426,18 @@ void WsSession::next() {
         h.frame = encode_reply(Subscribed{}, item.rid);
         return finish(item, std::move(h));
     }
-    // A run of sends to one conversation goes to the database as one
-    // transaction (one lock, one commit), each judged on its own, in order.
+    // A run of writes (sends, edits, reacts) to one conversation goes to
+    // the database as one transaction (one lock, one commit), each judged on
+    // its own, in order.
     auto batch = std::make_shared<std::vector<Pending>>();
     batch->push_back(std::move(item));
-    if (const auto* first = std::get_if<req::Send>(&batch->front().req)) {
-        // A copy: push_back below may move batch's elements (and `first`).
-        const std::string conv = first->conv;
+    const bool run = run_write_conv(batch->front().req) != nullptr;
+    if (run) {
+        // A copy: push_back below may move batch's elements.
+        const std::string conv = *run_write_conv(batch->front().req);
         while (!queue_.empty() && batch->size() < max_send_batch_) {
-            const auto* s = std::get_if<req::Send>(&queue_.front().req);
-            if (!s || s->conv != conv) break;
+            const auto* c = run_write_conv(queue_.front().req);
+            if (!c || *c != conv) break;
             // Each send of the run takes its own token; the first one over
             // the rate ends the run and is answered RATE_LIMITED on its turn.
             if (!gw_->faults().broken("rule.send_rate") && gw_->write_limiter().take(who_->user) != 0) break;
@@ -445,16 +461,16 @@ void WsSession::next() {
         });
     };
     bool queued;
-    if (std::holds_alternative<req::Send>(batch->front().req)) {
-        std::vector<req::Send> sends;
+    if (run) {
+        std::vector<req::Write> writes;
         std::vector<std::optional<std::string>> rids;
         for (const auto& p : *batch) {
-            sends.push_back(std::get<req::Send>(p.req));
+            writes.push_back(as_write(Request(p.req)));
             rids.push_back(p.rid);
         }
-        // Group commit with other connections' sends when workers are busy;
+        // Group commit with other connections' writes when workers are busy;
         // the replies come once the events were handed to the bus.
-        queued = gw_->sends().submit(*who, std::move(sends), std::move(rids), std::move(replies));
+        queued = gw_->sends().submit(*who, std::move(writes), std::move(rids), std::move(replies));
     } else {
         queued = gw_->pool().submit([self, who, batch, replies](pqxx::connection_base* c) {
             // The store on this worker's connection, for this request only

@@ -28,6 +28,12 @@ public:
     /// EMPTY when the conversation's row was held and nothing was written.
     virtual std::vector<Outcome<Store::SendResult>> send_run(const Identity& who,
                                                              const std::vector<req::Send>& run) = 0;
+    /// A run of one connection's writes to one conversation (sends, edits,
+    /// reacts; Store::send_group with one run): EMPTY as send_run's. This
+    /// default goes item by item (send_run for a stretch of sends,
+    /// edit/react for a change), in order: a model's.
+    virtual std::vector<Outcome<Store::SendResult>> write_run(const Identity& who,
+                                                              const std::vector<req::Write>& run);
     virtual Outcome<Page> sync(const Identity& who, const req::Sync& r) = 0;
     virtual Outcome<Fetched> fetch(const Identity& who, const req::Fetch& r) = 0;
     virtual Outcome<HistoryPage> history(const Identity& who, const req::History& r) = 0;
@@ -58,6 +64,10 @@ public:
     std::vector<Outcome<Store::SendResult>> send_run(const Identity& who, const std::vector<req::Send>& run) override {
         return store_.send_run(c_, who, run);
     }
+    std::vector<Outcome<Store::SendResult>> write_run(const Identity& who,
+                                                      const std::vector<req::Write>& run) override {
+        return std::move(store_.send_group(c_, {Store::SendRun{&who, &run}}).front());
+    }
     Outcome<Page> sync(const Identity& who, const req::Sync& r) override { return store_.sync(c_, who, r); }
     Outcome<Fetched> fetch(const Identity& who, const req::Fetch& r) override { return store_.fetch(c_, who, r); }
     Outcome<HistoryPage> history(const Identity& who, const req::History& r) override {
@@ -82,5 +92,12 @@ private:
     Store& store_;
     pqxx::connection_base& c_;
 };
+
+inline std::vector<Outcome<Store::SendResult>> SessionStore::write_run(const Identity& who,
+                                                                      const std::vector<req::Write>& run) {
+    return write_in_order(
+        run, [&](const std::vector<req::Send>& sends) { return send_run(who, sends); },
+        [&](const req::Edit& e) { return edit(who, e); }, [&](const req::React& r) { return react(who, r); });
+}
 
 } // namespace im

@@ -15,8 +15,11 @@
 #include <chrono>
 #include <functional>
 #include <stdexcept>
+#include <optional>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 namespace im {
 
@@ -57,6 +60,15 @@ const std::string& queued_sql() {
         "$11::text[], $12::text)";
     return sql;
 }
+// A group whose runs carry edits or reacts (contract section 12): the
+// items in order, sends through im_send and changes through im_change, in
+// one statement (schema/functions/im_change.sql, im_write_group); $1 the
+// lock wait in ms (0: none, skip held rows).
+constexpr const char* write_group_function = "im_write_group";
+constexpr const char* write_group_sql =
+    "SELECT r_run, r_item, r_code, r_seq, r_mid, r_epoch, r_dup, r_ts, r_atts, r_changed FROM im_write_group("
+    "$1::integer, $2::text[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[], $8::text[], $9::text[], "
+    "$10::text[], $11::bigint[], $12::text[], $13::bigint[], $14::text[], $15::boolean[], $16::text)";
 constexpr const char* lock_function = "im_send_lock";
 constexpr const char* lock_sql =
     "SELECT im_send_lock($1::integer, $2::text[], $3::text[], $4::text[], $5::text[])";
@@ -97,78 +109,138 @@ Outcome<Store::SendResult> send_outcome(const std::string& conv_id, const pqxx::
                              false, row[at + 5].as<std::int64_t>(), row[at + 6].is_null() ? "" : row[at + 6].c_str()};
 }
 
-// Items [first, last) of one connection's sends to one conversation.
+// One connection's items to one conversation, in order: sends only (the
+// im_send path) or writes (im_write_group, when a run carries changes).
+template <class Item>
 struct RunSpan {
     const Identity* who;
-    std::vector<req::Send>::const_iterator first, last;
+    const std::string* conv;
+    std::vector<const Item*> items;
 };
+using SendSpan = RunSpan<req::Send>;
+using WriteSpan = RunSpan<req::Write>;
 
-// im_send's eleven parameters for a group of runs, in the group's order:
-// per run device, token hash, conversation, user; per item its run
-// (1-based), cmid, body, prev (an empty `prev` is NULL), reply_to (NULL
-// when absent), attachments (NULL when none); then the channel
-// to notify in the transaction (empty: none, the caller publishes).
-std::vector<std::string> send_params(const std::vector<RunSpan>& spans, const std::string& channel) {
+// A write's fields as im_write_group's columns take them (NULL: not this kind's).
+const std::string* cmid_of(const req::Send& s) { return &s.cmid; }
+const std::string* cmid_of(const req::Write& w) {
+    return std::visit([](const auto& r) { return &r.cmid; }, w);
+}
+const req::Send* send_of(const req::Send& s) { return &s; }
+const req::Send* send_of(const req::Write& w) { return std::get_if<req::Send>(&w); }
+const std::string* body_of(const req::Send& s) { return &s.body; }
+const std::string* body_of(const req::Write& w) {
+    if (const auto* s = std::get_if<req::Send>(&w)) return &s->body;
+    if (const auto* e = std::get_if<req::Edit>(&w)) return &e->body;
+    return nullptr;
+}
+
+// The parameters of im_send, or of im_write_group (Item = req::Write;
+// after its lock wait, which the caller puts first), for a group of runs in
+// the group's order: per run device, token hash, conversation, user; per
+// item its run (1-based), (im_write_group) its kind, cmid, body (a send's
+// or an edit's), prev (an empty `prev` is NULL), reply_to (NULL when
+// absent), attachments (the ids joined by ',', NULL when none),
+// (im_write_group) target, emoji, on (NULL for a send); then the channel to
+// notify in the transaction (empty: none, the caller publishes).
+template <class Item>
+std::vector<std::string> group_params(const std::vector<RunSpan<Item>>& spans, const std::string& channel) {
+    constexpr bool writes = std::is_same_v<Item, req::Write>;
     std::vector<std::string> out;
     auto per_run = [&](auto field) {
         return text_array_of(spans.size(), [&](std::size_t g) { return &field(spans[g]); });
     };
-    out.push_back(per_run([](const RunSpan& r) -> const std::string& { return r.who->device; }));
-    out.push_back(per_run([](const RunSpan& r) -> const std::string& { return r.who->token_sha256; }));
-    out.push_back(per_run([](const RunSpan& r) -> const std::string& { return r.first->conv; }));
-    out.push_back(per_run([](const RunSpan& r) -> const std::string& { return r.who->user; }));
-    std::vector<const req::Send*> items;
+    out.push_back(per_run([](const RunSpan<Item>& r) -> const std::string& { return r.who->device; }));
+    out.push_back(per_run([](const RunSpan<Item>& r) -> const std::string& { return r.who->token_sha256; }));
+    out.push_back(per_run([](const RunSpan<Item>& r) -> const std::string& { return *r.conv; }));
+    out.push_back(per_run([](const RunSpan<Item>& r) -> const std::string& { return r.who->user; }));
+    std::vector<const Item*> items;
     std::string runs = "{";
     for (std::size_t g = 0; g < spans.size(); ++g)
-        for (auto it = spans[g].first; it != spans[g].last; ++it) {
+        for (const Item* it : spans[g].items) {
             if (!items.empty()) runs += ',';
             runs += std::to_string(g + 1);
-            items.push_back(&*it);
+            items.push_back(it);
         }
     out.push_back(runs + "}");
-    auto per_item = [&](std::string req::Send::*field) {
-        return text_array_of(items.size(), [&](std::size_t i) -> const std::string* {
-            const std::string& v = items[i]->*field;
-            return field == &req::Send::prev && v.empty() ? nullptr : &v;
-        });
+    const std::size_t n = items.size();
+    std::vector<std::string> scratch(n);
+    // One per-item column; `get` may use its item's scratch string.
+    auto column = [&](auto get) {
+        return text_array_of(n, [&](std::size_t i) -> const std::string* { return get(*items[i], scratch[i]); });
     };
-    out.push_back(per_item(&req::Send::cmid));
-    out.push_back(per_item(&req::Send::body));
-    out.push_back(per_item(&req::Send::prev));
-    std::vector<std::string> reply_tos(items.size());
-    for (std::size_t i = 0; i < items.size(); ++i)
-        if (items[i]->reply_to) reply_tos[i] = std::to_string(*items[i]->reply_to);
-    out.push_back(text_array_of(items.size(), [&](std::size_t i) -> const std::string* {
-        return items[i]->reply_to ? &reply_tos[i] : nullptr;
+    if constexpr (writes) {
+        static const std::string kinds[] = {"msg", "edit", "reaction"}; // req::Write's alternatives
+        out.push_back(column([](const req::Write& w, std::string&) { return &kinds[w.index()]; }));
+    }
+    out.push_back(column([](const Item& it, std::string&) { return cmid_of(it); }));
+    out.push_back(column([](const Item& it, std::string&) { return body_of(it); }));
+    out.push_back(column([](const Item& it, std::string&) -> const std::string* {
+        const auto* s = send_of(it);
+        return s && !s->prev.empty() ? &s->prev : nullptr;
     }));
-    // attachments: the ids joined by ',' (NULL when none)
-    std::vector<std::string> atts(items.size());
-    for (std::size_t i = 0; i < items.size(); ++i)
-        for (const auto& id : items[i]->attachments) atts[i] += (atts[i].empty() ? "" : ",") + id;
-    out.push_back(text_array_of(items.size(), [&](std::size_t i) -> const std::string* {
-        return items[i]->attachments.empty() ? nullptr : &atts[i];
+    out.push_back(column([](const Item& it, std::string& tmp) -> const std::string* {
+        const auto* s = send_of(it);
+        if (!s || !s->reply_to) return nullptr;
+        tmp = std::to_string(*s->reply_to);
+        return &tmp;
     }));
+    out.push_back(column([](const Item& it, std::string& tmp) -> const std::string* {
+        const auto* s = send_of(it);
+        if (!s || s->attachments.empty()) return nullptr;
+        tmp.clear();
+        for (const auto& id : s->attachments) tmp += (tmp.empty() ? "" : ",") + id;
+        return &tmp;
+    }));
+    if constexpr (writes) {
+        auto target = [](const req::Write& w) -> std::optional<std::int64_t> {
+            if (const auto* e = std::get_if<req::Edit>(&w)) return e->target;
+            if (const auto* r = std::get_if<req::React>(&w)) return r->target;
+            return std::nullopt;
+        };
+        out.push_back(column([&](const req::Write& w, std::string& tmp) -> const std::string* {
+            const auto t = target(w);
+            if (!t) return nullptr;
+            tmp = std::to_string(*t);
+            return &tmp;
+        }));
+        out.push_back(column([](const req::Write& w, std::string&) -> const std::string* {
+            const auto* r = std::get_if<req::React>(&w);
+            return r ? &r->emoji : nullptr;
+        }));
+        out.push_back(column([](const req::Write& w, std::string& tmp) -> const std::string* {
+            const auto* r = std::get_if<req::React>(&w);
+            if (!r) return nullptr;
+            tmp = r->on ? "t" : "f";
+            return &tmp;
+        }));
+    }
     out.push_back(channel);
     return out;
 }
 
-// The rows of one im_send call, per run of `spans`: its outcomes in item
-// order, or EMPTY when its conversation's row was held (nothing written).
-// Throws when the rows do not answer every item.
-std::vector<std::vector<Outcome<Store::SendResult>>> send_results(const pqxx::result& rows,
-                                                                  const std::vector<RunSpan>& spans) {
+// The rows of one im_send or im_write_group call, per run of `spans`: its
+// outcomes in item order, or EMPTY when its conversation's row was held
+// (nothing written). Throws when the rows do not answer every item.
+template <class Item>
+std::vector<std::vector<Outcome<Store::SendResult>>> group_results(const pqxx::result& rows,
+                                                                   const std::vector<RunSpan<Item>>& spans) {
     std::vector<std::vector<Outcome<Store::SendResult>>> out(spans.size());
     std::vector<bool> held(spans.size(), false);
     for (const auto& row : rows) {
         const auto g = static_cast<std::size_t>(row[0].as<int>()) - 1;
         if (g >= spans.size()) throw std::runtime_error("im_send: a result for an unknown run");
-        if (std::string_view(row[2].c_str()) == held_code) held[g] = true;
-        else out[g].push_back(send_outcome(spans[g].first->conv, row, 2));
+        if (std::string_view(row[2].c_str()) == held_code) {
+            held[g] = true;
+            continue;
+        }
+        const auto at = out[g].size();
+        if (at >= spans[g].items.size()) throw std::runtime_error("im_send: too many results");
+        if (send_of(*spans[g].items[at])) out[g].push_back(send_outcome(*spans[g].conv, row, 2));
+        else out[g].push_back(change_outcome(*spans[g].conv, row[2], row[3], row[6], row[9], row[5]));
     }
     for (std::size_t g = 0; g < spans.size(); ++g) {
-        const auto want = static_cast<std::size_t>(spans[g].last - spans[g].first);
         if (held[g]) out[g].clear();
-        else if (out[g].size() != want) throw std::runtime_error("im_send: wrong number of results");
+        else if (out[g].size() != spans[g].items.size()) throw std::runtime_error("im_send: wrong number of results");
     }
     return out;
 }
@@ -176,8 +248,17 @@ std::vector<std::vector<Outcome<Store::SendResult>>> send_results(const pqxx::re
 } // namespace
 
 std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c, const Identity& who,
-                                                          const std::vector<req::Send>& batch,
+                                                          const std::vector<req::Send>& sends,
                                                           std::chrono::milliseconds lock_wait) {
+    std::vector<const req::Send*> batch;
+    batch.reserve(sends.size());
+    for (const auto& s : sends) batch.push_back(&s);
+    return send_items(c, who, batch, lock_wait);
+}
+
+std::vector<Outcome<Store::SendResult>> Store::send_items(pqxx::connection_base& c, const Identity& who,
+                                                            const std::vector<const req::Send*>& batch,
+                                                            std::chrono::milliseconds lock_wait) {
     const bool wait = lock_wait.count() > 0;
     using Results = std::vector<Outcome<SendResult>>;
     // Lab fault points (no-ops unless --enable-faults): before the insert of
@@ -207,9 +288,9 @@ std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c
                     const std::string fn =
                         faults_.enabled() ? lab_send_function(faults_, lab_.no_unique_index) : "im_send";
                     c.prepare(fn, send_sql(fn));
-                    const std::vector<RunSpan> spans{{&who, batch.begin() + static_cast<std::ptrdiff_t>(from),
-                                                      batch.begin() + static_cast<std::ptrdiff_t>(to)}};
-                    const auto params = send_params(spans, send_channel_);
+                    std::vector<SendSpan> spans{{&who, &batch.front()->conv, {}}};
+                    for (std::size_t i = from; i < to; ++i) spans[0].items.push_back(batch[i]);
+                    const auto params = group_params(spans, send_channel_);
                     pqxx::result rows;
                     try {
                         if (faults_.enabled()) {
@@ -239,7 +320,7 @@ std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c
                         was_held = true; // the row stayed held for the whole wait: try again
                         return Results(to - from, unavailable());
                     }
-                    auto part = send_results(rows, spans);
+                    auto part = group_results(rows, spans);
                     if (part[0].empty()) {
                         was_held = true;
                         return Results(to - from, unavailable());
@@ -264,7 +345,7 @@ std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c
                     for (std::size_t i = from; i < to; ++i) call(i, i + 1);
                     return;
                 }
-                log_warn("send_rejected", {{"conv", batch.front().conv}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
+                log_warn("send_rejected", {{"conv", batch.front()->conv}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
                 out.push_back(invalid("the database rejected this message (" + e.sqlstate() + ")"));
                 return;
             }
@@ -278,35 +359,74 @@ std::vector<Outcome<Store::SendResult>> Store::send_run(pqxx::connection_base& c
     return out;
 }
 
+std::vector<Outcome<Store::SendResult>> Store::write_run_one_by_one(pqxx::connection_base& c, const Identity& who,
+                                                                  const std::vector<req::Write>& items,
+                                                                  std::chrono::milliseconds lock_wait) {
+    return write_in_order(
+        items, [&](const std::vector<req::Send>& sends) { return send_run(c, who, sends, lock_wait); },
+        [&](const req::Edit& e) { return edit(c, who, e); }, [&](const req::React& r) { return react(c, who, r); });
+}
+
 std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_group(pqxx::connection_base& c,
                                                                       const std::vector<SendRun>& runs,
                                                                       std::chrono::milliseconds lock_wait) {
     using Results = std::vector<Outcome<SendResult>>;
     const bool wait = lock_wait.count() > 0;
     std::vector<Results> out(runs.size());
+    bool changes = false; // an edit or react rides the group: im_write_group
+    for (const auto& r : runs)
+        for (const auto& it : *r.items) changes = changes || !std::holds_alternative<req::Send>(it);
+    auto sends_of = [](const std::vector<req::Write>& items) {
+        std::vector<const req::Send*> sends;
+        sends.reserve(items.size());
+        for (const auto& it : items) sends.push_back(&std::get<req::Send>(it));
+        return sends;
+    };
     auto one_by_one = [&] {
-        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = send_run(c, *runs[g].who, *runs[g].sends, lock_wait);
+        for (std::size_t g = 0; g < runs.size(); ++g)
+            out[g] = changes ? write_run_one_by_one(c, *runs[g].who, *runs[g].items, lock_wait)
+                             : send_items(c, *runs[g].who, sends_of(*runs[g].items), lock_wait);
         return out;
     };
-    if (runs.size() == 1 || faults_.enabled()) return one_by_one();
-    // The group in conversation order (im_send locks the rows in that order
+    if (faults_.enabled() || (runs.size() == 1 && !changes)) return one_by_one();
+    // The group in conversation order (the rows are locked in that order
     // too); runs of one conversation keep their order.
     std::vector<std::size_t> order(runs.size());
     for (std::size_t g = 0; g < order.size(); ++g) order[g] = g;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return runs[a].sends->front().conv < runs[b].sends->front().conv;
+        return write_conv(runs[a].items->front()) < write_conv(runs[b].items->front());
     });
-    std::vector<RunSpan> spans;
-    for (std::size_t k : order) spans.push_back({runs[k].who, runs[k].sends->begin(), runs[k].sends->end()});
+    std::vector<SendSpan> send_spans;
+    std::vector<WriteSpan> write_spans;
+    for (std::size_t k : order) {
+        const auto& items = *runs[k].items;
+        if (changes) {
+            write_spans.push_back({runs[k].who, &write_conv(items.front()), {}});
+            for (const auto& it : items) write_spans.back().items.push_back(&it);
+        } else {
+            send_spans.push_back({runs[k].who, &write_conv(items.front()), {}});
+            for (const auto& it : items) send_spans.back().items.push_back(&std::get<req::Send>(it));
+        }
+    }
+    auto all = [&](const Outcome<SendResult>& o) {
+        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].items->size(), o);
+        return out;
+    };
     pqxx::result rows;
     try {
-        const auto params = send_params(spans, send_channel_);
         pqxx::nontransaction tx(c); // autocommit: the statement is the transaction
-        if (wait) {
+        if (changes) {
+            auto params = group_params(write_spans, send_channel_);
+            params.insert(params.begin(), std::to_string(wait ? lock_wait.count() : 0));
+            c.prepare(write_group_function, write_group_sql);
+            rows = tx.exec_prepared(write_group_function, pqxx::prepare::make_dynamic_params(params));
+        } else if (wait) {
+            const auto params = group_params(send_spans, send_channel_);
             c.prepare(queued_function, queued_sql());
             rows = tx.exec_prepared(queued_function,
                                     pqxx::prepare::make_dynamic_params(with_wait(lock_wait, params, params.size())));
         } else {
+            const auto params = group_params(send_spans, send_channel_);
             c.prepare("im_send", send_sql("im_send"));
             rows = tx.exec_prepared("im_send", pqxx::prepare::make_dynamic_params(params));
         }
@@ -316,27 +436,27 @@ std::vector<std::vector<Outcome<Store::SendResult>>> Store::send_group(pqxx::con
         if (wait && row_wait_ended(e)) return out; // every run held still (EMPTY): tried again
         if (!deterministic(e)) {
             log_warn("db_error", {{"op", "send_group"}, {"sqlstate", e.sqlstate()}, {"err", e.what()}});
-            for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());
-            return out;
+            return all(unavailable());
         }
         return one_by_one(); // nothing committed: each run alone, each item alone within it
     } catch (const pqxx::in_doubt_error& e) {
         log_warn("db_in_doubt", {{"op", "send_group"}, {"err", e.what()}});
-        for (std::size_t g = 0; g < runs.size(); ++g)
-            out[g] = Results(runs[g].sends->size(), unavailable("commit outcome unknown; retry with the same request"));
-        return out;
+        return all(unavailable("commit outcome unknown; retry with the same request"));
     } catch (const std::exception& e) {
         log_warn("db_error", {{"op", "send_group"}, {"err", e.what()}});
-        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());
-        return out;
+        return all(unavailable());
     }
     try {
-        auto part = send_results(rows, spans);
+        auto part = changes ? group_results(rows, write_spans) : group_results(rows, send_spans);
         // A held run stays EMPTY: run it again later (Store::send_group, header).
         for (std::size_t k = 0; k < order.size(); ++k) out[order[k]] = std::move(part[k]);
+        if (changes && notifies_in_commit())
+            for (auto& run : out)
+                for (auto& o : run)
+                    if (o) o->notified = true;
     } catch (const std::exception& e) { // committed, but unreadable: the resends are dups
         log_warn("db_error", {{"op", "send_group_result"}, {"err", e.what()}});
-        for (std::size_t g = 0; g < runs.size(); ++g) out[g] = Results(runs[g].sends->size(), unavailable());
+        return all(unavailable());
     }
     return out;
 }

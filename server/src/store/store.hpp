@@ -11,10 +11,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <pqxx/pqxx>
@@ -83,7 +85,19 @@ public:
                                 const std::string& install, std::int64_t exp_ms);
 
     /// attachments: the msg's list as JSON (contract section 12), "" when none.
-    struct SendResult { Sent sent; bool drop_reply = false; std::int64_t ts = 0; std::string attachments; };
+    /// An edit's or react's result in a run (send_group) uses the same
+    /// shape: `sent` its conv, seq (0: a react that found nothing to turn
+    /// off), dup and epoch, `changed` the react's state changed.
+    struct SendResult {
+        Sent sent;
+        bool drop_reply = false;
+        std::int64_t ts = 0;
+        std::string attachments;
+        bool changed = false;
+        /// A change's notification went out with its COMMIT (im_write_group
+        /// with notify_in_commit); a send's always does then.
+        bool notified = false;
+    };
     Outcome<SendResult> send(pqxx::connection_base& c, const Identity& who, const req::Send& r);
     /// Consecutive sends of one connection to ONE conversation, in one
     /// transaction (one lock, one commit): each item is judged on its own,
@@ -107,9 +121,17 @@ public:
     /// result (as send_run); the others commit without waiting for it.
     /// With `lock_wait`, the runs are of ONE conversation and wait for its
     /// row, as send_run's (a group never waits on several rows).
+    ///
+    /// A run may carry edits and reacts (contract section 12) among its
+    /// sends: then the group is one call of im_write_group
+    /// (schema/functions/im_change.sql), which judges the items in their
+    /// order in the same statement and commit, under the same row locks
+    /// (skipped when held, as sends are). With lab faults armed, or after a
+    /// deterministic failure, such a run goes item by item (send_run for a
+    /// stretch of sends, edit/react for a change), in order.
     struct SendRun {
         const Identity* who;
-        const std::vector<req::Send>* sends;
+        const std::vector<req::Write>* items;
     };
     std::vector<std::vector<Outcome<SendResult>>> send_group(pqxx::connection_base& c,
                                                             const std::vector<SendRun>& runs,
@@ -332,11 +354,30 @@ public:
 private:
     /// im_change, or the lab's variant while one of its rules is broken.
     std::string change_function();
+    /// send_run's body, on the sends where they are (no copies).
+    std::vector<Outcome<SendResult>> send_items(pqxx::connection_base& c, const Identity& who,
+                                                const std::vector<const req::Send*>& batch,
+                                                std::chrono::milliseconds lock_wait);
+    /// A run with changes, item by item in order (send_group's fallback).
+    std::vector<Outcome<SendResult>> write_run_one_by_one(pqxx::connection_base& c, const Identity& who,
+                                                          const std::vector<req::Write>& items,
+                                                          std::chrono::milliseconds lock_wait);
 
     FaultRegistry& faults_;
     LabSwitches lab_;
     std::string send_channel_; // notify_in_commit()
     Notes* after_commit_ = nullptr;
 };
+
+/// A run of writes item by item, in order (Store::send_group's fallback,
+/// SessionStore::write_run's default): `sends` for each stretch of
+/// consecutive sends (EMPTY: the conversation's row was held, and the run
+/// goes back whole; what committed before answers as duplicates then),
+/// `edit` or `react` for a change.
+std::vector<Outcome<Store::SendResult>> write_in_order(
+    const std::vector<req::Write>& run,
+    const std::function<std::vector<Outcome<Store::SendResult>>(const std::vector<req::Send>&)>& sends,
+    const std::function<Outcome<Edited>(const req::Edit&)>& edit,
+    const std::function<Outcome<Reacted>(const req::React&)>& react);
 
 } // namespace im

@@ -1,7 +1,12 @@
 // The store's edit and react (contract section 12): one call of the
 // server-side function im_change (schema/functions/im_change.sql) per
 // request, autocommit: the checks, the event and the aggregates the reads
-// show, in one statement and one round trip.
+// show, in one statement and one round trip. On the gateway, edits and
+// reacts ride the send scheduler's runs instead (Store::send_group,
+// im_write_group, which calls im_change per item inside the group's
+// statement); these two serve an edit with an empty body, the lab
+// (--enable-faults) and the item-by-item fallback. change_outcome below is
+// the one mapping of im_change's codes for both.
 #include "store/lab_schema.hpp"
 #include "store/store_internal.hpp"
 
@@ -19,21 +24,19 @@ std::string change_sql(const std::string& function) {
            "($1, $2, $3, $4, $5, $6, $7::bigint, $8, $9, $10::boolean)";
 }
 
-struct ChangeRow {
-    std::optional<std::int64_t> seq;
-    bool dup = false, changed = false;
-    std::int64_t epoch = 1;
-};
+} // namespace
 
-// im_change's answer as the contract's outcome.
-Outcome<ChangeRow> change_outcome(const pqxx::row& row) {
-    const std::string_view code = row[0].c_str();
+Outcome<Store::SendResult> store_detail::change_outcome(const std::string& conv, const pqxx::field& code_field,
+                                                        const pqxx::field& seq, const pqxx::field& dup,
+                                                        const pqxx::field& changed, const pqxx::field& epoch) {
+    const std::string_view code = code_field.c_str();
     if (code == "OK") {
-        ChangeRow r;
-        if (!row[1].is_null()) r.seq = row[1].as<std::int64_t>();
-        r.dup = row[2].as<bool>();
-        r.changed = row[3].as<bool>();
-        r.epoch = row[4].as<std::int64_t>();
+        Store::SendResult r;
+        r.sent.conv = conv;
+        if (!seq.is_null()) r.sent.seq = seq.as<std::int64_t>();
+        r.sent.dup = dup.as<bool>();
+        r.changed = changed.as<bool>();
+        r.sent.epoch = epoch.as<std::int64_t>();
         return r;
     }
     if (code == "NOT_MEMBER") return not_member();
@@ -51,7 +54,9 @@ Outcome<ChangeRow> change_outcome(const pqxx::row& row) {
     throw std::runtime_error("im_change: unknown result code " + std::string(code));
 }
 
-Outcome<ChangeRow> run_change(pqxx::connection_base& c, const std::string& function, const Identity& who,
+namespace {
+
+Outcome<Store::SendResult> run_change(pqxx::connection_base& c, const std::string& function, const Identity& who,
                               const char* kind, const std::string& conv, const std::string& cmid, std::int64_t target,
                               const std::string& body, const std::string& emoji, bool on) {
     c.prepare(function, change_sql(function));
@@ -59,7 +64,7 @@ Outcome<ChangeRow> run_change(pqxx::connection_base& c, const std::string& funct
     auto r = tx.exec_prepared(function, std::string(kind), who.device, who.token_sha256, conv, who.user, cmid,
                               target, body, emoji, on);
     if (r.size() != 1) throw std::runtime_error("im_change: not one result row");
-    return change_outcome(r[0]);
+    return change_outcome(conv, r[0][0], r[0][1], r[0][2], r[0][3], r[0][4]);
 }
 
 } // namespace
@@ -90,7 +95,7 @@ Outcome<Edited> Store::edit(pqxx::connection_base& c, const Identity& who, const
             return invalid("field 'body' must be 1-4000 code points (empty only for a message with attachments)");
         auto o = run_change(c, change_function(), who, "edit", e.conv, e.cmid, e.target, e.body, "", false);
         if (!o) return o.error();
-        return Edited{e.conv, *o->seq, o->dup, o->epoch};
+        return Edited{e.conv, o->sent.seq, o->sent.dup, o->sent.epoch};
     });
 }
 
@@ -98,7 +103,8 @@ Outcome<Reacted> Store::react(pqxx::connection_base& c, const Identity& who, con
     return guarded<Reacted>("react", [&]() -> Outcome<Reacted> {
         auto o = run_change(c, change_function(), who, "reaction", r.conv, r.cmid, r.target, "", r.emoji, r.on);
         if (!o) return o.error();
-        return Reacted{r.conv, o->seq, o->dup, o->changed, o->epoch};
+        return Reacted{r.conv, o->sent.seq ? std::optional<std::int64_t>(o->sent.seq) : std::nullopt, o->sent.dup,
+                       o->changed, o->sent.epoch};
     });
 }
 

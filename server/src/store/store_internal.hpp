@@ -28,6 +28,13 @@
 
 namespace im::store_detail {
 
+/// im_change's answer (its code, seq, dup, changed, epoch) as the
+/// contract's outcome of an edit or react in `conv` (store_changes.cpp:
+/// the one mapping of its codes; im_write_group's rows carry the same).
+Outcome<Store::SendResult> change_outcome(const std::string& conv, const pqxx::field& code, const pqxx::field& seq,
+                                          const pqxx::field& dup, const pqxx::field& changed,
+                                          const pqxx::field& epoch);
+
 /// A named statement of one part of the store.
 struct Statement {
     const char* name;
