@@ -189,7 +189,9 @@ ClaimedBatch claim_pages(pqxx::connection_base& c, const std::string& id, const 
     // changes (the backend's view: every event, no `me`), and one row with
     // NULL events for a conversation that has none. One statement: one
     // snapshot, so the heads, min_seqs and events agree (seqs are gap-free
-    // at and above min_seq).
+    // at and above min_seq). n is cast back to bigint (sum() gives numeric):
+    // a numeric bound on seq would make the range a filter over all of the
+    // conversation's events instead of a range scan of the primary key.
     static const std::string sql =
         "WITH cand AS (SELECT wc.conv_id, wc.retry_at, greatest(wc.done_seq + 1, cv.min_seq) AS lo, "
         "    cv.next_seq - 1 AS head FROM webhook_cursors wc JOIN conversations cv ON cv.conv_id = wc.conv_id "
@@ -197,7 +199,7 @@ ClaimedBatch claim_pages(pqxx::connection_base& c, const std::string& id, const 
         "    AND (wc.lease_until IS NULL OR wc.lease_until < now()) "
         "  ORDER BY wc.retry_at, wc.conv_id LIMIT $4 FOR UPDATE OF wc SKIP LOCKED), "
         "alloc AS (SELECT conv_id, lo, head, greatest(least(head - lo + 1, $6 - coalesce(sum(greatest(head - lo + 1, 0)) "
-        "    OVER (ORDER BY retry_at, conv_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)), 0) AS n "
+        "    OVER (ORDER BY retry_at, conv_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)), 0)::bigint AS n "
         "  FROM cand), "
         "leased AS (UPDATE webhook_cursors wc SET lease_owner = $2, lease_until = now() + $3 * interval '1 millisecond', "
         "    lease_seq = wc.lease_seq + 1 "
