@@ -215,8 +215,12 @@ ClaimedBatch claim_pages(pqxx::connection_base& c, const std::string& id, const 
         "  FROM events WHERE conv_id = l.conv_id AND seq >= l.lo AND seq <= l.upto) e ON true "
         "LEFT JOIN msg_changes x ON e.kind = 'msg' AND x.conv_id = e.conv_id AND x.seq = e.seq "
         "ORDER BY l.conv_id, e.seq";
+    // Prepared on the worker's session (planning this statement from scratch
+    // took ~20 ms of PostgreSQL's CPU per claim on a loaded machine; a
+    // prepared statement is planned generically after its fifth run).
+    c.prepare("im_webhook_claim_pages", sql);
     pqxx::nontransaction tx(c); // one statement: its own transaction
-    auto r = tx.exec_params(sql, id, owner, lease_ms, max_events, give_up_ms, max_events);
+    auto r = tx.exec_prepared("im_webhook_claim_pages", id, owner, lease_ms, max_events, give_up_ms, max_events);
     ClaimedBatch out;
     std::int64_t allotted = 0;
     std::vector<std::int64_t> los;
