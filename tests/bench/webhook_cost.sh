@@ -24,6 +24,9 @@
 #                    when a run fails, the durability check differs, or the
 #                    backlog is not drained in order: figures this short are
 #                    noise)
+# WEBHOOK_COST_PAIRS (e.g. "idle:fast") runs only those pairs, WEBHOOK_COST_DOWN=0
+# skips the receiver-down runs, WEBHOOK_COST_SIZES (e.g. "64") sets the sizes;
+# IMSERVER_BIN picks the server (before/after comparisons of two builds).
 # Prints one line per run (msg/s, ack p99) and per pair the ratio B/A.
 set -euo pipefail
 build="${1:-build}"
@@ -37,6 +40,7 @@ case "${WEBHOOK_COST_MODE:-pairs}" in
     ci) rounds=1 window=2 warmup=0.5 down_window=2 sizes="16" pairs="idle:fast" convs=20 down_pair=0 ;;
     *) echo "WEBHOOK_COST_MODE: pairs, full or ci"; exit 2 ;;
 esac
+pairs="${WEBHOOK_COST_PAIRS:-$pairs}" sizes="${WEBHOOK_COST_SIZES:-$sizes}" down_runs="${WEBHOOK_COST_DOWN:-1}"
 # The deliverer's backoff ceiling for the down runs: 2 s, so the drain
 # measures delivery, not the wait for the next attempt (10 min by default).
 declare -A args=(
@@ -92,6 +96,7 @@ done
 # The receiver down: sends during the outage (against a run with no
 # webhook of the same length), then the drain once it is back.
 for s in $sizes; do
+    [ "$down_runs" = 0 ] && break
     if [ "$down_pair" = 0 ]; then run down "$s" "$down_window"; continue; fi
     run idle "$s" "$down_window"
     run down "$s" "$down_window"

@@ -328,4 +328,47 @@ TEST_F(Webhooks, a_trickle_of_events_goes_out_in_few_batches_in_order) {
     EXPECT_LT(rx.requests(), 2 * n / 3) << took.count() << " ms";
 }
 
+// Issue 52, the send path's cost at 64 senders: a claim and its pages are one
+// statement, and a claim takes conversations until their events fill
+// --webhook-batch (not a fixed 10): a backlog over 30 conversations goes out
+// in POSTs of at most the batch size, each of more than 10 conversations
+// while the backlog lasts, every event once at least, in order.
+TEST_F(Webhooks, a_backlog_over_many_conversations_goes_out_in_full_batches_of_at_most_the_batch_size) {
+    constexpr std::size_t batch = 25;
+    // This gateway delivers nothing: the backlog waits for the second one.
+    ServerProcess srv(pg->url(), flags({"--webhook-workers", "0"}));
+    WebhookReceiver rx(secret);
+    std::vector<std::string> users, convs;
+    std::vector<std::int64_t> heads;
+    for (int i = 0; i < 30; ++i) {
+        convs.push_back(make_conv(srv, "wbat", users));
+        heads.push_back(std::stoll(pg->scalar("SELECT next_seq - 1 FROM conversations WHERE conv_id = " + q(convs.back()))));
+    }
+    add_hook(srv, rx.url(), json::array{"msg"});
+    // Two each: a claim of 25 takes 13 conversations, the 13th with one of
+    // its two events (its second goes in a later batch, after the first).
+    for (int round = 0; round < 2; ++round)
+        for (std::size_t i = 0; i < convs.size(); ++i)
+            post_msg(srv, convs[i], users[2 * i], "backlog " + std::to_string(round));
+    EXPECT_EQ(rx.requests(), 0);
+    ServerProcess deliverer(pg->url(), flags({"--webhook-workers", "1", "--webhook-batch", std::to_string(batch)}));
+    wait_until([&] {
+        for (std::size_t i = 0; i < convs.size(); ++i)
+            if (!has_all(rx, committed(convs[i], heads[i]))) return false;
+        return true;
+    }, 30s, "every event of the backlog");
+    EXPECT_EQ(rx.order_violation(), "");
+    EXPECT_EQ(rx.bad_signatures(), 0);
+    std::size_t widest = 0, events = 0;
+    for (const auto& b : rx.batches()) {
+        EXPECT_LE(b.events, batch);
+        widest = std::max(widest, b.convs);
+        events += b.events;
+    }
+    std::cout << rx.batches().size() << " POSTs for " << events << " events, at most " << widest
+              << " conversations in one\n";
+    EXPECT_GT(widest, 10u) << "a claim of at most 10 conversations";
+    EXPECT_GE(events, 60u);
+}
+
 } // namespace

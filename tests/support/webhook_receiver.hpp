@@ -71,6 +71,14 @@ public:
         return accepted_;
     }
     int requests() const { return requests_.load(); }
+    /// Of each accepted POST: its events and the conversations they are of.
+    struct Batch {
+        std::size_t events = 0, convs = 0;
+    };
+    std::vector<Batch> batches() const {
+        std::lock_guard lk(mu_);
+        return batches_;
+    }
     int bad_signatures() const { return bad_signatures_.load(); }
     int held() const { return held_.load(); } // requests waiting in Mode::hold now
     /// Ids accepted (deduplicated, as a receiver must).
@@ -196,6 +204,7 @@ private:
                 const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                                 std::chrono::system_clock::now().time_since_epoch()).count();
                 std::lock_guard lk(mu_);
+                std::set<std::string> convs;
                 for (const auto& e : body.at("events").as_array()) {
                     const auto& o = e.as_object();
                     Accepted a;
@@ -205,8 +214,10 @@ private:
                     a.kind = std::string(a.ev.at("kind").as_string());
                     a.seq = a.ev.at("seq").as_int64();
                     a.arrived_ms = now_ms;
+                    convs.insert(a.conv);
                     accepted_.push_back(std::move(a));
                 }
+                batches_.push_back({body.at("events").as_array().size(), convs.size()});
             }
         }
         http::write(sock, res, ec);
@@ -223,6 +234,7 @@ private:
     bool stop_ = false;
     Mode mode_ = Mode::ok;
     std::vector<Accepted> accepted_;
+    std::vector<Batch> batches_;
     std::atomic<int> requests_{0}, bad_signatures_{0}, held_{0};
     std::thread thread_;
     std::vector<std::thread> conns_; // the accept thread's only

@@ -6,6 +6,7 @@
 #include "store/db_pool.hpp"
 #include "core/log.hpp"
 #include "core/metrics.hpp"
+#include "core/strings.hpp"
 #include "bus/nats_bus.hpp"
 #include "api/moderation.hpp"
 #include "api/userdata.hpp"
@@ -135,15 +136,6 @@ void need(const Args& a, std::size_t n, const char* usage) {
     if (a.pos.size() != n) throw Usage(std::string("usage: imserver admin ") + usage);
 }
 
-std::vector<std::string> split(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ','))
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
-
 // `imserver admin webhook ...`: the backend API's answers, printed as lines.
 void webhook_command(pqxx::connection_base& c, const std::string& cmd, const Args& args) {
     namespace json = boost::json;
@@ -155,7 +147,7 @@ void webhook_command(pqxx::connection_base& c, const std::string& cmd, const Arg
         json::object body{{"url", args.pos[0]}};
         if (args.has("--events")) {
             json::array kinds;
-            for (const auto& k : split(args.flag("--events"))) kinds.push_back(json::string(k));
+            for (const auto& k : split_commas(args.flag("--events"))) kinds.push_back(json::string(k));
             body["events"] = std::move(kinds);
         }
         if (args.has("--secret")) body["secret"] = args.flag("--secret");
@@ -346,7 +338,7 @@ int run(int argc, char** argv) {
     } else if (cmd == "conv create") {
         need(args, 1, "conv create CONV --kind group|direct --members U1,U2,...");
         if (!args.has("--kind")) throw Usage("conv create needs --kind group|direct");
-        if (!prov::conv_create(store, c, args.pos[0], args.flag("--kind"), split(args.flag("--members"))))
+        if (!prov::conv_create(store, c, args.pos[0], args.flag("--kind"), split_commas(args.flag("--members"))))
             std::cerr << "imserver admin: conversation " << args.pos[0] << " exists already with these settings\n";
     } else if (cmd == "conv set") {
         need(args, 1, "conv set CONV [--recall-window-ms N] [--push-full-max N] [--edit-window-ms N]");

@@ -81,6 +81,11 @@ struct Config {
     int webhook_lease_ms = 30000;            // a batch's lease; a dead gateway's work is taken over after it
     int webhook_timeout_ms = 10000;          // one POST, connect to answer
     int webhook_retry_max_ms = 600000;       // the backoff's ceiling (1 s doubling)
+    int webhook_batch = 100;                 // events per POST at most; also conversations per claim
+    int webhook_fill_events = 50;            // a round that read fewer (claim not full) waits webhook_fill_ms
+    int webhook_fill_ms = 100;               // that wait (at most webhook_poll_ms)
+    int webhook_linger_ms = 100;             // a caught-up conversation is not claimed again for this long
+    int webhook_pause_max_ms = 5000;         // after a failed POST the webhook rests 250 ms doubling to this
     std::int64_t webhook_give_up_ms = 259200000; // a batch failing this long is marked failed (72 h)
     bool webhook_insecure_tls = false;       // tests only: no certificate check on https:// receivers
     int presence_lease_ms = 30000;       // a gateway silent this long is swept: its users go offline (contract 13)

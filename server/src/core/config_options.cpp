@@ -2,6 +2,7 @@
 // help text, check and effective value. One row per option; what the rows
 // share is in config_option.hpp.
 #include "core/config_option.hpp"
+#include "core/strings.hpp"
 
 #include <charconv>
 
@@ -363,6 +364,30 @@ const std::vector<Option>& options() {
          "the ceiling of a failing webhook batch's backoff (1 s doubling, +-20 % jitter) (default 600000)",
          [](Config& c, const std::string& v) { return to_int(v, 100, 3600000, c.webhook_retry_max_ms); },
          [](const Config& c) { return std::to_string(c.webhook_retry_max_ms); }},
+        {"--webhook-batch", "IM_WEBHOOK_BATCH", "N",
+         "events in one webhook POST at most; a worker's claim takes conversations, longest-waiting first, until "
+         "their undelivered events fill it (so at most N conversations) (default 100)",
+         [](Config& c, const std::string& v) { return to_int(v, 1, 10000, c.webhook_batch); },
+         [](const Config& c) { return std::to_string(c.webhook_batch); }},
+        {"--webhook-fill-events", "IM_WEBHOOK_FILL_EVENTS", "N",
+         "a webhook worker's round that read fewer events than this from a claim that was not full is followed "
+         "by a wait of --webhook-fill-ms, so the next POST carries more (default 50; 0: never waits)",
+         [](Config& c, const std::string& v) { return to_int(v, 0, 10000, c.webhook_fill_events); },
+         [](const Config& c) { return std::to_string(c.webhook_fill_events); }},
+        {"--webhook-fill-ms", "IM_WEBHOOK_FILL_MS", "MS",
+         "the wait after a small round (--webhook-fill-events), at most --webhook-poll-ms (default 100)",
+         [](Config& c, const std::string& v) { return to_int(v, 0, 60000, c.webhook_fill_ms); },
+         [](const Config& c) { return std::to_string(c.webhook_fill_ms); }},
+        {"--webhook-linger-ms", "IM_WEBHOOK_LINGER_MS", "MS",
+         "a conversation whose webhook events were delivered up to its head is not claimed again for this long, "
+         "so its next batch carries that time's events; adds at most this to a delivery's lag (default 100)",
+         [](Config& c, const std::string& v) { return to_int(v, 0, 60000, c.webhook_linger_ms); },
+         [](const Config& c) { return std::to_string(c.webhook_linger_ms); }},
+        {"--webhook-pause-max-ms", "IM_WEBHOOK_PAUSE_MAX_MS", "MS",
+         "after a failed POST a worker leaves that webhook alone (no claim, no read) for 250 ms doubling up to "
+         "this (and at most --webhook-retry-max-ms) while it keeps failing (default 5000)",
+         [](Config& c, const std::string& v) { return to_int(v, 0, 3600000, c.webhook_pause_max_ms); },
+         [](const Config& c) { return std::to_string(c.webhook_pause_max_ms); }},
         {"--webhook-give-up-ms", "IM_WEBHOOK_GIVE_UP_MS", "MS",
          "a webhook batch failing for this long is marked failed (listed, replayable) and the conversation's "
          "later events go on (default 259200000: 72 h)",
@@ -421,10 +446,7 @@ const std::vector<Option>& options() {
          "(actions crash, drop_reply, unavailable, delay:MS) and the rule.* negative controls (action skip); "
          "the list is in docs/acceptance.md",
          [](Config& c, const std::string& v) -> std::optional<std::string> {
-             std::stringstream ss(v);
-             std::string item;
-             while (std::getline(ss, item, ','))
-                 if (!item.empty()) c.faults.push_back(item);
+             for (auto& item : split_commas(v)) c.faults.push_back(std::move(item));
              return std::nullopt;
          },
          [](const Config& c) { return join(c.faults); }, for_both},

@@ -157,14 +157,9 @@ HttpOutcome webhook_post(const WebhookUrl& u, const std::vector<std::pair<std::s
 // ---------------------------------------------------------------- the workers
 
 namespace {
-// A round that read fewer events than this (and whose claim was not full)
-// is followed by a wait of kFillMs (at most --webhook-poll-ms) to fill the next.
-constexpr std::int64_t kFillEvents = 50;
-constexpr int kFillMs = 100;
-// A delivered conversation is not claimed again for this long, so each page
-// read carries that conversation's events of the time (adds at most this
-// to an event's delivery lag).
-constexpr std::int64_t kLingerMs = 100;
+// A POST's body holds at most this many bytes of events (and at least one
+// event): what ten sync pages could carry before (each page_item_budget).
+constexpr std::size_t kBodyBudget = 10 * page_item_budget;
 } // namespace
 
 WebhookDeliverer::WebhookDeliverer(std::string url, const Config& cfg, Metrics& metrics, FaultRegistry& faults)
@@ -202,8 +197,6 @@ void WebhookDeliverer::stop() {
 void WebhookDeliverer::loop(int worker) {
     using Clock = std::chrono::steady_clock;
     const std::string owner = cfg_.gateway_id + "/" + std::to_string(worker);
-    FaultRegistry no_faults(false);
-    Store store(no_faults, cfg_.lab);
     std::unique_ptr<pqxx::connection> conn;
     // The session is listed in live_ while open, so stop() can cut it.
     auto drop = [&] {
@@ -222,8 +215,6 @@ void WebhookDeliverer::loop(int worker) {
     auto refresh_at = Clock::now();
     std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::string>{}(owner));
     auto backoff = std::chrono::milliseconds(100);
-    Identity backend;
-    backend.backend = true;
 
     auto wait = [&](std::chrono::milliseconds d) {
         std::unique_lock lk(mu_);
@@ -235,16 +226,17 @@ void WebhookDeliverer::loop(int worker) {
     };
 
     // A webhook whose receiver failed is left alone (no claim, no page read)
-    // until its backoff ends: 250 ms doubling up to 5 s (at most
-    // --webhook-retry-max-ms) while it keeps failing; each conversation's own
-    // retry time (1 s doubling) still applies on top. Per worker, in memory.
+    // until its backoff ends: 250 ms doubling up to --webhook-pause-max-ms
+    // (and --webhook-retry-max-ms) while it keeps failing; each
+    // conversation's own retry time (1 s doubling) still applies on top. Per
+    // worker, in memory.
     struct HookState {
         Clock::time_point not_before{};
         int failures = 0;
     };
     std::map<std::string, HookState> state;
-    constexpr int max_leases = 10;
-    constexpr std::int64_t max_batch = 100;
+    const std::int64_t fill_events = cfg_.webhook_fill_events;
+    const int fill_ms = std::min(cfg_.webhook_fill_ms, cfg_.webhook_poll_ms);
 
     // One batch of one webhook. The events it read (of any kind, -1: no work
     // or backed off) and whether the claim was full (more may be waiting).
@@ -255,47 +247,55 @@ void WebhookDeliverer::loop(int worker) {
     auto deliver = [&](const webhooks::Webhook& w) -> Round {
         auto& st = state[w.id];
         if (Clock::now() < st.not_before) return {};
-        auto leases = webhooks::claim(*conn, w.id, owner, cfg_.webhook_lease_ms, max_leases, cfg_.webhook_give_up_ms);
-        if (leases.empty()) return {};
-        Round round{0, static_cast<int>(leases.size()) >= max_leases};
-        json::array events;
+        // The leases and their pages in one statement (store_webhooks.hpp).
+        auto batch = webhooks::claim_pages(*conn, w.id, owner, cfg_.webhook_lease_ms, cfg_.webhook_batch,
+                                           cfg_.webhook_give_up_ms);
+        if (batch.convs.empty()) return {};
+        Round round{0, batch.full};
+        // The body, built as it goes: {"webhook":ID,"events":[{"id":"CONV:SEQ","ev":EVENT},...]},
+        // each EVENT as the backend API's page shows it (GET .../events).
+        std::string items;
+        std::size_t n = 0, bytes = 0;
         std::vector<std::pair<webhooks::Lease, std::int64_t>> taken; // lease, seq it covers up to
         std::vector<webhooks::Lease> unread;                          // released unchanged
         std::vector<bool> caught_up;                                  // of taken: its page reached the head
-        for (const auto& l : leases) {
-            const std::int64_t room = max_batch - static_cast<std::int64_t>(events.size());
-            if (room <= 0) {
-                unread.push_back(l);
-                round.full = true;
+        bool cut = false;
+        for (auto& cl : batch.convs) {
+            if (cut) {
+                unread.push_back(cl.lease);
                 continue;
             }
-            req::Sync s{l.conv, l.done_seq, room, std::nullopt};
-            auto page = store.sync(*conn, backend, s);
-            if (!page) {
-                log_warn("webhook_read_failed", {{"webhook", w.id}, {"conv", l.conv}, {"err", page.error().msg}});
-                unread.push_back(l);
-                continue;
-            }
-            const auto& p = page.value();
-            round.read += static_cast<std::int64_t>(p.events.size());
-            if (p.has_more) round.full = true;
-            // The page as the backend API shows it (the same fields as GET .../events).
-            auto frame = json::parse(encode_reply(Reply{p}, std::nullopt)).as_object();
-            auto& evs = frame["events"].as_array();
-            for (std::size_t i = 0; i < evs.size() && i < p.events.size(); ++i) {
-                const auto& e = p.events[i];
+            std::int64_t upto = cl.upto;
+            for (const auto& e : cl.events) {
+                const std::string ev = encode_event(e);
+                if (bytes > 0 && bytes + ev.size() + 1 > kBodyBudget) { // the body's budget: the rest waits
+                    cut = true;
+                    upto = e.seq - 1;
+                    break;
+                }
+                bytes += ev.size() + 1;
+                ++round.read;
                 if (std::find(w.kinds.begin(), w.kinds.end(), e.kind) == w.kinds.end()) continue;
-                events.push_back(json::object{{"id", e.conv + ":" + std::to_string(e.seq)}, {"ev", std::move(evs[i])}});
+                if (n++) items += ',';
+                items += "{\"id\":";
+                items += json::serialize(json::value(e.conv + ":" + std::to_string(e.seq)));
+                items += ",\"ev\":";
+                items += ev;
+                items += '}';
             }
-            taken.emplace_back(l, p.has_more && !p.events.empty() ? p.events.back().seq : p.next_after);
-            caught_up.push_back(!p.has_more);
+            if (upto <= cl.lease.done_seq) { // nothing of it fitted: released unchanged
+                unread.push_back(cl.lease);
+                continue;
+            }
+            taken.emplace_back(cl.lease, upto);
+            caught_up.push_back(upto >= cl.head);
         }
-        if (events.empty()) { // nothing of the kinds asked for: the cursors move on
-            webhooks::finish_batch(*conn, w.id, taken, unread, false, caught_up, kLingerMs);
+        if (cut) round.full = true;
+        if (n == 0) { // nothing of the kinds asked for: the cursors move on
+            webhooks::finish_batch(*conn, w.id, taken, unread, false, caught_up, cfg_.webhook_linger_ms);
             return round;
         }
-        const std::size_t n = events.size();
-        const std::string body = json::serialize(json::object{{"webhook", w.id}, {"events", std::move(events)}});
+        const std::string body = "{\"webhook\":" + json::serialize(json::value(w.id)) + ",\"events\":[" + items + "]}";
         const std::string ts = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
             std::chrono::system_clock::now().time_since_epoch()).count());
         HttpOutcome out;
@@ -313,12 +313,13 @@ void WebhookDeliverer::loop(int worker) {
             metrics_.webhook_events_delivered += static_cast<long long>(n);
             // Only now (after the 2xx) do the cursors move: all of them, the
             // unread leases' release and the last success in one statement.
-            metrics_.webhook_leases_lost += webhooks::finish_batch(*conn, w.id, taken, unread, true, caught_up, kLingerMs);
+            metrics_.webhook_leases_lost +=
+                webhooks::finish_batch(*conn, w.id, taken, unread, true, caught_up, cfg_.webhook_linger_ms);
             return round;
         }
         if (!unread.empty()) webhooks::finish_batch(*conn, w.id, {}, unread, false);
         {
-            const std::int64_t ceiling = std::min<std::int64_t>(cfg_.webhook_retry_max_ms, 5000);
+            const std::int64_t ceiling = std::min<std::int64_t>(cfg_.webhook_retry_max_ms, cfg_.webhook_pause_max_ms);
             const std::int64_t pause = std::min<std::int64_t>(ceiling, std::int64_t(250) << std::min(st.failures, 10));
             st.not_before = Clock::now() + std::chrono::milliseconds(pause);
             ++st.failures;
@@ -381,14 +382,14 @@ void WebhookDeliverer::loop(int worker) {
                 if (stopping()) return;
                 const Round r = deliver(w);
                 worked = worked || r.read >= 0;
-                busy = busy || r.full || r.read >= kFillEvents;
+                busy = busy || r.full || r.read >= fill_events;
             }
             backoff = std::chrono::milliseconds(100);
             // Idle: the poll interval. A small batch: a short wait, so the
             // next one carries more events per claim, page read and POST
             // (bounded: an event waits at most this long more).
             if (!worked && wait(std::chrono::milliseconds(cfg_.webhook_poll_ms))) return;
-            if (worked && !busy && wait(std::chrono::milliseconds(std::min(kFillMs, cfg_.webhook_poll_ms)))) return;
+            if (worked && !busy && fill_ms > 0 && wait(std::chrono::milliseconds(fill_ms))) return;
         } catch (const std::exception& e) {
             if (stopping()) return;
             log_warn("webhook_db_failed", {{"worker", worker}, {"err", e.what()}});

@@ -2,10 +2,10 @@
 // docs/operations.md, "Webhooks"). Every gateway runs --webhook-workers of
 // them, each on its own thread with its own database session; the database
 // decides who delivers what: a worker leases conversations with work (a
-// row of webhook_cursors, FOR UPDATE SKIP LOCKED, --webhook-lease-ms), reads
-// their committed events past the cursor as a page shows them (Store::sync,
-// the backend's view), POSTs them in one signed batch of at most 100 with
-// Beast's HTTP client (plain or TLS, --webhook-timeout-ms), and moves the
+// row of webhook_cursors, FOR UPDATE SKIP LOCKED, --webhook-lease-ms) and
+// reads their committed events past the cursor as a page shows them (the
+// backend's view) in the same statement (webhooks::claim_pages), POSTs them
+// in one signed batch of at most --webhook-batch (100) with Beast's HTTP client (plain or TLS, --webhook-timeout-ms), and moves the
 // cursors on a 2xx. Anything else is retried with backoff (1 s doubling to
 // --webhook-retry-max-ms, with jitter); a batch failing for longer than
 // --webhook-give-up-ms (72 h) is recorded as failed and passed. A killed

@@ -4,6 +4,8 @@
 // each one short transaction; AdminError for bad input and unknown ids.
 #pragma once
 
+#include "core/protocol.hpp"
+
 #include <pqxx/pqxx>
 
 #include <cstdint>
@@ -57,10 +59,30 @@ struct Lease {
     std::int64_t done_seq = 0, lease_seq = 0, attempts = 0;
     bool give_up = false; // failing for longer than give_up_ms: this attempt is the last
 };
-/// Up to `max` conversations of the webhook with undelivered events, no
-/// live lease and their retry time reached, leased to `owner` for lease_ms.
-std::vector<Lease> claim(pqxx::connection_base& c, const std::string& id, const std::string& owner,
-                         std::int64_t lease_ms, int max, std::int64_t give_up_ms);
+/// One conversation of a claim_pages batch: its lease, and its events past
+/// the cursor up to `upto` as the backend API's page shows them (all kinds,
+/// seq order, with their edit, reactions summary and recall).
+struct Claimed {
+    Lease lease;
+    std::int64_t head = 0;  // the conversation's last seq in the claim's snapshot
+    std::int64_t upto = 0;  // the events below cover (done_seq, upto]; == head: caught up
+    std::vector<Event> events;
+    bool caught_up() const { return upto >= head; }
+};
+struct ClaimedBatch {
+    std::vector<Claimed> convs; // by conv_id
+    bool full = false;          // max_events allotted, or a conversation not caught up: more waits
+};
+/// claim and the pages in ONE statement (one snapshot, one round trip): the
+/// conversations of the webhook with undelivered events, no live lease and
+/// their retry time reached, longest-waiting first, each allotted the events
+/// it has up to what is left of `max_events` (a conversation that would get
+/// none is not claimed, so at most max_events conversations), leased to
+/// `owner` for lease_ms, and their allotted events read. A conversation
+/// whose events below its cursor were all purged comes with none and upto =
+/// head (its cursor moves past them).
+ClaimedBatch claim_pages(pqxx::connection_base& c, const std::string& id, const std::string& owner,
+                         std::int64_t lease_ms, std::int64_t max_events, std::int64_t give_up_ms);
 /// A batch's outcome in one statement (one transaction): every lease of
 /// `done` delivered up to its seq (the cursor moves on, the lease is
 /// released), every lease of `unread` released unchanged, and (`success`:
