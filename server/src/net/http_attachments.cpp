@@ -103,6 +103,9 @@ AttFailure failure(unsigned status, std::string code, std::string message) {
     return AttFailure{status, std::move(code), std::move(message), std::nullopt};
 }
 
+// The receive size of a PUT's body (Beast's largest read_some).
+constexpr std::size_t put_read_bytes = 64 * 1024;
+
 AttFailure busy() { return failure(503, "UNAVAILABLE", "service unavailable, retry"); }
 
 // RFC 5987 / 8187 value of a Content-Disposition filename*.
@@ -323,6 +326,12 @@ void HttpSession::att_put_read() {
     auto& body = t.put->get().body();
     body.data = t.piece.data() + t.filled;
     body.size = t.piece.size() - t.filled;
+    // Beast reads at most the buffer's free capacity (at least 512 bytes, at
+    // most 64 KiB) per receive: after a header the buffer is small, and the
+    // parser hands every byte to the piece, so it never grows by itself. A
+    // body read 512 bytes a recv() was the upload's first cost (the profile
+    // in docs/benchmarks.md): reserve the 64 KiB once.
+    if (buffer_.capacity() - buffer_.size() < put_read_bytes) buffer_.reserve(buffer_.size() + put_read_bytes);
     with_stream([this](auto& s) {
         beast::get_lowest_layer(s).expires_after(std::chrono::seconds(30));
         http::async_read(s, buffer_, *att_->put, [self = shared_from_this()](beast::error_code ec, std::size_t) {
