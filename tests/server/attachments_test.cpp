@@ -228,6 +228,31 @@ TEST_F(Attachments, an_upload_resumes_from_the_servers_offset_and_downloads_the_
     EXPECT_GT(srv->metric("im_attachment_bytes_out_total"), static_cast<long long>(data.size()) - 1);
 }
 
+// RFC 9110 13.1.5: a Range with an If-Range applies only when the
+// validator is our (strong) ETag; any other tag, a weak one or a date
+// means the client's partial copy is of other bytes: the whole file, 200.
+TEST_F(Attachments, a_range_with_an_if_range_that_does_not_match_the_etag_gets_the_whole_file) {
+    auto w = make_world(db(), "attifr", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(300 * 1024 + 9, 17);
+    const std::string att = upload(u, data);
+    const std::string etag = "\"" + sha256_hex(data) + "\"";
+    auto same = download(u, att, {{"Range", "bytes=100-199"}, {"If-Range", etag}});
+    EXPECT_EQ(same.status, 206);
+    EXPECT_TRUE(same.body == data.substr(100, 100));
+    EXPECT_EQ(same.header("Content-Range"), "bytes 100-199/" + std::to_string(data.size()));
+    for (const std::string& other : {std::string("\"") + std::string(64, '0') + "\"", "W/" + etag,
+                                     std::string("Sun, 06 Nov 1994 08:49:37 GMT")}) {
+        auto whole = download(u, att, {{"Range", "bytes=100-199"}, {"If-Range", other}});
+        EXPECT_EQ(whole.status, 200) << other;
+        EXPECT_TRUE(whole.body == data) << other;
+        EXPECT_EQ(whole.header("Content-Range"), "") << other;
+        EXPECT_EQ(whole.header("ETag"), etag) << other;
+    }
+    // Without a Range, If-Range changes nothing.
+    EXPECT_EQ(download(u, att, {{"If-Range", "W/" + etag}}).status, 200);
+}
+
 TEST_F(Attachments, a_connection_killed_mid_body_keeps_the_committed_pieces_and_the_upload_goes_on_from_there) {
     auto w = make_world(db(), "attkill", 1);
     const auto& u = w.users[0];
@@ -286,6 +311,63 @@ TEST_F(Attachments, a_wrong_digest_answers_DIGEST_MISMATCH_and_the_upload_starts
     auto good = put(u, att, 0, data);
     ASSERT_EQ(good.status, 200) << good.body;
     EXPECT_TRUE(good.json().at("complete").as_bool());
+    EXPECT_TRUE(download(u, att).body == data);
+}
+
+// The SHA-256 is computed while the pieces are written (no read-back of
+// the whole upload at its end) only when every piece since the row's last
+// write went through this gateway: a digest hashed before a restart, or
+// around a piece another gateway wrote, must never decide. Declared file:
+// P + Q. Gateway A writes P; gateway B writes a wrong Q (422, the upload
+// starts again at 0), then a wrong P' at 0; A then gets Q at |P|. A's
+// hash of P + Q would match the declaration, but the stored bytes are
+// P' + Q: the answer must be 422, and A reads the bytes back to know it.
+TEST_F(Attachments, the_digest_hashed_while_writing_decides_only_when_no_one_else_wrote_in_between) {
+    std::vector<std::string> flags{"--quiet"};
+    if (dir_store()) {
+        flags.push_back("--attachments-dir");
+        flags.push_back(files->path() + "/store");
+    }
+    ServerProcess b(pg->url(), flags, "gw-digest-b");
+    auto w = make_world(db(), "attrun", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(3 * 1024 * 1024 + 123, 21);
+    const std::size_t half = 2u << 20;
+    const std::string p = data.substr(0, half), q = data.substr(half);
+    auto put_on = [&](unsigned short port_, const std::string& att, std::int64_t off, const std::string& bytes) {
+        return call(port_, http::verb::put, "/v1/uploads/" + att + "?offset=" + std::to_string(off), u.token, bytes);
+    };
+
+    // One gateway, every piece: hashed while written, nothing read back.
+    const auto read_back = srv->metric("im_attachment_digests_read_back_total");
+    const std::string whole = upload(u, data, "whole.bin");
+    EXPECT_EQ(srv->metric("im_attachment_digests_read_back_total"), read_back);
+    EXPECT_TRUE(download(u, whole).body == data);
+
+    // Two gateways, in turn: A's hash of P is stale once B wrote.
+    auto s = start(u, "two.bin", "application/octet-stream", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201);
+    const std::string att = str(s.json(), "att_id");
+    ASSERT_EQ(put_on(port(), att, 0, p).status, 200);
+    std::string wrong_q = q;
+    wrong_q[5] ^= 1;
+    auto r = put_on(b.port(), att, static_cast<std::int64_t>(half), wrong_q);
+    ASSERT_EQ(r.status, 422) << r.body;
+    std::string wrong_p = p;
+    wrong_p[7] ^= 1;
+    ASSERT_EQ(put_on(b.port(), att, 0, wrong_p).status, 200);
+    const auto before = srv->metric("im_attachment_digests_read_back_total");
+    r = put_on(port(), att, static_cast<std::int64_t>(half), q);
+    EXPECT_EQ(r.status, 422) << r.body; // stored P' + Q is not the declared file
+    EXPECT_EQ(str(r.json(), "code"), "DIGEST_MISMATCH");
+    EXPECT_EQ(srv->metric("im_attachment_digests_read_back_total"), before + 1);
+
+    // And the right bytes, P on B and Q on A: read back, complete, the same bytes.
+    ASSERT_EQ(put_on(b.port(), att, 0, p).status, 200);
+    r = put_on(port(), att, static_cast<std::int64_t>(half), q);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(r.json().at("complete").as_bool());
+    EXPECT_EQ(srv->metric("im_attachment_digests_read_back_total"), before + 2);
     EXPECT_TRUE(download(u, att).body == data);
 }
 
@@ -696,6 +778,41 @@ TEST_F(Attachments, the_backend_uploads_on_a_users_behalf_with_a_write_key_and_s
     EXPECT_EQ(api.api("DELETE", "/v1/uploads/" + unsent, "", read_key).first, 403);
     EXPECT_EQ(api.api("DELETE", "/v1/uploads/" + unsent, "", write_key).first, 200);
     EXPECT_EQ(scalar("SELECT count(*) FROM uploads WHERE att_id = " + q(unsent)), "0");
+}
+
+// The backend API's attachment routes count failed keys as its other
+// routes do (--api-auth-failures, here 3 with loopback counted), the same
+// count per address: an address out of failures gets 429 RATE_LIMITED with
+// Retry-After even with a good key, on these routes and the others; and
+// each answer has the API's api_call log line with its status.
+TEST_F(Attachments, failed_api_keys_on_the_attachment_routes_count_toward_api_auth_failures_and_are_logged) {
+    std::vector<std::string> flags{"--api-listen", "127.0.0.1:0", "--api-auth-failures", "3",
+                                   "--api-auth-failures-exempt", "none"};
+    ServerProcess api(pg->url(), flags, "gw-api-auth");
+    const std::string write_key = admin_ok(db(), {"apikey", "add", unique_name("attauth"), "--scope", "write"});
+    auto w = make_world(db(), "attauth", 1);
+    const std::string data = "three";
+    const std::string start_body = j({{"user", w.users[0].user}, {"name", "a.txt"}, {"mime", "text/plain"},
+                                      {"size", 5}, {"sha256", sha256_hex(data)}});
+    // A good key works, and is not counted.
+    auto [ok, ok_body] = api.api("POST", "/v1/uploads", start_body, write_key);
+    ASSERT_EQ(ok, 201) << ok_body;
+    // Three failures on three attachment routes: no key, a wrong key, a wrong key.
+    EXPECT_EQ(api.api("POST", "/v1/uploads", start_body, "").first, 401);
+    EXPECT_EQ(api.api("GET", "/v1/attachments/00000000-0000-4000-8000-000000000000", "", "imk_wrong").first, 401);
+    EXPECT_EQ(api.api("PUT", "/v1/uploads/00000000-0000-4000-8000-000000000000?offset=0", data, "imk_wrong2").first, 401);
+    // Out of failures: refused, the good key too, on these routes and the API's others.
+    auto [limited, limited_body] = api.api("POST", "/v1/uploads", start_body, write_key);
+    EXPECT_EQ(limited, 429) << limited_body;
+    EXPECT_NE(limited_body.find("RATE_LIMITED"), std::string::npos) << limited_body;
+    EXPECT_EQ(api.api("GET", "/v1/conversations/" + w.conv + "/events", "", write_key).first, 429);
+    const std::string log = api.log();
+    EXPECT_NE(log.find(R"("path":"/v1/uploads","status":201)"), std::string::npos) << log;
+    EXPECT_NE(log.find(R"("path":"/v1/uploads","status":401)"), std::string::npos) << log;
+    EXPECT_NE(log.find(R"("path":"/v1/attachments/00000000-0000-4000-8000-000000000000","status":401)"),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find(R"("path":"/v1/uploads","status":429)"), std::string::npos) << log;
 }
 
 // The collector (server.md: incomplete uploads and complete ones no msg

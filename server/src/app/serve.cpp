@@ -16,6 +16,9 @@
 #include "store/store.hpp"
 
 #include <csignal>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -36,6 +39,16 @@ void write_ready_file(const std::string& path, unsigned short port) {
 } // namespace
 
 int im::serve(const Config& cfg) {
+#ifdef __GLIBC__
+    // Memory flat per transfer (issue 50: RSS growth under 3 pieces): a
+    // 1 MiB attachment piece is allocated on whichever thread handles it
+    // (I/O threads, database workers), and glibc's dynamic mmap threshold
+    // rises to the size of the first such block freed, so later ones come
+    // from each thread's arena and stay there: a piece's worth of RSS per
+    // thread that ever held one. A fixed threshold keeps blocks of 256 KiB
+    // and more in mmap, returned at free (docs/benchmarks.md, the profile).
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     // A log reader that went away (stderr a pipe: a supervisor restarted,
     // `imserver 2>&1 | head`) must not end the gateway and every connection
     // on it: with SIGPIPE ignored a write to that pipe fails with EPIPE
@@ -95,6 +108,17 @@ int im::serve(const Config& cfg) {
     if (!cfg.attachments_dir.empty()) dir_blobs = std::make_unique<im::DirBlobStore>(cfg.attachments_dir);
     im::Attachments attachments(dir_blobs ? static_cast<im::BlobStore&>(*dir_blobs) : pg_blobs,
                                 cfg.max_attachment_bytes, &faults);
+    attachments.count_read_backs(&metrics.attachment_digests_read_back);
+    // Their own database workers (--attachment-db-pool): a 1 MiB piece holds
+    // a worker for milliseconds, and a hundred uploads must not stand in
+    // front of the sends in the pool's queue.
+    std::unique_ptr<im::DbPool> attachment_pool;
+    if (cfg.attachment_db_pool > 0) {
+        attachment_pool = std::make_unique<im::DbPool>(db.url, static_cast<std::size_t>(cfg.attachment_db_pool),
+                                                       im::effective_db_queue(cfg),
+                                                       std::chrono::milliseconds(cfg.db_timeout_ms));
+        attachments.use_pool(attachment_pool.get());
+    }
     gw->set_attachments(&attachments);
     // The collector: every --attachments-gc-interval-ms one pool job that
     // removes batches until none is left (each upload its own transaction:
@@ -185,6 +209,7 @@ int im::serve(const Config& cfg) {
 
     webhooks.stop(); // a POST in flight ends (or times out); its leases run out for another gateway
     pool.stop(); // in-flight requests still publish
+    if (attachment_pool) attachment_pool->stop();
     gw->set_presence(nullptr);
     presence.stop(); // its users go offline (unless online elsewhere), published before the bus stops
     bus.stop();

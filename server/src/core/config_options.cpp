@@ -261,6 +261,12 @@ const std::vector<Option>& options() {
              return std::nullopt;
          },
          [](const Config& c) { return std::to_string(c.attachments_gc_after_ms); }},
+        {"--attachment-db-pool", "IM_ATTACHMENT_DB_POOL", "N",
+         "database workers/connections of the attachment routes' own (upload pieces, downloads and their checks), "
+         "so file transfers neither wait for nor hold the --db-pool workers of sends and reads (default 2; 0: "
+         "they share --db-pool)",
+         [](Config& c, const std::string& v) { return to_int(v, 0, 64, c.attachment_db_pool); },
+         [](const Config& c) { return std::to_string(c.attachment_db_pool); }},
         {"--attachments-gc-interval-ms", "IM_ATTACHMENTS_GC_INTERVAL_MS", "MS",
          "how often this gateway runs the attachment collector (default 600000; 0: never, another gateway does)",
          [](Config& c, const std::string& v) { return to_int(v, 0, 86400000, c.attachments_gc_interval_ms); },

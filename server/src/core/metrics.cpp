@@ -139,6 +139,10 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
     gauge("im_uploads_in_progress", "PUT /v1/uploads requests whose body is being received.",
           uploads_in_progress.load());
     gauge("im_downloads_in_progress", "GET /v1/attachments responses being written.", downloads_in_progress.load());
+    gauge("im_attachment_digests_read_back_total",
+          "Completed uploads whose SHA-256 was computed by reading their bytes back (some piece was written "
+          "elsewhere or before a restart); the rest were hashed while written.",
+          attachment_digests_read_back.load(), "counter");
     gauge("im_attachment_digest_mismatches_total", "Uploads answered 422 DIGEST_MISMATCH (restarted at 0).",
           attachment_digest_mismatches.load(), "counter");
     gauge("im_attachment_gc_runs_total", "Attachment collector runs finished.", attachment_gc_runs.load(), "counter");

@@ -65,6 +65,7 @@ public:
     std::atomic<long long> uploads_in_progress{0};       // PUT requests whose body is being received now
     std::atomic<long long> downloads_in_progress{0};     // downloads being written now
     std::atomic<long long> attachment_digest_mismatches{0}; // uploads answered 422 DIGEST_MISMATCH
+    std::atomic<long long> attachment_digests_read_back{0}; // finishes that read the bytes back (no running digest)
     std::atomic<long long> attachment_gc_runs{0};        // collector runs finished
     std::atomic<long long> attachment_gc_uploads{0};     // uploads the collector removed
     std::atomic<long long> attachment_gc_bytes{0};       // their bytes

@@ -72,6 +72,12 @@ public:
     /// The OpenAPI 3 document of every route (the same table the router uses).
     static boost::json::object openapi();
 
+    /// The failed-key count of --api-auth-failures for the routes served
+    /// outside handle() (the attachment routes on this listener): whether
+    /// `address` is refused now (429), and one more failure of it.
+    bool auth_limited(const std::string& address) { return limited(address); }
+    void auth_failed(const std::string& address) { failed_auth(address); }
+
 private:
     struct Call;
     void authenticated(const std::shared_ptr<Call>& call, pqxx::connection_base& conn);

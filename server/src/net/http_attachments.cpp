@@ -20,6 +20,7 @@
 #include "api/api.hpp"
 #include "core/digest.hpp"
 #include "core/log.hpp"
+#include "net/backend_api.hpp"
 #include "net/gateway.hpp"
 
 #include <boost/json.hpp>
@@ -45,8 +46,12 @@ struct HttpSession::Transfer {
     // GET /v1/attachments/{id}
     std::optional<http::response<http::buffer_body>> res;
     std::optional<http::response_serializer<http::buffer_body>> sr;
-    std::int64_t pos = 0, end = 0;
-    std::string out, kind; // kind: the upload's store
+    std::int64_t pos = 0, end = 0; // pos: the next byte to write
+    std::string out, kind;         // kind: the upload's store
+    // The piece read ahead (att_read_ahead): from read_pos, while `out` is written.
+    std::int64_t read_pos = 0;
+    std::string ahead;
+    bool reading = false, ahead_ready = false, read_failed = false, writing = false;
 
     bool sending = false; // in Metrics::downloads_in_progress
 
@@ -58,6 +63,10 @@ struct HttpSession::Transfer {
     std::string on_behalf, path_att;
     bool any_reader = false;
     bool head_get = false; // a GET: the API's read scope is enough
+    // The API's log line: the client (behind a trusted proxy: the address
+    // it named), the key's name once known, the request; logged once.
+    std::string address, proxy, key_name, method, target;
+    bool logged = false;
 
     Metrics* metrics = nullptr;
     ~Transfer() {
@@ -102,6 +111,9 @@ std::optional<std::int64_t> non_negative(std::string_view s) {
 AttFailure failure(unsigned status, std::string code, std::string message) {
     return AttFailure{status, std::move(code), std::move(message), std::nullopt};
 }
+
+// The receive size of a PUT's body (Beast's largest read_some).
+constexpr std::size_t put_read_bytes = 64 * 1024;
 
 AttFailure busy() { return failure(503, "UNAVAILABLE", "service unavailable, retry"); }
 
@@ -166,6 +178,18 @@ void HttpSession::attachments() {
     att_->body_unread = !head_->is_done();
     att_->api = api_ != nullptr;
     att_->head_get = h.method() == http::verb::get;
+    if (att_->api) {
+        att_->method = std::string(http::to_string(h.method()));
+        att_->target = std::string(h.target());
+        const auto client = client_of(h);
+        if (!client) {
+            att_->address = address_;
+            return att_failed(failure(400, "INVALID_ARGUMENT",
+                                      "X-Forwarded-For from a trusted proxy is not a list of addresses"));
+        }
+        att_->address = client->address;
+        att_->proxy = client->proxy;
+    }
     const std::string_view auth = h[http::field::authorization];
     if (auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ")) {
         auto token = auth.substr(7);
@@ -266,7 +290,7 @@ void HttpSession::att_route(http::request<http::string_body> req) {
     att_->path_att = std::string(path.substr(16));
     att_->any_reader = att_->api;
     att_download(std::string(path.substr(16)), std::string(req[http::field::range]),
-                 std::string(req[http::field::if_none_match]));
+                 std::string(req[http::field::if_none_match]), std::string(req[http::field::if_range]));
 }
 
 // ---------------------------------------------------------------- PUT
@@ -323,6 +347,12 @@ void HttpSession::att_put_read() {
     auto& body = t.put->get().body();
     body.data = t.piece.data() + t.filled;
     body.size = t.piece.size() - t.filled;
+    // Beast reads at most the buffer's free capacity (at least 512 bytes, at
+    // most 64 KiB) per receive: after a header the buffer is small, and the
+    // parser hands every byte to the piece, so it never grows by itself. A
+    // body read 512 bytes a recv() was the upload's first cost (the profile
+    // in docs/benchmarks.md): reserve the 64 KiB once.
+    if (buffer_.capacity() - buffer_.size() < put_read_bytes) buffer_.reserve(buffer_.size() + put_read_bytes);
     with_stream([this](auto& s) {
         beast::get_lowest_layer(s).expires_after(std::chrono::seconds(30));
         http::async_read(s, buffer_, *att_->put, [self = shared_from_this()](beast::error_code ec, std::size_t) {
@@ -350,7 +380,7 @@ void HttpSession::att_put_flush() {
     auto self = shared_from_this();
     auto t = att_;
     const bool last = t->put->is_done();
-    const bool ok = gw_->pool().submit([self, exec, store, t, last](pqxx::connection_base* c) {
+    const bool ok = att_pool().submit([self, exec, store, t, last](pqxx::connection_base* c) {
         std::function<void()> then;
         if (!c) {
             then = [self] { self->att_failed(busy()); };
@@ -385,13 +415,13 @@ void HttpSession::att_put_flush() {
 
 // ---------------------------------------------------------------- GET /v1/attachments/{id}
 
-void HttpSession::att_download(std::string att, std::string range, std::string if_none_match) {
+void HttpSession::att_download(std::string att, std::string range, std::string if_none_match, std::string if_range) {
     auto* store = gw_->attachments();
-    att_authorized([self = shared_from_this(), store, att, range, if_none_match](pqxx::connection_base& c,
-                                                                               const std::string& user) {
+    att_authorized([self = shared_from_this(), store, att, range, if_none_match, if_range](pqxx::connection_base& c,
+                                                                                         const std::string& user) {
         // The backend API reads any complete upload (user empty).
         auto st = user.empty() ? store->open_any(c, att) : store->open(c, user, att);
-        return std::function<void()>([self, st, range, if_none_match] {
+        return std::function<void()>([self, st, range, if_none_match, if_range] {
             if (auto* f = std::get_if<AttFailure>(&st)) return self->att_failed(*f);
             const auto& s = std::get<UploadState>(st);
             auto& t = *self->att_;
@@ -401,10 +431,17 @@ void HttpSession::att_download(std::string att, std::string range, std::string i
                 res->set(http::field::server, "imserver");
                 res->set(http::field::etag, etag);
                 res->keep_alive(t.keep_alive);
+                self->att_api_logged(304);
                 self->att_.reset();
                 return self->write(std::move(res));
             }
-            auto r = byte_range(range, s.size);
+            // RFC 9110 13.1.5: a Range goes with an If-Range only when the
+            // validator matches: our strong ETag, compared strongly (a weak
+            // tag never matches; a date neither: there is no Last-Modified).
+            // Otherwise the client's partial copy is of other bytes: the
+            // whole file, 200.
+            const bool range_applies = if_range.empty() || if_range == etag;
+            auto r = range_applies ? byte_range(range, s.size) : std::nullopt;
             if (r && r->first < 0) {
                 auto res = std::make_shared<http::response<http::string_body>>(
                     http::status::range_not_satisfiable, t.version);
@@ -414,9 +451,11 @@ void HttpSession::att_download(std::string att, std::string range, std::string i
                 res->body() = R"({"code":"RANGE_NOT_SATISFIABLE","message":"the range is outside the file"})";
                 res->keep_alive(t.keep_alive);
                 res->prepare_payload();
+                self->att_api_logged(416);
                 self->att_.reset();
                 return self->write(std::move(res));
             }
+            self->att_api_logged(r ? 206 : 200);
             t.att = s.att_id;
             t.kind = s.store;
             t.pos = r ? r->first : 0;
@@ -444,57 +483,100 @@ void HttpSession::att_download(std::string att, std::string range, std::string i
     });
 }
 
+// A download keeps one piece read ahead: the next piece is read from the
+// store while the current one is written to the socket, so the database
+// and the network work side by side (two pieces in memory per download).
 void HttpSession::att_send_piece() {
     auto t = att_;
+    t->read_pos = t->pos;
+    if (t->pos == t->end) return att_write_next(); // an empty file (or range)
+    att_read_ahead();
+}
+
+void HttpSession::att_read_ahead() {
+    auto t = att_;
+    if (!t || t->reading || t->ahead_ready || t->read_pos == t->end) return;
+    t->reading = true;
     auto self = shared_from_this();
-    auto write_piece = [self, t] {
-        auto& body = t->res->body();
-        body.data = t->out.empty() ? nullptr : t->out.data();
-        body.size = t->out.size();
-        body.more = t->pos < t->end;
-        self->with_stream([&](auto& s) {
-            beast::get_lowest_layer(s).expires_after(std::chrono::seconds(30));
-            http::async_write(s, *t->sr, [self, t](beast::error_code ec, std::size_t) {
-                if (ec == http::error::need_buffer) ec = {};
-                if (ec) return fail(ec, "download_write");
-                self->gw_->metrics().attachment_bytes_out += static_cast<long long>(t->out.size());
-                t->out.clear();
-                if (!t->sr->is_done()) return self->att_send_piece();
-                const bool keep = t->keep_alive;
-                self->att_.reset();
-                if (!keep) return self->close();
-                self->do_read();
-            });
-        });
-    };
-    if (t->pos == t->end) return write_piece(); // the end (or an empty file)
     auto* store = gw_->attachments();
     auto exec = with_stream([](auto& s) { return s.get_executor(); });
-    const bool ok = gw_->pool().submit([self, t, exec, store, write_piece](pqxx::connection_base* c) {
+    const std::int64_t from = t->read_pos;
+    const auto want = static_cast<std::size_t>(
+        std::min<std::int64_t>(t->end - from, static_cast<std::int64_t>(attachment_piece_bytes)));
+    const bool ok = att_pool().submit([self, t, exec, store, from, want](pqxx::connection_base* c) {
         std::string piece;
         if (c) {
             try {
-                piece = store->read(*c, t->kind, t->att, t->pos,
-                                    static_cast<std::size_t>(std::min<std::int64_t>(
-                                        t->end - t->pos, static_cast<std::int64_t>(attachment_piece_bytes))));
+                piece = store->read(*c, t->kind, t->att, from, want);
             } catch (const std::exception& e) {
                 log_warn("download_read_failed", {{"att", t->att}, {"err", e.what()}});
                 piece.clear();
             }
         }
-        net::post(exec, [self, t, write_piece, piece = std::move(piece)]() mutable {
+        net::post(exec, [self, t, piece = std::move(piece)]() mutable {
+            t->reading = false;
+            if (self->att_ != t) return; // the download ended meanwhile
             // The header may be out already: a failed read can only end the
             // connection (the client resumes with Range).
-            if (piece.empty()) return self->close();
-            t->pos += static_cast<std::int64_t>(piece.size());
-            t->out = std::move(piece);
-            write_piece();
+            if (piece.empty()) {
+                t->read_failed = true;
+                if (!t->writing) self->close();
+                return;
+            }
+            t->read_pos += static_cast<std::int64_t>(piece.size());
+            t->ahead = std::move(piece);
+            t->ahead_ready = true;
+            if (!t->writing) self->att_write_next();
         });
     });
-    if (!ok) close();
+    if (!ok) {
+        t->reading = false;
+        t->read_failed = true;
+        if (!t->writing) close();
+    }
+}
+
+void HttpSession::att_write_next() {
+    auto t = att_;
+    if (t->ahead_ready) {
+        t->out = std::move(t->ahead);
+        t->ahead.clear();
+        t->ahead_ready = false;
+        t->pos += static_cast<std::int64_t>(t->out.size());
+    } else if (t->pos != t->end) {
+        return; // the read in flight writes it when it comes
+    }
+    t->writing = true;
+    att_read_ahead(); // the next piece while this one goes out
+    auto self = shared_from_this();
+    auto& body = t->res->body();
+    body.data = t->out.empty() ? nullptr : t->out.data();
+    body.size = t->out.size();
+    body.more = t->pos < t->end;
+    with_stream([&](auto& s) {
+        beast::get_lowest_layer(s).expires_after(std::chrono::seconds(30));
+        http::async_write(s, *t->sr, [self, t](beast::error_code ec, std::size_t) {
+            t->writing = false;
+            if (ec == http::error::need_buffer) ec = {};
+            if (ec) return fail(ec, "download_write");
+            self->gw_->metrics().attachment_bytes_out += static_cast<long long>(t->out.size());
+            t->out.clear();
+            if (t->read_failed) return self->close();
+            if (!t->sr->is_done()) return self->att_write_next();
+            const bool keep = t->keep_alive;
+            self->att_.reset();
+            if (!keep) return self->close();
+            self->do_read();
+        });
+    });
 }
 
 // ---------------------------------------------------------------- common
+
+DbPool& HttpSession::att_pool() {
+    auto* store = gw_->attachments();
+    return store && store->pool() ? *store->pool() : gw_->pool();
+}
 
 void HttpSession::att_authorized(
     std::function<std::function<void()>(pqxx::connection_base&, const std::string&)> work) {
@@ -511,7 +593,7 @@ void HttpSession::att_authorized(
     auto* store = gw_->attachments();
     auto exec = with_stream([](auto& s) { return s.get_executor(); });
     auto self = shared_from_this();
-    const bool ok = gw_->pool().submit([self, exec, store, bearer, claims, work = std::move(work)](pqxx::connection_base* c) {
+    const bool ok = att_pool().submit([self, exec, store, bearer, claims, work = std::move(work)](pqxx::connection_base* c) {
         std::function<void()> then;
         if (!c) {
             then = [self] { self->att_failed(busy()); };
@@ -532,14 +614,21 @@ void HttpSession::att_authorized(
 void HttpSession::att_api_authorized(
     std::function<std::function<void()>(pqxx::connection_base&, const std::string&)> work) {
     const std::string key = att_->bearer;
-    if (key.empty())
+    // --api-auth-failures, as on the API's other routes: an address with its
+    // failed keys used up is refused before its key is looked at.
+    if (api_->auth_limited(att_->address))
+        return att_failed(failure(429, "RATE_LIMITED",
+                                  "too many failed authentications from this address; try again within a minute"));
+    if (key.empty()) {
+        api_->auth_failed(att_->address);
         return att_failed(failure(401, "UNAUTHENTICATED", "missing 'Authorization: Bearer <API key>'"));
+    }
     const bool read_only = att_->head_get;
     auto* store = gw_->attachments();
     auto exec = with_stream([](auto& s) { return s.get_executor(); });
     auto self = shared_from_this();
     auto t = att_;
-    const bool ok = gw_->pool().submit([self, exec, store, key, read_only, t, work = std::move(work)](
+    const bool ok = att_pool().submit([self, exec, store, key, read_only, t, work = std::move(work)](
                                            pqxx::connection_base* c) {
         std::function<void()> then;
         auto refuse = [&](AttFailure f) { then = [self, f = std::move(f)] { self->att_failed(f); }; };
@@ -553,7 +642,9 @@ void HttpSession::att_api_authorized(
                 log_warn("api_key_check_failed", {{"err", e.what()}});
             }
             const auto rank = [](const std::string& s) { return s == "admin" ? 3 : s == "write" ? 2 : s == "read" ? 1 : 0; };
+            if (found) t->key_name = found->first;
             if (!found) {
+                self->api_->auth_failed(t->address);
                 refuse(failure(401, "UNAUTHENTICATED", "unknown or revoked API key"));
             } else if (rank(found->second) < (read_only ? 1 : 2)) {
                 refuse(failure(403, "PERMISSION_DENIED",
@@ -565,8 +656,6 @@ void HttpSession::att_api_authorized(
                 if (auto* f = std::get_if<AttFailure>(&who)) refuse(*f);
                 else then = work(*c, std::get<std::string>(who));
             }
-            log_info("api_call", {{"key", found ? found->first : std::string("-")}, {"path", "/v1/uploads"},
-                                  {"att", t->path_att}, {"user", t->on_behalf}});
         }
         net::post(exec, std::move(then));
     });
@@ -579,7 +668,23 @@ void HttpSession::att_failed(const AttFailure& f) {
     att_json(static_cast<http::status>(f.status), json::serialize(o));
 }
 
+void HttpSession::att_api_logged(unsigned status) {
+    auto& t = att_;
+    if (!t || !t->api || t->logged) return;
+    t->logged = true;
+    // The API's line (backend_api.cpp), with the upload and the user on whose behalf.
+    log_info("api_call", {{"key", t->key_name.empty() ? std::string("-") : t->key_name},
+                          {"method", t->method},
+                          {"path", t->target},
+                          {"status", static_cast<int>(status)},
+                          {"address", t->address},
+                          {"proxy", t->proxy.empty() ? std::string("-") : t->proxy},
+                          {"att", t->path_att},
+                          {"user", t->on_behalf}});
+}
+
 void HttpSession::att_json(http::status status, std::string body) {
+    att_api_logged(static_cast<unsigned>(status));
     auto t = att_;
     att_.reset();
     auto res = std::make_shared<http::response<http::string_body>>(status, t ? t->version : 11);
@@ -587,6 +692,7 @@ void HttpSession::att_json(http::status status, std::string body) {
     res->set(http::field::content_type, "application/json");
     res->set(http::field::cache_control, "no-store");
     if (status == http::status::unauthorized) res->set(http::field::www_authenticate, "Bearer");
+    if (status == http::status::too_many_requests) res->set(http::field::retry_after, "60");
     const bool unread = !t || t->body_unread;
     if (unread) drain_on_close_ = true;
     res->keep_alive(t && t->keep_alive && !unread);

@@ -118,7 +118,7 @@ void HttpSession::on_proxy_bytes(beast::error_code ec, std::size_t n) {
     start();
 }
 
-std::optional<ClientAddress> HttpSession::client_of(const http::request<http::string_body>& req) const {
+std::optional<ClientAddress> HttpSession::client_of(const http::request_header<>& req) const {
     if (!trusted_) return ClientAddress{address_, {}};
     std::vector<std::string_view> xff;
     for (auto [it, end] = req.equal_range("X-Forwarded-For"); it != end; ++it) xff.push_back(it->value());

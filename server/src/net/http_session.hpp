@@ -44,7 +44,7 @@ private:
     void start(); // the TLS handshake or the first read
     /// The client of `req`; nullopt when a trusted proxy's X-Forwarded-For
     /// has no address where one is needed (answered 400).
-    std::optional<ClientAddress> client_of(const http::request<http::string_body>& req) const;
+    std::optional<ClientAddress> client_of(const http::request_header<>& req) const;
     void on_handshake(beast::error_code ec, std::size_t used);
     void do_read();
     /// The header read: the attachment routes take the request from here
@@ -75,8 +75,10 @@ private:
     void att_put_read();
     void on_att_put_read(beast::error_code ec);
     void att_put_flush();
-    void att_download(std::string att, std::string range, std::string if_none_match);
-    void att_send_piece();
+    void att_download(std::string att, std::string range, std::string if_none_match, std::string if_range);
+    void att_send_piece();  // a download's body: att_read_ahead and att_write_next in turn
+    void att_read_ahead();
+    void att_write_next();
     /// Runs `work(connection, user)` on a database worker once the request's
     /// bearer credentials name a user; its returned callable runs on this
     /// connection's strand. A refusal answers the request.
@@ -84,6 +86,11 @@ private:
     /// att_authorized on the backend API's listener (an API key).
     void att_api_authorized(std::function<std::function<void()>(pqxx::connection_base&, const std::string&)> work);
     void att_json(http::status status, std::string body);
+    /// The attachment routes' database workers (--attachment-db-pool, else the gateway's).
+    DbPool& att_pool();
+    /// The backend API's log line of an attachment request (as its other
+    /// routes log theirs), once, with the answer's status.
+    void att_api_logged(unsigned status);
     void att_failed(const AttFailure& f);
     template <class F>
     decltype(auto) with_stream(F&& f) { return std::visit(std::forward<F>(f), stream_); }

@@ -4,6 +4,7 @@
 #include "core/log.hpp"
 #include "store/store_internal.hpp"
 
+#include <libpq-fe.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -35,13 +36,15 @@ const Statements& attachment_statements() {
          "VALUES (gen_random_uuid(), $1, $2, $3, $4, decode($5, 'hex'), $6) RETURNING att_id::text"},
         // Only the owner's row: another user's upload is as unknown as a missing one.
         {"im_att_state",
-         "SELECT att_id::text, owner_user, name, mime, encode(sha256, 'hex'), size, received, complete, store "
-         "FROM uploads WHERE att_id = $1::uuid AND owner_user = $2"},
+         "SELECT att_id::text, owner_user, name, mime, encode(sha256, 'hex'), size, received, complete, store, "
+         "updated_at::text FROM uploads WHERE att_id = $1::uuid AND owner_user = $2"},
         {"im_att_state_lock",
-         "SELECT att_id::text, owner_user, name, mime, encode(sha256, 'hex'), size, received, complete, store "
-         "FROM uploads WHERE att_id = $1::uuid AND owner_user = $2 FOR UPDATE"},
+         "SELECT att_id::text, owner_user, name, mime, encode(sha256, 'hex'), size, received, complete, store, "
+         "updated_at::text FROM uploads WHERE att_id = $1::uuid AND owner_user = $2 FOR UPDATE"},
+        // Its updated_at: the stamp of the running digest (Attachments::RunningDigest).
         {"im_att_advance",
-         "UPDATE uploads SET received = received + $2, updated_at = now() WHERE att_id = $1::uuid"},
+         "UPDATE uploads SET received = received + $2, updated_at = now() WHERE att_id = $1::uuid "
+         "RETURNING updated_at::text"},
         {"im_att_restart",
          "UPDATE uploads SET received = 0, updated_at = now() WHERE att_id = $1::uuid AND NOT complete"},
         {"im_att_complete",
@@ -55,16 +58,14 @@ const Statements& attachment_statements() {
          "OR EXISTS (SELECT 1 FROM event_attachments ea JOIN membership_periods m "
          "ON m.conv_id = ea.conv_id AND m.user_id = $2 AND m.from_seq <= ea.seq "
          "AND (m.to_seq IS NULL OR m.to_seq >= ea.seq) WHERE ea.att_id = u.att_id))"},
-        // The PostgreSQL store. A piece read takes only the slices it needs
-        // of each row (EXTERNAL storage: no decompression of the whole value).
         // The lab's negative control rule.attachment_visibility: any complete upload.
         {"im_att_visible_any",
          "SELECT u.att_id::text, u.owner_user, u.name, u.mime, encode(u.sha256, 'hex'), u.size, u.received, "
          "u.complete, u.store FROM uploads u WHERE u.att_id = $1::uuid AND u.complete AND $2::text IS NOT NULL"},
+        // The PostgreSQL store (its piece read is PgBlobStore::read's, in
+        // binary form; it takes only the slices it needs of each row:
+        // EXTERNAL storage, no decompression of the whole value).
         {"im_att_chunk_put", "INSERT INTO upload_chunks (att_id, off, len, data) VALUES ($1::uuid, $2, $3, $4)"},
-        {"im_att_chunk_get",
-         "SELECT off, substring(data FROM (greatest($2 - off, 0) + 1)::integer FOR $3::integer) FROM upload_chunks "
-         "WHERE att_id = $1::uuid AND off < $2 + $3 AND off + len > $2 ORDER BY off"},
         {"im_att_chunk_drop", "DELETE FROM upload_chunks WHERE att_id = $1::uuid"},
         // The collector's candidates, oldest first; each is then judged again under its lock.
         {"im_att_stale",
@@ -101,6 +102,7 @@ UploadState state_of(const pqxx::row& r) {
     s.received = r[6].as<std::int64_t>();
     s.complete = r[7].as<bool>();
     s.store = r[8].c_str();
+    if (r.size() > 9) s.stamp = r[9].c_str();
     return s;
 }
 
@@ -161,16 +163,43 @@ void PgBlobStore::write(pqxx::work& tx, const std::string& att, std::int64_t off
                      pqxx::binarystring(bytes.data(), bytes.size()));
 }
 
+namespace {
+
+// libpqxx 6 gives its libpq handle to large objects only, through a
+// transaction; a subclass may ask for it (as db_pool.cpp's watchdog does).
+struct RawConnection : pqxx::largeobject {
+    static PGconn* of(const pqxx::dbtransaction& tx) { return raw_connection(tx); }
+};
+
+} // namespace
+
 std::string PgBlobStore::read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) {
-    prepare(c);
     pqxx::read_transaction tx(c);
-    auto r = tx.exec_prepared("im_att_chunk_get", att, from, static_cast<std::int64_t>(max));
-    std::string out;
-    for (const auto& row : r) {
-        pqxx::binarystring b(row[1]);
-        out.append(reinterpret_cast<const char*>(b.data()), b.size());
-        if (out.size() >= max) break;
+    // The piece in binary form: libpqxx 6 asks for text results only, and a
+    // bytea in text is hex, twice its size, encoded by the backend and
+    // decoded here (PQunescapeBytea): the PostgreSQL store's download cost
+    // in the profile (docs/benchmarks.md). libpq itself takes a result
+    // format, so the one statement goes through it on the transaction's
+    // connection.
+    PGconn* raw = RawConnection::of(tx);
+    if (!raw) throw std::runtime_error("no libpq connection");
+    const std::string from_text = std::to_string(from), max_text = std::to_string(max);
+    const char* values[] = {att.c_str(), from_text.c_str(), max_text.c_str()};
+    std::unique_ptr<PGresult, decltype(&PQclear)> r(
+        PQexecParams(raw,
+                     "SELECT off, substring(data FROM (greatest($2::bigint - off, 0) + 1)::integer FOR $3::integer) "
+                     "FROM upload_chunks WHERE att_id = $1::uuid AND off < $2::bigint + $3::bigint "
+                     "AND off + len > $2::bigint ORDER BY off",
+                     3, nullptr, values, nullptr, nullptr, /*resultFormat=*/1),
+        &PQclear);
+    if (!r || PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
+        const std::string err = r ? PQresultErrorMessage(r.get()) : PQerrorMessage(raw);
+        throw std::runtime_error("reading a piece: " + err);
     }
+    std::string out;
+    const int rows = PQntuples(r.get());
+    for (int i = 0; i < rows && out.size() < max; ++i)
+        out.append(PQgetvalue(r.get(), i, 1), static_cast<std::size_t>(PQgetlength(r.get(), i, 1)));
     if (out.size() > max) out.resize(max);
     return out;
 }
@@ -424,7 +453,7 @@ Att<UploadState> Attachments::create(pqxx::connection_base& c, const std::string
         pqxx::work tx(c);
         auto r = tx.exec_prepared("im_att_create", user, name, mime, size, lower(sha256_hex), blobs_.kind());
         tx.commit();
-        UploadState s{r[0][0].c_str(), user, name, mime, lower(sha256_hex), size, 0, false, blobs_.kind()};
+        UploadState s{r[0][0].c_str(), user, name, mime, lower(sha256_hex), size, 0, false, blobs_.kind(), {}};
         return s;
     });
     if (!att_ok(made) || size > 0) return made;
@@ -482,11 +511,46 @@ Att<std::int64_t> Attachments::append(pqxx::connection_base& c, const std::strin
         const auto s = state_of(r[0]);
         if (auto f = put_refusal(s, offset, static_cast<std::int64_t>(bytes.size()))) return *f;
         if (bytes.empty()) return s.received;
+        // The running digest: the bytes before `offset` hashed on this
+        // gateway, and nobody wrote since (the row's stamp is the one our
+        // last append left), or nothing before it.
+        auto md = digest_at(att, offset, s.stamp);
+        if (md && EVP_DigestUpdate(md.get(), bytes.data(), bytes.size()) != 1) md.reset();
         blobs_of(s.store).write(tx, att, offset, bytes);
-        tx.exec_prepared("im_att_advance", att, static_cast<std::int64_t>(bytes.size()));
+        auto adv = tx.exec_prepared("im_att_advance", att, static_cast<std::int64_t>(bytes.size()));
         tx.commit();
-        return offset + static_cast<std::int64_t>(bytes.size());
+        const std::int64_t to = offset + static_cast<std::int64_t>(bytes.size());
+        keep_digest(att, to, adv.empty() ? std::string() : std::string(adv[0][0].c_str()), std::move(md));
+        return to;
     });
+}
+
+std::shared_ptr<EVP_MD_CTX> Attachments::digest_at(const std::string& att, std::int64_t offset,
+                                                   const std::string& stamp) {
+    std::shared_ptr<EVP_MD_CTX> md(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+    if (!md) return nullptr;
+    if (offset == 0) {
+        if (EVP_DigestInit_ex(md.get(), EVP_sha256(), nullptr) != 1) return nullptr;
+        return md;
+    }
+    std::lock_guard lk(digests_mu_);
+    auto it = digests_.find(att);
+    if (it == digests_.end() || it->second.at != offset || it->second.stamp != stamp || stamp.empty()) return nullptr;
+    if (EVP_MD_CTX_copy_ex(md.get(), it->second.md.get()) != 1) return nullptr;
+    return md;
+}
+
+void Attachments::keep_digest(const std::string& att, std::int64_t at, std::string stamp,
+                              std::shared_ptr<EVP_MD_CTX> md) {
+    std::lock_guard lk(digests_mu_);
+    if (!md || stamp.empty()) {
+        digests_.erase(att);
+        return;
+    }
+    // Abandoned uploads leave theirs: a bounded map, emptied when full (an
+    // upload without one is read back at its end, as before).
+    if (digests_.size() >= max_running_digests && !digests_.count(att)) digests_.clear();
+    digests_[att] = RunningDigest{at, std::move(stamp), std::move(md)};
 }
 
 Att<UploadState> Attachments::finish(pqxx::connection_base& c, const std::string& user, const std::string& att) {
@@ -494,10 +558,28 @@ Att<UploadState> Attachments::finish(pqxx::connection_base& c, const std::string
     if (!att_ok(st)) return st;
     auto s = std::get<UploadState>(st);
     if (s.complete || s.received != s.size) return s;
-    // The digest, streamed piece by piece (never the whole file in memory).
-    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> md(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
-    if (!md || EVP_DigestInit_ex(md.get(), EVP_sha256(), nullptr) != 1) return att_unavailable();
+    // The digest: the running one when every byte since the last write
+    // anywhere went through this gateway's append() in order (the row's
+    // stamp says nobody wrote since), else the bytes read back piece by
+    // piece (never the whole file in memory).
+    std::shared_ptr<EVP_MD_CTX> md;
     std::int64_t at = 0;
+    {
+        std::lock_guard lk(digests_mu_);
+        auto it = digests_.find(att);
+        if (it != digests_.end()) {
+            if (it->second.at == s.size && it->second.stamp == s.stamp && !s.stamp.empty()) {
+                md = std::move(it->second.md);
+                at = s.size;
+            }
+            digests_.erase(it);
+        }
+    }
+    if (!md) {
+        if (read_backs_ && s.size > 0) ++*read_backs_;
+        md.reset(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+        if (!md || EVP_DigestInit_ex(md.get(), EVP_sha256(), nullptr) != 1) return att_unavailable();
+    }
     auto scanned = guarded_att<bool>("att_digest", [&]() -> Att<bool> {
         while (at < s.size) {
             auto piece = blobs_of(s.store).read(c, att, at, attachment_piece_bytes);

@@ -12,17 +12,24 @@
 #include "core/errors.hpp"
 #include "core/faults.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include <openssl/evp.h>
 #include <pqxx/pqxx>
 
 namespace im {
+
+class DbPool;
 
 /// --max-attachment-bytes' default: the largest upload (declared size).
 inline constexpr std::int64_t default_max_attachment_bytes = 104857600;
@@ -59,6 +66,7 @@ struct UploadState {
     std::int64_t size = 0, received = 0;
     bool complete = false;
     std::string store; // "pg" or "dir"
+    std::string stamp; // the row's updated_at (text): changes with every write, whoever wrote
 };
 
 /// Where the bytes of uploads live. Writes happen inside the transaction
@@ -126,6 +134,10 @@ public:
         : blobs_(blobs), max_bytes_(max_bytes), faults_(faults) {}
 
     BlobStore& blobs() { return blobs_; }
+    /// The database workers of the attachment routes (--attachment-db-pool);
+    /// null: they share the gateway's pool.
+    void use_pool(DbPool* pool) { pool_ = pool; }
+    DbPool* pool() const { return pool_; }
     /// The store of an upload's row (uploads.store): the configured one, or
     /// PostgreSQL for rows written before --attachments-dir was set.
     BlobStore& blobs_of(const std::string& kind) { return kind == blobs_.kind() ? blobs_ : pg_; }
@@ -211,9 +223,31 @@ public:
     static bool valid_sha256(std::string_view hex);
     static bool valid_att_id(std::string_view id); // a UUID in its canonical lowercase text form
 
+    /// Counts each finish() that read the bytes back (no running digest
+    /// for them): Metrics::attachment_digests_read_back.
+    void count_read_backs(std::atomic<long long>* counter) { read_backs_ = counter; }
+
 private:
+    /// The SHA-256 of an upload's first `at` bytes, as this gateway's
+    /// append() hashed them while writing, valid while the row's stamp is
+    /// `stamp` (no write since, from any gateway). finish() takes it instead
+    /// of reading the whole upload back; without one (another gateway wrote
+    /// a piece, a restart, this process is new) it reads back as before.
+    struct RunningDigest {
+        std::int64_t at = 0;
+        std::string stamp;
+        std::shared_ptr<EVP_MD_CTX> md;
+    };
+    static constexpr std::size_t max_running_digests = 4096;
+    std::shared_ptr<EVP_MD_CTX> digest_at(const std::string& att, std::int64_t offset, const std::string& stamp);
+    void keep_digest(const std::string& att, std::int64_t at, std::string stamp, std::shared_ptr<EVP_MD_CTX> md);
+
     BlobStore& blobs_;
     PgBlobStore pg_;
+    std::mutex digests_mu_;
+    std::map<std::string, RunningDigest> digests_;
+    std::atomic<long long>* read_backs_ = nullptr;
+    DbPool* pool_ = nullptr;
     std::int64_t max_bytes_;
     FaultRegistry* faults_;
 };
