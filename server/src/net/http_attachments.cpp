@@ -343,7 +343,15 @@ void HttpSession::att_put() {
 
 void HttpSession::att_put_read() {
     auto& t = *att_;
-    if (t.put->is_done()) return on_att_put_read({});
+    // Nothing left to read (an empty PUT, e.g. the one that completes an
+    // upload whose bytes are all stored): flush what is filled (nothing) and
+    // finish. The body's size is not set then, so it must not be read as the
+    // piece's remainder: that counted one phantom byte past the declared
+    // size and answered 413 to a complete upload.
+    if (t.put->is_done()) {
+        t.body_unread = false;
+        return att_put_flush();
+    }
     auto& body = t.put->get().body();
     body.data = t.piece.data() + t.filled;
     body.size = t.piece.size() - t.filled;
