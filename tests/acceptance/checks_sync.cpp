@@ -35,17 +35,31 @@ Verdict paging_under_writes(Lab& lab) {
     for (int k = 0; k < writers; ++k)
         wthreads.emplace_back([&, k] {
             auto writer = connect(lab.server().port(), ws_users[k].token);
+            // An UNAVAILABLE reply ("commit outcome unknown", e.g. a COMMIT
+            // cut by --db-timeout-ms on a loaded machine) is retryable: the
+            // writer resends that message with the same cmid (contract
+            // section 8), as the SDK does, and takes the answer of the resend.
+            auto settled = [&](json::object r, const std::string& cmid, const std::string& body) {
+                for (int tries = 0; outcome(r) == "UNAVAILABLE" && tries < 5; ++tries) r = send(*writer, c, cmid, body, 30s);
+                return r;
+            };
             for (int i = 0; i < per_writer; ++i) {
                 // Two frames pipelined, then both replies: a shared transaction.
                 auto id1 = uuid4(), id2 = uuid4();
-                writer->send_json({{"t", "send"}, {"conv", c}, {"cmid", id1}, {"body", "p" + std::to_string(i)}});
-                auto r = send(*writer, c, id2, "m" + std::to_string(k) + "-" + std::to_string(i), 30s);
+                auto body1 = "p" + std::to_string(i), body2 = "m" + std::to_string(k) + "-" + std::to_string(i);
+                auto rid1 = "pair-" + std::to_string(i);
+                writer->send_json({{"t", "send"}, {"conv", c}, {"cmid", id1}, {"body", body1}, {"rid", rid1}});
+                auto r2 = send(*writer, c, id2, body2, 30s);
+                auto r1 = settled(writer->reply(rid1, 30s), id1, body1);
+                r2 = settled(std::move(r2), id2, body2);
                 ++i;
-                if (outcome(r) != "sent") {
-                    std::lock_guard lk(werr_mu);
-                    werr = brief(r);
-                    break;
-                }
+                for (const auto* r : {&r1, &r2})
+                    if (outcome(*r) != "sent") {
+                        std::lock_guard lk(werr_mu);
+                        werr = brief(*r);
+                        break;
+                    }
+                if (outcome(r1) != "sent" || outcome(r2) != "sent") break;
             }
             if (++finished == writers) done = true;
         });

@@ -646,6 +646,10 @@ json::object WsClient::request(json::object o, std::chrono::milliseconds timeout
     std::string rid = "r" + std::to_string(++next_rid_);
     o["rid"] = rid;
     send_json(o);
+    return reply(rid, timeout);
+}
+
+json::object WsClient::reply(const std::string& rid, std::chrono::milliseconds timeout) {
     std::unique_lock lk(impl_->mu);
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {

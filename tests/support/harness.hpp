@@ -135,6 +135,10 @@ public:
     void send_json(const json::object& o) { send_text(json::serialize(o)); }
     /// Sends o with a fresh rid and waits for the frame carrying that rid.
     json::object request(json::object o, std::chrono::milliseconds timeout = 10s);
+    /// Waits for the frame carrying `rid` (a request sent with send_json and
+    /// its own rid, e.g. the first of a pipelined pair) and takes it out of
+    /// the queue; {"t":"timeout"} or {"t":"closed"} as request() does.
+    json::object reply(const std::string& rid, std::chrono::milliseconds timeout = 10s);
     /// Next frame of any kind, in arrival order.
     std::optional<json::object> next(std::chrono::milliseconds timeout = 5s);
     /// Next server-initiated frame (no rid); replies are skipped.
