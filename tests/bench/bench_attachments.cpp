@@ -27,6 +27,8 @@
 #include <openssl/sha.h>
 
 #include <atomic>
+#include <map>
+#include <tuple>
 #include <cstring>
 #include <fcntl.h>
 
@@ -134,6 +136,110 @@ std::pair<double, double> file_copy(const std::string& dir, const std::string& d
     return {write_s, read_s};
 }
 
+// The file of the throughput phase: `mib` MiB of xorshift bytes (they do
+// not compress, as a user's photos and archives do not).
+std::string bench_bytes(std::size_t mib) {
+    std::string data(mib * piece, '\0');
+    std::uint64_t x = 88172645463325252ull;
+    for (std::size_t i = 0; i + 8 <= data.size(); i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        std::memcpy(&data[i], &x, 8);
+    }
+    return data;
+}
+
+// One throughput round: the file copy, then the upload and the download
+// through the server, and the gateway's peak RSS growth.
+struct Throughput {
+    double copy_w = 0, copy_r = 0, up_s = 0, down_s = 0; // seconds
+    long rss0 = 0, hwm = 0;                               // KiB
+    double up_ratio() const { return copy_w / up_s; }
+    double down_ratio() const { return copy_r / down_s; }
+    double rss_pieces() const { return static_cast<double>(hwm - rss0) / 1024.0 / 2.0; }
+};
+
+Throughput measure_throughput(pid_t server, unsigned short port, const std::string& token, const std::string& tmp,
+                              const std::string& data) {
+    Throughput r;
+    std::tie(r.copy_w, r.copy_r) = file_copy(tmp, data);
+    r.rss0 = vm_kib(server, "VmRSS:");
+    Http h(port, token);
+    const std::string att = start(h, data);
+    auto t0 = clock_type::now();
+    put_all(h, att, data);
+    r.up_s = secs_since(t0);
+    t0 = clock_type::now();
+    auto [gst, got] = h.call(http::verb::get, "/v1/attachments/" + att);
+    r.down_s = secs_since(t0);
+    if (gst != 200 || got != data) throw std::runtime_error("download differs: " + std::to_string(gst));
+    r.hwm = vm_kib(server, "VmHWM:");
+    return r;
+}
+
+void print_throughput(const Throughput& r, std::size_t mib) {
+    const double mibf = static_cast<double>(mib);
+    std::printf("  %zu MiB upload   %7.1f MiB/s   baseline file write+fdatasync per MiB %7.1f MiB/s   ratio %.2f\n",
+                mib, mibf / r.up_s, mibf / r.copy_w, r.up_ratio());
+    std::printf("  %zu MiB download %7.1f MiB/s   baseline file read                    %7.1f MiB/s   ratio %.2f\n",
+                mib, mibf / r.down_s, mibf / r.copy_r, r.down_ratio());
+    std::printf("  server RSS %ld KiB before, peak %ld KiB after 2 transfers: growth %.2f MiB = %.2f pieces per transfer\n",
+                r.rss0, r.hwm, static_cast<double>(r.hwm - r.rss0) / 1024.0, r.rss_pieces());
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// --before PATH --rounds R: throughput only, the "before" binary (PATH) and
+// the one under test alternated, store by store, round by round, each on a
+// fresh gateway; then the medians of each (the machine is shared: ratios of
+// one round are noise, alternation spreads the load over both).
+void alternate(const TestPostgres& pg, const std::string& tmp, std::size_t mib, int rounds, const std::string& before,
+               const std::string& after) {
+    struct Series { std::vector<double> up, down, rss, up_mib, down_mib; };
+    std::map<std::string, Series> series; // "<store> <binary>"
+    const auto data = bench_bytes(mib);
+    const double mibf = static_cast<double>(mib);
+    for (int round = 1; round <= rounds; ++round) {
+        for (const std::string store : {"pg", "dir"}) {
+            // Which goes first changes each round: the second of a pair
+            // would otherwise always run beside the first one's checkpoint.
+            std::vector<std::pair<std::string, std::string>> order{{"before", before}, {"after", after}};
+            if (round % 2 == 0) std::swap(order[0], order[1]);
+            for (const auto& [which, bin] : order) {
+                ::setenv("IMSERVER_BIN", bin.c_str(), 1);
+                // Each measurement starts from the same state: no earlier
+                // round's chunks in the table, no dirty pages to flush.
+                pg.scalar("TRUNCATE upload_chunks");
+                pg.scalar("CHECKPOINT");
+                std::vector<std::string> flags{"--quiet"};
+                if (store == "dir") {
+                    std::filesystem::remove_all(tmp + "/store");
+                    flags.insert(flags.end(), {"--attachments-dir", tmp + "/store"});
+                }
+                ServerProcess srv(pg.url(), flags, "gw-" + store + which);
+                auto w = make_world(pg.url(), "balt" + store + which + std::to_string(round), 1);
+                const auto r = measure_throughput(srv.pid(), srv.port(), w.users[0].token, tmp, data);
+                std::printf("round %d %-3s %-6s upload %6.1f MiB/s ratio %.2f  download %6.1f MiB/s ratio %.2f  RSS %.2f pieces\n",
+                            round, store.c_str(), which.c_str(), mibf / r.up_s, r.up_ratio(), mibf / r.down_s,
+                            r.down_ratio(), r.rss_pieces());
+                std::fflush(stdout);
+                auto& s = series[store + " " + which];
+                s.up.push_back(r.up_ratio());
+                s.down.push_back(r.down_ratio());
+                s.rss.push_back(r.rss_pieces());
+                s.up_mib.push_back(mibf / r.up_s);
+                s.down_mib.push_back(mibf / r.down_s);
+            }
+        }
+    }
+    std::printf("\nmedians of %d rounds (ratio: server / file copy in the same round):\n", rounds);
+    for (auto& [k, s] : series)
+        std::printf("  %-10s upload %6.1f MiB/s ratio %.2f   download %6.1f MiB/s ratio %.2f   RSS %.2f pieces\n",
+                    k.c_str(), median(s.up_mib), median(s.up), median(s.down_mib), median(s.down), median(s.rss));
+}
+
 // One text sender: send after send for `seconds`, each ack's latency.
 void text_sender(unsigned short port, const TestUser& u, const std::string& conv, double seconds, Samples& out,
                  std::atomic<bool>& failed) {
@@ -177,33 +283,10 @@ void run_store(const TestPostgres& pg, const std::string& label, std::vector<std
     const auto& u = w.users[0];
 
     // 1. throughput and memory
-    std::string data(mib * piece, '\0');
-    std::uint64_t x = 88172645463325252ull;
-    for (std::size_t i = 0; i + 8 <= data.size(); i += 8) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        std::memcpy(&data[i], &x, 8);
-    }
-    const auto [copy_w, copy_r] = file_copy(tmp, data);
-    const long rss0 = vm_kib(srv.pid(), "VmRSS:");
+    const std::string data = bench_bytes(mib);
+    const auto tp = measure_throughput(srv.pid(), port, u.token, tmp, data);
+    print_throughput(tp, mib);
     Http h(port, u.token);
-    const std::string att = start(h, data);
-    auto t0 = clock_type::now();
-    put_all(h, att, data);
-    const double up_s = secs_since(t0);
-    t0 = clock_type::now();
-    auto [gst, got] = h.call(http::verb::get, "/v1/attachments/" + att);
-    const double down_s = secs_since(t0);
-    if (gst != 200 || got != data) throw std::runtime_error("download differs: " + std::to_string(gst));
-    got.clear();
-    got.shrink_to_fit();
-    const long hwm = vm_kib(srv.pid(), "VmHWM:");
-    const double mibf = static_cast<double>(mib);
-    std::printf("  %zu MiB upload   %7.1f MiB/s   baseline file write+fdatasync per MiB %7.1f MiB/s   ratio %.2f\n",
-                mib, mibf / up_s, mibf / copy_w, copy_w / up_s);
-    std::printf("  %zu MiB download %7.1f MiB/s   baseline file read                    %7.1f MiB/s   ratio %.2f\n",
-                mib, mibf / down_s, mibf / copy_r, copy_r / down_s);
-    std::printf("  server RSS %ld KiB before, peak %ld KiB after 2 transfers: growth %.2f MiB = %.2f pieces per transfer\n",
-                rss0, hwm, static_cast<double>(hwm - rss0) / 1024.0, static_cast<double>(hwm - rss0) / 1024.0 / 2.0);
 
     // 3. resume after a kill at 40 %
     {
@@ -271,13 +354,18 @@ int main(int argc, char** argv) {
     std::size_t mib = 100;
     int uploads = 100, senders = 16;
     double seconds = 5;
+    int rounds = 3;
+    std::string before;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--mib")) mib = static_cast<std::size_t>(std::atol(im::bench::flag_value(argc, argv, i).c_str()));
         else if (!std::strcmp(argv[i], "--uploads")) uploads = std::atoi(im::bench::flag_value(argc, argv, i).c_str());
         else if (!std::strcmp(argv[i], "--senders")) senders = std::atoi(im::bench::flag_value(argc, argv, i).c_str());
         else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(im::bench::flag_value(argc, argv, i).c_str());
+        else if (!std::strcmp(argv[i], "--before")) before = im::bench::flag_value(argc, argv, i);
+        else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(im::bench::flag_value(argc, argv, i).c_str());
         else {
-            std::fprintf(stderr, "usage: bench_attachments [--mib N] [--uploads K] [--senders S] [--seconds T]\n");
+            std::fprintf(stderr, "usage: bench_attachments [--mib N] [--uploads K] [--senders S] [--seconds T]\n"
+                                 "       bench_attachments --before IMSERVER [--rounds R] [--mib N]\n");
             return 2;
         }
     }
@@ -289,6 +377,10 @@ int main(int argc, char** argv) {
         TempDir tmp("imbatt");
         std::printf("bench_attachments: %zu MiB file, %d uploaders, %d senders, %.1f s windows (loopback)\n", mib,
                     uploads, senders, seconds);
+        if (!before.empty()) {
+            alternate(pg, tmp.path(), mib, rounds, before, std::getenv("IMSERVER_BIN"));
+            return 0;
+        }
         run_store(pg, "pg", {"--quiet"}, tmp.path(), mib, uploads, senders, seconds);
         run_store(pg, "dir", {"--quiet", "--attachments-dir", tmp.path() + "/store"}, tmp.path(), mib, uploads, senders,
                   seconds);

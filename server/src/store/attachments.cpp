@@ -173,7 +173,8 @@ struct RawConnection : pqxx::largeobject {
 
 } // namespace
 
-std::string PgBlobStore::read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) {
+void PgBlobStore::read_into(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max,
+                            std::string& out) {
     pqxx::read_transaction tx(c);
     // The piece in binary form: libpqxx 6 asks for text results only, and a
     // bytea in text is hex, twice its size, encoded by the backend and
@@ -196,12 +197,11 @@ std::string PgBlobStore::read(pqxx::connection_base& c, const std::string& att, 
         const std::string err = r ? PQresultErrorMessage(r.get()) : PQerrorMessage(raw);
         throw std::runtime_error("reading a piece: " + err);
     }
-    std::string out;
+    out.clear(); // its capacity stays
     const int rows = PQntuples(r.get());
     for (int i = 0; i < rows && out.size() < max; ++i)
         out.append(PQgetvalue(r.get(), i, 1), static_cast<std::size_t>(PQgetlength(r.get(), i, 1)));
     if (out.size() > max) out.resize(max);
-    return out;
 }
 
 void PgBlobStore::drop(pqxx::work& tx, const std::string& att) {
@@ -262,7 +262,8 @@ void DirBlobStore::write(pqxx::work&, const std::string& att, std::int64_t offse
     if (offset == 0) fsync_dir(dir_); // the new name too
 }
 
-std::string DirBlobStore::read(pqxx::connection_base&, const std::string& att, std::int64_t from, std::size_t max) {
+void DirBlobStore::read_into(pqxx::connection_base&, const std::string& att, std::int64_t from, std::size_t max,
+                             std::string& out) {
     auto p = path(att, false);
     Fd f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
     if (f.fd < 0 && errno == ENOENT) {
@@ -270,10 +271,11 @@ std::string DirBlobStore::read(pqxx::connection_base&, const std::string& att, s
         f.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
     }
     if (f.fd < 0) {
-        if (errno == ENOENT) return {};
+        out.clear();
+        if (errno == ENOENT) return;
         io_error("open", p);
     }
-    std::string out(max, '\0');
+    out.resize(max); // no zeroing when a buffer turned over is that long already
     std::size_t got = 0;
     while (got < max) {
         const auto n = ::pread(f.fd, out.data() + got, max - got, from + static_cast<off_t>(got));
@@ -283,7 +285,6 @@ std::string DirBlobStore::read(pqxx::connection_base&, const std::string& att, s
         got += static_cast<std::size_t>(n);
     }
     out.resize(got);
-    return out;
 }
 
 void DirBlobStore::drop(pqxx::work&, const std::string& att) {
