@@ -88,6 +88,29 @@ struct Http {
         http::read(s, buf, p);
         return {static_cast<int>(p.get().result_int()), std::move(p.get().body())};
     }
+    // A GET whose body is read as curl reads one: the header parsed, then
+    // the socket read straight into the buffer that keeps the bytes (no
+    // parser copy in between; Beast's string_body resizes and copies
+    // every 64 KiB receive, which cost this client more CPU than the
+    // gateway spent sending: the download's measure was the client's).
+    std::pair<int, std::string> download(const std::string& target) {
+        s.expires_after(std::chrono::seconds(300));
+        http::request<http::empty_body> req{http::verb::get, target, 11};
+        req.set(http::field::host, "127.0.0.1");
+        req.set(http::field::authorization, "Bearer " + token);
+        http::write(s, req);
+        http::response_parser<http::empty_body> p;
+        p.body_limit(std::uint64_t(4) << 30);
+        http::read_header(s, buf, p);
+        const int status = static_cast<int>(p.get().result_int());
+        if (!p.content_length()) throw std::runtime_error("download without Content-Length");
+        std::string body(static_cast<std::size_t>(*p.content_length()), '\0');
+        const std::size_t have = std::min(buf.size(), body.size());
+        net::buffer_copy(net::buffer(body.data(), have), buf.data());
+        buf.consume(have);
+        net::read(s.socket(), net::buffer(body.data() + have, body.size() - have));
+        return {status, std::move(body)};
+    }
 };
 
 std::string start(Http& h, const std::string& data) {
@@ -153,24 +176,34 @@ std::string bench_bytes(std::size_t mib) {
 struct Throughput {
     double copy_w = 0, copy_r = 0, up_s = 0, down_s = 0; // seconds
     long rss0 = 0, hwm = 0;                               // KiB
+    // CPU seconds each transfer cost the gateway, PostgreSQL (postmaster
+    // and backends) and this client: the work, which the load of a shared
+    // machine changes far less than the wall-clock time.
+    double up_gw = 0, up_pg = 0, up_cl = 0, down_gw = 0, down_pg = 0, down_cl = 0;
     double up_ratio() const { return copy_w / up_s; }
     double down_ratio() const { return copy_r / down_s; }
     double rss_pieces() const { return static_cast<double>(hwm - rss0) / 1024.0 / 2.0; }
 };
 
-Throughput measure_throughput(pid_t server, unsigned short port, const std::string& token, const std::string& tmp,
-                              const std::string& data) {
+Throughput measure_throughput(pid_t server, pid_t postmaster, unsigned short port, const std::string& token,
+                              const std::string& tmp, const std::string& data) {
     Throughput r;
     std::tie(r.copy_w, r.copy_r) = file_copy(tmp, data);
     r.rss0 = vm_kib(server, "VmRSS:");
     Http h(port, token);
     const std::string att = start(h, data);
+    double gw0 = im::bench::cpu_seconds(server), pg0 = im::bench::postgres_cpu(postmaster), cl0 = im::bench::self_cpu();
     auto t0 = clock_type::now();
     put_all(h, att, data);
     r.up_s = secs_since(t0);
+    double gw1 = im::bench::cpu_seconds(server), pg1 = im::bench::postgres_cpu(postmaster), cl1 = im::bench::self_cpu();
+    r.up_gw = gw1 - gw0, r.up_pg = pg1 - pg0, r.up_cl = cl1 - cl0;
     t0 = clock_type::now();
-    auto [gst, got] = h.call(http::verb::get, "/v1/attachments/" + att);
+    auto [gst, got] = h.download("/v1/attachments/" + att);
     r.down_s = secs_since(t0);
+    r.down_gw = im::bench::cpu_seconds(server) - gw1;
+    r.down_pg = im::bench::postgres_cpu(postmaster) - pg1;
+    r.down_cl = im::bench::self_cpu() - cl1;
     if (gst != 200 || got != data) throw std::runtime_error("download differs: " + std::to_string(gst));
     r.hwm = vm_kib(server, "VmHWM:");
     return r;
@@ -182,6 +215,8 @@ void print_throughput(const Throughput& r, std::size_t mib) {
                 mib, mibf / r.up_s, mibf / r.copy_w, r.up_ratio());
     std::printf("  %zu MiB download %7.1f MiB/s   baseline file read                    %7.1f MiB/s   ratio %.2f\n",
                 mib, mibf / r.down_s, mibf / r.copy_r, r.down_ratio());
+    std::printf("  CPU s: upload gateway %.2f postgres %.2f client %.2f; download gateway %.2f postgres %.2f client %.2f\n",
+                r.up_gw, r.up_pg, r.up_cl, r.down_gw, r.down_pg, r.down_cl);
     std::printf("  server RSS %ld KiB before, peak %ld KiB after 2 transfers: growth %.2f MiB = %.2f pieces per transfer\n",
                 r.rss0, r.hwm, static_cast<double>(r.hwm - r.rss0) / 1024.0, r.rss_pieces());
 }
@@ -197,7 +232,8 @@ double median(std::vector<double> v) {
 // one round are noise, alternation spreads the load over both).
 void alternate(const TestPostgres& pg, const std::string& tmp, std::size_t mib, int rounds, const std::string& before,
                const std::string& after) {
-    struct Series { std::vector<double> up, down, rss, up_mib, down_mib; };
+    struct Series { std::vector<double> up, down, rss, up_mib, down_mib, up_gw, up_pg, down_gw, down_pg; };
+    const pid_t postmaster = im::bench::postmaster_pid(pg.url());
     std::map<std::string, Series> series; // "<store> <binary>"
     const auto data = bench_bytes(mib);
     const double mibf = static_cast<double>(mib);
@@ -211,7 +247,8 @@ void alternate(const TestPostgres& pg, const std::string& tmp, std::size_t mib, 
                 ::setenv("IMSERVER_BIN", bin.c_str(), 1);
                 // Each measurement starts from the same state: no earlier
                 // round's chunks in the table, no dirty pages to flush.
-                pg.scalar("TRUNCATE upload_chunks");
+                pg.scalar("DO $$ BEGIN IF to_regclass('upload_chunks') IS NOT NULL THEN TRUNCATE upload_chunks; "
+                          "END IF; END $$");
                 pg.scalar("CHECKPOINT");
                 std::vector<std::string> flags{"--quiet"};
                 if (store == "dir") {
@@ -220,10 +257,11 @@ void alternate(const TestPostgres& pg, const std::string& tmp, std::size_t mib, 
                 }
                 ServerProcess srv(pg.url(), flags, "gw-" + store + which);
                 auto w = make_world(pg.url(), "balt" + store + which + std::to_string(round), 1);
-                const auto r = measure_throughput(srv.pid(), srv.port(), w.users[0].token, tmp, data);
-                std::printf("round %d %-3s %-6s upload %6.1f MiB/s ratio %.2f  download %6.1f MiB/s ratio %.2f  RSS %.2f pieces\n",
+                const auto r = measure_throughput(srv.pid(), postmaster, srv.port(), w.users[0].token, tmp, data);
+                std::printf("round %d %-3s %-6s upload %6.1f MiB/s ratio %.2f  download %6.1f MiB/s ratio %.2f  RSS %.2f pieces"
+                            "  CPU s up gw %.2f pg %.2f down gw %.2f pg %.2f\n",
                             round, store.c_str(), which.c_str(), mibf / r.up_s, r.up_ratio(), mibf / r.down_s,
-                            r.down_ratio(), r.rss_pieces());
+                            r.down_ratio(), r.rss_pieces(), r.up_gw, r.up_pg, r.down_gw, r.down_pg);
                 std::fflush(stdout);
                 auto& s = series[store + " " + which];
                 s.up.push_back(r.up_ratio());
@@ -231,13 +269,19 @@ void alternate(const TestPostgres& pg, const std::string& tmp, std::size_t mib, 
                 s.rss.push_back(r.rss_pieces());
                 s.up_mib.push_back(mibf / r.up_s);
                 s.down_mib.push_back(mibf / r.down_s);
+                s.up_gw.push_back(r.up_gw);
+                s.up_pg.push_back(r.up_pg);
+                s.down_gw.push_back(r.down_gw);
+                s.down_pg.push_back(r.down_pg);
             }
         }
     }
     std::printf("\nmedians of %d rounds (ratio: server / file copy in the same round):\n", rounds);
     for (auto& [k, s] : series)
-        std::printf("  %-10s upload %6.1f MiB/s ratio %.2f   download %6.1f MiB/s ratio %.2f   RSS %.2f pieces\n",
-                    k.c_str(), median(s.up_mib), median(s.up), median(s.down_mib), median(s.down), median(s.rss));
+        std::printf("  %-10s upload %6.1f MiB/s ratio %.2f   download %6.1f MiB/s ratio %.2f   RSS %.2f pieces   "
+                    "CPU s up gw %.2f pg %.2f down gw %.2f pg %.2f\n",
+                    k.c_str(), median(s.up_mib), median(s.up), median(s.down_mib), median(s.down), median(s.rss),
+                    median(s.up_gw), median(s.up_pg), median(s.down_gw), median(s.down_pg));
 }
 
 // One text sender: send after send for `seconds`, each ack's latency.
@@ -284,7 +328,7 @@ void run_store(const TestPostgres& pg, const std::string& label, std::vector<std
 
     // 1. throughput and memory
     const std::string data = bench_bytes(mib);
-    const auto tp = measure_throughput(srv.pid(), port, u.token, tmp, data);
+    const auto tp = measure_throughput(srv.pid(), im::bench::postmaster_pid(pg.url()), port, u.token, tmp, data);
     print_throughput(tp, mib);
     Http h(port, u.token);
 
