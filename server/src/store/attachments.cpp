@@ -188,11 +188,26 @@ struct RawConnection : pqxx::largeobject {
     static PGconn* of(const pqxx::dbtransaction& tx) { return raw_connection(tx); }
 };
 
+// A transaction object that never sends BEGIN: it is only there so that
+// RawConnection can hand out libpq's handle, for one statement run in
+// autocommit (its own single-statement transaction). A piece read is then
+// one round trip instead of BEGIN, SELECT and ROLLBACK: each is a wake-up
+// of the backend and of the worker, which under load costs more than the
+// read itself (docs/benchmarks.md).
+class Autocommit : public pqxx::dbtransaction {
+public:
+    explicit Autocommit(pqxx::connection_base& c) : pqxx::internal::namedclass{"autocommit"}, pqxx::dbtransaction(c, true) {}
+    ~Autocommit() override { End(); } // never begun: only unregisters it from the connection
+
+private:
+    void do_commit() override {}
+};
+
 } // namespace
 
 void PgBlobStore::read_into(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max,
                             std::string& out) {
-    pqxx::read_transaction tx(c);
+    Autocommit tx(c);
     // The piece in binary form: libpqxx 6 asks for text results only, and a
     // bytea in text is hex, twice its size, encoded by the backend and
     // decoded here (PQunescapeBytea): the PostgreSQL store's download cost
