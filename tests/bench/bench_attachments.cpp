@@ -3,13 +3,18 @@
 // store in turn (chunks in PostgreSQL, then --attachments-dir). Prints
 // figures and ratios measured in the same run; never asserts a time.
 //   bench_attachments [--mib N] [--uploads K] [--senders S] [--seconds T]
+//   bench_attachments --before IMSERVER [--rounds R] [--mib N]
 // IM_BENCH_ATTACHMENT_MIB overrides --mib (the figure is 100; the
-// ctest run keeps it small).
+// ctest run keeps it small). --before: throughput only, that binary and
+// the one under test (IMSERVER_BIN) alternated R rounds, then medians.
 //
 // 1. Throughput: one N MiB file PUT in 8 MiB requests on one connection,
 //    then GET whole, against the baseline of a plain file copy of the same
 //    bytes in the same run (write + fdatasync per 1 MiB piece, the durable
 //    write the server does; read back from the page cache for the download).
+//    The client reads the body as curl does (socket straight into its
+//    buffer). Beside the ratios: the CPU seconds of the gateway, PostgreSQL
+//    and the client per transfer (the work, which load changes little).
 // 2. Server memory: the gateway's VmHWM (peak RSS) growth over the
 //    transfers, in 1 MiB pieces (the target: under 3 per transfer).
 // 3. Resume after a kill: the connection reset at 40 % of a PUT; what the
