@@ -78,12 +78,11 @@ const Statements& attachment_statements() {
          "WHERE att_id = $1::uuid AND owner_user = $2 FOR UPDATE), "
          "ok AS (SELECT 1 FROM cur WHERE store = 'pg' AND NOT complete AND received = $3::bigint "
          "AND $4::bigint > 0 AND received + $4::bigint <= size), "
-         "ins AS (INSERT INTO upload_chunks (att_id, off, len, data) SELECT $1::uuid, $3::bigint, $4::bigint, $5 "
+         "ins AS (INSERT INTO upload_chunks (att_id, off, len, data) SELECT $1::uuid, $3::bigint, $4::bigint, $5::bytea "
          "FROM ok RETURNING 1), "
          "adv AS (UPDATE uploads SET received = received + $4::bigint, updated_at = now() "
          "WHERE att_id = $1::uuid AND EXISTS (SELECT 1 FROM ok) RETURNING updated_at::text) "
-         "SELECT received, size, complete, store, stamp, (SELECT updated_at FROM adv), (SELECT count(*) FROM ins) "
-         "FROM cur"},
+         "SELECT received, size, complete, store, stamp, (SELECT updated_at FROM adv) FROM cur"},
         // The collector's candidates, oldest first; each is then judged again under its lock.
         {"im_att_stale",
          "(SELECT att_id::text FROM uploads WHERE NOT complete AND updated_at < now() - make_interval(secs => $1 / 1000.0) "
