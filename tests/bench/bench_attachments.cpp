@@ -3,13 +3,18 @@
 // store in turn (chunks in PostgreSQL, then --attachments-dir). Prints
 // figures and ratios measured in the same run; never asserts a time.
 //   bench_attachments [--mib N] [--uploads K] [--senders S] [--seconds T]
+//   bench_attachments --before IMSERVER [--rounds R] [--mib N]
 // IM_BENCH_ATTACHMENT_MIB overrides --mib (the figure is 100; the
-// ctest run keeps it small).
+// ctest run keeps it small). --before: throughput only, that binary and
+// the one under test (IMSERVER_BIN) alternated R rounds, then medians.
 //
 // 1. Throughput: one N MiB file PUT in 8 MiB requests on one connection,
 //    then GET whole, against the baseline of a plain file copy of the same
 //    bytes in the same run (write + fdatasync per 1 MiB piece, the durable
 //    write the server does; read back from the page cache for the download).
+//    The client reads the body as curl does (socket straight into its
+//    buffer). Beside the ratios: the CPU seconds of the gateway, PostgreSQL
+//    and the client per transfer (the work, which load changes little).
 // 2. Server memory: the gateway's VmHWM (peak RSS) growth over the
 //    transfers, in 1 MiB pieces (the target: under 3 per transfer).
 // 3. Resume after a kill: the connection reset at 40 % of a PUT; what the
@@ -27,6 +32,8 @@
 #include <openssl/sha.h>
 
 #include <atomic>
+#include <map>
+#include <tuple>
 #include <cstring>
 #include <fcntl.h>
 
@@ -86,6 +93,29 @@ struct Http {
         http::read(s, buf, p);
         return {static_cast<int>(p.get().result_int()), std::move(p.get().body())};
     }
+    // A GET whose body is read as curl reads one: the header parsed, then
+    // the socket read straight into the buffer that keeps the bytes (no
+    // parser copy in between; Beast's string_body resizes and copies
+    // every 64 KiB receive, which cost this client more CPU than the
+    // gateway spent sending: the download's measure was the client's).
+    std::pair<int, std::string> download(const std::string& target) {
+        s.expires_after(std::chrono::seconds(300));
+        http::request<http::empty_body> req{http::verb::get, target, 11};
+        req.set(http::field::host, "127.0.0.1");
+        req.set(http::field::authorization, "Bearer " + token);
+        http::write(s, req);
+        http::response_parser<http::empty_body> p;
+        p.body_limit(std::uint64_t(4) << 30);
+        http::read_header(s, buf, p);
+        const int status = static_cast<int>(p.get().result_int());
+        if (!p.content_length()) throw std::runtime_error("download without Content-Length");
+        std::string body(static_cast<std::size_t>(*p.content_length()), '\0');
+        const std::size_t have = std::min(buf.size(), body.size());
+        net::buffer_copy(net::buffer(body.data(), have), buf.data());
+        buf.consume(have);
+        net::read(s.socket(), net::buffer(body.data() + have, body.size() - have));
+        return {status, std::move(body)};
+    }
 };
 
 std::string start(Http& h, const std::string& data) {
@@ -134,6 +164,131 @@ std::pair<double, double> file_copy(const std::string& dir, const std::string& d
     return {write_s, read_s};
 }
 
+// The file of the throughput phase: `mib` MiB of xorshift bytes (they do
+// not compress, as a user's photos and archives do not).
+std::string bench_bytes(std::size_t mib) {
+    std::string data(mib * piece, '\0');
+    std::uint64_t x = 88172645463325252ull;
+    for (std::size_t i = 0; i + 8 <= data.size(); i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        std::memcpy(&data[i], &x, 8);
+    }
+    return data;
+}
+
+// One throughput round: the file copy, then the upload and the download
+// through the server, and the gateway's peak RSS growth.
+struct Throughput {
+    double copy_w = 0, copy_r = 0, up_s = 0, down_s = 0; // seconds
+    long rss0 = 0, hwm = 0;                               // KiB
+    // CPU seconds each transfer cost the gateway, PostgreSQL (postmaster
+    // and backends) and this client: the work, which the load of a shared
+    // machine changes far less than the wall-clock time.
+    double up_gw = 0, up_pg = 0, up_cl = 0, down_gw = 0, down_pg = 0, down_cl = 0;
+    double up_ratio() const { return copy_w / up_s; }
+    double down_ratio() const { return copy_r / down_s; }
+    double rss_pieces() const { return static_cast<double>(hwm - rss0) / 1024.0 / 2.0; }
+};
+
+Throughput measure_throughput(pid_t server, pid_t postmaster, unsigned short port, const std::string& token,
+                              const std::string& tmp, const std::string& data) {
+    Throughput r;
+    std::tie(r.copy_w, r.copy_r) = file_copy(tmp, data);
+    r.rss0 = vm_kib(server, "VmRSS:");
+    Http h(port, token);
+    const std::string att = start(h, data);
+    double gw0 = im::bench::cpu_seconds(server), pg0 = im::bench::postgres_cpu(postmaster), cl0 = im::bench::self_cpu();
+    auto t0 = clock_type::now();
+    put_all(h, att, data);
+    r.up_s = secs_since(t0);
+    double gw1 = im::bench::cpu_seconds(server), pg1 = im::bench::postgres_cpu(postmaster), cl1 = im::bench::self_cpu();
+    r.up_gw = gw1 - gw0, r.up_pg = pg1 - pg0, r.up_cl = cl1 - cl0;
+    t0 = clock_type::now();
+    auto [gst, got] = h.download("/v1/attachments/" + att);
+    r.down_s = secs_since(t0);
+    r.down_gw = im::bench::cpu_seconds(server) - gw1;
+    r.down_pg = im::bench::postgres_cpu(postmaster) - pg1;
+    r.down_cl = im::bench::self_cpu() - cl1;
+    if (gst != 200 || got != data) throw std::runtime_error("download differs: " + std::to_string(gst));
+    r.hwm = vm_kib(server, "VmHWM:");
+    return r;
+}
+
+void print_throughput(const Throughput& r, std::size_t mib) {
+    const double mibf = static_cast<double>(mib);
+    std::printf("  %zu MiB upload   %7.1f MiB/s   baseline file write+fdatasync per MiB %7.1f MiB/s   ratio %.2f\n",
+                mib, mibf / r.up_s, mibf / r.copy_w, r.up_ratio());
+    std::printf("  %zu MiB download %7.1f MiB/s   baseline file read                    %7.1f MiB/s   ratio %.2f\n",
+                mib, mibf / r.down_s, mibf / r.copy_r, r.down_ratio());
+    std::printf("  CPU s: upload gateway %.2f postgres %.2f client %.2f; download gateway %.2f postgres %.2f client %.2f\n",
+                r.up_gw, r.up_pg, r.up_cl, r.down_gw, r.down_pg, r.down_cl);
+    std::printf("  server RSS %ld KiB before, peak %ld KiB after 2 transfers: growth %.2f MiB = %.2f pieces per transfer\n",
+                r.rss0, r.hwm, static_cast<double>(r.hwm - r.rss0) / 1024.0, r.rss_pieces());
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// --before PATH --rounds R: throughput only, the "before" binary (PATH) and
+// the one under test alternated, store by store, round by round, each on a
+// fresh gateway; then the medians of each (the machine is shared: ratios of
+// one round are noise, alternation spreads the load over both).
+void alternate(const TestPostgres& pg, const std::string& tmp, std::size_t mib, int rounds, const std::string& before,
+               const std::string& after) {
+    struct Series { std::vector<double> up, down, rss, up_mib, down_mib, up_gw, up_pg, down_gw, down_pg; };
+    const pid_t postmaster = im::bench::postmaster_pid(pg.url());
+    std::map<std::string, Series> series; // "<store> <binary>"
+    const auto data = bench_bytes(mib);
+    const double mibf = static_cast<double>(mib);
+    for (int round = 1; round <= rounds; ++round) {
+        for (const std::string store : {"pg", "dir"}) {
+            // Which goes first changes each round: the second of a pair
+            // would otherwise always run beside the first one's checkpoint.
+            std::vector<std::pair<std::string, std::string>> order{{"before", before}, {"after", after}};
+            if (round % 2 == 0) std::swap(order[0], order[1]);
+            for (const auto& [which, bin] : order) {
+                ::setenv("IMSERVER_BIN", bin.c_str(), 1);
+                // Each measurement starts from the same state: no earlier
+                // round's chunks in the table, no dirty pages to flush.
+                pg.scalar("DO $$ BEGIN IF to_regclass('upload_chunks') IS NOT NULL THEN TRUNCATE upload_chunks; "
+                          "END IF; END $$");
+                pg.scalar("CHECKPOINT");
+                std::vector<std::string> flags{"--quiet"};
+                if (store == "dir") {
+                    std::filesystem::remove_all(tmp + "/store");
+                    flags.insert(flags.end(), {"--attachments-dir", tmp + "/store"});
+                }
+                ServerProcess srv(pg.url(), flags, "gw-" + store + which);
+                auto w = make_world(pg.url(), "balt" + store + which + std::to_string(round), 1);
+                const auto r = measure_throughput(srv.pid(), postmaster, srv.port(), w.users[0].token, tmp, data);
+                std::printf("round %d %-3s %-6s upload %6.1f MiB/s ratio %.2f  download %6.1f MiB/s ratio %.2f  RSS %.2f pieces"
+                            "  CPU s up gw %.2f pg %.2f down gw %.2f pg %.2f\n",
+                            round, store.c_str(), which.c_str(), mibf / r.up_s, r.up_ratio(), mibf / r.down_s,
+                            r.down_ratio(), r.rss_pieces(), r.up_gw, r.up_pg, r.down_gw, r.down_pg);
+                std::fflush(stdout);
+                auto& s = series[store + " " + which];
+                s.up.push_back(r.up_ratio());
+                s.down.push_back(r.down_ratio());
+                s.rss.push_back(r.rss_pieces());
+                s.up_mib.push_back(mibf / r.up_s);
+                s.down_mib.push_back(mibf / r.down_s);
+                s.up_gw.push_back(r.up_gw);
+                s.up_pg.push_back(r.up_pg);
+                s.down_gw.push_back(r.down_gw);
+                s.down_pg.push_back(r.down_pg);
+            }
+        }
+    }
+    std::printf("\nmedians of %d rounds (ratio: server / file copy in the same round):\n", rounds);
+    for (auto& [k, s] : series)
+        std::printf("  %-10s upload %6.1f MiB/s ratio %.2f   download %6.1f MiB/s ratio %.2f   RSS %.2f pieces   "
+                    "CPU s up gw %.2f pg %.2f down gw %.2f pg %.2f\n",
+                    k.c_str(), median(s.up_mib), median(s.up), median(s.down_mib), median(s.down), median(s.rss),
+                    median(s.up_gw), median(s.up_pg), median(s.down_gw), median(s.down_pg));
+}
+
 // One text sender: send after send for `seconds`, each ack's latency.
 void text_sender(unsigned short port, const TestUser& u, const std::string& conv, double seconds, Samples& out,
                  std::atomic<bool>& failed) {
@@ -177,33 +332,10 @@ void run_store(const TestPostgres& pg, const std::string& label, std::vector<std
     const auto& u = w.users[0];
 
     // 1. throughput and memory
-    std::string data(mib * piece, '\0');
-    std::uint64_t x = 88172645463325252ull;
-    for (std::size_t i = 0; i + 8 <= data.size(); i += 8) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        std::memcpy(&data[i], &x, 8);
-    }
-    const auto [copy_w, copy_r] = file_copy(tmp, data);
-    const long rss0 = vm_kib(srv.pid(), "VmRSS:");
+    const std::string data = bench_bytes(mib);
+    const auto tp = measure_throughput(srv.pid(), im::bench::postmaster_pid(pg.url()), port, u.token, tmp, data);
+    print_throughput(tp, mib);
     Http h(port, u.token);
-    const std::string att = start(h, data);
-    auto t0 = clock_type::now();
-    put_all(h, att, data);
-    const double up_s = secs_since(t0);
-    t0 = clock_type::now();
-    auto [gst, got] = h.call(http::verb::get, "/v1/attachments/" + att);
-    const double down_s = secs_since(t0);
-    if (gst != 200 || got != data) throw std::runtime_error("download differs: " + std::to_string(gst));
-    got.clear();
-    got.shrink_to_fit();
-    const long hwm = vm_kib(srv.pid(), "VmHWM:");
-    const double mibf = static_cast<double>(mib);
-    std::printf("  %zu MiB upload   %7.1f MiB/s   baseline file write+fdatasync per MiB %7.1f MiB/s   ratio %.2f\n",
-                mib, mibf / up_s, mibf / copy_w, copy_w / up_s);
-    std::printf("  %zu MiB download %7.1f MiB/s   baseline file read                    %7.1f MiB/s   ratio %.2f\n",
-                mib, mibf / down_s, mibf / copy_r, copy_r / down_s);
-    std::printf("  server RSS %ld KiB before, peak %ld KiB after 2 transfers: growth %.2f MiB = %.2f pieces per transfer\n",
-                rss0, hwm, static_cast<double>(hwm - rss0) / 1024.0, static_cast<double>(hwm - rss0) / 1024.0 / 2.0);
 
     // 3. resume after a kill at 40 %
     {
@@ -271,13 +403,18 @@ int main(int argc, char** argv) {
     std::size_t mib = 100;
     int uploads = 100, senders = 16;
     double seconds = 5;
+    int rounds = 3;
+    std::string before;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--mib")) mib = static_cast<std::size_t>(std::atol(im::bench::flag_value(argc, argv, i).c_str()));
         else if (!std::strcmp(argv[i], "--uploads")) uploads = std::atoi(im::bench::flag_value(argc, argv, i).c_str());
         else if (!std::strcmp(argv[i], "--senders")) senders = std::atoi(im::bench::flag_value(argc, argv, i).c_str());
         else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(im::bench::flag_value(argc, argv, i).c_str());
+        else if (!std::strcmp(argv[i], "--before")) before = im::bench::flag_value(argc, argv, i);
+        else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(im::bench::flag_value(argc, argv, i).c_str());
         else {
-            std::fprintf(stderr, "usage: bench_attachments [--mib N] [--uploads K] [--senders S] [--seconds T]\n");
+            std::fprintf(stderr, "usage: bench_attachments [--mib N] [--uploads K] [--senders S] [--seconds T]\n"
+                                 "       bench_attachments --before IMSERVER [--rounds R] [--mib N]\n");
             return 2;
         }
     }
@@ -289,6 +426,10 @@ int main(int argc, char** argv) {
         TempDir tmp("imbatt");
         std::printf("bench_attachments: %zu MiB file, %d uploaders, %d senders, %.1f s windows (loopback)\n", mib,
                     uploads, senders, seconds);
+        if (!before.empty()) {
+            alternate(pg, tmp.path(), mib, rounds, before, std::getenv("IMSERVER_BIN"));
+            return 0;
+        }
         run_store(pg, "pg", {"--quiet"}, tmp.path(), mib, uploads, senders, seconds);
         run_store(pg, "dir", {"--quiet", "--attachments-dir", tmp.path() + "/store"}, tmp.path(), mib, uploads, senders,
                   seconds);

@@ -411,6 +411,82 @@ TEST_F(Attachments, visibility_is_the_uploader_or_a_reader_of_a_msg_that_referen
     EXPECT_EQ(download(member, att).status, 200); // their own past stays readable
 }
 
+// A PUT whose body the parser has finished before the server reads any of
+// it (Content-Length: 0) has no piece to store. Before 718d9f9 the server
+// took the unset body size for a full piece: it appended that many bytes of
+// its own (zeros) and moved the offset. A file of zeros makes the phantom
+// piece pass the digest: the empty PUT "completed" the upload.
+TEST_F(Attachments, an_empty_put_stores_no_phantom_piece_and_the_offset_stays_where_it_was) {
+    auto w = make_world(db(), "attempty", 1);
+    const auto& u = w.users[0];
+    const std::string zeros(1000, '\0');
+    auto s = start(u, "zeros.bin", "application/octet-stream", static_cast<std::int64_t>(zeros.size()), sha256_hex(zeros));
+    ASSERT_EQ(s.status, 201) << s.body;
+    const std::string att = str(s.json(), "att_id");
+    auto e = put(u, att, 0, "");
+    ASSERT_EQ(e.status, 200) << e.body;
+    EXPECT_EQ(e.json().at("offset").as_int64(), 0) << e.body;
+    EXPECT_FALSE(e.json().at("complete").as_bool()) << e.body;
+    EXPECT_EQ(scalar("SELECT received || '/' || complete FROM uploads WHERE att_id = " + q(att)), "0/false");
+    EXPECT_EQ(download(u, att).status, 404);
+    // The real bytes go on from 0.
+    auto p = put(u, att, 0, zeros);
+    ASSERT_EQ(p.status, 200) << p.body;
+    EXPECT_TRUE(p.json().at("complete").as_bool()) << p.body;
+}
+
+// The SDK's kill test found it (718d9f9): an upload left at offset == size,
+// not complete, whose client then sends the empty PUT that completes it.
+// The state comes from a last piece stored while its request had not
+// ended: the finish answered 503 (a database or fsync error), the gateway
+// killed between the last piece's commit and the finish, or a restarted
+// client asking GET /v1/uploads while the finish still runs. Reached here
+// over HTTP alone: a chunked PUT (no declared length) of the whole file
+// plus one byte too many, the connection dropped before its last chunk;
+// the server stores both full pieces (the extra byte says the second one
+// is full) but never gets to the finish. Before the fix the empty PUT
+// counted a phantom byte past the size: 413 TOO_LARGE on a complete
+// upload, the user's file failed.
+TEST_F(Attachments, an_upload_whose_last_piece_was_stored_before_its_request_ended_completes_with_an_empty_put) {
+    auto w = make_world(db(), "attlast", 1);
+    const auto& u = w.users[0];
+    const std::string data = random_bytes(2 * 1024 * 1024, 9); // whole pieces: the last one fills up
+    auto s = start(u, "photo.raw", "application/octet-stream", static_cast<std::int64_t>(data.size()), sha256_hex(data));
+    ASSERT_EQ(s.status, 201) << s.body;
+    const std::string att = str(s.json(), "att_id");
+    {
+        net::io_context ioc;
+        beast::tcp_stream st(ioc);
+        st.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+        const std::string head = "PUT /v1/uploads/" + att + "?offset=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                                 u.token + "\r\nTransfer-Encoding: chunked\r\n\r\n";
+        net::write(st.socket(), net::buffer(head));
+        const std::size_t chunk = 256 * 1024;
+        for (std::size_t at = 0; at < data.size(); at += chunk) {
+            char size_line[32];
+            std::snprintf(size_line, sizeof size_line, "%zx\r\n", chunk);
+            net::write(st.socket(), net::buffer(std::string(size_line)));
+            net::write(st.socket(), net::buffer(data.data() + at, chunk));
+            net::write(st.socket(), net::buffer(std::string("\r\n")));
+        }
+        net::write(st.socket(), net::buffer(std::string("1\r\nx\r\n")));
+        wait_until([&] { return scalar("SELECT received FROM uploads WHERE att_id = " + q(att)) == "2097152"; }, 20s,
+                   "both pieces stored");
+        st.socket().close(); // gone before the last chunk ("0")
+    }
+    auto st = status(u, att);
+    ASSERT_EQ(st.status, 200) << st.body;
+    EXPECT_EQ(st.json().at("offset").as_int64(), static_cast<std::int64_t>(data.size()));
+    EXPECT_FALSE(st.json().at("complete").as_bool());
+    auto e = put(u, att, static_cast<std::int64_t>(data.size()), "");
+    ASSERT_EQ(e.status, 200) << e.body;
+    EXPECT_TRUE(e.json().at("complete").as_bool()) << e.body;
+    EXPECT_EQ(e.json().at("offset").as_int64(), static_cast<std::int64_t>(data.size()));
+    auto d = download(u, att);
+    ASSERT_EQ(d.status, 200);
+    EXPECT_TRUE(d.body == data);
+}
+
 TEST_F(Attachments, bad_input_is_refused_with_its_code_and_changes_nothing) {
     auto w = make_world(db(), "attbad", 1);
     const auto& u = w.users[0];

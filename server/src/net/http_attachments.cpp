@@ -51,6 +51,7 @@ struct HttpSession::Transfer {
     // The piece read ahead (att_read_ahead): from read_pos, while `out` is written.
     std::int64_t read_pos = 0;
     std::string ahead;
+    std::string spare; // the buffer of the piece written last, for the next read (no allocation per piece)
     bool reading = false, ahead_ready = false, read_failed = false, writing = false;
 
     bool sending = false; // in Metrics::downloads_in_progress
@@ -511,15 +512,17 @@ void HttpSession::att_read_ahead() {
     const std::int64_t from = t->read_pos;
     const auto want = static_cast<std::size_t>(
         std::min<std::int64_t>(t->end - from, static_cast<std::int64_t>(attachment_piece_bytes)));
-    const bool ok = att_pool().submit([self, t, exec, store, from, want](pqxx::connection_base* c) {
-        std::string piece;
+    const bool ok = att_pool().submit([self, t, exec, store, from, want,
+                                       piece = std::move(t->spare)](pqxx::connection_base* c) mutable {
         if (c) {
             try {
-                piece = store->read(*c, t->kind, t->att, from, want);
+                store->read_into(*c, t->kind, t->att, from, want, piece);
             } catch (const std::exception& e) {
                 log_warn("download_read_failed", {{"att", t->att}, {"err", e.what()}});
                 piece.clear();
             }
+        } else {
+            piece.clear();
         }
         net::post(exec, [self, t, piece = std::move(piece)]() mutable {
             t->reading = false;
@@ -568,6 +571,7 @@ void HttpSession::att_write_next() {
             if (ec == http::error::need_buffer) ec = {};
             if (ec) return fail(ec, "download_write");
             self->gw_->metrics().attachment_bytes_out += static_cast<long long>(t->out.size());
+            t->spare = std::move(t->out); // the next read fills it
             t->out.clear();
             if (t->read_failed) return self->close();
             if (!t->sr->is_done()) return self->att_write_next();

@@ -67,6 +67,22 @@ const Statements& attachment_statements() {
         // EXTERNAL storage, no decompression of the whole value).
         {"im_att_chunk_put", "INSERT INTO upload_chunks (att_id, off, len, data) VALUES ($1::uuid, $2, $3, $4)"},
         {"im_att_chunk_drop", "DELETE FROM upload_chunks WHERE att_id = $1::uuid"},
+        // A piece of a PostgreSQL-store upload in one statement, one round
+        // trip (Attachments::append): the row locked, judged (not complete,
+        // at the offset, the bytes fit its size), the chunk inserted and the
+        // offset moved, committed together by the statement's own
+        // transaction; the row as it was, and its new stamp (NULL: nothing
+        // written, the row says why).
+        {"im_att_append_pg",
+         "WITH cur AS (SELECT received, size, complete, store, updated_at::text AS stamp FROM uploads "
+         "WHERE att_id = $1::uuid AND owner_user = $2 FOR UPDATE), "
+         "ok AS (SELECT 1 FROM cur WHERE store = 'pg' AND NOT complete AND received = $3::bigint "
+         "AND $4::bigint > 0 AND received + $4::bigint <= size), "
+         "ins AS (INSERT INTO upload_chunks (att_id, off, len, data) SELECT $1::uuid, $3::bigint, $4::bigint, $5::bytea "
+         "FROM ok RETURNING 1), "
+         "adv AS (UPDATE uploads SET received = received + $4::bigint, updated_at = now() "
+         "WHERE att_id = $1::uuid AND EXISTS (SELECT 1 FROM ok) RETURNING updated_at::text) "
+         "SELECT received, size, complete, store, stamp, (SELECT updated_at FROM adv) FROM cur"},
         // The collector's candidates, oldest first; each is then judged again under its lock.
         {"im_att_stale",
          "(SELECT att_id::text FROM uploads WHERE NOT complete AND updated_at < now() - make_interval(secs => $1 / 1000.0) "
@@ -171,10 +187,26 @@ struct RawConnection : pqxx::largeobject {
     static PGconn* of(const pqxx::dbtransaction& tx) { return raw_connection(tx); }
 };
 
+// A transaction object that never sends BEGIN: it is only there so that
+// RawConnection can hand out libpq's handle, for one statement run in
+// autocommit (its own single-statement transaction). A piece read is then
+// one round trip instead of BEGIN, SELECT and ROLLBACK: each is a wake-up
+// of the backend and of the worker, which under load costs more than the
+// read itself (docs/benchmarks.md).
+class Autocommit : public pqxx::dbtransaction {
+public:
+    explicit Autocommit(pqxx::connection_base& c) : pqxx::internal::namedclass{"autocommit"}, pqxx::dbtransaction(c, true) {}
+    ~Autocommit() override { End(); } // never begun: only unregisters it from the connection
+
+private:
+    void do_commit() override {}
+};
+
 } // namespace
 
-std::string PgBlobStore::read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) {
-    pqxx::read_transaction tx(c);
+void PgBlobStore::read_into(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max,
+                            std::string& out) {
+    Autocommit tx(c);
     // The piece in binary form: libpqxx 6 asks for text results only, and a
     // bytea in text is hex, twice its size, encoded by the backend and
     // decoded here (PQunescapeBytea): the PostgreSQL store's download cost
@@ -196,12 +228,11 @@ std::string PgBlobStore::read(pqxx::connection_base& c, const std::string& att, 
         const std::string err = r ? PQresultErrorMessage(r.get()) : PQerrorMessage(raw);
         throw std::runtime_error("reading a piece: " + err);
     }
-    std::string out;
+    out.clear(); // its capacity stays
     const int rows = PQntuples(r.get());
     for (int i = 0; i < rows && out.size() < max; ++i)
         out.append(PQgetvalue(r.get(), i, 1), static_cast<std::size_t>(PQgetlength(r.get(), i, 1)));
     if (out.size() > max) out.resize(max);
-    return out;
 }
 
 void PgBlobStore::drop(pqxx::work& tx, const std::string& att) {
@@ -262,7 +293,8 @@ void DirBlobStore::write(pqxx::work&, const std::string& att, std::int64_t offse
     if (offset == 0) fsync_dir(dir_); // the new name too
 }
 
-std::string DirBlobStore::read(pqxx::connection_base&, const std::string& att, std::int64_t from, std::size_t max) {
+void DirBlobStore::read_into(pqxx::connection_base&, const std::string& att, std::int64_t from, std::size_t max,
+                             std::string& out) {
     auto p = path(att, false);
     Fd f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
     if (f.fd < 0 && errno == ENOENT) {
@@ -270,10 +302,11 @@ std::string DirBlobStore::read(pqxx::connection_base&, const std::string& att, s
         f.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
     }
     if (f.fd < 0) {
-        if (errno == ENOENT) return {};
+        out.clear();
+        if (errno == ENOENT) return;
         io_error("open", p);
     }
-    std::string out(max, '\0');
+    out.resize(max); // no zeroing when a buffer turned over is that long already
     std::size_t got = 0;
     while (got < max) {
         const auto n = ::pread(f.fd, out.data() + got, max - got, from + static_cast<off_t>(got));
@@ -283,7 +316,6 @@ std::string DirBlobStore::read(pqxx::connection_base&, const std::string& att, s
         got += static_cast<std::size_t>(n);
     }
     out.resize(got);
-    return out;
 }
 
 void DirBlobStore::drop(pqxx::work&, const std::string& att) {
@@ -503,6 +535,38 @@ Att<UploadState> Attachments::check_put(pqxx::connection_base& c, const std::str
 Att<std::int64_t> Attachments::append(pqxx::connection_base& c, const std::string& user, const std::string& att,
                                       std::int64_t offset, std::string_view bytes) {
     if (!valid_att_id(att)) return att_not_found();
+    // The PostgreSQL store: one statement instead of BEGIN, the row's lock,
+    // the chunk, the offset and COMMIT (five round trips a piece, each a
+    // wake-up of the backend and of this worker: under load, the upload's
+    // cost). The same checks, the same transaction, the same durability
+    // (the pool's sessions commit with synchronous_commit on).
+    if (std::string_view(blobs_.kind()) == "pg" && !bytes.empty()) {
+        auto one = guarded_att<std::optional<std::int64_t>>("att_append", [&]() -> Att<std::optional<std::int64_t>> {
+            prepare(c);
+            pqxx::nontransaction tx(c);
+            const auto len = static_cast<std::int64_t>(bytes.size());
+            auto r = tx.exec_prepared("im_att_append_pg", att, user, offset, len,
+                                      pqxx::binarystring(bytes.data(), bytes.size()));
+            if (r.empty()) return att_not_found();
+            const auto& row = r[0];
+            if (row[5].is_null()) {
+                UploadState was;
+                was.received = row[0].as<std::int64_t>();
+                was.size = row[1].as<std::int64_t>();
+                was.complete = row[2].as<bool>();
+                if (auto f = put_refusal(was, offset, len)) return *f;
+                return std::optional<std::int64_t>{}; // a row of another store: the general path
+            }
+            // Written: the running digest goes on when the row's stamp
+            // before this piece is the one our last piece left.
+            auto md = digest_at(att, offset, row[4].c_str());
+            if (md && EVP_DigestUpdate(md.get(), bytes.data(), bytes.size()) != 1) md.reset();
+            keep_digest(att, offset + len, row[5].c_str(), std::move(md));
+            return std::optional<std::int64_t>{offset + len};
+        });
+        if (auto* f = std::get_if<AttFailure>(&one)) return *f;
+        if (auto to = std::get<std::optional<std::int64_t>>(one)) return *to;
+    }
     return guarded_att<std::int64_t>("att_append", [&]() -> Att<std::int64_t> {
         prepare(c);
         pqxx::work tx(c);

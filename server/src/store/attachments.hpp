@@ -80,7 +80,16 @@ public:
     /// Writes `bytes` at `offset` (the upload's `received`, held by `tx`).
     virtual void write(pqxx::work& tx, const std::string& att, std::int64_t offset, std::string_view bytes) = 0;
     /// At most `max` bytes from `from` (fewer only at the end of what was written).
-    virtual std::string read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) = 0;
+    std::string read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) {
+        std::string out;
+        read_into(c, att, from, max, out);
+        return out;
+    }
+    /// read() into `out`, replacing its bytes but keeping its capacity: a
+    /// download turns two buffers over instead of allocating (and, pieces
+    /// being mmap'ed, page-faulting and zeroing) a fresh piece each time.
+    virtual void read_into(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max,
+                           std::string& out) = 0;
     /// Every byte of the upload goes (a digest mismatch restarts it at 0;
     /// the collector), inside `tx`.
     virtual void drop(pqxx::work& tx, const std::string& att) = 0;
@@ -97,7 +106,8 @@ class PgBlobStore : public BlobStore {
 public:
     const char* kind() const override { return "pg"; }
     void write(pqxx::work& tx, const std::string& att, std::int64_t offset, std::string_view bytes) override;
-    std::string read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) override;
+    void read_into(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max,
+                   std::string& out) override;
     void drop(pqxx::work& tx, const std::string& att) override;
 };
 
@@ -112,7 +122,8 @@ public:
     explicit DirBlobStore(std::string dir);
     const char* kind() const override { return "dir"; }
     void write(pqxx::work& tx, const std::string& att, std::int64_t offset, std::string_view bytes) override;
-    std::string read(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max) override;
+    void read_into(pqxx::connection_base& c, const std::string& att, std::int64_t from, std::size_t max,
+                   std::string& out) override;
     void drop(pqxx::work& tx, const std::string& att) override;
     void seal(const std::string& att) override;
     std::vector<std::string> files_older_than(std::int64_t min_age_ms) override;
@@ -197,6 +208,11 @@ public:
     std::string read(pqxx::connection_base& c, const std::string& kind, const std::string& att, std::int64_t from,
                      std::size_t max) {
         return blobs_of(kind).read(c, att, from, max);
+    }
+    /// read() into a buffer the caller turns over (BlobStore::read_into).
+    void read_into(pqxx::connection_base& c, const std::string& kind, const std::string& att, std::int64_t from,
+                   std::size_t max, std::string& out) {
+        blobs_of(kind).read_into(c, att, from, max, out);
     }
 
     /// The collector (server.md: "Incomplete uploads, and complete ones no
