@@ -214,11 +214,12 @@ $$;
 -- the sends (and changes) before it in the group, the seqs are gap-free in
 -- item order, and a repeated key answers dup:true as across commits.
 --
--- The locks, in im_send's order: the devices' gates shared (device order),
--- then the runs' conversation rows FOR NO KEY UPDATE SKIP LOCKED (members
--- with a valid device only) with each one's gate tried. A run whose row or
--- gate another transaction holds is LOCKED as in im_send: nothing of it is
--- written, the caller runs it again later. With p_lock_timeout_ms > 0 (the
+-- The locks are im_send's, taken by the same function (im_lock_runs,
+-- schema/functions/im_send.sql): the devices' gates shared (device order),
+-- then the runs' conversation rows FOR NO KEY UPDATE SKIP LOCKED with the
+-- devices' rows FOR SHARE (members with a valid device only), each row's
+-- gate tried. A run whose row or gate another transaction holds is LOCKED
+-- as in im_send: nothing of it is written, the caller runs it again later. With p_lock_timeout_ms > 0 (the
 -- caller's lock waiter, for the runs of ONE conversation), im_send_lock
 -- waits for them first (im_send_queued.sql). im_send and im_change find the
 -- gates and rows already this transaction's, so they never wait; the
@@ -239,7 +240,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     nr     integer := coalesce(array_length(p_convs, 1), 0);
     n      integer := coalesce(array_length(p_runs, 1), 0);
-    got    text[] := ARRAY[]::text[];                          -- conversations whose row and gate are ours
     held   boolean[] := array_fill(false, ARRAY[nr]);
     a_code text[] := array_fill(NULL::text, ARRAY[n]);
     a_seq  bigint[] := array_fill(NULL::bigint, ARRAY[n]);
@@ -256,36 +256,13 @@ DECLARE
 BEGIN
     IF p_lock_timeout_ms > 0 THEN
         PERFORM im_send_lock(p_lock_timeout_ms, p_devices, p_token_sha256s, p_convs, p_users);
-    ELSE
-        PERFORM pg_advisory_xact_lock_shared(im_device_gate_key(x.dev))
-           FROM (SELECT DISTINCT dev FROM unnest(p_devices) AS dev ORDER BY dev) x;
     END IF;
-    FOR k IN
-        SELECT cv.conv_id
-          FROM conversations cv
-         WHERE cv.conv_id IN (
-                SELECT r.conv
-                  FROM unnest(p_devices, p_token_sha256s, p_convs, p_users) AS r(dev, tok, conv, usr)
-                  JOIN devices d ON d.device_id = r.dev AND d.user_id = r.usr
-                                AND d.token_sha256 = decode(r.tok, 'hex') AND d.revoked_at IS NULL
-                 WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr))
-         ORDER BY cv.conv_id
-           FOR NO KEY UPDATE OF cv SKIP LOCKED
-    LOOP
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(im_conv_gate_key(k.conv_id));
-        got := got || k.conv_id;
-    END LOOP;
-    -- Held: a member with a valid device whose conversation's row or gate
-    -- is another transaction's (a stranger or a revoked device is answered
-    -- by im_send and im_change, without a lock).
-    FOR run IN 1..nr LOOP
-        CONTINUE WHEN p_convs[run] = ANY (got);
-        held[run] := EXISTS (SELECT 1 FROM devices d
-                              WHERE d.device_id = p_devices[run] AND d.user_id = p_users[run]
-                                AND d.token_sha256 = decode(p_token_sha256s[run], 'hex') AND d.revoked_at IS NULL)
-                     AND EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_convs[run])
-                     AND EXISTS (SELECT 1 FROM membership_periods m
-                                  WHERE m.conv_id = p_convs[run] AND m.user_id = p_users[run]);
+    -- The locks, as im_send takes them (im_lock_runs, schema/functions/
+    -- im_send.sql). Held: a member with a valid device whose conversation's
+    -- row or gate is another transaction's (LOCKED); a stranger or a revoked
+    -- device is answered by im_send and im_change, without a lock.
+    FOR k IN SELECT l.r_run, l.r_code FROM im_lock_runs(p_devices, p_token_sha256s, p_convs, p_users) l LOOP
+        held[k.r_run] := k.r_code IS NOT DISTINCT FROM 'LOCKED';
     END LOOP;
     ix := 1;
     WHILE ix <= n LOOP

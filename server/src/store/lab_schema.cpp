@@ -3,6 +3,7 @@
 #include "core/log.hpp"
 #include "store/migrations.hpp"
 
+#include <cctype>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
@@ -95,6 +96,30 @@ std::string variant_sql(const Variant& v, std::string_view base, std::string_vie
     if (sql.empty()) throw std::runtime_error("schema/functions/" + std::string(base) + ".sql is not embedded");
     replace_once(sql, "FUNCTION " + std::string(base) + "(", "FUNCTION " + std::string(prefix) + std::string(v.name) + "(",
                  v.name);
+    // The file's other functions (im_send.sql's im_lock_runs, im_change.sql's
+    // im_write_group): renamed in the variant, definition and calls, so the
+    // variant is self-contained and never replaces a production function
+    // (its edits may fall in one of them: the no_lock variant's do).
+    static constexpr std::string_view create = "CREATE OR REPLACE FUNCTION ";
+    std::vector<std::string> helpers;
+    for (auto at = sql.find(create); at != std::string::npos; at = sql.find(create, at + 1)) {
+        const auto from = at + create.size();
+        const auto name = sql.substr(from, sql.find('(', from) - from);
+        if (name.rfind(prefix, 0) != 0) helpers.push_back(name);
+    }
+    for (const auto& h : helpers) {
+        const std::string from = h + "(", to = std::string(prefix) + std::string(v.name) + "_" + h + "(";
+        std::size_t pos = 0;
+        while ((pos = sql.find(from, pos)) != std::string::npos) {
+            const bool longer = pos > 0 && (std::isalnum(static_cast<unsigned char>(sql[pos - 1])) || sql[pos - 1] == '_');
+            if (longer) { // part of a longer name: not this function
+                pos += from.size();
+                continue;
+            }
+            sql.replace(pos, from.size(), to);
+            pos += to.size();
+        }
+    }
     for (const auto& e : v.edits) replace_once(sql, e.from, e.to, v.name);
     return sql;
 }
