@@ -74,15 +74,16 @@ void replace_once(std::string& sql, std::string_view from, std::string_view to, 
 }
 
 // The variants of im_change (schema/functions/im_change.sql, edit and
-// react), im_lab_change_<name>, selected by Store::edit/react.
+// react), im_lab_change_<name>, selected by Store::edit/react; their edits
+// fall in im_change_items, which the variant carries renamed.
 const std::vector<Variant>& change_variants() {
     static const std::vector<Variant> list = {
         // an edit is judged without its window (contract section 12)
         {"rule.edit_window", "edit_window",
-         {{"IF p_kind = 'edit' AND (cv.edit_window_ms = 0", "IF false AND (cv.edit_window_ms = 0"}}},
+         {{"IF k.kind = 'edit' AND (k.edit_window_ms = 0", "IF false AND (k.edit_window_ms = 0"}}},
         // a reaction already as asked appends an event anyway
         {"rule.react_noop", "react_noop",
-         {{"IF (FOUND AND st.is_on = p_on) OR (NOT FOUND AND NOT p_on) THEN", "IF false THEN"}}},
+         {{"IF (c_has AND c_on = k.on_) OR (NOT c_has AND NOT k.on_) THEN", "IF false THEN"}}},
     };
     return list;
 }
