@@ -805,3 +805,46 @@ TEST(GroupCommit, a_group_of_changes_is_judged_set_based_as_one_request_after_th
                            "json_array_length(reactions_top::json) FROM msg_changes WHERE conv_id = " + c + " AND seq = 3"),
               "29:second fix:27:20");
 }
+
+// The write path's lock order (im_lock_runs, shared by im_send and
+// im_write_group): the device's gate first, then the rows. A send that
+// meets its device's gate held exclusively (a revocation or a token change
+// takes it before its UPDATE of the device row) waits there holding NO row:
+// the revocation's own lock of the device row, and any writer of the
+// conversation row, get them at once. Taken the other way round, the send
+// would wait at the gate holding the device row FOR SHARE and the
+// conversation row, and the revocation's UPDATE would deadlock with it.
+TEST(GroupCommit, a_send_waiting_at_its_devices_gate_holds_neither_the_device_row_nor_the_conversation_row) {
+    Queued qd(1);
+    const auto& w = qd.worlds[0];
+    const auto& u = w.users[0];
+    pqxx::connection holder(qd.pg.url());
+    pqxx::work gate(holder);
+    gate.exec("SELECT pg_advisory_xact_lock(im_device_gate_key(" + q(u.device) + "))");
+    qd.clients[0]->send_json({{"t", "send"}, {"rid", "g"}, {"conv", w.conv}, {"cmid", "g1"}, {"body", "gated"}});
+    ASSERT_TRUE(wait_until([&] { return qd.pg.pool_workers_waiting_on_locks() == 1; }, 20s))
+        << "the send never waited at its device's gate";
+    // Both rows are free: NOWAIT answers at once either way (55P03 if held).
+    EXPECT_NO_THROW(gate.exec("SELECT 1 FROM devices WHERE device_id = " + q(u.device) + " FOR UPDATE NOWAIT"))
+        << "the waiting send holds its device's row";
+    gate.abort();
+    // The gate is free now; the send goes through and answers.
+    auto r = reply_to(*qd.clients[0], "g");
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(str(*r, "t"), "sent") << json::serialize(*r);
+    pqxx::connection other(qd.pg.url());
+    // The conversation row, checked the same way on a second hold.
+    pqxx::work gate2(holder);
+    gate2.exec("SELECT pg_advisory_xact_lock(im_device_gate_key(" + q(u.device) + "))");
+    qd.clients[0]->send_json({{"t", "send"}, {"rid", "g2"}, {"conv", w.conv}, {"cmid", "g2"}, {"body", "gated again"}});
+    ASSERT_TRUE(wait_until([&] { return qd.pg.pool_workers_waiting_on_locks() == 1; }, 20s))
+        << "the send never waited at its device's gate";
+    pqxx::work rows(other);
+    EXPECT_NO_THROW(rows.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR NO KEY UPDATE NOWAIT"))
+        << "the waiting send holds its conversation's row";
+    rows.abort();
+    gate2.abort();
+    auto r2 = reply_to(*qd.clients[0], "g2");
+    ASSERT_TRUE(r2.has_value());
+    EXPECT_EQ(str(*r2, "t"), "sent") << json::serialize(*r2);
+}
