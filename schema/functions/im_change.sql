@@ -115,16 +115,21 @@ BEGIN
             SELECT r.g::integer AS g, r.conv, r.usr, p_run_codes[r.g] AS run_code,
                    min(r.g) OVER (PARTITION BY r.conv)::integer AS conv_at,
                    cv.next_seq, cv.epoch, cv.min_seq, cv.edit_window_ms, cv.msg_count,
-                   (SELECT bool_or(m.to_seq IS NULL) FROM membership_periods m
-                     WHERE m.conv_id = r.conv AND m.user_id = r.usr) AS open,
-                   (SELECT max(m.to_seq) FROM membership_periods m
-                     WHERE m.conv_id = r.conv AND m.user_id = r.usr) AS closed_head,
-                   EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr) AS member,
+                   mp.open, mp.closed_head, mp.member,
                    EXISTS (SELECT 1 FROM conversation_mutes mu
                             WHERE mu.conv_id = r.conv AND mu.user_id = r.usr
                               AND (mu.until IS NULL OR mu.until > v_now)) AS muted
               FROM unnest(p_convs, p_users) WITH ORDINALITY AS r(conv, usr, g)
-              LEFT JOIN conversations cv ON cv.conv_id = r.conv AND p_run_codes[r.g] IS NULL),
+              -- Each lookup a probe of its key (OFFSET 0: not turned into a
+              -- join that reads the whole table, which the generic plan's
+              -- estimate of 10 items made cheaper on small tables: measured,
+              -- the events read in full per group).
+              LEFT JOIN LATERAL (
+                    SELECT c.next_seq, c.epoch, c.min_seq, c.edit_window_ms, c.msg_count FROM conversations c
+                     WHERE c.conv_id = r.conv AND p_run_codes[r.g] IS NULL OFFSET 0) cv ON true
+              CROSS JOIN LATERAL (
+                    SELECT bool_or(m.to_seq IS NULL) AS open, max(m.to_seq) AS closed_head, count(*) > 0 AS member
+                      FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr) mp),
         it AS (
             SELECT u.i::integer AS i, u.kind, u.cmid, u.target, u.body, u.emoji, u.on_, rs.*,
                    CASE WHEN u.kind = 'edit'
@@ -167,9 +172,13 @@ BEGIN
                      WHERE e.conv_id = it.conv AND e.sender_user = it.usr AND e.client_msg_id = it.cmid
                     OFFSET 0) f
                  ORDER BY f.seq LIMIT 1) o ON true
-          LEFT JOIN events t ON t.conv_id = it.conv AND t.seq = it.target
-          LEFT JOIN reaction_state s ON it.kind = 'reaction' AND s.conv_id = it.conv AND s.target_seq = it.target
-                                    AND s.user_id = it.usr AND s.emoji = it.emoji
+          LEFT JOIN LATERAL (
+                SELECT t.kind, t.sender_user, t.created_at FROM events t
+                 WHERE t.conv_id = it.conv AND t.seq = it.target OFFSET 0) t ON true
+          LEFT JOIN LATERAL (
+                SELECT s.is_on, s.seq FROM reaction_state s
+                 WHERE it.kind = 'reaction' AND s.conv_id = it.conv AND s.target_seq = it.target
+                   AND s.user_id = it.usr AND s.emoji = it.emoji OFFSET 0) s ON true
          ORDER BY it.i
     LOOP
         a_fp[k.i] := k.fp;
