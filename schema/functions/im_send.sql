@@ -65,6 +65,84 @@
 -- announced again, as the bus's publish-after-commit does: its original may
 -- have been committed by a gateway that died before it published.
 
+-- im_lock_runs: the locks of a group of runs, and the answer of each run
+-- whose conversation is not this transaction's. The ONE place of the write
+-- path's lock-taking: im_send (below) and im_write_group
+-- (schema/functions/im_change.sql) both start with it, so their order of
+-- locks, their SKIP LOCKED and their answer for a held row cannot drift
+-- apart. Per run g (p_devices[g], p_token_sha256s[g], p_convs[g],
+-- p_users[g]) one row: r_run = g; r_code NULL when the run's conversation
+-- row and gate are now this transaction's (r_epoch its epoch), else
+-- UNAUTHENTICATED (the device lost its access), LOCKED (a member with a
+-- valid device, but another transaction holds the row or the gate: the
+-- caller runs it again later) or NOT_MEMBER (no period, or no such
+-- conversation: C4 answers them alike).
+--
+-- In this order (im_send_lock, schema/functions/im_send_queued.sql, waits
+-- for the same locks in the same order):
+CREATE OR REPLACE FUNCTION im_lock_runs(p_devices text[], p_token_sha256s text[], p_convs text[], p_users text[])
+RETURNS TABLE (r_run integer, r_code text, r_epoch bigint)
+SET plan_cache_mode = force_generic_plan
+LANGUAGE plpgsql AS $$
+DECLARE
+    nr       integer := coalesce(array_length(p_convs, 1), 0);
+    k        record;
+    run_code text[] := array_fill(NULL::text, ARRAY[nr]);
+    run_lock boolean[] := array_fill(false, ARRAY[nr]);
+    run_ep   bigint[] := array_fill(NULL::bigint, ARRAY[nr]);
+BEGIN
+    -- 0. The caller has (or had) a period here: tested before the rows are
+    --    locked (a filtered row is never locked), so a stranger, or a probe
+    --    of an unknown conversation, never waits on the row lock.
+    -- The devices' gates, shared (im_send's header, below), before this
+    -- call's first snapshot of their rows.
+    PERFORM pg_advisory_xact_lock_shared(im_device_gate_key(g.dev))
+       FROM (SELECT DISTINCT dev FROM unnest(p_devices) AS dev ORDER BY dev) g;
+    -- 1. The conversation rows, locked in conversation order: per-conversation
+    --    seq order = commit order. A row another transaction holds is
+    --    skipped, not waited for. The devices' rows with them. Then each
+    --    locked row's conversation gate is tried (schema/functions/
+    --    im_conv_gate.sql): held or waited for by another transaction, the
+    --    run is left out as if its row were held (the row stays locked until
+    --    this call commits: the gate's first waiter waits for this one
+    --    statement, then has its turn). A gate or row this transaction holds
+    --    already, im_send_queued's, is ours. (The gate is tried here, not in
+    --    the query: a qual there would be evaluated before step 0's semi-join,
+    --    or turn it into a subplan, and the plan was measured as is.)
+    FOR k IN
+        SELECT r.g::integer AS g, cv.epoch
+          FROM unnest(p_devices, p_token_sha256s, p_convs, p_users) WITH ORDINALITY AS r(dev, tok, conv, usr, g)
+          JOIN conversations cv ON cv.conv_id = r.conv
+          JOIN devices d ON d.device_id = r.dev AND d.user_id = r.usr
+                        AND d.token_sha256 = decode(r.tok, 'hex') AND d.revoked_at IS NULL
+         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)
+         ORDER BY cv.conv_id
+           FOR NO KEY UPDATE OF cv SKIP LOCKED FOR SHARE OF d
+    LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(im_conv_gate_key(p_convs[k.g]));
+        run_lock[k.g] := true;
+        run_ep[k.g] := k.epoch;
+    END LOOP;
+    -- A run left out: which check failed, its device's access, the
+    -- conversation (C4: unknown and not a member answer alike), or its row
+    -- was held. Rare; a statement or two per such run.
+    FOR g IN 1..nr LOOP
+        CONTINUE WHEN run_lock[g];
+        IF NOT EXISTS (SELECT 1 FROM devices d
+                        WHERE d.device_id = p_devices[g] AND d.user_id = p_users[g]
+                          AND d.token_sha256 = decode(p_token_sha256s[g], 'hex') AND d.revoked_at IS NULL) THEN
+            run_code[g] := 'UNAUTHENTICATED';
+        ELSIF EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_convs[g])
+              AND EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_convs[g] AND m.user_id = p_users[g]) THEN
+            run_code[g] := 'LOCKED';
+        ELSE
+            run_code[g] := 'NOT_MEMBER';
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT g::integer, run_code[g], run_ep[g] FROM generate_series(1, nr) g;
+END
+$$;
+
 -- The signature changed with the set-based rewrite (issue 28), again
 -- with p_channel, again with p_reply_tos (contract v3) and again with p_atts and r_atts
 -- (attachments: the list a msg event carries, as JSON, for the sender's gateway's pushes). The one-run im_send(text, text, text, text, text[],
@@ -122,53 +200,12 @@ DECLARE
     a_src    integer[] := array_fill(NULL::integer, ARRAY[n]); -- a repeat of item a_src, new in this call
     key_new  integer[] := array_fill(NULL::integer, ARRAY[n]); -- the item new in this call with this item's key, up to it
 BEGIN
-    -- 0. The caller has (or had) a period here: tested before the rows are
-    --    locked (a filtered row is never locked), so a stranger, or a probe
-    --    of an unknown conversation, never waits on the row lock.
-    -- The devices' gates, shared (above), before this call's first snapshot
-    -- of their rows.
-    PERFORM pg_advisory_xact_lock_shared(im_device_gate_key(g.dev))
-       FROM (SELECT DISTINCT dev FROM unnest(p_devices) AS dev ORDER BY dev) g;
-    -- 1. The conversation rows, locked in conversation order: per-conversation
-    --    seq order = commit order. A row another transaction holds is
-    --    skipped, not waited for. The devices' rows with them. Then each
-    --    locked row's conversation gate is tried (schema/functions/
-    --    im_conv_gate.sql): held or waited for by another transaction, the
-    --    run is left out as if its row were held (the row stays locked until
-    --    this call commits: the gate's first waiter waits for this one
-    --    statement, then has its turn). A gate or row this transaction holds
-    --    already, im_send_queued's, is ours. (The gate is tried here, not in
-    --    the query: a qual there would be evaluated before step 0's semi-join,
-    --    or turn it into a subplan, and the plan was measured as is.)
-    FOR k IN
-        SELECT r.g::integer AS g, cv.epoch
-          FROM unnest(p_devices, p_token_sha256s, p_convs, p_users) WITH ORDINALITY AS r(dev, tok, conv, usr, g)
-          JOIN conversations cv ON cv.conv_id = r.conv
-          JOIN devices d ON d.device_id = r.dev AND d.user_id = r.usr
-                        AND d.token_sha256 = decode(r.tok, 'hex') AND d.revoked_at IS NULL
-         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)
-         ORDER BY cv.conv_id
-           FOR NO KEY UPDATE OF cv SKIP LOCKED FOR SHARE OF d
-    LOOP
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(im_conv_gate_key(p_convs[k.g]));
-        run_lock[k.g] := true;
-        run_ep[k.g] := k.epoch;
-    END LOOP;
-    -- A run left out: which check failed, its device's access, the
-    -- conversation (C4: unknown and not a member answer alike), or its row
-    -- was held. Rare; a statement or two per such run.
-    FOR g IN 1..nr LOOP
-        CONTINUE WHEN run_lock[g];
-        IF NOT EXISTS (SELECT 1 FROM devices d
-                        WHERE d.device_id = p_devices[g] AND d.user_id = p_users[g]
-                          AND d.token_sha256 = decode(p_token_sha256s[g], 'hex') AND d.revoked_at IS NULL) THEN
-            run_code[g] := 'UNAUTHENTICATED';
-        ELSIF EXISTS (SELECT 1 FROM conversations cv WHERE cv.conv_id = p_convs[g])
-              AND EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = p_convs[g] AND m.user_id = p_users[g]) THEN
-            run_code[g] := 'LOCKED';
-        ELSE
-            run_code[g] := 'NOT_MEMBER';
-        END IF;
+    -- 0-1. The locks, and each run's answer when its row is not ours:
+    --    im_lock_runs (above), shared with im_write_group.
+    FOR k IN SELECT l.r_run, l.r_code, l.r_epoch FROM im_lock_runs(p_devices, p_token_sha256s, p_convs, p_users) l LOOP
+        run_code[k.r_run] := k.r_code;
+        run_lock[k.r_run] := k.r_code IS NULL;
+        run_ep[k.r_run] := k.r_epoch;
     END LOOP;
     -- 2. Steps 2-4a read in one statement for every item of the locked runs,
     --    judged below in their order. Within the group an item may repeat

@@ -688,3 +688,163 @@ TEST(GroupCommit, a_mixed_group_of_sends_edits_and_reacts_is_one_statement_judge
                            q(w.conv) + " AND seq = 5"),
               "6:two, fixed:[[\"👍\", 1]]");
 }
+
+// Function set 8: a group's edits and reacts are judged by im_change_items,
+// a few set statements for a whole stretch, not one im_change per item; the
+// answers must still be those of one request after the other. Twelve
+// changes of one message, each on its own connection, queued in this order
+// behind the held worker: the 20-emoji limit counts the group's own earlier
+// items (a 20th fits, a 21st does not until one goes off), a reaction's state
+// is the group's earlier item's (on, off, off again: the second off appends
+// nothing), a key repeated inside the group is the dup of its event even
+// after the state moved on, a target that is a reaction of this same group
+// is no msg, and of two edits in the group the later wins. The counts the
+// page shows equal the events' on-minus-off per emoji (counting under
+// resends).
+TEST(GroupCommit, a_group_of_changes_is_judged_set_based_as_one_request_after_the_other) {
+    Queued qd(1);
+    const auto& w = qd.worlds[0];
+    const auto& ana = w.users[0];
+    const auto& ben = w.users[1];
+    auto setup_ana = login(qd.srv.port(), ana), setup_ben = login(qd.srv.port(), ben);
+    // Joins are seqs 1-2: ana's m1 at 3, ben's 19 emoji on it at 4-22.
+    ASSERT_EQ(num(send_msg(*setup_ana, w.conv, "m1", "one"), "seq"), 3);
+    auto react = [&](std::int64_t target, const std::string& cmid, const std::string& emoji, bool on) {
+        return json::object{{"t", "react"}, {"conv", w.conv}, {"target", target}, {"cmid", cmid}, {"emoji", emoji},
+                            {"on", on}};
+    };
+    for (int i = 0; i < 19; ++i) {
+        auto r = setup_ben->request(react(3, "pre" + std::to_string(i), "e" + std::to_string(i), true));
+        ASSERT_EQ(num(r, "seq"), 4 + i) << json::serialize(r);
+    }
+    auto edit = [&](std::int64_t target, const std::string& cmid, const std::string& body) {
+        return json::object{{"t", "edit"}, {"conv", w.conv}, {"target", target}, {"cmid", cmid}, {"body", body}};
+    };
+    struct Step {
+        const TestUser* who;
+        json::object frame;
+    };
+    const std::vector<Step> steps = {
+        {&ben, react(3, "g1", "e19", true)},  // 0: 23, the 20th emoji
+        {&ben, react(3, "g2", "e20", true)},  // 1: a 21st: INVALID_ARGUMENT
+        {&ben, react(3, "g3", "e0", false)},  // 2: 24
+        {&ben, react(3, "g4", "e20", true)},  // 3: 25, fits now
+        {&ben, react(3, "g1", "e19", true)},  // 4: dup of 23
+        {&ana, react(3, "a1", "e0", true)},   // 5: 26
+        {&ana, react(3, "a2", "e0", false)},  // 6: 27
+        {&ana, react(3, "a3", "e0", false)},  // 7: already off: no event, seq 27
+        {&ana, edit(3, "x1", "first fix")},   // 8: 28
+        {&ana, edit(3, "x2", "second fix")},  // 9: 29, wins
+        {&ben, react(25, "g5", "x", true)},   // 10: a reaction of this group: INVALID_ARGUMENT
+        {&ana, react(3, "a1", "e0", true)},   // 11: dup of 26 (the state is off by now)
+    };
+    std::vector<std::unique_ptr<WsClient>> conns;
+    for (const auto& s : steps) conns.push_back(login(qd.srv.port(), *s.who));
+    auto first = login(qd.srv.port(), qd.blocker.users[0]);
+    const long long before = qd.srv.metric("im_send_group_commits_total");
+    ASSERT_NO_FATAL_FAILURE(qd.hold_worker_while(*first, static_cast<int>(steps.size()), [&] {
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+            auto frame = steps[i].frame;
+            frame["rid"] = "s" + std::to_string(i);
+            conns[i]->send_json(frame);
+            ASSERT_TRUE(wait_until([&] { return qd.srv.metric("im_send_runs_queued") == static_cast<long long>(i + 1); },
+                                   20s))
+                << "step " << i << " never queued";
+        }
+    }));
+    ASSERT_TRUE(reply_to(*first, "b").has_value());
+    std::vector<json::object> replies;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+        auto r = reply_to(*conns[i], "s" + std::to_string(i));
+        ASSERT_TRUE(r.has_value()) << "step " << i << ": no reply";
+        replies.push_back(*r);
+    }
+    auto ok = [&](std::size_t i, const std::string& t, std::int64_t seq, bool dup, bool changed) {
+        EXPECT_EQ(str(replies[i], "t"), t) << "step " << i << ": " << json::serialize(replies[i]);
+        if (str(replies[i], "t") != t) return;
+        EXPECT_EQ(num(replies[i], "seq"), seq) << "step " << i << ": " << json::serialize(replies[i]);
+        EXPECT_EQ(replies[i].at("dup").as_bool(), dup) << "step " << i << ": " << json::serialize(replies[i]);
+        if (t == "reacted") {
+            EXPECT_EQ(replies[i].at("changed").as_bool(), changed) << "step " << i << ": " << json::serialize(replies[i]);
+        }
+    };
+    auto refused = [&](std::size_t i, const std::string& code) {
+        EXPECT_EQ(str(replies[i], "code"), code) << "step " << i << ": " << json::serialize(replies[i]);
+    };
+    ok(0, "reacted", 23, false, true);
+    refused(1, "INVALID_ARGUMENT");
+    ok(2, "reacted", 24, false, true);
+    ok(3, "reacted", 25, false, true);
+    ok(4, "reacted", 23, true, true);
+    ok(5, "reacted", 26, false, true);
+    ok(6, "reacted", 27, false, true);
+    ok(7, "reacted", 27, false, false);
+    ok(8, "edited", 28, false, true);
+    ok(9, "edited", 29, false, true);
+    refused(10, "INVALID_ARGUMENT");
+    ok(11, "reacted", 26, true, true);
+    EXPECT_EQ(qd.srv.metric("im_send_group_commits_total") - before, 1);
+    const std::string group = "conv_id = " + q(w.conv) + " AND seq >= 23";
+    EXPECT_EQ(qd.pg.scalar("SELECT count(DISTINCT xmin::text) FROM events WHERE " + group), "1");
+    EXPECT_EQ(qd.pg.scalar("SELECT string_agg(seq || ':' || kind, ',' ORDER BY seq) FROM events WHERE " + group),
+              "23:reaction,24:reaction,25:reaction,26:reaction,27:reaction,28:edit,29:edit");
+    EXPECT_EQ(qd.pg.scalar("SELECT next_seq FROM conversations WHERE conv_id = " + q(w.conv)), "30");
+    // The counts are the events' on minus off, per emoji (e0: ben off, ana on and off).
+    const std::string c = q(w.conv);
+    EXPECT_EQ(qd.pg.scalar("SELECT count(*) FROM (SELECT emoji, sum(CASE WHEN react_on THEN 1 ELSE -1 END) AS n "
+                           "FROM events WHERE conv_id = " + c + " AND kind = 'reaction' AND target_seq = 3 GROUP BY emoji) e "
+                           "FULL JOIN (SELECT emoji, count AS n FROM reaction_counts WHERE conv_id = " + c +
+                           " AND target_seq = 3) r USING (emoji) WHERE e.n IS DISTINCT FROM r.n"),
+              "0");
+    EXPECT_EQ(qd.pg.scalar("SELECT count FROM reaction_counts WHERE conv_id = " + c + " AND target_seq = 3 AND emoji = 'e0'"),
+              "0");
+    EXPECT_EQ(qd.pg.scalar("SELECT count(*) FROM reaction_state WHERE conv_id = " + c + " AND target_seq = 3 AND is_on"),
+              "20");
+    // What a page shows: the later edit, the newest reaction's seq, 20 emoji.
+    EXPECT_EQ(qd.pg.scalar("SELECT edit_seq || ':' || edit_body || ':' || reactions_seq || ':' || "
+                           "json_array_length(reactions_top::json) FROM msg_changes WHERE conv_id = " + c + " AND seq = 3"),
+              "29:second fix:27:20");
+}
+
+// The write path's lock order (im_lock_runs, shared by im_send and
+// im_write_group): the device's gate first, then the rows. A send that
+// meets its device's gate held exclusively (a revocation or a token change
+// takes it before its UPDATE of the device row) waits there holding NO row:
+// the revocation's own lock of the device row, and any writer of the
+// conversation row, get them at once. Taken the other way round, the send
+// would wait at the gate holding the device row FOR SHARE and the
+// conversation row, and the revocation's UPDATE would deadlock with it.
+TEST(GroupCommit, a_send_waiting_at_its_devices_gate_holds_neither_the_device_row_nor_the_conversation_row) {
+    Queued qd(1);
+    const auto& w = qd.worlds[0];
+    const auto& u = w.users[0];
+    pqxx::connection holder(qd.pg.url());
+    pqxx::work gate(holder);
+    gate.exec("SELECT pg_advisory_xact_lock(im_device_gate_key(" + q(u.device) + "))");
+    qd.clients[0]->send_json({{"t", "send"}, {"rid", "g"}, {"conv", w.conv}, {"cmid", "g1"}, {"body", "gated"}});
+    ASSERT_TRUE(wait_until([&] { return qd.pg.pool_workers_waiting_on_locks() == 1; }, 20s))
+        << "the send never waited at its device's gate";
+    // Both rows are free: NOWAIT answers at once either way (55P03 if held).
+    EXPECT_NO_THROW(gate.exec("SELECT 1 FROM devices WHERE device_id = " + q(u.device) + " FOR UPDATE NOWAIT"))
+        << "the waiting send holds its device's row";
+    gate.abort();
+    // The gate is free now; the send goes through and answers.
+    auto r = reply_to(*qd.clients[0], "g");
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(str(*r, "t"), "sent") << json::serialize(*r);
+    pqxx::connection other(qd.pg.url());
+    // The conversation row, checked the same way on a second hold.
+    pqxx::work gate2(holder);
+    gate2.exec("SELECT pg_advisory_xact_lock(im_device_gate_key(" + q(u.device) + "))");
+    qd.clients[0]->send_json({{"t", "send"}, {"rid", "g2"}, {"conv", w.conv}, {"cmid", "g2"}, {"body", "gated again"}});
+    ASSERT_TRUE(wait_until([&] { return qd.pg.pool_workers_waiting_on_locks() == 1; }, 20s))
+        << "the send never waited at its device's gate";
+    pqxx::work rows(other);
+    EXPECT_NO_THROW(rows.exec("SELECT 1 FROM conversations WHERE conv_id = " + q(w.conv) + " FOR NO KEY UPDATE NOWAIT"))
+        << "the waiting send holds its conversation's row";
+    rows.abort();
+    gate2.abort();
+    auto r2 = reply_to(*qd.clients[0], "g2");
+    ASSERT_TRUE(r2.has_value());
+    EXPECT_EQ(str(*r2, "t"), "sent") << json::serialize(*r2);
+}

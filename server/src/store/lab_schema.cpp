@@ -3,6 +3,7 @@
 #include "core/log.hpp"
 #include "store/migrations.hpp"
 
+#include <cctype>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
@@ -73,15 +74,16 @@ void replace_once(std::string& sql, std::string_view from, std::string_view to, 
 }
 
 // The variants of im_change (schema/functions/im_change.sql, edit and
-// react), im_lab_change_<name>, selected by Store::edit/react.
+// react), im_lab_change_<name>, selected by Store::edit/react; their edits
+// fall in im_change_items, which the variant carries renamed.
 const std::vector<Variant>& change_variants() {
     static const std::vector<Variant> list = {
         // an edit is judged without its window (contract section 12)
         {"rule.edit_window", "edit_window",
-         {{"IF p_kind = 'edit' AND (cv.edit_window_ms = 0", "IF false AND (cv.edit_window_ms = 0"}}},
+         {{"IF k.kind = 'edit' AND (k.edit_window_ms = 0", "IF false AND (k.edit_window_ms = 0"}}},
         // a reaction already as asked appends an event anyway
         {"rule.react_noop", "react_noop",
-         {{"IF (FOUND AND st.is_on = p_on) OR (NOT FOUND AND NOT p_on) THEN", "IF false THEN"}}},
+         {{"IF (c_has AND c_on = k.on_) OR (NOT c_has AND NOT k.on_) THEN", "IF false THEN"}}},
     };
     return list;
 }
@@ -95,6 +97,30 @@ std::string variant_sql(const Variant& v, std::string_view base, std::string_vie
     if (sql.empty()) throw std::runtime_error("schema/functions/" + std::string(base) + ".sql is not embedded");
     replace_once(sql, "FUNCTION " + std::string(base) + "(", "FUNCTION " + std::string(prefix) + std::string(v.name) + "(",
                  v.name);
+    // The file's other functions (im_send.sql's im_lock_runs, im_change.sql's
+    // im_write_group): renamed in the variant, definition and calls, so the
+    // variant is self-contained and never replaces a production function
+    // (its edits may fall in one of them: the no_lock variant's do).
+    static constexpr std::string_view create = "CREATE OR REPLACE FUNCTION ";
+    std::vector<std::string> helpers;
+    for (auto at = sql.find(create); at != std::string::npos; at = sql.find(create, at + 1)) {
+        const auto from = at + create.size();
+        const auto name = sql.substr(from, sql.find('(', from) - from);
+        if (name.rfind(prefix, 0) != 0) helpers.push_back(name);
+    }
+    for (const auto& h : helpers) {
+        const std::string from = h + "(", to = std::string(prefix) + std::string(v.name) + "_" + h + "(";
+        std::size_t pos = 0;
+        while ((pos = sql.find(from, pos)) != std::string::npos) {
+            const bool longer = pos > 0 && (std::isalnum(static_cast<unsigned char>(sql[pos - 1])) || sql[pos - 1] == '_');
+            if (longer) { // part of a longer name: not this function
+                pos += from.size();
+                continue;
+            }
+            sql.replace(pos, from.size(), to);
+            pos += to.size();
+        }
+    }
     for (const auto& e : v.edits) replace_once(sql, e.from, e.to, v.name);
     return sql;
 }
