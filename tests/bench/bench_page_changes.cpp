@@ -24,9 +24,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 using namespace im::test;
 using clock_type = std::chrono::steady_clock;
@@ -134,6 +138,28 @@ std::string joined_summary_sql() {
            "WHERE (SELECT any_change FROM has)";
 }
 
+// CPU time (user + system, every thread) a process has used, ms; 0 when
+// it is gone. From /proc/PID/stat (clock ticks).
+double cpu_ms(pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return 0;
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    double ticks = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i)
+        if (i == 14 || i == 15) ticks += std::stod(field); // utime, stime
+    return ticks * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double cpu_ms(const std::vector<pid_t>& pids) {
+    double sum = 0;
+    for (pid_t p : pids) sum += cpu_ms(p);
+    return sum;
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
@@ -230,6 +256,24 @@ int main(int argc, char** argv) {
                     median(plain_then), median(heavy_then), median(heavy_then) / median(plain_then));
         std::printf("plain page this/before: %.2fx; heavy page this/before: %.2fx\n",
                     median(plain) / median(plain_then), median(heavy) / median(heavy_then));
+    }
+    // Where the CPU goes: K pages of one kind in a row, the CPU time each
+    // party used over them (imserver, the PostgreSQL cluster's processes,
+    // this client), per page. The clock ticks are 10 ms, so K is large.
+    {
+        const int k = std::max(200, requests * 4);
+        for (int rep = 0; rep < 2; ++rep)
+            for (const char* conv : {"pc-plain", "pc-heavy"}) {
+                const auto db = pg.pids();
+                const double s0 = cpu_ms(srv.pid()), d0 = cpu_ms(db), c0 = cpu_ms(::getpid());
+                const auto t0 = clock_type::now();
+                std::size_t bytes = 0;
+                pages(*ws, conv, k, bytes);
+                const double wall = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+                std::printf("CPU per page, %s: imserver %.2f ms, PostgreSQL %.2f ms, client %.2f ms (wall %.2f ms)\n",
+                            conv, (cpu_ms(srv.pid()) - s0) / k, (cpu_ms(db) - d0) / k, (cpu_ms(::getpid()) - c0) / k,
+                            wall / k);
+            }
     }
     // Where it goes: the reading statement alone (its execution in the
     // database), then the rest (encoding, the page's size accounting, the
