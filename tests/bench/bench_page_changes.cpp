@@ -375,19 +375,27 @@ int main(int argc, char** argv) {
     // party used over them (imserver, the PostgreSQL cluster's processes,
     // this client), per page. The clock ticks are 10 ms, so K is large.
     {
+        // With --before, its pages too (it is idle meanwhile, as this
+        // one is during its pages), alternated with this build's.
         const int k = std::max(200, requests * 4);
         for (int rep = 0; rep < 2; ++rep)
-            for (const char* conv : {"pc-plain", "pc-heavy"}) {
-                const auto db = pg.pids();
-                const double s0 = cpu_ms(srv.pid()), d0 = cpu_ms(db), c0 = cpu_ms(::getpid());
-                const auto t0 = clock_type::now();
-                std::size_t bytes = 0;
-                pages(*ws, conv, k, bytes);
-                const double wall = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-                std::printf("CPU per page, %s: imserver %.2f ms, PostgreSQL %.2f ms, client %.2f ms (wall %.2f ms)\n",
-                            conv, (cpu_ms(srv.pid()) - s0) / k, (cpu_ms(db) - d0) / k, (cpu_ms(::getpid()) - c0) / k,
-                            wall / k);
-            }
+            for (const char* conv : {"pc-plain", "pc-heavy"})
+                for (int side = 0; side < (then_ws ? 2 : 1); ++side) {
+                    const bool then_side = (side == 1) != (rep == 1);
+                    if (then_side && !then_ws) continue;
+                    PageClient& cl = then_side ? *then_ws : *ws;
+                    const pid_t server = then_side ? then_srv->pid() : srv.pid();
+                    const auto db = pg.pids();
+                    const double s0 = cpu_ms(server), d0 = cpu_ms(db), c0 = cpu_ms(::getpid());
+                    const auto t0 = clock_type::now();
+                    std::size_t bytes = 0;
+                    pages(cl, conv, k, bytes);
+                    const double wall = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+                    std::printf("CPU per page, %s%s: imserver %.2f ms, PostgreSQL %.2f ms, client %.2f ms (wall %.2f "
+                                "ms)\n",
+                                conv, then_side ? " (before)" : "", (cpu_ms(server) - s0) / k, (cpu_ms(db) - d0) / k,
+                                (cpu_ms(::getpid()) - c0) / k, wall / k);
+                }
     }
     // Where it goes: the reading statement alone (its execution in the
     // database), then the rest (encoding, the page's size accounting, the
