@@ -17,6 +17,9 @@
 #include "store/store.hpp"
 #include "store/store_internal.hpp"
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
 #include <pqxx/pqxx>
 
 #include <algorithm>
@@ -24,9 +27,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 using namespace im::test;
 using clock_type = std::chrono::steady_clock;
@@ -134,21 +142,143 @@ std::string joined_summary_sql() {
            "WHERE (SELECT any_change FROM has)";
 }
 
+// CPU time (user + system, every thread) a process has used, ms; 0 when
+// it is gone. From /proc/PID/stat (clock ticks).
+double cpu_ms(pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return 0;
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    double ticks = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i)
+        if (i == 14 || i == 15) ticks += std::stod(field); // utime, stime
+    return ticks * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double cpu_ms(const std::vector<pid_t>& pids) {
+    double sum = 0;
+    for (pid_t p : pids) sum += cpu_ms(p);
+    return sum;
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// The client a page is timed with. Both receive every byte of the frame
+// and parse all of it into a JSON tree (Boost.JSON), then check it.
+//  - lean (the default): what an SDK client can do: one thread, the
+//    frame read into a buffer kept across frames, parsed from there (no
+//    copy) by a parser kept across frames into a monotonic resource over a
+//    block kept across frames (no malloc per node once it has grown).
+//  - harness (`--client harness`): the tests' WsClient: a reader thread,
+//    the frame copied into a string, parsed with the default allocator
+//    (a malloc per object, array and long string), handed over under a
+//    mutex.
+class PageClient {
+public:
+    virtual ~PageClient() = default;
+    /// Sends `history` and returns the reply's tree, valid until the next call.
+    virtual const json::object& history(const std::string& conv) = 0;
+    virtual std::size_t last_bytes() const = 0;
+};
+
+class HarnessClient : public PageClient {
+public:
+    HarnessClient(unsigned short port, const std::string& token) : ws_(login(port, token)) {}
+    const json::object& history(const std::string& conv) override {
+        last_ = ws_->request({{"t", "history"}, {"conv", conv}, {"before", 0}, {"limit", 200}}, 60s);
+        return last_;
+    }
+    std::size_t last_bytes() const override { return json::serialize(last_).size(); }
+
+private:
+    std::unique_ptr<WsClient> ws_;
+    json::object last_;
+};
+
+class LeanClient : public PageClient {
+public:
+    LeanClient(unsigned short port, const std::string& token) : ws_(ioc_), mr_(block_.data(), block_.size()) {
+        namespace net = boost::asio;
+        boost::beast::get_lowest_layer(ws_).connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+        ws_.read_message_max(1 << 20);
+        ws_.handshake("127.0.0.1:" + std::to_string(port), "/v1/ws");
+        const auto& w = request(json::serialize(json::object{{"t", "hello"}, {"token", token},
+                                                             {"install", "bench-lean-" + std::to_string(port)},
+                                                             {"rid", "h"}}),
+                                "h");
+        if (str(w, "t") != "welcome") throw std::runtime_error("hello failed: " + json::serialize(w));
+    }
+    const json::object& history(const std::string& conv) override {
+        const std::string rid = "r" + std::to_string(++n_);
+        std::string frame = R"({"t":"history","conv":)" + json::serialize(json::string(conv)) +
+                            R"(,"before":0,"limit":200,"rid":")" + rid + "\"}";
+        return request(frame, rid);
+    }
+    std::size_t last_bytes() const override { return bytes_; }
+
+private:
+    const json::object& request(const std::string& frame, const std::string& rid) {
+        ws_.text(true);
+        ws_.write(boost::asio::buffer(frame));
+        for (;;) {
+            buf_.clear();
+            ws_.read(buf_);
+            bytes_ = buf_.size();
+            tree_.reset(); // the last tree goes before its resource is reset
+            mr_.release();
+            parser_.reset(json::storage_ptr(&mr_)); // not owned
+            const auto data = buf_.cdata();
+            parser_.write(static_cast<const char*>(data.data()), data.size());
+            tree_.emplace(parser_.release()); // moved: it keeps its resource
+            if (!tree_->is_object()) throw std::runtime_error("a frame that is not an object");
+            const auto* r = tree_->as_object().if_contains("rid");
+            if (r && r->is_string() && r->get_string() == rid) return tree_->as_object();
+        }
+    }
+
+    boost::asio::io_context ioc_;
+    boost::beast::websocket::stream<boost::beast::tcp_stream> ws_;
+    boost::beast::flat_buffer buf_;
+    std::vector<unsigned char> block_ = std::vector<unsigned char>(1 << 20);
+    json::monotonic_resource mr_;
+    json::parser parser_;
+    std::optional<json::value> tree_;
+    std::size_t bytes_ = 0;
+    int n_ = 0;
+};
+
+std::unique_ptr<PageClient> make_client(bool lean, unsigned short port, const std::string& token) {
+    if (lean) return std::make_unique<LeanClient>(port, token);
+    return std::make_unique<HarnessClient>(port, token);
+}
+
 // K timed `history` pages of 200 (before 0) of `conv`; the frame's bytes.
-std::vector<double> pages(WsClient& c, const std::string& conv, int requests, std::size_t& bytes) {
+// Timed: the request written, the reply read and parsed into a tree, its
+// type and its 200 events (each an object, their seqs consecutive) checked.
+std::vector<double> pages(PageClient& c, const std::string& conv, int requests, std::size_t& bytes) {
     std::vector<double> ms;
+    ms.reserve(static_cast<std::size_t>(requests));
     for (int k = 0; k < requests; ++k) {
         auto t0 = clock_type::now();
-        auto r = c.request({{"t", "history"}, {"conv", conv}, {"before", 0}, {"limit", 200}}, 60s);
+        const json::object& r = c.history(conv);
+        bool ok = str(r, "t") == "page" && r.contains("events") && r.at("events").is_array() &&
+                  r.at("events").get_array().size() == 200;
+        if (ok) {
+            std::int64_t seq = 3;
+            for (const auto& e : r.at("events").get_array()) {
+                const auto* s = e.is_object() ? e.get_object().if_contains("seq") : nullptr;
+                ok = ok && s && s->is_int64() && s->get_int64() == seq++;
+            }
+        }
         ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
-        if (str(r, "t") != "page" || r.at("events").as_array().size() != 200)
-            throw std::runtime_error("history failed: " + json::serialize(r).substr(0, 500));
-        bytes = json::serialize(r).size();
+        if (!ok) throw std::runtime_error("history failed: " + json::serialize(r).substr(0, 500));
+        if (k == 0) bytes = c.last_bytes();
     }
     return ms;
 }
@@ -158,6 +288,7 @@ std::vector<double> pages(WsClient& c, const std::string& conv, int requests, st
 int main(int argc, char** argv) {
     int rounds = 5, requests = 50;
     std::string before;
+    bool lean = true;
     for (int i = 1; i < argc; ++i) {
         auto next = [&]() -> const char* {
             if (i + 1 >= argc) {
@@ -169,8 +300,16 @@ int main(int argc, char** argv) {
         if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(next());
         else if (!std::strcmp(argv[i], "--requests")) requests = std::atoi(next());
         else if (!std::strcmp(argv[i], "--before")) before = next();
-        else {
-            std::fprintf(stderr, "usage: bench_page_changes [--rounds R] [--requests K] [--before IMSERVER]\n");
+        else if (!std::strcmp(argv[i], "--client")) {
+            const std::string c = next();
+            if (c != "lean" && c != "harness") {
+                std::fprintf(stderr, "--client lean|harness\n");
+                return 2;
+            }
+            lean = c == "lean";
+        } else {
+            std::fprintf(stderr, "usage: bench_page_changes [--rounds R] [--requests K] [--before IMSERVER] "
+                                 "[--client lean|harness]\n");
             return 2;
         }
     }
@@ -182,15 +321,15 @@ int main(int argc, char** argv) {
     admin_ok(pg.url(), {"user", "add", "ben"});
     const auto token = admin_ok(pg.url(), {"device", "add", "ana", "ana-phone"});
     seed(pg);
-    auto ws = login(srv.port(), token);
+    auto ws = make_client(lean, srv.port(), token);
     // The other binary: a second gateway on the same database, started
     // after the schema is in place (it applies nothing new).
     std::unique_ptr<ServerProcess> then_srv;
-    std::unique_ptr<WsClient> then_ws;
+    std::unique_ptr<PageClient> then_ws;
     if (!before.empty()) {
         ::setenv("IMSERVER_BIN", before.c_str(), 1);
         then_srv = std::make_unique<ServerProcess>(pg.url(), std::vector<std::string>{"--quiet"}, "gw-2");
-        then_ws = login(then_srv->port(), token);
+        then_ws = make_client(lean, then_srv->port(), token);
     }
     std::size_t plain_bytes = 0, heavy_bytes = 0;
     pages(*ws, "pc-plain", 5, plain_bytes); // warm-up: plans, caches
@@ -221,7 +360,8 @@ int main(int argc, char** argv) {
         plain_then.insert(plain_then.end(), pt.begin(), pt.end());
         heavy_then.insert(heavy_then.end(), ht.begin(), ht.end());
     }
-    std::printf("\nhistory, 200 events per page, %d rounds x %d pages each, alternated\n", rounds, requests);
+    std::printf("\nhistory, 200 events per page, %d rounds x %d pages each, alternated, %s client\n", rounds, requests,
+                lean ? "lean" : "harness");
     std::printf("plain  median %6.2f ms  (frame %zu bytes)\n", median(plain), plain_bytes);
     std::printf("heavy  median %6.2f ms  (frame %zu bytes)\n", median(heavy), heavy_bytes);
     std::printf("heavy/plain: %.2fx (the goal: at most 1.5x)\n", median(heavy) / median(plain));
@@ -230,6 +370,32 @@ int main(int argc, char** argv) {
                     median(plain_then), median(heavy_then), median(heavy_then) / median(plain_then));
         std::printf("plain page this/before: %.2fx; heavy page this/before: %.2fx\n",
                     median(plain) / median(plain_then), median(heavy) / median(heavy_then));
+    }
+    // Where the CPU goes: K pages of one kind in a row, the CPU time each
+    // party used over them (imserver, the PostgreSQL cluster's processes,
+    // this client), per page. The clock ticks are 10 ms, so K is large.
+    {
+        // With --before, its pages too (it is idle meanwhile, as this
+        // one is during its pages), alternated with this build's.
+        const int k = std::max(200, requests * 4);
+        for (int rep = 0; rep < 2; ++rep)
+            for (const char* conv : {"pc-plain", "pc-heavy"})
+                for (int side = 0; side < (then_ws ? 2 : 1); ++side) {
+                    const bool then_side = (side == 1) != (rep == 1);
+                    if (then_side && !then_ws) continue;
+                    PageClient& cl = then_side ? *then_ws : *ws;
+                    const pid_t server = then_side ? then_srv->pid() : srv.pid();
+                    const auto db = pg.pids();
+                    const double s0 = cpu_ms(server), d0 = cpu_ms(db), c0 = cpu_ms(::getpid());
+                    const auto t0 = clock_type::now();
+                    std::size_t bytes = 0;
+                    pages(cl, conv, k, bytes);
+                    const double wall = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+                    std::printf("CPU per page, %s%s: imserver %.2f ms, PostgreSQL %.2f ms, client %.2f ms (wall %.2f "
+                                "ms)\n",
+                                conv, then_side ? " (before)" : "", (cpu_ms(server) - s0) / k, (cpu_ms(db) - d0) / k,
+                                (cpu_ms(::getpid()) - c0) / k, wall / k);
+                }
     }
     // Where it goes: the reading statement alone (its execution in the
     // database), then the rest (encoding, the page's size accounting, the

@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -485,6 +486,55 @@ TEST(Codec, events_and_the_frames_that_carry_them_encode_byte_for_byte_as_boost_
         h.events.clear();
         EXPECT_EQ(encode_reply(h, rid), old_encoding::history(h, rid));
     }
+}
+
+// The store writes a page's events once, while it takes them
+// (EventListWriter), and the frame copies that text: the same bytes as the
+// events written for the frame, in the order taken or reversed (history
+// takes the newest first), with an event that did not fit dropped again.
+TEST(Codec, a_page_list_written_once_while_taken_is_the_frame_the_events_make) {
+    const auto table = encoding_table();
+    for (const bool reversed : {false, true}) {
+        EventListWriter w;
+        EXPECT_EQ(w.list(reversed), "[]");
+        for (const auto& ev : table) {
+            EXPECT_EQ(w.add(ev), encoded_size(ev));
+            // A second event added and dropped again leaves no trace.
+            w.add(table[1]);
+            w.drop_last();
+        }
+        ASSERT_EQ(w.count(), table.size());
+        std::vector<Event> page_order = table;
+        if (reversed) std::reverse(page_order.begin(), page_order.end());
+        boost::json::array want;
+        for (const auto& ev : page_order) want.push_back(old_encoding::event_json(ev));
+        EXPECT_EQ(w.list(reversed), boost::json::serialize(want)) << "reversed " << reversed;
+        for (const std::optional<std::string>& rid : {std::optional<std::string>(), std::optional<std::string>("r-2")}) {
+            HistoryPage h;
+            h.conv = "c-2";
+            h.events = page_order;
+            h.events_text = w.list(reversed);
+            h.events_text_count = w.count();
+            h.oldest = 4;
+            h.has_older = true;
+            h.head = 50;
+            EXPECT_EQ(encode_reply(h, rid), old_encoding::history(h, rid));
+            Page p;
+            p.conv = "c-1";
+            p.events = page_order;
+            p.events_text = h.events_text;
+            p.events_text_count = h.events_text_count;
+            p.next_after = 40;
+            EXPECT_EQ(encode_reply(p, rid), old_encoding::page(p, rid));
+            // Text for other events than the page's: the frame writes them.
+            p.events.pop_back();
+            EXPECT_EQ(encode_reply(p, rid), old_encoding::page(p, rid));
+        }
+    }
+    EventListWriter one;
+    one.drop_last(); // nothing to drop
+    one.add(table[0]);
+    EXPECT_EQ(one.list(true), "[" + encode_event(table[0]) + "]");
 }
 
 } // namespace

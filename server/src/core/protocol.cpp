@@ -394,14 +394,27 @@ void append_events(std::string& out, const std::vector<Event>& events) {
     out.push_back(']');
 }
 
+// A page's list: the text the store wrote while it took the events
+// (EventListWriter) when it is there for these events, else written now.
+template <class P>
+void append_page_events(std::string& out, const P& x) {
+    if (x.events_text_count == x.events.size() && !x.events_text.empty()) out.append(x.events_text);
+    else append_events(out, x.events);
+}
+
+template <class P>
+std::size_t page_frame_reserve(const P& x) {
+    return 256 + x.conv.size() + (x.events_text.empty() ? x.events.size() * 256 : x.events_text.size());
+}
+
 // The frames that carry events, written straight (encode_reply).
 std::string encode_page_frame(const Page& x, const std::optional<std::string>& rid) {
     std::string out;
-    out.reserve(256 + x.events.size() * 256);
+    out.reserve(page_frame_reserve(x));
     ObjectWriter o(out);
     o.str("t", "page");
     o.str("conv", x.conv);
-    append_events(o.key("events"), x.events);
+    append_page_events(o.key("events"), x);
     o.num("next_after", x.next_after);
     o.boolean("has_more", x.has_more);
     o.num("head", x.head);
@@ -415,11 +428,11 @@ std::string encode_page_frame(const Page& x, const std::optional<std::string>& r
 
 std::string encode_page_frame(const HistoryPage& x, const std::optional<std::string>& rid) {
     std::string out;
-    out.reserve(256 + x.events.size() * 256);
+    out.reserve(page_frame_reserve(x));
     ObjectWriter o(out);
     o.str("t", "page");
     o.str("conv", x.conv);
-    append_events(o.key("events"), x.events);
+    append_page_events(o.key("events"), x);
     o.num("oldest", x.oldest);
     o.boolean("has_older", x.has_older);
     o.num("head", x.head);
@@ -640,6 +653,34 @@ std::size_t encoded_size(const Event& ev) {
     append_event(scratch, ev);
     return scratch.size() + 1;
 }
+std::size_t EventListWriter::add(const Event& ev) {
+    const std::size_t start = text_.size();
+    starts_.push_back(start);
+    append_event(text_, ev);
+    return text_.size() - start + 1;
+}
+
+void EventListWriter::drop_last() {
+    if (starts_.empty()) return;
+    text_.resize(starts_.back());
+    starts_.pop_back();
+}
+
+std::string EventListWriter::list(bool reversed) const {
+    std::string out;
+    out.reserve(text_.size() + starts_.size() + 2);
+    out.push_back('[');
+    const std::size_t n = starts_.size();
+    for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t i = reversed ? n - 1 - k : k;
+        const std::size_t end = i + 1 < n ? starts_[i + 1] : text_.size();
+        if (k) out.push_back(',');
+        out.append(text_, starts_[i], end - starts_[i]);
+    }
+    out.push_back(']');
+    return out;
+}
+
 std::size_t encoded_size(const ConvInfo& c) { return json::serialize(conv_info_json(c)).size() + 1; }
 
 std::string encode_event_push(const Event& ev) {

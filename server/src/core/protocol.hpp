@@ -164,11 +164,38 @@ struct Event {
     std::vector<AttachmentRef> attachments;
 };
 
+/// A page's events written once. The store writes each event as it takes
+/// it and measures it against the frame budget by the bytes written (an
+/// event that does not fit is dropped again); the page's frame copies the
+/// list instead of writing every event a second time (docs/benchmarks.md,
+/// "Each event written once").
+class EventListWriter {
+public:
+    /// Writes ev after the events added; returns the bytes it takes inside
+    /// a page's list (its JSON and a separator), as encoded_size(ev).
+    std::size_t add(const Event& ev);
+    /// Removes the event added last (none: nothing).
+    void drop_last();
+    std::size_t count() const { return starts_.size(); }
+    /// The list as a page carries it, "[ev,ev,...]": the events in the
+    /// order added, or in the reverse order.
+    std::string list(bool reversed) const;
+
+private:
+    std::string text_;                // the events' JSON back to back
+    std::vector<std::size_t> starts_; // where each begins in text_
+};
+
 struct Welcome { std::string user, device, gateway; std::int64_t server_time = 0; };
 struct Sent { std::string conv; std::int64_t seq = 0; std::string mid; bool dup = false; std::int64_t epoch = 1; };
 struct Page {
     std::string conv;
     std::vector<Event> events;
+    /// `events` as a page's list, written by EventListWriter::list, for
+    /// `events_text_count` events; the frame copies it when that count is
+    /// events.size() (else it writes `events`).
+    std::string events_text;
+    std::size_t events_text_count = 0;
     std::int64_t next_after = 0;
     bool has_more = false;
     std::int64_t head = 0;
@@ -180,6 +207,8 @@ struct Page {
 struct HistoryPage {
     std::string conv;
     std::vector<Event> events;
+    std::string events_text; // as Page's
+    std::size_t events_text_count = 0;
     std::int64_t oldest = 0;
     bool has_older = false;
     std::int64_t head = 0;

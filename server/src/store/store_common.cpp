@@ -98,6 +98,77 @@ std::string event_page_sql(bool newest_first) {
                                        "LEAST($3::bigint, $2::bigint + $4::bigint - 1)", 5);
 }
 
+namespace {
+
+// One row's columns through one field: a pqxx 6 field holds a copy of its
+// result (two shared_ptr copies, four atomic operations, per `row[i]`),
+// where moving one field to another column of the row is an add
+// (docs/benchmarks.md, "Each event written once").
+class Columns {
+public:
+    explicit Columns(const pqxx::row& row) : f_(row.begin()) {}
+    const pqxx::field& operator[](pqxx::row::size_type i) {
+        f_ += static_cast<pqxx::row::difference_type>(i) - static_cast<pqxx::row::difference_type>(at_);
+        at_ = i;
+        return *f_.operator->();
+    }
+
+private:
+    pqxx::row::const_iterator f_;
+    pqxx::row::size_type at_ = 0;
+};
+
+std::int64_t to_int64(const pqxx::field& f) {
+    std::int64_t v = 0;
+    const char* s = f.c_str();
+    const auto r = std::from_chars(s, s + f.size(), v);
+    if (r.ec != std::errc() || r.ptr != s + f.size())
+        throw pqxx::conversion_error("not a 64-bit integer: '" + std::string(s, f.size()) + "'");
+    return v;
+}
+
+// The reactions summary (msg_changes.reactions_top, schema/018): a JSON
+// array of [emoji, count] pairs as PostgreSQL writes it (json_agg of
+// json_build_array: `[["👍", 5], ["❤", 3]]`). Read without building a
+// tree; false (the caller parses it as JSON) for anything else, e.g. an
+// emoji written with an escape.
+bool read_summary(std::string_view t, std::vector<ReactionCount>& out) {
+    std::size_t i = 0;
+    const auto ws = [&] {
+        while (i < t.size() && (t[i] == ' ' || t[i] == '\n' || t[i] == '\t' || t[i] == '\r')) ++i;
+    };
+    const auto eat = [&](char c) {
+        ws();
+        if (i >= t.size() || t[i] != c) return false;
+        ++i;
+        return true;
+    };
+    if (!eat('[')) return false;
+    if (eat(']')) return true;
+    for (;;) {
+        if (!eat('[') || !eat('"')) return false;
+        const std::size_t end = t.find('"', i);
+        if (end == std::string_view::npos) return false;
+        const std::string_view emoji = t.substr(i, end - i);
+        if (emoji.find('\\') != std::string_view::npos) return false;
+        i = end + 1;
+        if (!eat(',')) return false;
+        ws();
+        std::int64_t count = 0;
+        const auto r = std::from_chars(t.data() + i, t.data() + t.size(), count);
+        if (r.ec != std::errc()) return false;
+        i = static_cast<std::size_t>(r.ptr - t.data());
+        if (!eat(']')) return false;
+        out.push_back({std::string(emoji), count, false});
+        if (eat(']')) break;
+        if (!eat(',')) return false;
+    }
+    ws();
+    return i == t.size();
+}
+
+} // namespace
+
 EventRows event_rows(const pqxx::result& r, bool newest_first) {
     // Seqs read once, then indices sorted (a pqxx::row copy is a result's
     // reference count); the events' rows come in order already. Rows with
@@ -107,16 +178,17 @@ EventRows event_rows(const pqxx::result& r, bool newest_first) {
     keys.reserve(r.size());
     for (pqxx::result::size_type i = 0; i < r.size(); ++i) {
         const auto row = r[i];
-        if (!row[0].is_null()) {
-            const auto seq = row[1].as<std::int64_t>();
+        Columns col(row);
+        if (!col[0].is_null()) {
+            const auto seq = to_int64(col[1]);
             keys.emplace_back(newest_first ? -seq : seq, i);
-        } else if (!row[1].is_null()) {
-            const auto seq = row[1].as<std::int64_t>();
-            if (!row[20].is_null()) out.recalled.push_back(seq);
+        } else if (!col[1].is_null()) {
+            const auto seq = to_int64(col[1]);
+            if (!col[20].is_null()) out.recalled.push_back(seq);
             else out.changes.emplace_back(seq, row);
-        } else if (!row[22].is_null()) {
+        } else if (!col[22].is_null()) {
             // "seq emoji" lines; an emoji has no control character.
-            const std::string_view text(row[22].c_str(), row[22].size());
+            const std::string_view text(col[22].c_str(), col[22].size());
             for (std::size_t at = 0; at < text.size();) {
                 std::size_t end = text.find('\n', at);
                 if (end == std::string_view::npos) end = text.size();
@@ -141,26 +213,27 @@ EventRows event_rows(const pqxx::result& r, bool newest_first) {
 }
 
 Event read_event(const pqxx::row& row) {
+    Columns col(row);
     Event ev;
-    ev.conv = row[0].c_str();
-    ev.seq = row[1].as<std::int64_t>();
-    ev.mid = row[2].c_str();
-    ev.kind = row[3].c_str();
-    if (!row[4].is_null()) ev.sender = row[4].c_str();
-    if (!row[5].is_null()) ev.body = std::string(row[5].c_str());
-    if (!row[6].is_null()) ev.target = row[6].as<std::int64_t>();
-    if (!row[7].is_null()) {
-        ev.user = std::string(row[7].c_str());
+    ev.conv.assign(col[0].c_str(), col[0].size());
+    ev.seq = to_int64(col[1]);
+    ev.mid.assign(col[2].c_str(), col[2].size());
+    ev.kind.assign(col[3].c_str(), col[3].size());
+    if (!col[4].is_null()) ev.sender.assign(col[4].c_str(), col[4].size());
+    if (!col[5].is_null()) ev.body.emplace(col[5].c_str(), col[5].size());
+    if (!col[6].is_null()) ev.target = to_int64(col[6]);
+    if (!col[7].is_null()) {
+        ev.user.emplace(col[7].c_str(), col[7].size());
         if (ev.sender.empty()) ev.sender = *ev.user;
     }
-    ev.ts = row[8].as<std::int64_t>();
-    ev.epoch = row[9].as<std::int64_t>();
-    if (!row[10].is_null()) ev.cmid = std::string(row[10].c_str());
-    if (!row[11].is_null()) ev.reply_to = row[11].as<std::int64_t>();
-    if (!row[12].is_null()) ev.emoji = std::string(row[12].c_str());
-    if (!row[13].is_null()) ev.on = row[13].as<bool>();
-    if (!row[14].is_null()) ev.attachments = attachments_from_json(row[14].c_str());
-    ev.erased = row[15].as<bool>();
+    ev.ts = to_int64(col[8]);
+    ev.epoch = to_int64(col[9]);
+    if (!col[10].is_null()) ev.cmid.emplace(col[10].c_str(), col[10].size());
+    if (!col[11].is_null()) ev.reply_to = to_int64(col[11]);
+    if (!col[12].is_null()) ev.emoji.emplace(col[12].c_str(), col[12].size());
+    if (!col[13].is_null()) ev.on = col[13].as<bool>();
+    if (!col[14].is_null()) ev.attachments = attachments_from_json(std::string_view(col[14].c_str(), col[14].size()));
+    ev.erased = col[15].as<bool>();
     return ev;
 }
 
@@ -171,28 +244,35 @@ Event read_event(const pqxx::row& row, const EventRows& with) {
     const auto c = std::lower_bound(with.changes.begin(), with.changes.end(), ev.seq,
                                     [](const auto& a, std::int64_t seq) { return a.first < seq; });
     if (c == with.changes.end() || c->first != ev.seq) return ev;
-    const pqxx::row& x = c->second;
-    if (!x[16].is_null()) ev.edit = EditState{x[16].as<std::int64_t>(), x[17].c_str(), x[18].as<std::int64_t>()};
-    if (!x[19].is_null()) ev.reactions_seq = x[19].as<std::int64_t>();
+    Columns x(c->second);
+    if (!x[16].is_null()) {
+        const std::int64_t seq = to_int64(x[16]);
+        std::string body(x[17].c_str(), x[17].size());
+        ev.edit = EditState{seq, std::move(body), to_int64(x[18])};
+    }
+    if (!x[19].is_null()) ev.reactions_seq = to_int64(x[19]);
     if (!x[21].is_null()) {
         // The summary (schema/018): [["emoji", count], ...], top 20 in
-        // order; `me` when the viewer's emoji on this msg have it. Parsed
-        // into a buffer on the stack (a monotonic resource): no allocation
-        // per value for a summary of up to 20 short items.
+        // order; `me` when the viewer's emoji on this msg have it.
+        const std::string_view text(x[21].c_str(), x[21].size());
+        ev.reactions.reserve(max_reactions);
+        if (!read_summary(text, ev.reactions)) {
+            // Not in the form PostgreSQL writes: read as any JSON, into a
+            // buffer on the stack (a monotonic resource).
+            ev.reactions.clear();
+            unsigned char buf[4096];
+            boost::json::monotonic_resource mr(buf, sizeof buf);
+            const boost::json::value list = boost::json::parse(text, &mr);
+            for (const auto& item : list.as_array()) {
+                const auto& a = item.as_array();
+                ev.reactions.push_back({std::string(a.at(0).as_string()), a.at(1).to_number<std::int64_t>(), false});
+            }
+        }
         const auto own = std::equal_range(with.mine.begin(), with.mine.end(), std::make_pair(ev.seq, std::string()),
                                           [](const auto& a, const auto& b) { return a.first < b.first; });
-        unsigned char buf[4096];
-        boost::json::monotonic_resource mr(buf, sizeof buf);
-        const boost::json::value list = boost::json::parse(std::string_view(x[21].c_str(), x[21].size()), &mr);
-        const auto& items = list.as_array();
-        ev.reactions.reserve(items.size());
-        for (const auto& item : items) {
-            const auto& a = item.as_array();
-            const auto& emoji = a.at(0).as_string();
-            bool me = false;
-            for (auto it = own.first; it != own.second && !me; ++it) me = it->second == emoji;
-            ev.reactions.push_back({std::string(emoji), a.at(1).to_number<std::int64_t>(), me});
-        }
+        for (auto it = own.first; it != own.second; ++it)
+            for (auto& r : ev.reactions)
+                if (r.emoji == it->second) r.me = true;
     }
     return ev;
 }

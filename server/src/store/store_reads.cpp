@@ -100,6 +100,14 @@ struct Collector {
     std::vector<Event> events;
     std::size_t bytes = 0;
     bool cut = false; // stopped early: readable events remain past the last one
+    // The events written as they are taken: their size for the budget is
+    // the bytes written, and the frame copies the text (each event is
+    // encoded once).
+    EventListWriter text;
+
+    Collector(std::int64_t want_) : want(want_) {
+        events.reserve(static_cast<std::size_t>(std::clamp<std::int64_t>(want, 0, max_sync_limit)));
+    }
 
     // Seqs in [lo, hi] are gap-free (purges only remove below min_seq), so a
     // range read in its own statement must come back whole: first..last
@@ -122,8 +130,9 @@ struct Collector {
                 return false;
             }
             Event ev = read_event(row, r);
-            std::size_t n = encoded_size(ev);
+            const std::size_t n = text.add(ev);
             if (!events.empty() && bytes + n > page_item_budget) {
+                text.drop_last();
                 cut = true;
                 return false;
             }
@@ -184,7 +193,7 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
         p.min_seq = conv->min_seq;
         p.epoch = conv->epoch;
         p.trimmed = s.after < conv->min_seq - 1;
-        Collector col{s.limit, {}, 0, false};
+        Collector col(s.limit);
         for (const auto& per : access.periods) { // ascending from_seq
             std::int64_t lo = std::max({s.after + 1, per.from, conv->min_seq});
             std::int64_t hi = std::min(per.to, access.head);
@@ -199,6 +208,8 @@ Outcome<Page> Store::sync(pqxx::connection_base& c, const Identity& who, const r
             if (!col.take(r)) break;
         }
         p.events = std::move(col.events);
+        p.events_text = col.text.list(false);
+        p.events_text_count = col.text.count();
         p.has_more = col.cut;
         p.next_after = p.has_more ? p.events.back().seq : access.head;
         if (faults_.broken("rule.page_cursor")) { // lab negative control only: the cursor is "the head now"
@@ -230,7 +241,7 @@ Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& wh
         p.epoch = conv->epoch;
         // The lowest seq the caller could ever read here (purged ones aside).
         const std::int64_t floor_seq = std::max(conv->min_seq, access.periods.front().from);
-        Collector col{h.limit, {}, 0, false};
+        Collector col(h.limit);
         for (auto it = access.periods.rbegin(); it != access.periods.rend(); ++it) { // newest period first
             std::int64_t lo = std::max(it->from, conv->min_seq);
             std::int64_t hi = std::min({it->to, access.head, before - 1});
@@ -245,6 +256,8 @@ Outcome<HistoryPage> Store::history(pqxx::connection_base& c, const Identity& wh
         }
         std::reverse(col.events.begin(), col.events.end());
         p.events = std::move(col.events);
+        p.events_text = col.text.list(true); // taken newest first
+        p.events_text_count = col.text.count();
         p.has_older = col.cut;
         p.oldest = p.has_older ? p.events.front().seq : std::min(before, floor_seq);
         // Purged events the caller could have read lie below this window.
