@@ -254,6 +254,17 @@ void print_view(const ServerView& a, const ServerView& b) {
                 "CPU s/s: gateway %.2f, postgres %.2f, bench %.2f\n",
                 mean_ms(a, b, "im_send_seconds"), stage("queue"), stage("statement"), stage("publish"), stage("strand"),
                 (b.gw_cpu - a.gw_cpu) / wall, (b.pg_cpu - a.pg_cpu) / wall, (b.bench_cpu - a.bench_cpu) / wall);
+    auto by = [&](const char* what, const std::map<std::string, double>& x, const std::map<std::string, double>& y) {
+        std::printf("      %s CPU s/s:", what);
+        for (const auto& [k, v] : y) {
+            auto it = x.find(k);
+            const double d = (v - (it == x.end() ? 0.0 : it->second)) / wall;
+            if (d >= 0.005) std::printf(" %s %.2f", k.c_str(), d);
+        }
+        std::printf("\n");
+    };
+    by("gateway threads", a.threads, b.threads);
+    by("postgres by application_name", a.backends, b.backends);
 }
 
 // 4. Starvation, `rounds` times in turn: the senders alone, then the
