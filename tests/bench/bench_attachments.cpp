@@ -209,8 +209,14 @@ struct ServerView {
             std::ifstream comm(e.path() / "comm");
             std::string name;
             std::getline(comm, name);
-            const pid_t tid = std::atoi(e.path().filename().c_str());
-            const auto f = im::bench::stat_fields(tid);
+            // The task's own stat (/proc/TID/stat would be the process's).
+            std::ifstream st(e.path() / "stat");
+            std::string line((std::istreambuf_iterator<char>(st)), {});
+            const auto close = line.rfind(')');
+            if (close == std::string::npos) continue;
+            std::istringstream in(line.substr(close + 2));
+            std::vector<std::string> f;
+            for (std::string x; in >> x;) f.push_back(x);
             if (f.size() < 13) continue;
             v.threads[group(name)] += (std::atof(f[11].c_str()) + std::atof(f[12].c_str())) /
                                       static_cast<double>(::sysconf(_SC_CLK_TCK));
