@@ -269,7 +269,8 @@ const std::vector<Option>& options() {
          [](const Config& c) { return std::to_string(c.attachment_db_pool); }},
         {"--attachment-nice", "IM_ATTACHMENT_NICE", "N",
          "CPU priority of file transfers below the send path's: the --attachment-db-pool workers run at this nice "
-         "value, and so do their PostgreSQL backends when the database is the embedded cluster (0-19; default 0: "
+         "value, and so do their PostgreSQL backends when they run on this host (a Unix socket connection, e.g. the "
+         "embedded cluster) (0-19; default 0: "
          "the same priority)",
          [](Config& c, const std::string& v) { return to_int(v, 0, 19, c.attachment_nice); },
          [](const Config& c) { return std::to_string(c.attachment_nice); }},
