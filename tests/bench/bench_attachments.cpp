@@ -3,6 +3,7 @@
 // store in turn (chunks in PostgreSQL, then --attachments-dir). Prints
 // figures and ratios measured in the same run; never asserts a time.
 //   bench_attachments [--mib N] [--uploads K] [--senders S] [--seconds T]
+//                     [--rounds R] [--starvation-only] [--store pg|dir] [--server-flag F]...
 //   bench_attachments --before IMSERVER [--rounds R] [--mib N]
 // IM_BENCH_ATTACHMENT_MIB overrides --mib (the figure is 100; the
 // ctest run keeps it small). --before: throughput only, that binary and
@@ -21,7 +22,10 @@
 //    client re-sends from GET /v1/uploads/{id}'s offset (target: <= 1 piece).
 // 4. Starvation: S senders send text as fast as acks come for T seconds,
 //    alone, then while K concurrent 1 MiB uploads run in a loop; text ack
-//    p99 with uploads / without (target <= 1.5).
+//    p99 with uploads / without (target <= 1.5). --rounds R alternates the
+//    two windows R times (medians printed); each window also prints the
+//    server's own send times by stage (/metrics) and the CPU of the
+//    gateway, PostgreSQL and this process. --starvation-only skips 1-3.
 #include "bench_support.hpp"
 #include "exe_relative.hpp"
 
@@ -32,7 +36,9 @@
 #include <openssl/sha.h>
 
 #include <atomic>
+#include <cctype>
 #include <map>
+#include <sstream>
 #include <tuple>
 #include <cstring>
 #include <fcntl.h>
@@ -323,13 +329,194 @@ double p99_of_senders(unsigned short port, const World& w, int senders, double s
     return all.pct(99);
 }
 
+// The send path's own view of a window: /metrics' send histograms (server
+// side: request read -> reply written, and its stages) and the CPU seconds
+// of the gateway, of PostgreSQL and of this bench process.
+struct ServerView {
+    std::map<std::string, double> m;
+    double gw_cpu = 0, pg_cpu = 0, bench_cpu = 0;
+    // CPU seconds by gateway thread name ("im-io-1" -> "im-io") and by
+    // PostgreSQL application_name ("imserver-pool-2" -> "imserver-pool";
+    // the cluster's own processes "postgres").
+    std::map<std::string, double> threads, backends;
+    clock_type::time_point at;
+    static ServerView take(const ServerProcess& srv, const TestPostgres& pg, pid_t postmaster) {
+        ServerView v;
+        auto [st, body] = srv.http("GET", "/metrics");
+        if (st == 200) {
+            std::istringstream in(body);
+            for (std::string line; std::getline(in, line);) {
+                if (line.rfind("im_send_", 0) != 0 || line.find("_bucket") != std::string::npos) continue;
+                const auto sp = line.rfind(' ');
+                if (sp != std::string::npos) v.m[line.substr(0, sp)] = std::atof(line.c_str() + sp + 1);
+            }
+        }
+        v.gw_cpu = im::bench::cpu_seconds(srv.pid());
+        v.pg_cpu = im::bench::postgres_cpu(postmaster);
+        auto group = [](std::string n) {
+            while (!n.empty() && (std::isdigit(static_cast<unsigned char>(n.back())) || n.back() == '-')) n.pop_back();
+            return n;
+        };
+        const std::string task = "/proc/" + std::to_string(srv.pid()) + "/task";
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(task, ec)) {
+            std::ifstream comm(e.path() / "comm");
+            std::string name;
+            std::getline(comm, name);
+            // The task's own stat (/proc/TID/stat would be the process's).
+            std::ifstream st(e.path() / "stat");
+            std::string line((std::istreambuf_iterator<char>(st)), {});
+            const auto close = line.rfind(')');
+            if (close == std::string::npos) continue;
+            std::istringstream in(line.substr(close + 2));
+            std::vector<std::string> f;
+            for (std::string x; in >> x;) f.push_back(x);
+            if (f.size() < 13) continue;
+            v.threads[group(name)] += (std::atof(f[11].c_str()) + std::atof(f[12].c_str())) /
+                                      static_cast<double>(::sysconf(_SC_CLK_TCK));
+        }
+        try {
+            pqxx::connection c(pg.url());
+            pqxx::nontransaction tx(c);
+            std::map<pid_t, std::string> app;
+            for (const auto& row : tx.exec("SELECT pid, application_name FROM pg_stat_activity"))
+                app[row[0].as<int>()] = row[1].is_null() ? std::string() : row[1].c_str();
+            for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+                const pid_t p = std::atoi(e.path().filename().c_str());
+                if (p <= 0 || (p != postmaster && im::bench::parent_of(p) != postmaster)) continue;
+                auto it = app.find(p);
+                const std::string name = it == app.end() || it->second.empty() ? "postgres" : group(it->second);
+                v.backends[name] += im::bench::cpu_seconds(p);
+            }
+        } catch (const std::exception&) {
+        }
+        v.bench_cpu = im::bench::self_cpu();
+        v.at = clock_type::now();
+        return v;
+    }
+};
+
+// Mean milliseconds of one histogram between two views.
+double mean_ms(const ServerView& a, const ServerView& b, const std::string& name, const std::string& labels = {}) {
+    auto get = [&](const ServerView& v, const std::string& k) {
+        auto it = v.m.find(k);
+        return it == v.m.end() ? 0.0 : it->second;
+    };
+    const double n = get(b, name + "_count" + labels) - get(a, name + "_count" + labels);
+    const double s = get(b, name + "_sum" + labels) - get(a, name + "_sum" + labels);
+    return n > 0 ? s / n * 1000.0 : 0.0;
+}
+
+void print_view(const ServerView& a, const ServerView& b) {
+    const double wall = std::chrono::duration<double>(b.at - a.at).count();
+    auto stage = [&](const char* k) { return mean_ms(a, b, "im_send_stage_seconds", std::string("{stage=\"") + k + "\"}"); };
+    std::printf("      server side, mean ms: send %.2f (queue %.2f, statement %.2f, publish %.2f, strand %.2f); "
+                "CPU s/s: gateway %.2f, postgres %.2f, bench %.2f\n",
+                mean_ms(a, b, "im_send_seconds"), stage("queue"), stage("statement"), stage("publish"), stage("strand"),
+                (b.gw_cpu - a.gw_cpu) / wall, (b.pg_cpu - a.pg_cpu) / wall, (b.bench_cpu - a.bench_cpu) / wall);
+    auto by = [&](const char* what, const std::map<std::string, double>& x, const std::map<std::string, double>& y) {
+        std::printf("      %s CPU s/s:", what);
+        for (const auto& [k, v] : y) {
+            auto it = x.find(k);
+            const double d = (v - (it == x.end() ? 0.0 : it->second)) / wall;
+            if (d >= 0.005) std::printf(" %s %.2f", k.c_str(), d);
+        }
+        std::printf("\n");
+    };
+    by("gateway threads", a.threads, b.threads);
+    by("postgres by application_name", a.backends, b.backends);
+}
+
+// 4. Starvation, `rounds` times in turn: the senders alone, then the
+// senders while `uploads` clients PUT 1 MiB files in a loop. Each round's
+// ratio, then the medians.
+void starvation(const ServerProcess& srv, const TestPostgres& pg, const World& w, int uploads, int senders,
+                double seconds, int rounds) {
+    const auto port = srv.port();
+    const auto& u = w.users[0];
+    const pid_t postmaster = im::bench::postmaster_pid(pg.url());
+    // One file's bytes and digest for every upload: the client's hashing is
+    // not the server's load.
+    const std::string one(piece, 'f');
+    const std::string one_sha = sha256_hex(one);
+    std::vector<double> ratios, alones, busies;
+    long total_uploads = 0;
+    for (int r = 0; r < rounds; ++r) {
+        std::atomic<bool> failed{false};
+        std::printf("  round %d: %d text senders alone, %.1f s:\n", r + 1, senders, seconds);
+        auto v0 = ServerView::take(srv, pg, postmaster);
+        const double alone = p99_of_senders(port, w, senders, seconds, failed);
+        auto v1 = ServerView::take(srv, pg, postmaster);
+        print_view(v0, v1);
+        std::atomic<bool> stop{false};
+        std::atomic<long> done_uploads{0};
+        std::atomic<int> started{0};
+        std::vector<std::thread> up;
+        for (int i = 0; i < uploads; ++i)
+            up.emplace_back([&] {
+                try {
+                    Http c(port, u.token);
+                    ++started;
+                    while (!stop) {
+                        auto [st, body] = c.call(http::verb::post, "/v1/uploads",
+                                                 json::serialize(json::object{{"name", "bench.bin"},
+                                                                              {"mime", "application/octet-stream"},
+                                                                              {"size", static_cast<std::int64_t>(piece)},
+                                                                              {"sha256", one_sha}}));
+                        if (st != 201) throw std::runtime_error("POST /v1/uploads: " + std::to_string(st) + " " + body);
+                        put_all(c, str(json::parse(body).as_object(), "att_id"), one);
+                        ++done_uploads;
+                    }
+                } catch (const std::exception& e) {
+                    std::fprintf(stderr, "uploader: %s\n", e.what());
+                    failed = true;
+                }
+            });
+        // The window starts once every uploader is connected and the first
+        // uploads are under way.
+        im::bench::wait_until([&] { return started.load() == uploads; }, 60s, "the uploaders connected");
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        const long before = done_uploads.load();
+        std::printf("  round %d: %d text senders while %d uploaders PUT 1 MiB files in a loop:\n", r + 1, senders,
+                    uploads);
+        auto v2 = ServerView::take(srv, pg, postmaster);
+        const double busy = p99_of_senders(port, w, senders, seconds, failed);
+        auto v3 = ServerView::take(srv, pg, postmaster);
+        const long during = done_uploads.load() - before;
+        stop = true;
+        for (auto& t : up) t.join();
+        print_view(v2, v3);
+        const double ratio = alone > 0 ? busy / alone : 0.0;
+        std::printf("  round %d: %ld uploads of 1 MiB in the window (%.1f MiB/s); text ack p99 with uploads / "
+                    "without: %.1f / %.1f ms = %.2f%s\n",
+                    r + 1, during, static_cast<double>(during) / seconds, busy, alone, ratio,
+                    failed ? " (a sender or uploader failed)" : "");
+        ratios.push_back(ratio);
+        alones.push_back(alone);
+        busies.push_back(busy);
+        total_uploads += during;
+    }
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
+    std::printf("  starvation, median of %d rounds: text ack p99 %.1f ms with uploads / %.1f ms without; ratio %.2f "
+                "(target <= 1.5)\n",
+                rounds, median(busies), median(alones), median(ratios));
+}
+
 void run_store(const TestPostgres& pg, const std::string& label, std::vector<std::string> flags,
-               const std::string& tmp, std::size_t mib, int uploads, int senders, double seconds) {
+               const std::string& tmp, std::size_t mib, int uploads, int senders, double seconds, int rounds,
+               bool starvation_only) {
     std::printf("\n== store: %s\n", label.c_str());
     ServerProcess srv(pg.url(), flags, "gw-" + label);
     const auto port = srv.port();
     auto w = make_world(pg.url(), "batt" + label, std::max(senders, 1));
     const auto& u = w.users[0];
+    if (starvation_only) {
+        if (senders > 0 && uploads > 0) starvation(srv, pg, w, uploads, senders, seconds, rounds);
+        return;
+    }
 
     // 1. throughput and memory
     const std::string data = bench_bytes(mib);
@@ -367,34 +554,7 @@ void run_store(const TestPostgres& pg, const std::string& label, std::vector<std
     }
 
     // 4. starvation
-    if (senders > 0 && uploads > 0) {
-        std::atomic<bool> failed{false};
-        std::printf("  %d text senders alone, %.1f s:\n", senders, seconds);
-        const double alone = p99_of_senders(port, w, senders, seconds, failed);
-        std::atomic<bool> stop{false};
-        std::atomic<long> done_uploads{0};
-        const std::string one(piece, 'f');
-        std::vector<std::thread> up;
-        for (int i = 0; i < uploads; ++i)
-            up.emplace_back([&] {
-                try {
-                    Http c(port, u.token);
-                    while (!stop) {
-                        const auto a = start(c, one);
-                        put_all(c, a, one);
-                        ++done_uploads;
-                    }
-                } catch (const std::exception& e) {
-                    std::fprintf(stderr, "uploader: %s\n", e.what());
-                }
-            });
-        std::printf("  %d text senders while %d uploaders PUT 1 MiB files in a loop:\n", senders, uploads);
-        const double busy = p99_of_senders(port, w, senders, seconds, failed);
-        stop = true;
-        for (auto& t : up) t.join();
-        std::printf("  %ld uploads of 1 MiB meanwhile; text ack p99 with uploads / without: %.2f%s\n",
-                    done_uploads.load(), alone > 0 ? busy / alone : 0.0, failed ? " (a sender failed)" : "");
-    }
+    if (senders > 0 && uploads > 0) starvation(srv, pg, w, uploads, senders, seconds, rounds);
 }
 
 } // namespace
@@ -403,17 +563,24 @@ int main(int argc, char** argv) {
     std::size_t mib = 100;
     int uploads = 100, senders = 16;
     double seconds = 5;
-    int rounds = 3;
+    int rounds = 0; // unset: 3 with --before, else 1
     std::string before;
+    bool starvation_only = false;
+    std::string only_store; // "pg" or "dir": that store only
+    std::vector<std::string> server_flags{"--quiet"}; // --server-flag: more of imserver's flags
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--mib")) mib = static_cast<std::size_t>(std::atol(im::bench::flag_value(argc, argv, i).c_str()));
         else if (!std::strcmp(argv[i], "--uploads")) uploads = std::atoi(im::bench::flag_value(argc, argv, i).c_str());
         else if (!std::strcmp(argv[i], "--senders")) senders = std::atoi(im::bench::flag_value(argc, argv, i).c_str());
         else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(im::bench::flag_value(argc, argv, i).c_str());
         else if (!std::strcmp(argv[i], "--before")) before = im::bench::flag_value(argc, argv, i);
-        else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(im::bench::flag_value(argc, argv, i).c_str());
+        else if (!std::strcmp(argv[i], "--rounds")) rounds = std::max(1, std::atoi(im::bench::flag_value(argc, argv, i).c_str()));
+        else if (!std::strcmp(argv[i], "--starvation-only")) starvation_only = true;
+        else if (!std::strcmp(argv[i], "--store")) only_store = im::bench::flag_value(argc, argv, i);
+        else if (!std::strcmp(argv[i], "--server-flag")) server_flags.push_back(im::bench::flag_value(argc, argv, i));
         else {
-            std::fprintf(stderr, "usage: bench_attachments [--mib N] [--uploads K] [--senders S] [--seconds T]\n"
+            std::fprintf(stderr, "usage: bench_attachments [--mib N] [--uploads K] [--senders S] [--seconds T] "
+                                 "[--rounds R] [--starvation-only] [--store pg|dir] [--server-flag F]...\n"
                                  "       bench_attachments --before IMSERVER [--rounds R] [--mib N]\n");
             return 2;
         }
@@ -427,12 +594,17 @@ int main(int argc, char** argv) {
         std::printf("bench_attachments: %zu MiB file, %d uploaders, %d senders, %.1f s windows (loopback)\n", mib,
                     uploads, senders, seconds);
         if (!before.empty()) {
-            alternate(pg, tmp.path(), mib, rounds, before, std::getenv("IMSERVER_BIN"));
+            alternate(pg, tmp.path(), mib, rounds > 0 ? rounds : 3, before, std::getenv("IMSERVER_BIN"));
             return 0;
         }
-        run_store(pg, "pg", {"--quiet"}, tmp.path(), mib, uploads, senders, seconds);
-        run_store(pg, "dir", {"--quiet", "--attachments-dir", tmp.path() + "/store"}, tmp.path(), mib, uploads, senders,
-                  seconds);
+        rounds = std::max(1, rounds);
+        if (only_store != "dir")
+            run_store(pg, "pg", server_flags, tmp.path(), mib, uploads, senders, seconds, rounds, starvation_only);
+        auto dir_flags = server_flags;
+        dir_flags.insert(dir_flags.end(), {"--attachments-dir", tmp.path() + "/store"});
+        if (only_store != "pg")
+            run_store(pg, "dir", dir_flags, tmp.path(), mib, uploads,
+                      senders, seconds, rounds, starvation_only);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_attachments: %s\n", e.what());
         return 1;

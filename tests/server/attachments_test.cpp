@@ -15,6 +15,8 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
+#include <sstream>
 
 using namespace im::test;
 
@@ -965,3 +967,93 @@ TEST_F(Attachments, the_collector_removes_stale_and_unreferenced_uploads_and_nev
 }
 
 } // namespace
+
+// --attachment-nice (docs/operations.md): file transfers run below the
+// send path's CPU priority, so a hundred uploads on a small machine cannot
+// starve the text acks (docs/benchmarks.md, "Starvation"). The attachment
+// workers' threads and their PostgreSQL backends (this cluster is on a
+// Unix socket of this host) run at the nice value given; the send path's
+// threads do not. And lower priority never means stuck: more uploads at
+// once than attachment workers, while text is sent back to back, all
+// complete.
+TEST_F(Attachments, file_transfers_run_below_the_send_paths_priority_and_more_uploads_than_workers_all_complete) {
+    std::vector<std::string> flags{"--quiet", "--attachment-nice", "19", "--attachment-db-pool", "2"};
+    if (dir_store()) {
+        flags.push_back("--attachments-dir");
+        flags.push_back(files->path() + "/store");
+    }
+    ServerProcess gw(pg->url(), flags, "gw-nice");
+    auto w = make_world(db(), "attnice", 2);
+    const auto& u = w.users[0];
+    std::atomic<bool> stop{false};
+    std::atomic<int> acked{0};
+    std::thread sender([&] {
+        auto c = login(gw.port(), w.users[1]);
+        for (int n = 0; !stop; ++n) {
+            auto r = c->request({{"t", "send"}, {"conv", w.conv}, {"cmid", "nice" + std::to_string(n)}, {"body", "hi"}});
+            if (str(r, "t") == "sent") ++acked;
+        }
+    });
+    // Eight uploads of 2.5 MiB (three pieces each) at once: four times the workers.
+    constexpr int uploads = 8;
+    std::vector<std::string> data, atts;
+    for (int i = 0; i < uploads; ++i) {
+        data.push_back(random_bytes((5u << 20) / 2, 900 + static_cast<unsigned>(i)));
+        auto r = call(gw.port(), http::verb::post, "/v1/uploads", u.token,
+                      j({{"name", "n.bin"}, {"mime", "application/octet-stream"},
+                         {"size", static_cast<std::int64_t>(data.back().size())}, {"sha256", sha256_hex(data.back())}}));
+        ASSERT_EQ(r.status, 201) << r.body;
+        atts.push_back(str(r.json(), "att_id"));
+    }
+    std::vector<Reply> done(uploads);
+    std::vector<std::thread> up;
+    for (int i = 0; i < uploads; ++i)
+        up.emplace_back([&, i] {
+            done[static_cast<std::size_t>(i)] = call(gw.port(), http::verb::put, "/v1/uploads/" + atts[static_cast<std::size_t>(i)] + "?offset=0",
+                                                     u.token, data[static_cast<std::size_t>(i)]);
+        });
+    for (auto& t : up) t.join();
+    stop = true;
+    sender.join();
+    for (int i = 0; i < uploads; ++i) {
+        EXPECT_EQ(done[static_cast<std::size_t>(i)].status, 200) << done[static_cast<std::size_t>(i)].body;
+        EXPECT_TRUE(done[static_cast<std::size_t>(i)].json().at("complete").as_bool()) << done[static_cast<std::size_t>(i)].body;
+        EXPECT_EQ(call(gw.port(), http::verb::get, "/v1/attachments/" + atts[static_cast<std::size_t>(i)], u.token).body,
+                  data[static_cast<std::size_t>(i)]);
+    }
+    EXPECT_GT(acked.load(), 0);
+
+    // The nice value (field 19 of /proc/.../stat) of the gateway's threads
+    // by name, and of the attachment workers' backends.
+    auto nice_of = [](const std::string& stat_path) {
+        std::ifstream f(stat_path);
+        std::string s((std::istreambuf_iterator<char>(f)), {});
+        std::istringstream in(s.substr(s.rfind(')') + 2));
+        std::vector<std::string> fields;
+        for (std::string x; in >> x;) fields.push_back(x);
+        return fields.size() > 16 ? std::stoi(fields[16]) : -100;
+    };
+    std::map<std::string, std::set<int>> by_thread;
+    const std::string task = "/proc/" + std::to_string(gw.pid()) + "/task";
+    for (const auto& e : std::filesystem::directory_iterator(task)) {
+        std::ifstream comm(e.path() / "comm");
+        std::string name;
+        std::getline(comm, name);
+        by_thread[name.substr(0, name.find_last_of('-'))].insert(nice_of((e.path() / "stat").string()));
+    }
+    EXPECT_EQ(by_thread["im-att"], std::set<int>{19});
+    EXPECT_EQ(by_thread["im-pool"], std::set<int>{0}); // the send path's workers
+    EXPECT_EQ(by_thread["im-io"], std::set<int>{0});
+    const std::string backends = scalar(
+        "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE application_name LIKE 'imserver-attachments-%'");
+    ASSERT_FALSE(backends.empty());
+    std::istringstream pids(backends);
+    int seen = 0;
+    // The suite's own gateway has attachment backends too (nice 0): this
+    // gateway's are the ones at 19, one per worker that opened its
+    // connection (both, with eight uploads, unless one worker took all).
+    for (std::string p; std::getline(pids, p, ',');)
+        if (nice_of("/proc/" + p + "/stat") == 19) ++seen;
+    EXPECT_GE(seen, 1);
+    EXPECT_LE(seen, 2);
+}

@@ -18,6 +18,7 @@
 #include <csignal>
 #ifdef __GLIBC__
 #include <malloc.h>
+#include <pthread.h>
 #endif
 #include <filesystem>
 #include <fstream>
@@ -111,12 +112,15 @@ int im::serve(const Config& cfg) {
     attachments.count_read_backs(&metrics.attachment_digests_read_back);
     // Their own database workers (--attachment-db-pool): a 1 MiB piece holds
     // a worker for milliseconds, and a hundred uploads must not stand in
-    // front of the sends in the pool's queue.
+    // front of the sends in the pool's queue. With --attachment-nice they
+    // (and their backends on this host) run below the send path's CPU
+    // priority.
     std::unique_ptr<im::DbPool> attachment_pool;
     if (cfg.attachment_db_pool > 0) {
         attachment_pool = std::make_unique<im::DbPool>(db.url, static_cast<std::size_t>(cfg.attachment_db_pool),
                                                        im::effective_db_queue(cfg),
-                                                       std::chrono::milliseconds(cfg.db_timeout_ms));
+                                                       std::chrono::milliseconds(cfg.db_timeout_ms),
+                                                       "imserver-attachments", cfg.attachment_nice);
         attachments.use_pool(attachment_pool.get());
     }
     gw->set_attachments(&attachments);
@@ -201,7 +205,11 @@ int im::serve(const Config& cfg) {
     if (!cfg.ready_file.empty()) write_ready_file(cfg.ready_file, port);
 
     std::vector<std::thread> threads;
-    for (int i = 1; i < cfg.io_threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
+    for (int i = 1; i < cfg.io_threads; ++i)
+        threads.emplace_back([&ioc, i] {
+            ::pthread_setname_np(::pthread_self(), ("im-io-" + std::to_string(i)).c_str());
+            ioc.run();
+        });
     ioc.run();
     for (auto& t : threads) t.join();
     gw->release_listener();

@@ -38,6 +38,7 @@ struct Config {
     long long attachments_gc_after_ms = 86400000; // incomplete / unreferenced uploads older than this go
     int attachments_gc_interval_ms = 600000;      // how often this gateway collects; 0: never
     int attachment_db_pool = 2;                   // the attachment routes' own database workers; 0: share db_pool
+    int attachment_nice = 0;                      // their CPU priority below the send path's (nice 0-19)
     std::string gateway_id = "gw-1";
     int db_pool = 4;
     std::size_t db_queue = 0;            // jobs waiting for a database worker; 0: auto (effective_db_queue)

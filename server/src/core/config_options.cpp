@@ -267,6 +267,13 @@ const std::vector<Option>& options() {
          "they share --db-pool)",
          [](Config& c, const std::string& v) { return to_int(v, 0, 64, c.attachment_db_pool); },
          [](const Config& c) { return std::to_string(c.attachment_db_pool); }},
+        {"--attachment-nice", "IM_ATTACHMENT_NICE", "N",
+         "CPU priority of file transfers below the send path's: the --attachment-db-pool workers run at this nice "
+         "value, and so do their PostgreSQL backends when they run on this host (a Unix socket connection, e.g. the "
+         "embedded cluster) (0-19; default 0: "
+         "the same priority)",
+         [](Config& c, const std::string& v) { return to_int(v, 0, 19, c.attachment_nice); },
+         [](const Config& c) { return std::to_string(c.attachment_nice); }},
         {"--attachments-gc-interval-ms", "IM_ATTACHMENTS_GC_INTERVAL_MS", "MS",
          "how often this gateway runs the attachment collector (default 600000; 0: never, another gateway does)",
          [](Config& c, const std::string& v) { return to_int(v, 0, 86400000, c.attachments_gc_interval_ms); },

@@ -11,7 +11,12 @@
 #include <chrono>
 #include <optional>
 
+#include <cerrno>
+#include <fstream>
+#include <cstring>
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -202,8 +207,9 @@ void Watchdog::run() {
 }
 
 DbPool::DbPool(std::string url, std::size_t workers, std::size_t max_queue,
-               std::chrono::milliseconds round_trip_limit)
-    : url_(std::move(url)), round_trip_limit_(round_trip_limit), max_queue_(max_queue), watchdog_(round_trip_limit) {
+               std::chrono::milliseconds round_trip_limit, std::string name, int nice)
+    : url_(std::move(url)), name_(std::move(name)), round_trip_limit_(round_trip_limit), max_queue_(max_queue),
+      nice_(nice), watchdog_(round_trip_limit) {
     for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this, i] { run(i); });
 }
 
@@ -237,9 +243,35 @@ void DbPool::stop() {
     threads_.clear();
 }
 
+namespace {
+
+// The backend of `c` is a process of this host: the connection is over a
+// Unix socket and its pid is a PostgreSQL process here (not a pid of
+// another host or pid namespace that happens to exist here too).
+bool local_backend(pqxx::connection_base& c) {
+    const char* host = c.hostname();
+    if (!host || host[0] != '/') return false;
+    std::ifstream comm("/proc/" + std::to_string(c.backendpid()) + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    return name.rfind("postgres", 0) == 0;
+}
+
+} // namespace
+
 void DbPool::run(std::size_t index) {
+    // "imserver-pool" -> threads "im-pool-N", "imserver-attachments" ->
+    // "im-att-N" (a thread's name has 15 characters at most).
+    std::string short_name = name_.rfind("imserver-", 0) == 0 ? name_.substr(9) : name_;
+    if (short_name.size() > 8) short_name.resize(3);
+    short_name = "im-" + short_name;
+    ::pthread_setname_np(::pthread_self(), (short_name + "-" + std::to_string(index)).substr(0, 15).c_str());
     std::unique_ptr<pqxx::connection> conn;
     int attached_pid = 0; // the session whose libpq handle carries the watchdog's event procedure
+    int reniced_pid = 0; // the backend this worker last set to nice_
+    // Linux: a thread's own nice value (its tid as the "process").
+    if (nice_ > 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice_) != 0)
+        log_warn("db_worker_nice_failed", {{"pool", name_}, {"nice", nice_}, {"err", std::strerror(errno)}});
     auto retry_after = std::chrono::steady_clock::time_point{};
     for (;;) {
         Job job;
@@ -264,7 +296,7 @@ void DbPool::run(std::size_t index) {
         }
         if (!conn && !stopping_flag_ && std::chrono::steady_clock::now() >= retry_after) {
             try {
-                conn = open_connection(url_, "imserver-pool-" + std::to_string(index));
+                conn = open_connection(url_, name_ + "-" + std::to_string(index));
                 // A lock wait ends (55P03, answered UNAVAILABLE) well before
                 // the watchdog would cut the connection: the statement
                 // fails cleanly and the backend waits no longer either.
@@ -274,6 +306,14 @@ void DbPool::run(std::size_t index) {
                 // Don't let every queued job wait for a connect timeout.
                 retry_after = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
                 log_warn("db_connect_failed", {{"worker", static_cast<int>(index)}, {"err", e.what()}});
+            }
+        }
+        if (conn && nice_ > 0 && conn->backendpid() != reniced_pid) {
+            reniced_pid = conn->backendpid();
+            if (local_backend(*conn) && ::setpriority(PRIO_PROCESS, static_cast<id_t>(reniced_pid), nice_) != 0) {
+                static std::atomic<bool> logged{false};
+                if (!logged.exchange(true))
+                    log_warn("db_backend_nice_failed", {{"pool", name_}, {"pid", reniced_pid}, {"err", std::strerror(errno)}});
             }
         }
         try {

@@ -87,9 +87,16 @@ public:
     /// cannot be reached right now (the job then answers UNAVAILABLE).
     using Job = std::function<void(pqxx::connection_base*)>;
 
-    /// round_trip_limit: see Watchdog (--db-timeout-ms).
+    /// round_trip_limit: see Watchdog (--db-timeout-ms). `name`: the
+    /// connections' application_name is name-N (pg_stat_activity), and the
+    /// worker threads are named after it (top -H, perf). `nice` > 0: the
+    /// workers run at that CPU priority (setpriority of each thread), and so
+    /// do their PostgreSQL backends when a backend is a process of this
+    /// host (a Unix socket connection, e.g. the embedded cluster) that this
+    /// process may renice; a refusal is logged once.
     DbPool(std::string url, std::size_t workers, std::size_t max_queue,
-           std::chrono::milliseconds round_trip_limit = std::chrono::milliseconds(5000));
+           std::chrono::milliseconds round_trip_limit = std::chrono::milliseconds(5000),
+           std::string name = "imserver-pool", int nice = 0);
     ~DbPool();
     DbPool(const DbPool&) = delete;
     DbPool& operator=(const DbPool&) = delete;
@@ -110,6 +117,7 @@ private:
     void run(std::size_t index);
 
     std::string url_;
+    std::string name_;
     std::chrono::milliseconds round_trip_limit_;
     std::size_t max_queue_;
     mutable std::mutex mu_;
@@ -118,6 +126,7 @@ private:
     bool stopping_ = false;
     std::atomic<bool> stopping_flag_{false}; // read without the lock: no new connects while stopping
     std::atomic<std::size_t> busy_{0};
+    int nice_ = 0;
     Watchdog watchdog_;
     std::vector<std::thread> threads_;
 };
