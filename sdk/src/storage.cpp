@@ -100,6 +100,7 @@ bool Storage::open(const QString &path) {
 
 void Storage::close() {
     search_.reset(); // its statements belong to the connection
+    page_.reset();
     if (QSqlDatabase::contains(connection_)) {
         {
             QSqlDatabase db = QSqlDatabase::database(connection_, false);

@@ -134,6 +134,17 @@ struct SearchStatements {
     QHash<QString, QString> convTokens;
 };
 
+// The statements of the page path (insertEvent(), applyChange(),
+// countArrivals(), applyPage()'s cursor), prepared once per open store and
+// reused for every event: parsing the upsert again for each event was half
+// of what a page of 200 cost (docs/benchmarks.md, issue 51). Bound by
+// position (bindValue(i)), every value each time.
+struct PageStatements {
+    explicit PageStatements(const QSqlDatabase &db);
+    QSqlQuery upsert, attachment, erase, edit, recall, reactionRead, reactionWrite;
+    QSqlQuery ensureConv, convEpoch, pageCursor, unreadRead, unreadRecalled, unreadWrite;
+};
+
 class Storage {
 public:
     static constexpr int SchemaVersion = 10;
@@ -373,6 +384,8 @@ private:
     // there was nothing left to merge.
     std::optional<bool> mergeSearchSegments(int budgetMs);
     std::unique_ptr<SearchStatements> search_;
+    std::unique_ptr<PageStatements> page_;
+    PageStatements &pageStatements();
     bool searchUpkeep_ = true;
     // The vocabulary's entries known to be stored (search_terms): each
     // written once per session. Cleared by a rollback (what it undid).
