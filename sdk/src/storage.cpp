@@ -221,6 +221,7 @@ void Storage::rollback() {
     restoreDurability();
     requeued_.clear(); // what a rolled-back rebuild put back is not there
     knownTerms_.clear(); // nor the search vocabulary it wrote
+    endLookAhead();      // nor a page's look
 }
 
 std::optional<QString> Storage::meta(const QString &key) {

@@ -433,11 +433,12 @@ bool Storage::applyPage(const proto::Page &page) {
         rollback();
         return fail(e);
     };
-    if (!startRebuild(page.conv, page.head))
+    if (!startRebuild(page.conv, page.head) || !lookAhead(page.conv, page.events))
         return abort();
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
+    endLookAhead();
     {
         QSqlQuery &q = pageStatements().pageCursor;
         q.bindValue(QStringLiteral(":after"), page.nextAfter);
@@ -741,11 +742,12 @@ bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, 
             return true;
         }
     }
-    if (before == 0 && !startRebuild(page.conv, page.head))
+    if ((before == 0 && !startRebuild(page.conv, page.head)) || !lookAhead(page.conv, page.events))
         return abort();
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
+    endLookAhead();
     // What is still missing below the window: [gapLo, oldest - 1], if the
     // server has older readable events (has_older) that we do not hold.
     const qint64 missingHi = page.hasOlder ? page.oldest - 1 : 0;
