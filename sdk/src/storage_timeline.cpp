@@ -438,7 +438,8 @@ bool Storage::applyPage(const proto::Page &page) {
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
-    endLookAhead();
+    if (!finishLookAhead())
+        return abort();
     {
         QSqlQuery &q = pageStatements().pageCursor;
         q.bindValue(QStringLiteral(":after"), page.nextAfter);
@@ -747,7 +748,8 @@ bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, 
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
-    endLookAhead();
+    if (!finishLookAhead())
+        return abort();
     // What is still missing below the window: [gapLo, oldest - 1], if the
     // server has older readable events (has_older) that we do not hold.
     const qint64 missingHi = page.hasOlder ? page.oldest - 1 : 0;

@@ -830,6 +830,30 @@ private slots:
         QCOMPARE(store_->searchIdOf(c, 5), 0);
     }
 
+    void a_page_that_changes_its_own_new_messages_keeps_the_index_sound() {
+        // A page's new index rows go in together (one FTS5 insert at the
+        // page's end); an edit or a recall of one of them later in the same
+        // page must find it in the index. Quotes, backslashes, tabs and
+        // newlines travel through that insert unchanged (a contentless
+        // index deletes by the very text: the edit below deletes it).
+        const QString c = QStringLiteral("c1");
+        const QString odd = QStringLiteral("say \"odd\" \\ back\tslash\nline");
+        QVERIFY(store_->applyPage(page(c, {msg(c, 1, QStringLiteral("first draft")), msg(c, 2, odd),
+                                           msg(c, 3, QStringLiteral("doomed note")), msg(c, 4, QStringLiteral("plain note")),
+                                           change(QStringLiteral("edit"), c, 5, 1, QStringLiteral("final text")),
+                                           change(QStringLiteral("recall"), c, 6, 3)})));
+        QCOMPARE(find(QStringLiteral("draft")), QStringList());
+        QCOMPARE(find(QStringLiteral("final")), QStringList{QStringLiteral("c1:1")});
+        QCOMPARE(find(QStringLiteral("doomed")), QStringList());
+        QCOMPARE(find(QStringLiteral("note")), QStringList{QStringLiteral("c1:4")});
+        QCOMPARE(find(QStringLiteral("slash line")), QStringList{QStringLiteral("c1:2")});
+        QVERIFY(indexIntact());
+        QVERIFY(store_->applyPage(page(c, {change(QStringLiteral("edit"), c, 7, 2, QStringLiteral("even")),
+                                           msg(c, 8, QStringLiteral("after"))})));
+        QCOMPARE(find(QStringLiteral("odd")), QStringList());
+        QCOMPARE(find(QStringLiteral("even")), QStringList{QStringLiteral("c1:2")});
+    }
+
     void the_model_searches_on_its_thread_pages_and_follows_the_index_build() {
         // A schema 5 store: Client::open() builds its index in the
         // background; the model searches meanwhile and again when done.
