@@ -130,10 +130,6 @@ struct SearchStatements {
     // A page's looks, once per page (Storage::lookAhead): its stored seqs,
     // the recalls stored for them, the search ids taken near its own.
     QSqlQuery pageStored, pageRecalled, pageIds;
-    // A page's new index rows in one FTS5 insert (a JSON array through
-    // json_each): batchOk false (an SQLite without JSON) inserts one by one.
-    QSqlQuery ftsBatch;
-    bool batchOk = false;
     QSqlQuery termInsert; // the vocabulary (search_terms)
     // A conversation's token in the index's conv column (a hash: computed
     // once per conversation, not per message).
@@ -390,22 +386,10 @@ private:
         qint64 lo = 0, hi = 0;     // the page's seqs
         qint64 idLo = 0, idHi = 0; // the search ids read: every taken one in this range is in takenIds
         QSet<qint64> stored, recalled, takenIds;
-        // The page's new index rows not inserted yet: [[id, text], ...]
-        // (flushIndexBatch() before any other change of the index, and
-        // at the page's end).
-        QString batch;
-        int batched = 0;
     };
     PageLooks looks_;
     bool lookAhead(const QString &conv, const QList<proto::Event> &events);
     void endLookAhead() { looks_ = PageLooks(); }
-    bool flushIndexBatch();
-    // The page's loop is done: its batched index rows go in, the look ends.
-    bool finishLookAhead() {
-        const bool ok = flushIndexBatch();
-        endLookAhead();
-        return ok;
-    }
     // The first free search_id from ts * 2^20 + (seq mod 2^20), or 0 on an error.
     qint64 freeSearchId(qint64 ts, qint64 seq);
     bool indexEvent(const QString &conv, qint64 seq);

@@ -52,7 +52,7 @@ QString indexedText(const QString &alias = QString()) {
 
 SearchStatements::SearchStatements(const QSqlDatabase &db)
     : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), before(db),
-      pageStored(db), pageRecalled(db), pageIds(db), ftsBatch(db), termInsert(db) {
+      pageStored(db), pageRecalled(db), pageIds(db), termInsert(db) {
     termInsert.prepare(QStringLiteral("INSERT OR IGNORE INTO search_terms(term) VALUES(?)"));
     // insertEvent's one look before its upsert: the stored row (1, its
     // search_id, its text), or for a new one (0, whether the search id it
@@ -66,8 +66,6 @@ SearchStatements::SearchStatements(const QSqlDatabase &db)
     pageRecalled.prepare(QStringLiteral("SELECT target FROM events WHERE conv = ? AND target BETWEEN ? AND ?"
                                         " AND kind = 'recall'"));
     pageIds.prepare(QStringLiteral("SELECT search_id FROM events WHERE search_id BETWEEN ? AND ? LIMIT ?"));
-    batchOk = ftsBatch.prepare(QStringLiteral("INSERT INTO search(rowid, body, conv) SELECT json_extract(value, '$[0]'),"
-                                              " json_extract(value, '$[1]'), ? FROM json_each(?)"));
     indexed.prepare(QStringLiteral("SELECT search_id, %1 FROM events"
                                    " WHERE conv = ? AND seq = ? AND search_id IS NOT NULL").arg(indexedText()));
     row.prepare(QStringLiteral(
@@ -94,53 +92,9 @@ SearchStatements &Storage::searchStatements() {
     return *search_;
 }
 
-namespace {
-// Whether JSON carries `text` unchanged through json_each: no control
-// character but tab and newline (escaped below), valid UTF-16. Another
-// text is inserted alone (the contentless index deletes by the very text).
-bool batchable(QStringView text) {
-    for (const QChar c : text)
-        if (c.unicode() < 0x20 && c != u'\n' && c != u'\t')
-            return false;
-    return text.isValidUtf16();
-}
-void appendJson(QString &batch, qint64 id, QStringView text) {
-    batch += batch.isEmpty() ? u'[' : u',';
-    batch += u'[';
-    batch += QString::number(id);
-    batch += QLatin1String(",\"");
-    for (const QChar c : text) {
-        if (c == u'"' || c == u'\\') {
-            batch += u'\\';
-            batch += c;
-        } else if (c == u'\n') {
-            batch += QLatin1String("\\n");
-        } else if (c == u'\t') {
-            batch += QLatin1String("\\t");
-        } else {
-            batch += c;
-        }
-    }
-    batch += QLatin1String("\"]");
-}
-} // namespace
-
-bool Storage::flushIndexBatch() {
-    if (looks_.batched == 0)
-        return true;
-    SearchStatements &s = searchStatements();
-    s.ftsBatch.bindValue(0, s.token(looks_.conv));
-    s.ftsBatch.bindValue(1, QString(looks_.batch + u']'));
-    looks_.batch.clear();
-    looks_.batched = 0;
-    return exec(s.ftsBatch);
-}
-
 bool Storage::unindexEvent(const QString &conv, qint64 seq) {
     if (!searchUpkeep_)
         return true;
-    if (!flushIndexBatch()) // a row of this page must be in before it can go
-        return false;
     SearchStatements &s = searchStatements();
     s.indexed.bindValue(0, conv);
     s.indexed.bindValue(1, seq);
@@ -164,8 +118,6 @@ bool Storage::unindexEvent(const QString &conv, qint64 seq) {
 bool Storage::indexEvent(const QString &conv, qint64 seq) {
     if (!searchUpkeep_)
         return true;
-    if (!flushIndexBatch())
-        return false;
     SearchStatements &s = searchStatements();
     s.row.bindValue(0, conv);
     s.row.bindValue(1, seq);
@@ -320,8 +272,6 @@ bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newI
             s.before.finish();
             if (!indexed)
                 return true;
-            if (!flushIndexBatch())
-                return false;
             s.ftsDelete.bindValue(0, id);
             s.ftsDelete.bindValue(1, searchtext::indexText(text));
             s.ftsDelete.bindValue(2, s.token(e.conv));
@@ -345,19 +295,11 @@ bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newI
     const qint64 id = taken ? freeSearchId(e.ts, e.seq) : first;
     if (id == 0)
         return false;
-    const QString indexed = searchtext::indexText(text);
-    if (!noteTerms(text))
+    s.ftsInsert.bindValue(0, id);
+    s.ftsInsert.bindValue(1, searchtext::indexText(text));
+    s.ftsInsert.bindValue(2, s.token(e.conv));
+    if (!noteTerms(text) || !exec(s.ftsInsert))
         return false;
-    if (looks_.valid && s.batchOk && e.conv == looks_.conv && batchable(indexed)) {
-        appendJson(looks_.batch, id, indexed); // in with the page's others (finishLookAhead)
-        ++looks_.batched;
-    } else {
-        s.ftsInsert.bindValue(0, id);
-        s.ftsInsert.bindValue(1, indexed);
-        s.ftsInsert.bindValue(2, s.token(e.conv));
-        if (!exec(s.ftsInsert))
-            return false;
-    }
     if (looks_.valid)
         looks_.takenIds.insert(id);
     *newId = id;

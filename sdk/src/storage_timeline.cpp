@@ -438,8 +438,7 @@ bool Storage::applyPage(const proto::Page &page) {
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
-    if (!finishLookAhead())
-        return abort();
+    endLookAhead();
     {
         QSqlQuery &q = pageStatements().pageCursor;
         q.bindValue(QStringLiteral(":after"), page.nextAfter);
@@ -748,8 +747,7 @@ bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, 
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
-    if (!finishLookAhead())
-        return abort();
+    endLookAhead();
     // What is still missing below the window: [gapLo, oldest - 1], if the
     // server has older readable events (has_older) that we do not hold.
     const qint64 missingHi = page.hasOlder ? page.oldest - 1 : 0;
