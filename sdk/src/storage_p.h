@@ -139,8 +139,8 @@ struct SearchStatements {
 
 // The statements of the page path (insertEvent(), applyChange(),
 // countArrivals(), applyPage()'s cursor), prepared once per open store and
-// reused for every event: parsing the upsert again for each event was half
-// of what a page of 200 cost (docs/benchmarks.md, issue 51). Bound by
+// reused for every event: preparing the upsert again for each event was
+// nine tenths of what a page of 200 cost (docs/benchmarks.md, issue 51). Bound by
 // position (bindValue(i)), every value each time.
 struct PageStatements {
     explicit PageStatements(const QSqlDatabase &db);
