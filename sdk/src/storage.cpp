@@ -100,6 +100,7 @@ bool Storage::open(const QString &path) {
 
 void Storage::close() {
     search_.reset(); // its statements belong to the connection
+    page_.reset();
     if (QSqlDatabase::contains(connection_)) {
         {
             QSqlDatabase db = QSqlDatabase::database(connection_, false);
@@ -220,6 +221,7 @@ void Storage::rollback() {
     restoreDurability();
     requeued_.clear(); // what a rolled-back rebuild put back is not there
     knownTerms_.clear(); // nor the search vocabulary it wrote
+    endLookAhead();      // nor a page's look
 }
 
 std::optional<QString> Storage::meta(const QString &key) {

@@ -127,11 +127,25 @@ struct SearchStatements {
     explicit SearchStatements(const QSqlDatabase &db);
     QSqlQuery indexed, row, probe, ftsInsert, ftsDelete, setId, clearId;
     QSqlQuery before; // insertEvent's fast path: one look before the upsert
+    // A page's looks, once per page (Storage::lookAhead): its stored seqs,
+    // the recalls stored for them, the search ids taken near its own.
+    QSqlQuery pageStored, pageRecalled, pageIds;
     QSqlQuery termInsert; // the vocabulary (search_terms)
     // A conversation's token in the index's conv column (a hash: computed
     // once per conversation, not per message).
     const QString &token(const QString &conv);
     QHash<QString, QString> convTokens;
+};
+
+// The statements of the page path (insertEvent(), applyChange(),
+// countArrivals(), applyPage()'s cursor), prepared once per open store and
+// reused for every event: preparing the upsert again for each event was
+// nine tenths of what a page of 200 cost (docs/benchmarks.md, issue 51). Bound by
+// position (bindValue(i)), every value each time.
+struct PageStatements {
+    explicit PageStatements(const QSqlDatabase &db);
+    QSqlQuery upsert, attachment, erase, edit, recall, reactionRead, reactionWrite;
+    QSqlQuery ensureConv, convEpoch, pageCursor, unreadRead, unreadRecalled, unreadWrite;
 };
 
 class Storage {
@@ -361,6 +375,21 @@ private:
     // is written now and *newId (0: not indexed) goes into the insert (two
     // statements fewer per new message: the common case).
     bool indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newId);
+    // What indexBeforeInsert() would look up for each event of a page, read
+    // for the whole page at once by lookAhead() (three range reads instead
+    // of a statement per event); valid only inside that page's transaction
+    // (endLookAhead(), rollback() drop it). A seq outside it, or stored
+    // already, takes the per-event look.
+    struct PageLooks {
+        bool valid = false;
+        QString conv;
+        qint64 lo = 0, hi = 0;     // the page's seqs
+        qint64 idLo = 0, idHi = 0; // the search ids read: every taken one in this range is in takenIds
+        QSet<qint64> stored, recalled, takenIds;
+    };
+    PageLooks looks_;
+    bool lookAhead(const QString &conv, const QList<proto::Event> &events);
+    void endLookAhead() { looks_ = PageLooks(); }
     // The first free search_id from ts * 2^20 + (seq mod 2^20), or 0 on an error.
     qint64 freeSearchId(qint64 ts, qint64 seq);
     bool indexEvent(const QString &conv, qint64 seq);
@@ -373,6 +402,8 @@ private:
     // there was nothing left to merge.
     std::optional<bool> mergeSearchSegments(int budgetMs);
     std::unique_ptr<SearchStatements> search_;
+    std::unique_ptr<PageStatements> page_;
+    PageStatements &pageStatements();
     bool searchUpkeep_ = true;
     // The vocabulary's entries known to be stored (search_terms): each
     // written once per session. Cleared by a rollback (what it undid).

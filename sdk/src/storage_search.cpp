@@ -52,7 +52,7 @@ QString indexedText(const QString &alias = QString()) {
 
 SearchStatements::SearchStatements(const QSqlDatabase &db)
     : indexed(db), row(db), probe(db), ftsInsert(db), ftsDelete(db), setId(db), clearId(db), before(db),
-      termInsert(db) {
+      pageStored(db), pageRecalled(db), pageIds(db), termInsert(db) {
     termInsert.prepare(QStringLiteral("INSERT OR IGNORE INTO search_terms(term) VALUES(?)"));
     // insertEvent's one look before its upsert: the stored row (1, its
     // search_id, its text), or for a new one (0, whether the search id it
@@ -62,6 +62,10 @@ SearchStatements::SearchStatements(const QSqlDatabase &db)
                                   " UNION ALL SELECT 0, EXISTS(SELECT 1 FROM events WHERE search_id = ?),"
                                   " EXISTS(SELECT 1 FROM events WHERE conv = ? AND target = ? AND kind = 'recall')"
                                   " LIMIT 1").arg(indexedText()));
+    pageStored.prepare(QStringLiteral("SELECT seq FROM events WHERE conv = ? AND seq BETWEEN ? AND ?"));
+    pageRecalled.prepare(QStringLiteral("SELECT target FROM events WHERE conv = ? AND target BETWEEN ? AND ?"
+                                        " AND kind = 'recall'"));
+    pageIds.prepare(QStringLiteral("SELECT search_id FROM events WHERE search_id BETWEEN ? AND ? LIMIT ?"));
     indexed.prepare(QStringLiteral("SELECT search_id, %1 FROM events"
                                    " WHERE conv = ? AND seq = ? AND search_id IS NOT NULL").arg(indexedText()));
     row.prepare(QStringLiteral(
@@ -139,6 +143,8 @@ bool Storage::indexEvent(const QString &conv, qint64 seq) {
     s.setId.bindValue(0, id);
     s.setId.bindValue(1, conv);
     s.setId.bindValue(2, seq);
+    if (looks_.valid)
+        looks_.takenIds.insert(id); // the page's look must not offer it again
     return noteTerms(text) && exec(s.ftsInsert) && exec(s.setId);
 }
 
@@ -175,37 +181,108 @@ qint64 Storage::freeSearchId(qint64 ts, qint64 seq) {
     }
 }
 
+namespace {
+// A page's search ids read at once up to this many (a history window's
+// time range shared with busy conversations); more: the per-event look.
+constexpr int kLookIds = 2048;
+qint64 firstSearchId(qint64 ts, qint64 seq) {
+    return (std::max<qint64>(0, ts) << kLowBits) + (seq & ((qint64(1) << kLowBits) - 1));
+}
+} // namespace
+
+bool Storage::lookAhead(const QString &conv, const QList<proto::Event> &events) {
+    looks_ = PageLooks();
+    if (!searchUpkeep_ || events.size() < 2)
+        return true;
+    PageLooks l;
+    l.conv = conv;
+    l.lo = l.idLo = std::numeric_limits<qint64>::max();
+    l.hi = l.idHi = std::numeric_limits<qint64>::min();
+    for (const proto::Event &e : events) {
+        if (e.conv != conv)
+            return true; // not one conversation's page: the per-event look
+        l.lo = std::min(l.lo, e.seq);
+        l.hi = std::max(l.hi, e.seq);
+        const qint64 first = firstSearchId(e.ts, e.seq);
+        l.idLo = std::min(l.idLo, first);
+        l.idHi = std::max(l.idHi, first);
+    }
+    SearchStatements &s = searchStatements();
+    s.pageStored.bindValue(0, conv);
+    s.pageStored.bindValue(1, l.lo);
+    s.pageStored.bindValue(2, l.hi);
+    if (!exec(s.pageStored))
+        return false;
+    while (s.pageStored.next())
+        l.stored.insert(s.pageStored.value(0).toLongLong());
+    s.pageStored.finish();
+    s.pageRecalled.bindValue(0, conv);
+    s.pageRecalled.bindValue(1, l.lo);
+    s.pageRecalled.bindValue(2, l.hi);
+    if (!exec(s.pageRecalled))
+        return false;
+    while (s.pageRecalled.next())
+        l.recalled.insert(s.pageRecalled.value(0).toLongLong());
+    s.pageRecalled.finish();
+    s.pageIds.bindValue(0, l.idLo);
+    s.pageIds.bindValue(1, l.idHi);
+    s.pageIds.bindValue(2, kLookIds + 1);
+    if (!exec(s.pageIds))
+        return false;
+    while (s.pageIds.next())
+        l.takenIds.insert(s.pageIds.value(0).toLongLong());
+    s.pageIds.finish();
+    if (l.takenIds.size() > kLookIds)
+        return true; // too many to hold: the per-event look
+    l.valid = true;
+    looks_ = std::move(l);
+    return true;
+}
+
 bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newId) {
     *isNew = false;
     *newId = 0;
     if (!searchUpkeep_)
         return true;
     SearchStatements &s = searchStatements();
-    const qint64 first = (std::max<qint64>(0, e.ts) << kLowBits) + (e.seq & ((qint64(1) << kLowBits) - 1));
-    s.before.bindValue(0, e.conv);
-    s.before.bindValue(1, e.seq);
-    s.before.bindValue(2, first);
-    s.before.bindValue(3, e.conv);
-    s.before.bindValue(4, e.seq);
-    if (!exec(s.before) || !s.before.next())
-        return false;
-    if (s.before.value(0).toInt() == 1) {
-        // Stored already: out of the index now, back in after the upsert.
-        const bool indexed = !s.before.value(1).isNull();
-        const qint64 id = s.before.value(1).toLongLong();
-        const QString text = s.before.value(2).toString();
+    const qint64 first = firstSearchId(e.ts, e.seq);
+    bool taken = false, recalled = false;
+    if (looks_.valid && e.kind == u"recall" && e.conv == looks_.conv)
+        looks_.recalled.insert(e.target); // a page out of order: its target, later, stays out
+    if (looks_.valid && e.conv == looks_.conv && e.seq >= looks_.lo && e.seq <= looks_.hi
+        && first >= looks_.idLo && first <= looks_.idHi && !looks_.stored.contains(e.seq)) {
+        // A new row, by the page's look (lookAhead()): a second copy of
+        // this seq in the page finds it stored.
+        looks_.stored.insert(e.seq);
+        taken = looks_.takenIds.contains(first);
+        recalled = looks_.recalled.contains(e.seq);
+    } else {
+        s.before.bindValue(0, e.conv);
+        s.before.bindValue(1, e.seq);
+        s.before.bindValue(2, first);
+        s.before.bindValue(3, e.conv);
+        s.before.bindValue(4, e.seq);
+        if (!exec(s.before) || !s.before.next())
+            return false;
+        if (s.before.value(0).toInt() == 1) {
+            // Stored already: out of the index now, back in after the upsert.
+            const bool indexed = !s.before.value(1).isNull();
+            const qint64 id = s.before.value(1).toLongLong();
+            const QString text = s.before.value(2).toString();
+            s.before.finish();
+            if (!indexed)
+                return true;
+            s.ftsDelete.bindValue(0, id);
+            s.ftsDelete.bindValue(1, searchtext::indexText(text));
+            s.ftsDelete.bindValue(2, s.token(e.conv));
+            s.clearId.bindValue(0, e.conv);
+            s.clearId.bindValue(1, e.seq);
+            return exec(s.ftsDelete) && exec(s.clearId);
+        }
+        taken = s.before.value(1).toBool();
+        recalled = s.before.value(2).toBool();
         s.before.finish();
-        if (!indexed)
-            return true;
-        s.ftsDelete.bindValue(0, id);
-        s.ftsDelete.bindValue(1, searchtext::indexText(text));
-        s.ftsDelete.bindValue(2, s.token(e.conv));
-        s.clearId.bindValue(0, e.conv);
-        s.clearId.bindValue(1, e.seq);
-        return exec(s.ftsDelete) && exec(s.clearId);
     }
-    const bool taken = s.before.value(1).toBool(), recalled = s.before.value(2).toBool();
-    s.before.finish();
     *isNew = true;
     // A new row: what the upsert will store is this copy's text.
     QString text = e.editSeq > 0 ? e.editBody : e.body;
@@ -223,6 +300,8 @@ bool Storage::indexBeforeInsert(const proto::Event &e, bool *isNew, qint64 *newI
     s.ftsInsert.bindValue(2, s.token(e.conv));
     if (!noteTerms(text) || !exec(s.ftsInsert))
         return false;
+    if (looks_.valid)
+        looks_.takenIds.insert(id);
     *newId = id;
     return true;
 }

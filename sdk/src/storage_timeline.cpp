@@ -89,22 +89,16 @@ QString attachmentNames(const QList<proto::Attachment> &list) {
 
 } // namespace
 
-bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
-    // The search index forgets what this row showed before (a re-applied
-    // copy may carry a newer edit, another history's event may replace it);
-    // a new message is indexed at once, its search_id stored with it.
-    bool isNew = false;
-    qint64 searchId = 0;
-    if (!indexBeforeInsert(e, &isNew, &searchId))
-        return false;
-    QSqlQuery q(QSqlDatabase::database(connection_, false));
+PageStatements::PageStatements(const QSqlDatabase &db)
+    : upsert(db), attachment(db), erase(db), edit(db), recall(db), reactionRead(db), reactionWrite(db),
+      ensureConv(db), convEpoch(db), pageCursor(db), unreadRead(db), unreadRecalled(db), unreadWrite(db) {
     // Keyed by (conv, seq): re-applying is harmless (events are immutable on
     // the server; replacing also heals a rebuild after CURSOR_AHEAD). A msg's
     // later changes (contract section 12) are the newer of what is stored
     // and what this copy carries: by edit_seq, by reactions_seq (a tie keeps
     // the stored one: a push's `me` is always false), and only for the same
     // event (mid) -- another mid at this seq is another history's.
-    q.prepare(QStringLiteral(
+    upsert.prepare(QStringLiteral(
         "INSERT INTO events(conv, seq, mid, kind, sender, body, ts, epoch, target, user, cmid, reply_to, edit_seq,"
         " edit_body, edit_ts, reactions, reactions_seq, recalled, emoji, react_on, search_id, attachments, att_names)"
         " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -124,44 +118,81 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
         " reactions_seq = CASE WHEN events.mid IS excluded.mid AND events.reactions_seq IS NOT NULL"
         "  AND events.reactions_seq >= COALESCE(excluded.reactions_seq, 0) THEN events.reactions_seq ELSE excluded.reactions_seq END,"
         " recalled = CASE WHEN events.mid IS excluded.mid THEN MAX(events.recalled, excluded.recalled) ELSE excluded.recalled END"));
-    q.addBindValue(e.conv);
-    q.addBindValue(e.seq);
-    q.addBindValue(e.mid);
-    q.addBindValue(e.kind);
-    q.addBindValue(nullIfEmpty(e.sender));
-    q.addBindValue(nullIfEmpty(e.body));
-    q.addBindValue(e.ts);
-    q.addBindValue(epoch);
-    q.addBindValue(nullIfZero(e.target));
-    q.addBindValue(nullIfEmpty(e.user));
-    q.addBindValue(e.cmid.isEmpty() ? QVariant(QMetaType(QMetaType::QString)) : QVariant(e.cmid));
-    q.addBindValue(nullIfZero(e.replyTo));
-    q.addBindValue(nullIfZero(e.editSeq));
-    q.addBindValue(e.editSeq > 0 ? QVariant(e.editBody) : QVariant(QMetaType(QMetaType::QString)));
-    q.addBindValue(nullIfZero(e.editTs));
-    q.addBindValue(nullIfEmpty(reactionsJson(e.reactions)));
-    q.addBindValue(nullIfZero(e.reactionsSeq));
-    q.addBindValue(e.recalled ? 1 : 0);
-    q.addBindValue(nullIfEmpty(e.emoji));
-    q.addBindValue(e.kind == u"reaction" ? QVariant(e.on ? 1 : 0) : QVariant(QMetaType(QMetaType::Int)));
-    q.addBindValue(nullIfZero(searchId)); // the conflict path keeps the row's own (NULL: unindexed above)
-    q.addBindValue(nullIfEmpty(attachmentsJson(e.attachments)));
-    q.addBindValue(e.attachments.isEmpty() ? QVariant(QMetaType(QMetaType::QString))
-                                           : QVariant(attachmentNames(e.attachments)));
+    // Immutable on the server (the id names one upload's bytes).
+    attachment.prepare(QStringLiteral("INSERT OR IGNORE INTO attachments(att_id, name, mime, size, sha256)"
+                                      " VALUES(?, ?, ?, ?, ?)"));
+    erase.prepare(QStringLiteral("UPDATE events SET body = NULL, edit_seq = NULL, edit_body = NULL, edit_ts = NULL,"
+                                 " attachments = NULL, att_names = NULL, recalled = 1"
+                                 " WHERE conv = ? AND seq = ? AND kind = 'msg'"));
+    edit.prepare(QStringLiteral("UPDATE events SET edit_seq = ?, edit_body = ?, edit_ts = ?"
+                                " WHERE conv = ? AND seq = ? AND kind = 'msg' AND COALESCE(edit_seq, 0) < ?"));
+    recall.prepare(QStringLiteral("UPDATE events SET recalled = 1 WHERE conv = ? AND seq = ? AND kind = 'msg'"));
+    reactionRead.prepare(QStringLiteral("SELECT reactions FROM events WHERE conv = ? AND seq = ? AND kind = 'msg'"
+                                        " AND COALESCE(reactions_seq, 0) < ?"));
+    reactionWrite.prepare(
+        QStringLiteral("UPDATE events SET reactions = ?, reactions_seq = ? WHERE conv = ? AND seq = ?"));
+    ensureConv.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
+    convEpoch.prepare(QStringLiteral("SELECT epoch FROM conversations WHERE conv = ?"));
+    pageCursor.prepare(QStringLiteral(
+        "UPDATE conversations SET after = MAX(after, :after), epoch = :epoch, head = MAX(head, :head),"
+        " min_seq = :min_seq, gap_to = CASE WHEN :trimmed THEN MAX(gap_to, :min_seq - 1) ELSE gap_to END"
+        " WHERE conv = :conv"));
+    unreadRead.prepare(QStringLiteral("SELECT read, unread_head FROM conversations WHERE conv = ?"));
+    unreadRecalled.prepare(
+        QStringLiteral("SELECT 1 FROM events WHERE conv = ? AND seq = ? AND kind = 'msg' AND sender IS NOT ?"));
+    unreadWrite.prepare(
+        QStringLiteral("UPDATE conversations SET unread = MAX(0, unread + ?), unread_head = ? WHERE conv = ?"));
+}
+
+PageStatements &Storage::pageStatements() {
+    if (!page_)
+        page_ = std::make_unique<PageStatements>(QSqlDatabase::database(connection_, false));
+    return *page_;
+}
+
+bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
+    // The search index forgets what this row showed before (a re-applied
+    // copy may carry a newer edit, another history's event may replace it);
+    // a new message is indexed at once, its search_id stored with it.
+    bool isNew = false;
+    qint64 searchId = 0;
+    if (!indexBeforeInsert(e, &isNew, &searchId))
+        return false;
+    PageStatements &st = pageStatements();
+    QSqlQuery &q = st.upsert; // prepared once (PageStatements)
+    q.bindValue(0, e.conv);
+    q.bindValue(1, e.seq);
+    q.bindValue(2, e.mid);
+    q.bindValue(3, e.kind);
+    q.bindValue(4, nullIfEmpty(e.sender));
+    q.bindValue(5, nullIfEmpty(e.body));
+    q.bindValue(6, e.ts);
+    q.bindValue(7, epoch);
+    q.bindValue(8, nullIfZero(e.target));
+    q.bindValue(9, nullIfEmpty(e.user));
+    q.bindValue(10, e.cmid.isEmpty() ? QVariant(QMetaType(QMetaType::QString)) : QVariant(e.cmid));
+    q.bindValue(11, nullIfZero(e.replyTo));
+    q.bindValue(12, nullIfZero(e.editSeq));
+    q.bindValue(13, e.editSeq > 0 ? QVariant(e.editBody) : QVariant(QMetaType(QMetaType::QString)));
+    q.bindValue(14, nullIfZero(e.editTs));
+    q.bindValue(15, nullIfEmpty(reactionsJson(e.reactions)));
+    q.bindValue(16, nullIfZero(e.reactionsSeq));
+    q.bindValue(17, e.recalled ? 1 : 0);
+    q.bindValue(18, nullIfEmpty(e.emoji));
+    q.bindValue(19, e.kind == u"reaction" ? QVariant(e.on ? 1 : 0) : QVariant(QMetaType(QMetaType::Int)));
+    q.bindValue(20, nullIfZero(searchId)); // the conflict path keeps the row's own (NULL: unindexed above)
+    q.bindValue(21, nullIfEmpty(attachmentsJson(e.attachments)));
+    q.bindValue(22, e.attachments.isEmpty() ? QVariant(QMetaType(QMetaType::QString))
+                                            : QVariant(attachmentNames(e.attachments)));
     if (eventInsertFault() || !exec(q))
         return false;
-    q.finish();
     for (const proto::Attachment &a : e.attachments) {
-        // Immutable on the server (the id names one upload's bytes).
-        QSqlQuery att(QSqlDatabase::database(connection_, false));
-        att.prepare(QStringLiteral("INSERT OR IGNORE INTO attachments(att_id, name, mime, size, sha256)"
-                                   " VALUES(?, ?, ?, ?, ?)"));
-        att.addBindValue(a.id);
-        att.addBindValue(a.name);
-        att.addBindValue(a.mime);
-        att.addBindValue(a.size);
-        att.addBindValue(a.sha256);
-        if (!exec(att))
+        st.attachment.bindValue(0, a.id);
+        st.attachment.bindValue(1, a.name);
+        st.attachment.bindValue(2, a.mime);
+        st.attachment.bindValue(3, a.size);
+        st.attachment.bindValue(4, a.sha256);
+        if (!exec(st.attachment))
             return false;
     }
     // An erased msg (a user's erase, docs/protocol.md "Erased events"): no
@@ -178,11 +209,9 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
 }
 
 bool Storage::eraseText(const QString &conv, qint64 seq) {
-    QSqlQuery u(QSqlDatabase::database(connection_, false));
-    u.prepare(QStringLiteral("UPDATE events SET body = NULL, edit_seq = NULL, edit_body = NULL, edit_ts = NULL,"
-                             " attachments = NULL, att_names = NULL, recalled = 1 WHERE conv = ? AND seq = ? AND kind = 'msg'"));
-    u.addBindValue(conv);
-    u.addBindValue(seq);
+    QSqlQuery &u = pageStatements().erase;
+    u.bindValue(0, conv);
+    u.bindValue(1, seq);
     return exec(u);
 }
 
@@ -192,42 +221,39 @@ bool Storage::applyChange(const proto::Event &e) {
     // (edit_seq / reactions_seq), so re-applying a page or a push is
     // harmless. A target not stored here needs nothing: when it comes, its
     // copy carries its changes as of then.
-    QSqlDatabase db = QSqlDatabase::database(connection_, false);
     if (e.kind == u"edit" && e.erased)
         return true; // an erased edit has no text to show
     if (e.kind == u"recall" && e.erased)
         return eraseText(e.conv, e.target); // an erase's recall: the target's text goes too
+    PageStatements &st = pageStatements();
     if (e.kind == u"edit") {
-        QSqlQuery u(db);
-        u.prepare(QStringLiteral("UPDATE events SET edit_seq = ?, edit_body = ?, edit_ts = ?"
-                                 " WHERE conv = ? AND seq = ? AND kind = 'msg' AND COALESCE(edit_seq, 0) < ?"));
-        u.addBindValue(e.seq);
-        u.addBindValue(e.body);
-        u.addBindValue(e.ts);
-        u.addBindValue(e.conv);
-        u.addBindValue(e.target);
-        u.addBindValue(e.seq);
+        QSqlQuery &u = st.edit;
+        u.bindValue(0, e.seq);
+        u.bindValue(1, e.body);
+        u.bindValue(2, e.ts);
+        u.bindValue(3, e.conv);
+        u.bindValue(4, e.target);
+        u.bindValue(5, e.seq);
         return exec(u);
     }
     if (e.kind == u"recall") {
-        QSqlQuery u(db);
-        u.prepare(QStringLiteral("UPDATE events SET recalled = 1 WHERE conv = ? AND seq = ? AND kind = 'msg'"));
-        u.addBindValue(e.conv);
-        u.addBindValue(e.target);
+        QSqlQuery &u = st.recall;
+        u.bindValue(0, e.conv);
+        u.bindValue(1, e.target);
         return exec(u);
     }
     if (e.kind != u"reaction")
         return true;
-    QSqlQuery s(db);
-    s.prepare(QStringLiteral("SELECT reactions FROM events WHERE conv = ? AND seq = ? AND kind = 'msg'"
-                             " AND COALESCE(reactions_seq, 0) < ?"));
-    s.addBindValue(e.conv);
-    s.addBindValue(e.target);
-    s.addBindValue(e.seq);
+    QSqlQuery &s = st.reactionRead;
+    s.bindValue(0, e.conv);
+    s.bindValue(1, e.target);
+    s.bindValue(2, e.seq);
     if (!exec(s))
         return false;
-    if (!s.next())
+    if (!s.next()) {
+        s.finish();
         return true; // not stored here, or already counted
+    }
     QList<proto::Reaction> list = reactionsFrom(s.value(0).toString());
     s.finish();
     const std::optional<QString> self = meta(QStringLiteral("user"));
@@ -243,12 +269,11 @@ bool Storage::applyChange(const proto::Event &e) {
             list.erase(it);
     }
     sortReactions(list);
-    QSqlQuery u(db);
-    u.prepare(QStringLiteral("UPDATE events SET reactions = ?, reactions_seq = ? WHERE conv = ? AND seq = ?"));
-    u.addBindValue(nullIfEmpty(reactionsJson(list)));
-    u.addBindValue(e.seq);
-    u.addBindValue(e.conv);
-    u.addBindValue(e.target);
+    QSqlQuery &u = st.reactionWrite;
+    u.bindValue(0, nullIfEmpty(reactionsJson(list)));
+    u.bindValue(1, e.seq);
+    u.bindValue(2, e.conv);
+    u.bindValue(3, e.target);
     return exec(u);
 }
 
@@ -261,10 +286,9 @@ bool Storage::countArrivals(const QString &conv, const QList<proto::Event> &even
     const std::optional<QString> self = meta(QStringLiteral("user"));
     if (!self)
         return false;
-    QSqlDatabase db = QSqlDatabase::database(connection_, false);
-    QSqlQuery c(db);
-    c.prepare(QStringLiteral("SELECT read, unread_head FROM conversations WHERE conv = ?"));
-    c.addBindValue(conv);
+    PageStatements &st = pageStatements();
+    QSqlQuery &c = st.unreadRead;
+    c.bindValue(0, conv);
     if (!exec(c))
         return false;
     if (!c.next())
@@ -273,8 +297,7 @@ bool Storage::countArrivals(const QString &conv, const QList<proto::Event> &even
     const qint64 counted = c.value(1).toLongLong();
     c.finish();
     qint64 delta = 0, top = counted;
-    QSqlQuery t(db);
-    t.prepare(QStringLiteral("SELECT 1 FROM events WHERE conv = ? AND seq = ? AND kind = 'msg' AND sender IS NOT ?"));
+    QSqlQuery &t = st.unreadRecalled;
     for (const proto::Event &e : events) {
         if (e.seq <= counted)
             continue;
@@ -285,9 +308,9 @@ bool Storage::countArrivals(const QString &conv, const QList<proto::Event> &even
             ++delta;
         } else if (e.kind == u"recall" && e.target > read) {
             // The recalled message was counted if it is another's message.
-            t.addBindValue(conv);
-            t.addBindValue(e.target);
-            t.addBindValue(*self);
+            t.bindValue(0, conv);
+            t.bindValue(1, e.target);
+            t.bindValue(2, *self);
             if (!exec(t))
                 return false;
             if (t.next())
@@ -295,29 +318,29 @@ bool Storage::countArrivals(const QString &conv, const QList<proto::Event> &even
             t.finish();
         }
     }
-    QSqlQuery u(db);
-    u.prepare(QStringLiteral("UPDATE conversations SET unread = MAX(0, unread + ?), unread_head = ? WHERE conv = ?"));
-    u.addBindValue(delta);
-    u.addBindValue(top);
-    u.addBindValue(conv);
+    QSqlQuery &u = st.unreadWrite;
+    u.bindValue(0, delta);
+    u.bindValue(1, top);
+    u.bindValue(2, conv);
     return exec(u);
 }
 
 bool Storage::startRebuild(const QString &conv, qint64 head) {
-    QSqlDatabase db = QSqlDatabase::database(connection_, false);
-    QSqlQuery q(db);
-    q.prepare(QStringLiteral("INSERT OR IGNORE INTO conversations(conv) VALUES(?)"));
-    q.addBindValue(conv);
-    if (!exec(q))
-        return false;
-    q.prepare(QStringLiteral("SELECT epoch FROM conversations WHERE conv = ?"));
-    q.addBindValue(conv);
-    if (!exec(q) || !q.next())
-        return false;
-    const bool rebuilding = q.value(0).toLongLong() == 0;
-    q.finish();
-    if (!rebuilding)
-        return true;
+    {
+        PageStatements &st = pageStatements();
+        st.ensureConv.bindValue(0, conv);
+        if (!exec(st.ensureConv))
+            return false;
+        QSqlQuery &e = st.convEpoch;
+        e.bindValue(0, conv);
+        if (!exec(e) || !e.next())
+            return false;
+        const bool rebuilding = e.value(0).toLongLong() == 0;
+        e.finish();
+        if (!rebuilding)
+            return true;
+    }
+    QSqlQuery q(QSqlDatabase::database(connection_, false));
     // No cursor (new here, or dropped after CURSOR_AHEAD): the server's head
     // is the truth. What we hold above it the server no longer has (restored
     // from a backup); our old head must not keep asking for it. Our own
@@ -410,24 +433,22 @@ bool Storage::applyPage(const proto::Page &page) {
         rollback();
         return fail(e);
     };
-    if (!startRebuild(page.conv, page.head))
+    if (!startRebuild(page.conv, page.head) || !lookAhead(page.conv, page.events))
         return abort();
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
+    endLookAhead();
     {
-        QSqlQuery q(QSqlDatabase::database(connection_, false));
-        q.prepare(QStringLiteral(
-            "UPDATE conversations SET after = MAX(after, :after), epoch = :epoch, head = MAX(head, :head),"
-            " min_seq = :min_seq, gap_to = CASE WHEN :trimmed THEN MAX(gap_to, :min_seq - 1) ELSE gap_to END"
-            " WHERE conv = :conv"));
+        QSqlQuery &q = pageStatements().pageCursor;
         q.bindValue(QStringLiteral(":after"), page.nextAfter);
         q.bindValue(QStringLiteral(":epoch"), page.epoch);
         q.bindValue(QStringLiteral(":head"), page.head);
         q.bindValue(QStringLiteral(":min_seq"), page.minSeq);
         q.bindValue(QStringLiteral(":trimmed"), page.trimmed ? 1 : 0);
         q.bindValue(QStringLiteral(":conv"), page.conv);
-        if (!exec(q)) { q = QSqlQuery(); return abort(); }
+        if (!exec(q))
+            return abort();
     }
     if (!countArrivals(page.conv, page.events))
         return abort();
@@ -721,11 +742,12 @@ bool Storage::applyWindow(const proto::Page &page, qint64 before, qint64 gapLo, 
             return true;
         }
     }
-    if (before == 0 && !startRebuild(page.conv, page.head))
+    if ((before == 0 && !startRebuild(page.conv, page.head)) || !lookAhead(page.conv, page.events))
         return abort();
     for (const proto::Event &e : page.events)
         if (!insertEvent(e, e.epoch > 0 ? e.epoch : page.epoch))
             return abort();
+    endLookAhead();
     // What is still missing below the window: [gapLo, oldest - 1], if the
     // server has older readable events (has_older) that we do not hold.
     const qint64 missingHi = page.hasOlder ? page.oldest - 1 : 0;

@@ -782,6 +782,78 @@ private slots:
         QCOMPARE(find(QStringLiteral("burst")).size(), 40);
     }
 
+    // A page's looks before its upserts are read once for the page
+    // (Storage::lookAhead, issue 51's page apply): what they say must be
+    // what the per-event look would have said.
+    void a_page_look_sees_the_ids_other_conversations_took_in_its_milliseconds() {
+        // c2's messages share c1's commit times and seq low bits: their
+        // first ids are taken by c1's, in the store before the page.
+        QList<proto::Event> one, two;
+        for (int i = 1; i <= 5; ++i) {
+            proto::Event a = msg(QStringLiteral("c1"), i, QStringLiteral("alpha %1").arg(i));
+            proto::Event b = msg(QStringLiteral("c2"), i, QStringLiteral("alpha %1").arg(i));
+            a.ts = b.ts = kT0 + i;
+            one << a;
+            two << b;
+        }
+        QVERIFY(store_->applyPage(page(QStringLiteral("c1"), one)));
+        QVERIFY(store_->applyPage(page(QStringLiteral("c2"), two)));
+        QSet<qint64> ids;
+        for (int i = 1; i <= 5; ++i)
+            ids << store_->searchIdOf(QStringLiteral("c1"), i) << store_->searchIdOf(QStringLiteral("c2"), i);
+        QCOMPARE(ids.size(), 10);
+        QVERIFY(!ids.contains(0));
+        QCOMPARE(find(QStringLiteral("alpha")).size(), 10);
+        QCOMPARE(find(QStringLiteral("alpha"), QStringLiteral("c2")).size(), 5);
+    }
+
+    void a_page_look_keeps_stored_rows_recalls_and_repeats_apart() {
+        const QString c = QStringLiteral("c1");
+        QVERIFY(store_->applyPage(page(c, {msg(c, 2, QStringLiteral("kept words")),
+                                           change(QStringLiteral("recall"), c, 9, 4)})));
+        // One page: a stored row (re-applied with an edit), a new one, one
+        // whose recall is stored, one recalled by a later event of the page
+        // that comes first (out of order), and a seq twice.
+        proto::Event edited = msg(c, 2, QStringLiteral("kept words"));
+        edited.editSeq = 8;
+        edited.editBody = QStringLiteral("changed words");
+        QVERIFY(store_->applyPage(page(c, {change(QStringLiteral("recall"), c, 7, 5), msg(c, 1, QStringLiteral("fresh words")),
+                                           edited, msg(c, 3, QStringLiteral("twice words")),
+                                           msg(c, 3, QStringLiteral("twice words")),
+                                           msg(c, 4, QStringLiteral("gone words")),
+                                           msg(c, 5, QStringLiteral("late words"))})));
+        QCOMPARE(find(QStringLiteral("words")),
+                 (QStringList{QStringLiteral("c1:3"), QStringLiteral("c1:2"), QStringLiteral("c1:1")}));
+        QCOMPARE(find(QStringLiteral("kept")), QStringList());
+        QCOMPARE(find(QStringLiteral("changed")), QStringList{QStringLiteral("c1:2")});
+        QCOMPARE(store_->searchIdOf(c, 4), 0);
+        QCOMPARE(store_->searchIdOf(c, 5), 0);
+    }
+
+    void a_page_that_changes_its_own_new_messages_keeps_the_index_sound() {
+        // A page's new index rows go in together (one FTS5 insert at the
+        // page's end); an edit or a recall of one of them later in the same
+        // page must find it in the index. Quotes, backslashes, tabs and
+        // newlines travel through that insert unchanged (a contentless
+        // index deletes by the very text: the edit below deletes it).
+        const QString c = QStringLiteral("c1");
+        const QString odd = QStringLiteral("say \"odd\" \\ back\tslash\nline");
+        QVERIFY(store_->applyPage(page(c, {msg(c, 1, QStringLiteral("first draft")), msg(c, 2, odd),
+                                           msg(c, 3, QStringLiteral("doomed note")), msg(c, 4, QStringLiteral("plain note")),
+                                           change(QStringLiteral("edit"), c, 5, 1, QStringLiteral("final text")),
+                                           change(QStringLiteral("recall"), c, 6, 3)})));
+        QCOMPARE(find(QStringLiteral("draft")), QStringList());
+        QCOMPARE(find(QStringLiteral("final")), QStringList{QStringLiteral("c1:1")});
+        QCOMPARE(find(QStringLiteral("doomed")), QStringList());
+        QCOMPARE(find(QStringLiteral("note")), QStringList{QStringLiteral("c1:4")});
+        QCOMPARE(find(QStringLiteral("slash line")), QStringList{QStringLiteral("c1:2")});
+        QVERIFY(indexIntact());
+        QVERIFY(store_->applyPage(page(c, {change(QStringLiteral("edit"), c, 7, 2, QStringLiteral("even")),
+                                           msg(c, 8, QStringLiteral("after"))})));
+        QCOMPARE(find(QStringLiteral("odd")), QStringList());
+        QCOMPARE(find(QStringLiteral("even")), QStringList{QStringLiteral("c1:2")});
+    }
+
     void the_model_searches_on_its_thread_pages_and_follows_the_index_build() {
         // A schema 5 store: Client::open() builds its index in the
         // background; the model searches meanwhile and again when done.
