@@ -202,6 +202,10 @@ std::string claim_sql(bool hinted) {
     // lateral range scan per leased conversation: without it the planner may
     // flatten it into a hash join over a sequential scan of all events (seen
     // in the custom plans of a live bench: every claim read the whole table).
+    // The lease's UPDATE finds its rows by the ctid the candidates' lock
+    // returned (a TID scan: joined by conv_id, the generic plan read every
+    // cursor of the webhook once per leased conversation); a row whose ctid
+    // moved on is simply not leased this time (its events are not read).
     const std::string from = hinted
         ? "FROM unnest($7::text[], $8::bigint[]) AS h(conv_id, hi) "
           "  JOIN webhook_cursors wc ON wc.webhook_id = $1 AND wc.conv_id = h.conv_id "
@@ -209,17 +213,17 @@ std::string claim_sql(bool hinted) {
           "  WHERE "
         : "FROM webhook_cursors wc JOIN conversations cv ON cv.conv_id = wc.conv_id WHERE wc.webhook_id = $1 AND ";
     std::string sql =
-        "WITH cand AS (SELECT wc.conv_id, wc.retry_at, greatest(wc.done_seq + 1, cv.min_seq) AS lo, "
+        "WITH cand AS (SELECT wc.ctid AS tid, wc.conv_id, wc.retry_at, greatest(wc.done_seq + 1, cv.min_seq) AS lo, "
         "    cv.next_seq - 1 AS head " + from +
         "  cv.next_seq - 1 > wc.done_seq AND wc.retry_at <= now() "
         "    AND (wc.lease_until IS NULL OR wc.lease_until < now()) "
         "  ORDER BY wc.retry_at, wc.conv_id LIMIT $4 FOR UPDATE OF wc SKIP LOCKED), "
-        "alloc AS (SELECT conv_id, lo, head, greatest(least(head - lo + 1, $6 - coalesce(sum(greatest(head - lo + 1, 0)) "
+        "alloc AS (SELECT tid, conv_id, lo, head, greatest(least(head - lo + 1, $6 - coalesce(sum(greatest(head - lo + 1, 0)) "
         "    OVER (ORDER BY retry_at, conv_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)), 0)::bigint AS n "
         "  FROM cand), "
         "leased AS (UPDATE webhook_cursors wc SET lease_owner = $2, lease_until = now() + $3 * interval '1 millisecond', "
         "    lease_seq = wc.lease_seq + 1 "
-        "  FROM alloc a WHERE wc.webhook_id = $1 AND wc.conv_id = a.conv_id AND (a.n > 0 OR a.lo > a.head) "
+        "  FROM alloc a WHERE wc.ctid = a.tid AND wc.webhook_id = $1 AND wc.conv_id = a.conv_id AND (a.n > 0 OR a.lo > a.head) "
         "  RETURNING wc.conv_id, wc.done_seq, wc.lease_seq, wc.attempts, "
         "    coalesce(wc.failing_since <= now() - $5 * interval '1 millisecond', false) AS give_up, a.head, a.lo, "
         "    CASE WHEN a.n > 0 THEN a.lo + a.n - 1 ELSE a.head END AS upto), ";
