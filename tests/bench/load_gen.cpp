@@ -13,7 +13,7 @@
 //                   [--gateways N] [--bus postgres|nats://HOST:PORT] [--server-arg ARG]...
 //                   [--rate SENDS_PER_S]
 //                   [--second-gateway-senders K [--second-gateway-interval-ms MS]]
-//                   [--skip-baselines] [--reply-to] [--webhook fast|down] [--react]
+//                   [--skip-baselines] [--reply-to] [--webhook fast|down] [--quiet-convs N] [--react]
 //                   [--idle CONNECTIONS [--idle-big]]   (idle-connection RSS mode instead)
 // With --gateways N, N imservers share the database and the connections are
 // spread round-robin, so most pushes cross gateways through the bus.
@@ -33,6 +33,10 @@
 // is over, then comes back, and the time until the backlog (events past the
 // webhook's cursors) is drained is printed (issue 52's send-path cost;
 // tests/bench/webhook_cost.sh alternates the pairs).
+// --quiet-convs N: N more conversations (no members, no traffic) made
+// before the webhook is registered: a deployment where few of many
+// conversations are busy (issue 52: a webhook claim's reads against the
+// number of conversations).
 // --react: every request but a sender's first is a `react` on that first
 // message, 👍 on and off in turn (each one changes the state: a new event,
 // the counts and the summary rewritten, schema/018); "reacted" counts as
@@ -98,6 +102,7 @@ struct Options {
     double b_interval_ms = 0; // > 0: B's senders send every this many ms (open loop)
     bool skip_baselines = false;
     bool reply_to = false; // sends reply to the sender's previous message
+    int quiet_convs = 0;   // more conversations without members or traffic
     std::string webhook;   // "", "fast" or "down"
     bool react = false;    // reactions on the sender's first message instead of sends
 };
@@ -547,6 +552,13 @@ int run_load(const Options& o, const std::string& url, const std::vector<im::tes
     }
     auto ws_world = provision(url, "ws", o.convs, o.members);
     auto sql_world = provision(url, "sq", std::min(o.convs, o.senders), 1);
+    if (o.quiet_convs > 0) {
+        pqxx::connection c(url);
+        pqxx::nontransaction(c).exec_params("INSERT INTO conversations (conv_id, kind) SELECT 'qc' || g, 'group' "
+                                            "FROM generate_series(1, $1) g",
+                                            o.quiet_convs);
+        std::printf("quiet conversations: %d more, no members, no traffic\n", o.quiet_convs);
+    }
     std::unique_ptr<im::test::WebhookReceiver> rx;
     std::string hook;
     if (!o.webhook.empty()) {
@@ -852,6 +864,7 @@ int main(int argc, char** argv) {
             }
         }
         else if (a == "--reply-to") o.reply_to = true;
+        else if (a == "--quiet-convs") o.quiet_convs = std::stoi(next());
         else if (a == "--react") o.react = true;
         else {
             std::fprintf(stderr, "usage: im_loadgen [--convs N] [--members M] [--senders S] [--body BYTES] "

@@ -26,7 +26,9 @@
 #                    noise)
 # WEBHOOK_COST_PAIRS (e.g. "idle:fast") runs only those pairs, WEBHOOK_COST_DOWN=0
 # skips the receiver-down runs, WEBHOOK_COST_SIZES (e.g. "64") sets the sizes;
-# IMSERVER_BIN picks the server (before/after comparisons of two builds).
+# IMSERVER_BIN picks the server (before/after comparisons of two builds);
+# WEBHOOK_COST_QUIET_CONVS=N adds N conversations without traffic (im_loadgen
+# --quiet-convs: a webhook's claims against many conversations, few busy).
 # Prints one line per run (msg/s, ack p99) and per pair the ratio B/A.
 set -euo pipefail
 build="${1:-build}"
@@ -59,10 +61,10 @@ mkdir -p "$logs"
 status=0
 n=0
 run() { # CONFIG SENDERS WINDOW: one im_loadgen run, its figures on one line
-    local out rate p99 extra cpu log
+    local out rate p99 extra cpu log db
     log="$logs/$((++n))-$1-$2.log"
     # shellcheck disable=SC2086
-    out=$("$lg" --convs "$convs" --members 5 --senders "$2" --skip-baselines --warmup "$warmup" --window "$3" \
+    out=$("$lg" --convs "$convs" ${WEBHOOK_COST_QUIET_CONVS:+--quiet-convs "$WEBHOOK_COST_QUIET_CONVS"} --members 5 --senders "$2" --skip-baselines --warmup "$warmup" --window "$3" \
         ${args[$1]} 2>&1 | tee "$log") || { echo "run $1 at $2 senders failed:"; tail -20 "$log"; status=1; return; }
     rate=$(awk '/^imserver over WebSocket/ {print $4}' <<<"$out")
     p99=$(awk '/^imserver over WebSocket/ {print $7}' <<<"$out")
@@ -73,8 +75,10 @@ run() { # CONFIG SENDERS WINDOW: one im_loadgen run, its figures on one line
     extra=$(grep -E '^webhook \((fast|down) receiver\)' <<<"$out" || true)
     grep -q 'durability: .*equal' <<<"$out" || { echo "run $1 at $2: durability not equal"; status=1; }
     case "$extra" in *"NOT drained"*|*VIOLATED*) status=1 ;; esac
-    printf '%-9s %3s senders: %7s msg/s, ack p99 %7s ms, CPU %s ms/send%s\n' "$1" "$2" "$rate" "$p99" "$cpu" \
-        "${extra:+; $extra}"
+    # The database's transactions and rows read per acknowledged send (every session's).
+    db=$(sed -n 's/^database during the window.*per acknowledged send: \([0-9.]*\) transactions, \([0-9.]*\) rows read.*/\1 tx, \2 rows/p' <<<"$out")
+    printf '%-9s %3s senders: %7s msg/s, ack p99 %7s ms, CPU %s ms/send, %s per send%s\n' "$1" "$2" "$rate" "$p99" "$cpu" \
+        "${db:-?}" "${extra:+; $extra}"
     eval "last_$(tr - _ <<<"$1")=$rate"
 }
 pair() { # A B SENDERS ROUND

@@ -371,4 +371,54 @@ TEST_F(Webhooks, a_backlog_over_many_conversations_goes_out_in_full_batches_of_a
     EXPECT_GE(events, 60u);
 }
 
+// Issue 52, the claim's reads: between two sweeps (--webhook-sweep-ms) a
+// worker claims only the conversations the notification bus announced as
+// moved (primary-key probes of their cursors, not every cursor of the
+// webhook). With the next sweep ten minutes away, every event still goes
+// out at once, by hinted claims alone.
+TEST_F(Webhooks, between_sweeps_the_conversations_the_bus_announced_are_claimed_without_waiting_for_the_sweep) {
+    ServerProcess srv(pg->url(), flags({"--webhook-workers", "1", "--webhook-sweep-ms", "600000"}));
+    WebhookReceiver rx(secret);
+    std::vector<std::string> users;
+    const std::string a = make_conv(srv, "whna", users);
+    const std::string b = make_conv(srv, "whnb", users);
+    const std::int64_t a0 = std::stoll(pg->scalar("SELECT next_seq - 1 FROM conversations WHERE conv_id = " + q(a)));
+    const std::int64_t b0 = std::stoll(pg->scalar("SELECT next_seq - 1 FROM conversations WHERE conv_id = " + q(b)));
+    add_hook(srv, rx.url(), json::array{"msg"});
+    // The webhook's first round is its sweep; after it, none for 10 minutes.
+    wait_until([&] { return srv.metric("im_webhook_claims_sweep_total") >= 1; }, 10s, "the first sweep");
+    const long long sweeps = srv.metric("im_webhook_claims_sweep_total");
+    for (int i = 0; i < 10; ++i) {
+        post_msg(srv, a, users[0], "hinted a " + std::to_string(i));
+        post_msg(srv, b, users[2], "hinted b " + std::to_string(i));
+    }
+    wait_until([&] { return has_all(rx, committed(a, a0)) && has_all(rx, committed(b, b0)); }, 10s,
+               "every event, before any sweep");
+    EXPECT_EQ(srv.metric("im_webhook_claims_sweep_total"), sweeps);
+    EXPECT_GE(srv.metric("im_webhook_claims_hinted_total"), 1);
+    EXPECT_EQ(rx.order_violation(), "");
+    EXPECT_EQ(rx.bad_signatures(), 0);
+}
+
+// ... and what no announcement named (here an event written straight into
+// the tables, with no bus payload at all, as a commit whose publish was lost
+// would be) is found by the next sweep.
+TEST_F(Webhooks, an_event_no_bus_payload_announced_is_found_by_the_next_sweep) {
+    ServerProcess srv(pg->url(), flags({"--webhook-workers", "1", "--webhook-sweep-ms", "300"}));
+    WebhookReceiver rx(secret);
+    std::vector<std::string> users;
+    const std::string a = make_conv(srv, "whsa", users);
+    const std::int64_t a0 = std::stoll(pg->scalar("SELECT next_seq - 1 FROM conversations WHERE conv_id = " + q(a)));
+    add_hook(srv, rx.url(), json::array{"msg"});
+    wait_until([&] { return srv.metric("im_webhook_claims_sweep_total") >= 1; }, 10s, "the first sweep");
+    const std::string seq = pg->scalar(
+        "WITH c AS (UPDATE conversations SET next_seq = next_seq + 1, msg_count = msg_count + 1 WHERE conv_id = " +
+        q(a) + " RETURNING next_seq - 1 AS seq, epoch, msg_count) "
+        "INSERT INTO events (conv_id, seq, kind, sender_user, body, epoch, msg_ordinal, sender_ordinal) "
+        "SELECT " + q(a) + ", seq, 'msg', " + q(users[0]) + ", 'unannounced', epoch, msg_count, 1 FROM c RETURNING seq");
+    ASSERT_EQ(std::stoll(seq), a0 + 1);
+    wait_until([&] { return has_all(rx, committed(a, a0)); }, 10s, "the unannounced event");
+    EXPECT_EQ(rx.order_violation(), "");
+}
+
 } // namespace

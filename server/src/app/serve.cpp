@@ -96,12 +96,14 @@ int im::serve(const Config& cfg) {
     gw->api().bus = &bus;
     im::Notifier notifier(db.url, gw, store, metrics);
     gw->api().committed = [&notifier](const std::vector<im::Event>& events) { notifier.committed_here(events); };
-    notifier.start(bus);
+    // Webhooks: --webhook-workers threads, each its own database session
+    // (net/webhook_deliverer.hpp); the bus's payloads tell it what moved.
+    im::WebhookDeliverer webhooks(db.url, cfg, metrics, faults);
+    notifier.start(
+        bus, [&webhooks](const std::vector<std::string>& p) { webhooks.moved(p); }, [&webhooks] { webhooks.resync(); });
     // Presence (contract 13): this gateway's users, its lease, the sweep of dead gateways.
     im::PresenceTracker presence(db.url, cfg.gateway_id, bus, metrics, cfg.presence_lease_ms, cfg.db_timeout_ms);
     gw->set_presence(&presence);
-    // Webhooks: --webhook-workers threads, each its own database session (net/webhook_deliverer.hpp).
-    im::WebhookDeliverer webhooks(db.url, cfg, metrics, faults);
     // Attachments (server.md "Attachments"): the bytes in PostgreSQL, or in
     // the directory every gateway shares (--attachments-dir).
     im::PgBlobStore pg_blobs;

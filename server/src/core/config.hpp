@@ -88,6 +88,7 @@ struct Config {
     int webhook_fill_ms = 100;               // that wait (at most webhook_poll_ms)
     int webhook_linger_ms = 100;             // a caught-up conversation is not claimed again for this long
     int webhook_pause_max_ms = 5000;         // after a failed POST the webhook rests 250 ms doubling to this
+    int webhook_sweep_ms = 1000;             // every cursor looked at this often; between, only what the bus named
     std::int64_t webhook_give_up_ms = 259200000; // a batch failing this long is marked failed (72 h)
     bool webhook_insecure_tls = false;       // tests only: no certificate check on https:// receivers
     int presence_lease_ms = 30000;       // a gateway silent this long is swept: its users go offline (contract 13)

@@ -401,6 +401,12 @@ const std::vector<Option>& options() {
          "this (and at most --webhook-retry-max-ms) while it keeps failing (default 5000)",
          [](Config& c, const std::string& v) { return to_int(v, 0, 3600000, c.webhook_pause_max_ms); },
          [](const Config& c) { return std::to_string(c.webhook_pause_max_ms); }},
+        {"--webhook-sweep-ms", "IM_WEBHOOK_SWEEP_MS", "MS",
+         "a webhook worker's claims read only the cursors of the conversations the bus announced as moved; every "
+         "cursor is looked at once this often per gateway (what no announcement named: a lost bus message, a "
+         "retry whose time came, a dead gateway's lease) (default 1000)",
+         [](Config& c, const std::string& v) { return to_int(v, 50, 600000, c.webhook_sweep_ms); },
+         [](const Config& c) { return std::to_string(c.webhook_sweep_ms); }},
         {"--webhook-give-up-ms", "IM_WEBHOOK_GIVE_UP_MS", "MS",
          "a webhook batch failing for this long is marked failed (listed, replayable) and the conversation's "
          "later events go on (default 259200000: 72 h)",

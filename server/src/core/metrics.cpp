@@ -167,6 +167,10 @@ std::string Metrics::render(std::size_t pool_in_use, std::size_t pool_size, std:
           webhook_batches_failed.load(), "counter");
     gauge("im_webhook_leases_lost_total", "Webhook batches delivered after their lease had passed to another worker.",
           webhook_leases_lost.load(), "counter");
+    gauge("im_webhook_claims_sweep_total", "Webhook claims that looked at every cursor of a webhook (--webhook-sweep-ms).",
+          webhook_claims_sweep.load(), "counter");
+    gauge("im_webhook_claims_hinted_total", "Webhook claims of only the conversations the bus announced as moved.",
+          webhook_claims_hinted.load(), "counter");
     std::lock_guard lk(mu_);
     o << webhook_gauges_;
     o << "# HELP im_requests_total Requests by type and result code.\n# TYPE im_requests_total counter\n";

@@ -85,6 +85,8 @@ public:
     std::atomic<long long> webhook_events_delivered{0};
     std::atomic<long long> webhook_batches_failed{0};           // given up after --webhook-give-up-ms (listed, replayable)
     std::atomic<long long> webhook_leases_lost{0};              // delivered, but the lease had passed on (a duplicate)
+    std::atomic<long long> webhook_claims_sweep{0};             // claims that looked at every cursor of a webhook
+    std::atomic<long long> webhook_claims_hinted{0};            // claims of only the conversations the bus announced
     /// Per-webhook gauges (backlog, oldest undelivered age), Prometheus lines.
     void set_webhook_gauges(std::string text);
 

@@ -93,8 +93,18 @@ void Notifier::count_cache() {
     metrics_.fanout_cache_evictions = static_cast<long long>(convs_.evictions());
 }
 
-void Notifier::start(NotificationBus& bus) {
-    bus.subscribe({[this](const std::vector<std::string>& p) { deliver(p); }, [this] { resync(); }});
+void Notifier::start(NotificationBus& bus) { start(bus, {}, {}); }
+
+void Notifier::start(NotificationBus& bus, std::function<void(const std::vector<std::string>&)> tap,
+                     std::function<void()> tap_resync) {
+    bus.subscribe({[this, tap](const std::vector<std::string>& p) {
+                       if (tap) tap(p);
+                       deliver(p);
+                   },
+                   [this, tap_resync] {
+                       if (tap_resync) tap_resync();
+                       resync();
+                   }});
 }
 
 void Notifier::resync() {

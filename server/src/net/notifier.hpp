@@ -22,6 +22,7 @@
 
 #include <list>
 #include <map>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <mutex>
@@ -79,6 +80,11 @@ public:
     Notifier(std::string url, std::shared_ptr<Gateway> gw, Store& store, Metrics& metrics);
     /// Subscribes to `bus`; deliveries run on the bus's thread.
     void start(NotificationBus& bus);
+    /// start() with another reader of the same payloads (the webhook
+    /// deliverer's hints): `tap` sees every batch first, `tap_resync` every
+    /// lost subscription. Both on the bus's thread; they must not block.
+    void start(NotificationBus& bus, std::function<void(const std::vector<std::string>&)> tap,
+               std::function<void()> tap_resync);
     /// Events committed by this gateway, after their payloads went to the bus.
     /// Any thread.
     void committed_here(const std::vector<Event>& events);

@@ -194,8 +194,110 @@ void WebhookDeliverer::stop() {
         if (t.joinable()) t.join();
 }
 
+// ---------------------------------------------------------------- hints
+
+namespace {
+// At most this many conversations hinted per webhook: beyond, the hints are
+// dropped and the next round sweeps (it reads every cursor anyway).
+constexpr std::size_t kMaxHints = 1000;
+} // namespace
+
+void WebhookDeliverer::moved(const std::vector<std::string>& payloads) {
+    if (cfg_.webhook_workers == 0) return;
+    std::lock_guard lk(hint_mu_);
+    if (hints_.empty()) return; // no webhook registered: nothing to note
+    const auto now = Clock::now();
+    for (const auto& p : payloads) {
+        if (p.size() < 3 || p[0] != 'e' || p[1] != ' ') continue;
+        const auto sp = p.find(' ', 2);
+        if (sp == std::string::npos) continue;
+        const std::string conv = p.substr(2, sp - 2);
+        std::int64_t hi = 0;
+        try {
+            hi = std::stoll(p.substr(sp + 1));
+        } catch (const std::exception&) {
+            continue;
+        }
+        for (auto& [id, h] : hints_) {
+            auto [it, fresh] = h.convs.try_emplace(conv, Hint{hi, now});
+            if (!fresh) it->second.hi = std::max(it->second.hi, hi);
+            if (h.convs.size() > kMaxHints) {
+                h.convs.clear();
+                h.sweep_now = true;
+            }
+        }
+    }
+}
+
+void WebhookDeliverer::resync() {
+    std::lock_guard lk(hint_mu_);
+    for (auto& [id, h] : hints_) {
+        h.convs.clear();
+        h.sweep_now = true;
+    }
+}
+
+void WebhookDeliverer::set_hooks(const std::vector<std::string>& ids) {
+    std::lock_guard lk(hint_mu_);
+    for (auto it = hints_.begin(); it != hints_.end();)
+        it = std::find(ids.begin(), ids.end(), it->first) == ids.end() ? hints_.erase(it) : std::next(it);
+    for (const auto& id : ids) hints_.try_emplace(id);
+}
+
+bool WebhookDeliverer::plan_claim(const std::string& id, std::vector<std::pair<std::string, std::int64_t>>& out) {
+    out.clear();
+    std::lock_guard lk(hint_mu_);
+    auto& h = hints_[id];
+    const auto now = Clock::now();
+    const bool sweep = h.sweep_now || now >= h.next_sweep;
+    if (sweep) {
+        h.sweep_now = false;
+        h.next_sweep = now + std::chrono::milliseconds(cfg_.webhook_sweep_ms);
+    }
+    // A hint older than two sweeps is the sweep's (its conversation failing,
+    // leased elsewhere, or not yet discovered): not passed again and again.
+    const auto stale = now - 2 * std::chrono::milliseconds(cfg_.webhook_sweep_ms);
+    for (auto it = h.convs.begin(); it != h.convs.end();) {
+        if (it->second.since < stale) {
+            it = h.convs.erase(it);
+            continue;
+        }
+        out.emplace_back(it->first, it->second.hi);
+        ++it;
+    }
+    std::sort(out.begin(), out.end());
+    return sweep; // a sweep's `out`: what was hinted when it started
+}
+
+void WebhookDeliverer::settle(const std::string& id, const std::string& conv, std::int64_t done) {
+    std::lock_guard lk(hint_mu_);
+    auto h = hints_.find(id);
+    if (h == hints_.end()) return;
+    auto it = h->second.convs.find(conv);
+    if (it != h->second.convs.end() && it->second.hi <= done) h->second.convs.erase(it);
+}
+
+void WebhookDeliverer::swept(const std::string& id, const webhooks::ClaimedBatch& batch,
+                             const std::vector<std::pair<std::string, std::int64_t>>& hinted) {
+    std::lock_guard lk(hint_mu_);
+    auto& h = hints_[id];
+    bool unhinted = false;
+    for (const auto& cl : batch.convs) {
+        const auto at = std::lower_bound(hinted.begin(), hinted.end(), std::make_pair(cl.lease.conv, std::int64_t(0)),
+                                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        unhinted = unhinted || at == hinted.end() || at->first != cl.lease.conv;
+        // A backlog the sweep found goes on by hinted claims.
+        if (!cl.caught_up() && h.convs.size() < kMaxHints) {
+            auto [it, fresh] = h.convs.try_emplace(cl.lease.conv, Hint{cl.head, Clock::now()});
+            if (!fresh) it->second.hi = std::max(it->second.hi, cl.head);
+        }
+    }
+    // More waiting than one claim took, and not all of it known from hints
+    // (a backlog after an outage, a lost bus): sweep on.
+    if (batch.full && unhinted) h.sweep_now = true;
+}
+
 void WebhookDeliverer::loop(int worker) {
-    using Clock = std::chrono::steady_clock;
     const std::string owner = cfg_.gateway_id + "/" + std::to_string(worker);
     std::unique_ptr<pqxx::connection> conn;
     // The session is listed in live_ while open, so stop() can cut it.
@@ -235,6 +337,7 @@ void WebhookDeliverer::loop(int worker) {
         int failures = 0;
     };
     std::map<std::string, HookState> state;
+    std::vector<std::pair<std::string, std::int64_t>> hinted; // a hinted claim's conversations
     const std::int64_t fill_events = cfg_.webhook_fill_events;
     const int fill_ms = std::min(cfg_.webhook_fill_ms, cfg_.webhook_poll_ms);
 
@@ -247,9 +350,16 @@ void WebhookDeliverer::loop(int worker) {
     auto deliver = [&](const webhooks::Webhook& w) -> Round {
         auto& st = state[w.id];
         if (Clock::now() < st.not_before) return {};
+        // A sweep (every cursor) or a hinted claim (the conversations the bus
+        // announced), or nothing: no statement at all.
+        const bool sweep = plan_claim(w.id, hinted);
+        if (!sweep && hinted.empty()) return {};
         // The leases and their pages in one statement (store_webhooks.hpp).
         auto batch = webhooks::claim_pages(*conn, w.id, owner, cfg_.webhook_lease_ms, cfg_.webhook_batch,
-                                           cfg_.webhook_give_up_ms);
+                                           cfg_.webhook_give_up_ms, sweep ? nullptr : &hinted);
+        ++(sweep ? metrics_.webhook_claims_sweep : metrics_.webhook_claims_hinted);
+        for (const auto& [conv, done] : batch.settled) settle(w.id, conv, done);
+        if (sweep) swept(w.id, batch, hinted);
         if (batch.convs.empty()) return {};
         Round round{0, batch.full};
         // The body, built as it goes: {"webhook":ID,"events":[{"id":"CONV:SEQ","ev":EVENT},...]},
@@ -291,8 +401,13 @@ void WebhookDeliverer::loop(int worker) {
             caught_up.push_back(upto >= cl.head);
         }
         if (cut) round.full = true;
+        // Delivered (or nothing of the kinds asked for): the hints up to there are done.
+        auto settle_taken = [&] {
+            for (const auto& [l, upto] : taken) settle(w.id, l.conv, upto);
+        };
         if (n == 0) { // nothing of the kinds asked for: the cursors move on
             webhooks::finish_batch(*conn, w.id, taken, unread, false, caught_up, cfg_.webhook_linger_ms);
+            settle_taken();
             return round;
         }
         const std::string body = "{\"webhook\":" + json::serialize(json::value(w.id)) + ",\"events\":[" + items + "]}";
@@ -315,6 +430,7 @@ void WebhookDeliverer::loop(int worker) {
             // unread leases' release and the last success in one statement.
             metrics_.webhook_leases_lost +=
                 webhooks::finish_batch(*conn, w.id, taken, unread, true, caught_up, cfg_.webhook_linger_ms);
+            settle_taken();
             return round;
         }
         if (!unread.empty()) webhooks::finish_batch(*conn, w.id, {}, unread, false);
@@ -359,6 +475,11 @@ void WebhookDeliverer::loop(int worker) {
             }
             if (Clock::now() >= refresh_at) {
                 hooks = webhooks::list(*conn);
+                {
+                    std::vector<std::string> ids;
+                    for (const auto& w : hooks) ids.push_back(w.id);
+                    set_hooks(ids);
+                }
                 for (const auto& w : hooks) webhooks::discover(*conn, w.id);
                 if (worker == 0) {
                     auto b = webhooks::backlogs(*conn);

@@ -10,22 +10,28 @@
 // --webhook-retry-max-ms, with jitter); a batch failing for longer than
 // --webhook-give-up-ms (72 h) is recorded as failed and passed. A killed
 // gateway's leases run out and another takes them over. A send never waits
-// for any of this: the deliverer only reads the events table.
+// for any of this: the deliverer only reads the events table. What to claim:
+// the conversations the notification bus announced as moved (moved(); a
+// claim then reads only their cursors), and once per --webhook-sweep-ms
+// every cursor of the webhook (what no announcement named).
 #pragma once
 
 #include "core/config.hpp"
 #include "core/faults.hpp"
 #include "core/metrics.hpp"
+#include "store/store_webhooks.hpp"
 
 #include <pqxx/pqxx>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -62,8 +68,43 @@ public:
     /// on the database.
     void stop();
 
+    /// Payloads of the notification bus (bus.hpp), from its thread: every
+    /// "e CONV HI [LO]" marks CONV as moved up to HI for each registered
+    /// webhook, so the next claims read that conversation's cursor (a hinted
+    /// claim: primary-key probes of what moved) instead of every cursor. A
+    /// hint is dropped once a claim shows the cursor at or past HI. Only a
+    /// shortcut: a sweep of every cursor once per --webhook-sweep-ms finds
+    /// anything no hint named.
+    void moved(const std::vector<std::string>& payloads);
+    /// The bus lost payloads (its subscription came back): the next round of
+    /// every webhook sweeps.
+    void resync();
+
 private:
     void loop(int worker);
+
+    using Clock = std::chrono::steady_clock;
+    struct Hint {
+        std::int64_t hi = 0;     // the highest seq announced
+        Clock::time_point since; // first announced (a hint older than two sweeps is left to the sweep)
+    };
+    struct HookHints {
+        std::unordered_map<std::string, Hint> convs;
+        bool sweep_now = true;         // the first round of a webhook sweeps
+        Clock::time_point next_sweep{}; // shared by this gateway's workers
+    };
+    /// What a worker's next claim of webhook `id` is: a sweep (true; `out`
+    /// the hints as they are), a hinted claim over `out` (false, out not
+    /// empty), or nothing to do (false, out empty).
+    bool plan_claim(const std::string& id, std::vector<std::pair<std::string, std::int64_t>>& out);
+    /// The hint of `conv` is dropped if it announced nothing past `done`.
+    void settle(const std::string& id, const std::string& conv, std::int64_t done);
+    /// After a sweep: a conversation it left behind (not caught up) is
+    /// hinted; the next round sweeps again if the claim was full and took a
+    /// conversation no hint named (`hinted`: the hints when it started).
+    void swept(const std::string& id, const webhooks::ClaimedBatch& batch,
+               const std::vector<std::pair<std::string, std::int64_t>>& hinted);
+    void set_hooks(const std::vector<std::string>& ids);
 
     std::string url_;
     const Config& cfg_;
@@ -75,6 +116,8 @@ private:
     int running_ = 0;                      // workers not returned yet (under mu_)
     std::vector<pqxx::connection*> live_;  // the workers' open sessions (under mu_)
     std::vector<std::thread> threads_;
+    std::mutex hint_mu_;
+    std::map<std::string, HookHints> hints_; // by webhook id: the registered ones (under hint_mu_)
 };
 
 } // namespace im

@@ -178,8 +178,14 @@ std::int64_t discover(pqxx::connection_base& c, const std::string& id) {
     return static_cast<std::int64_t>(r.affected_rows());
 }
 
-ClaimedBatch claim_pages(pqxx::connection_base& c, const std::string& id, const std::string& owner,
-                         std::int64_t lease_ms, std::int64_t max_events, std::int64_t give_up_ms) {
+namespace {
+
+// The claim's statement (claim_pages). `hinted`: the candidates are only the
+// conversations named in $7 (with the head each was announced at, $8), found
+// by primary-key probes, and the statement also answers which of those are
+// already delivered past that head ("settled"); otherwise (a sweep) every
+// cursor of the webhook is a candidate.
+std::string claim_sql(bool hinted) {
     // cand: claim's candidates (locked, SKIP LOCKED), each with the first
     // seq it has to deliver (lo: past the cursor and any purge) and its head;
     // alloc: in the claim's order, each gets what it has up to what is left
@@ -191,41 +197,91 @@ ClaimedBatch claim_pages(pqxx::connection_base& c, const std::string& id, const 
     // snapshot, so the heads, min_seqs and events agree (seqs are gap-free
     // at and above min_seq). n is cast back to bigint (sum() gives numeric):
     // a numeric bound on seq would make the range a filter over all of the
-    // conversation's events instead of a range scan of the primary key.
-    static const std::string sql =
-        "WITH cand AS (SELECT wc.conv_id, wc.retry_at, greatest(wc.done_seq + 1, cv.min_seq) AS lo, "
-        "    cv.next_seq - 1 AS head FROM webhook_cursors wc JOIN conversations cv ON cv.conv_id = wc.conv_id "
-        "  WHERE wc.webhook_id = $1 AND cv.next_seq - 1 > wc.done_seq AND wc.retry_at <= now() "
+    // conversation's events instead of a range scan of the primary key. The
+    // events' subquery has a LIMIT (the range's length) so that it stays a
+    // lateral range scan per leased conversation: without it the planner may
+    // flatten it into a hash join over a sequential scan of all events (seen
+    // in the custom plans of a live bench: every claim read the whole table).
+    // The lease's UPDATE finds its rows by the ctid the candidates' lock
+    // returned (a TID scan: joined by conv_id, the generic plan read every
+    // cursor of the webhook once per leased conversation); a row whose ctid
+    // moved on is simply not leased this time (its events are not read).
+    const std::string from = hinted
+        ? "FROM unnest($7::text[], $8::bigint[]) AS h(conv_id, hi) "
+          "  JOIN webhook_cursors wc ON wc.webhook_id = $1 AND wc.conv_id = h.conv_id "
+          "  JOIN conversations cv ON cv.conv_id = wc.conv_id "
+          "  WHERE "
+        : "FROM webhook_cursors wc JOIN conversations cv ON cv.conv_id = wc.conv_id WHERE wc.webhook_id = $1 AND ";
+    std::string sql =
+        "WITH cand AS (SELECT wc.ctid AS tid, wc.conv_id, wc.retry_at, greatest(wc.done_seq + 1, cv.min_seq) AS lo, "
+        "    cv.next_seq - 1 AS head " + from +
+        "  cv.next_seq - 1 > wc.done_seq AND wc.retry_at <= now() "
         "    AND (wc.lease_until IS NULL OR wc.lease_until < now()) "
         "  ORDER BY wc.retry_at, wc.conv_id LIMIT $4 FOR UPDATE OF wc SKIP LOCKED), "
-        "alloc AS (SELECT conv_id, lo, head, greatest(least(head - lo + 1, $6 - coalesce(sum(greatest(head - lo + 1, 0)) "
+        "alloc AS (SELECT tid, conv_id, lo, head, greatest(least(head - lo + 1, $6 - coalesce(sum(greatest(head - lo + 1, 0)) "
         "    OVER (ORDER BY retry_at, conv_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)), 0)::bigint AS n "
         "  FROM cand), "
         "leased AS (UPDATE webhook_cursors wc SET lease_owner = $2, lease_until = now() + $3 * interval '1 millisecond', "
         "    lease_seq = wc.lease_seq + 1 "
-        "  FROM alloc a WHERE wc.webhook_id = $1 AND wc.conv_id = a.conv_id AND (a.n > 0 OR a.lo > a.head) "
+        "  FROM alloc a WHERE wc.ctid = a.tid AND wc.webhook_id = $1 AND wc.conv_id = a.conv_id AND (a.n > 0 OR a.lo > a.head) "
         "  RETURNING wc.conv_id, wc.done_seq, wc.lease_seq, wc.attempts, "
         "    coalesce(wc.failing_since <= now() - $5 * interval '1 millisecond', false) AS give_up, a.head, a.lo, "
-        "    CASE WHEN a.n > 0 THEN a.lo + a.n - 1 ELSE a.head END AS upto) "
-        "SELECT e.*, x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, x.reactions_seq, "
-        "  e.kind = 'msg' AND EXISTS (SELECT 1 FROM events r WHERE r.conv_id = e.conv_id AND r.kind = 'recall' "
-        "    AND r.target_seq = e.seq), x.reactions_top, NULL::text, "
-        "  l.conv_id, l.done_seq, l.lease_seq, l.attempts, l.give_up, l.head, l.upto, l.lo "
-        "FROM leased l LEFT JOIN LATERAL (SELECT " + store_detail::event_columns() +
-        "  FROM events WHERE conv_id = l.conv_id AND seq >= l.lo AND seq <= l.upto) e ON true "
-        "LEFT JOIN msg_changes x ON e.kind = 'msg' AND x.conv_id = e.conv_id AND x.seq = e.seq "
-        "ORDER BY l.conv_id, e.seq";
+        "    CASE WHEN a.n > 0 THEN a.lo + a.n - 1 ELSE a.head END AS upto), ";
+    if (hinted)
+        sql += "rows AS (SELECT *, false AS settled FROM leased UNION ALL "
+               "  SELECT h.conv_id, wc.done_seq, 0, 0, false, 0, 1, 0, true "
+               "  FROM unnest($7::text[], $8::bigint[]) AS h(conv_id, hi) "
+               "  JOIN webhook_cursors wc ON wc.webhook_id = $1 AND wc.conv_id = h.conv_id "
+               "  WHERE wc.done_seq >= h.hi AND NOT EXISTS (SELECT 1 FROM leased l WHERE l.conv_id = h.conv_id)) ";
+    else
+        sql += "rows AS (SELECT *, false AS settled FROM leased) ";
+    sql += "SELECT e.*, x.edit_seq, x.edit_body, floor(extract(epoch from x.edit_at) * 1000)::bigint, x.reactions_seq, "
+           "  e.kind = 'msg' AND EXISTS (SELECT 1 FROM events r WHERE r.conv_id = e.conv_id AND r.kind = 'recall' "
+           "    AND r.target_seq = e.seq), x.reactions_top, NULL::text, "
+           "  l.conv_id, l.done_seq, l.lease_seq, l.attempts, l.give_up, l.head, l.upto, l.lo, l.settled "
+           "FROM rows l LEFT JOIN LATERAL (SELECT " + store_detail::event_columns() +
+           "  FROM events WHERE conv_id = l.conv_id AND seq >= l.lo AND seq <= l.upto "
+           "  ORDER BY seq LIMIT greatest(l.upto - l.lo + 1, 0)) e ON true "
+           "LEFT JOIN msg_changes x ON e.kind = 'msg' AND x.conv_id = e.conv_id AND x.seq = e.seq "
+           "ORDER BY l.conv_id, e.seq";
+    return sql;
+}
+
+} // namespace
+
+ClaimedBatch claim_pages(pqxx::connection_base& c, const std::string& id, const std::string& owner,
+                         std::int64_t lease_ms, std::int64_t max_events, std::int64_t give_up_ms,
+                         const std::vector<std::pair<std::string, std::int64_t>>* hints) {
     // Prepared on the worker's session (planning this statement from scratch
     // took ~20 ms of PostgreSQL's CPU per claim on a loaded machine; a
     // prepared statement is planned generically after its fifth run).
-    c.prepare("im_webhook_claim_pages", sql);
-    pqxx::nontransaction tx(c); // one statement: its own transaction
-    auto r = tx.exec_prepared("im_webhook_claim_pages", id, owner, lease_ms, max_events, give_up_ms, max_events);
+    static const std::string sweep_sql = claim_sql(false), hinted_sql = claim_sql(true);
+    pqxx::result r;
+    if (hints) {
+        std::vector<std::string> hconv;
+        std::vector<std::int64_t> hhi;
+        for (const auto& [conv, hi] : *hints) {
+            hconv.push_back(conv);
+            hhi.push_back(hi);
+        }
+        c.prepare("im_webhook_claim_hinted", hinted_sql);
+        pqxx::nontransaction tx(c); // one statement: its own transaction
+        r = tx.exec_prepared("im_webhook_claim_hinted", id, owner, lease_ms, max_events, give_up_ms, max_events,
+                             text_array(hconv), bigint_array(hhi));
+    } else {
+        c.prepare("im_webhook_claim_pages", sweep_sql);
+        pqxx::nontransaction tx(c);
+        r = tx.exec_prepared("im_webhook_claim_pages", id, owner, lease_ms, max_events, give_up_ms, max_events);
+    }
     ClaimedBatch out;
     std::int64_t allotted = 0;
     std::vector<std::int64_t> los;
     for (const auto& row : r) {
         const std::string conv = row[23].c_str();
+        if (row[31].as<bool>()) { // a hinted conversation already delivered past its hint
+            out.settled.push_back({conv, row[24].as<std::int64_t>()});
+            continue;
+        }
         if (out.convs.empty() || out.convs.back().lease.conv != conv) {
             Claimed cl;
             cl.lease = {conv, row[24].as<std::int64_t>(), row[25].as<std::int64_t>(), row[26].as<std::int64_t>(),

@@ -72,6 +72,9 @@ struct Claimed {
 struct ClaimedBatch {
     std::vector<Claimed> convs; // by conv_id
     bool full = false;          // max_events allotted, or a conversation not caught up: more waits
+    /// (hinted claims) conversations of the hints, not leased, whose cursor
+    /// is already at or past the hint's head: (conv, done_seq).
+    std::vector<std::pair<std::string, std::int64_t>> settled;
 };
 /// claim and the pages in ONE statement (one snapshot, one round trip): the
 /// conversations of the webhook with undelivered events, no live lease and
@@ -81,8 +84,14 @@ struct ClaimedBatch {
 /// `owner` for lease_ms, and their allotted events read. A conversation
 /// whose events below its cursor were all purged comes with none and upto =
 /// head (its cursor moves past them).
+/// `hints` (a hinted claim): only these conversations are candidates, each
+/// named with the head it was announced at (the bus); found by primary-key
+/// probes, so the claim reads what moved, not every cursor of the webhook.
+/// Those already delivered past their head come back in `settled`. Without
+/// hints (a sweep): every cursor of the webhook is a candidate.
 ClaimedBatch claim_pages(pqxx::connection_base& c, const std::string& id, const std::string& owner,
-                         std::int64_t lease_ms, std::int64_t max_events, std::int64_t give_up_ms);
+                         std::int64_t lease_ms, std::int64_t max_events, std::int64_t give_up_ms,
+                         const std::vector<std::pair<std::string, std::int64_t>>* hints = nullptr);
 /// A batch's outcome in one statement (one transaction): every lease of
 /// `done` delivered up to its seq (the cursor moves on, the lease is
 /// released), every lease of `unread` released unchanged, and (`success`:
