@@ -138,14 +138,19 @@ bool Storage::settleOutbox(const QList<Finish> &finished, const QList<Retry> &re
         bool ok = true;
         for (const Finish &f : finished) {
             del.addBindValue(f.cmid);
-            delFile.addBindValue(f.cmid);
+            delFile.bindValue(0, f.cmid);
             upd.addBindValue(f.state);
             upd.addBindValue(nullIfEmpty(f.errorCode));
             upd.addBindValue(f.seq > 0 ? QVariant(f.seq) : QVariant(QMetaType(QMetaType::LongLong)));
             upd.addBindValue(f.dup ? 1 : 0);
             upd.addBindValue(f.epoch > 0 ? QVariant(f.epoch) : QVariant(QMetaType(QMetaType::LongLong)));
             upd.addBindValue(f.cmid);
-            if (!exec(del) || !exec(delFile) || !exec(upd)) {
+            // A sent file's row stays until its event is stored
+            // (insertEvent): until then the timeline shows the file from
+            // it, so a message never loses its attachment between the ack
+            // and the page that brings the event.
+            const bool keepFile = f.state == int(MessageState::Sent) && f.seq > 0;
+            if (!exec(del) || (!keepFile && !exec(delFile)) || !exec(upd)) {
                 ok = false;
                 break;
             }

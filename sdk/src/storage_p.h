@@ -146,6 +146,7 @@ struct PageStatements {
     explicit PageStatements(const QSqlDatabase &db);
     QSqlQuery upsert, attachment, erase, edit, recall, reactionRead, reactionWrite;
     QSqlQuery ensureConv, convEpoch, pageCursor, unreadRead, unreadRecalled, unreadWrite;
+    QSqlQuery sentFile; // our sent file's outbox_files row, dropped once its event is stored
 };
 
 class Storage {

@@ -91,7 +91,7 @@ QString attachmentNames(const QList<proto::Attachment> &list) {
 
 PageStatements::PageStatements(const QSqlDatabase &db)
     : upsert(db), attachment(db), erase(db), edit(db), recall(db), reactionRead(db), reactionWrite(db),
-      ensureConv(db), convEpoch(db), pageCursor(db), unreadRead(db), unreadRecalled(db), unreadWrite(db) {
+      ensureConv(db), convEpoch(db), pageCursor(db), unreadRead(db), unreadRecalled(db), unreadWrite(db), sentFile(db) {
     // Keyed by (conv, seq): re-applying is harmless (events are immutable on
     // the server; replacing also heals a rebuild after CURSOR_AHEAD). A msg's
     // later changes (contract section 12) are the newer of what is stored
@@ -118,6 +118,7 @@ PageStatements::PageStatements(const QSqlDatabase &db)
         " reactions_seq = CASE WHEN events.mid IS excluded.mid AND events.reactions_seq IS NOT NULL"
         "  AND events.reactions_seq >= COALESCE(excluded.reactions_seq, 0) THEN events.reactions_seq ELSE excluded.reactions_seq END,"
         " recalled = CASE WHEN events.mid IS excluded.mid THEN MAX(events.recalled, excluded.recalled) ELSE excluded.recalled END"));
+    sentFile.prepare(QStringLiteral("DELETE FROM outbox_files WHERE cmid = ?"));
     // Immutable on the server (the id names one upload's bytes).
     attachment.prepare(QStringLiteral("INSERT OR IGNORE INTO attachments(att_id, name, mime, size, sha256)"
                                       " VALUES(?, ?, ?, ?, ?)"));
@@ -193,6 +194,13 @@ bool Storage::insertEvent(const proto::Event &e, qint64 epoch) {
         st.attachment.bindValue(3, a.size);
         st.attachment.bindValue(4, a.sha256);
         if (!exec(st.attachment))
+            return false;
+    }
+    // Our own file's message is stored: the outbox's row that showed its
+    // file between the ack and this page goes (settleOutbox keeps it).
+    if (!e.attachments.isEmpty() && !e.cmid.isEmpty()) {
+        st.sentFile.bindValue(0, e.cmid);
+        if (!exec(st.sentFile))
             return false;
     }
     // An erased msg (a user's erase, docs/protocol.md "Erased events"): no
@@ -646,16 +654,22 @@ bool Storage::addChanges(const QString &conv, qint64 from, QList<MessageRow> &ro
             quoted.insert(r.replyTo);
     }
     q.finish();
-    if (!byCmid.isEmpty()) {
-        // Our files not sent yet (sendFile, outbox_files): shown with the
-        // message while it is Pending (no att_id until the upload started).
+    // Our files (sendFile, outbox_files): shown with the message while it
+    // is Pending (no att_id until the upload started), and once Sent until
+    // the page that brings its event stores the event's own list.
+    QHash<QString, qsizetype> filesByCmid = byCmid;
+    for (qsizetype i = 0; i < rows.size(); ++i)
+        if (rows.at(i).kind == u"msg" && rows.at(i).seq > 0 && !rows.at(i).cmid.isEmpty() &&
+            rows.at(i).attachments.isEmpty())
+            filesByCmid.insert(rows.at(i).cmid, i);
+    if (!filesByCmid.isEmpty()) {
         QSqlQuery f(db);
         f.prepare(QStringLiteral("SELECT cmid, name, mime, size, sha256, COALESCE(att_id, '') FROM outbox_files"));
         if (!exec(f))
             return false;
         while (f.next()) {
-            const auto it = byCmid.constFind(f.value(0).toString());
-            if (it != byCmid.cend())
+            const auto it = filesByCmid.constFind(f.value(0).toString());
+            if (it != filesByCmid.cend())
                 rows[*it].attachments = {proto::Attachment{f.value(5).toString(), f.value(1).toString(),
                                                            f.value(2).toString(), f.value(3).toLongLong(),
                                                            f.value(4).toString()}};

@@ -41,6 +41,7 @@ private slots:
     void own_messages_are_matched_by_cmid_not_by_seq();
     void a_draft_whose_own_event_is_stored_before_its_answer_is_shown_once();
     void an_older_window_of_a_void_epoch_is_not_stored();
+    void a_sent_file_keeps_its_attachment_until_its_event_is_stored();
     // Issue 48: a restored server.
     void a_convs_walk_notices_a_restored_server_and_resends_the_lost_own_messages_once();
 };
@@ -533,3 +534,57 @@ void TestClientSync::a_convs_walk_notices_a_restored_server_and_resends_the_lost
 
 QTEST_GUILESS_MAIN(TestClientSync)
 #include "tst_client_sync.moc"
+
+void TestClientSync::a_sent_file_keeps_its_attachment_until_its_event_is_stored() {
+    // Found by tst_qml under load: between the answer (Sent, a seq) and the
+    // page that brings the event, our file's message showed no attachment.
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("store.db"));
+    const QString c1 = QStringLiteral("c1"), cmid = QStringLiteral("cmid-f");
+    im::detail::Storage st;
+    QVERIFY(st.open(path));
+    QVERIFY(st.setMeta(QStringLiteral("user"), QStringLiteral("ana")));
+    im::detail::OutboxRow row;
+    row.cmid = cmid;
+    row.kind = QStringLiteral("send");
+    row.conv = c1;
+    row.body = QStringLiteral("a file");
+    row.createdAt = 1000;
+    const QString sha(64, QLatin1Char('a'));
+    row.file = im::detail::OutboxFile{QStringLiteral("f.bin"), QStringLiteral("application/octet-stream"), sha, 10,
+                                      QStringLiteral("att-1"), true};
+    QVERIFY(st.enqueue(row) > 0);
+    const auto shown = [&](const char *when) {
+        const auto rows = st.messages(c1, QStringLiteral("ana"));
+        QVERIFY(rows);
+        QCOMPARE(rows->size(), 1);
+        QVERIFY2(rows->first().attachments.size() == 1, when);
+        QCOMPARE(rows->first().attachments.first().id, QStringLiteral("att-1"));
+        QCOMPARE(rows->first().attachments.first().name, QStringLiteral("f.bin"));
+    };
+    shown("pending");
+    QVERIFY(st.settleOutbox({im::detail::Storage::Finish{cmid, int(MessageState::Sent), {}, 1, false, 1}}, {}));
+    shown("sent, its event not stored yet");
+    im::proto::Page page;
+    page.conv = c1;
+    page.epoch = 1;
+    page.head = 1;
+    page.nextAfter = 1;
+    im::proto::Event e{c1, 1, QStringLiteral("mid-1"), QStringLiteral("msg"), QStringLiteral("ana"),
+                       QStringLiteral("a file"), 1001, 1, 0, {}, cmid};
+    e.attachments = {im::proto::Attachment{QStringLiteral("att-1"), QStringLiteral("f.bin"),
+                                           QStringLiteral("application/octet-stream"), 10, sha}};
+    page.events = {e};
+    QVERIFY(st.applyPage(page));
+    shown("its event stored");
+    // The outbox's row is gone with the page that stored the event.
+    {
+        QSqlDatabase check = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("sentfile-check"));
+        check.setDatabaseName(path);
+        QVERIFY(check.open());
+        QSqlQuery q(check);
+        QVERIFY(q.exec(QStringLiteral("SELECT count(*) FROM outbox_files")) && q.next());
+        QCOMPARE(q.value(0).toInt(), 0);
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("sentfile-check"));
+}

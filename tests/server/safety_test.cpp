@@ -365,9 +365,17 @@ TEST(NoLabSwitch, a_lab_run_installs_its_broken_send_functions_only_into_the_dat
     TestPostgres pg;
     auto lab_url = pg.create_database("labfresh");
     ServerProcess lab(lab_url, {"--quiet", "--enable-faults"});
-    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im_lab_send_%'", "labfresh"), "9");
-    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im_lab_change_%'", "labfresh"), "2");
-    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname = 'im_send'", "labfresh"), "1");
+    // Nine send variants, each with its own renamed copy of im_send.sql's
+    // im_lock_runs; two change variants, each with im_change.sql's
+    // im_change_items and im_write_group renamed: never the production ones.
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im\\_lab\\_send\\_%' "
+                        "AND proname NOT LIKE '%\\_im\\_lock\\_runs'", "labfresh"), "9");
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im\\_lab\\_send\\_%\\_im\\_lock\\_runs'",
+                        "labfresh"), "9");
+    EXPECT_EQ(pg.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'im\\_lab\\_change\\_%'", "labfresh"), "6");
+    for (const char* production : {"im_send", "im_lock_runs", "im_change", "im_change_items", "im_write_group"})
+        EXPECT_EQ(pg.scalar(std::string("SELECT count(*) FROM pg_proc WHERE proname = '") + production + "'", "labfresh"),
+                  "1") << production;
     // The armed rule reaches only the lab gateway's own calls.
     auto w = make_world(lab_url, unique_name("labrule"), 2);
     auto stranger = make_user(lab_url, unique_name("stranger"));

@@ -91,7 +91,9 @@ im::Schema with_function_changed(const std::string& name, const std::string& mar
     s.function_version += version_step;
     for (auto& f : s.functions)
         if (f.name == name) {
-            const auto at = f.sql.find("BEGIN\n");
+            // the body of the function the file is named after (im_send.sql
+            // defines im_lock_runs before im_send)
+            const auto at = f.sql.find("BEGIN\n", f.sql.find("FUNCTION " + name + "("));
             EXPECT_NE(at, std::string::npos);
             f.sql.insert(at + 6, "    -- " + marker + "\n");
         }
