@@ -298,7 +298,7 @@ BEGIN
         -- 2. The counters (the rows are the caller's: the seqs are ours).
         UPDATE conversations cv SET next_seq = cv.next_seq + a.n
           FROM (SELECT p_convs[x] AS conv, conv_n[x] AS n FROM generate_subscripts(conv_n, 1) x WHERE conv_n[x] > 0) a
-         WHERE cv.conv_id = a.conv;
+         WHERE cv.conv_id = a.conv AND cv.conv_id = ANY (p_convs); -- the ANY: an index probe (im_send's UPDATE)
         -- 3. The events, then the aggregates the reads show (schema/012,
         --    schema/018), each one statement for the stretch.
         INSERT INTO events (conv_id, seq, kind, sender_user, client_msg_id, request_hash, body, target_seq, emoji,

@@ -53,7 +53,7 @@ BEGIN
                FROM unnest(p_devices, p_token_sha256s, p_convs, p_users) AS r(dev, tok, conv, usr)
                JOIN devices d ON d.device_id = r.dev AND d.user_id = r.usr
                              AND d.token_sha256 = decode(r.tok, 'hex') AND d.revoked_at IS NULL
-              WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)
+              WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr OFFSET 0)
               ORDER BY r.conv) c;
     -- What is left of the bound, for the row.
     PERFORM set_config('lock_timeout',
@@ -67,7 +67,7 @@ BEGIN
                   FROM unnest(p_devices, p_token_sha256s, p_convs, p_users) AS r(dev, tok, conv, usr)
                   JOIN devices d ON d.device_id = r.dev AND d.user_id = r.usr
                                 AND d.token_sha256 = decode(r.tok, 'hex') AND d.revoked_at IS NULL
-                 WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr))
+                 WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr OFFSET 0))
          ORDER BY cv.conv_id
            FOR NO KEY UPDATE OF cv) l;
     RETURN locked;

@@ -848,3 +848,84 @@ TEST(GroupCommit, a_send_waiting_at_its_devices_gate_holds_neither_the_device_ro
     ASSERT_TRUE(r2.has_value());
     EXPECT_EQ(str(*r2, "t"), "sent") << json::serialize(*r2);
 }
+
+// The send path's functions stay index probes however large the tables and
+// however many conversations the sender is in: their plans are generic
+// (planned once, with guessed sizes for the request's arrays), and a guess
+// of hundreds of rows made the UPDATE of the counters hash the whole
+// conversations table and the lock query read every membership period of
+// the sender. Counted inside the transaction (pg_stat_xact_*), for a
+// sender in 3,000 conversations: no sequential scan of `conversations`,
+// and a handful of membership index entries per call, not thousands.
+TEST(GroupCommit, the_write_functions_probe_rows_and_never_scan_a_busy_senders_tables) {
+    TestPostgres pg;
+    ServerProcess srv{pg.url(), {"--quiet"}}; // installs the schema and the function set
+    auto w = make_world(pg.url(), "scan", 2);
+    const auto& u = w.users[0];
+    pqxx::connection c(pg.url());
+    {
+        pqxx::work tx(c);
+        tx.exec("INSERT INTO conversations (conv_id, kind, next_seq) SELECT 'scan-' || g, 'group', 2 "
+                "FROM generate_series(1, 3000) g");
+        tx.exec("INSERT INTO membership_periods (conv_id, user_id, from_seq) SELECT 'scan-' || g, " + q(u.user) +
+                ", 1 FROM generate_series(1, 3000) g");
+        // ... each with another member, so that a user is in about two
+        // conversations on average (what a generic plan assumes of anyone).
+        tx.exec("INSERT INTO users (user_id) SELECT 'scan-u' || g FROM generate_series(1, 3000) g");
+        tx.exec("INSERT INTO membership_periods (conv_id, user_id, from_seq) SELECT 'scan-' || g, 'scan-u' || g, 1 "
+                "FROM generate_series(1, 3000) g");
+        tx.exec("INSERT INTO devices (device_id, user_id, token_sha256) SELECT 'scan-d' || g, 'scan-u' || g, "
+                "sha256(convert_to('scan-t' || g, 'UTF8')) FROM generate_series(1, 3000) g");
+        tx.exec("INSERT INTO events (conv_id, seq, mid, kind, subject_user, epoch, msg_ordinal) SELECT 'scan-' || g, 1, "
+                "gen_random_uuid(), 'join', " + q(u.user) + ", 1, 0 FROM generate_series(1, 3000) g");
+        tx.commit();
+    }
+    pqxx::nontransaction(c).exec("ANALYZE");
+    const std::string tok =
+        pqxx::work(c).exec1("SELECT encode(token_sha256, 'hex') FROM devices WHERE device_id = " + q(u.device))[0].c_str();
+    const std::string one = "ARRAY[" + q(u.device) + "], ARRAY[" + q(tok) + "], ARRAY[" + q(w.conv) + "], ARRAY[" +
+                            q(u.user) + "], ARRAY[1]";
+    // Each function six times: PL/pgSQL plans a statement's generic plan by
+    // the sixth call at the latest (the send functions force it at once).
+    struct Call {
+        const char* name;
+        std::function<std::string(int)> sql;
+    };
+    const std::vector<Call> calls{
+        {"im_send", [&](int i) {
+             return "SELECT r_code FROM im_send(" + one + ", ARRAY['s" + std::to_string(i) +
+                    "'], ARRAY['hi'], ARRAY[NULL::text], ARRAY[NULL::bigint], ARRAY[NULL::text], 'im_scan_test')";
+         }},
+        {"im_send_queued", [&](int i) {
+             return "SELECT r_code FROM im_send_queued(5000, " + one + ", ARRAY['q" + std::to_string(i) +
+                    "'], ARRAY['hi'], ARRAY[NULL::text], ARRAY[NULL::bigint], ARRAY[NULL::text], 'im_scan_test')";
+         }},
+        {"im_write_group", [&](int i) {
+             return "SELECT r_code FROM im_write_group(5000, " + one + ", ARRAY['reaction'], ARRAY['r" +
+                    std::to_string(i) + "'], ARRAY[NULL::text], ARRAY[NULL::text], ARRAY[NULL::bigint], " +
+                    "ARRAY[NULL::text], ARRAY[3::bigint], ARRAY['x'], ARRAY[" + (i % 2 ? "false" : "true") +
+                    "], 'im_scan_test')";
+         }},
+    };
+    // The counters of this backend not yet flushed to the statistics (they
+    // add up over transactions until a flush): read before and after each call.
+    auto counts = [](pqxx::work& tx) {
+        auto r = tx.exec1("SELECT (SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_xact_user_tables "
+                          "         WHERE relname = 'conversations'), "
+                          "       (SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0) FROM pg_index "
+                          "         WHERE indrelid = 'membership_periods'::regclass)");
+        return std::pair{r[0].as<long long>(), r[1].as<long long>()};
+    };
+    for (const auto& call : calls)
+        for (int i = 0; i < 6; ++i) {
+            pqxx::work tx(c);
+            const auto [seq0, read0] = counts(tx);
+            auto r = tx.exec1(call.sql(i));
+            EXPECT_STREQ(r[0].c_str(), "OK") << call.name << " call " << i;
+            const auto [seq1, read1] = counts(tx);
+            EXPECT_EQ(seq1 - seq0, 0) << call.name << " call " << i << " scanned the conversations table";
+            EXPECT_LT(read1 - read0, 20) << call.name << " call " << i << " read " << read1 - read0
+                                         << " membership index entries for one run";
+            tx.commit();
+        }
+}

@@ -27,7 +27,7 @@ const std::vector<Variant>& variants() {
     static const std::vector<Variant> list = {
         // a stranger (no period, or no open one) may write (C4)
         {"rule.send_membership", "send_membership",
-         {{"         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr)\n",
+         {{"         WHERE EXISTS (SELECT 1 FROM membership_periods m WHERE m.conv_id = r.conv AND m.user_id = r.usr OFFSET 0)\n",
            ""},
           {"IF NOT k.open THEN", "IF false THEN"}}},
         // an unknown conversation answers apart from a non-member (C4: no
