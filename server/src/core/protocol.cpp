@@ -408,6 +408,17 @@ std::size_t page_frame_reserve(const P& x) {
 }
 
 // The frames that carry events, written straight (encode_reply).
+// Both pages end alike: where the conversation stands, then the rid.
+template <class P>
+void close_page_frame(ObjectWriter& o, const P& x, const std::optional<std::string>& rid) {
+    o.num("head", x.head);
+    o.num("min_seq", x.min_seq);
+    o.boolean("trimmed", x.trimmed);
+    o.num("epoch", x.epoch);
+    if (rid) o.str("rid", *rid);
+    o.close();
+}
+
 std::string encode_page_frame(const Page& x, const std::optional<std::string>& rid) {
     std::string out;
     out.reserve(page_frame_reserve(x));
@@ -417,12 +428,7 @@ std::string encode_page_frame(const Page& x, const std::optional<std::string>& r
     append_page_events(o.key("events"), x);
     o.num("next_after", x.next_after);
     o.boolean("has_more", x.has_more);
-    o.num("head", x.head);
-    o.num("min_seq", x.min_seq);
-    o.boolean("trimmed", x.trimmed);
-    o.num("epoch", x.epoch);
-    if (rid) o.str("rid", *rid);
-    o.close();
+    close_page_frame(o, x, rid);
     return out;
 }
 
@@ -435,12 +441,7 @@ std::string encode_page_frame(const HistoryPage& x, const std::optional<std::str
     append_page_events(o.key("events"), x);
     o.num("oldest", x.oldest);
     o.boolean("has_older", x.has_older);
-    o.num("head", x.head);
-    o.num("min_seq", x.min_seq);
-    o.boolean("trimmed", x.trimmed);
-    o.num("epoch", x.epoch);
-    if (rid) o.str("rid", *rid);
-    o.close();
+    close_page_frame(o, x, rid);
     return out;
 }
 
